@@ -1,0 +1,1 @@
+"""The ACP client: process launch, transport filter, our Client handlers."""

@@ -1,0 +1,127 @@
+"""Launching an agent program: its own process group, a drained stderr, a group kill.
+
+An ACP agent is a child process spoken to over stdin/stdout. We start it ourselves
+rather than through the SDK's ``spawn_agent_process`` because that helper trims the
+environment, never reads stderr (a chatty agent then blocks in ``write(2)``) and keeps
+the child in the kernel's process group (a kernel interrupt would kill it).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL_BYTES = 64 * 1024
+"""How much of an agent's stderr is kept (bytes, the newest)."""
+
+
+class StderrRing:
+    """The newest ``capacity`` bytes of a byte stream, kept as whole chunks."""
+
+    def __init__(self, capacity: int = STDERR_TAIL_BYTES) -> None:
+        self.capacity = capacity
+        self.total = 0
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        if len(data) >= self.capacity:
+            self._chunks.clear()
+            self._chunks.append(data[-self.capacity:])
+            self._size = self.capacity
+            return
+        self._chunks.append(data)
+        self._size += len(data)
+        while self._size > self.capacity:
+            first = self._chunks.popleft()
+            excess = self._size - self.capacity
+            if len(first) > excess:
+                self._chunks.appendleft(first[excess:])
+                self._size -= excess
+            else:
+                self._size -= len(first)
+
+    def tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines, decoded as UTF-8 (bad bytes replaced)."""
+        text = b"".join(self._chunks).decode("utf-8", "replace")
+        return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def agent_environment(remove: Sequence[str] = (), extra: Mapping[str, str] | None = None,
+                      base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The kernel's environment (or ``base``) minus ``remove`` plus ``extra`` — the
+    manifest's ``acp.removeEnv`` and ``acp.env``."""
+    env = dict(os.environ if base is None else base)
+    for name in remove:
+        env.pop(name, None)
+    env.update(extra or {})
+    return env
+
+
+async def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> Process:
+    """Start ``argv`` with piped stdio in a new session (its own process group).
+
+    Raises ``OSError`` (e.g. ``FileNotFoundError``) when the program cannot start."""
+    return await anyio.open_process(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, cwd=str(cwd), env=dict(env),
+                                    start_new_session=True)
+
+
+async def drain(stream, ring: StderrRing) -> None:
+    """Read ``stream`` to its end into ``ring``, so the child never blocks on stderr."""
+    try:
+        async for chunk in stream:
+            ring.feed(chunk)
+    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
+
+
+def _signal_group(pid: int, sig: int) -> bool:
+    try:
+        os.killpg(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+async def terminate_group(process: Process, grace: float = 3.0) -> int | None:
+    """SIGTERM the agent's whole process group, then SIGKILL after ``grace`` seconds.
+    Some agents ignore stdin EOF, and launchers do not always pass signals on, so the
+    group is signalled, not only the child. Returns the child's exit code."""
+    if process.returncode is None:
+        _signal_group(process.pid, signal.SIGTERM)
+        with anyio.move_on_after(grace):
+            await process.wait()
+    _signal_group(process.pid, signal.SIGKILL)  # stragglers of the group, even after the leader left
+    with anyio.move_on_after(grace):
+        await process.wait()
+    return process.returncode
+
+
+def kill_group_now(pid: int, grace: float = 1.0) -> None:
+    """Synchronous group kill, for interpreter exit (no event loop to await on):
+    SIGTERM, poll up to ``grace`` seconds, then SIGKILL."""
+    if not _signal_group(pid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            break
+        time.sleep(0.02)
+    _signal_group(pid, signal.SIGKILL)

@@ -1,0 +1,147 @@
+"""The stdio transport filter between an agent's pipes and the SDK's connection.
+
+It implements the SDK's message-level ``Transport`` (``send``/``receive``/``close`` of
+decoded JSON-RPC objects), so the SDK keeps doing the JSON-RPC bookkeeping while we
+decide what reaches it:
+
+* framing is ACP's stdio framing: one UTF-8 JSON object per ``\\n``-terminated line.
+  Lines are assembled from raw chunks before decoding, so a multibyte character split
+  across reads is whole again, and a line of any length up to ``max_line_bytes`` is
+  taken (the SDK's own reader has a 64 KiB asyncio limit when spawned by hand);
+* a line that is not JSON, not UTF-8, too long, or JSON but not an object (which kills
+  the SDK's receive loop) is skipped and recorded in ``skipped``, never fatal;
+* ``intercept`` sees every incoming object first and may consume it: the agent folds
+  ``session/update`` notifications there, synchronously and in arrival order (the
+  SDK's one-task-per-notification dispatch can reorder them and drops unknown kinds).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""The longest line taken from an agent (bytes); a longer one is skipped."""
+
+Intercept = Callable[[dict[str, Any]], bool]
+Observer = Callable[[str, dict[str, Any]], None]
+
+
+class LineTransport:
+    """NDJSON over a byte send stream (agent's stdin) and receive stream (its stdout).
+
+    ``intercept(message) -> bool``: called for each incoming object; True means
+    consumed (not passed to the SDK). ``observers``: ``fn(direction, message)`` for every
+    message in (``"in"``) and out (``"out"``), for transcripts and counters."""
+
+    def __init__(self, send_stream: ByteSendStream, receive_stream: ByteReceiveStream, *,
+                 intercept: Intercept | None = None, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._send_stream = send_stream
+        self._receive_stream = receive_stream
+        self._intercept = intercept
+        self._max = max_line_bytes
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no newline
+        self._discarding = False
+        self._eof = False
+        self._send_lock = anyio.Lock()
+        self.observers: list[Observer] = []
+        self.skipped: collections.deque[str] = collections.deque(maxlen=50)
+        self.skipped_count = 0
+
+    # -- sending ----------------------------------------------------------------------
+    async def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        async with self._send_lock:
+            try:
+                await self._send_stream.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                raise ConnectionError(f"agent's stdin is closed: {exc}") from exc
+        self._notify("out", message)
+
+    async def close(self) -> None:
+        try:
+            await self._send_stream.aclose()
+        except Exception:  # already gone
+            pass
+
+    # -- receiving --------------------------------------------------------------------
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            line = await self._next_line()
+            if line is None:
+                return None
+            message = self._decode(line)
+            if message is None:
+                continue
+            self._notify("in", message)
+            if self._intercept is not None and self._intercept(message):
+                continue
+            return message
+
+    async def _next_line(self) -> bytes | None:
+        while True:
+            cut = self._buffer.find(b"\n", self._scanned)
+            if cut >= 0:
+                line = bytes(self._buffer[:cut])
+                del self._buffer[:cut + 1]
+                self._scanned = 0
+                if self._discarding:
+                    self._discarding = False
+                    continue
+                return line
+            if self._eof:
+                if self._buffer and not self._discarding:
+                    line = bytes(self._buffer)
+                    self._buffer.clear()
+                    return line
+                return None
+            if len(self._buffer) > self._max:
+                self._skip(f"line longer than {self._max} bytes")
+                self._buffer.clear()
+                self._discarding = True
+            self._scanned = len(self._buffer)
+            try:
+                chunk = await self._receive_stream.receive(1 << 16)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._eof = True
+                continue
+            self._buffer += chunk
+
+    def _decode(self, line: bytes) -> dict[str, Any] | None:
+        line = line.strip()
+        if not line:
+            return None
+        try:
+            value = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            self._skip("line is not UTF-8", line)
+            return None
+        except ValueError:
+            self._skip("line is not JSON", line)
+            return None
+        if not isinstance(value, dict):
+            self._skip(f"JSON line is a {type(value).__name__}, not an object", line)
+            return None
+        return value
+
+    def _skip(self, why: str, line: bytes = b"") -> None:
+        self.skipped_count += 1
+        sample = line[:200].decode("utf-8", "replace")
+        self.skipped.append(f"{why}: {sample}" if sample else why)
+        log.debug("skipped agent output: %s", why)
+
+    def _notify(self, direction: str, message: dict[str, Any]) -> None:
+        for fn in self.observers:
+            try:
+                fn(direction, message)
+            except Exception:
+                log.exception("transport observer failed")

@@ -1,0 +1,416 @@
+"""The conversation of one ACP session, as a sans-I/O fold.
+
+``Conversation.apply(update)`` takes the ``update`` object of one ``session/update``
+notification exactly as it came off the wire (a ``dict``; a pydantic model of the SDK
+is accepted too) and returns the list of :class:`Change` it caused. Nothing here
+awaits, spawns or draws: the ACP client feeds it, views subscribe to it.
+
+The update vocabulary is ACP's (schema v1, ``session/update``): message, thought and
+user chunks (grouped by ``messageId`` when the agent sends one), ``tool_call`` and
+``tool_call_update`` (upserted by ``toolCallId``; ``content`` and ``locations``, when
+given, replace the collection, as the spec says), ``plan`` (replaces the whole plan),
+``available_commands_update``, ``current_mode_update``, ``config_option_update``,
+``session_info_update`` and ``usage_update``, plus the SDK's unstable ``plan_update`` /
+``plan_removed``. Each update is validated with the SDK's own pydantic schema; an update
+the schema does not know (a newer kind, an unknown content type) is kept raw as an
+:class:`Unknown` item rather than dropped. Items keep the wire dicts they were built
+from, so fields the SDK's models would drop are kept too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from acp import schema as acp_schema
+
+log = logging.getLogger(__name__)
+
+Role = Literal["user", "agent", "thought"]
+_ROLE_OF = {
+    "user_message_chunk": "user",
+    "agent_message_chunk": "agent",
+    "agent_thought_chunk": "thought",
+}
+_UNFINISHED = (None, "pending", "in_progress")
+
+
+@dataclass(eq=False)
+class Item:
+    """One entry of the transcript. ``key`` is unique in its conversation; ``version``
+    grows by one on every change, so a view can tell what it has already drawn."""
+
+    key: str
+    version: int = 0
+
+    def touch(self) -> None:
+        self.version += 1
+
+
+@dataclass(eq=False)
+class Message(Item):
+    """A user, agent or thought message: text parts in arrival order, plus any non-text
+    content blocks (images, resource links…) as wire dicts."""
+
+    role: Role = "agent"
+    message_id: str | None = None
+    parts: list[str] = field(default_factory=list)
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass(eq=False)
+class ToolCall(Item):
+    """A tool call of the agent. ``content`` holds the ACP ``ToolCallContent`` items as
+    wire dicts (``{"type": "content"|"diff"|"terminal", ...}``). ``placeholder`` is true
+    while the call is known only from an update or a permission request. ``cancelled``
+    is set by the client when the user stops the turn while the call was unfinished."""
+
+    tool_call_id: str = ""
+    title: str | None = None
+    kind: str | None = None
+    status: str | None = None
+    content: list[dict[str, Any]] = field(default_factory=list)
+    locations: list[dict[str, Any]] = field(default_factory=list)
+    raw_input: Any = None
+    raw_output: Any = None
+    meta: dict[str, Any] | None = None
+    placeholder: bool = False
+    cancelled: bool = False
+
+    @property
+    def shown_status(self) -> str:
+        """The status a view shows: the agent's, or ``cancelled`` for an unfinished
+        call of a stopped turn."""
+        if self.cancelled and self.status in _UNFINISHED:
+            return "cancelled"
+        return self.status or "pending"
+
+    @property
+    def diffs(self) -> list[dict[str, Any]]:
+        return [c for c in self.content if c.get("type") == "diff"]
+
+
+@dataclass(eq=False)
+class Plan(Item):
+    """The agent's plan: entries ``{content, priority, status}``. A ``plan`` update
+    replaces all entries. ``plan_id``/``markdown`` come from the unstable
+    ``plan_update`` variant; ``removed`` from ``plan_removed``."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    plan_id: str | None = None
+    markdown: str | None = None
+    removed: bool = False
+
+
+PermissionState = Literal["pending", "selected", "cancelled"]
+
+
+@dataclass(eq=False)
+class Permission(Item):
+    """A ``session/request_permission`` of the agent. ``options`` are the agent's own
+    ``{optionId, name, kind}``; ``state`` moves once from ``pending`` to ``selected``
+    (with ``option_id``) or ``cancelled``; ``answered_by`` says who answered
+    (``"you"``, a rule plugin's name, …)."""
+
+    tool_call: ToolCall | None = None
+    options: list[dict[str, Any]] = field(default_factory=list)
+    state: PermissionState = "pending"
+    option_id: str | None = None
+    answered_by: str | None = None
+    message: str | None = None
+
+    @property
+    def chosen(self) -> dict[str, Any] | None:
+        return next((o for o in self.options if o.get("optionId") == self.option_id), None)
+
+
+@dataclass(eq=False)
+class Notice(Item):
+    """Something the client says in the conversation (agent exited, turn failed…)."""
+
+    level: Literal["info", "warning", "error"] = "info"
+    text: str = ""
+    detail: str = ""
+
+
+@dataclass(eq=False)
+class Unknown(Item):
+    """An update the SDK's schema does not know, kept as it came."""
+
+    raw: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Change:
+    """``kind`` is ``added`` (a new item), ``updated`` (an item changed) or ``state``
+    (session state ``name`` changed: mode, config_options, commands, info, usage)."""
+
+    kind: Literal["added", "updated", "state"]
+    item: Item | None = None
+    name: str | None = None
+
+
+def _wire(update: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    if isinstance(update, BaseModel):
+        return update.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return update
+
+
+def _validate(update: dict[str, Any]) -> str | None:
+    """Validate with the SDK's schema; return the error text, or None when valid."""
+    try:
+        acp_schema.SessionNotification.model_validate({"sessionId": "-", "update": update})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'][1:])}: {first['msg']}"
+    return None
+
+
+class Conversation:
+    """The folded state of one session: ``items`` in transcript order, the tool calls by
+    id, and the session state (``modes``, ``current_mode_id``, ``config_options``,
+    ``commands``, ``title``, ``updated_at``, ``usage``).
+
+    Subscribers (``subscribe(fn)``) are called synchronously with each batch of
+    changes. A subscriber that raises is logged and does not stop the fold.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.tool_calls: dict[str, ToolCall] = {}
+        self.plan: Plan | None = None
+        self.modes: dict[str, Any] | None = None
+        self.current_mode_id: str | None = None
+        self.config_options: list[dict[str, Any]] = []
+        self.commands: list[dict[str, Any]] = []
+        self.title: str | None = None
+        self.updated_at: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self._messages: dict[tuple[str, str], Message] = {}
+        self._ids = itertools.count(1)
+        self._subscribers: list[Callable[[list[Change]], None]] = []
+
+    # -- subscription -------------------------------------------------------------
+    def subscribe(self, fn: Callable[[list[Change]], None]) -> Callable[[], None]:
+        """Call ``fn(changes)`` after every change; returns the unsubscribe function."""
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+
+    def _emit(self, changes: list[Change]) -> list[Change]:
+        if changes:
+            for fn in list(self._subscribers):
+                try:
+                    fn(changes)
+                except Exception:  # a view's bug must not stop the fold
+                    log.exception("conversation subscriber failed")
+        return changes
+
+    def _new_key(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    def _append(self, item: Item, changes: list[Change]) -> None:
+        last = self.items[-1] if self.items else None
+        if isinstance(last, Message) and not last.closed and not isinstance(item, Message):
+            last.closed = True
+            last.touch()
+            changes.append(Change("updated", last))
+        self.items.append(item)
+        changes.append(Change("added", item))
+
+    # -- the fold -------------------------------------------------------------------
+    def apply(self, update: dict[str, Any] | BaseModel) -> list[Change]:
+        """Fold one ``session/update`` ``update`` object; returns the changes."""
+        raw = _wire(update)
+        kind = raw.get("sessionUpdate") if isinstance(raw, dict) else None
+        error = _validate(raw) if isinstance(raw, dict) else "not an object"
+        changes: list[Change] = []
+        if error is not None or kind is None:
+            item = Unknown(self._new_key("unknown"), raw=raw if isinstance(raw, dict) else {"value": raw},
+                           reason=error or "no sessionUpdate")
+            self._append(item, changes)
+            return self._emit(changes)
+        if kind in _ROLE_OF:
+            self._chunk(_ROLE_OF[kind], raw, changes)
+        elif kind in ("tool_call", "tool_call_update"):
+            self._upsert_tool_call(raw, changes, announced=kind == "tool_call")
+        elif kind == "plan":
+            self._plan(raw.get("entries", []), None, None, changes)
+        elif kind == "plan_update":
+            plan = raw.get("plan") or {}
+            self._plan(plan.get("entries", plan.get("items", [])), plan.get("planId"), plan.get("markdown"),
+                       changes)
+        elif kind == "plan_removed":
+            if self.plan is not None and not self.plan.removed:
+                self.plan.removed = True
+                self.plan.touch()
+                changes.append(Change("updated", self.plan))
+        elif kind == "available_commands_update":
+            self.commands = list(raw.get("availableCommands", []))
+            changes.append(Change("state", name="commands"))
+        elif kind == "current_mode_update":
+            self.current_mode_id = raw.get("currentModeId")
+            if self.modes is not None:
+                self.modes["currentModeId"] = self.current_mode_id
+            changes.append(Change("state", name="mode"))
+        elif kind == "config_option_update":
+            self.config_options = list(raw.get("configOptions", []))
+            changes.append(Change("state", name="config_options"))
+        elif kind == "session_info_update":
+            if "title" in raw:
+                self.title = raw["title"]
+            if "updatedAt" in raw:
+                self.updated_at = raw["updatedAt"]
+            changes.append(Change("state", name="info"))
+        elif kind == "usage_update":
+            self.usage = {k: v for k, v in raw.items() if k != "sessionUpdate"}
+            changes.append(Change("state", name="usage"))
+        else:  # a kind the SDK validates but we do not fold yet: keep it visible
+            self._append(Unknown(self._new_key("unknown"), raw=raw, reason="not shown by this client"), changes)
+        return self._emit(changes)
+
+    def _chunk(self, role: Role, raw: dict[str, Any], changes: list[Change]) -> None:
+        content = raw.get("content") or {}
+        message_id = raw.get("messageId")
+        msg: Message | None = None
+        if message_id is not None:
+            msg = self._messages.get((role, message_id))
+        else:
+            last = self.items[-1] if self.items else None
+            if isinstance(last, Message) and last.role == role and not last.closed and last.message_id is None:
+                msg = last
+        if msg is None:
+            msg = Message(self._new_key(role), role=role, message_id=message_id)
+            if message_id is not None:
+                self._messages[(role, message_id)] = msg
+            self._append(msg, changes)
+        else:
+            changes.append(Change("updated", msg))
+        if content.get("type") == "text":
+            msg.parts.append(content.get("text", ""))
+        else:
+            msg.blocks.append(content)
+        msg.touch()
+
+    def _upsert_tool_call(self, raw: dict[str, Any], changes: list[Change], announced: bool) -> ToolCall:
+        tcid = str(raw.get("toolCallId", ""))
+        call = self.tool_calls.get(tcid)
+        if call is None:
+            call = ToolCall(self._new_key("tool"), tool_call_id=tcid, placeholder=not announced)
+            self.tool_calls[tcid] = call
+            self._append(call, changes)
+        else:
+            if announced:
+                call.placeholder = False
+            changes.append(Change("updated", call))
+        for wire, attr in (("title", "title"), ("kind", "kind"), ("status", "status"),
+                           ("rawInput", "raw_input"), ("rawOutput", "raw_output"), ("_meta", "meta")):
+            if wire in raw:
+                setattr(call, attr, raw[wire])
+        if "content" in raw:
+            call.content = list(raw["content"] or [])
+        if "locations" in raw:
+            call.locations = list(raw["locations"] or [])
+        call.touch()
+        return call
+
+    def _plan(self, entries: list[dict[str, Any]], plan_id: str | None, markdown: str | None,
+              changes: list[Change]) -> None:
+        if self.plan is None or self.plan.removed:
+            self.plan = Plan(self._new_key("plan"))
+            self._append(self.plan, changes)
+        else:
+            changes.append(Change("updated", self.plan))
+        self.plan.entries = list(entries)
+        self.plan.plan_id = plan_id
+        self.plan.markdown = markdown
+        self.plan.touch()
+
+    # -- what the client adds ---------------------------------------------------------
+    def add_user_message(self, blocks: Iterable[dict[str, Any]]) -> Message:
+        """Append the user's prompt (ACP content blocks as wire dicts)."""
+        changes: list[Change] = []
+        msg = Message(self._new_key("user"), role="user", closed=True)
+        for block in blocks:
+            if block.get("type") == "text":
+                msg.parts.append(block.get("text", ""))
+            else:
+                msg.blocks.append(block)
+        self._append(msg, changes)
+        self._emit(changes)
+        return msg
+
+    def add_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> Permission:
+        """Append a pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire
+        dict; an unknown ``toolCallId`` creates a placeholder tool call, and fields it
+        carries update the call)."""
+        changes: list[Change] = []
+        call = self._upsert_tool_call(tool_call, changes, announced=False)
+        perm = Permission(self._new_key("permission"), tool_call=call, options=list(options))
+        self._append(perm, changes)
+        self._emit(changes)
+        return perm
+
+    def resolve_permission(self, perm: Permission, state: PermissionState, option_id: str | None = None,
+                           answered_by: str | None = None, message: str | None = None) -> bool:
+        """Settle a pending permission once; returns False if it was already settled."""
+        if perm.state != "pending":
+            return False
+        perm.state = state
+        perm.option_id = option_id
+        perm.answered_by = answered_by
+        perm.message = message
+        perm.touch()
+        self._emit([Change("updated", perm)])
+        return True
+
+    def add_notice(self, text: str, level: Literal["info", "warning", "error"] = "info", detail: str = "") -> Notice:
+        changes: list[Change] = []
+        notice = Notice(self._new_key("notice"), level=level, text=text, detail=detail)
+        self._append(notice, changes)
+        self._emit(changes)
+        return notice
+
+    def set_session_state(self, modes: dict[str, Any] | None = None,
+                          config_options: list[dict[str, Any]] | None = None) -> None:
+        """Take the ``modes`` / ``configOptions`` of a ``session/new`` (or load) answer."""
+        changes: list[Change] = []
+        if modes is not None:
+            self.modes = dict(modes)
+            self.current_mode_id = modes.get("currentModeId")
+            changes.append(Change("state", name="mode"))
+        if config_options is not None:
+            self.config_options = list(config_options)
+            changes.append(Change("state", name="config_options"))
+        self._emit(changes)
+
+    def cancel_unfinished(self) -> None:
+        """Mark every unfinished tool call as cancelled (the user stopped the turn). A
+        later status from the agent still shows."""
+        changes: list[Change] = []
+        for call in self.tool_calls.values():
+            if call.status in _UNFINISHED and not call.cancelled:
+                call.cancelled = True
+                call.touch()
+                changes.append(Change("updated", call))
+        self._emit(changes)
+
+    def close_messages(self) -> None:
+        """Freeze every open message (the turn ended)."""
+        changes: list[Change] = []
+        for item in self.items:
+            if isinstance(item, Message) and not item.closed:
+                item.closed = True
+                item.touch()
+                changes.append(Change("updated", item))
+        self._emit(changes)

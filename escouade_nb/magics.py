@@ -1,0 +1,126 @@
+"""``%escouade`` and ``%%escouade``: parse, call the squad, display. No logic of their own.
+
+Usage::
+
+    %escouade                                  list harnesses and running agents
+    %escouade NAME [--cwd DIR] [--as AGENT]    start an agent of harness NAME, show its view, return it
+    %escouade stop AGENT                       stop an agent (its whole process group)
+    %%escouade NAME|AGENT                      send the cell as a prompt; show the turn
+
+A usage error prints one line and this usage, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.display import display
+
+from .squad import SquadError, get_squad
+
+USAGE = """usage:
+  %escouade                                 list harnesses and running agents
+  %escouade NAME [--cwd DIR] [--as AGENT]   start an agent of harness NAME and show it
+  %escouade stop AGENT                      stop an agent
+  %%escouade NAME|AGENT                     send the cell as a prompt to that agent"""
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # never exit the kernel, never print a traceback
+        raise _UsageError(message)
+
+
+def _start_parser() -> _Parser:
+    p = _Parser(prog="%escouade", add_help=False)
+    p.add_argument("name")
+    p.add_argument("--cwd")
+    p.add_argument("--as", dest="as_name")
+    return p
+
+
+def _usage(message: str) -> None:
+    print(f"escouade: {message}\n{USAGE}", file=sys.stderr)
+
+
+def _loop_or_none():
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+@magics_class
+class EscouadeMagics(Magics):
+    @line_cell_magic
+    def escouade(self, line: str, cell: str | None = None):
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            _usage(str(exc))
+            return None
+        try:
+            if cell is not None:
+                return self._prompt(words, cell)
+            return self._line(words)
+        except _UsageError as exc:
+            _usage(str(exc))
+        except SquadError as exc:
+            print(f"escouade: {exc}", file=sys.stderr)
+        return None
+
+    def _line(self, words: list[str]):
+        squad = get_squad()
+        if not words:
+            display(squad.listing())
+            return None
+        if words[0] in ("stop",):
+            if len(words) != 2:
+                raise _UsageError("stop takes one agent name")
+            agent = squad.get(words[1])
+            self._need_loop()
+            asyncio.get_running_loop().create_task(squad.stop(agent.name))
+            print(f"stopping {agent.name}")
+            return None
+        if words[0] in ("-h", "--help", "help"):
+            print(USAGE)
+            return None
+        args = _start_parser().parse_args(words)
+        self._need_loop()
+        agent = squad.start(args.name, cwd=args.cwd, name=args.as_name)
+        from .widgets import AgentView
+        display(AgentView(agent))
+        return agent
+
+    def _prompt(self, words: list[str], cell: str):
+        if len(words) != 1:
+            raise _UsageError("%%escouade takes one harness or agent name")
+        text = cell.strip()
+        if not text:
+            raise _UsageError("the cell is empty: write the prompt under %%escouade NAME")
+        self._need_loop()
+        squad = get_squad()
+        name = words[0]
+        agent = squad.agents.get(name)
+        if agent is None or agent.status in ("closed", "failed", "exited"):
+            agent = squad.start(name)
+        turn = agent.send(text)
+        from .widgets import TurnView
+        display(TurnView(turn))
+        return None
+
+    @staticmethod
+    def _need_loop() -> None:
+        if _loop_or_none() is None:
+            raise SquadError("no running event loop: %escouade runs inside a Jupyter kernel (ipykernel ≥ 7.4)")
+
+
+def load(ipython) -> None:
+    ipython.register_magics(EscouadeMagics)

@@ -1,0 +1,141 @@
+"""Plain-text renders of conversation items: deterministic, for terminals, reprs and nbval.
+
+Widgets use the same helpers (``diff_lines``, ``tool_input_text``) so that the text and
+the HTML views say the same thing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+from .conversation import Item, Message, Notice, Permission, Plan, ToolCall, Unknown
+
+MAX_INPUT_CHARS = 2000
+"""Tool inputs and outputs longer than this are cut in views (characters)."""
+
+_VERB = {
+    "allow_once": "Allowed once",
+    "allow_always": "Always allowed",
+    "reject_once": "Rejected",
+    "reject_always": "Always rejected",
+}
+
+
+def answer_label(perm: Permission) -> str:
+    """What a settled card says: ``"Allowed once by you"``, ``"Cancelled"``…"""
+    if perm.state == "pending":
+        return "Waiting for you"
+    if perm.state == "cancelled":
+        return f"Cancelled ({perm.answered_by})" if perm.answered_by else "Cancelled"
+    option = perm.chosen or {}
+    verb = _VERB.get(option.get("kind", ""), f"Answered {option.get('name', perm.option_id)!r}")
+    text = f"{verb} by {perm.answered_by}" if perm.answered_by else verb
+    return f"{text} — {perm.message}" if perm.message else text
+
+
+PLAN_MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
+
+
+def cut(text: str, limit: int = MAX_INPUT_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
+
+
+def tool_input_text(value: Any) -> str:
+    """A tool's raw input as text: a lone ``command`` as is, else indented JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, dict) and set(value) <= {"command", "description"} and isinstance(value.get("command"), str):
+        return value["command"]
+    if isinstance(value, str):
+        return cut(value)
+    return cut(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def diff_lines(old: str | None, new: str, path: str = "") -> list[tuple[str, str]]:
+    """A unified diff as ``(tag, line)`` pairs, tag one of ``"+"``, ``"-"``, ``" "``,
+    ``"@"`` (hunk header). ``old`` None means a new file: every line is added."""
+    if old is None:
+        return [("+", line) for line in new.splitlines()]
+    out: list[tuple[str, str]] = []
+    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=3):
+        if line.startswith(("---", "+++")):
+            continue
+        out.append((line[0] if line[:1] in "+- @" and line else " ", line[1:] if line[:1] in "+- " else line))
+    return out
+
+
+def content_text(item: dict[str, Any]) -> str:
+    """One ACP ``ToolCallContent`` (or ``ContentBlock``) as text."""
+    kind = item.get("type")
+    if kind == "content":
+        return content_text(item.get("content") or {})
+    if kind == "text":
+        return item.get("text", "")
+    if kind == "diff":
+        path = item.get("path", "")
+        head = f"new file {path}" if item.get("oldText") is None else f"diff {path}"
+        body = "\n".join(line if tag == "@" else tag + line for tag, line in diff_lines(item.get("oldText"), item.get("newText", ""), path))
+        return head + ("\n" + body if body else "")
+    if kind == "terminal":
+        return f"(terminal {item.get('terminalId')})"
+    if kind == "resource_link":
+        return f"(link {item.get('name') or ''} {item.get('uri', '')})".replace("  ", " ")
+    if kind == "resource":
+        res = item.get("resource") or {}
+        return f"(resource {res.get('uri', '')})"
+    if kind in ("image", "audio"):
+        return f"({kind} {item.get('mimeType', '')})"
+    return f"({kind or 'unknown'} content)"
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def tool_call_text(call: ToolCall) -> str:
+    head = f"[tool] {call.title or call.tool_call_id} ({call.kind or 'other'}, {call.shown_status})"
+    parts = [head]
+    inp = tool_input_text(call.raw_input)
+    if inp:
+        parts.append(_indent("input: " + inp))
+    for c in call.content:
+        parts.append(_indent(cut(content_text(c))))
+    return "\n".join(parts)
+
+
+def render_item(item: Item, speaker: str = "agent") -> str:
+    """One item as plain text."""
+    if isinstance(item, Message):
+        extra = "".join(" " + content_text(b) for b in item.blocks)
+        if item.role == "thought":
+            return f"({speaker} thinks) {item.text}{extra}"
+        who = "you" if item.role == "user" else speaker
+        return f"{who}: {item.text}{extra}"
+    if isinstance(item, ToolCall):
+        return tool_call_text(item)
+    if isinstance(item, Permission):
+        call = item.tool_call
+        title = (call.title if call else None) or (call.tool_call_id if call else "a tool")
+        options = " ".join(f"[{o.get('name', o.get('optionId'))}]" for o in item.options)
+        if item.state == "pending":
+            return f"[permission] {title}: {options}"
+        return f"[permission] {title}: {answer_label(item)}"
+    if isinstance(item, Plan):
+        lines = ["[plan]" + (" (removed)" if item.removed else "")]
+        for e in item.entries:
+            lines.append(f"  {PLAN_MARK.get(e.get('status'), '[?]')} {e.get('content', '')}")
+        if item.markdown:
+            lines.append(_indent(item.markdown))
+        return "\n".join(lines)
+    if isinstance(item, Notice):
+        text = f"[{item.level}] {item.text}"
+        return text + ("\n" + _indent(item.detail) if item.detail else "")
+    if isinstance(item, Unknown):
+        return f"[unknown update {item.raw.get('sessionUpdate', '?')}] {item.reason}"
+    return repr(item)
+
+
+def render_items(items: list[Item], speaker: str = "agent") -> str:
+    return "\n".join(render_item(i, speaker) for i in items)

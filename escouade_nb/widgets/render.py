@@ -1,0 +1,107 @@
+"""HTML fragments for the views. Everything the agent sends is escaped here: agent text
+is rendered as markdown with raw HTML turned off (so ``<script>`` shows as text) and
+markdown-it's link check refuses ``javascript:`` and ``data:`` URLs."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from ..conversation import Plan, ToolCall
+from ..render_text import PLAN_MARK, content_text, cut, diff_lines, tool_input_text
+
+_md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
+
+STATUS_COLOR = {
+    "pending": "#8a8a8a", "in_progress": "#1f6feb", "completed": "#1a7f37", "failed": "#cf222e",
+    "cancelled": "#8a8a8a",
+}
+_DIFF_CLASS = {"+": "add", "-": "del", "@": "hunk"}
+MONO = "font-family:var(--jp-code-font-family,monospace);font-size:12px"
+
+
+def esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def markdown(text: str) -> str:
+    """Markdown to HTML with raw HTML escaped."""
+    return _md.render(text)
+
+
+def split_frozen(text: str) -> int:
+    """Where the settled part of a streaming markdown text ends: after the last blank
+    line that is not inside a fenced code block. Text before it will not change how it
+    renders when more arrives."""
+    cut_at = 0
+    in_fence = False
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip()
+        if stripped.startswith(("```", "~~~")):
+            in_fence = not in_fence
+        pos += len(line)
+        if not in_fence and line.strip() == "" and line.endswith("\n") and pos < len(text):
+            cut_at = pos
+    return cut_at
+
+
+def pre(text: str, style: str = "") -> str:
+    return (f'<pre style="{MONO};white-space:pre-wrap;margin:2px 0;padding:4px 6px;'
+            f'background:var(--jp-layout-color2,#f6f8fa);border-radius:4px;{style}">{esc(text)}</pre>')
+
+
+def diff_html(item: dict[str, Any]) -> str:
+    """An ACP ``diff`` content as added/removed lines (a missing oldText is a new file)."""
+    path = item.get("path", "")
+    old = item.get("oldText")
+    rows = []
+    for tag, line in diff_lines(old, item.get("newText", ""), path):
+        color = {"+": "#e6ffec", "-": "#ffebe9", "@": "#ddf4ff"}.get(tag, "transparent")
+        sign = {"@": "", " ": " "}.get(tag, tag)
+        rows.append(f'<div class="escouade-diff-{_DIFF_CLASS.get(tag, "ctx")}" '
+                    f'style="background:{color};white-space:pre-wrap">{esc(sign + line)}</div>')
+    head = "new file" if old is None else "edit"
+    return (f'<div class="escouade-diff" style="{MONO};border:1px solid #d0d7de;border-radius:4px;margin:2px 0">'
+            f'<div style="padding:2px 6px;background:#f6f8fa;border-bottom:1px solid #d0d7de">{head} '
+            f'<b>{esc(path)}</b></div>{"".join(rows[:400])}'
+            f'{"<div>… diff cut</div>" if len(rows) > 400 else ""}</div>')
+
+
+def tool_body_html(call: ToolCall) -> str:
+    parts = []
+    inp = tool_input_text(call.raw_input)
+    if inp:
+        parts.append(f'<div class="escouade-tool-input">{pre(inp)}</div>')
+    for c in call.content:
+        if c.get("type") == "diff":
+            parts.append(diff_html(c))
+        else:
+            parts.append(f'<div class="escouade-tool-output">{pre(cut(content_text(c)))}</div>')
+    if call.raw_output is not None and not call.content:
+        parts.append(f'<div class="escouade-tool-output">{pre(tool_input_text(call.raw_output))}</div>')
+    return "".join(parts)
+
+
+def tool_header_html(call: ToolCall) -> str:
+    status = call.shown_status
+    color = STATUS_COLOR.get(status, "#8a8a8a")
+    return (f'<div class="escouade-tool-header"><span style="color:{color};font-weight:600">● {esc(status)}</span> '
+            f'<b>{esc(call.title or call.tool_call_id)}</b> '
+            f'<span style="color:#8a8a8a">{esc(call.kind or "other")}</span></div>')
+
+
+def plan_html(plan: Plan) -> str:
+    rows = []
+    for e in plan.entries:
+        mark = {"[ ]": "☐", "[~]": "◐", "[x]": "☑"}.get(PLAN_MARK.get(e.get("status"), ""), "?")
+        style = "text-decoration:line-through;color:#8a8a8a" if e.get("status") == "completed" else ""
+        rows.append(f'<li style="list-style:none;{style}">{mark} {esc(e.get("content", ""))}'
+                    f' <span style="color:#8a8a8a;font-size:11px">{esc(e.get("priority", ""))}</span></li>')
+    body = f'<ul style="margin:2px 0;padding-left:8px">{"".join(rows)}</ul>'
+    if plan.markdown:
+        body += markdown(plan.markdown)
+    title = "Plan" + (" (removed)" if plan.removed else "")
+    return f'<div class="escouade-plan"><b>{title}</b>{body}</div>'

@@ -1,0 +1,278 @@
+"""ipywidgets views of an agent: its transcript, messages, tool calls, plan, cards.
+
+Views subscribe to the agent's :class:`~escouade_nb.conversation.Conversation` and
+never speak ACP. Model changes only mark views dirty; a :class:`Throttle` per agent
+redraws at most ``RENDERS_PER_SECOND`` times a second. A streaming agent message keeps
+its settled paragraphs in frozen HTML widgets and re-sends only the paragraph still
+growing, so a long reply is not re-sent on every chunk. Every view's ``repr`` is a
+deterministic plain-text render of what it shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import ipywidgets as w
+
+from ..conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, ToolCall, Unknown
+from ..render_text import answer_label, render_item, render_items
+from .render import esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
+
+RENDERS_PER_SECOND = 20
+
+
+class Throttle:
+    """Coalesces redraws: ``request(fn)`` runs each distinct ``fn`` once, at most
+    ``RENDERS_PER_SECOND`` times a second, on the running loop (immediately when no
+    loop runs, e.g. in a plain script or a synchronous test)."""
+
+    def __init__(self, rate: float = RENDERS_PER_SECOND) -> None:
+        self.interval = 1.0 / rate
+        self._pending: dict[int, Callable[[], None]] = {}
+        self._handle: asyncio.TimerHandle | None = None
+        self._last = 0.0
+        self.flushes = 0
+
+    def request(self, fn: Callable[[], None]) -> None:
+        self._pending.setdefault(id(fn), fn)
+        if self._handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        delay = max(0.0, self._last + self.interval - loop.time())
+        self._handle = loop.call_later(delay, self.flush)
+
+    def flush(self) -> None:
+        self._handle = None
+        pending, self._pending = self._pending, {}
+        try:
+            self._last = asyncio.get_running_loop().time()
+        except RuntimeError:
+            pass
+        self.flushes += 1
+        for fn in pending.values():
+            fn()
+
+
+class ItemView(w.VBox):
+    """Base of the per-item views: ``redraw()`` brings the widget up to the item."""
+
+    def __init__(self, item: Item, speaker: str = "agent", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.item = item
+        self.speaker = speaker
+        self.drawn_version = -1
+
+    def redraw(self) -> None:
+        if self.item.version != self.drawn_version:
+            self.drawn_version = self.item.version
+            self.draw()
+
+    def draw(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return render_item(self.item, self.speaker)
+
+
+class MessageView(ItemView):
+    """An agent message as markdown (settled paragraphs frozen), a user message as
+    text, a thought collapsed."""
+
+    def __init__(self, item: Message, speaker: str = "agent") -> None:
+        super().__init__(item, speaker, layout=w.Layout(margin="2px 0"))
+        self.add_class(f"escouade-message-{item.role}")
+        self._frozen_upto = 0
+        self._tail = w.HTML()
+        if item.role == "thought":
+            self._body = w.VBox([self._tail])
+            self._accordion = w.Accordion(children=[self._body], titles=(f"{speaker} thinks…",), selected_index=None)
+            self.children = [self._accordion]
+        else:
+            self._body = w.VBox([self._tail])
+            self.children = [self._body]
+        self.redraw()
+
+    def draw(self) -> None:
+        msg: Message = self.item
+        text = msg.text
+        extra = "".join(pre(b.get("type", "content")) for b in msg.blocks)
+        if msg.role == "user":
+            self._tail.value = (f'<div style="background:var(--jp-layout-color2,#eef2f6);border-radius:6px;'
+                                f'padding:4px 8px;white-space:pre-wrap"><b>you</b>: {esc(text)}</div>{extra}')
+            return
+        if msg.role == "thought":
+            self._tail.value = f'<div style="color:#6e7781;white-space:pre-wrap;font-style:italic">{esc(text)}</div>'
+            return
+        cut_at = len(text) if msg.closed else split_frozen(text)
+        if cut_at > self._frozen_upto:
+            frozen = w.HTML(markdown(text[self._frozen_upto:cut_at]))
+            self._frozen_upto = cut_at
+            self._body.children = (*self._body.children[:-1], frozen, self._tail)
+        tail = text[self._frozen_upto:]
+        self._tail.value = (markdown(tail) if tail else "") + extra
+
+
+class ToolCallView(ItemView):
+    """A tool call card: status, title, kind, input, output, diff."""
+
+    def __init__(self, item: ToolCall, speaker: str = "agent") -> None:
+        super().__init__(item, speaker, layout=w.Layout(border="1px solid #d0d7de", padding="4px", margin="2px 0"))
+        self.add_class("escouade-tool-call")
+        self._html = w.HTML()
+        self.children = [self._html]
+        self.redraw()
+
+    def draw(self) -> None:
+        self._html.value = tool_header_html(self.item) + tool_body_html(self.item)
+
+
+class PermissionView(ItemView):
+    """A permission card: what the agent wants, one button per option the agent
+    offered (its own names), then who answered. ``on_choose(option_id)`` is the click."""
+
+    def __init__(self, item: Permission, speaker: str = "agent",
+                 on_choose: Callable[[str], None] | None = None) -> None:
+        super().__init__(item, speaker, layout=w.Layout(border="2px solid #bf8700", padding="6px", margin="4px 0"))
+        self.add_class("escouade-permission")
+        self._on_choose = on_choose
+        self._head = w.HTML()
+        self.buttons = []
+        for option in item.options:
+            kind = option.get("kind", "")
+            button = w.Button(description=str(option.get("name") or option.get("optionId")),
+                              button_style="success" if kind.startswith("allow") else
+                              "danger" if kind.startswith("reject") else "",
+                              tooltip=f"{option.get('optionId')} ({kind})",
+                              layout=w.Layout(width="auto"))
+            button.on_click(lambda _b, oid=option.get("optionId"): self._click(oid))
+            self.buttons.append(button)
+        self._answer = w.HTML()
+        self.children = [self._head, w.HBox(self.buttons), self._answer]
+        self.redraw()
+
+    def _click(self, option_id: str) -> None:
+        if self.item.state == "pending" and self._on_choose is not None:
+            self._on_choose(option_id)
+
+    def draw(self) -> None:
+        perm: Permission = self.item
+        call = perm.tool_call
+        title = (call.title if call else None) or "a tool"
+        body = tool_body_html(call) if call is not None else ""
+        self._head.value = (f'<div><b>{esc(self.speaker)}</b> asks permission: <b>{esc(title)}</b>'
+                            f'{" <i>(" + esc(call.kind) + ")</i>" if call and call.kind else ""}</div>{body}')
+        settled = perm.state != "pending"
+        for b in self.buttons:
+            b.disabled = settled
+        if settled:
+            self.layout.border = "1px solid #d0d7de"
+            self._answer.value = f'<div class="escouade-answer"><b>{esc(answer_label(perm))}</b></div>'
+        else:
+            self._answer.value = '<div class="escouade-answer" style="color:#bf8700">Waiting for you</div>'
+
+
+class PlanView(ItemView):
+    def __init__(self, item: Plan, speaker: str = "agent") -> None:
+        super().__init__(item, speaker, layout=w.Layout(margin="2px 0"))
+        self._html = w.HTML()
+        self.children = [self._html]
+        self.redraw()
+
+    def draw(self) -> None:
+        self._html.value = plan_html(self.item)
+
+
+class NoticeView(ItemView):
+    def __init__(self, item: Item, speaker: str = "agent") -> None:
+        super().__init__(item, speaker, layout=w.Layout(margin="2px 0"))
+        self._html = w.HTML()
+        self.children = [self._html]
+        self.redraw()
+
+    def draw(self) -> None:
+        item = self.item
+        if isinstance(item, Notice):
+            color = {"error": "#cf222e", "warning": "#bf8700"}.get(item.level, "#57606a")
+            detail = pre(item.detail) if item.detail else ""
+            self._html.value = f'<div style="color:{color}"><b>{esc(item.text)}</b></div>{detail}'
+        elif isinstance(item, Unknown):
+            import json
+            self._html.value = (f'<div style="color:#8a8a8a">Unknown update '
+                                f'<code>{esc(item.raw.get("sessionUpdate", "?"))}</code>: {esc(item.reason)}</div>'
+                                + pre(json.dumps(item.raw, indent=1, default=str)[:2000]))
+
+
+def view_for(item: Item, speaker: str, on_choose_factory) -> ItemView:
+    if isinstance(item, Message):
+        return MessageView(item, speaker)
+    if isinstance(item, ToolCall):
+        return ToolCallView(item, speaker)
+    if isinstance(item, Permission):
+        return PermissionView(item, speaker, on_choose_factory(item))
+    if isinstance(item, Plan):
+        return PlanView(item, speaker)
+    return NoticeView(item, speaker)
+
+
+class TranscriptView(w.VBox):
+    """The items of a conversation, kept up to date through ``throttle``. ``accept``
+    filters which new items appear (a turn's view shows only its own)."""
+
+    def __init__(self, conversation: Conversation, throttle: Throttle, *, speaker: str = "agent",
+                 accept: Callable[[Item], bool] | None = None,
+                 on_choose_factory: Callable[[Permission], Callable[[str], None] | None] = lambda p: None,
+                 items: list[Item] | None = None) -> None:
+        super().__init__(layout=w.Layout(max_height="600px", overflow="auto"))
+        self.add_class("escouade-transcript")
+        self.conversation = conversation
+        self.throttle = throttle
+        self.speaker = speaker
+        self._accept = accept or (lambda item: True)
+        self._factory = on_choose_factory
+        self._views: dict[str, ItemView] = {}
+        self._order: list[ItemView] = []
+        self._new: list[Item] = list(items if items is not None else [])
+        self._dirty: set[str] = set()
+        self._unsubscribe = conversation.subscribe(self._on_changes)
+        self._flush()
+
+    def _on_changes(self, changes: list[Change]) -> None:
+        for change in changes:
+            item = change.item
+            if item is None:
+                continue
+            if change.kind == "added":
+                if self._accept(item):
+                    self._new.append(item)
+            elif item.key in self._views:
+                self._dirty.add(item.key)
+        if self._new or self._dirty:
+            self.throttle.request(self._flush)
+
+    def _flush(self) -> None:
+        if self._new:
+            fresh = [view_for(i, self.speaker, self._factory) for i in self._new]
+            self._new = []
+            for v in fresh:
+                self._views[v.item.key] = v
+            self._order.extend(fresh)
+            self.children = tuple(self._order)
+        dirty, self._dirty = self._dirty, set()
+        for key in dirty:
+            self._views[key].redraw()
+
+    @property
+    def items(self) -> list[Item]:
+        return [v.item for v in self._order]
+
+    def close(self) -> None:
+        self._unsubscribe()
+        super().close()
+
+    def __repr__(self) -> str:
+        return render_items(self.items, self.speaker)

@@ -38,6 +38,8 @@ _ROLE_OF = {
     "agent_thought_chunk": "thought",
 }
 _UNFINISHED = (None, "pending", "in_progress")
+_TOOL_CALL_FIELDS = {"sessionUpdate", "toolCallId", "title", "kind", "status", "content", "locations",
+                     "rawInput", "rawOutput", "_meta"}
 
 
 @dataclass(eq=False)
@@ -84,6 +86,7 @@ class ToolCall(Item):
     raw_input: Any = None
     raw_output: Any = None
     meta: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
     placeholder: bool = False
     cancelled: bool = False
 
@@ -173,7 +176,8 @@ def _validate(update: dict[str, Any]) -> str | None:
         acp_schema.SessionNotification.model_validate({"sessionId": "-", "update": update})
     except ValidationError as exc:
         first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'][1:])}: {first['msg']}"
+        where = ".".join(str(p) for p in first["loc"][1:])
+        return f"{where}: {first['msg']}" if where else first["msg"]
     return None
 
 
@@ -248,8 +252,9 @@ class Conversation:
             self._plan(raw.get("entries", []), None, None, changes)
         elif kind == "plan_update":
             plan = raw.get("plan") or {}
-            self._plan(plan.get("entries", plan.get("items", [])), plan.get("planId"), plan.get("markdown"),
-                       changes)
+            # a markdown plan carries its text in ``content`` (schema ``PlanMarkdown``)
+            markdown = plan.get("content") if plan.get("type") == "markdown" else plan.get("markdown")
+            self._plan(plan.get("entries", plan.get("items", [])), plan.get("planId"), markdown, changes)
         elif kind == "plan_removed":
             if self.plan is not None and not self.plan.removed:
                 self.plan.removed = True
@@ -287,7 +292,7 @@ class Conversation:
             msg = self._messages.get((role, message_id))
         else:
             last = self.items[-1] if self.items else None
-            if isinstance(last, Message) and last.role == role and not last.closed and last.message_id is None:
+            if isinstance(last, Message) and last.role == role and not last.closed:
                 msg = last
         if msg is None:
             msg = Message(self._new_key(role), role=role, message_id=message_id)
@@ -317,6 +322,9 @@ class Conversation:
                            ("rawInput", "raw_input"), ("rawOutput", "raw_output"), ("_meta", "meta")):
             if wire in raw:
                 setattr(call, attr, raw[wire])
+        for wire, value in raw.items():  # fields this client does not model (unstable ``name``…)
+            if wire not in _TOOL_CALL_FIELDS:
+                call.extra[wire] = value
         if "content" in raw:
             call.content = list(raw["content"] or [])
         if "locations" in raw:

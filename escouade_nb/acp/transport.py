@@ -97,17 +97,24 @@ class LineTransport:
                 if self._discarding:
                     self._discarding = False
                     continue
+                if len(line) > self._max:  # the whole line came in before the check below
+                    self._skip(f"line longer than {self._max} bytes")
+                    continue
                 return line
             if self._eof:
                 if self._buffer and not self._discarding:
                     line = bytes(self._buffer)
                     self._buffer.clear()
+                    if len(line) > self._max:
+                        self._skip(f"line longer than {self._max} bytes")
+                        return None
                     return line
                 return None
             if len(self._buffer) > self._max:
-                self._skip(f"line longer than {self._max} bytes")
+                if not self._discarding:  # count a long line once, however many reads it spans
+                    self._skip(f"line longer than {self._max} bytes")
+                    self._discarding = True
                 self._buffer.clear()
-                self._discarding = True
             self._scanned = len(self._buffer)
             try:
                 chunk = await self._receive_stream.receive(1 << 16)
@@ -125,7 +132,7 @@ class LineTransport:
         except UnicodeDecodeError:
             self._skip("line is not UTF-8", line)
             return None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
             self._skip("line is not JSON", line)
             return None
         if not isinstance(value, dict):

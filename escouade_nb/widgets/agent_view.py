@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable
 
@@ -10,7 +11,9 @@ import ipywidgets as w
 from ..agent import Agent, Turn
 from ..conversation import Item, Permission
 from .render import esc
-from .views import Throttle, TranscriptView
+from .views import PermissionView, Throttle, TranscriptView
+
+_serials = itertools.count()
 
 STATUS_TEXT = {
     "starting": "starting…", "idle": "idle", "working": "working…", "waiting": "waiting for you",
@@ -19,6 +22,12 @@ STATUS_TEXT = {
 STATUS_COLOR = {"waiting": "#bf8700", "exited": "#cf222e", "failed": "#cf222e", "working": "#1f6feb"}
 
 _throttles: weakref.WeakKeyDictionary[Agent, Throttle] = weakref.WeakKeyDictionary()
+_views: weakref.WeakKeyDictionary[Agent, weakref.WeakSet] = weakref.WeakKeyDictionary()
+
+
+def views_of(agent: Agent) -> list[AgentView]:
+    """The live :class:`AgentView` s shown for ``agent`` (oldest first)."""
+    return sorted(_views.get(agent, ()), key=lambda v: v._serial)
 
 
 def throttle_for(agent: Agent) -> Throttle:
@@ -69,7 +78,15 @@ class AgentView(w.VBox):
         self.children = [w.HBox([self.header, self.stop_button], layout=w.Layout(justify_content="space-between")),
                          self.transcript, w.HBox([self.prompt, self.send_button])]
         agent.on_status.append(self._on_status)
+        self._serial = next(_serials)
+        _views.setdefault(agent, weakref.WeakSet()).add(self)
         self._draw_header()
+
+    def card_view(self, card) -> PermissionView:
+        """The view of a :class:`~escouade_nb.agent.PermissionCard` (or Permission) in
+        this transcript; ``KeyError`` until the throttled redraw has drawn it."""
+        perm = getattr(card, "permission", card)
+        return self.transcript.view_of(perm)
 
     def _send_prompt(self) -> None:
         text = self.prompt.value.strip()

@@ -31,20 +31,27 @@ def markdown(text: str) -> str:
     return _md.render(text)
 
 
-def split_frozen(text: str) -> int:
+def split_frozen(text: str, max_tail: int = 4096) -> int:
     """Where the settled part of a streaming markdown text ends: after the last blank
-    line that is not inside a fenced code block. Text before it will not change how it
-    renders when more arrives."""
+    line that is not inside a fenced code block — text before it renders the same
+    whatever arrives next. When the still-growing tail would exceed ``max_tail``
+    characters with no such line (one endless paragraph), it is cut at its last line
+    end outside a fence instead, so a long reply is never re-sent whole."""
     cut_at = 0
+    line_cut = 0
     in_fence = False
     pos = 0
     for line in text.splitlines(keepends=True):
-        stripped = line.lstrip()
-        if stripped.startswith(("```", "~~~")):
+        if line.lstrip().startswith(("```", "~~~")):
             in_fence = not in_fence
         pos += len(line)
-        if not in_fence and line.strip() == "" and line.endswith("\n") and pos < len(text):
+        if in_fence or not line.endswith("\n") or pos >= len(text):
+            continue
+        line_cut = pos
+        if line.strip() == "":
             cut_at = pos
+    if len(text) - cut_at > max_tail and line_cut > cut_at:
+        return line_cut
     return cut_at
 
 

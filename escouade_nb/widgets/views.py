@@ -266,6 +266,10 @@ class TranscriptView(w.VBox):
         for key in dirty:
             self._views[key].redraw()
 
+    def view_of(self, item: Item) -> ItemView:
+        """The view drawn for ``item``; ``KeyError`` if not drawn (yet)."""
+        return self._views[item.key]
+
     @property
     def items(self) -> list[Item]:
         return [v.item for v in self._order]

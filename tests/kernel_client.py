@@ -1,0 +1,113 @@
+"""A real IPython kernel driven the way a frontend drives it (jupyter_client): execute
+cells, read iopub, send widget click messages."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+
+@dataclass
+class Result:
+    text: str = ""  # stdout + stderr + text/plain of results and displays
+    error: str | None = None  # "Ename: evalue"
+    comm_msgs: int = 0  # comm_open + comm_msg on iopub during the cell, whatever their parent
+    comm_bytes: int = 0
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Kernel:
+    """One kernel in ``cwd``. ``run(code)`` executes and waits for idle."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=str(cwd), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid
+
+    def run(self, code: str, timeout: float = 60, allow_error: bool = False) -> Result:
+        msg_id = self.kc.execute(code)
+        res = Result()
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            kind = msg["msg_type"]
+            if kind in ("comm_open", "comm_msg"):
+                res.comm_msgs += 1
+                res.comm_bytes += len(self.kc.session.pack(msg["content"]))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            res.messages.append(msg)
+            content = msg["content"]
+            if kind == "status" and content["execution_state"] == "idle":
+                break
+            if kind == "stream":
+                res.text += content["text"]
+            elif kind in ("execute_result", "display_data"):
+                res.text += content["data"].get("text/plain", "") + "\n"
+            elif kind == "error":
+                res.error = f"{content['ename']}: {content['evalue']}"
+        if res.error and not allow_error:
+            raise AssertionError(f"cell failed: {res.error}\n{res.text}")
+        return res
+
+    def drain_iopub(self, seconds: float) -> Result:
+        """Read iopub for ``seconds`` (background traffic, e.g. widget updates)."""
+        res = Result()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+            except Exception:
+                break
+            if msg["msg_type"] in ("comm_open", "comm_msg"):
+                res.comm_msgs += 1
+                res.comm_bytes += len(self.kc.session.pack(msg["content"]))
+            res.messages.append(msg)
+        return res
+
+    def click(self, model_id: str) -> None:
+        """Send the exact message a browser sends when a Button is clicked."""
+        msg = self.kc.session.msg("comm_msg", {"comm_id": model_id,
+                                               "data": {"method": "custom", "content": {"event": "click"}}})
+        self.kc.shell_channel.send(msg)
+
+    def shutdown(self) -> None:
+        try:
+            self.kc.stop_channels()
+        finally:
+            self.km.shutdown_kernel(now=False)
+
+
+def process_alive(pid: int) -> bool:
+    """True if ``pid`` runs and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def processes_named(fragment: str) -> list[int]:
+    """PIDs (not zombies) whose command line contains ``fragment``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if fragment in cmd and process_alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,13 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT = 60.0
 """Seconds an agent has to answer ``initialize`` and ``session/new``."""
+
+Policy = Callable[["PermissionCard"], Awaitable[None]]
+"""A permission policy: given a fresh card, it may settle it (``card.choose(option,
+by=..., message=...)``) or leave it pending. Policies run in order, before the user is
+called; rule plugins (the broker) and the agent's Escouade mode are policies. A
+policy must return promptly (the broker bounds plugins to 500 ms)."""
+
 
 class AgentError(RuntimeError):
     """The agent could not start, or stopped answering."""
@@ -180,10 +187,12 @@ class Agent:
     ``closed`` or ``failed`` (could not start). ``on_status`` callbacks get the agent.
 
     ``program`` is the located executable; ``cwd`` the session folder (absolute);
-    ``name`` the agent's name in the squad."""
+    ``name`` the agent's name in the squad. ``policies`` are consulted on every
+    permission request before the user is called (see :data:`Policy`)."""
 
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
-                 cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT) -> None:
+                 cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
+                 policies: Sequence[Policy] = ()) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -211,6 +220,7 @@ class Agent:
         self._turn_tasks: set[asyncio.Task] = set()
         self._pending_cards: list[PermissionCard] = []
         self._new_cards: asyncio.Queue[PermissionCard] = asyncio.Queue()
+        self.policies: list[Policy] = list(policies or [])
         self.conversation.subscribe(self._collect)
 
     # -- state ------------------------------------------------------------------------
@@ -434,10 +444,30 @@ class Agent:
         card = PermissionCard(self, perm)
         self._pending_cards.append(card)
         self._new_cards.put_nowait(card)
-        self._set_status("waiting")
         if self._closing or self.status in ("exited", "closed"):
             card.cancel("agent closed")
+        elif self.policies:
+            self.conversation.set_deciding(perm, True)
+            task = asyncio.get_running_loop().create_task(self._consult(card))
+            self._turn_tasks.add(task)
+            task.add_done_callback(self._turn_tasks.discard)
+        else:
+            self._set_status("waiting")
         return await card.wait()
+
+    async def _consult(self, card: PermissionCard) -> None:
+        """Ask each policy in turn; the first that settles the card wins. The user may
+        answer meanwhile. If none settles it, the user is called (``waiting``)."""
+        for policy in list(self.policies):
+            if card.state != "pending":
+                return
+            try:
+                await policy(card)
+            except Exception:
+                log.exception("permission policy %r failed; the user decides", policy)
+        if card.state == "pending":
+            self.conversation.set_deciding(card.permission, False)
+            self._set_status("waiting")
 
     def _card_settled(self, card: PermissionCard) -> None:
         if card in self._pending_cards:

@@ -123,10 +123,13 @@ class Permission(Item):
     """A ``session/request_permission`` of the agent. ``options`` are the agent's own
     ``{optionId, name, kind}``; ``state`` moves once from ``pending`` to ``selected``
     (with ``option_id``) or ``cancelled``; ``answered_by`` says who answered
-    (``"you"``, a rule plugin's name, …)."""
+    (``"you"``, a rule plugin's name, …). ``deciding`` is true while permission
+    policies (rule plugins, the mode) may still settle it: the card is shown, quietly;
+    the user is called when it turns false with the card still pending."""
 
     tool_call: ToolCall | None = None
     options: list[dict[str, Any]] = field(default_factory=list)
+    deciding: bool = False
     state: PermissionState = "pending"
     option_id: str | None = None
     answered_by: str | None = None
@@ -369,12 +372,19 @@ class Conversation:
         self._emit(changes)
         return perm
 
+    def set_deciding(self, perm: Permission, deciding: bool) -> None:
+        if perm.deciding != deciding:
+            perm.deciding = deciding
+            perm.touch()
+            self._emit([Change("updated", perm)])
+
     def resolve_permission(self, perm: Permission, state: PermissionState, option_id: str | None = None,
                            answered_by: str | None = None, message: str | None = None) -> bool:
         """Settle a pending permission once; returns False if it was already settled."""
         if perm.state != "pending":
             return False
         perm.state = state
+        perm.deciding = False
         perm.option_id = option_id
         perm.answered_by = answered_by
         perm.message = message

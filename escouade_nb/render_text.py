@@ -120,7 +120,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         title = (call.title if call else None) or (call.tool_call_id if call else "a tool")
         options = " ".join(f"[{o.get('name', o.get('optionId'))}]" for o in item.options)
         if item.state == "pending":
-            return f"[permission] {title}: {options}"
+            return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "")
         return f"[permission] {title}: {answer_label(item)}"
     if isinstance(item, Plan):
         lines = ["[plan]" + (" (removed)" if item.removed else "")]

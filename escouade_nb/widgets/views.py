@@ -172,7 +172,11 @@ class PermissionView(ItemView):
         if settled:
             self.layout.border = "1px solid #d0d7de"
             self._answer.value = f'<div class="escouade-answer"><b>{esc(answer_label(perm))}</b></div>'
+        elif perm.deciding:
+            self.layout.border = "1px dashed #d0d7de"
+            self._answer.value = '<div class="escouade-answer" style="color:#8a8a8a">Deciding…</div>'
         else:
+            self.layout.border = "2px solid #bf8700"
             self._answer.value = '<div class="escouade-answer" style="color:#bf8700">Waiting for you</div>'
 
 

@@ -23,7 +23,8 @@ from . import __version__
 from .acp.client import EscouadeClient, capabilities
 from .acp.process import StderrRing, agent_environment, drain, kill_group_now, spawn, terminate_group
 from .acp.transport import LineTransport
-from .conversation import Change, Conversation, Item, Message, Permission, ToolCall
+from .conversation import Change, Conversation, Item, Message, Permission, Question, ToolCall
+from . import plans
 from .manifest import HarnessRef
 from .render_text import answer_label, render_item
 
@@ -103,9 +104,38 @@ class PermissionCard:
         if self._future.done():
             return False
         self.agent.conversation.resolve_permission(self.permission, "selected", chosen["optionId"], by, message)
-        self._future.set_result({"outcome": "selected", "optionId": chosen["optionId"]})
+        outcome: dict[str, Any] = {"outcome": "selected", "optionId": chosen["optionId"]}
+        if message:
+            outcome["_meta"] = {"escouade": {"message": message, "by": by}}
+        self._future.set_result(outcome)
         self.agent._card_settled(self)
         return True
+
+    @property
+    def plan(self) -> str | None:
+        """The plan's markdown when this card is a plan to approve, else None."""
+        return self.permission.plan
+
+    def approve(self) -> bool:
+        """Approve the plan: answer with the agent's allow option (once)."""
+        return self.choose(self._first_kind("allow_once", "allow_always"))
+
+    def keep_planning(self, feedback: str = "") -> bool:
+        """Send the plan back: answer with the agent's reject option. ``feedback``
+        reaches the model verbatim — as the refusal message (``_meta.escouade.message``
+        on the answer) when the agent says it reads it
+        (``agentCapabilities._meta.escouade.refusalMessage``), else as the next prompt."""
+        done = self.choose(self._first_kind("reject_once", "reject_always"), message=feedback or None)
+        if done and feedback and not self.agent.reads_refusal_messages:
+            self.agent.send(feedback)
+        return done
+
+    def _first_kind(self, *kinds: str) -> str:
+        for kind in kinds:
+            for o in self.options:
+                if o.get("kind") == kind:
+                    return o["optionId"]
+        raise ValueError(f"the agent offered no {' or '.join(kinds)} option: {self.options}")
 
     def cancel(self, why: str | None = None) -> bool:
         """Answer ``cancelled`` (the turn was stopped); False if already answered."""
@@ -121,6 +151,55 @@ class PermissionCard:
 
     def __repr__(self) -> str:
         return render_item(self.permission)
+
+
+class QuestionCard:
+    """A question of the agent (ACP ``elicitation/create``, or questions written in
+    text). ``accept(content)`` answers with the form's values (a dict matching the
+    requested schema; for text questions, answers by question id), ``decline()`` and
+    ``cancel()`` refuse. The first answer wins; later ones return False."""
+
+    def __init__(self, agent: Agent, question: Question) -> None:
+        self.agent = agent
+        self.question = question
+        self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    @property
+    def state(self) -> str:
+        return self.question.state
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The requested schema's properties (form mode), by field name."""
+        return dict((self.question.schema or {}).get("properties") or {})
+
+    def accept(self, content: dict[str, Any] | None = None, by: str = "you") -> bool:
+        content = dict(content or {})
+        if self.question.mode == "form":
+            missing = [f for f in (self.question.schema or {}).get("required") or [] if f not in content]
+            if missing:
+                raise ValueError(f"required field(s) missing: {', '.join(missing)}")
+        return self._settle("accept", content)
+
+    def decline(self) -> bool:
+        return self._settle("decline", None)
+
+    def cancel(self) -> bool:
+        return self._settle("cancel", None)
+
+    def _settle(self, action: str, content: dict[str, Any] | None) -> bool:
+        if self._future.done():
+            return False
+        self.agent.conversation.resolve_question(self.question, action, content)
+        self._future.set_result({"action": action, **({"content": content} if content is not None else {})})
+        self.agent._question_settled(self)
+        return True
+
+    async def wait(self) -> dict[str, Any]:
+        return await asyncio.shield(self._future)
+
+    def __repr__(self) -> str:
+        return render_item(self.question)
 
 
 class Turn:
@@ -192,7 +271,7 @@ class Agent:
 
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
                  cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
-                 policies: Sequence[Policy] = ()) -> None:
+                 policies: Sequence[Policy] = (), mode: str | None = None) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -221,7 +300,17 @@ class Agent:
         self._pending_cards: list[PermissionCard] = []
         self._new_cards: asyncio.Queue[PermissionCard] = asyncio.Queue()
         self.policies: list[Policy] = list(policies or [])
+        self.escouade_mode = "default"
+        self.models: dict[str, Any] | None = None  # the agent's own ``models`` state (e.g. goose's), raw
+        self.reads_refusal_messages = False
+        self._questions_pending: list[QuestionCard] = []
+        self._new_questions: asyncio.Queue[QuestionCard] = asyncio.Queue()
+        self._told_about_questions = False
         self.conversation.subscribe(self._collect)
+        if mode is not None and mode != "default" and mode not in self.escouade_modes():
+            raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
+                             f"{', '.join(self.escouade_modes())}")
+        self._initial_mode = mode
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -294,14 +383,16 @@ class Agent:
 
     async def _connect(self) -> None:
         self.transport = LineTransport(self._process.stdin, self._process.stdout, intercept=self._intercept)
-        self.client = EscouadeClient(cwd=self.cwd, on_permission=self._on_permission,
-                                     on_update=self.conversation.apply)
-        self._conn = acp.connect_to_agent(self.client, self.transport)
+        self.client = _AgentClient(self, cwd=self.cwd, on_permission=self._on_permission,
+                                   on_update=self.conversation.apply)
+        self.transport.observers.append(self._observe_raw)
+        # elicitation/create is routed by the SDK only with its unstable flag
+        self._conn = acp.connect_to_agent(self.client, self.transport, use_unstable_protocol=True)
         fs = self.harness.harness.acp.fs is not False
         try:
             with anyio.fail_after(self.start_timeout):
                 init = await self._conn.initialize(
-                    protocol_version=acp.PROTOCOL_VERSION, client_capabilities=capabilities(fs),
+                    protocol_version=acp.PROTOCOL_VERSION, client_capabilities=self._capabilities(fs),
                     client_info=Implementation(name="escouade_nb", title="escouade_nb", version=__version__))
                 if init.protocol_version != acp.PROTOCOL_VERSION:
                     raise AgentError(f"agent {self.name!r} speaks ACP protocol version {init.protocol_version}; "
@@ -309,6 +400,8 @@ class Agent:
                 self.agent_info = init.agent_info.model_dump(mode="json", exclude_none=True) if init.agent_info else None
                 self.agent_capabilities = (init.agent_capabilities.model_dump(mode="json", by_alias=True, exclude_none=True)
                                            if init.agent_capabilities else {})
+                ours = ((self.agent_capabilities.get("_meta") or {}).get("escouade") or {})
+                self.reads_refusal_messages = bool(ours.get("refusalMessage"))
                 session = await self._conn.new_session(cwd=str(self.cwd), mcp_servers=[])
         except TimeoutError:
             await self._abort(f"agent {self.name!r} did not answer initialize/session/new within "
@@ -329,6 +422,8 @@ class Agent:
                             for o in (session.config_options or [])] or None)
         self._ready.set()
         self._set_status("idle")
+        if self._initial_mode not in (None, "default"):
+            await self.set_escouade_mode(self._initial_mode)
 
     def _intercept(self, message: dict[str, Any]) -> bool:
         if message.get("method") == "session/update" and "id" not in message:
@@ -336,6 +431,23 @@ class Agent:
             self.conversation.apply(params.get("update") if isinstance(params, dict) else params)
             return True
         return False
+
+    def _observe_raw(self, direction: str, message: dict[str, Any]) -> None:
+        # goose's ``models`` in session/new (or load) answers: unstable, dropped by the SDK
+        if direction == "in" and isinstance(message.get("result"), dict) and "models" in message["result"]:
+            models = message["result"]["models"]
+            if isinstance(models, dict):
+                self.models = models
+                self.conversation._emit([Change("state", name="models")])
+
+    @staticmethod
+    def _capabilities(fs: bool):
+        from acp.schema import (ClientSessionCapabilities, ElicitationCapabilities,
+                                SessionConfigOptionsCapabilities)
+        caps = capabilities(fs)
+        caps.elicitation = ElicitationCapabilities(form={}, url={})
+        caps.session = ClientSessionCapabilities(config_options=SessionConfigOptionsCapabilities(boolean={}))
+        return caps
 
     def _fail(self, error: str) -> None:
         self.error = error
@@ -359,6 +471,8 @@ class Agent:
             self.conversation.add_notice(f"Agent exited with code {code}", level="error", detail=tail)
         for card in list(self._pending_cards):
             card.cancel("agent exited" if not expected else "agent closed")
+        for question in list(self._questions_pending):
+            question.cancel()
         self.conversation.cancel_unfinished()
         self.conversation.close_messages()
         if self.status != "failed":
@@ -394,8 +508,12 @@ class Agent:
             turn.status = "running"
             self._set_status("working")
             self.conversation.add_user_message(turn.prompt)
+            wire_prompt = turn.prompt
+            if self.harness.harness.acp.questions_in_text and not self._told_about_questions:
+                self._told_about_questions = True
+                wire_prompt = [{"type": "text", "text": plans.QUESTIONS_PREAMBLE}, *turn.prompt]
             try:
-                response = await self._conn.prompt(session_id=self.session_id, prompt=turn.prompt)
+                response = await self._conn.prompt(session_id=self.session_id, prompt=wire_prompt)
             except ConnectionError:
                 with anyio.move_on_after(5):
                     await self._exited.wait()
@@ -408,6 +526,7 @@ class Agent:
                 log.exception("prompt failed")
                 turn._finish(error=AgentError(f"agent {self.name!r}: {exc}"))
             else:
+                self._questions_from_text(turn)
                 turn._finish(stop_reason=response.stop_reason)
             finally:
                 self._turn = None
@@ -436,17 +555,199 @@ class Agent:
         task.add_done_callback(self._turn_tasks.discard)
         for card in list(self._pending_cards):
             card.cancel("you stopped the turn")
+        for question in list(self._questions_pending):
+            if question.question.mode != "text":
+                question.cancel()
         self.conversation.cancel_unfinished()
+
+    # -- modes, config options, models ----------------------------------------------------------
+    def escouade_modes(self) -> dict[str, str]:
+        """Escouade's modes this harness offers, with their menu text: ``default``,
+        ``acceptEdits``, ``bypassPermissions`` when the manifest maps them to an ACP mode
+        (``acp.modes``), ``readOnly`` when it has ``acp.readOnlyMode``. A mode without a
+        mapping is not offered."""
+        h = self.harness.harness
+        mapping = h.acp.modes or {}
+        meanings = {m.id: (m.meaning_text() or m.id) for m in h.mode_caps()}
+        out = {mode: meanings.get(mode, mode) for mode in ("default", "acceptEdits", "bypassPermissions")
+               if mode in mapping}
+        if h.acp.read_only_mode:
+            out["readOnly"] = meanings.get("readOnly", "Read only: the agent changes nothing.")
+        return out
+
+    async def set_escouade_mode(self, mode: str) -> bool:
+        """Switch to one of :meth:`escouade_modes`: the mapped ACP mode is set on the
+        agent, and the client applies the mode to permission requests (``acceptEdits``:
+        edits inside the agent's folder are allowed; ``bypassPermissions``: every request
+        is allowed, the card saying "by the mode"). Returns False (and says why in the
+        conversation) if the agent refused."""
+        offered = self.escouade_modes()
+        if mode not in offered:
+            raise ValueError(f"{self.harness.harness.display_name} does not offer the mode {mode!r}; "
+                             f"it offers: {', '.join(offered) or 'none'}")
+        acp_mode = (self.harness.harness.acp.read_only_mode if mode == "readOnly"
+                    else (self.harness.harness.acp.modes or {})[mode])
+        previous = self.escouade_mode
+        self.escouade_mode = mode
+        self._notify_status()
+        if await self.set_mode(acp_mode):
+            return True
+        self.escouade_mode = previous
+        self._notify_status()
+        return False
+
+    def _mode_option(self) -> dict[str, Any] | None:
+        return next((o for o in self.conversation.config_options if o.get("category") == "mode"), None)
+
+    async def set_mode(self, mode_id: str) -> bool:
+        """Set the agent's own mode: ``session/set_mode``, or the config option of
+        category ``mode`` when the agent has one (config options supersede modes). Shown
+        at once; rolled back with a message if the agent refuses."""
+        option = self._mode_option()
+        if option is not None and (self.conversation.modes is None or not self._has_mode(mode_id)):
+            return await self.set_config_option(option["id"], mode_id)
+        await self.ready()
+        previous = self.conversation.current_mode_id
+        self.conversation.set_current_mode(mode_id)
+        try:
+            await self._conn.set_session_mode(session_id=self.session_id, mode_id=mode_id)
+        except (acp.RequestError, ConnectionError) as exc:
+            self.conversation.set_current_mode(previous)
+            self.conversation.add_notice(f"The agent refused the mode {mode_id!r}: {exc}", level="warning")
+            return False
+        return True
+
+    def _has_mode(self, mode_id: str) -> bool:
+        modes = self.conversation.modes or {}
+        return any(m.get("id") == mode_id for m in modes.get("availableModes") or [])
+
+    async def set_config_option(self, config_id: str, value: str | bool) -> bool:
+        """``session/set_config_option``: shown at once, replaced by the agent's answer
+        (the full list), rolled back with a message if the agent refuses."""
+        await self.ready()
+        try:
+            previous = self.conversation.set_config_value(config_id, value)
+        except KeyError:
+            raise ValueError(f"the agent has no config option {config_id!r}") from None
+        try:
+            response = await self._conn.set_config_option(config_id=config_id, session_id=self.session_id,
+                                                          value=value)
+        except (acp.RequestError, ConnectionError) as exc:
+            self.conversation.set_config_value(config_id, previous)
+            self.conversation.add_notice(f"The agent refused {config_id} = {value!r}: {exc}", level="warning")
+            return False
+        options = getattr(response, "config_options", None)
+        if options:
+            self.conversation.apply({"sessionUpdate": "config_option_update", "configOptions": [
+                o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in options]})
+        return True
+
+    def model_choices(self) -> tuple[str | None, list[tuple[str, str]]]:
+        """(current model id, [(id, label)…]) from the agent's config option of category
+        ``model``, else its ``models`` state, else the manifest's ``models``."""
+        option = next((o for o in self.conversation.config_options if o.get("category") == "model"), None)
+        if option is not None:
+            return option.get("currentValue"), _flatten_options(option.get("options") or [])
+        if self.models:
+            available = self.models.get("availableModels") or []
+            return self.models.get("currentModelId"), [(m.get("modelId"), m.get("name") or m.get("modelId"))
+                                                       for m in available if m.get("modelId")]
+        manifest = self.harness.harness.models or []
+        return None, [(m.id, m.label_text() if hasattr(m, "label_text") else m.id) for m in manifest]
+
+    async def set_model(self, model_id: str) -> bool:
+        """Change the model: the manifest's ``acp.modelOption`` config option when given
+        (or the agent's option of category ``model``), else ``session/set_model`` — not
+        in the SDK's typed API (removed from the spec, still used by Goose), sent raw."""
+        await self.ready()
+        option_id = self.harness.harness.acp.model_option
+        ids = {o.get("id") for o in self.conversation.config_options}
+        if option_id is None or option_id not in ids:
+            option_id = next((o.get("id") for o in self.conversation.config_options if o.get("category") == "model"),
+                             None)
+        if option_id is not None:
+            return await self.set_config_option(option_id, model_id)
+        previous = (self.models or {}).get("currentModelId")
+        if self.models is not None:
+            self.models["currentModelId"] = model_id
+            self.conversation._emit([Change("state", name="models")])
+        try:
+            await raw_request(self._conn, "session/set_model", {"sessionId": self.session_id, "modelId": model_id})
+        except (acp.RequestError, ConnectionError) as exc:
+            if self.models is not None:
+                self.models["currentModelId"] = previous
+                self.conversation._emit([Change("state", name="models")])
+            self.conversation.add_notice(f"The agent refused the model {model_id!r}: {exc}", level="warning")
+            return False
+        return True
+
+    def _notify_status(self) -> None:
+        for fn in list(self.on_status):
+            try:
+                fn(self)
+            except Exception:
+                log.exception("status subscriber failed")
+
+    async def _mode_policy(self, card: PermissionCard) -> None:
+        """The Escouade mode as a policy (runs after the rule plugins)."""
+        call = card.tool_call
+        if self.escouade_mode == "bypassPermissions":
+            card.choose(card._first_kind("allow_once", "allow_always"), by="the mode (bypass permissions)")
+        elif self.escouade_mode == "acceptEdits" and call is not None and call.kind in ("edit", "delete", "move"):
+            paths = _paths_of(call)
+            if paths and all(_inside(p, self.cwd) for p in paths):
+                card.choose(card._first_kind("allow_once", "allow_always"), by="the mode (accept edits)")
+
+    # -- questions --------------------------------------------------------------------------------
+    async def _on_elicitation(self, message: str, mode: dict[str, Any]) -> dict[str, Any]:
+        url = mode.get("url")
+        question = Question("", message=message, mode="url" if url else "form",
+                            schema=mode.get("requestedSchema"), url=str(url) if url else None,
+                            tool_call_id=mode.get("toolCallId"), elicitation_id=mode.get("elicitationId"))
+        card = self._add_question(question)
+        return await card.wait()
+
+    def _add_question(self, question: Question) -> QuestionCard:
+        self.conversation.add_question(question)
+        card = QuestionCard(self, question)
+        self._questions_pending.append(card)
+        self._new_questions.put_nowait(card)
+        self._set_status("waiting")
+        return card
+
+    def _question_settled(self, card: QuestionCard) -> None:
+        if card in self._questions_pending:
+            self._questions_pending.remove(card)
+        if card.question.mode == "text" and card.question.state == "accept":
+            self.send(plans.answers_prompt(card.question.questions, card.question.answer or {}))
+        if not self._questions_pending and not self._pending_cards and self.status == "waiting":
+            self._set_status("working" if self._turn is not None else "idle")
+
+    def _questions_from_text(self, turn: Turn) -> None:
+        if not self.harness.harness.acp.questions_in_text:
+            return
+        questions = plans.questions_in(turn.text)
+        if questions:
+            self._add_question(Question("", message="", mode="text", questions=questions))
+
+    async def next_question(self, timeout: float | None = None) -> QuestionCard:
+        """The next question card not handed out yet (waits for one)."""
+        return await self._next(self._new_questions, timeout, "question")
+
+    @property
+    def pending_questions(self) -> list[QuestionCard]:
+        return list(self._questions_pending)
 
     # -- permissions -------------------------------------------------------------------------
     async def _on_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> dict[str, Any]:
         perm = self.conversation.add_permission(tool_call, options)
+        perm.plan = plans.plan_of(perm.tool_call, self.harness.harness.acp.tools)
         card = PermissionCard(self, perm)
         self._pending_cards.append(card)
         self._new_cards.put_nowait(card)
         if self._closing or self.status in ("exited", "closed"):
             card.cancel("agent closed")
-        elif self.policies:
+        elif perm.plan is None and self._active_policies():
             self.conversation.set_deciding(perm, True)
             task = asyncio.get_running_loop().create_task(self._consult(card))
             self._turn_tasks.add(task)
@@ -458,7 +759,7 @@ class Agent:
     async def _consult(self, card: PermissionCard) -> None:
         """Ask each policy in turn; the first that settles the card wins. The user may
         answer meanwhile. If none settles it, the user is called (``waiting``)."""
-        for policy in list(self.policies):
+        for policy in self._active_policies():
             if card.state != "pending":
                 return
             try:
@@ -469,19 +770,27 @@ class Agent:
             self.conversation.set_deciding(card.permission, False)
             self._set_status("waiting")
 
+    def _active_policies(self) -> list[Policy]:
+        """Rule plugins first (a team's denial beats the mode), then the mode."""
+        extra = [self._mode_policy] if self.escouade_mode in ("acceptEdits", "bypassPermissions") else []
+        return [*self.policies, *extra]
+
     def _card_settled(self, card: PermissionCard) -> None:
         if card in self._pending_cards:
             self._pending_cards.remove(card)
-        if not self._pending_cards and self.status == "waiting":
+        if not self._pending_cards and not self._questions_pending and self.status == "waiting":
             self._set_status("working" if self._turn is not None else "idle")
 
     async def next_permission(self, timeout: float | None = None) -> PermissionCard:
         """The next permission card of this agent not handed out yet (waits for one).
         Raises ``TimeoutError`` after ``timeout`` seconds, :class:`AgentError` if the
         agent ends first."""
-        if not self._new_cards.empty():
-            return self._new_cards.get_nowait()
-        getter = asyncio.ensure_future(self._new_cards.get())
+        return await self._next(self._new_cards, timeout, "permission request")
+
+    async def _next(self, queue: asyncio.Queue, timeout: float | None, what: str):
+        if not queue.empty():
+            return queue.get_nowait()
+        getter = asyncio.ensure_future(queue.get())
         exited = asyncio.ensure_future(self._exited.wait())
         try:
             done, _ = await asyncio.wait({getter, exited}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -492,7 +801,7 @@ class Agent:
         getter.cancel()
         if exited in done:
             raise AgentError(self.error or f"agent {self.name!r} is {self.status}")
-        raise TimeoutError(f"no permission request from {self.name!r} within {timeout} s")
+        raise TimeoutError(f"no {what} from {self.name!r} within {timeout} s")
 
     # -- closing ------------------------------------------------------------------------------
     async def close(self) -> None:
@@ -534,3 +843,75 @@ def _blocks(prompt: str | Sequence[Any]) -> list[dict[str, Any]]:
             out.append(dict(block))
     return out
 
+
+def _flatten_options(options: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A select option list (flat, or grouped ``{group, name, options}``) as (value, label)."""
+    out: list[tuple[str, str]] = []
+    for o in options:
+        if "options" in o and "value" not in o:
+            out.extend((v, f"{o.get('name', o.get('group'))} / {label}") for v, label in _flatten_options(o["options"]))
+        elif "value" in o:
+            out.append((o["value"], o.get("name") or o["value"]))
+    return out
+
+
+def _paths_of(call: ToolCall) -> list[str]:
+    """The files a tool call aims at: its locations, diff paths, and path-like inputs."""
+    paths = [loc.get("path") for loc in call.locations if loc.get("path")]
+    paths += [c.get("path") for c in call.content if c.get("type") == "diff" and c.get("path")]
+    if isinstance(call.raw_input, dict):
+        for key in ("path", "file_path", "filePath", "filename", "notebook_path"):
+            if isinstance(call.raw_input.get(key), str):
+                paths.append(call.raw_input[key])
+    return paths
+
+
+def _inside(path: str, folder: Path) -> bool:
+    p = Path(path)
+    p = (p if p.is_absolute() else folder / p).resolve()
+    return p == folder or folder in p.parents
+
+
+async def raw_request(conn: Any, method: str, params: dict[str, Any]) -> Any:
+    """Send a request the SDK's typed API does not have (``session/set_model``). The
+    SDK exposes no public way to send a method without the extension ``_`` prefix, so
+    this reaches its JSON-RPC connection (``ClientSideConnection._conn``)."""
+    return await conn._conn.send_request(method, params)
+
+
+class _AgentClient(EscouadeClient):
+    """The client handlers plus the question route (elicitation), which needs the agent."""
+
+    def __init__(self, agent: Agent, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._agent = agent
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        from acp.schema import (AcceptElicitationResponse, CancelElicitationResponse,
+                                DeclineElicitationResponse)
+        raw = mode.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(mode, "model_dump") else mode
+        answer = await self._agent._on_elicitation(message, raw)
+        if answer["action"] == "accept":
+            return AcceptElicitationResponse(action="accept", content=answer.get("content"))
+        if answer["action"] == "decline":
+            return DeclineElicitationResponse(action="decline")
+        return CancelElicitationResponse(action="cancel")
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        """The agent says a URL elicitation is done: its card is settled as accepted."""
+        for card in self._agent.pending_questions:
+            if card.question.elicitation_id == elicitation_id:
+                card.accept({})
+
+    async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+        """As the base handler, plus the answer's ``_meta`` (e.g. a rule plugin's or the
+        user's refusal message: ``_meta.escouade.message``)."""
+        from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+        outcome = await self._agent._on_permission(
+            tool_call.model_dump(mode="json", by_alias=True, exclude_none=True),
+            [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in options])
+        meta = outcome.get("_meta")
+        if outcome.get("outcome") == "selected":
+            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=outcome["optionId"]),
+                                             field_meta=meta)
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"), field_meta=meta)

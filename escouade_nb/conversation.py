@@ -125,11 +125,13 @@ class Permission(Item):
     (with ``option_id``) or ``cancelled``; ``answered_by`` says who answered
     (``"you"``, a rule plugin's name, …). ``deciding`` is true while permission
     policies (rule plugins, the mode) may still settle it: the card is shown, quietly;
-    the user is called when it turns false with the card still pending."""
+    the user is called when it turns false with the card still pending. ``plan`` holds
+    the plan's markdown when the request is a plan to approve (ExitPlanMode)."""
 
     tool_call: ToolCall | None = None
     options: list[dict[str, Any]] = field(default_factory=list)
     deciding: bool = False
+    plan: str | None = None
     state: PermissionState = "pending"
     option_id: str | None = None
     answered_by: str | None = None
@@ -138,6 +140,29 @@ class Permission(Item):
     @property
     def chosen(self) -> dict[str, Any] | None:
         return next((o for o in self.options if o.get("optionId") == self.option_id), None)
+
+
+QuestionState = Literal["pending", "accept", "decline", "cancel"]
+
+
+@dataclass(eq=False)
+class Question(Item):
+    """A question of the agent to the user. ``mode``: ``form`` (ACP
+    ``elicitation/create`` with a JSON ``schema`` of the fields), ``url`` (the user
+    opens ``url`` and says when done), or ``text`` (questions an agent without a
+    question tool wrote in an ``<escouade_question>`` block; ``questions`` holds them).
+    ``state`` moves once from ``pending`` to ``accept``/``decline``/``cancel``; ``answer``
+    is the content sent back."""
+
+    message: str = ""
+    mode: Literal["form", "url", "text"] = "form"
+    schema: dict[str, Any] | None = None
+    url: str | None = None
+    questions: list[dict[str, Any]] = field(default_factory=list)
+    tool_call_id: str | None = None
+    elicitation_id: str | None = None
+    state: QuestionState = "pending"
+    answer: dict[str, Any] | None = None
 
 
 @dataclass(eq=False)
@@ -391,6 +416,43 @@ class Conversation:
         perm.touch()
         self._emit([Change("updated", perm)])
         return True
+
+    def add_question(self, question: Question) -> Question:
+        """Append a question card (its key is assigned here)."""
+        changes: list[Change] = []
+        question.key = self._new_key("question")
+        self._append(question, changes)
+        self._emit(changes)
+        return question
+
+    def resolve_question(self, question: Question, state: QuestionState,
+                         answer: dict[str, Any] | None = None) -> bool:
+        """Settle a pending question once; returns False if it was already settled."""
+        if question.state != "pending":
+            return False
+        question.state = state
+        question.answer = answer
+        question.touch()
+        self._emit([Change("updated", question)])
+        return True
+
+    def set_current_mode(self, mode_id: str | None) -> None:
+        """The client's own view of the agent's mode (optimistic, or a rollback)."""
+        self.current_mode_id = mode_id
+        if self.modes is not None:
+            self.modes["currentModeId"] = mode_id
+        self._emit([Change("state", name="mode")])
+
+    def set_config_value(self, config_id: str, value: Any) -> Any:
+        """Set one config option's ``currentValue`` (optimistic, or a rollback);
+        returns the previous value. ``KeyError`` for an unknown option."""
+        for option in self.config_options:
+            if option.get("id") == config_id:
+                previous = option.get("currentValue")
+                option["currentValue"] = value
+                self._emit([Change("state", name="config_options")])
+                return previous
+        raise KeyError(config_id)
 
     def add_notice(self, text: str, level: Literal["info", "warning", "error"] = "info", detail: str = "") -> Notice:
         changes: list[Change] = []

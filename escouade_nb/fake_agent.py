@@ -17,6 +17,15 @@ The prompt's text picks a scenario (case-insensitive, first match wins):
 ``plan``            a plan of 3 entries, updated twice
 ``run CMD``         an ``execute`` tool call behind a permission (simulated)
 ``edit`` / write    an ``edit`` tool call with a diff behind a permission
+``terminal args``   ``terminal/create`` echo + args, embedded in a tool call; reports the output
+``terminal line``   a whole shell line in ``command`` (``echo hello && echo world``), no args
+``terminal limit``  ``printf`` of 50 lines with ``outputByteLimit`` 17 (truncated output)
+``terminal kill``   ``sleep 30``, killed by the agent; reports the signal
+``terminal release`` a running command released; reports the client's error for it after
+``terminal fail``   a shell line writing to stderr and exiting 3
+``write outside P`` ``fs/write_text_file`` of path P as given; reports a refusal's text
+``crlf FILE``       reads FILE, writes it back edited with LF endings, reads it again
+``latin1 FILE``     reads FILE (also ``non-utf8``); reports the client's error (and tries to overwrite)
 anything else       a markdown greeting that echoes the prompt
 ==================  ======================================================
 
@@ -148,6 +157,9 @@ class _Session:
     session_id: str
     cwd: str
     cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    mode: str = "ask"
+    config: dict[str, Any] = field(default_factory=lambda: {"sandbox": "workspace-write", "model": "fake-small",
+                                                             "verbose": False})
     tool_calls: int = 0
     messages: int = 0
 
@@ -264,7 +276,8 @@ class FakeAgent:
         self.client_capabilities = client_capabilities
         return InitializeResponse(
             protocol_version=1,
-            agent_capabilities=AgentCapabilities(load_session=False),
+            # our own extension: this agent reads a refusal message in the permission answer's _meta
+            agent_capabilities=AgentCapabilities(load_session=False, field_meta={"escouade": {"refusalMessage": True}}),
             auth_methods=[],
             agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
         )
@@ -272,8 +285,9 @@ class FakeAgent:
     async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
         self._session_counter += 1
         session_id = f"fake-session-{self._session_counter}"
-        self.sessions[session_id] = _Session(session_id=session_id, cwd=cwd)
-        return NewSessionResponse(session_id=session_id)
+        session = self.sessions[session_id] = _Session(session_id=session_id, cwd=cwd)
+        return NewSessionResponse(session_id=session_id, modes=self._modes_state(session),
+                                  config_options=self._config_options(session))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self.sessions.get(session_id)
@@ -296,6 +310,12 @@ class FakeAgent:
     # -- scenarios --------------------------------------------------------
     async def _dispatch(self, turn: _Turn, text: str) -> str:
         low = text.lower()
+        special = await self._dispatch_modes(turn, low)
+        if special is not None:
+            return special
+        special = await self._dispatch_files_terminals(turn, text)
+        if special is not None:
+            return special
         if "crash" in low:
             return await self._crash(turn)
         if "flood" in low:
@@ -479,6 +499,320 @@ class FakeAgent:
             os.makedirs(parent, exist_ok=True)
         with open(path, "w", encoding="utf-8", newline="") as fh:
             fh.write(content)
+
+    # -- modes, config options, plans, questions ----------------------------------
+    # Two independent axes, as in the plan-mode seed: the mode (ask / accept-edits /
+    # yolo / plan / read-only) and the sandbox config option; switching one never
+    # touches the other. The model is a config option of category "model".
+    MODES = (("ask", "Ask", "Asks before every tool."), ("accept-edits", "Accept edits", "Edits without asking."),
+             ("yolo", "YOLO", "Never asks."), ("plan", "Plan", "Plans first, presents the plan for approval."),
+             ("read-only", "Read only", "Changes nothing."))
+
+    def _modes_state(self, session: _Session) -> Any:
+        from acp.schema import SessionMode, SessionModeState
+        return SessionModeState(current_mode_id=session.mode, available_modes=[
+            SessionMode(id=i, name=n, description=d) for i, n, d in self.MODES])
+
+    def _config_options(self, session: _Session) -> list[Any]:
+        from acp.schema import (SessionConfigOptionBoolean, SessionConfigOptionSelect, SessionConfigSelectGroup,
+                                SessionConfigSelectOption)
+        opts: list[Any] = [
+            SessionConfigOptionSelect(id="sandbox", name="Sandbox", category="sandbox", type="select",
+                                      current_value=session.config["sandbox"], options=[
+                                          SessionConfigSelectOption(value=v, name=v)
+                                          for v in ("read-only", "workspace-write", "full-access")]),
+            SessionConfigOptionSelect(id="model", name="Model", category="model", type="select",
+                                      current_value=session.config["model"], options=[
+                                          SessionConfigSelectGroup(group="small", name="Small", options=[
+                                              SessionConfigSelectOption(value="fake-small", name="Fake small")]),
+                                          SessionConfigSelectGroup(group="large", name="Large", options=[
+                                              SessionConfigSelectOption(value="fake-large", name="Fake large")])]),
+        ]
+        caps = self.client_capabilities
+        if caps and caps.session and caps.session.config_options and caps.session.config_options.boolean is not None:
+            opts.append(SessionConfigOptionBoolean(id="verbose", name="Verbose", type="boolean",
+                                                   current_value=bool(session.config["verbose"])))
+        return opts
+
+    async def set_session_mode(self, mode_id: str, session_id: str, **kwargs: Any) -> Any:
+        from acp.schema import CurrentModeUpdate, SetSessionModeResponse
+        session = self._session(session_id)
+        if mode_id not in {m[0] for m in self.MODES}:
+            raise RequestError.invalid_params({"modeId": mode_id, "reason": "unknown mode"})
+        session.mode = mode_id
+        await self.conn.session_update(session_id, CurrentModeUpdate(session_update="current_mode_update",
+                                                                     current_mode_id=mode_id))
+        return SetSessionModeResponse()
+
+    async def set_config_option(self, config_id: str, session_id: str, value: Any, **kwargs: Any) -> Any:
+        from acp.schema import SetSessionConfigOptionResponse
+        session = self._session(session_id)
+        allowed = {"sandbox": {"read-only", "workspace-write", "full-access"}, "model": {"fake-small", "fake-large"},
+                   "verbose": {True, False}}
+        if config_id not in allowed or value not in allowed[config_id]:
+            raise RequestError.invalid_params({"configId": config_id, "value": value, "reason": "not allowed"})
+        session.config[config_id] = value
+        return SetSessionConfigOptionResponse(config_options=self._config_options(session))
+
+    def _session(self, session_id: str) -> _Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
+        return session
+
+    async def _dispatch_modes(self, turn: _Turn, low: str) -> str | None:
+        if "present plan" in low or "exit plan" in low:
+            return await self._present_plan(turn)
+        if "ask me" in low:
+            return await self._elicit_form(turn)
+        if "open link" in low:
+            return await self._elicit_url(turn)
+        if "question block" in low:
+            return await self._question_block(turn)
+        if "switch mode" in low:
+            from acp.schema import CurrentModeUpdate
+            turn.session.mode = "plan"
+            await turn.send(CurrentModeUpdate(session_update="current_mode_update", current_mode_id="plan"))
+            await turn.say("I switched myself to plan mode.")
+            return "end_turn"
+        if "which mode" in low:
+            s = turn.session
+            await turn.say(f"mode={s.mode} sandbox={s.config['sandbox']} model={s.config['model']}")
+            return "end_turn"
+        return None
+
+    async def _present_plan(self, turn: _Turn) -> str:
+        plan_md = "## Plan\n\n1. Read `notes.txt`\n2. Add a summary line\n3. Run the tests"
+        call_id = turn.session.next_tool_call_id()
+        await turn.send(start_tool_call(call_id, "exit_plan_mode", kind="switch_mode", status="pending",
+                                        content=[tool_content(text_block(plan_md))],
+                                        raw_input={"plan": plan_md}))
+        options = [PermissionOption(option_id="approve", name="Approve", kind="allow_once"),
+                   PermissionOption(option_id="keep-planning", name="Keep planning", kind="reject_once")]
+        response = await self.conn.request_permission(
+            turn.sid, ToolCallUpdate(tool_call_id=call_id, title="exit_plan_mode", kind="switch_mode",
+                                     raw_input={"plan": plan_md}), options)
+        outcome = response.outcome
+        if turn.cancelled or not isinstance(outcome, AllowedOutcome):
+            await turn.send(update_tool_call(call_id, status="failed"))
+            return "cancelled"
+        if outcome.option_id == "approve":
+            from acp.schema import CurrentModeUpdate
+            await turn.send(update_tool_call(call_id, status="completed"))
+            if turn.session.mode == "plan":
+                turn.session.mode = "ask"
+                await turn.send(CurrentModeUpdate(session_update="current_mode_update", current_mode_id="ask"))
+            await turn.say("Plan approved; starting with step 1.")
+            return "end_turn"
+        feedback = ((response.field_meta or {}).get("escouade") or {}).get("message")
+        await turn.send(update_tool_call(call_id, status="failed"))
+        await turn.say(f"Keeping on planning. Feedback received: {feedback}" if feedback
+                       else "Keeping on planning (no feedback received).")
+        return "end_turn"
+
+    async def _elicit_form(self, turn: _Turn) -> str:
+        from acp.schema import ElicitationFormSessionMode
+        schema = {"type": "object", "title": "Database", "required": ["database"], "properties": {
+            "database": {"type": "string", "title": "Database", "enum": ["postgres", "sqlite"]},
+            "replicas": {"type": "integer", "title": "Replicas", "minimum": 0, "default": 1},
+            "migrate": {"type": "boolean", "title": "Run migrations", "default": False},
+            "note": {"type": "string", "title": "Note"}}}
+        mode = ElicitationFormSessionMode(session_id=turn.sid, requested_schema=schema)
+        answer = await self.conn.create_elicitation("Which database should I use?", mode)
+        if answer.action == "accept":
+            content = getattr(answer, "content", None) or {}
+            await turn.say("You chose: " + ", ".join(f"{k}={content[k]}" for k in sorted(content)))
+        elif answer.action == "decline":
+            await turn.say("You declined to answer; I will pick sqlite.")
+        else:
+            return "cancelled"
+        return "end_turn"
+
+    async def _elicit_url(self, turn: _Turn) -> str:
+        from acp.schema import ElicitationUrlSessionMode
+        mode = ElicitationUrlSessionMode(session_id=turn.sid, elicitation_id="login-1",
+                                         url="https://example.com/login")
+        answer = await self.conn.create_elicitation("Please sign in, then come back.", mode)
+        await turn.say(f"Sign-in answer: {answer.action}.")
+        return "end_turn"
+
+    async def _question_block(self, turn: _Turn) -> str:
+        await turn.say('Before I go on, I need a decision.\n\n<escouade_question>{"questions": ['
+                       '{"id": "db", "question": "Which database?", "options": ["postgres", "sqlite"]}, '
+                       '{"id": "name", "question": "Name of the new table?"}]}</escouade_question>', pieces=4)
+        return "end_turn"
+
+    # -- terminals and the client's files (fences, line endings, encodings) ----------------
+    # Keywords: "terminal args|line|limit|kill|release|fail", "write outside PATH",
+    # "crlf FILE", "latin1 FILE" / "non-utf8 FILE". Checked after the modes' keywords.
+    _TERMINAL_RE = re.compile(r"\bterminal\s+(args|line|limit|kill|release|fail)\b[ \t]*(.*)",
+                              re.IGNORECASE | re.DOTALL)
+    _OUTSIDE_RE = re.compile(r"\bwrite\s+outside\s+(\S+)", re.IGNORECASE)
+    _ENCODING_RE = re.compile(r"\b(crlf|latin1|non-utf8)\b", re.IGNORECASE)
+    OUTSIDE_TEXT = "Written outside by the fake agent.\n"
+
+    @property
+    def can_terminal(self) -> bool:
+        caps = self.client_capabilities
+        return bool(caps and caps.terminal)
+
+    async def _dispatch_files_terminals(self, turn: _Turn, text: str) -> str | None:
+        m = self._TERMINAL_RE.search(text)
+        if m:
+            return await self._terminal(turn, m.group(1).lower(), m.group(2).strip())
+        m = self._OUTSIDE_RE.search(text)
+        if m:
+            return await self._write_outside(turn, m.group(1).strip(_TOKEN_STRIP))
+        m = self._ENCODING_RE.search(text)
+        if m:
+            name = find_file_name(text)
+            if m.group(1).lower() == "crlf":
+                return await self._crlf(turn, name)
+            return await self._non_utf8(turn, name)
+        return None
+
+    @staticmethod
+    def _terminal_request(shape: str, rest: str) -> tuple[str, list[str] | None, int | None]:
+        """(command, args, outputByteLimit) of each terminal scenario."""
+        if shape == "args":
+            return "echo", (rest.split() or ["hello", "from", "args"]), None
+        if shape == "line":
+            return (rest or "echo hello && echo world"), None, None
+        if shape == "limit":  # 50 lines "Né\n"; 17 bytes cut inside an "é"
+            return "printf", ["%sé\\n", *(str(i) for i in range(1, 51))], 17
+        if shape == "kill":
+            return "sleep", ["30"], None
+        if shape == "release":
+            return "echo started; sleep 30", None, None
+        return "echo oops >&2; exit 3", None, None  # fail
+
+    async def _terminal(self, turn: _Turn, shape: str, rest: str) -> str:
+        import shlex
+
+        from acp.schema import TerminalToolCallContent
+
+        if not self.can_terminal:
+            await turn.say("The client offers no terminal, so I cannot run commands.")
+            return "end_turn"
+        command, args, limit = self._terminal_request(shape, rest)
+        shown = shlex.join([command, *args]) if args else command
+        try:
+            created = await self.conn.create_terminal(session_id=turn.sid, command=command, args=args,
+                                                      cwd=turn.session.cwd, output_byte_limit=limit)
+        except RequestError as exc:
+            await turn.say(f"The client would not run `{shown}`: {exc}")
+            return "end_turn"
+        tid = created.terminal_id
+        call_id = turn.session.next_tool_call_id()
+        content = [TerminalToolCallContent(type="terminal", terminal_id=tid)]
+        await turn.send(start_tool_call(call_id, f"Run {shown}", kind="execute", status="in_progress",
+                                        content=content, raw_input={"command": command, "args": args or []}))
+        if shape == "release":
+            for _ in range(250):  # until it has started (at most 5 s)
+                if "started" in (await self.conn.terminal_output(session_id=turn.sid, terminal_id=tid)).output:
+                    break
+                await asyncio.sleep(0.02)
+            await self.conn.release_terminal(session_id=turn.sid, terminal_id=tid)
+            try:
+                await self.conn.terminal_output(session_id=turn.sid, terminal_id=tid)
+                after = "it still answered"
+            except RequestError as exc:
+                after = f"the client says: {exc}"
+            await turn.send(update_tool_call(call_id, status="completed", content=content))
+            await turn.say(f"Released `{shown}` while it was running ({tid}). Asking for its output after "
+                           f"the release, {after}")
+            return "end_turn"
+        if shape == "kill":
+            await asyncio.sleep(0.2)
+            await self.conn.kill_terminal(session_id=turn.sid, terminal_id=tid)
+        status = await self.conn.wait_for_terminal_exit(session_id=turn.sid, terminal_id=tid)
+        out = await self.conn.terminal_output(session_id=turn.sid, terminal_id=tid)
+        await self.conn.release_terminal(session_id=turn.sid, terminal_id=tid)
+        ok = status.exit_code == 0
+        await turn.send(update_tool_call(call_id, status="completed" if ok else "failed", content=content,
+                                         raw_output={"exitCode": status.exit_code, "signal": status.signal,
+                                                     "truncated": out.truncated}))
+        how = (f"was killed by {status.signal}" if status.signal else f"exited with code {status.exit_code}")
+        note = " (truncated: the newest bytes only)" if out.truncated else ""
+        await turn.say(f"`{shown}` {how}. Output{note}:\n```\n{out.output}```")
+        return "end_turn"
+
+    async def _write_outside(self, turn: _Turn, path: str) -> str:
+        call_id = turn.session.next_tool_call_id()
+        title = f"Write {path}"
+        await turn.send(start_tool_call(call_id, title, kind="edit", status="pending",
+                                        content=[tool_diff_content(path, self.OUTSIDE_TEXT, None)],
+                                        raw_input={"path": path, "content": self.OUTSIDE_TEXT}))
+        if not self.can_write:
+            await turn.send(update_tool_call(call_id, status="failed"))
+            await turn.say("The client does not offer fs/write_text_file.")
+            return "end_turn"
+        try:  # the path exactly as given: a relative one is the client's to resolve
+            await self.conn.write_text_file(session_id=turn.sid, path=path, content=self.OUTSIDE_TEXT)
+        except RequestError as exc:
+            await turn.send(update_tool_call(call_id, status="failed",
+                                             content=[tool_content(text_block(str(exc)))]))
+            await turn.say(f"The client refused to write {path}: {exc}")
+            return "end_turn"
+        await turn.send(update_tool_call(call_id, status="completed"))
+        await turn.say(f"Wrote {path}.")
+        return "end_turn"
+
+    async def _crlf(self, turn: _Turn, name: str) -> str:
+        """Read a file, write it back with a line added and LF endings (as many agents
+        do), read it again: the reply tells which line endings each read saw."""
+        path = os.path.normpath(os.path.join(turn.session.cwd, name))
+
+        def endings(text: str) -> str:
+            lines = text.count("\n")
+            crlf = text.count("\r\n")
+            kind = "CRLF" if lines and crlf == lines else "LF" if not crlf else "mixed"
+            return f"{lines} lines, {kind}"
+
+        if not (self.can_read and self.can_write):
+            await turn.say("The client does not offer fs/*.")
+            return "end_turn"
+        try:
+            old = (await self.conn.read_text_file(session_id=turn.sid, path=path)).content
+        except RequestError as exc:
+            await turn.say(f"I could not read {name}: {exc}")
+            return "end_turn"
+        new = old.replace("\r\n", "\n") + EDIT_MARKER
+        call_id = turn.session.next_tool_call_id()
+        diff = [tool_diff_content(path, new, old)]
+        await turn.send(start_tool_call(call_id, f"Edit {name}", kind="edit", status="in_progress", content=diff,
+                                        locations=[ToolCallLocation(path=path)],
+                                        raw_input={"path": path, "content": new}))
+        try:
+            await self.conn.write_text_file(session_id=turn.sid, path=path, content=new)
+            again = (await self.conn.read_text_file(session_id=turn.sid, path=path)).content
+        except RequestError as exc:
+            await turn.send(update_tool_call(call_id, status="failed"))
+            await turn.say(f"I could not write {name}: {exc}")
+            return "end_turn"
+        await turn.send(update_tool_call(call_id, status="completed", content=diff))
+        await turn.say(f"Read {name}: {endings(old)}. Wrote it back with a line added, sent with LF endings. "
+                       f"Read it again: {endings(again)}.")
+        return "end_turn"
+
+    async def _non_utf8(self, turn: _Turn, name: str) -> str:
+        path = os.path.normpath(os.path.join(turn.session.cwd, name))
+        if not (self.can_read and self.can_write):
+            await turn.say("The client does not offer fs/*.")
+            return "end_turn"
+        try:
+            content = (await self.conn.read_text_file(session_id=turn.sid, path=path)).content
+        except RequestError as exc:
+            reply = f"The client could not read {name}: {exc}."
+            try:
+                await self.conn.write_text_file(session_id=turn.sid, path=path, content="replaced\n")
+                reply += " It let me overwrite it."
+            except RequestError as exc2:
+                reply += f" Overwriting it was refused too: {exc2}."
+            await turn.say(reply)
+            return "end_turn"
+        await turn.say(f"Read {name} ({len(content)} characters): it is valid UTF-8.")
+        return "end_turn"
 
     async def _hello(self, turn: _Turn, text: str) -> str:
         reply = (

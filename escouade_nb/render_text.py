@@ -10,7 +10,8 @@ import difflib
 import json
 from typing import Any
 
-from .conversation import Item, Message, Notice, Permission, Plan, ToolCall, Unknown
+from .conversation import Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from .plans import visible_text
 
 MAX_INPUT_CHARS = 2000
 """Tool inputs and outputs longer than this are cut in views (characters)."""
@@ -30,6 +31,10 @@ def answer_label(perm: Permission) -> str:
     if perm.state == "cancelled":
         return f"Cancelled ({perm.answered_by})" if perm.answered_by else "Cancelled"
     option = perm.chosen or {}
+    if perm.plan is not None:
+        verb = "Approved" if option.get("kind", "").startswith("allow") else "Sent back"
+        text = f"{verb} by {perm.answered_by}" if perm.answered_by else verb
+        return f"{text}: {perm.message}" if perm.message else text
     verb = _VERB.get(option.get("kind", ""), f"Answered {option.get('name', perm.option_id)!r}")
     text = f"{verb} by {perm.answered_by}" if perm.answered_by else verb
     return f"{text} — {perm.message}" if perm.message else text
@@ -112,13 +117,19 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         if item.role == "thought":
             return f"({speaker} thinks) {item.text}{extra}"
         who = "you" if item.role == "user" else speaker
-        return f"{who}: {item.text}{extra}"
+        text = item.text if item.role == "user" else visible_text(item.text)
+        return f"{who}: {text}{extra}"
     if isinstance(item, ToolCall):
         return tool_call_text(item)
     if isinstance(item, Permission):
         call = item.tool_call
         title = (call.title if call else None) or (call.tool_call_id if call else "a tool")
         options = " ".join(f"[{o.get('name', o.get('optionId'))}]" for o in item.options)
+        if item.plan is not None:
+            plan = _indent(item.plan) + "\n" if item.plan else ""
+            if item.state == "pending":
+                return f"[plan to approve]\n{plan}  [Approve] [Keep planning]"
+            return f"[plan to approve]\n{plan}  {answer_label(item)}"
         if item.state == "pending":
             return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "")
         return f"[permission] {title}: {answer_label(item)}"
@@ -129,12 +140,35 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         if item.markdown:
             lines.append(_indent(item.markdown))
         return "\n".join(lines)
+    if isinstance(item, Question):
+        return question_text(item)
     if isinstance(item, Notice):
         text = f"[{item.level}] {item.text}"
         return text + ("\n" + _indent(item.detail) if item.detail else "")
     if isinstance(item, Unknown):
         return f"[unknown update {item.raw.get('sessionUpdate', '?')}] {item.reason}"
     return repr(item)
+
+
+def question_text(q: Question) -> str:
+    lines = [f"[question] {q.message}".rstrip()]
+    if q.mode == "url":
+        lines.append(f"  open {q.url}")
+    for name, spec in ((q.schema or {}).get("properties") or {}).items():
+        choices = spec.get("enum") or [o.get("const") for o in spec.get("oneOf") or [] if "const" in o]
+        req = " *" if name in ((q.schema or {}).get("required") or []) else ""
+        lines.append(f"  {spec.get('title') or name}{req} ({spec.get('type', 'string')})"
+                     + (f": {' | '.join(map(str, choices))}" if choices else ""))
+    for question in q.questions:
+        opts = question.get("options")
+        lines.append(f"  {question['question']}" + (f" [{' | '.join(opts)}]" if opts else ""))
+    if q.state == "pending":
+        lines.append("  (waiting for you)")
+    elif q.state == "accept":
+        lines.append(f"  → answered: {json.dumps(q.answer, ensure_ascii=False, sort_keys=True)}")
+    else:
+        lines.append(f"  → {q.state}d" if q.state == "decline" else "  → cancelled")
+    return "\n".join(lines)
 
 
 def render_items(items: list[Item], speaker: str = "agent") -> str:

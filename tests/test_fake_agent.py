@@ -143,7 +143,9 @@ def test_manifest() -> None:
     assert harness["locate"]["names"] == ["escouade-fake-agent"]
     assert harness["versionArgs"] == ["--version"]
     assert harness["tested"] == {"oldest": AGENT_VERSION, "newest": AGENT_VERSION}
-    assert harness["acp"] == {"args": [], "fs": True}
+    assert harness["acp"]["args"] == [] and harness["acp"]["fs"] is True
+    assert harness["acp"]["modes"] == {"default": "ask", "acceptEdits": "accept-edits", "bypassPermissions": "yolo"}
+    assert harness["acp"]["readOnlyMode"] == "read-only" and harness["acp"]["modelOption"] == "model"
 
 
 def test_find_file_name() -> None:
@@ -404,5 +406,83 @@ def test_crash(tmp_path: Path) -> None:
         chunks = client.of(AgentMessageChunk)
         assert len(chunks) == 2 and client.text() == "Working on it…"
         assert "fake agent: about to crash\n" in log.read_text(encoding="utf-8")
+
+    run(main())
+
+
+# -- terminals and client files (the scenarios; the client side is tested in test_terminals.py
+#    and test_fs.py with escouade_nb's own client) -------------------------------------------
+
+
+def test_terminal_requests_of_each_scenario() -> None:
+    from escouade_nb.fake_agent import FakeAgent
+
+    req = FakeAgent._terminal_request
+    assert req("args", "") == ("echo", ["hello", "from", "args"], None)
+    assert req("args", "a b") == ("echo", ["a", "b"], None)
+    assert req("line", "") == ("echo hello && echo world", None, None)
+    assert req("line", "ls | wc -l") == ("ls | wc -l", None, None)
+    command, args, limit = req("limit", "")
+    assert (command, args[0], len(args), limit) == ("printf", "%sé\\n", 51, 17)
+    assert req("kill", "") == ("sleep", ["30"], None)
+    assert req("release", "")[1] is None and req("fail", "")[0] == "echo oops >&2; exit 3"
+
+
+def test_terminal_scenarios_need_the_terminal_capability(tmp_path: Path) -> None:
+    async def main() -> None:
+        client = RecordingClient()
+        async with agent_session(client, tmp_path) as (conn, _p, _i, sid, wire):
+            for prompt in ("terminal args", "Terminal LINE echo hi", "terminal kill"):
+                resp = await conn.prompt(session_id=sid, prompt=prompt_of(prompt))
+                assert resp.stop_reason == "end_turn"
+            assert client.text() == "The client offers no terminal, so I cannot run commands." * 3
+            assert not [m for m in wire if m.get("method", "").startswith("terminal/")]
+
+    run(main())
+
+
+def test_write_outside_sends_the_path_as_given(tmp_path: Path) -> None:
+    async def main() -> None:
+        client = RecordingClient()
+        target = tmp_path / "elsewhere" / "x.txt"
+        async with agent_session(client, tmp_path) as (conn, _p, _i, sid, _w):
+            resp = await conn.prompt(session_id=sid, prompt=prompt_of(f"please write outside `{target}`"))
+            assert resp.stop_reason == "end_turn"
+            assert client.writes == [(str(target), "Written outside by the fake agent.\n")]
+            assert client.permissions == []
+            (start,) = client.of(ToolCallStart)
+            assert (start.kind, start.title, start.content[0].path) == ("edit", f"Write {target}", str(target))
+            assert [p.status for p in client.of(ToolCallProgress)] == ["completed"]
+            assert client.text() == f"Wrote {target}."
+
+    run(main())
+
+
+def test_encoding_scenarios_read_through_the_client(tmp_path: Path) -> None:
+    async def main() -> None:
+        client = RecordingClient()
+        (tmp_path / "dos.txt").write_bytes(b"a\r\nb\r\n")
+        async with agent_session(client, tmp_path) as (conn, _p, _i, sid, _w):
+            await conn.prompt(session_id=sid, prompt=prompt_of("CRLF dos.txt"))
+            # this simple client reads with newline translation and writes what it is given:
+            # the reply tells what each read saw
+            assert client.reads == [str(tmp_path / "dos.txt")] * 2
+            assert client.writes == [(str(tmp_path / "dos.txt"), "a\nb\nEdited by the fake agent.\n")]
+            assert client.text() == ("Read dos.txt: 2 lines, LF. Wrote it back with a line added, sent with LF "
+                                     "endings. Read it again: 3 lines, LF.")
+            client.updates.clear()
+            await conn.prompt(session_id=sid, prompt=prompt_of("latin1 dos.txt"))
+            assert client.text().startswith("Read dos.txt (")
+
+    run(main())
+
+
+def test_earlier_keywords_still_win(tmp_path: Path) -> None:
+    async def main() -> None:
+        client = RecordingClient()
+        async with agent_session(client, tmp_path) as (conn, _p, _i, sid, _w):
+            # "write" without "outside" is still the edit scenario (behind a permission)
+            await conn.prompt(session_id=sid, prompt=prompt_of("write todo.md"))
+            assert len(client.permissions) == 1 and client.text() == "Edited todo.md."
 
     run(main())

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from ..conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, ToolCall, Unknown
+from ..conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from ..plans import visible_text
 from ..render_text import answer_label, render_item, render_items
 from .render import esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
 
@@ -108,6 +109,7 @@ class MessageView(ItemView):
         if msg.role == "thought":
             self._tail.value = f'<div style="color:#6e7781;white-space:pre-wrap;font-style:italic">{esc(text)}</div>'
             return
+        text = visible_text(text)
         cut_at = len(text) if msg.closed else split_frozen(text)
         if cut_at > self._frozen_upto:
             frozen = w.HTML(markdown(text[self._frozen_upto:cut_at]))
@@ -180,6 +182,126 @@ class PermissionView(ItemView):
             self._answer.value = '<div class="escouade-answer" style="color:#bf8700">Waiting for you</div>'
 
 
+class PlanApprovalView(ItemView):
+    """A plan to approve (ExitPlanMode): the plan's markdown, Approve, and Keep planning
+    with free-text feedback. ``on_approve()`` / ``on_keep_planning(feedback)``."""
+
+    def __init__(self, item: Permission, speaker: str = "agent", on_approve: Callable[[], None] | None = None,
+                 on_keep_planning: Callable[[str], None] | None = None) -> None:
+        super().__init__(item, speaker, layout=w.Layout(border="2px solid #8250df", padding="6px", margin="4px 0"))
+        self.add_class("escouade-plan-approval")
+        self._plan = w.HTML()
+        self.approve_button = w.Button(description="Approve", button_style="success", layout=w.Layout(width="auto"))
+        self.keep_button = w.Button(description="Keep planning", layout=w.Layout(width="auto"))
+        self.feedback = w.Textarea(placeholder="What should change? (sent to the agent as is)",
+                                   layout=w.Layout(width="100%", height="48px"))
+        self.approve_button.on_click(lambda _b: on_approve and self.item.state == "pending" and on_approve())
+        self.keep_button.on_click(
+            lambda _b: on_keep_planning and self.item.state == "pending" and on_keep_planning(self.feedback.value))
+        self._answer = w.HTML()
+        self.children = [self._plan, self.feedback, w.HBox([self.approve_button, self.keep_button]), self._answer]
+        self.redraw()
+
+    def draw(self) -> None:
+        perm: Permission = self.item
+        self._plan.value = (f'<div><b>{esc(self.speaker)}</b> presents a plan:</div>'
+                            f'<div class="escouade-plan-text">{markdown(perm.plan or "")}</div>')
+        settled = perm.state != "pending"
+        for control in (self.approve_button, self.keep_button, self.feedback):
+            control.disabled = settled
+        self._answer.value = (f'<div class="escouade-answer"><b>{esc(answer_label(perm))}</b></div>' if settled
+                              else '<div class="escouade-answer" style="color:#8250df">Waiting for you</div>')
+
+
+def _field_widget(name: str, spec: dict, required: bool) -> w.Widget:
+    label = (spec.get("title") or name) + (" *" if required else "")
+    kind = spec.get("type", "string")
+    choices = spec.get("enum") or [o.get("const") for o in spec.get("oneOf") or [] if "const" in o]
+    style = {"description_width": "initial"}
+    if choices:
+        titles = spec.get("enumNames") or [o.get("title", o.get("const")) for o in spec.get("oneOf") or []]
+        pairs = list(zip(titles, choices)) if len(titles) == len(choices) else [(str(c), c) for c in choices]
+        return w.Dropdown(options=pairs, value=spec.get("default", choices[0]), description=label, style=style)
+    if kind == "array":
+        items = (spec.get("items") or {})
+        options = items.get("enum") or [o.get("const") for o in items.get("anyOf") or items.get("oneOf") or []]
+        return w.SelectMultiple(options=[str(o) for o in options], value=tuple(spec.get("default") or ()),
+                                description=label, style=style)
+    if kind == "boolean":
+        return w.Checkbox(value=bool(spec.get("default", False)), description=label, indent=False)
+    if kind == "integer":
+        return w.IntText(value=int(spec.get("default", spec.get("minimum", 0))), description=label, style=style)
+    if kind == "number":
+        return w.FloatText(value=float(spec.get("default", spec.get("minimum", 0))), description=label, style=style)
+    return w.Text(value=str(spec.get("default", "")), description=label, placeholder=spec.get("description", ""),
+                  style=style, layout=w.Layout(width="95%"))
+
+
+class QuestionView(ItemView):
+    """A question card. Form mode: a form generated from the requested JSON schema
+    (strings, numbers, integers, booleans, enums, multi-selects; required fields marked
+    and checked) with Submit / Decline / Cancel. URL mode: the link and Done. Text
+    questions: one field per question (a dropdown when options are given) and Send."""
+
+    def __init__(self, item: Question, speaker: str = "agent",
+                 on_answer: Callable[[str, dict | None], None] | None = None) -> None:
+        super().__init__(item, speaker, layout=w.Layout(border="2px solid #1f6feb", padding="6px", margin="4px 0"))
+        self.add_class("escouade-question")
+        self._on_answer = on_answer
+        self._head = w.HTML()
+        self.inputs: dict[str, w.Widget] = {}
+        required = set((item.schema or {}).get("required") or [])
+        for name, spec in ((item.schema or {}).get("properties") or {}).items():
+            self.inputs[name] = _field_widget(name, spec, name in required)
+        for q in item.questions:
+            if q.get("options"):
+                self.inputs[q["id"]] = w.Dropdown(options=q["options"], description=q["question"],
+                                                  style={"description_width": "initial"})
+            else:
+                self.inputs[q["id"]] = w.Text(description=q["question"], style={"description_width": "initial"},
+                                              layout=w.Layout(width="95%"))
+        if item.mode == "url":
+            self.submit = w.Button(description="Done", button_style="primary", layout=w.Layout(width="auto"))
+        else:
+            self.submit = w.Button(description="Send" if item.mode == "text" else "Submit", button_style="primary",
+                                   layout=w.Layout(width="auto"))
+        self.decline_button = w.Button(description="Decline", layout=w.Layout(width="auto"))
+        self.cancel_button = w.Button(description="Cancel", layout=w.Layout(width="auto"))
+        self.submit.on_click(lambda _b: self._answer("accept"))
+        self.decline_button.on_click(lambda _b: self._answer("decline"))
+        self.cancel_button.on_click(lambda _b: self._answer("cancel"))
+        self._status = w.HTML()
+        buttons = [self.submit] if item.mode == "text" else [self.submit, self.decline_button, self.cancel_button]
+        self.children = [self._head, *self.inputs.values(), w.HBox(buttons), self._status]
+        self.redraw()
+
+    def values(self) -> dict:
+        out = {}
+        for name, widget in self.inputs.items():
+            value = widget.value
+            out[name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def _answer(self, action: str) -> None:
+        if self.item.state != "pending" or self._on_answer is None:
+            return
+        try:
+            self._on_answer(action, self.values() if action == "accept" else None)
+        except ValueError as exc:  # a required field is missing
+            self._status.value = f'<div style="color:#cf222e">{esc(exc)}</div>'
+
+    def draw(self) -> None:
+        q: Question = self.item
+        link = (f'<div><a href="{esc(q.url)}" target="_blank" rel="noopener noreferrer">{esc(q.url)}</a></div>'
+                if q.url and q.url.startswith(("https://", "http://")) else (pre(q.url) if q.url else ""))
+        self._head.value = f'<div><b>{esc(self.speaker)}</b> asks: {esc(q.message)}</div>{link}'
+        settled = q.state != "pending"
+        for control in (*self.inputs.values(), self.submit, self.decline_button, self.cancel_button):
+            control.disabled = settled
+        if settled:
+            self._status.value = f'<div class="escouade-answer"><b>{esc(render_item(q).splitlines()[-1].strip())}</b></div>'
+
+
 class PlanView(ItemView):
     def __init__(self, item: Plan, speaker: str = "agent") -> None:
         super().__init__(item, speaker, layout=w.Layout(margin="2px 0"))
@@ -211,7 +333,11 @@ class NoticeView(ItemView):
                                 + pre(json.dumps(item.raw, indent=1, default=str)[:2000]))
 
 
-def view_for(item: Item, speaker: str, on_choose_factory) -> ItemView:
+def view_for(item: Item, speaker: str, on_choose_factory, handlers=None) -> ItemView:
+    if isinstance(item, Permission) and item.plan is not None and handlers is not None:
+        return PlanApprovalView(item, speaker, *handlers.plan(item))
+    if isinstance(item, Question) and handlers is not None:
+        return QuestionView(item, speaker, handlers.question(item))
     if isinstance(item, Message):
         return MessageView(item, speaker)
     if isinstance(item, ToolCall):
@@ -230,7 +356,7 @@ class TranscriptView(w.VBox):
     def __init__(self, conversation: Conversation, throttle: Throttle, *, speaker: str = "agent",
                  accept: Callable[[Item], bool] | None = None,
                  on_choose_factory: Callable[[Permission], Callable[[str], None] | None] = lambda p: None,
-                 items: list[Item] | None = None) -> None:
+                 items: list[Item] | None = None, handlers=None) -> None:
         super().__init__(layout=w.Layout(max_height="600px", overflow="auto"))
         self.add_class("escouade-transcript")
         self.conversation = conversation
@@ -238,6 +364,7 @@ class TranscriptView(w.VBox):
         self.speaker = speaker
         self._accept = accept or (lambda item: True)
         self._factory = on_choose_factory
+        self._handlers = handlers
         self._views: dict[str, ItemView] = {}
         self._order: list[ItemView] = []
         self._new: list[Item] = list(items if items is not None else [])
@@ -260,7 +387,7 @@ class TranscriptView(w.VBox):
 
     def _flush(self) -> None:
         if self._new:
-            fresh = [view_for(i, self.speaker, self._factory) for i in self._new]
+            fresh = [view_for(i, self.speaker, self._factory, self._handlers) for i in self._new]
             self._new = []
             for v in fresh:
                 self._views[v.item.key] = v

@@ -111,3 +111,10 @@ def processes_named(fragment: str) -> list[int]:
         if fragment in cmd and process_alive(int(entry.name)):
             out.append(int(entry.name))
     return out
+
+
+def update_message(kernel: "Kernel", model_id: str, state: dict) -> None:
+    """Send the message a browser sends when the user changes a widget's value."""
+    msg = kernel.kc.session.msg("comm_msg", {"comm_id": model_id,
+                                             "data": {"method": "update", "state": state, "buffer_paths": []}})
+    kernel.kc.shell_channel.send(msg)

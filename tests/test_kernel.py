@@ -166,3 +166,44 @@ def test_kernel_shutdown_leaves_no_agent(tmp_path):
     while (process_alive(a) or process_alive(b)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not process_alive(a) and not process_alive(b)
+
+
+def test_mode_dropdown_plan_card_and_question_form(kernel):
+    from kernel_client import update_message
+
+    kernel.run("demo = %escouade fake --as dials\nawait demo.ready()\nawait asyncio.sleep(0.3)\n"
+               "view = views_of(demo)[0]")
+    ids = json.loads(kernel.run(
+        "print(json.dumps({k: [c.model_id, [o[1] for o in c.options] if hasattr(c, 'options') else None] "
+        "for k, c in view.controls.controls.items()}))").text)
+    assert list(ids) == ["escouade_mode", "agent_mode", "config:sandbox", "config:model", "config:verbose"]
+    mode_id, modes = ids["escouade_mode"]
+    assert modes == ["default", "acceptEdits", "bypassPermissions", "readOnly"]
+    update_message(kernel, mode_id, {"index": modes.index("acceptEdits")})  # the user picks a mode
+    wait_for(kernel, "demo.escouade_mode == 'acceptEdits' and demo.conversation.current_mode_id == 'accept-edits'")
+    sandbox_id, values = ids["config:sandbox"]
+    update_message(kernel, sandbox_id, {"index": values.index("full-access")})
+    wait_for(kernel, "next(o for o in demo.conversation.config_options if o['id'] == 'sandbox')['currentValue']"
+                     " == 'full-access'")
+    # a plan to approve: the card's Approve button
+    kernel.run("turn = demo.send('present plan')\ncard = await demo.next_permission(timeout=10)")
+    wait_for(kernel, "card.permission.key in view.transcript._views")
+    approve = kernel.run("pv = view.card_view(card)\nprint(type(pv).__name__, pv.approve_button.model_id)").text.split()
+    assert approve[0] == "PlanApprovalView"
+    kernel.click(approve[1])
+    wait_for(kernel, "turn.done")
+    assert "Plan approved" in kernel.run("print((await turn).text, card.label)").text
+    # a question: fill the form as a person would, then Submit
+    kernel.run("turn = demo.send('ask me')\nq = await demo.next_question(timeout=10)")
+    wait_for(kernel, "q.question.key in view.transcript._views")
+    form = json.loads(kernel.run(
+        "qv = view.transcript.view_of(q.question)\n"
+        "print(json.dumps({k: w.model_id for k, w in qv.inputs.items()} | {'submit': qv.submit.model_id}))").text)
+    update_message(kernel, form["database"], {"index": 0})
+    update_message(kernel, form["replicas"], {"value": 4})
+    update_message(kernel, form["note"], {"value": "be quick"})
+    time.sleep(0.3)
+    kernel.click(form["submit"])
+    wait_for(kernel, "turn.done")
+    out = kernel.run("print((await turn).text)").text
+    assert out.strip() == "You chose: database=postgres, migrate=False, note=be quick, replicas=4"

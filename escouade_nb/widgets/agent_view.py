@@ -113,6 +113,8 @@ class ControlsView(w.HBox):
     def rebuild(self) -> None:
         a = self.agent
         conv = a.conversation
+        for old in self.controls.values():
+            old.close()
         self.controls = {}
         modes = a.escouade_modes()
         if len(modes) > 1:

@@ -1,0 +1,303 @@
+"""Modes, config options, models, plan approval and questions, against the real fake agent."""
+
+import asyncio
+import json
+
+import pytest
+
+from escouade_nb.agent import Agent, AgentError
+from escouade_nb.manifest import discover, locate_program
+from escouade_nb.plans import answers_prompt, plan_of, questions_in, visible_text
+from escouade_nb.conversation import ToolCall
+
+
+def fake_agent(tmp_path, **kwargs) -> Agent:
+    ref = discover().find("fake")
+    return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, **kwargs)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_escouade_modes_come_from_the_manifest(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        modes = a.escouade_modes()
+        assert list(modes) == ["default", "acceptEdits", "bypassPermissions", "readOnly"]
+        assert modes["acceptEdits"].startswith("The fake agent's accept-edits mode")
+        await a.ready()
+        assert await a.set_escouade_mode("acceptEdits")
+        assert a.escouade_mode == "acceptEdits" and a.conversation.current_mode_id == "accept-edits"
+        assert await a.set_escouade_mode("readOnly")
+        assert a.conversation.current_mode_id == "read-only"
+        with pytest.raises(ValueError, match="does not offer the mode 'plan'"):
+            await a.set_escouade_mode("plan")
+        await a.close()
+    run(go())
+
+
+def test_goose_modes_map_to_its_own(tmp_path):
+    ref = discover().find("goose")
+    a = Agent.__new__(Agent)  # only the manifest part is needed: no process
+    a.harness = ref
+    assert list(Agent.escouade_modes(a)) == ["default", "acceptEdits", "bypassPermissions", "readOnly"]
+    assert Agent.escouade_modes(a)["bypassPermissions"].startswith("Goose asks nothing")
+
+
+def test_unknown_mode_at_start_is_refused(tmp_path):
+    async def go():
+        with pytest.raises(AgentError, match="does not offer the mode 'sideways'"):
+            fake_agent(tmp_path, mode="sideways")
+    run(go())
+
+
+def test_accept_edits_lets_edits_inside_the_folder_through(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path, mode="acceptEdits")
+        await a.ready()
+        for _ in range(50):  # the start-up mode switch runs right after ready
+            if a.conversation.current_mode_id == "accept-edits":
+                break
+            await asyncio.sleep(0.02)
+        turn = a.send("edit notes.txt")
+        card = await a.next_permission(timeout=5)
+        r = await turn
+        assert r.text == "Edited notes.txt."
+        assert card.label == "Allowed once by the mode (accept edits)"
+        assert (tmp_path / "notes.txt").exists()
+        # outside the folder: the user decides
+        turn = a.send("edit ../outside-of-it.txt")
+        card = await a.next_permission(timeout=5)
+        await asyncio.sleep(0.1)
+        assert card.state == "pending" and a.status == "waiting" and not card.permission.deciding
+        card.choose("reject_once")
+        assert (await turn).text == "I left ../outside-of-it.txt alone."
+        # a command is not an edit
+        turn = a.send("run npm test")
+        card = await a.next_permission(timeout=5)
+        await asyncio.sleep(0.1)
+        assert card.state == "pending"
+        card.choose("reject_once")
+        await turn
+        await a.close()
+    run(go())
+
+
+def test_bypass_allows_everything_by_the_mode(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        await a.set_escouade_mode("bypassPermissions")
+        turn = a.send("run rm -rf build")
+        card = await a.next_permission(timeout=5)
+        r = await turn
+        assert card.label == "Allowed once by the mode (bypass permissions)"
+        assert r.text == "Ran `rm -rf build`."
+        await a.close()
+    run(go())
+
+
+def test_agent_modes_and_config_options_are_independent(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        c = a.conversation
+        assert c.current_mode_id == "ask"
+        assert [o["id"] for o in c.config_options] == ["sandbox", "model", "verbose"]  # boolean advertised
+        assert await a.set_mode("plan")
+        assert await a.set_config_option("sandbox", "read-only")
+        assert await a.set_mode("ask")
+        assert (await a.send("which mode")).text == "mode=ask sandbox=read-only model=fake-small"
+        assert await a.set_config_option("sandbox", "full-access")
+        assert await a.set_mode("plan")
+        assert (await a.send("which mode")).text == "mode=plan sandbox=full-access model=fake-small"
+        await a.close()
+    run(go())
+
+
+def test_refused_changes_roll_back_with_a_message(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        c = a.conversation
+        assert not await a.set_mode("nonsense")
+        assert c.current_mode_id == "ask"
+        assert not await a.set_config_option("sandbox", "everything")
+        assert next(o for o in c.config_options if o["id"] == "sandbox")["currentValue"] == "workspace-write"
+        notices = [i.text for i in c.items if type(i).__name__ == "Notice"]
+        assert any("refused the mode 'nonsense'" in n for n in notices)
+        assert any("refused sandbox = 'everything'" in n for n in notices)
+        with pytest.raises(ValueError, match="no config option 'colour'"):
+            await a.set_config_option("colour", "blue")
+        await a.close()
+    run(go())
+
+
+def test_agent_changing_its_own_mode_is_applied(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        await a.send("switch mode")
+        assert a.conversation.current_mode_id == "plan"
+        await a.close()
+    run(go())
+
+
+def test_model_menu_uses_the_model_option(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        current, choices = a.model_choices()
+        assert current == "fake-small"
+        assert choices == [("fake-small", "Small / Fake small"), ("fake-large", "Large / Fake large")]
+        assert await a.set_model("fake-large")
+        assert (await a.send("which mode")).text.endswith("model=fake-large")
+        await a.close()
+    run(go())
+
+
+def test_plan_approved(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        await a.set_mode("plan")
+        turn = a.send("present plan")
+        card = await a.next_permission(timeout=5)
+        assert card.plan.startswith("## Plan") and not card.permission.deciding
+        assert card.approve()
+        r = await turn
+        assert r.text == "Plan approved; starting with step 1."
+        assert card.label == "Approved by you"
+        assert a.conversation.current_mode_id == "ask"  # the agent left plan mode
+        await a.close()
+    run(go())
+
+
+def test_plan_sent_back_with_feedback_verbatim(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        assert a.reads_refusal_messages
+        sent = []
+        a.transport.observers.append(lambda d, m: d == "out" and sent.append(m))
+        turn = a.send("present plan")
+        card = await a.next_permission(timeout=5)
+        feedback = "Add a step: update the docs (with *care*)."
+        assert card.keep_planning(feedback)
+        r = await turn
+        assert r.text == f"Keeping on planning. Feedback received: {feedback}"
+        answer = next(m["result"] for m in sent if "result" in m and "outcome" in (m["result"] or {}))
+        assert answer["outcome"] == {"outcome": "selected", "optionId": "keep-planning"}
+        assert answer["_meta"]["escouade"]["message"] == feedback
+        assert card.label == f"Sent back by you: {feedback}"
+        await a.close()
+    run(go())
+
+
+def test_plan_feedback_goes_as_next_prompt_when_the_agent_cannot_read_it(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        a.reads_refusal_messages = False
+        turn = a.send("present plan")
+        card = await a.next_permission(timeout=5)
+        card.keep_planning("Shorter, please.")
+        await turn
+        for _ in range(100):
+            users = [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
+            if users[-1] == "Shorter, please.":
+                break
+            await asyncio.sleep(0.02)
+        assert users[-1] == "Shorter, please."
+        await a.close()
+    run(go())
+
+
+def test_elicitation_form(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        turn = a.send("ask me")
+        q = await a.next_question(timeout=5)
+        assert list(q.fields) == ["database", "replicas", "migrate", "note"]
+        assert a.status == "waiting"
+        with pytest.raises(ValueError, match="required field\\(s\\) missing: database"):
+            q.accept({"replicas": 3})
+        assert q.accept({"database": "sqlite", "replicas": 3})
+        assert not q.decline()  # the first answer wins
+        assert (await turn).text == "You chose: database=sqlite, replicas=3"
+        turn = a.send("ask me")
+        q = await a.next_question(timeout=5)
+        q.decline()
+        assert (await turn).text == "You declined to answer; I will pick sqlite."
+        turn = a.send("ask me")
+        q = await a.next_question(timeout=5)
+        q.cancel()
+        assert (await turn).stop_reason == "cancelled"
+        await a.close()
+    run(go())
+
+
+def test_elicitation_url(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        await a.ready()
+        turn = a.send("open link")
+        q = await a.next_question(timeout=5)
+        assert q.question.mode == "url" and q.question.url == "https://example.com/login"
+        q.accept()
+        assert (await turn).text == "Sign-in answer: accept."
+        await a.close()
+    run(go())
+
+
+def test_questions_in_text(tmp_path):
+    async def go():
+        a = fake_agent(tmp_path)
+        a.harness.harness.acp.questions_in_text = True
+        try:
+            await a.ready()
+            sent = []
+            a.transport.observers.append(lambda d, m: d == "out" and sent.append(m))
+            turn = a.send("question block")
+            r = await turn
+            first = next(m for m in sent if m.get("method") == "session/prompt")
+            assert first["params"]["prompt"][0]["text"].startswith("[escouade] You have no tool to ask")
+            q = await a.next_question(timeout=5)
+            assert q.question.mode == "text"
+            assert [x["id"] for x in q.question.questions] == ["db", "name"]
+            assert "<escouade_question>" in r.text
+            assert visible_text(r.text) == "Before I go on, I need a decision."
+            q.accept({"db": "postgres", "name": "events"})
+            for _ in range(100):
+                users = [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
+                if users[-1].startswith("[escouade] The user answered"):
+                    break
+                await asyncio.sleep(0.02)
+            assert users[-1] == ("[escouade] The user answered your questions:\n- Which database?\n  → postgres\n"
+                                 "- Name of the new table?\n  → events")
+            prompts = [m for m in sent if m.get("method") == "session/prompt"]
+            assert len(prompts) == 2 and "You have no tool" not in json.dumps(prompts[1])  # told once
+        finally:
+            a.harness.harness.acp.questions_in_text = False
+            await a.close()
+    run(go())
+
+
+def test_plan_detection_and_question_parsing():
+    call = ToolCall("k", tool_call_id="t", title="ExitPlanMode", raw_input={"plan": "do it"})
+    assert plan_of(call) == "do it"
+    call = ToolCall("k", tool_call_id="t", title="exit_plan_mode · planning",
+                    content=[{"type": "content", "content": {"type": "text", "text": "# P"}}])
+    assert plan_of(call) == "# P"
+    call = ToolCall("k", tool_call_id="t", title="Bash", meta={"claudeCode": {"toolName": "present_plan"}},
+                    raw_input={"plan": "x"})
+    assert plan_of(call, {"present_plan": "ExitPlanMode"}) == "x"
+    assert plan_of(ToolCall("k", tool_call_id="t", title="Run npm test")) is None
+    assert questions_in("no block") is None
+    assert questions_in("a <escouade_question>not json</escouade_question>") == [{"id": "q1", "question": "not json"}]
+    assert questions_in('<escouade_question>{"question": "Go?", "options": ["y", "n"]}</escouade_question>') == [
+        {"id": "q1", "question": "Go?", "options": ["y", "n"]}]
+    assert visible_text("hello <escouade_question>{\"quest") == "hello"  # still streaming: hidden already
+    assert answers_prompt([{"id": "a", "question": "Q?"}], {}) == "[escouade] The user answered your questions:\n- Q?\n  → (no answer)"

@@ -9,6 +9,8 @@ views subscribe to ``agent.conversation`` and to ``agent.on_status``.
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from .acp.transport import LineTransport
 from .conversation import Change, Conversation, Item, Message, Permission, Question, ToolCall
 from . import plans
 from .manifest import HarnessRef
+from .transcript import Transcript
 from .render_text import answer_label, render_item
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,16 @@ policy must return promptly (the broker bounds plugins to 500 ms)."""
 
 class AgentError(RuntimeError):
     """The agent could not start, or stopped answering."""
+
+
+class AuthRequired(AgentError):
+    """The agent wants the user to sign in (ACP ``-32000``). ``methods`` are its
+    ``authMethods``; ``await agent.authenticate(method_id)`` then retries once."""
+
+    def __init__(self, message: str, methods: list[dict[str, Any]]) -> None:
+        self.methods = methods
+        names = ", ".join(f"{m.get('id')} ({m.get('name')})" for m in methods) or "none advertised"
+        super().__init__(f"{message}; sign-in methods: {names}")
 
 
 class AgentExited(AgentError):
@@ -104,9 +117,8 @@ class PermissionCard:
         if self._future.done():
             return False
         self.agent.conversation.resolve_permission(self.permission, "selected", chosen["optionId"], by, message)
-        outcome: dict[str, Any] = {"outcome": "selected", "optionId": chosen["optionId"]}
-        if message:
-            outcome["_meta"] = {"escouade": {"message": message, "by": by}}
+        outcome: dict[str, Any] = {"outcome": "selected", "optionId": chosen["optionId"],
+                                   "_meta": {"escouade": {"by": by, **({"message": message} if message else {})}}}
         self._future.set_result(outcome)
         self.agent._card_settled(self)
         return True
@@ -216,6 +228,7 @@ class Turn:
         self.items: list[Item] = []
         self.stop_reason: str | None = None
         self.error: AgentError | None = None
+        self.cancelled_by_user = False
         self.status = "queued"
         self._done = asyncio.get_running_loop().create_future()
 
@@ -271,7 +284,7 @@ class Agent:
 
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
                  cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
-                 policies: Sequence[Policy] = (), mode: str | None = None) -> None:
+                 policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -306,6 +319,18 @@ class Agent:
         self._questions_pending: list[QuestionCard] = []
         self._new_questions: asyncio.Queue[QuestionCard] = asyncio.Queue()
         self._told_about_questions = False
+        self.auth_methods: list[dict[str, Any]] = []
+        self.auth_required: AuthRequired | None = None
+        self.transcript: Transcript | None = None
+        self.record = record
+        self._resume_session: str | None = None
+        self._replay_skip: collections.Counter[str] = collections.Counter()
+        self._loading = False
+        self._early_cancels: set[str] = set()
+        self._permission_rpc: dict[Any, str] = {}
+        self._early: list[tuple[Any, Any]] = []
+        self._auth_event = asyncio.Event()  # JSON-RPC id -> toolCallId of pending permission requests
+        self._cancel_sent = False
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -351,13 +376,14 @@ class Agent:
     async def ready(self) -> Agent:
         """Wait until the session exists; raises :class:`AgentError` if the start failed."""
         self.start()
-        ready = asyncio.ensure_future(self._ready.wait())
-        exited = asyncio.ensure_future(self._exited.wait())
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._ready, self._exited, self._auth_event)]
         try:
-            await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            ready.cancel()
-            exited.cancel()
+            for waiter in waits:
+                waiter.cancel()
+        if self.auth_required is not None and not self._ready.is_set():
+            raise self.auth_required
         if not self._ready.is_set() or self.session_id is None:
             raise AgentError(self.error or f"agent {self.name!r} is {self.status}")
         return self
@@ -368,6 +394,10 @@ class Agent:
     async def _main(self) -> None:
         acp_spec = self.harness.harness.acp
         env = agent_environment(acp_spec.remove_env or (), acp_spec.env or {})
+        if self.record and self.transcript is None:
+            self.transcript = Transcript.new(self.name, {
+                "agent": self.name, "harness": self.harness.id, "cwd": str(self.cwd), "argv": self.argv()},
+                on_error=self._transcript_failed)
         try:
             self._process = await spawn(self.argv(), cwd=self.cwd, env=env)
         except OSError as exc:
@@ -381,8 +411,15 @@ class Agent:
             await anyio.sleep(0.05)  # let the drain read the last bytes
             tg.cancel_scope.cancel()
 
+    def _transcript_failed(self, exc: OSError) -> None:
+        self.conversation.add_notice(f"The transcript could not be written ({exc.strerror or exc}); the session goes "
+                                     f"on, but it will not be resumable after a kernel restart.", level="warning")
+
     async def _connect(self) -> None:
-        self.transport = LineTransport(self._process.stdin, self._process.stdout, intercept=self._intercept)
+        self.transport = LineTransport(self._process.stdin, self._process.stdout, intercept=self._intercept,
+                                       on_skip=self._on_skip)
+        if self.transcript is not None:
+            self.transport.observers.append(self.transcript.wire)
         self.client = _AgentClient(self, cwd=self.cwd, on_permission=self._on_permission,
                                    on_update=self.conversation.apply)
         self.transport.observers.append(self._observe_raw)
@@ -394,18 +431,23 @@ class Agent:
                 init = await self._conn.initialize(
                     protocol_version=acp.PROTOCOL_VERSION, client_capabilities=self._capabilities(fs),
                     client_info=Implementation(name="escouade_nb", title="escouade_nb", version=__version__))
-                if init.protocol_version != acp.PROTOCOL_VERSION:
-                    raise AgentError(f"agent {self.name!r} speaks ACP protocol version {init.protocol_version}; "
-                                     f"escouade_nb speaks version {acp.PROTOCOL_VERSION}")
                 self.agent_info = init.agent_info.model_dump(mode="json", exclude_none=True) if init.agent_info else None
                 self.agent_capabilities = (init.agent_capabilities.model_dump(mode="json", by_alias=True, exclude_none=True)
                                            if init.agent_capabilities else {})
+                self.auth_methods = [m.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                     for m in (init.auth_methods or [])]
                 ours = ((self.agent_capabilities.get("_meta") or {}).get("escouade") or {})
                 self.reads_refusal_messages = bool(ours.get("refusalMessage"))
-                session = await self._conn.new_session(cwd=str(self.cwd), mcp_servers=[])
+                await self._open_session()
         except TimeoutError:
             await self._abort(f"agent {self.name!r} did not answer initialize/session/new within "
                               f"{self.start_timeout:g} s")
+            return
+        except AuthRequired as exc:
+            self.auth_required = exc
+            self.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(exc))
+            self._set_status("sign-in")
+            self._auth_event.set()
             return
         except AgentError as exc:
             await self._abort(str(exc))
@@ -415,22 +457,130 @@ class Agent:
             return
         except ConnectionError:
             return  # the process ended; _on_exit tells why
-        self.session_id = session.session_id
+        except Exception as exc:  # a malformed answer (e.g. a protocolVersion that is not an integer)
+            await self._abort(f"agent {self.name!r} gave an answer this client cannot read: "
+                              f"{str(exc).splitlines()[0]}")
+            return
+        await self._session_ready()
+
+    async def _open_session(self) -> None:
+        """``session/new`` — or ``session/load`` when resuming an agent that supports it.
+        Raises :class:`AuthRequired` on ACP's -32000."""
+        try:
+            if self._resume_session and self.agent_capabilities.get("loadSession"):
+                self._loading = True
+                try:
+                    session = await self._conn.load_session(cwd=str(self.cwd), session_id=self._resume_session,
+                                                            mcp_servers=[])
+                finally:
+                    self._loading = False
+                self.session_id = self._resume_session
+                self.conversation.add_notice(f"Reattached to session {self.session_id} (session/load).")
+            else:
+                if self._resume_session:
+                    self.conversation.add_notice(
+                        "This agent cannot reload a session (no loadSession): a new session was started; "
+                        "the conversation above is the old one's transcript.", level="warning")
+                session = await self._conn.new_session(cwd=str(self.cwd), mcp_servers=[])
+                self.session_id = session.session_id
+        except acp.RequestError as exc:
+            if exc.code == -32000:
+                raise AuthRequired(f"agent {self.name!r}: {exc}", self.auth_methods) from None
+            raise
+        self._resume_session = None
         self.conversation.set_session_state(
             modes=session.modes.model_dump(mode="json", by_alias=True, exclude_none=True) if session.modes else None,
             config_options=[o.model_dump(mode="json", by_alias=True, exclude_none=True)
                             for o in (session.config_options or [])] or None)
+        self._flush_early_updates()
+
+    async def _session_ready(self) -> None:
+        if self.transcript is not None:
+            self.transcript.event("session", session_id=self.session_id)
+        self.auth_required = None
+        self._auth_event.clear()
         self._ready.set()
         self._set_status("idle")
         if self._initial_mode not in (None, "default"):
             await self.set_escouade_mode(self._initial_mode)
 
+    async def authenticate(self, method_id: str) -> Agent:
+        """Sign in with one of the agent's ``authMethods`` (agent type: ACP
+        ``authenticate``), then retry the session once. A terminal-type method is not
+        called: its login command is shown to run, then ``restart()``."""
+        method = next((m for m in self.auth_methods if m.get("id") == method_id), None)
+        if method is None:
+            raise ValueError(f"no sign-in method {method_id!r}; the agent offers: "
+                             f"{', '.join(m.get('id', '?') for m in self.auth_methods) or 'none'}")
+        if method.get("type") == "terminal":
+            command = " ".join([*self.argv(), *(method.get("args") or [])])
+            env = " ".join(f"{k}={v}" for k, v in (method.get("env") or {}).items())
+            self.conversation.add_notice(f"Sign in from a terminal, then restart this agent: {env} {command}".strip())
+            return self
+        try:
+            await self._conn.authenticate(method_id=method_id)
+            await self._open_session()
+        except AuthRequired as exc:
+            self.conversation.add_notice("Still not signed in", level="error", detail=str(exc))
+            raise
+        except acp.RequestError as exc:
+            raise AgentError(f"sign-in with {method_id!r} failed: {exc}") from None
+        await self._session_ready()
+        return self
+
     def _intercept(self, message: dict[str, Any]) -> bool:
-        if message.get("method") == "session/update" and "id" not in message:
-            params = message.get("params") or {}
-            self.conversation.apply(params.get("update") if isinstance(params, dict) else params)
+        method = message.get("method")
+        if method == "session/update" and "id" not in message:
+            params = message.get("params") if isinstance(message.get("params"), dict) else {}
+            session = params.get("sessionId")
+            if self.session_id is None:
+                self._early.append((session, params.get("update")))  # folded once session/new answers
+            elif session in (None, self.session_id):
+                self._fold(params.get("update"))
+            else:
+                log.debug("dropped an update for unknown session %r", session)
             return True
+        if method == "$/cancel_request" and "id" not in message:
+            rpc_id = (message.get("params") or {}).get("requestId")
+            self._agent_cancelled(rpc_id)
+            return True
+        if method == "session/request_permission" and "id" in message:
+            tool_call = ((message.get("params") or {}).get("toolCall") or {})
+            self._permission_rpc[message["id"]] = str(tool_call.get("toolCallId", ""))
         return False
+
+    def _fold(self, update: Any) -> None:
+        if self._loading and self._replay_skip:
+            key = json.dumps(update, sort_keys=True)
+            if self._replay_skip[key] > 0:  # already in the conversation, rebuilt from the transcript
+                self._replay_skip[key] -= 1
+                return
+        self.conversation.apply(update if isinstance(update, dict) else {"value": update})
+
+    def _flush_early_updates(self) -> None:
+        early, self._early = self._early, []
+        for session, update in early:
+            if session in (None, self.session_id):
+                self._fold(update)
+            else:
+                log.debug("dropped an early update for session %r (ours is %r)", session, self.session_id)
+
+    def _agent_cancelled(self, rpc_id: Any) -> None:
+        """``$/cancel_request`` from the agent: it withdrew a request. A pending card
+        is answered ``cancelled`` and closed (also when the request is still on its way
+        to its handler)."""
+        tool_call_id = self._permission_rpc.get(rpc_id)
+        if tool_call_id is None:
+            return
+        for card in self._pending_cards:
+            if card.tool_call is not None and card.tool_call.tool_call_id == tool_call_id:
+                card.cancel("the agent withdrew it")
+                return
+        self._early_cancels.add(tool_call_id)
+
+    def _on_skip(self, why: str) -> None:
+        if why.startswith("line longer"):
+            self.conversation.add_notice(f"A message from the agent was dropped: {why}.", level="warning")
 
     def _observe_raw(self, direction: str, message: dict[str, Any]) -> None:
         # goose's ``models`` in session/new (or load) answers: unstable, dropped by the SDK
@@ -466,6 +616,8 @@ class Agent:
         tail = self.stderr.tail()
         expected = self._closing
         self.exit = ExitInfo(code, tail, expected)
+        if self.transcript is not None:
+            self.transcript.event("exit", code=code, stderr_tail=tail, expected=expected)
         if not expected:
             self.error = str(AgentExited(self.name, code, tail))
             self.conversation.add_notice(f"Agent exited with code {code}", level="error", detail=tail)
@@ -505,8 +657,10 @@ class Agent:
                 turn._finish(error=exc)
                 return
             self._turn = turn
+            self._cancel_sent = False
             turn.status = "running"
             self._set_status("working")
+            turn.prompt = self._gate(turn.prompt)
             self.conversation.add_user_message(turn.prompt)
             wire_prompt = turn.prompt
             if self.harness.harness.acp.questions_in_text and not self._told_about_questions:
@@ -520,8 +674,15 @@ class Agent:
                 info = self.exit or ExitInfo(None, self.stderr.tail(), False)
                 turn._finish(error=AgentExited(self.name, info.code, info.stderr_tail, during="the turn"))
             except acp.RequestError as exc:
-                self.conversation.add_notice(f"The agent answered the prompt with an error: {exc}", level="error")
-                turn._finish(error=AgentError(f"agent {self.name!r} failed the turn: {exc}"))
+                if exc.code == -32000:
+                    self.auth_required = AuthRequired(f"agent {self.name!r}: {exc}", self.auth_methods)
+                    self.conversation.add_notice("The agent asks you to sign in; your prompt was kept (turn.prompt)",
+                                                 level="warning", detail=str(self.auth_required))
+                    turn._finish(error=self.auth_required)
+                else:
+                    self.conversation.add_notice(f"The agent answered the prompt with an error: {exc}", level="error",
+                                                 detail=json.dumps(exc.data, default=str) if exc.data else "")
+                    turn._finish(error=AgentError(f"agent {self.name!r} failed the turn: {exc}"))
             except Exception as exc:  # a malformed answer: the turn fails, the agent lives on
                 log.exception("prompt failed")
                 turn._finish(error=AgentError(f"agent {self.name!r}: {exc}"))
@@ -534,6 +695,89 @@ class Agent:
                 if self.status in ("working", "waiting"):
                     self._set_status("idle")
 
+    def _gate(self, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep only content the agent said it takes (``promptCapabilities``): an
+        embedded resource it cannot take becomes a ``resource_link``; an image or audio
+        it cannot take is not sent, and the conversation says so."""
+        caps = self.agent_capabilities.get("promptCapabilities") or {}
+        out: list[dict[str, Any]] = []
+        for block in blocks:
+            kind = block.get("type")
+            if kind in ("image", "audio") and not caps.get(kind):
+                self.conversation.add_notice(f"The {kind} was not sent: {self.name} does not accept {kind}s "
+                                             f"(promptCapabilities.{kind} is false).", level="warning")
+                continue
+            if kind == "resource" and not caps.get("embeddedContext"):
+                res = block.get("resource") or {}
+                uri = res.get("uri", "")
+                link = {"type": "resource_link", "uri": uri, "name": uri.rsplit("/", 1)[-1] or uri}
+                if res.get("mimeType"):
+                    link["mimeType"] = res["mimeType"]
+                out.append(link)
+                continue
+            out.append(block)
+        return out
+
+    async def restart(self) -> Agent:
+        """Start a fresh process and session for this agent (after a crash, or to get
+        out of a stuck turn). The conversation so far stays; a notice marks the restart."""
+        if self.alive:
+            await self.close()
+        self._reset_process_state()
+        self.conversation.add_notice("Restarted: a new process and a new session.")
+        self.start()
+        await self.ready()
+        return self
+
+    def _reset_process_state(self) -> None:
+        for task in list(self._turn_tasks):
+            task.cancel()
+        self._process = None
+        self._conn = None
+        self._main_task = None
+        self.session_id = None
+        self.exit = None
+        self.error = None
+        self.auth_required = None
+        self._closing = False
+        self._ready = asyncio.Event()
+        self._exited = asyncio.Event()
+        self._auth_event = asyncio.Event()
+        self._pending_cards = []
+        self._questions_pending = []
+        self._permission_rpc = {}
+        self._early = []
+        self.stderr = StderrRing()
+        self.transcript = None
+        self._set_status("starting")
+
+    @classmethod
+    def resume(cls, transcript_path: Path, harness: HarnessRef | None, *, program: str | None,
+               **kwargs: Any) -> Agent:
+        """An agent rebuilt from its transcript (after a kernel restart): the
+        conversation is replayed at once; call ``start()`` to reattach — with
+        ``session/load`` when the agent advertises ``loadSession`` (its replay is folded
+        into this conversation, not appended twice), else with a new session (said so).
+        ``harness`` None means its manifest has gone: the agent is listed as
+        "harness missing" and its conversation stays readable."""
+        from . import transcript as tr
+        head = tr.header(transcript_path) or {}
+        agent = cls(harness if harness is not None else _missing_harness(head.get("harness", "?")),
+                    program=program or "", name=head.get("agent"), cwd=head.get("cwd"), **kwargs)
+        info = tr.replay(tr.read(transcript_path), agent.conversation)
+        agent._resume_session = info.get("session_id")
+        agent._replay_skip = collections.Counter(
+            json.dumps((r.msg.get("params") or {}).get("update"), sort_keys=True)
+            for r in tr.read(transcript_path) if r.kind == "in" and (r.msg or {}).get("method") == "session/update")
+        agent.transcript = Transcript(transcript_path, on_error=agent._transcript_failed)
+        agent.transcript.event("resume")
+        if harness is None:
+            agent.status = "harness missing"
+            agent.error = f"the harness {head.get('harness')!r} is not installed any more"
+        else:
+            agent.status = "resumable"
+        return agent
+
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card
         ``cancelled`` (ACP requires the client to), mark unfinished tool calls cancelled.
@@ -541,6 +785,10 @@ class Agent:
         stay queued."""
         if self._conn is None or self.session_id is None or self._turn is None:
             return
+        self._turn.cancelled_by_user = True
+        if self._cancel_sent:  # a double click on Stop sends one session/cancel
+            return
+        self._cancel_sent = True
         loop = asyncio.get_running_loop()
         conn, session_id = self._conn, self.session_id
 
@@ -745,8 +993,12 @@ class Agent:
         card = PermissionCard(self, perm)
         self._pending_cards.append(card)
         self._new_cards.put_nowait(card)
+        tcid = perm.tool_call.tool_call_id if perm.tool_call else ""
         if self._closing or self.status in ("exited", "closed"):
             card.cancel("agent closed")
+        elif tcid in self._early_cancels:
+            self._early_cancels.discard(tcid)
+            card.cancel("the agent withdrew it")
         elif perm.plan is None and self._active_policies():
             self.conversation.set_deciding(perm, True)
             task = asyncio.get_running_loop().create_task(self._consult(card))
@@ -915,3 +1167,13 @@ class _AgentClient(EscouadeClient):
             return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=outcome["optionId"]),
                                              field_meta=meta)
         return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"), field_meta=meta)
+
+
+def _missing_harness(harness_id: str) -> HarnessRef:
+    """A stand-in for a harness whose manifest has gone (its agents stay readable)."""
+    from .manifest import Harness, Manifest
+    plugin, _, short = harness_id.rpartition(":")
+    manifest = Manifest(id=plugin.removeprefix("plugin:") or "missing", name="(missing)")
+    return HarnessRef(manifest=manifest, harness=Harness(id=short or harness_id, name=short or harness_id,
+                                                         acp={"args": []}),
+                      path=Path("(missing)"), source="extra")

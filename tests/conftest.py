@@ -5,6 +5,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import os  # noqa: E402
+import tempfile  # noqa: E402
+
+# transcripts of the agents the tests start go to a scratch folder, kernels included
+os.environ.setdefault("ESCOUADE_NB_TRANSCRIPTS_DIR", tempfile.mkdtemp(prefix="escouade-test-transcripts-"))
+
 from kernel_client import processes_named  # noqa: E402
 
 

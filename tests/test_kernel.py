@@ -61,7 +61,8 @@ def test_click_message_answers_the_agent(kernel):
                      "print(card.label)\nprint([b.disabled for b in pv.buttons])\n"
                      "print(open('notes.txt').read())").text
     assert "end_turn | Edited notes.txt." in out
-    assert "[{'outcome': {'optionId': 'allow-once', 'outcome': 'selected'}}]" in out
+    assert ("[{'outcome': {'optionId': 'allow-once', 'outcome': 'selected'}, '_meta': {'escouade': {'by': 'you'}}}]"
+            in out)
     assert "Allowed once by you" in out
     assert "[True, True, True]" in out
     assert "Edited by the fake agent." in out

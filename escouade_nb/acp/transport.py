@@ -39,14 +39,16 @@ class LineTransport:
     """NDJSON over a byte send stream (agent's stdin) and receive stream (its stdout).
 
     ``intercept(message) -> bool``: called for each incoming object; True means
-    consumed (not passed to the SDK). ``observers``: ``fn(direction, message)`` for every
+    consumed (not passed to the SDK). ``on_skip(why)``: told of each skipped line. ``observers``: ``fn(direction, message)`` for every
     message in (``"in"``) and out (``"out"``), for transcripts and counters."""
 
     def __init__(self, send_stream: ByteSendStream, receive_stream: ByteReceiveStream, *,
-                 intercept: Intercept | None = None, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+                 intercept: Intercept | None = None, max_line_bytes: int = MAX_LINE_BYTES,
+                 on_skip: Callable[[str], None] | None = None) -> None:
         self._send_stream = send_stream
         self._receive_stream = receive_stream
         self._intercept = intercept
+        self._on_skip = on_skip
         self._max = max_line_bytes
         self._buffer = bytearray()
         self._scanned = 0  # bytes of the buffer known to hold no newline
@@ -144,6 +146,11 @@ class LineTransport:
         self.skipped_count += 1
         sample = line[:200].decode("utf-8", "replace")
         self.skipped.append(f"{why}: {sample}" if sample else why)
+        if self._on_skip is not None:
+            try:
+                self._on_skip(why)
+            except Exception:
+                log.exception("on_skip failed")
         log.debug("skipped agent output: %s", why)
 
     def _notify(self, direction: str, message: dict[str, Any]) -> None:

@@ -18,7 +18,8 @@ _serials = itertools.count()
 
 STATUS_TEXT = {
     "starting": "starting…", "idle": "idle", "working": "working…", "waiting": "waiting for you",
-    "exited": "exited", "closed": "closed", "failed": "failed to start",
+    "exited": "exited", "closed": "closed", "failed": "failed to start", "sign-in": "sign in needed",
+    "resumable": "resumable", "harness missing": "Harness missing",
 }
 STATUS_COLOR = {"waiting": "#bf8700", "exited": "#cf222e", "failed": "#cf222e", "working": "#1f6feb"}
 
@@ -87,7 +88,8 @@ _tasks: set = set()
 class ControlsView(w.HBox):
     """The agent's dials: Escouade's mode, the agent's own mode, its config options
     (select, grouped select, boolean) and the model. Changing one calls the agent at
-    once; the agent's own updates redraw them."""
+    once; the agent's own updates move them. A dial whose choices did not change is
+    updated in place (same widget), so a frontend never loses the one it holds."""
 
     def __init__(self, agent: Agent, throttle: Throttle) -> None:
         super().__init__(layout=w.Layout(flex_flow="row wrap"))
@@ -95,6 +97,8 @@ class ControlsView(w.HBox):
         self.agent = agent
         self.throttle = throttle
         self.controls: dict[str, w.Widget] = {}
+        self._shapes: dict[str, tuple] = {}
+        self._syncing = False
         agent.conversation.subscribe(self._on_changes)
         agent.on_status.append(lambda _a: self.throttle.request(self.rebuild))
         self.rebuild()
@@ -103,51 +107,79 @@ class ControlsView(w.HBox):
         if any(c.kind == "state" and c.name in ("mode", "config_options", "models") for c in changes):
             self.throttle.request(self.rebuild)
 
-    def _dropdown(self, key: str, label: str, options: list[tuple[str, str]], value, on_change) -> None:
-        values = [v for _, v in options]
-        dd = w.Dropdown(options=options, value=value if value in values else None, description=label,
-                        style={"description_width": "initial"}, layout=w.Layout(width="auto"))
-        dd.observe(lambda ch: ch["new"] is not None and ch["new"] != value and on_change(ch["new"]), names="value")
-        self.controls[key] = dd
-
-    def rebuild(self) -> None:
+    def _wanted(self) -> dict[str, tuple]:
+        """key -> (kind, label, options, value, setter) for every dial to show now."""
+        from ..agent import _flatten_options
         a = self.agent
         conv = a.conversation
-        for old in self.controls.values():
-            old.close()
-        self.controls = {}
+        out: dict[str, tuple] = {}
         modes = a.escouade_modes()
         if len(modes) > 1:
-            self._dropdown("escouade_mode", "Mode", [(_mode_label(m, text), m) for m, text in modes.items()],
-                           a.escouade_mode, lambda m: _run(a.set_escouade_mode(m)))
-        has_mode_option = any(o.get("category") == "mode" for o in conv.config_options)
-        if conv.modes and not has_mode_option:
-            choices = [(m.get("name") or m.get("id"), m.get("id")) for m in conv.modes.get("availableModes") or []]
-            self._dropdown("agent_mode", "Agent mode", choices, conv.current_mode_id, lambda m: _run(a.set_mode(m)))
+            out["escouade_mode"] = ("select", "Mode", tuple((_mode_label(m, t), m) for m, t in modes.items()),
+                                    a.escouade_mode, a.set_escouade_mode)
+        if conv.modes and not any(o.get("category") == "mode" for o in conv.config_options):
+            choices = tuple((m.get("name") or m.get("id"), m.get("id")) for m in conv.modes.get("availableModes") or [])
+            out["agent_mode"] = ("select", "Agent mode", choices, conv.current_mode_id, a.set_mode)
         for option in conv.config_options:
             oid = option.get("id")
+            setter = (lambda v, oid=oid: a.set_config_option(oid, v))
             if option.get("type") == "boolean":
-                box = w.Checkbox(value=bool(option.get("currentValue")), description=option.get("name") or oid,
-                                 indent=False, layout=w.Layout(width="auto"))
-                current = bool(option.get("currentValue"))
-                box.observe(lambda ch, oid=oid, current=current: ch["new"] != current and _run(
-                    a.set_config_option(oid, bool(ch["new"]))), names="value")
-                self.controls[f"config:{oid}"] = box
+                out[f"config:{oid}"] = ("bool", option.get("name") or oid, (), bool(option.get("currentValue")), setter)
             elif option.get("type") == "select":
-                from ..agent import _flatten_options
-                pairs = [(label, value) for value, label in _flatten_options(option.get("options") or [])]
-                self._dropdown(f"config:{oid}", option.get("name") or oid, pairs, option.get("currentValue"),
-                               lambda v, oid=oid: _run(a.set_config_option(oid, v)))
-        has_model_option = any(o.get("category") == "model" for o in conv.config_options)
-        if not has_model_option:
+                pairs = tuple((label, value) for value, label in _flatten_options(option.get("options") or []))
+                out[f"config:{oid}"] = ("select", option.get("name") or oid, pairs, option.get("currentValue"), setter)
+        if not any(o.get("category") == "model" for o in conv.config_options):
             current, choices = a.model_choices()
             if choices:
-                self._dropdown("model", "Model", [(label, mid) for mid, label in choices], current,
-                               lambda m: _run(a.set_model(m)))
-        disabled = a.status in ("exited", "closed", "failed", "starting")
-        for control in self.controls.values():
-            control.disabled = disabled
-        self.children = tuple(self.controls.values())
+                out["model"] = ("select", "Model", tuple((label, mid) for mid, label in choices), current, a.set_model)
+        return out
+
+    def rebuild(self) -> None:
+        wanted = self._wanted()
+        disabled = self.agent.status in ("exited", "closed", "failed", "starting", "harness missing")
+        controls: dict[str, w.Widget] = {}
+        self._syncing = True
+        try:
+            for key, (kind, label, options, value, setter) in wanted.items():
+                shape = (kind, label, options)
+                widget = self.controls.get(key)
+                if widget is None or self._shapes.get(key) != shape:
+                    if widget is not None:
+                        widget.close()
+                    widget = self._make(key, kind, label, options)
+                    self._shapes[key] = shape
+                if kind == "select":
+                    widget.value = value if value in [v for _, v in options] else None
+                else:
+                    widget.value = bool(value)
+                widget.disabled = disabled
+                controls[key] = widget
+            for key, widget in self.controls.items():
+                if key not in controls:
+                    widget.close()
+                    self._shapes.pop(key, None)
+        finally:
+            self._syncing = False
+        self.controls = controls
+        if tuple(self.children) != tuple(controls.values()):
+            self.children = tuple(controls.values())
+
+    def _make(self, key: str, kind: str, label: str, options: tuple) -> w.Widget:
+        if kind == "bool":
+            widget = w.Checkbox(description=label, indent=False, layout=w.Layout(width="auto"))
+        else:
+            widget = w.Dropdown(options=list(options), value=None, description=label,
+                                style={"description_width": "initial"}, layout=w.Layout(width="auto"))
+        widget.observe(lambda ch, key=key: self._changed(key, ch["new"]), names="value")
+        return widget
+
+    def _changed(self, key: str, value) -> None:
+        if self._syncing or value is None:
+            return
+        entry = self._wanted().get(key)
+        if entry is None or entry[3] == value:
+            return
+        _run(entry[4](value))
 
     def __repr__(self) -> str:
         return " ".join(f"{getattr(c, 'description', k)}={c.value!r}" for k, c in self.controls.items())
@@ -190,6 +222,11 @@ class AgentView(w.VBox):
         self.stop_button = w.Button(description="Stop", icon="stop", tooltip="Cancel the running turn",
                                     layout=w.Layout(width="auto"))
         self.stop_button.on_click(lambda _b: agent.cancel())
+        self.restart_button = w.Button(description="Restart", icon="refresh",
+                                       tooltip="Start a new process and session for this agent",
+                                       layout=w.Layout(width="auto"))
+        self.restart_button.on_click(lambda _b: _run(agent.restart()))
+        self.sign_in = w.HBox()
         self.transcript = TranscriptView(agent.conversation, self.throttle, speaker=speaker,
                                          on_choose_factory=_chooser(agent), items=list(agent.conversation.items),
                                          handlers=CardHandlers(agent))
@@ -197,8 +234,9 @@ class AgentView(w.VBox):
         self.prompt = w.Textarea(placeholder=f"Message {agent.name}…", layout=w.Layout(width="100%", height="60px"))
         self.send_button = w.Button(description="Send", button_style="primary", layout=w.Layout(width="auto"))
         self.send_button.on_click(lambda _b: self._send_prompt())
-        self.children = [w.HBox([self.header, self.stop_button], layout=w.Layout(justify_content="space-between")),
-                         self.controls, self.transcript, w.HBox([self.prompt, self.send_button])]
+        self.children = [w.HBox([self.header, w.HBox([self.stop_button, self.restart_button])],
+                                layout=w.Layout(justify_content="space-between")),
+                         self.controls, self.sign_in, self.transcript, w.HBox([self.prompt, self.send_button])]
         agent.on_status.append(self._on_status)
         self._serial = next(_serials)
         _views.setdefault(agent, weakref.WeakSet()).add(self)
@@ -228,7 +266,22 @@ class AgentView(w.VBox):
                              f'</span>')
         running = a.status in ("working", "waiting")
         self.stop_button.disabled = not running
-        self.send_button.disabled = a.status in ("exited", "closed", "failed")
+        self.send_button.disabled = a.status in ("exited", "closed", "failed", "harness missing")
+        self.restart_button.disabled = a.status in ("starting", "harness missing")
+        self.restart_button.layout.display = "" if a.status in ("exited", "closed", "failed", "working", "waiting",
+                                                                "sign-in", "resumable", "idle") else "none"
+        if a.status == "sign-in" and not self.sign_in.children:
+            buttons = []
+            for method in a.auth_methods:
+                b = w.Button(description=f"Sign in: {method.get('name') or method.get('id')}",
+                             tooltip=method.get("description") or "", layout=w.Layout(width="auto"))
+                b.on_click(lambda _b, mid=method.get("id"): _run(a.authenticate(mid)))
+                buttons.append(b)
+            self.sign_in.children = buttons
+        elif a.status != "sign-in" and self.sign_in.children:
+            for b in self.sign_in.children:
+                b.close()
+            self.sign_in.children = ()
 
     def __repr__(self) -> str:
         body = repr(self.transcript)

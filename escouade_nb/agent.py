@@ -12,6 +12,7 @@ import asyncio
 import collections
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,7 +285,8 @@ class Agent:
 
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
                  cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
-                 policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True) -> None:
+                 policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
+                 via: Sequence[str] = (), fs: bool | None = None) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -314,6 +316,9 @@ class Agent:
         self._new_cards: asyncio.Queue[PermissionCard] = asyncio.Queue()
         self.policies: list[Policy] = list(policies or [])
         self.escouade_mode = "default"
+        self.via = list(via)
+        self._fs_override = fs
+        self.last_activity: float | None = None  # wall-clock time of the last conversation change
         self.models: dict[str, Any] | None = None  # the agent's own ``models`` state (e.g. goose's), raw
         self.reads_refusal_messages = False
         self._questions_pending: list[QuestionCard] = []
@@ -331,6 +336,7 @@ class Agent:
         self._early: list[tuple[Any, Any]] = []
         self._auth_event = asyncio.Event()  # JSON-RPC id -> toolCallId of pending permission requests
         self._cancel_sent = False
+        self._fatal: str | None = None  # why the client stopped the agent (a transport error)
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -361,6 +367,7 @@ class Agent:
                 log.exception("status subscriber failed")
 
     def _collect(self, changes: list[Change]) -> None:
+        self.last_activity = time.time()
         if self._turn is not None and not self._turn.done:
             for change in changes:
                 if change.kind == "added" and change.item is not None:
@@ -389,7 +396,17 @@ class Agent:
         return self
 
     def argv(self) -> list[str]:
-        return [self.program, *self.harness.harness.acp.args]
+        """The command line: ``[*via, program, *acp.args]`` — ``via`` is a launcher
+        prefix such as ``ssh host`` or ``kubectl exec -i POD --`` (ACP is plain stdio)."""
+        return [*self.via, self.program, *self.harness.harness.acp.args]
+
+    @property
+    def uses_client_fs(self) -> bool:
+        """Whether we offer ``fs/*``: the manifest's ``acp.fs`` (default true), but not
+        through a launcher — the files are not ours — unless told otherwise."""
+        if self._fs_override is not None:
+            return self._fs_override and self.harness.harness.acp.fs is not False
+        return self.harness.harness.acp.fs is not False and not self.via
 
     async def _main(self) -> None:
         acp_spec = self.harness.harness.acp
@@ -425,7 +442,7 @@ class Agent:
         self.transport.observers.append(self._observe_raw)
         # elicitation/create is routed by the SDK only with its unstable flag
         self._conn = acp.connect_to_agent(self.client, self.transport, use_unstable_protocol=True)
-        fs = self.harness.harness.acp.fs is not False
+        fs = self.uses_client_fs
         try:
             with anyio.fail_after(self.start_timeout):
                 init = await self._conn.initialize(
@@ -579,8 +596,17 @@ class Agent:
         self._early_cancels.add(tool_call_id)
 
     def _on_skip(self, why: str) -> None:
-        if why.startswith("line longer"):
-            self.conversation.add_notice(f"A message from the agent was dropped: {why}.", level="warning")
+        if why.startswith("line longer") and self._fatal is None and not self._closing:
+            # the dropped message may be the answer a turn or a card waits for: rather than
+            # a silent hang, the agent is stopped and its turn fails saying why
+            self._fatal = f"transport error: a message from the agent was {why.removeprefix('line ')}"
+            self.conversation.add_notice(f"Transport error: a message from the agent was "
+                                         f"{why.removeprefix('line ')}; the agent was stopped (restart it to go on).",
+                                         level="error")
+            if self._process is not None and self._process.returncode is None:
+                task = asyncio.get_running_loop().create_task(terminate_group(self._process))
+                self._turn_tasks.add(task)
+                task.add_done_callback(self._turn_tasks.discard)
 
     def _observe_raw(self, direction: str, message: dict[str, Any]) -> None:
         # goose's ``models`` in session/new (or load) answers: unstable, dropped by the SDK
@@ -619,7 +645,7 @@ class Agent:
         if self.transcript is not None:
             self.transcript.event("exit", code=code, stderr_tail=tail, expected=expected)
         if not expected:
-            self.error = str(AgentExited(self.name, code, tail))
+            self.error = self._fatal or str(AgentExited(self.name, code, tail))
             self.conversation.add_notice(f"Agent exited with code {code}", level="error", detail=tail)
         for card in list(self._pending_cards):
             card.cancel("agent exited" if not expected else "agent closed")
@@ -631,6 +657,8 @@ class Agent:
             self._set_status("closed" if expected else "exited")
         self._exited.set()
         exc = AgentExited(self.name, code, tail, during="the turn")
+        if self._fatal is not None:
+            exc = AgentError(f"agent {self.name!r} was stopped: {self._fatal}")
         if self._turn is not None:
             self._turn._finish(error=exc)
 
@@ -738,6 +766,7 @@ class Agent:
         self.session_id = None
         self.exit = None
         self.error = None
+        self._fatal = None
         self.auth_required = None
         self._closing = False
         self._ready = asyncio.Event()

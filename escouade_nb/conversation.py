@@ -199,7 +199,15 @@ def _wire(update: dict[str, Any] | BaseModel) -> dict[str, Any]:
 
 
 def _validate(update: dict[str, Any]) -> str | None:
-    """Validate with the SDK's schema; return the error text, or None when valid."""
+    """Validate with the SDK's schema; return the error text, or None when valid. The
+    commonest update — a text chunk of known kind, with nothing else but a string
+    ``messageId`` — is checked by hand: it is most of a streamed reply's traffic."""
+    if (update.get("sessionUpdate") in _ROLE_OF and len(update) <= 3
+            and isinstance(update.get("messageId", ""), str)):
+        content = update.get("content")
+        if (isinstance(content, dict) and content.get("type") == "text" and len(content) == 2
+                and isinstance(content.get("text"), str)):
+            return None
     try:
         acp_schema.SessionNotification.model_validate({"sessionId": "-", "update": update})
     except ValidationError as exc:

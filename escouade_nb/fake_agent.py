@@ -94,7 +94,7 @@ SLOW_TICKS = 50
 SLOW_DELAY = 0.1
 CHUNK_WIDTH = 40
 
-_CHUNKS_RE = re.compile(r"chunks\s+(\d+)", re.IGNORECASE)
+_CHUNKS_RE = re.compile(r"chunks\s+(\d+)(?:\s+of\s+(\d+))?", re.IGNORECASE)
 _RUN_RE = re.compile(r"\brun\s+(.+)", re.IGNORECASE)
 # A token "looks like a file name" when it ends in a dot and an extension.
 _FILE_RE = re.compile(r"^[\w./\\~-]*\w\.[A-Za-z0-9]{1,10}$")
@@ -122,10 +122,11 @@ def _split(text: str, pieces: int) -> list[str]:
     return out
 
 
-def _chunk_text(i: int) -> str:
-    """The i-th chunk of the ``chunks N`` scenario: exactly 40 characters."""
+def _chunk_text(i: int, width: int = CHUNK_WIDTH) -> str:
+    """The i-th chunk of the ``chunks N [of W]`` scenario: exactly ``width`` (≥ 8)
+    characters, default 40, ending in a newline."""
     head = f"{i:05d} "
-    return (head + "x" * CHUNK_WIDTH)[: CHUNK_WIDTH - 1] + "\n"
+    return (head + "x" * width)[: width - 1] + "\n"
 
 
 def find_file_name(text: str) -> str:
@@ -324,7 +325,7 @@ class FakeAgent:
             return await self._slow(turn)
         m = _CHUNKS_RE.search(text)
         if m:
-            return await self._chunks(turn, int(m.group(1)))
+            return await self._chunks(turn, int(m.group(1)), max(8, int(m.group(2) or CHUNK_WIDTH)))
         if "think" in low:
             return await self._think(turn)
         if "plan" in low:
@@ -369,9 +370,9 @@ class FakeAgent:
                 await turn.sleep(SLOW_DELAY)
         return "end_turn"
 
-    async def _chunks(self, turn: _Turn, count: int) -> str:
+    async def _chunks(self, turn: _Turn, count: int, width: int = CHUNK_WIDTH) -> str:
         for i in range(count):
-            await turn.say(_chunk_text(i))
+            await turn.say(_chunk_text(i, width))
         return "end_turn"
 
     async def _think(self, turn: _Turn) -> str:

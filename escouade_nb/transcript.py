@@ -14,6 +14,7 @@ transcript turns itself off and reports the error once through ``on_error``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -61,6 +62,8 @@ class Transcript:
         self.on_error = on_error
         self.error: OSError | None = None
         self._fh = None
+        self._pending = 0
+        self._flush_handle: asyncio.TimerHandle | None = None
 
     @classmethod
     def new(cls, agent_name: str, header: dict[str, Any], **kwargs: Any) -> Transcript:
@@ -79,14 +82,40 @@ class Transcript:
                 self._fh = open(self.path, "a", encoding="utf-8")
             line = json.dumps({"t": round(time.time(), 3), **record}, ensure_ascii=False, default=str) + "\n"
             self._fh.write(line)
-            self._fh.flush()
-            if self._fh.tell() > self.max_bytes:
+            self._pending += 1
+            if record.get("kind") != "in" or self._pending >= 256 or not self._schedule_flush():
+                self.flush()
+            if self._fh is not None and self._fh.tell() > self.max_bytes:
                 self._rotate()
         except OSError as exc:
             self.error = exc
             self.close()
             if self.on_error is not None:
                 self.on_error(exc)
+
+    def flush(self) -> None:
+        """Push buffered lines to the file (done at once for everything but the agent's
+        stream, which is flushed every 256 lines or 0.2 s)."""
+        self._flush_handle = None
+        self._pending = 0
+        if self._fh is not None and self.error is None:
+            try:
+                self._fh.flush()
+            except OSError as exc:
+                self.error = exc
+                self.close()
+                if self.on_error is not None:
+                    self.on_error(exc)
+
+    def _schedule_flush(self) -> bool:
+        if self._flush_handle is not None:
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._flush_handle = loop.call_later(0.2, self.flush)
+        return True
 
     def wire(self, direction: str, message: dict[str, Any]) -> None:
         self.write({"kind": direction, "msg": message})
@@ -102,6 +131,9 @@ class Transcript:
                 src.replace(self.path.with_name(f"{self.path.name}.{n}"))
 
     def close(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
         if self._fh is not None:
             try:
                 self._fh.close()
@@ -163,6 +195,11 @@ def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, A
     the records say of the session: ``{"session_id", "agent_capabilities", ...}``."""
     info: dict[str, Any] = {}
     cards: dict[Any, Any] = {}  # JSON-RPC id of a permission request -> its Permission
+    records = list(records)
+    # the sessions this agent had: an update for any other one was dropped live, so it is here too
+    sessions = {(r.data or {}).get("session_id") for r in records if r.kind == "event" and r.event == "session"}
+    sessions |= {r.msg["result"]["sessionId"] for r in records if r.kind == "in" and isinstance(r.msg, dict)
+                 and isinstance(r.msg.get("result"), dict) and "sessionId" in r.msg["result"]}
     for rec in records:
         msg = rec.msg or {}
         if rec.kind == "header":
@@ -171,7 +208,8 @@ def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, A
             method = msg.get("method")
             params = msg.get("params") or {}
             if method == "session/update":
-                conversation.apply(params.get("update") or {})
+                if params.get("sessionId") in (None, *sessions) or not sessions:
+                    conversation.apply(params.get("update") or {})
             elif method == "session/request_permission" and "id" in msg:
                 cards[msg["id"]] = conversation.add_permission(params.get("toolCall") or {},
                                                                params.get("options") or [])

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,9 @@ class LineTransport:
                     self._discarding = True
                 self._buffer.clear()
             self._scanned = len(self._buffer)
+            # a chatty agent must not monopolise the kernel's loop: a read that finds data
+            # already buffered does not suspend, so yield once per chunk read
+            await anyio.lowlevel.checkpoint()
             try:
                 chunk = await self._receive_stream.receive(1 << 16)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):

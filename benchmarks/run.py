@@ -1,0 +1,230 @@
+"""escouade_nb benchmarks: each figure is a ratio against a baseline measured in the same run.
+
+    python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
+    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale
+
+Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
+are noisy; each timed figure is the median of several runs where that is cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the real-kernel driver used by the tests
+
+os.environ.setdefault("ESCOUADE_NB_TRANSCRIPTS_DIR", tempfile.mkdtemp(prefix="escouade-bench-transcripts-"))
+
+ROWS: list[tuple[str, str, str, str]] = []  # (benchmark, measured, baseline, ratio)
+
+
+def row(name: str, measured: str, baseline: str, ratio: str) -> None:
+    ROWS.append((name, measured, baseline, ratio))
+    print(f"{name:<44} {measured:<30} {baseline:<30} {ratio}", flush=True)
+
+
+def fake_program() -> str:
+    from escouade_nb.manifest import discover, locate_program
+
+    return locate_program(discover().find("fake").harness)
+
+
+# -- 1. ingest ------------------------------------------------------------------------------
+BLAST = [sys.executable, str(HERE / "blast_agent.py")]
+
+
+async def _ingest_sdk(n: int) -> float:
+    import acp
+
+    class NoOp:
+        async def session_update(self, session_id, update, **kw):
+            return None
+
+        async def request_permission(self, *a, **kw):
+            raise RuntimeError("not expected")
+
+    async with acp.spawn_agent_process(NoOp(), *BLAST, transport_kwargs={"stderr": subprocess.DEVNULL,
+                                                                          "limit": 50 * 2**20}) as (conn, _proc):
+        await conn.initialize(protocol_version=1)
+        session = await conn.new_session(cwd=tempfile.gettempdir(), mcp_servers=[])
+        t0 = time.perf_counter()
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(f"blast {n}")])
+        return time.perf_counter() - t0
+
+
+async def _ingest_ours(n: int) -> float:
+    from escouade_nb.agent import Agent
+    from escouade_nb.manifest import HarnessRef, Harness, Manifest
+    from escouade_nb.widgets import AgentView
+
+    ref = HarnessRef(manifest=Manifest(id="bench", name="bench"),
+                     harness=Harness(id="blast", name="Blast", acp={"args": BLAST[1:], "fs": False}),
+                     path=HERE / "blast_agent.py", source="extra")
+    agent = Agent(ref, program=BLAST[0], cwd=tempfile.mkdtemp(), record=True)
+    await agent.ready()
+    view = AgentView(agent)  # the whole client: fold, transcript, throttled views (comms are no-ops outside a kernel)
+    t0 = time.perf_counter()
+    await agent.send(f"blast {n}")
+    view.throttle.flush()
+    elapsed = time.perf_counter() - t0
+    await agent.close()
+    return elapsed
+
+
+def bench_ingest(n: int = 20_000, runs: int = 3) -> None:
+    sdk = statistics.median(asyncio.run(_ingest_sdk(n)) for _ in range(runs))
+    ours = statistics.median(asyncio.run(_ingest_ours(n)) for _ in range(runs))
+    row(f"ingest: {n} session/update, notif/s", f"{n / ours:,.0f}/s (whole client)",
+        f"{n / sdk:,.0f}/s (bare SDK, no-op handler)", f"{(n / ours) / (n / sdk):.2f}× of the SDK's rate")
+
+
+# -- 2. comm traffic ------------------------------------------------------------------------
+def bench_comm(chunks: int = 5000, width: int = 20) -> None:
+    from kernel_client import Kernel
+
+    k = Kernel(Path(tempfile.mkdtemp()))
+    try:
+        k.run("%load_ext escouade_nb\nimport asyncio\na = %escouade fake\nawait a.ready()\nawait asyncio.sleep(0.5)")
+        res = k.run(f"r = await a.send('chunks {chunks} of {width}')\nawait asyncio.sleep(0.3)\nprint(len(r.text))")
+        late = k.drain_iopub(0.5)
+        text = int(res.text.strip())
+        msgs, nbytes = res.comm_msgs + late.comm_msgs, res.comm_bytes + late.comm_bytes
+        naive = k.run("import ipywidgets as w\nh = w.HTML()\nfor i in range(500):\n    h.value += 'x' * %d\n" % width)
+        naive_msgs, naive_bytes = naive.comm_msgs, naive.comm_bytes
+        k.run("await a.close()", allow_error=True)
+    finally:
+        k.shutdown()
+    per_text = nbytes / text
+    naive_per_text = naive_bytes / (500 * width)
+    row(f"comm: {text // 1000} KB reply in {chunks} chunks", f"{msgs} msgs, {nbytes / 1e3:,.0f} KB = "
+        f"{per_text:.2f} B/text B", f"naive value+= (500 chunks): {naive_per_text:.0f} B/text B",
+        f"{naive_per_text / per_text:,.0f}× fewer bytes; target ≤ 3 B/text B")
+    row("comm: messages per chunk", f"{msgs / chunks:.4f}", f"naive: {naive_msgs / 500:.2f}", "")
+
+
+# -- 3. broker ------------------------------------------------------------------------------
+def bench_broker() -> None:
+    script = HERE / "broker_latency.py"
+    if not script.exists():
+        row("broker decision latency", "not measured", "(benchmarks/broker_latency.py absent)", "")
+        return
+    out = subprocess.run([sys.executable, str(script), "--table-row"], capture_output=True, text=True, timeout=600)
+    last = [line for line in out.stdout.splitlines() if line.startswith("ROW|")]
+    if out.returncode != 0 or not last:
+        row("broker decision latency", "failed", out.stderr.strip().splitlines()[-1:] and
+            out.stderr.strip().splitlines()[-1] or "", "")
+        return
+    _, name, measured, baseline, ratio = last[-1].split("|")
+    row(name, measured, baseline, ratio)
+
+
+# -- 4. kernel responsiveness ----------------------------------------------------------------
+def _round_trips(k, n: int = 60) -> list[float]:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        k.run("1")
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def bench_responsiveness(agents: int = 10) -> None:
+    from kernel_client import Kernel
+
+    k = Kernel(Path(tempfile.mkdtemp()))
+    try:
+        k.run("%load_ext escouade_nb\nimport asyncio")
+        idle = _round_trips(k)
+        k.run(f"agents = [get_ipython().run_line_magic('escouade', 'fake') for _ in range({agents})]\n"
+              "await asyncio.gather(*(a.ready() for a in agents))\n"
+              "async def flat_out(a):\n    while True:\n        await a.send('chunks 5000')\n"
+              "tasks = [asyncio.ensure_future(flat_out(a)) for a in agents]\nawait asyncio.sleep(1)")
+        busy = _round_trips(k)
+        k.drain_iopub(0.2)
+        k.run("for t in tasks: t.cancel()\nfor a in agents: a.cancel()\n"
+              "await asyncio.gather(*(a.close() for a in agents))", allow_error=True, timeout=120)
+    finally:
+        k.shutdown()
+    row(f"kernel: trivial cell, p50, {agents} agents streaming", f"{_pct(busy, 50) * 1e3:.1f} ms",
+        f"{_pct(idle, 50) * 1e3:.1f} ms idle", f"{_pct(busy, 50) / _pct(idle, 50):.1f}×")
+    row(f"kernel: trivial cell, p99, {agents} agents streaming", f"{_pct(busy, 99) * 1e3:.1f} ms",
+        f"{_pct(idle, 99) * 1e3:.1f} ms idle", f"{_pct(busy, 99) / _pct(idle, 99):.1f}×")
+
+
+# -- 5. scale ------------------------------------------------------------------------------------
+def bench_scale(n: int = 50) -> None:
+    from kernel_client import Kernel
+
+    k = Kernel(Path(tempfile.mkdtemp()))
+    try:
+        k.run("%load_ext escouade_nb\nimport asyncio, time, resource\n"
+              "def rss():\n    return int(open('/proc/self/statm').read().split()[1]) * 4096\n"
+              "a0 = get_ipython().run_line_magic('escouade', 'fake')\nawait a0.ready()\nawait a0.send('hello')\n"
+              "base = rss()")
+        out = k.run(f"t0 = time.perf_counter()\n"
+                    f"agents = [get_ipython().run_line_magic('escouade', 'fake') for _ in range({n})]\n"
+                    "await asyncio.gather(*(a.ready() for a in agents))\nstart = time.perf_counter() - t0\n"
+                    "t1 = time.perf_counter()\nturns = await asyncio.gather(*(a.send('hello') for a in agents))\n"
+                    "answer = time.perf_counter() - t1\nimport gc; gc.collect()\n"
+                    "print(start, answer, (rss() - base) / len(agents), sum(t.stop_reason == 'end_turn' for t in turns))",
+                    timeout=600).text.split()
+        one = k.run("t0 = time.perf_counter()\nx = get_ipython().run_line_magic('escouade', 'fake')\nawait x.ready()\n"
+                    "print(time.perf_counter() - t0)").text.split()
+        k.run("await asyncio.gather(*(a.close() for a in [*agents, a0, x]))", allow_error=True, timeout=300)
+    finally:
+        k.shutdown()
+    start, answer, per_agent, ok = float(out[0]), float(out[1]), float(out[2]), int(out[3])
+    row(f"scale: start {n} fake agents", f"{start:.1f} s", f"one agent: {float(one[0]):.2f} s",
+        f"{start / float(one[0]):.1f}× one start ({start / n:.2f} s each)")
+    row(f"scale: {n} agents answer a prompt", f"{answer:.2f} s, {ok}/{n} end_turn", "", "")
+    row("scale: kernel memory per agent", f"{per_agent / 2**20:.2f} MiB", "", "")
+
+
+BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
+           "responsiveness": bench_responsiveness, "scale": bench_scale}
+
+
+def main(argv: list[str]) -> int:
+    chosen = [a for a in argv if a in BENCHES] or list(BENCHES)
+    started = time.time()
+    print(f"{'benchmark':<44} {'measured':<30} {'baseline (same run)':<30} ratio")
+    for name in chosen:
+        try:
+            BENCHES[name]()
+        except Exception as exc:  # one failing benchmark does not hide the others
+            row(name, f"error: {exc!r}"[:80], "", "")
+    if chosen == list(BENCHES):
+        write_results(time.time() - started)
+    return 0
+
+
+def write_results(seconds: float) -> None:
+    date = datetime.date.today().isoformat()
+    lines = [f"# Benchmark results ({date})", "",
+             f"Command: `python benchmarks/run.py` (all benchmarks, {seconds:.0f} s). Machine: {platform.machine()}, "
+             f"{os.cpu_count()} cores, Python {platform.python_version()}. Each figure is set against a baseline "
+             "measured in the same run.", "",
+             "| benchmark | measured | baseline (same run) | ratio |", "| --- | --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in ROWS]
+    (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {HERE / 'RESULTS.md'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import acp
 import anyio
@@ -28,7 +29,8 @@ from .acp.process import StderrRing, agent_environment, drain, kill_group_now, s
 from .acp.transport import LineTransport
 from .conversation import Change, Conversation, Item, Message, Permission, Question, ToolCall
 from . import plans
-from .manifest import HarnessRef
+from .adapters import adapt
+from .manifest import HarnessRef, version_status
 from .transcript import Transcript
 from .render_text import answer_label, render_item
 
@@ -318,7 +320,8 @@ class Agent:
         self.escouade_mode = "default"
         self.via = list(via)
         self._fs_override = fs
-        self.last_activity: float | None = None  # wall-clock time of the last conversation change
+        self.last_activity: float | None = None
+        self.version_checked = False  # the squad already compared the program's --version with ``tested``  # wall-clock time of the last conversation change
         self.models: dict[str, Any] | None = None  # the agent's own ``models`` state (e.g. goose's), raw
         self.reads_refusal_messages = False
         self._questions_pending: list[QuestionCard] = []
@@ -337,6 +340,7 @@ class Agent:
         self._auth_event = asyncio.Event()  # JSON-RPC id -> toolCallId of pending permission requests
         self._cancel_sent = False
         self._fatal: str | None = None  # why the client stopped the agent (a transport error)
+        self._agent_protocol: Any = None  # the protocolVersion of the agent's initialize answer, raw
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -448,7 +452,10 @@ class Agent:
                 init = await self._conn.initialize(
                     protocol_version=acp.PROTOCOL_VERSION, client_capabilities=self._capabilities(fs),
                     client_info=Implementation(name="escouade_nb", title="escouade_nb", version=__version__))
+                if self._protocol_error():
+                    raise AgentError(self._protocol_error())
                 self.agent_info = init.agent_info.model_dump(mode="json", exclude_none=True) if init.agent_info else None
+                self._check_version()
                 self.agent_capabilities = (init.agent_capabilities.model_dump(mode="json", by_alias=True, exclude_none=True)
                                            if init.agent_capabilities else {})
                 self.auth_methods = [m.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -475,10 +482,23 @@ class Agent:
         except ConnectionError:
             return  # the process ended; _on_exit tells why
         except Exception as exc:  # a malformed answer (e.g. a protocolVersion that is not an integer)
-            await self._abort(f"agent {self.name!r} gave an answer this client cannot read: "
-                              f"{str(exc).splitlines()[0]}")
+            await self._abort(self._protocol_error() or f"agent {self.name!r} gave an answer this client cannot "
+                                                        f"read: {str(exc).splitlines()[0]}")
             return
         await self._session_ready()
+
+    def _check_version(self) -> None:
+        """Warn when the version the agent gives in ``initialize`` (``agentInfo``) is
+        outside the manifest's ``tested`` range (for agents without a version flag)."""
+        version = (self.agent_info or {}).get("version")
+        tested = self.harness.harness.tested
+        if not version or tested is None or self.version_checked:
+            return
+        status = version_status(version, tested)
+        if status in ("older", "newer"):
+            self.conversation.add_notice(
+                f"{self.harness.harness.display_name} {version} is {status} than the versions tested with this "
+                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
 
     async def _open_session(self) -> None:
         """``session/new`` — or ``session/load`` when resuming an agent that supports it.
@@ -536,12 +556,20 @@ class Agent:
             return self
         try:
             await self._conn.authenticate(method_id=method_id)
-            await self._open_session()
+            if self.session_id is None:
+                await self._open_session()
         except AuthRequired as exc:
             self.conversation.add_notice("Still not signed in", level="error", detail=str(exc))
             raise
         except acp.RequestError as exc:
-            raise AgentError(f"sign-in with {method_id!r} failed: {exc}") from None
+            offered = ", ".join(f"{m.get('id')} ({m.get('name')})" for m in self.auth_methods)
+            error = AgentError(f"sign-in with {method_id!r} failed: {exc}; sign-in methods: {offered}")
+            self.conversation.add_notice("Sign-in failed", level="error", detail=str(error))
+            raise error from None
+        if self._ready.is_set():  # signed in again during a session (a prompt got -32000): it goes on
+            self.auth_required = None
+            self._set_status("idle")
+            return self
         await self._session_ready()
         return self
 
@@ -561,10 +589,27 @@ class Agent:
             rpc_id = (message.get("params") or {}).get("requestId")
             self._agent_cancelled(rpc_id)
             return True
+        if isinstance(method, str) and "id" in message and self.session_id is not None:
+            params = message.get("params") if isinstance(message.get("params"), dict) else {}
+            session = params.get("sessionId")
+            if session is not None and session != self.session_id:  # fs/*, terminal/*, a card: not for it
+                self._refuse(message["id"], f"unknown session {session!r}")
+                return True
         if method == "session/request_permission" and "id" in message:
             tool_call = ((message.get("params") or {}).get("toolCall") or {})
             self._permission_rpc[message["id"]] = str(tool_call.get("toolCallId", ""))
         return False
+
+    def _refuse(self, rpc_id: Any, why: str) -> None:
+        """Answer an agent's request with an invalid-params error, without handling it."""
+        async def answer() -> None:
+            try:
+                await self.transport.send({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32602, "message": why}})
+            except ConnectionError:
+                pass
+        task = asyncio.get_running_loop().create_task(answer())
+        self._turn_tasks.add(task)
+        task.add_done_callback(self._turn_tasks.discard)
 
     def _fold(self, update: Any) -> None:
         if self._loading and self._replay_skip:
@@ -572,7 +617,9 @@ class Agent:
             if self._replay_skip[key] > 0:  # already in the conversation, rebuilt from the transcript
                 self._replay_skip[key] -= 1
                 return
-        self.conversation.apply(update if isinstance(update, dict) else {"value": update})
+        update = adapt(self.harness.short_id, self.conversation, update)
+        if update is not None:
+            self.conversation.apply(update if isinstance(update, dict) else {"value": update})
 
     def _flush_early_updates(self) -> None:
         early, self._early = self._early, []
@@ -608,7 +655,18 @@ class Agent:
                 self._turn_tasks.add(task)
                 task.add_done_callback(self._turn_tasks.discard)
 
+    def _protocol_error(self) -> str | None:
+        """Why the agent's ``initialize`` answer cannot be spoken to: a protocol version
+        (as it came on the wire) other than ours, an integer. None when it is fine."""
+        version = self._agent_protocol
+        if version is None or (type(version) is int and version == acp.PROTOCOL_VERSION):
+            return None
+        return (f"agent {self.name!r} speaks ACP protocol version {version!r}; this client supports "
+                f"[{acp.PROTOCOL_VERSION}], so the connection was closed")
+
     def _observe_raw(self, direction: str, message: dict[str, Any]) -> None:
+        if direction == "in" and isinstance(message.get("result"), dict) and "protocolVersion" in message["result"]:
+            self._agent_protocol = message["result"]["protocolVersion"]  # initialize's, before the SDK reads it
         # goose's ``models`` in session/new (or load) answers: unstable, dropped by the SDK
         if direction == "in" and isinstance(message.get("result"), dict) and "models" in message["result"]:
             models = message["result"]["models"]
@@ -634,6 +692,8 @@ class Agent:
     async def _abort(self, error: str) -> None:
         self._fail(error)
         self._closing = True
+        if self.transport is not None:
+            await self.transport.close()  # its stdin first, then its process group
         if self._process is not None:
             await terminate_group(self._process)
 
@@ -663,11 +723,17 @@ class Agent:
             self._turn._finish(error=exc)
 
     # -- turns ------------------------------------------------------------------------------
-    def send(self, prompt: str | Sequence[Any]) -> Turn:
+    def send(self, prompt: str | Sequence[Any], *, attach: Sequence[str | Path] = ()) -> Turn:
         """Queue a prompt turn and return its :class:`Turn` at once. ``prompt`` is text,
         or a list of ACP content blocks (dicts or SDK models). One turn runs at a time;
-        later sends wait their turn in order."""
-        blocks = _blocks(prompt)
+        later sends wait their turn in order.
+
+        ``attach``: files sent along (relative paths are taken in the agent's folder), read
+        now: an image as an image block, a UTF-8 text file as an embedded resource,
+        anything else (or bigger than 4 MiB) as a ``resource_link`` to its ``file://`` URI.
+        What the agent does not take (``promptCapabilities``) becomes a link, or is left
+        out with a notice (images)."""
+        blocks = _blocks(prompt) + [_attachment(self.cwd / Path(p)) for p in attach]
         turn = Turn(self, blocks)
         task = asyncio.get_running_loop().create_task(self._run_turn(turn), name=f"escouade turn {self.name}")
         self._turn_tasks.add(task)
@@ -706,6 +772,7 @@ class Agent:
                     self.auth_required = AuthRequired(f"agent {self.name!r}: {exc}", self.auth_methods)
                     self.conversation.add_notice("The agent asks you to sign in; your prompt was kept (turn.prompt)",
                                                  level="warning", detail=str(self.auth_required))
+                    self._set_status("sign-in")  # the view offers the sign-in methods
                     turn._finish(error=self.auth_required)
                 else:
                     self.conversation.add_notice(f"The agent answered the prompt with an error: {exc}", level="error",
@@ -716,9 +783,13 @@ class Agent:
                 turn._finish(error=AgentError(f"agent {self.name!r}: {exc}"))
             else:
                 self._questions_from_text(turn)
+                if response.stop_reason == "refusal":
+                    self.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "
+                                                 "your text is kept above.", level="warning")
                 turn._finish(stop_reason=response.stop_reason)
             finally:
                 self._turn = None
+                self.conversation.settle_rejected()
                 self.conversation.close_messages()
                 if self.status in ("working", "waiting"):
                     self._set_status("idle")
@@ -738,7 +809,7 @@ class Agent:
             if kind == "resource" and not caps.get("embeddedContext"):
                 res = block.get("resource") or {}
                 uri = res.get("uri", "")
-                link = {"type": "resource_link", "uri": uri, "name": uri.rsplit("/", 1)[-1] or uri}
+                link = {"type": "resource_link", "uri": uri, "name": unquote(uri.rsplit("/", 1)[-1]) or uri}
                 if res.get("mimeType"):
                     link["mimeType"] = res["mimeType"]
                 out.append(link)
@@ -1123,6 +1194,31 @@ def _blocks(prompt: str | Sequence[Any]) -> list[dict[str, Any]]:
         else:
             out.append(dict(block))
     return out
+
+
+ATTACH_EMBED_MAX = 4 * 1024 * 1024
+"""An attached file bigger than this (bytes) is sent as a link, not embedded."""
+
+
+def _attachment(path: Path) -> dict[str, Any]:
+    """The content block of an attached file (see :meth:`Agent.send`)."""
+    import base64
+    import mimetypes
+    import os
+
+    path = Path(os.path.abspath(path))
+    mime = mimetypes.guess_type(path.name)[0]
+    link = {"type": "resource_link", "uri": path.as_uri(), "name": path.name, **({"mimeType": mime} if mime else {})}
+    if path.stat().st_size > ATTACH_EMBED_MAX:
+        return link
+    data = path.read_bytes()
+    if mime is not None and mime.startswith("image/"):
+        return {"type": "image", "mimeType": mime, "data": base64.b64encode(data).decode("ascii")}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return link
+    return {"type": "resource", "resource": {"uri": path.as_uri(), "mimeType": mime or "text/plain", "text": text}}
 
 
 def _flatten_options(options: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -493,6 +493,20 @@ class Conversation:
                 changes.append(Change("updated", call))
         self._emit(changes)
 
+    def settle_rejected(self) -> None:
+        """A tool call whose card was rejected and that the agent never settled is shown
+        ``failed`` (some agents, e.g. Gemini CLI, leave it pending forever)."""
+        changes: list[Change] = []
+        for item in self.items:
+            if isinstance(item, Permission) and item.state == "selected" and \
+                    (item.chosen or {}).get("kind", "").startswith("reject"):
+                call = item.tool_call
+                if call is not None and call.status in _UNFINISHED:
+                    call.status = "failed"
+                    call.touch()
+                    changes.append(Change("updated", call))
+        self._emit(changes)
+
     def close_messages(self) -> None:
         """Freeze every open message (the turn ended)."""
         changes: list[Change] = []

@@ -99,6 +99,22 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def raw_output_text(call: ToolCall) -> str:
+    """A tool's ``rawOutput`` when its content does not already carry it (Codex sends
+    its stdout only there), as text; "" otherwise."""
+    out = call.raw_output
+    if out is None:
+        return ""
+    if isinstance(out, dict):
+        out = next((out[k] for k in ("stdout", "formatted_output", "aggregated_output", "output")
+                    if isinstance(out.get(k), str) and out.get(k)), out)
+    text = out if isinstance(out, str) else tool_input_text(out)
+    if not call.content:
+        return cut(text)
+    shown = "".join(content_text(c) for c in call.content)
+    return cut(text) if isinstance(out, str) and out.strip() and out.strip() not in shown else ""
+
+
 def tool_call_text(call: ToolCall) -> str:
     head = f"[tool] {call.title or call.tool_call_id} ({call.kind or 'other'}, {call.shown_status})"
     parts = [head]
@@ -107,6 +123,9 @@ def tool_call_text(call: ToolCall) -> str:
         parts.append(_indent("input: " + inp))
     for c in call.content:
         parts.append(_indent(cut(content_text(c))))
+    out = raw_output_text(call)
+    if out:
+        parts.append(_indent("output: " + out))
     return "\n".join(parts)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from ..conversation import Plan, ToolCall
-from ..render_text import PLAN_MARK, content_text, cut, diff_lines, tool_input_text
+from ..render_text import PLAN_MARK, content_text, cut, diff_lines, raw_output_text, tool_input_text
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
 
@@ -19,6 +19,8 @@ STATUS_COLOR = {
     "cancelled": "#8a8a8a",
 }
 _DIFF_CLASS = {"+": "add", "-": "del", "@": "hunk"}
+MAX_DIFF_ROWS = 400
+"""A diff shows at most this many lines, then says how many more there are."""
 MONO = "font-family:var(--jp-code-font-family,monospace);font-size:12px"
 
 
@@ -65,16 +67,19 @@ def diff_html(item: dict[str, Any]) -> str:
     path = item.get("path", "")
     old = item.get("oldText")
     rows = []
-    for tag, line in diff_lines(old, item.get("newText", ""), path):
+    lines = diff_lines(old, item.get("newText", ""), path)
+    for tag, line in lines[:MAX_DIFF_ROWS]:  # a huge diff must not freeze the kernel or the browser
         color = {"+": "#e6ffec", "-": "#ffebe9", "@": "#ddf4ff"}.get(tag, "transparent")
         sign = {"@": "", " ": " "}.get(tag, tag)
         rows.append(f'<div class="escouade-diff-{_DIFF_CLASS.get(tag, "ctx")}" '
                     f'style="background:{color};white-space:pre-wrap">{esc(sign + line)}</div>')
     head = "new file" if old is None else "edit"
+    hidden = len(lines) - MAX_DIFF_ROWS
+    more = f'<div class="escouade-diff-more" style="color:#8a8a8a">… {hidden} more lines</div>' if hidden > 0 else ""
     return (f'<div class="escouade-diff" style="{MONO};border:1px solid #d0d7de;border-radius:4px;margin:2px 0">'
             f'<div style="padding:2px 6px;background:#f6f8fa;border-bottom:1px solid #d0d7de">{head} '
-            f'<b>{esc(path)}</b></div>{"".join(rows[:400])}'
-            f'{"<div>… diff cut</div>" if len(rows) > 400 else ""}</div>')
+            f'<b>{esc(path)}</b></div>{"".join(rows)}'
+            f'{more}</div>')
 
 
 def tool_body_html(call: ToolCall) -> str:
@@ -87,8 +92,9 @@ def tool_body_html(call: ToolCall) -> str:
             parts.append(diff_html(c))
         else:
             parts.append(f'<div class="escouade-tool-output">{pre(cut(content_text(c)))}</div>')
-    if call.raw_output is not None and not call.content:
-        parts.append(f'<div class="escouade-tool-output">{pre(tool_input_text(call.raw_output))}</div>')
+    out = raw_output_text(call)
+    if out:
+        parts.append(f'<div class="escouade-tool-output">{pre(out)}</div>')
     return "".join(parts)
 
 

@@ -1,0 +1,303 @@
+"""Released ACP agents driven through the product in a real kernel, offline.
+
+For every agent (one kernel each, its environment pointing at the scripted model server):
+
+* ``allow``: ``%escouade NAME`` starts it; a prompt asks for a shell command
+  (``echo hello-from-agent | tee out.txt``); the permission card that appears is answered
+  by the click message of its *allow once* button; the command's output is in the tool
+  call's card; the final text arrives and the turn ends ``end_turn``;
+* ``reject``: the same, answered with the *reject* button; what the agent really does
+  (goes on, ends its turn silently, or cancels) is asserted, with the card and the turn;
+* ``write``: a prompt asks for a file to be written; the file exists and the diff is shown
+  (when the agent sends one).
+
+Timings (start-to-ready, turn) and the client calls each agent made are printed and
+collected in ``agent-report.json`` under pytest's temporary folder (``-s`` shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agent_configs import AGENTS, DROP, SUITE_TOKEN
+from kernel_client import Kernel
+from model_server import FINAL_PREFIX, SHELL_COMMAND, WRITE_TEXT
+
+pytestmark = pytest.mark.agents
+
+HERE = Path(__file__).parent
+SHELL_PROMPT = f"ESC-SHELL Please run this shell command: {SHELL_COMMAND}"
+TURN_TIMEOUT = 45
+
+
+@dataclass
+class Expect:
+    """What an agent does, from runs on this machine (see README "Real agents")."""
+
+    shell_card: bool | str = True  # "terminal": only when the client offers terminal/*
+    reject: str = "continue"  # "continue" (failed tool, more text), "end" (end_turn, no text), "cancelled"
+    output: str = "card"  # where the command's output shows: "card", "raw_output" (not shown), "none"
+    write_card: bool = True
+    write_diff: bool = True
+    write_calls: tuple[str, ...] = ()  # client methods the write scenario must call
+    reject_fails_call: bool = True  # after a reject the agent reports its tool call failed
+
+
+EXPECT: dict[str, Expect] = {
+    # asks for `| tee` in its default accept-edits mode, writes files without asking
+    "mistral-vibe": Expect(write_card=False),
+    # without client terminal/* it runs its local bash without asking (and never completes the call)
+    "fast-agent": Expect(shell_card="terminal", write_calls=("fs/read_text_file", "fs/write_text_file")),
+    "kimi": Expect(reject="end", write_calls=("fs/write_text_file",)),
+    "claude-agent": Expect(),
+    # asks only for escalated commands (the model server asks for escalation); writes with its shell
+    "codex": Expect(reject="cancelled", output="raw_output", write_diff=False),
+    # permission "ask" for bash and edit is set in its test config (it allows all by default)
+    "opencode": Expect(reject="end", write_diff=False, write_calls=("fs/write_text_file",)),
+    # sends no output in its shell tool call, and never settles a rejected call (it stays
+    # pending); "fs": false in its manifest (see there)
+    "gemini": Expect(output="none", reject_fails_call=False),
+    "goose": Expect(write_diff=False),
+}
+
+REPORT: dict[str, dict] = {}
+
+
+class AgentKernel(Kernel):
+    """A kernel whose environment (inherited by the agents it starts) is ``env``."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:  # noqa: D107 - same as Kernel
+        from jupyter_client.manager import KernelManager
+
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(cwd=str(cwd), env={**env, "PYTHONUNBUFFERED": "1"})
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+
+def wait_for(kernel: Kernel, expr: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if kernel.run(f"print(bool({expr}))").text.strip() == "True":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {expr}")
+
+
+@dataclass
+class Bench:
+    harness: str
+    kernel: AgentKernel
+    root: Path
+    server: object
+    expect: Expect
+
+    def start(self, name: str) -> tuple[Path, float]:
+        """``%escouade HARNESS --cwd DIR --as NAME`` and wait until ready; returns the
+        folder and the start-to-ready seconds."""
+        work = self.root / name
+        work.mkdir()
+        out = self.kernel.run(
+            f"_t0 = time.monotonic()\n"
+            f"agents[{name!r}] = %escouade {self.harness} --cwd {shlex.quote(str(work))} --as {name}\n"
+            f"try:\n    await agents[{name!r}].ready()\n"
+            f"except Exception as e:\n    print('NOT READY', e)\n"
+            f"print('READY', round(time.monotonic() - _t0, 3))\n"
+            f"calls[{name!r}] = []\n"
+            f"agents[{name!r}].transport.observers.append(\n"
+            f"    lambda d, m: d == 'in' and 'id' in m and 'method' in m and calls[{name!r}].append(m['method']))",
+            timeout=120)
+        assert "NOT READY" not in out.text, out.text
+        return work, float(out.text.split("READY")[-1].split()[0])
+
+    def turn(self, name: str, prompt: str, answer: str | None) -> dict:
+        """Send ``prompt``; if a card comes, click the button of the first option of kind
+        ``answer``; wait for the turn's end; return what the kernel saw."""
+        k = self.kernel
+        out = k.run(
+            f"_a = agents[{name!r}]\n"
+            f"_t1 = time.monotonic()\n"
+            f"turns[{name!r}] = _turn = _a.send({prompt!r})\n"
+            f"_card_task = asyncio.ensure_future(_a.next_permission())\n"
+            f"_turn_task = asyncio.ensure_future(_turn.wait())\n"
+            f"_turn_task.add_done_callback(lambda f, n={name!r}: ends.__setitem__(n, time.monotonic() - _t1))\n"
+            f"_done, _ = await asyncio.wait({{_card_task, _turn_task}}, timeout={TURN_TIMEOUT},\n"
+            f"                             return_when=asyncio.FIRST_COMPLETED)\n"
+            f"if _card_task not in _done:\n    _card_task.cancel()\n"
+            f"cards[{name!r}] = _card_task.result() if _card_task in _done else None\n"
+            f"print('CARD', json.dumps(cards[{name!r}].options if cards[{name!r}] else None))",
+            timeout=TURN_TIMEOUT + 15)
+        options = json.loads(out.text.split("CARD", 1)[1])
+        clicked = None
+        if options is not None:
+            assert answer is not None, f"unexpected permission card: {options}"
+            wait_for(k, f"cards[{name!r}].permission.key in views_of(agents[{name!r}])[0].transcript._views")
+            ids = json.loads(k.run(f"print(json.dumps([b.model_id for b in "
+                                   f"views_of(agents[{name!r}])[0].card_view(cards[{name!r}]).buttons]))").text)
+            index = next(i for i, o in enumerate(options) if o.get("kind") == answer)
+            clicked = options[index]
+            k.click(ids[index])  # the message a browser sends for a click
+        wait_for(k, f"turns[{name!r}].done", timeout=TURN_TIMEOUT)
+        res = k.run(
+            f"_r = turns[{name!r}]\n"
+            f"_card = cards[{name!r}]\n"
+            f"_err = None\n"
+            f"try:\n    await _r\nexcept Exception as e:\n    _err = str(e)\n"
+            f"await asyncio.sleep(0.3)\n"  # late updates (after the prompt's answer)
+            f"_pv = views_of(agents[{name!r}])[0].card_view(_card) if _card else None\n"
+            f"print('RESULT', json.dumps({{'stop': _r.stop_reason, 'error': _err, 'text': _r.text,\n"
+            f"  'secs': ends.get({name!r}),\n"
+            f"  'card_label': _card.label if _card else None, 'card_state': _card.state if _card else None,\n"
+            f"  'buttons_disabled': [b.disabled for b in _pv.buttons] if _pv else None,\n"
+            f"  'calls': calls[{name!r}],\n"
+            f"  'tools': [{{'title': t.title, 'status': t.shown_status, 'content': t.content,\n"
+            f"             'raw_output': t.raw_output, 'html': tool_body_html(t), 'diffs': t.diffs}}\n"
+            f"            for t in _r.tool_calls]}}, default=str))")
+        result = json.loads(res.text.split("RESULT", 1)[1])
+        result["options"] = options
+        result["clicked"] = clicked
+        return result
+
+
+@pytest.fixture(scope="module", params=[*AGENTS, "goose"])
+def bench(request, model_server, tmp_path_factory):
+    harness = request.param
+    root = tmp_path_factory.mktemp(f"agent-{harness}")
+    env = {k: v for k, v in os.environ.items() if k not in DROP}
+    if harness == "goose":
+        bin_dir = root / "bin"  # `goose` exists only on this kernel's PATH
+        bin_dir.mkdir()
+        launcher = bin_dir / "goose"
+        launcher.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
+                            f"{shlex.quote(str(HERE / 'goose_like_agent.py'))} \"$@\"\n")
+        launcher.chmod(0o755)
+        env.update({"HOME": str(root / "home"), "OPENAI_HOST": model_server.url, "GOOSE_MODE": "approve",
+                    "GOOSE_MODEL": "fake-model", "GOOSE_PATH_ROOT": str(root / "home" / "goose")})
+        (root / "home").mkdir()
+    else:
+        spec = AGENTS[harness]
+        bin_dir = spec.bin_dir()
+        if bin_dir is None:
+            pytest.skip(f"{harness} is not installed (scripts/install-agents.sh {harness})")
+        env.update(spec.env(root / "home", model_server.url))
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["ESCOUADE_AGENT_SUITE"] = SUITE_TOKEN  # inherited by the agents: see conftest
+    kernel = AgentKernel(root, env)
+    kernel.run("%load_ext escouade_nb\nimport asyncio, json, time\nfrom escouade_nb.widgets import views_of\n"
+               "from escouade_nb.widgets.render import tool_body_html\n"
+               "agents, turns, cards, calls, ends = {}, {}, {}, {}, {}")
+    expect = EXPECT[harness]
+    REPORT[harness] = {"version": kernel.run(f"print(__import__('escouade_nb.manifest', fromlist=['x'])"
+                                             f".discover().find({harness!r}).harness.tested.newest)").text.strip()}
+    yield Bench(harness, kernel, root, model_server, expect)
+    try:
+        kernel.run("for _a in list(agents.values()):\n    await _a.close()", allow_error=True, timeout=60)
+    finally:
+        kernel.shutdown()
+    report = Path(tmp_path_factory.getbasetemp()) / "agent-report.json"
+    report.write_text(json.dumps(REPORT, indent=2))
+
+
+def _print(harness: str, scenario: str, ready: float, r: dict) -> None:
+    REPORT.setdefault(harness, {})[scenario] = {
+        "ready_s": ready, "turn_s": round(r["secs"] or 0, 3), "stop": r["stop"], "calls": r["calls"],
+        "card": r["card_label"], "text": r["text"][-80:]}
+    print(f"\n{harness} {scenario}: ready {ready:.2f} s, turn {r['secs'] or 0:.2f} s, stop {r['stop']}, "
+          f"card {r['card_label']!r}, client calls {r['calls']}, text {r['text'][-60:]!r}")
+
+
+def _all_loopback(server, mark: int) -> list[dict]:
+    seen = server.since(mark)
+    assert seen, "the agent made no request to the model server"
+    assert all(e["client"] == "127.0.0.1" for e in seen)
+    assert not [e for e in seen if e.get("answer") in ("404",) or str(e.get("answer", "")).startswith("500")], \
+        [(e["path"], e.get("answer")) for e in seen]
+    return seen
+
+
+def test_shell_allow_once(bench):
+    name = f"{bench.harness}-allow"
+    work, ready = bench.start(name)
+    mark = bench.server.mark()
+    r = bench.turn(name, SHELL_PROMPT, "allow_once")
+    _print(bench.harness, "allow", ready, r)
+    assert r["error"] is None, r["error"]
+    assert r["stop"] == "end_turn"
+    assert FINAL_PREFIX in r["text"]
+    assert (work / "out.txt").read_text().strip() == "hello-from-agent"
+    asks, output = bench.expect.shell_card, bench.expect.output
+    if asks == "terminal":  # asks (and shows the output) only when it runs through the client's terminal
+        asks = "terminal/create" in r["calls"]
+        output = output if asks else "none"  # its local bash call is never completed
+    if asks:
+        assert r["options"] is not None, "no permission card"
+        assert r["card_state"] == "selected" and r["card_label"].endswith("by you"), r["card_label"]
+        assert r["buttons_disabled"] and all(r["buttons_disabled"])
+    else:
+        assert r["options"] is None
+    assert r["tools"], "no tool call shown"
+    if output == "card":  # the command's output is in its tool call's card
+        assert any("hello-from-agent" in t["html"] and t["status"] == "completed" for t in r["tools"]), r["tools"]
+    elif output == "raw_output":  # sent, but only as rawOutput, which the card hides
+        assert any("hello-from-agent" in json.dumps(t["raw_output"]) for t in r["tools"]), r["tools"]
+    _all_loopback(bench.server, mark)
+
+
+def test_shell_reject(bench):
+    name = f"{bench.harness}-reject"
+    work, ready = bench.start(name)
+    shell = bench.expect.shell_card is True  # else its write tool, which always asks
+    prompt = SHELL_PROMPT if shell else f"ESC-WRITE {work / 'hello.txt'} Please write this file."
+    mark = bench.server.mark()
+    r = bench.turn(name, prompt, "reject_once")
+    _print(bench.harness, "reject", ready, r)
+    assert r["error"] is None, r["error"]
+    assert r["options"] is not None, "no permission card"
+    assert r["card_state"] == "selected" and r["card_label"].startswith("Rejected"), r["card_label"]
+    assert not (work / ("out.txt" if shell else "hello.txt")).exists(), "the rejected tool ran"
+    behaviour = bench.expect.reject
+    if behaviour == "continue":  # the tool failed, the model was asked again, the turn went on
+        assert r["stop"] == "end_turn"
+        assert FINAL_PREFIX in r["text"]
+        if bench.expect.reject_fails_call:
+            assert any(t["status"] == "failed" for t in r["tools"]), r["tools"]
+        assert not any(t["status"] == "completed" for t in r["tools"]), r["tools"]
+    elif behaviour == "end":  # the turn ends at once, without another model call
+        assert r["stop"] == "end_turn"
+        assert FINAL_PREFIX not in r["text"]
+    elif behaviour == "cancelled":
+        assert r["stop"] == "cancelled"
+        assert FINAL_PREFIX not in r["text"]
+    seen = _all_loopback(bench.server, mark)
+    if behaviour != "continue":
+        assert not [e for e in seen if str(e.get("answer", "")).startswith(f"text {FINAL_PREFIX}")]
+
+
+def test_write_file(bench):
+    name = f"{bench.harness}-write"
+    work, ready = bench.start(name)
+    target = work / "hello.txt"
+    mark = bench.server.mark()
+    r = bench.turn(name, f"ESC-WRITE {target} Please write this file.", "allow_once")
+    _print(bench.harness, "write", ready, r)
+    assert r["error"] is None, r["error"]
+    assert r["stop"] == "end_turn"
+    assert FINAL_PREFIX in r["text"]
+    assert target.read_text().strip() == WRITE_TEXT.strip()
+    assert (r["options"] is not None) == bench.expect.write_card, r["options"]
+    if bench.expect.write_diff:
+        diffs = [d for t in r["tools"] for d in t["diffs"]]
+        assert diffs and diffs[0]["path"] == str(target) and WRITE_TEXT.strip() in diffs[0]["newText"], r["tools"]
+        assert "escouade-diff" in "".join(t["html"] for t in r["tools"])
+    for method in bench.expect.write_calls:
+        assert method in r["calls"], r["calls"]
+    _all_loopback(bench.server, mark)

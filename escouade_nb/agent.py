@@ -114,14 +114,18 @@ class PermissionCard:
         offered = ", ".join(f"{o.get('optionId')} ({o.get('kind')})" for o in self.options)
         raise ValueError(f"no option {option!r} on this card; the agent offered: {offered}")
 
-    def choose(self, option: str, by: str = "you", message: str | None = None) -> bool:
-        """Answer with ``option``; returns False if the card was already answered."""
+    def choose(self, option: str, by: str = "you", message: str | None = None, reply: str | None = None) -> bool:
+        """Answer with ``option``; returns False if the card was already answered.
+        ``by`` and ``message`` are what the card says ("Denied by Team rules via
+        Escouade — no rm -rf here"); the agent is told ``reply`` (else ``message``) in the
+        answer's ``_meta.escouade.message`` — ACP's permission answer has no field for it."""
         chosen = self.option(option)
         if self._future.done():
             return False
         self.agent.conversation.resolve_permission(self.permission, "selected", chosen["optionId"], by, message)
+        told = reply or message
         outcome: dict[str, Any] = {"outcome": "selected", "optionId": chosen["optionId"],
-                                   "_meta": {"escouade": {"by": by, **({"message": message} if message else {})}}}
+                                   "_meta": {"escouade": {"by": by, **({"message": told} if told else {})}}}
         self._future.set_result(outcome)
         self.agent._card_settled(self)
         return True
@@ -288,7 +292,7 @@ class Agent:
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
                  cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
                  policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
-                 via: Sequence[str] = (), fs: bool | None = None) -> None:
+                 via: Sequence[str] = (), fs: bool | None = None, project: Any = None) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -320,6 +324,9 @@ class Agent:
         self.escouade_mode = "default"
         self.via = list(via)
         self._fs_override = fs
+        self.project = project  # escouade_nb.project.Project, or None (then not private)
+        self._fence_notice = False
+        self._written: set[str] = set()  # paths written through our fs/write_text_file
         self.last_activity: float | None = None
         self.version_checked = False  # the squad already compared the program's --version with ``tested``  # wall-clock time of the last conversation change
         self.models: dict[str, Any] | None = None  # the agent's own ``models`` state (e.g. goose's), raw
@@ -346,6 +353,9 @@ class Agent:
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
                              f"{', '.join(self.escouade_modes())}")
         self._initial_mode = mode
+        if self.private and harness.harness.acp.fs is False:
+            raise AgentError(f"{harness.harness.display_name} reads and writes files by itself (its manifest says "
+                             f'"fs": false), so it cannot run in a private project: the fence would not hold')
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -372,6 +382,8 @@ class Agent:
 
     def _collect(self, changes: list[Change]) -> None:
         self.last_activity = time.time()
+        if self.private and not self._fence_notice:
+            self._check_fence(changes)
         if self._turn is not None and not self._turn.done:
             for change in changes:
                 if change.kind == "added" and change.item is not None:
@@ -405,6 +417,62 @@ class Agent:
         return [*self.via, self.program, *self.harness.harness.acp.args]
 
     @property
+    def private(self) -> bool:
+        return bool(getattr(self.project, "private", False))
+
+    @property
+    def fence(self) -> Path | None:
+        """The folder the client's fs is fenced to: a private project's folder, else None."""
+        if not self.private:
+            return None
+        return Path(getattr(self.project, "folder", None) or self.cwd)
+
+    def _check_fence(self, changes: list[Change]) -> None:
+        """A private project's fence holds for the files the agent reads and writes
+        through us. An edit that completes without a write through us was done by the
+        agent itself: the conversation says so, once."""
+        for change in changes:
+            call = change.item
+            if isinstance(call, ToolCall) and call.kind in ("edit", "delete", "move") and call.status == "completed" \
+                    and not any(c.get("type") == "diff" and c.get("path") in self._written for c in call.content):
+                self._fence_notice = True
+                self.conversation.add_notice(
+                    f"{self.name} changed files by itself, not through escouade_nb: the fence of this private "
+                    f"project does not hold for those.", level="warning")
+                return
+
+    def _on_file_written(self, path: Path, old: str | None, new: str) -> None:
+        """Show a write through ``fs/write_text_file`` as a diff in its tool card (the
+        tool call aiming at that path; a card of its own when none does)."""
+        target = str(path)
+        self._written.add(target)
+        for call in reversed(list(self.conversation.tool_calls.values())):
+            if target in [str(Path(p) if Path(p).is_absolute() else self.cwd / p) for p in _paths_of(call)]:
+                if not any(c.get("type") == "diff" and c.get("path") == target for c in call.content):
+                    self.conversation.add_tool_content(call, {"type": "diff", "path": target, "oldText": old,
+                                                              "newText": new})
+                return
+        self.conversation.apply({"sessionUpdate": "tool_call", "toolCallId": f"escouade-write-{len(self.conversation.items)}",
+                                 "title": f"Wrote {target}", "kind": "edit", "status": "completed",
+                                 "locations": [{"path": target}],
+                                 "content": [{"type": "diff", "path": target, "oldText": old, "newText": new}]})
+
+    def _on_terminal(self, event: Any) -> None:
+        """Terminal output or exit: redraw the tool cards that embed that terminal."""
+        for call in self.conversation.tool_calls.values():
+            if any(c.get("type") == "terminal" and c.get("terminalId") == event.terminal_id for c in call.content):
+                self.conversation.touch(call)
+
+    def terminal_snapshot(self, terminal_id: str) -> tuple[str, bool, Any] | None:
+        """(output, truncated, exit status) of a terminal of this agent, or None."""
+        if self.client is None:
+            return None
+        try:
+            return self.client.terminals.snapshot(terminal_id)
+        except Exception:
+            return None
+
+    @property
     def uses_client_fs(self) -> bool:
         """Whether we offer ``fs/*``: the manifest's ``acp.fs`` (default true), but not
         through a launcher — the files are not ours — unless told otherwise."""
@@ -424,10 +492,16 @@ class Agent:
         except OSError as exc:
             self._fail(f"could not start {' '.join(self.argv())}: {exc}")
             return
+        self.client = _AgentClient(self, cwd=self.cwd, on_permission=self._on_permission,
+                                   on_update=self.conversation.apply, on_file_written=self._on_file_written,
+                                   fence=self.fence, terminal_env=env)
+        self.client.terminals.subscribe(self._on_terminal)
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain, self._process.stderr, self.stderr)
+            await tg.start(self.client.terminals.serve)
             tg.start_soon(self._connect)
             code = await self._process.wait()
+            kill_group_now(self._process.pid)  # what it left running in its group (an agent that crashed) goes too
             self._on_exit(code)
             await anyio.sleep(0.05)  # let the drain read the last bytes
             tg.cancel_scope.cancel()
@@ -441,8 +515,6 @@ class Agent:
                                        on_skip=self._on_skip)
         if self.transcript is not None:
             self.transport.observers.append(self.transcript.wire)
-        self.client = _AgentClient(self, cwd=self.cwd, on_permission=self._on_permission,
-                                   on_update=self.conversation.apply)
         self.transport.observers.append(self._observe_raw)
         # elicitation/create is routed by the SDK only with its unstable flag
         self._conn = acp.connect_to_agent(self.client, self.transport, use_unstable_protocol=True)
@@ -509,9 +581,11 @@ class Agent:
                 try:
                     session = await self._conn.load_session(cwd=str(self.cwd), session_id=self._resume_session,
                                                             mcp_servers=[])
+                    self.session_id = self._resume_session
+                    self._flush_early_updates()  # the replay came before the answer: skip what we have
                 finally:
                     self._loading = False
-                self.session_id = self._resume_session
+                    self._replay_skip.clear()
                 self.conversation.add_notice(f"Reattached to session {self.session_id} (session/load).")
             else:
                 if self._resume_session:
@@ -613,7 +687,7 @@ class Agent:
 
     def _fold(self, update: Any) -> None:
         if self._loading and self._replay_skip:
-            key = json.dumps(update, sort_keys=True)
+            key = _replay_key(update)
             if self._replay_skip[key] > 0:  # already in the conversation, rebuilt from the transcript
                 self._replay_skip[key] -= 1
                 return
@@ -678,7 +752,7 @@ class Agent:
     def _capabilities(fs: bool):
         from acp.schema import (ClientSessionCapabilities, ElicitationCapabilities,
                                 SessionConfigOptionsCapabilities)
-        caps = capabilities(fs)
+        caps = capabilities(fs, terminal=True)
         caps.elicitation = ElicitationCapabilities(form={}, url={})
         caps.session = ClientSessionCapabilities(config_options=SessionConfigOptionsCapabilities(boolean={}))
         return caps
@@ -867,8 +941,12 @@ class Agent:
         info = tr.replay(tr.read(transcript_path), agent.conversation)
         agent._resume_session = info.get("session_id")
         agent._replay_skip = collections.Counter(
-            json.dumps((r.msg.get("params") or {}).get("update"), sort_keys=True)
+            _replay_key((r.msg.get("params") or {}).get("update"))
             for r in tr.read(transcript_path) if r.kind == "in" and (r.msg or {}).get("method") == "session/update")
+        agent._replay_skip.update(  # our prompts come back as the agent's user_message_chunk
+            _replay_key({"sessionUpdate": "user_message_chunk", "content": block})
+            for r in tr.read(transcript_path) if r.kind == "out" and (r.msg or {}).get("method") == "session/prompt"
+            for block in (r.msg.get("params") or {}).get("prompt") or [])
         agent.transcript = Transcript(transcript_path, on_error=agent._transcript_failed)
         agent.transcript.event("resume")
         if harness is None:
@@ -1173,8 +1251,10 @@ class Agent:
             self._set_status("closed")
 
     def kill_now(self) -> None:
-        """Kill the process group synchronously (interpreter exit)."""
+        """Kill the process group synchronously (interpreter exit), and its terminals."""
         self._closing = True
+        if self.client is not None:
+            self.client.terminals.kill_now()
         if self._process is not None and self._process.returncode is None:
             kill_group_now(self._process.pid)
 
@@ -1194,6 +1274,16 @@ def _blocks(prompt: str | Sequence[Any]) -> list[dict[str, Any]]:
         else:
             out.append(dict(block))
     return out
+
+
+def _replay_key(update: Any) -> str:
+    """How an update replayed by ``session/load`` is recognised as one the transcript
+    already has: a message chunk by its role and content (agents replay them with or
+    without their ``messageId``), anything else whole."""
+    if isinstance(update, dict) and update.get("sessionUpdate") in (
+            "user_message_chunk", "agent_message_chunk", "agent_thought_chunk"):
+        return json.dumps([update["sessionUpdate"], update.get("content")], sort_keys=True)
+    return json.dumps(update, sort_keys=True)
 
 
 ATTACH_EMBED_MAX = 4 * 1024 * 1024
@@ -1280,18 +1370,6 @@ class _AgentClient(EscouadeClient):
             if card.question.elicitation_id == elicitation_id:
                 card.accept({})
 
-    async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kwargs: Any) -> Any:
-        """As the base handler, plus the answer's ``_meta`` (e.g. a rule plugin's or the
-        user's refusal message: ``_meta.escouade.message``)."""
-        from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
-        outcome = await self._agent._on_permission(
-            tool_call.model_dump(mode="json", by_alias=True, exclude_none=True),
-            [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in options])
-        meta = outcome.get("_meta")
-        if outcome.get("outcome") == "selected":
-            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=outcome["optionId"]),
-                                             field_meta=meta)
-        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"), field_meta=meta)
 
 
 def _missing_harness(harness_id: str) -> HarnessRef:

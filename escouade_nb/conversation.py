@@ -493,6 +493,16 @@ class Conversation:
                 changes.append(Change("updated", call))
         self._emit(changes)
 
+    def touch(self, item: Item) -> None:
+        """Say that ``item`` changed outside the fold (e.g. its terminal's output grew)."""
+        item.touch()
+        self._emit([Change("updated", item)])
+
+    def add_tool_content(self, call: ToolCall, content: dict[str, Any]) -> None:
+        """Append a content item the client knows of (e.g. the diff of a write it served)."""
+        call.content = [*call.content, content]
+        self.touch(call)
+
     def settle_rejected(self) -> None:
         """A tool call whose card was rejected and that the agent never settled is shown
         ``failed`` (some agents, e.g. Gemini CLI, leave it pending forever)."""

@@ -182,6 +182,7 @@ class _Turn:
         self.sid = session.session_id
         self._message_id: str | None = None
         self._thought_id: str | None = None
+        self.refusal: str | None = None
 
     @property
     def conn(self) -> Any:
@@ -237,6 +238,8 @@ class _Turn:
         """Request permission; return "allow", "reject" or "cancelled"."""
         response = await self.conn.request_permission(self.sid, tool_call, _permission_options())
         outcome = response.outcome
+        # what the client told us of a refusal (escouade_nb's _meta extension), if anything
+        self.refusal = ((response.field_meta or {}).get("escouade") or {}).get("message")
         if self.cancelled:
             return "cancelled"
         if isinstance(outcome, AllowedOutcome):
@@ -422,7 +425,7 @@ class FakeAgent:
         await turn.send(update_tool_call(call_id, status="failed"))
         if decision == "cancelled":
             return "cancelled"
-        await turn.say(f"I did not run `{cmd}`.")
+        await turn.say(f"I did not run `{cmd}`." + (f" I was told: {turn.refusal}" if turn.refusal else ""))
         return "end_turn"
 
     async def _edit(self, turn: _Turn, name: str) -> str:

@@ -20,13 +20,16 @@ import sys
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
+from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
 from .squad import SquadError, get_squad
 
 USAGE = """usage:
   %escouade                                 list harnesses and running agents
   %escouade NAME [--cwd DIR] [--as AGENT]   start an agent of harness NAME and show it
   %escouade stop AGENT                      stop an agent
-  %%escouade NAME|AGENT                     send the cell as a prompt to that agent"""
+  %%escouade NAME|AGENT                     send the cell as a prompt to that agent
+  (--private: a private project, never submitted to a rule plugin not turned on for it)
+""" + PLUGINS_USAGE
 
 
 class _UsageError(Exception):
@@ -43,6 +46,7 @@ def _start_parser() -> _Parser:
     p.add_argument("name")
     p.add_argument("--cwd")
     p.add_argument("--as", dest="as_name")
+    p.add_argument("--private", action="store_true")
     return p
 
 
@@ -92,9 +96,16 @@ class EscouadeMagics(Magics):
         if words[0] in ("-h", "--help", "help"):
             print(USAGE)
             return None
+        if words[0] in ("plugins", "journal"):
+            command = plugins_command if words[0] == "plugins" else journal_command
+            try:
+                display(command(squad.rules, words[1:]))
+            except CommandError as exc:
+                raise _UsageError(str(exc)) from None
+            return None
         args = _start_parser().parse_args(words)
         self._need_loop()
-        agent = squad.start(args.name, cwd=args.cwd, name=args.as_name)
+        agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private)
         from .widgets import AgentView
         display(AgentView(agent))
         return agent

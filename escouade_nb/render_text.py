@@ -36,6 +36,8 @@ def answer_label(perm: Permission) -> str:
         text = f"{verb} by {perm.answered_by}" if perm.answered_by else verb
         return f"{text}: {perm.message}" if perm.message else text
     verb = _VERB.get(option.get("kind", ""), f"Answered {option.get('name', perm.option_id)!r}")
+    if perm.answered_by and perm.answered_by.endswith(" via Escouade"):  # a rule plugin's answer (the seed's words)
+        verb = "Allowed" if option.get("kind", "").startswith("allow") else "Denied"
     text = f"{verb} by {perm.answered_by}" if perm.answered_by else verb
     return f"{text} — {perm.message}" if perm.message else text
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from .agent import Agent
 from .manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
+from .permissions import RulePlugins
+from .project import Project
 
 
 class SquadError(Exception):
@@ -84,6 +86,7 @@ class Squad:
     def __init__(self) -> None:
         self.agents: dict[str, Agent] = {}
         self._discovery: Discovery | None = None
+        self.rules = RulePlugins()  # rule plugins: host, broker (every agent's policy), journal, states
 
     def discovery(self, refresh: bool = False) -> Discovery:
         if self._discovery is None or refresh:
@@ -108,7 +111,8 @@ class Squad:
             n += 1
         return f"{base}-{n}"
 
-    def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None) -> Agent:
+    def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
+              private: bool = False) -> Agent:
         """Find ``harness`` (short or full id), locate its program, start an agent on
         the running loop and return it at once (status ``starting``).
 
@@ -129,7 +133,11 @@ class Squad:
         program = locate_program(ref.harness)
         if program is None:
             raise ProgramNotFound(ref)
-        agent = Agent(ref, program=program, name=name or self._free_name(ref.short_id), cwd=folder)
+        project = Project.for_folder(folder, private=private)
+        self.rules.start_soon()  # the plugins that decide run before the first request
+        agent = Agent(ref, program=program, name=name or self._free_name(ref.short_id), cwd=folder,
+                      policies=[self.rules.broker])
+        agent.project = project
         version = read_version(program, ref.harness.version_args)
         status = version_status(version, ref.harness.tested)
         if status in ("older", "newer"):
@@ -160,6 +168,7 @@ class Squad:
                 agent.kill_now()
             except Exception:
                 pass
+        self.rules.kill_now()
 
 
 _squad: Squad | None = None

@@ -1,32 +1,42 @@
 """Our side of ACP: the handlers the SDK calls when the agent asks something of us.
 
 ``EscouadeClient`` implements the SDK's ``acp.interfaces.Client`` protocol for one
-agent. It holds no state of its own: permission requests go to the agent's
-``on_permission`` (which shows a card and waits for an answer), file-system calls are
-served from disk here. Only what is implemented is advertised (``capabilities``):
-``fs/*`` unless the manifest says ``"fs": false``; no terminal yet.
+agent. Permission requests go to the agent's ``on_permission`` (which shows a card and
+waits for an answer); ``fs/*`` is served by :class:`~escouade_nb.acp.fs.FileSystem`
+(with the private project's fence, if any); ``terminal/*`` by
+:class:`~escouade_nb.acp.terminals.TerminalManager` (``client.terminals``, which must be
+hosted for the agent's lifetime: ``tg.start_soon(client.terminals.serve)``). Only what is
+implemented and wanted is advertised (:func:`capabilities`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import anyio
 from acp import RequestError
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
+    EnvVariable,
     FileSystemCapabilities,
+    KillTerminalResponse,
     PermissionOption,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalOutputResponse,
     ToolCallUpdate,
+    WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
+
+from .fs import FileSystem
+from .terminals import TerminalManager
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +45,12 @@ PermissionHandler = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[d
 "optionId": ...}`` or ``{"outcome": "cancelled"}`` out."""
 
 
-def capabilities(fs: bool) -> ClientCapabilities:
-    """The ``clientCapabilities`` we advertise in ``initialize``."""
-    return ClientCapabilities(fs=FileSystemCapabilities(read_text_file=fs, write_text_file=fs), terminal=False)
+def capabilities(fs: bool, terminal: bool = False) -> ClientCapabilities:
+    """The ``clientCapabilities`` we advertise in ``initialize``: ``fs`` turns on both
+    ``fs.readTextFile`` and ``fs.writeTextFile`` (off when the manifest says
+    ``"fs": false``); ``terminal`` the ``terminal/*`` methods (only when the client's
+    ``terminals`` manager is being served)."""
+    return ClientCapabilities(fs=FileSystemCapabilities(read_text_file=fs, write_text_file=fs), terminal=terminal)
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -45,76 +58,81 @@ def _dump(model: Any) -> dict[str, Any]:
 
 
 class EscouadeClient:
-    """The ``acp.Client`` of one agent. ``cwd`` resolves relative fs paths;
+    """The ``acp.Client`` of one agent.
+
+    ``cwd`` is the session folder (relative fs paths and terminals' default folder);
     ``on_update`` takes a ``session/update`` ``update`` dict the transport did not
-    intercept; ``on_file_written(path, old_text, new_text)`` is told of each write."""
+    intercept; ``on_file_written(path, old_text, new_text)`` is told of each write
+    (``old_text`` ``None`` for a new file); ``fence`` (a private project's folder)
+    refuses fs paths outside it; ``terminal_env`` is the base environment of terminal
+    commands (the agent's own; ``os.environ`` when ``None``). ``fs`` and ``terminals``
+    are the :class:`FileSystem` and :class:`TerminalManager` behind the handlers."""
 
     def __init__(self, *, cwd: Path, on_permission: PermissionHandler,
                  on_update: Callable[[dict[str, Any]], None],
-                 on_file_written: Callable[[Path, str | None, str], None] | None = None) -> None:
-        self.cwd = cwd
+                 on_file_written: Callable[[Path, str | None, str], None] | None = None,
+                 fence: Path | None = None, terminal_env: Mapping[str, str] | None = None) -> None:
+        self.cwd = Path(cwd)
         self._on_permission = on_permission
         self._on_update = on_update
-        self._on_file_written = on_file_written
+        self.fs = FileSystem(self.cwd, fence, on_write=on_file_written)
+        self.terminals = TerminalManager(self.cwd, env=terminal_env)
         self.extension_calls: list[tuple[str, dict[str, Any]]] = []
+
+    @property
+    def fence(self) -> Path | None:
+        return self.fs.fence
 
     # -- permissions --------------------------------------------------------------------
     async def request_permission(self, options: list[PermissionOption], session_id: str,
                                  tool_call: ToolCallUpdate, **kwargs: Any) -> RequestPermissionResponse:
         outcome = await self._on_permission(_dump(tool_call), [_dump(o) for o in options])
+        meta = outcome.get("_meta")  # e.g. who answered, a refusal message: ``_meta.escouade``
         if outcome.get("outcome") == "selected":
-            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=outcome["optionId"]))
-        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=outcome["optionId"]),
+                                             field_meta=meta)
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"), field_meta=meta)
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         self._on_update(_dump(update))
 
     # -- file system (ACP fs/read_text_file, fs/write_text_file) --------------------------
     def resolve(self, path: str) -> Path:
-        """An absolute path as is; a relative one against the session folder."""
-        p = Path(path)
-        return p if p.is_absolute() else self.cwd / p
+        """The real path the fs handlers would open (``RequestError`` outside the fence)."""
+        return self.fs.resolve(path)
 
     async def read_text_file(self, path: str, session_id: str, limit: int | None = None,
                              line: int | None = None, **kwargs: Any) -> ReadTextFileResponse:
-        """``line`` is 1-based; ``limit`` counts lines. A missing file answers ACP's
-        resource-not-found error (-32002); a file that is not UTF-8 is refused."""
-        target = self.resolve(path)
-        try:
-            data = await anyio.Path(target).read_bytes()
-        except FileNotFoundError:
-            raise RequestError.resource_not_found(str(target)) from None
-        except IsADirectoryError:
-            raise RequestError.invalid_params({"path": str(target), "reason": "is a folder"}) from None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RequestError.invalid_params(
-                {"path": str(target), "reason": f"not UTF-8 text (byte {exc.start}); it is not re-encoded"}) from None
-        if line is not None or limit is not None:
-            lines = text.splitlines(keepends=True)
-            start = max((line or 1) - 1, 0)
-            end = None if limit is None else start + max(limit, 0)
-            text = "".join(lines[start:end])
-        return ReadTextFileResponse(content=text)
+        return await self.fs.read_text_file(path, line=line, limit=limit)
 
     async def write_text_file(self, content: str, path: str, session_id: str,
                               **kwargs: Any) -> WriteTextFileResponse:
-        """Creates missing parent folders; writes the text as UTF-8, newlines as given."""
-        target = self.resolve(path)
-        old: str | None = None
-        apath = anyio.Path(target)
-        if await apath.exists():
-            try:
-                old = (await apath.read_bytes()).decode("utf-8")
-            except UnicodeDecodeError:
-                raise RequestError.invalid_params(
-                    {"path": str(target), "reason": "the file is not UTF-8 text; refusing to overwrite it"}) from None
-        await apath.parent.mkdir(parents=True, exist_ok=True)
-        await apath.write_bytes(content.encode("utf-8"))
-        if self._on_file_written is not None:
-            self._on_file_written(target, old, content)
-        return WriteTextFileResponse()
+        return await self.fs.write_text_file(path, content)
+
+    # -- terminals (ACP terminal/*) -----------------------------------------------------------
+    async def create_terminal(self, command: str, session_id: str, args: list[str] | None = None,
+                              cwd: str | None = None, env: list[EnvVariable] | None = None,
+                              output_byte_limit: int | None = None, **kwargs: Any) -> CreateTerminalResponse:
+        terminal_id = await self.terminals.create(command, args=args, env=env, cwd=cwd,
+                                                  output_byte_limit=output_byte_limit)
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> TerminalOutputResponse:
+        output, truncated, status = await self.terminals.output(terminal_id)
+        return TerminalOutputResponse(output=output, truncated=truncated, exit_status=status)
+
+    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str,
+                                     **kwargs: Any) -> WaitForTerminalExitResponse:
+        status = await self.terminals.wait_for_exit(terminal_id)
+        return WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
+
+    async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> KillTerminalResponse:
+        await self.terminals.kill(terminal_id)
+        return KillTerminalResponse()
+
+    async def release_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> ReleaseTerminalResponse:
+        await self.terminals.release(terminal_id)
+        return ReleaseTerminalResponse()
 
     # -- extensions ------------------------------------------------------------------------
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:

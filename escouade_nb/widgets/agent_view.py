@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from ..agent import Agent, Turn
+from ..agent import Agent, AuthRequired, Turn
 from ..conversation import Item, Permission
 from .render import esc
 from .views import PermissionView, Throttle, TranscriptView
@@ -60,6 +60,9 @@ class CardHandlers:
             if card is not None:
                 card.keep_planning(feedback)
         return approve, keep_planning
+
+    def terminal(self, terminal_id: str):
+        return self.agent.terminal_snapshot(terminal_id)
 
     def question(self, question):
         def answer(action: str, content) -> None:
@@ -252,7 +255,13 @@ class AgentView(w.VBox):
         text = self.prompt.value.strip()
         if text:
             self.prompt.value = ""
-            self.agent.send(text)
+            turn = self.agent.send(text)
+            turn._done.add_done_callback(lambda _f: self._keep_refused(turn, text))
+
+    def _keep_refused(self, turn: Turn, text: str) -> None:
+        """A prompt the agent would not take until you sign in goes back in the input."""
+        if isinstance(turn.error, AuthRequired) and not self.prompt.value:
+            self.prompt.value = text
 
     def _on_status(self, agent: Agent) -> None:
         self.throttle.request(self._draw_header)

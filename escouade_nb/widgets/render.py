@@ -82,7 +82,24 @@ def diff_html(item: dict[str, Any]) -> str:
             f'{more}</div>')
 
 
-def tool_body_html(call: ToolCall) -> str:
+def terminal_html(terminal_id: str, snapshot) -> str:
+    """A terminal embedded in a tool call: its live output and, once it ended, how."""
+    if snapshot is None:
+        return pre(f"(terminal {terminal_id})")
+    output, truncated, status = snapshot
+    if status is None:
+        state = "running…"
+    elif getattr(status, "signal", None):
+        state = f"killed by {status.signal}"
+    else:
+        state = f"exited with code {getattr(status, 'exit_code', None)}"
+    head = f'<div style="color:#57606a;font-size:11px">terminal {esc(terminal_id)} · {esc(state)}' \
+           f'{" · output truncated (newest kept)" if truncated else ""}</div>'
+    return f'<div class="escouade-terminal">{head}{pre(cut(output, 8000))}</div>'
+
+
+def tool_body_html(call: ToolCall, terminal=None) -> str:
+    """The body of a tool card; ``terminal(terminal_id)`` gives a terminal's snapshot."""
     parts = []
     inp = tool_input_text(call.raw_input)
     if inp:
@@ -90,6 +107,9 @@ def tool_body_html(call: ToolCall) -> str:
     for c in call.content:
         if c.get("type") == "diff":
             parts.append(diff_html(c))
+        elif c.get("type") == "terminal":
+            tid = str(c.get("terminalId"))
+            parts.append(terminal_html(tid, terminal(tid) if terminal is not None else None))
         else:
             parts.append(f'<div class="escouade-tool-output">{pre(cut(content_text(c)))}</div>')
     out = raw_output_text(call)

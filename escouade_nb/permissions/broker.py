@@ -1,0 +1,460 @@
+"""The broker: a permission :data:`~escouade_nb.agent.Policy` that asks the rule plugins.
+
+On every permission request of an agent, the broker asks every plugin that may decide
+and is on for the agent's project, all at once. Each has 500 ms (a plugin not started
+yet has, once, 3 s to start and answer). A denial wins whatever the order; otherwise
+one allowance is enough; otherwise the card is left to the user. A plan to approve and a
+question of the agent never go to plugins.
+
+The verdict is mapped onto the agent's own options by kind — allow -> ``allow_once``
+(never widened to "always"), deny -> ``reject_once`` (never ``cancelled``) — and given
+with ``card.choose(option, by="<plugin> via Escouade", message=<the plugin's message>)``:
+the card says "Denied by Team rules via Escouade — no rm -rf here". When ``choose`` takes
+a ``reply`` (the text the agent is told), it gets "Refused by Team rules through Escouade:
+no rm -rf here", carried to the agent in the ACP answer's ``_meta.escouade.message``
+(ACP's permission outcome has only ``outcome`` and ``optionId``; ``_meta`` is the
+protocol's extension point). If the user
+answered on the card first, that answer stands; the plugins' answers are journaled, marked
+not applied. Every plugin's answer (or silence) is one ``Decision`` line of its journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..project import Project
+from .host import PluginCrashed, PluginHost, PluginNotRunning, PluginProcess, PluginRefused
+from .journal import Journal
+from .request import AgentInfo, DecideParams, Normalised, ProjectInfo, RequestInfo, normalise
+from .states import PluginStates
+from .verdict import Answer, Tally, Verdict
+
+__all__ = ["BUDGET", "FIRST_BUDGET", "DecideResult", "Decision", "Broker", "RulePlugins",
+           "card_by", "agent_message"]
+
+BUDGET = 0.5
+"""Seconds each plugin has to answer a request."""
+FIRST_BUDGET = 3.0
+"""Seconds a plugin not started yet has, once, to start and answer."""
+METHOD = "permissions/decide"
+WATCH_PERIOD = 2.0
+"""Seconds between two looks at the plugin folders and the settings file."""
+
+
+class DecideResult(BaseModel):
+    """A plugin's answer: ``{"decision": "allow"|"deny"|"ask", "message"?: str}``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    decision: Any
+    message: str | None = None
+
+
+def card_by(plugin_name: str) -> str:
+    """Who answered, as the card says it: ``"Team rules via Escouade"``."""
+    return f"{plugin_name} via Escouade"
+
+
+def agent_message(plugin_name: str, decision: str, message: str | None) -> str:
+    """What the agent is told: ``"Refused by Team rules through Escouade: no rm -rf here"``."""
+    verb = "Refused" if decision == "deny" else "Allowed"
+    return f"{verb} by {plugin_name} through Escouade" + (f": {message}" if message else ".")
+
+
+@dataclass
+class Decision:
+    """One request put to the plugins: what was asked, every answer, the verdict, and
+    whether it was applied to the card (False: the user, or the turn's end, came first)."""
+
+    request_id: str
+    tool: str
+    target: str
+    plugins: list[str]
+    answers: dict[str, Answer] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    applied: bool = False
+    option_id: str | None = None
+    started: float = 0.0
+    settled_ms: float | None = None
+    """Milliseconds from the request to the card's answer (None: not settled by plugins)."""
+    total_ms: float = 0.0
+
+
+class Broker:
+    """The permission policy of the squad's agents (``Agent(..., policies=[broker])``)."""
+
+    def __init__(self, host: PluginHost, states: PluginStates, journal: Journal, *,
+                 budget: float = BUDGET, first_budget: float = FIRST_BUDGET) -> None:
+        self.host = host
+        self.states = states
+        self.journal = journal
+        self.budget = budget
+        self.first_budget = first_budget
+        self.history: deque[Decision] = deque(maxlen=1000)
+        self._agent_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._listeners: list[Callable[[Decision], None]] = []
+
+    # -- who decides --------------------------------------------------------------------
+    def plugins_for(self, project: Project) -> list[PluginProcess]:
+        """The plugins on for ``project`` (granted, runnable), by id."""
+        out = []
+        for pid in sorted(self.host.specs):
+            spec = self.host.specs[pid]
+            if spec.argv is None or not self.states.is_on(pid, project, default=spec.default_on):
+                continue
+            proc = self.host.processes.get(pid)
+            if proc is None:
+                proc = self.host.processes[pid] = PluginProcess(spec, self.journal)
+            out.append(proc)
+        return out
+
+    def agent_id(self, agent: Any) -> str:
+        own = getattr(agent, "id", None)
+        if isinstance(own, str) and own:
+            return own
+        try:
+            return self._agent_ids.setdefault(agent, str(uuid.uuid4()))
+        except TypeError:
+            return str(uuid.uuid5(uuid.NAMESPACE_OID, repr(agent)))
+
+    def subscribe(self, fn: Callable[[Decision], None]) -> None:
+        self._listeners.append(fn)
+
+    # -- the policy -----------------------------------------------------------------------
+    async def __call__(self, card: Any) -> None:
+        agent = card.agent
+        call = card.tool_call
+        if call is None:
+            return
+        harness = getattr(getattr(agent, "harness", None), "harness", None)
+        tools = dict(getattr(getattr(harness, "acp", None), "tools", None) or {})
+        norm = normalise(call, tools)
+        if norm.reserved:
+            return  # a plan to approve or a question: the user's
+        project = getattr(agent, "project", None)
+        if not isinstance(project, Project):
+            project = Project.for_folder(getattr(agent, "cwd", None) or Path.cwd())
+        plugins = self.plugins_for(project)
+        if not plugins:
+            return
+        params = DecideParams(
+            request=RequestInfo(id=f"req_{uuid.uuid4().hex[:12]}", kind=norm.kind, tool=norm.tool, input=norm.input),
+            project=ProjectInfo(**project.wire()),
+            agent=AgentInfo(id=self.agent_id(agent), name=str(getattr(agent, "name", "agent"))),
+        )
+        await self.decide(card, norm, params, plugins, agent_name=str(getattr(agent, "name", "")),
+                          project_name=project.name)
+
+    async def decide(self, card: Any, norm: Normalised, params: DecideParams, plugins: list[PluginProcess],
+                     *, agent_name: str = "", project_name: str = "") -> Decision:
+        """Ask ``plugins`` at once, settle ``card`` as soon as the verdict is known,
+        journal every answer. Returns the :class:`Decision`."""
+        wire = params.wire()
+        t0 = time.monotonic()
+        decision = Decision(request_id=params.request.id, tool=norm.tool, target=norm.target,
+                            plugins=[p.id for p in plugins], started=t0)
+        tally = Tally(decision.plugins)
+        names = {p.id: p.spec.name for p in plugins}
+
+        def settle(verdict: Verdict) -> None:
+            if decision.verdict is not None:
+                return
+            decision.verdict = verdict
+            if verdict.decision == "ask" or verdict.by is None:
+                return
+            decision.applied, decision.option_id = self._apply(card, verdict, names[verdict.by.plugin])
+            if decision.applied:
+                decision.settled_ms = (time.monotonic() - t0) * 1000
+
+        async def one(proc: PluginProcess) -> None:
+            answer = await self._ask(proc, wire, t0)
+            decision.answers[proc.id] = answer
+            verdict = tally.add(answer)
+            if verdict is not None:
+                settle(verdict)
+
+        async with anyio.create_task_group() as tg:
+            for proc in plugins:
+                tg.start_soon(one, proc)
+        settle(tally.final())
+        decision.total_ms = (time.monotonic() - t0) * 1000
+        self._journal(card, decision, names, agent_name, project_name)
+        self.history.append(decision)
+        for fn in list(self._listeners):
+            try:
+                fn(decision)
+            except Exception:
+                pass
+        return decision
+
+    async def _ask(self, proc: PluginProcess, wire: dict[str, Any], t0: float) -> Answer:
+        if proc.state == "ready":
+            budget = self.budget
+        elif not proc.ever_ready and not proc.grace_used and proc.state in ("stopped", "starting"):
+            proc.grace_used = True  # once: a plugin not started yet gets time to start
+            budget = self.first_budget
+            proc.ensure_running()
+        else:
+            return Answer(proc.id, "not_running", detail=proc.describe())
+        sent: float | None = None
+        try:
+            with anyio.fail_after(max(0.0, t0 + budget - time.monotonic())):
+                await proc.wait_ready()
+                sent = time.monotonic()
+                result = await proc.call(METHOD, wire)
+        except TimeoutError:
+            return Answer(proc.id, "late")
+        except PluginCrashed:
+            return Answer(proc.id, "crash", delay_ms=_ms(sent))
+        except PluginNotRunning as exc:
+            return Answer(proc.id, "not_running", detail=str(exc))
+        except PluginRefused as exc:
+            return Answer(proc.id, "error", delay_ms=_ms(sent), detail=exc.message or f"code {exc.code}")
+        delay = _ms(sent)
+        try:
+            answer = DecideResult.model_validate(result)
+        except ValidationError:
+            return Answer(proc.id, "invalid", delay_ms=delay)
+        if answer.decision not in ("allow", "deny", "ask"):
+            return Answer(proc.id, "invalid", delay_ms=delay)
+        return Answer(proc.id, answer.decision, message=answer.message, delay_ms=delay)
+
+    def _apply(self, card: Any, verdict: Verdict, name: str) -> tuple[bool, str | None]:
+        kind = "allow_once" if verdict.decision == "allow" else "reject_once"
+        option = next((o for o in card.options if o.get("kind") == kind), None)
+        if option is None:
+            return False, None  # never widened, never turned into another answer: the user decides
+        message = verdict.by.message if verdict.by else None
+        kwargs: dict[str, Any] = {"by": card_by(name), "message": message}
+        if _takes_reply(card):  # what the agent is told (ACP: the answer's _meta.escouade.message)
+            kwargs["reply"] = agent_message(name, verdict.decision, message)
+        try:
+            return bool(card.choose(option["optionId"], **kwargs)), option["optionId"]
+        except ValueError:
+            return False, None
+
+    def _journal(self, card: Any, d: Decision, names: dict[str, str], agent: str, project: str) -> None:
+        perm = getattr(card, "permission", None)
+        answered_by = getattr(perm, "answered_by", None)
+        state = getattr(perm, "state", "pending")
+        if not d.applied and state != "pending":
+            first = "you answered first" if answered_by in (None, "you") else f"{answered_by} answered first"
+            if state == "cancelled":
+                first = "the request was cancelled first"
+        else:
+            first = None
+        settled_by = d.verdict.by if d.verdict and d.applied else None
+        for pid in d.plugins:
+            a = d.answers.get(pid) or Answer(pid, "late")
+            fields: dict[str, Any] = dict(tool=d.tool, target=d.target, delay_ms=a.delay_ms, request_id=d.request_id,
+                                          agent=agent or None, project=project or None)
+            if a.decided:
+                applied = settled_by is a
+                then = None
+                if not applied:
+                    if first:
+                        then = first
+                    elif d.verdict and d.verdict.by is not None and d.verdict.by is not a:
+                        then = f"{names[d.verdict.by.plugin]} {'refused' if d.verdict.decision == 'deny' else 'allowed'} it"
+                    else:
+                        then = "the agent offers no such option; the user is asked"
+                self.journal.add(pid, "Decision", verdict="allowed" if a.outcome == "allow" else "refused",
+                                 message=a.message, applied=applied, then=then, **fields)
+            else:
+                if first:
+                    then = first
+                elif settled_by is not None:
+                    then = f"{names[settled_by.plugin]} {'refused' if d.verdict.decision == 'deny' else 'allowed'} it"
+                else:
+                    then = "the user is asked"
+                self.journal.add(pid, "Decision", verdict="did not decide", reason=a.reason, then=then, **fields)
+
+
+def _ms(since: float | None) -> float | None:
+    return None if since is None else (time.monotonic() - since) * 1000
+
+
+_REPLY_SUPPORT: dict[Any, bool] = {}
+
+
+def _takes_reply(card: Any) -> bool:
+    """Whether ``card.choose`` takes ``reply``: the text the agent is told, when it
+    differs from the card's ``message`` (see the module's doc)."""
+    fn = getattr(type(card), "choose", None)
+    if fn not in _REPLY_SUPPORT:
+        try:
+            _REPLY_SUPPORT[fn] = "reply" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            _REPLY_SUPPORT[fn] = False
+    return _REPLY_SUPPORT[fn]
+
+
+class RulePlugins:
+    """Everything rule plugins need in one kernel: the journal, the user's plugin states,
+    the host and the broker. Created with the squad; nothing runs until
+    :meth:`start_soon` is called on a running loop."""
+
+    def __init__(self, *, journal: Journal | None = None, states: PluginStates | None = None,
+                 extra_dirs: list[Path] | None = None) -> None:
+        self.journal = journal or Journal()
+        self.states = states or PluginStates()
+        self.host = PluginHost(self.journal, self.states, list(extra_dirs or []))
+        self.broker = Broker(self.host, self.states, self.journal)
+        self.started = False
+        self._watcher: asyncio.Task | None = None
+
+    def start_soon(self) -> None:
+        """Find the plugins and start those that decide for some project, on the running
+        loop; from then on, every :data:`WATCH_PERIOD` seconds, a plugin installed,
+        updated or switched on (here or in another kernel) is started, one removed or
+        switched off everywhere is stopped."""
+        self.host.refresh()
+        self.started = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._watcher is None or self._watcher.done() or self._watcher.get_loop() is not loop:
+            self._watcher = loop.create_task(self._watch(), name="rule plugins watcher")
+
+    async def _watch(self) -> None:
+        while True:
+            await anyio.sleep(WATCH_PERIOD)
+            if self.host.disk_stamp() != self.host.stamp:
+                try:
+                    self.host.refresh()
+                except Exception:  # a broken folder must not kill the watcher
+                    pass
+
+    def find(self, name: str) -> str:
+        """A plugin id from its id, its folder name, the last part of its id, or its name."""
+        if not self.host.specs:
+            self.host.refresh()
+        specs = self.host.specs
+        if name in specs:
+            return name
+        low = name.lower()
+        for pid, spec in specs.items():
+            if low in (spec.folder.name.lower(), pid.rsplit(".", 1)[-1].lower(), spec.name.lower()):
+                return pid
+        known = ", ".join(sorted(s.folder.name for s in specs.values())) or "none"
+        raise LookupError(f"no rule plugin {name!r} (rule plugins: {known})")
+
+    def turn(self, name: str, on: bool, project: Project) -> str:
+        pid = self.find(name)
+        self.states.set_project(pid, project, on)
+        self.start_soon()
+        return pid
+
+    def grant(self, name: str, granted: bool) -> str:
+        pid = self.find(name)
+        self.states.set_decide(pid, granted)
+        self.start_soon()
+        return pid
+
+    async def aclose(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+        await self.host.aclose()
+
+    def kill_now(self) -> None:
+        self.host.kill_now()
+
+
+@dataclass
+class PluginRow:
+    """One line of ``%escouade plugins``."""
+
+    id: str
+    short: str
+    name: str
+    shipped: bool
+    granted: bool
+    on: bool
+    why: str
+    process: str
+    error: str | None = None
+
+
+class PluginsListing:
+    """What ``%escouade plugins`` shows: the rule plugins, whether each decides for the
+    project, why, and its process."""
+
+    def __init__(self, project: Project, rows: list[PluginRow], settings: Path, errors: list[str]) -> None:
+        self.project, self.rows, self.settings, self.errors = project, rows, settings, errors
+
+    def __repr__(self) -> str:
+        p = self.project
+        lines = [f"Rule plugins for project {p.name} ({p.folder}){' — private' if p.private else ''}:"]
+        if not self.rows:
+            lines.append("  none found")
+        for r in self.rows:
+            state = "on " if r.on else "off"
+            lines.append(f"  {r.short:<14} {r.name:<16} {state} ({r.why}); {r.process}")
+        for e in self.errors:
+            lines.append(f"  ! {e}")
+        lines.append(f"Settings: {self.settings}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        import html
+        e = html.escape
+        p = self.project
+        taken_back = "<span style='color:#cf222e'>taken back</span>"
+        rows = "".join(
+            f"<tr><td><b>{e(r.short)}</b></td><td>{e(r.name)}</td>"
+            f"<td style='color:{'#1a7f37' if r.on else '#8a8a8a'}'><b>{'on' if r.on else 'off'}</b> ({e(r.why)})</td>"
+            f"<td>{'granted' if r.granted else taken_back}</td>"
+            f"<td>{e(r.process)}</td></tr>" for r in self.rows)
+        errors = "".join(f"<li style='color:#cf222e'>{e(x)}</li>" for x in self.errors)
+        return (f"<b>Rule plugins</b> for project <b>{e(p.name)}</b> <code>{e(str(p.folder))}</code>"
+                f"{' <i>(private)</i>' if p.private else ''}"
+                f"<table><tr><th>plugin</th><th>name</th><th>decides here</th><th>permission</th><th>process</th></tr>"
+                f"{rows}</table>{'<ul>' + errors + '</ul>' if errors else ''}"
+                f"<small>Settings: <code>{e(str(self.settings))}</code></small>")
+
+
+def _why(states: PluginStates, pid: str, spec: Any, project: Project) -> tuple[bool, str]:
+    st = states.state(pid)
+    if states.error:
+        return False, "the settings file is broken"
+    if not st.decide:
+        return False, "its permission to decide was taken back"
+    own = st.projects.get(project.id)
+    if own is not None:
+        return own.on, f"turned {'on' if own.on else 'off'} for this project"
+    if project.private:
+        return False, "private project: only a plugin turned on for it"
+    default = st.default if st.default is not None else spec.default_on
+    origin = "your default" if st.default is not None else ("shipped: off until turned on" if spec.shipped
+                                                            else "installed")
+    return default, origin
+
+
+def listing(rules: RulePlugins, project: Project) -> PluginsListing:
+    rules.host.refresh()
+    rows = []
+    for pid in sorted(rules.host.specs):
+        spec = rules.host.specs[pid]
+        on, why = _why(rules.states, pid, spec, project)
+        proc = rules.host.processes.get(pid)
+        rows.append(PluginRow(id=pid, short=spec.folder.name, name=spec.name, shipped=spec.shipped,
+                              granted=rules.states.granted(pid), on=on and spec.argv is not None, why=why,
+                              process=proc.describe() if proc else "stopped", error=spec.error))
+    errors = [e for e in rules.host.errors if e]
+    if rules.states.error:
+        errors.append(rules.states.error)
+    return PluginsListing(project, rows, rules.states.path, errors)

@@ -1,0 +1,70 @@
+"""``%escouade plugins …`` and ``%escouade journal …``: parse the words, act, return what
+to show. The magics only display; a :class:`CommandError` is a usage error (one line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..project import Project
+from .broker import RulePlugins, listing
+
+PLUGINS_USAGE = """  %escouade plugins                         rule plugins: on/off for this project, permission, process
+  %escouade plugins on|off PLUGIN [--project DIR]   turn a plugin on/off for a project (default: here)
+  %escouade plugins revoke|grant PLUGIN     take back (or give again) its permission to decide
+  %escouade journal [PLUGIN]                the rule plugins' journal (decisions), with a filter"""
+
+
+class CommandError(Exception):
+    """A usage error of ``%escouade plugins``/``journal``: one line."""
+
+
+def _project(words: list[str]) -> tuple[list[str], Project]:
+    if "--project" in words:
+        i = words.index("--project")
+        if i + 1 >= len(words):
+            raise CommandError("--project takes a folder")
+        folder = Path(words[i + 1]).expanduser()
+        if not folder.is_dir():
+            raise CommandError(f"folder {folder} does not exist")
+        return words[:i] + words[i + 2:], Project.for_folder(folder)
+    return words, Project.for_folder(Path.cwd())
+
+
+def plugins_command(rules: RulePlugins, words: list[str]) -> Any:
+    """``[]`` lists; ``on|off PLUGIN [--project DIR]``; ``revoke|grant PLUGIN``.
+    Returns the listing to display."""
+    words, project = _project(list(words))
+    if not words:
+        return listing(rules, project)
+    action, rest = words[0], words[1:]
+    if action not in ("on", "off", "revoke", "grant"):
+        raise CommandError(f"unknown plugins action {action!r}: on, off, revoke or grant")
+    if len(rest) != 1:
+        raise CommandError(f"plugins {action} takes one plugin name")
+    try:
+        if action in ("on", "off"):
+            rules.turn(rest[0], action == "on", project)
+        else:
+            rules.grant(rest[0], action == "grant")
+    except LookupError as exc:
+        raise CommandError(str(exc).strip("'\"")) from None
+    return listing(rules, project)
+
+
+def journal_command(rules: RulePlugins, words: list[str]) -> Any:
+    """``[PLUGIN]``: the journal view (all plugins when no name is given)."""
+    from ..widgets.journal_view import JournalView
+
+    if len(words) > 1:
+        raise CommandError("journal takes at most one plugin name")
+    plugin = None
+    if words:
+        try:
+            plugin = rules.find(words[0])
+        except LookupError as exc:
+            if words[0] not in rules.journal.plugins():
+                raise CommandError(str(exc).strip("'\"")) from None
+            plugin = words[0]
+    names = {pid: spec.name for pid, spec in rules.host.specs.items()}
+    return JournalView(rules.journal, plugin=plugin, names=names)

@@ -1,0 +1,640 @@
+"""The rule plugin host: finds the plugins that decide, runs them, speaks JSON-RPC to them.
+
+A rule plugin is a folder with an ``escouade-plugin.json`` whose manifest asks
+``"permissions": {"decide": true}`` and names its program::
+
+    "program": {"python": "team_rules.py"}         run with the kernel's Python
+    "program": {"command": ["node", "rules.js"]}   a program on PATH (or "./x" in the folder)
+
+Paths are relative to the plugin folder, which is also the program's working folder.
+The host speaks JSON-RPC 2.0 on the program's stdin/stdout, one message per line:
+``initialize`` first (:class:`InitializeParams`: protocol version 1, who speaks, the
+plugin and its folder), then ``permissions/decide`` requests, ``shutdown`` last (the
+plugin answers, then exits; it is terminated if it does not). Lines that are not
+JSON-RPC are skipped (and journaled); a plugin's stderr is kept in a ring.
+
+A plugin that exits on its own is restarted with back-off (0.25 s, doubling to 30 s;
+back to 0.25 s after a minute up); the requests it had in flight fail with
+:class:`PluginCrashed`. A plugin that answers ``initialize`` with another protocol
+version is stopped for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .. import __version__
+from ..acp.process import StderrRing, drain, kill_group_now, spawn, terminate_group
+from ..manifest import MANIFEST_FILENAME, SHIPPED_PLUGINS_DIR, Manifest, discover
+from .journal import Journal
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "PROTOCOL_VERSION", "PluginError", "PluginCrashed", "PluginNotRunning", "PluginRefused", "ProgramSpec",
+    "InitializeParams", "InitializeResult", "PluginSpec", "PluginProcess", "PluginHost", "rule_plugin_spec",
+]
+
+PROTOCOL_VERSION = 1
+START_TIMEOUT = 10.0
+"""Seconds a plugin has to answer ``initialize``."""
+SHUTDOWN_GRACE = 1.0
+BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET_AFTER = 0.25, 30.0, 60.0
+MAX_LINE = 1024 * 1024
+GARBAGE_JOURNALED = 5
+"""Lines that are not JSON-RPC journaled per process start (the rest are only counted)."""
+
+
+class PluginError(Exception):
+    """A request to a plugin did not get a result."""
+
+
+class PluginCrashed(PluginError):
+    """The plugin's process ended while the request was in flight."""
+
+
+class PluginNotRunning(PluginError):
+    """The plugin is not running (stopped, restarting, failed)."""
+
+
+class PluginRefused(PluginError):
+    """The plugin answered with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = code
+        self.message = message
+
+
+# -- the wire ---------------------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class ProgramSpec(_Wire):
+    """The manifest's ``program``: ``python`` (a script of the folder, run with the
+    kernel's interpreter) or ``command`` (argv; its first word a program name on PATH,
+    or ``./name`` in the folder)."""
+
+    python: str | None = None
+    command: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ProgramSpec:
+        if (self.python is None) == (self.command is None):
+            raise ValueError("give exactly one of program.python and program.command")
+        if self.command is not None and not self.command:
+            raise ValueError("program.command is empty")
+        return self
+
+
+class _Named(_Wire):
+    id: str
+    version: str | None = None
+    folder: str
+
+
+class InitializeParams(_Wire):
+    protocol_version: int = Field(PROTOCOL_VERSION, alias="protocolVersion")
+    escouade: dict[str, str] = Field(default_factory=lambda: {"name": "escouade_nb", "version": __version__})
+    plugin: _Named
+    lang: str = "en"
+    capabilities: dict[str, Any] = Field(default_factory=lambda: {"permissions": {"decide": True}})
+
+
+class InitializeResult(_Wire):
+    protocol_version: int = Field(alias="protocolVersion")
+    capabilities: dict[str, Any] = Field(default_factory=dict)
+
+
+class _RpcError(_Wire):
+    code: int
+    message: str = ""
+    data: Any = None
+
+
+class _Incoming(_Wire):
+    """A message from the plugin: a response (``id`` + ``result``/``error``), or a
+    request/notification of its own (``method``)."""
+
+    jsonrpc: Literal["2.0"]
+    id: int | str | None = None
+    method: str | None = None
+    params: Any = None
+    result: Any = None
+    error: _RpcError | None = None
+
+
+# -- plugins found ----------------------------------------------------------------------
+
+
+@dataclass
+class PluginSpec:
+    """A rule plugin found on disk. ``shipped``: it comes with escouade_nb (off by
+    default); ``stamp`` changes when a file of its folder changes (an update)."""
+
+    id: str
+    name: str
+    version: str | None
+    folder: Path
+    argv: list[str] | None
+    shipped: bool
+    stamp: tuple
+    manifest: Manifest
+    error: str | None = None
+
+    @property
+    def default_on(self) -> bool:
+        return not self.shipped
+
+
+def _folder_stamp(folder: Path) -> tuple:
+    out = []
+    try:
+        for p in sorted(folder.iterdir()):
+            if p.is_file():
+                st = p.stat()
+                out.append((p.name, st.st_mtime_ns, st.st_size))
+    except OSError:
+        pass
+    return tuple(out)
+
+
+def _inside(folder: Path, rel: str) -> Path:
+    path = (folder / rel).resolve()
+    if os.path.isabs(rel) or not path.is_relative_to(folder.resolve()):
+        raise ValueError(f"{rel!r} is not a path inside the plugin folder")
+    return path
+
+
+def program_argv(spec: ProgramSpec, folder: Path) -> list[str]:
+    """The argv of a plugin's program; ``ValueError`` when it cannot be found."""
+    if spec.python is not None:
+        script = _inside(folder, spec.python)
+        if not script.is_file():
+            raise ValueError(f"program.python: no file {spec.python} in the plugin folder")
+        return [sys.executable, "-u", str(script)]
+    first, *rest = spec.command or []
+    if first.startswith("./"):
+        exe = _inside(folder, first)
+        if not exe.is_file():
+            raise ValueError(f"program.command: no file {first} in the plugin folder")
+        return [str(exe), *rest]
+    if "/" in first or "\\" in first:
+        raise ValueError("program.command: a program name on PATH, or ./name in the plugin folder, never a path")
+    found = shutil.which(first)
+    if not found:
+        raise ValueError(f"program.command: no program named {first} on PATH")
+    return [found, *rest]
+
+
+def rule_plugin_spec(manifest: Manifest, manifest_path: Path) -> PluginSpec | None:
+    """The :class:`PluginSpec` of a manifest that asks to decide (None otherwise); a bad
+    ``program`` gives a spec with ``error`` set and no ``argv``."""
+    if not (manifest.permissions and manifest.permissions.decide):
+        return None
+    folder = manifest_path.parent.resolve()
+    argv: list[str] | None = None
+    error = None
+    raw = (manifest.model_extra or {}).get("program")
+    try:
+        if raw is None:
+            raise ValueError("program: field required (a rule plugin names its program)")
+        argv = program_argv(ProgramSpec.model_validate(raw), folder)
+    except ValidationError as exc:
+        error = f"program: {exc.errors()[0]['msg']}"
+    except ValueError as exc:
+        error = str(exc)
+    shipped = folder.is_relative_to(SHIPPED_PLUGINS_DIR.resolve())
+    return PluginSpec(id=manifest.id, name=manifest.name, version=manifest.version, folder=folder, argv=argv,
+                      shipped=shipped, stamp=_folder_stamp(folder), manifest=manifest,
+                      error=f"{manifest_path}: {error}" if error else None)
+
+
+def find_rule_plugins(extra_dirs: Sequence[Path] | None = None) -> tuple[dict[str, PluginSpec], list[str]]:
+    """Rule plugins among every manifest found (shipped, user, entry points, extra dirs;
+    a later one with the same id wins), and the errors met."""
+    d = discover(list(extra_dirs) if extra_dirs else None)
+    specs: dict[str, PluginSpec] = {}
+    for manifest, path in d.plugins:
+        spec = rule_plugin_spec(manifest, path)
+        if spec is not None:
+            specs[spec.id] = spec
+    errors = [str(e) for e in d.errors] + [s.error for s in specs.values() if s.error]
+    return specs, errors
+
+
+# -- one plugin's process -----------------------------------------------------------------
+
+State = Literal["stopped", "starting", "ready", "backoff", "failed"]
+
+
+class PluginProcess:
+    """One rule plugin's program, supervised: started, restarted after a crash, stopped.
+
+    ``call(method, params)`` sends a request and awaits its result; it raises
+    :class:`PluginNotRunning` unless ``state == "ready"``, :class:`PluginCrashed` if the
+    process ends first, :class:`PluginRefused` on a JSON-RPC error. Callers bound it in
+    time themselves (the broker gives 500 ms)."""
+
+    def __init__(self, spec: PluginSpec, journal: Journal) -> None:
+        self.spec = spec
+        self.journal = journal
+        self.state: State = "stopped"
+        self.pid: int | None = None
+        self.starts = 0
+        self.restarts = 0
+        self.grace_used = False
+        self.ever_ready = False
+        self.garbage = 0
+        self.stderr = StderrRing(16 * 1024)
+        self.last_exit: int | None = None
+        self.capabilities: dict[str, Any] = {}
+        self._want = False
+        self._task: asyncio.Task | None = None
+        self._proc = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self._send_lock: asyncio.Lock | None = None
+        self._ready: asyncio.Event | None = None
+        self._backoff = BACKOFF_FIRST
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def describe(self) -> str:
+        if self.state == "ready":
+            return f"running (pid {self.pid})"
+        if self.state == "backoff":
+            return f"restarting after a crash (exit {self.last_exit})"
+        if self.state == "failed":
+            return "failed"
+        return self.state
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def ensure_running(self) -> None:
+        """Start the supervisor on the running loop (no-op if it runs)."""
+        if self.spec.argv is None:
+            self.state = "failed"
+            return
+        self._want = True
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._send_lock = asyncio.Lock()
+        if not self.running:
+            self.state = "starting"
+            self._task = asyncio.get_running_loop().create_task(self._supervise(), name=f"rule plugin {self.id}")
+
+    async def wait_ready(self) -> None:
+        """Wait until the plugin answered ``initialize`` (bound it in time yourself);
+        :class:`PluginNotRunning` if it cannot get there."""
+        while True:
+            if self.state == "ready":
+                return
+            if self.state in ("failed", "stopped") or self._ready is None:
+                raise PluginNotRunning(self.describe())
+            await self._ready.wait()
+
+    async def _supervise(self) -> None:
+        try:
+            while self._want:
+                began = time.monotonic()
+                code = await self._run_once()
+                if not self._want or self.state == "failed":
+                    break
+                if time.monotonic() - began > BACKOFF_RESET_AFTER:
+                    self._backoff = BACKOFF_FIRST
+                delay = self._backoff
+                self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+                self.state = "backoff"
+                self.restarts += 1
+                tail = self.stderr.tail(3)
+                self.journal.add(self.id, "Crash", f"exited with code {code}; restarting in {delay:g} s"
+                                 + (f" (stderr: {tail.splitlines()[-1][:200]})" if tail else ""))
+                await anyio.sleep(delay)
+        finally:
+            if self.state != "failed":
+                self.state = "stopped"
+            self.pid = None
+            if self._ready is not None:
+                self._ready.set()  # wake waiters: they see the state
+                self._ready = asyncio.Event()
+
+    async def _run_once(self) -> int | None:
+        self.state = "starting"
+        self.garbage = 0
+        assert self.spec.argv is not None
+        t0 = time.monotonic()
+        try:
+            proc = await spawn(self.spec.argv, cwd=self.spec.folder, env=os.environ)
+        except OSError as exc:
+            self.journal.add(self.id, "Error", f"could not start {' '.join(self.spec.argv)}: {exc}")
+            return None
+        self._proc = proc
+        self.pid = proc.pid
+        self.starts += 1
+        code: int | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, proc.stderr, self.stderr)
+                tg.start_soon(self._read, proc)
+                tg.start_soon(self._handshake, t0)
+                code = await proc.wait()
+                self.last_exit = code
+                if self.state != "failed":
+                    self.state = "backoff" if self._want else "stopped"  # not ready any more, at once
+                self._fail_pending(PluginCrashed(f"the plugin exited with code {code}"))
+                await anyio.sleep(0.02)  # let the readers take the last bytes
+                tg.cancel_scope.cancel()
+        finally:
+            if proc.returncode is None:  # cancelled (stopped): take the group down
+                with anyio.CancelScope(shield=True):
+                    await terminate_group(proc, grace=SHUTDOWN_GRACE)
+            self._fail_pending(PluginCrashed("the plugin stopped"))
+            self._proc = None
+        return code
+
+    async def _handshake(self, t0: float) -> None:
+        params = InitializeParams(plugin=_Named(id=self.id, version=self.spec.version, folder=str(self.spec.folder)))
+        try:
+            with anyio.fail_after(START_TIMEOUT):
+                raw = await self._call("initialize", params.model_dump(mode="json", by_alias=True), check=False)
+            result = InitializeResult.model_validate(raw)
+        except TimeoutError:
+            self.journal.add(self.id, "Error", f"no answer to initialize within {START_TIMEOUT:g} s")
+            await self._kill()
+            return
+        except (PluginError, ValidationError) as exc:
+            self.journal.add(self.id, "Error", f"bad answer to initialize: {str(exc).splitlines()[0]}")
+            await self._kill()
+            return
+        if result.protocol_version != PROTOCOL_VERSION:
+            self.journal.add(self.id, "Error", f"speaks plugin protocol version {result.protocol_version}; "
+                             f"escouade_nb speaks version {PROTOCOL_VERSION}: not used")
+            self.state = "failed"
+            self._want = False
+            await self._kill()
+            return
+        self.capabilities = result.capabilities
+        self.state = "ready"
+        self.ever_ready = True
+        ms = (time.monotonic() - t0) * 1000
+        self.journal.add(self.id, "Start", f"started (pid {self.pid}, ready in {ms:.0f} ms)")
+        if self._ready is not None:
+            self._ready.set()
+            self._ready = asyncio.Event()
+
+    async def _kill(self) -> None:
+        if self._proc is not None:
+            await terminate_group(self._proc, grace=SHUTDOWN_GRACE)
+
+    async def stop(self) -> None:
+        """``shutdown``, then close stdin; the group is terminated if it lingers."""
+        self._want = False
+        proc, task = self._proc, self._task
+        if proc is not None and self.state == "ready":
+            try:
+                with anyio.move_on_after(SHUTDOWN_GRACE):
+                    await self._call("shutdown", None)
+            except PluginError:
+                pass
+            try:
+                await proc.stdin.aclose()
+            except Exception:
+                pass
+            with anyio.move_on_after(SHUTDOWN_GRACE):
+                await proc.wait()
+        if proc is not None and proc.returncode is None:
+            await terminate_group(proc, grace=SHUTDOWN_GRACE)
+        if task is not None and not task.done():
+            task.cancel()
+            with anyio.move_on_after(5):
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        if self.starts:
+            self.journal.add(self.id, "Stop", "stopped")
+        self.state = "stopped" if self.state != "failed" else "failed"
+
+    def kill_now(self) -> None:
+        self._want = False
+        if self._proc is not None and self._proc.returncode is None:
+            kill_group_now(self._proc.pid, grace=0.5)
+
+    # -- messages -----------------------------------------------------------------------
+    async def call(self, method: str, params: Any) -> Any:
+        if self.state != "ready":
+            raise PluginNotRunning(self.describe())
+        return await self._call(method, params)
+
+    async def _call(self, method: str, params: Any, check: bool = True) -> Any:
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            raise PluginNotRunning(self.describe())
+        rid = next(self._ids)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        data = (json.dumps(msg, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            assert self._send_lock is not None
+            async with self._send_lock:
+                try:
+                    await proc.stdin.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    raise PluginCrashed(f"cannot write to the plugin: {exc}") from None
+            return await fut
+        finally:
+            self._pending.pop(rid, None)
+            if not fut.done():
+                fut.cancel()
+
+    def _fail_pending(self, exc: Exception) -> None:
+        for fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved: a timed-out caller may be gone
+        self._pending.clear()
+
+    async def _read(self, proc) -> None:
+        buf = bytearray()
+        skipping = False
+        try:
+            async for chunk in proc.stdout:
+                buf.extend(chunk)
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        if len(buf) > MAX_LINE:
+                            buf.clear()
+                            skipping = True
+                        break
+                    line = bytes(buf[:nl])
+                    del buf[: nl + 1]
+                    if skipping:
+                        skipping = False
+                        self._garbage(b"(a line longer than 1 MiB)")
+                        continue
+                    self._on_line(line)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+
+    def _garbage(self, line: bytes) -> None:
+        self.garbage += 1
+        if self.garbage <= GARBAGE_JOURNALED:
+            text = line.decode("utf-8", "replace").strip()
+            text = text if len(text) <= 200 else text[:200] + "…"
+            more = "; further ones are not journaled" if self.garbage == GARBAGE_JOURNALED else ""
+            self.journal.add(self.id, "Output", f"ignored a line that is not JSON-RPC: {text}{more}")
+
+    def _on_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            msg = _Incoming.model_validate_json(line)
+        except ValidationError:
+            self._garbage(line)
+            return
+        if msg.method is not None:
+            if msg.id is not None:  # a request of the plugin: we serve none
+                reply = {"jsonrpc": "2.0", "id": msg.id,
+                         "error": {"code": -32601, "message": f"method not found: {msg.method}"}}
+                asyncio.get_running_loop().create_task(self._reply(reply))
+            return
+        fut = self._pending.get(msg.id) if isinstance(msg.id, int) else None
+        if fut is None or fut.done():
+            return  # an answer nobody waits for any more (late)
+        if msg.error is not None:
+            fut.set_exception(PluginRefused(msg.error.code, msg.error.message))
+        elif "result" in msg.model_fields_set:
+            fut.set_result(msg.result)
+        else:
+            fut.set_exception(PluginRefused(-32603, "a response with neither result nor error"))
+
+    async def _reply(self, reply: dict[str, Any]) -> None:
+        proc = self._proc
+        if proc is None or self._send_lock is None:
+            return
+        try:
+            async with self._send_lock:
+                await proc.stdin.send((json.dumps(reply) + "\n").encode())
+        except Exception:
+            pass
+
+
+# -- all plugins ------------------------------------------------------------------------------
+
+
+@dataclass
+class PluginHost:
+    """Every rule plugin of this kernel: found with :func:`find_rule_plugins`, started
+    when wanted (granted and on for some project — see :class:`PluginStates`)."""
+
+    journal: Journal
+    states: Any  # PluginStates
+    extra_dirs: list[Path] = field(default_factory=list)
+    specs: dict[str, PluginSpec] = field(default_factory=dict)
+    processes: dict[str, PluginProcess] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    stamp: tuple = ()
+
+    def refresh(self) -> None:
+        """Find the plugins again; start the ones wanted that do not run (new, switched
+        back on), restart the updated ones, stop the ones no longer wanted. Needs a
+        running loop to start or stop anything."""
+        self.stamp = self.disk_stamp()
+        specs, self.errors = find_rule_plugins(self.extra_dirs)
+        try:
+            asyncio.get_running_loop()
+            loop_running = True
+        except RuntimeError:
+            loop_running = False
+        for pid, proc in list(self.processes.items()):
+            spec = specs.get(pid)
+            if spec is None or not self.states.wanted(pid, default=spec.default_on):
+                if loop_running and (proc.running or proc.state != "stopped"):
+                    asyncio.get_running_loop().create_task(proc.stop())
+                if spec is None:
+                    del self.processes[pid]
+                continue
+            if spec.stamp != proc.spec.stamp or spec.argv != proc.spec.argv:
+                old = proc
+                self.processes[pid] = PluginProcess(spec, self.journal)  # updated: a new process
+                if loop_running:
+                    self.journal.add(pid, "Stop", "updated on disk: restarting")
+                    asyncio.get_running_loop().create_task(old.stop())
+        self.specs = specs
+        for pid, spec in specs.items():
+            proc = self.processes.setdefault(pid, PluginProcess(spec, self.journal))
+            if loop_running and self.states.wanted(pid, default=spec.default_on) and spec.argv is not None \
+                    and not proc.running and proc.state != "failed":
+                proc.ensure_running()
+
+    def disk_stamp(self) -> tuple:
+        """A cheap fingerprint of the plugin folders and the settings file: it changes
+        when a plugin is installed, removed or updated, or switched on or off elsewhere."""
+        from ..manifest import user_plugins_dir
+
+        roots = [SHIPPED_PLUGINS_DIR, user_plugins_dir(), *self.extra_dirs]
+        out: list[tuple] = []
+        for root in roots:
+            try:
+                with os.scandir(root) as it:
+                    for e in it:
+                        if e.is_dir():
+                            out.append((e.path, _folder_stamp(Path(e.path))))
+                        elif e.name == MANIFEST_FILENAME:
+                            out.append((e.path, e.stat().st_mtime_ns))
+            except OSError:
+                out.append((str(root), None))
+        try:
+            st = Path(self.states.path).stat()
+            out.append(("states", st.st_mtime_ns, st.st_size))
+        except (OSError, AttributeError):
+            out.append(("states", None))
+        return tuple(out)
+
+    def process(self, plugin: str) -> PluginProcess | None:
+        return self.processes.get(plugin)
+
+    async def aclose(self) -> None:
+        procs = list(self.processes.values())
+        async with anyio.create_task_group() as tg:
+            for p in procs:
+                if p.running or p._proc is not None:
+                    tg.start_soon(p.stop)
+
+    def kill_now(self) -> None:
+        for p in self.processes.values():
+            try:
+                p.kill_now()
+            except Exception:
+                pass
+
+
+def manifest_file(folder: Path) -> Path:
+    return Path(folder) / MANIFEST_FILENAME

@@ -1,0 +1,357 @@
+"""What a rule plugin is asked: the ``permissions/decide`` params, built from an ACP
+permission request, whatever the harness.
+
+Everything here is a table or a pure function, tested without processes.
+
+``request.tool`` is the tool as Claude Code names it. It is found, in this order:
+
+1. the agent's own tool name — ``_meta.<agent>.toolCall.toolName`` (also
+   ``_meta.<agent>.toolName`` and ``_meta.tool_name``), the tool call's unstable
+   ``name``, else the title before ``"·"`` — looked up in the harness manifest's
+   ``acp.tools`` map (agent tool name -> Claude Code name);
+2. that name itself when it already is a Claude Code name (``Bash``, ``mcp__s__t``;
+   ``mcp__acp__Bash`` — Claude Code's ACP wrapper — is ``Bash``), or an MCP tool
+   (``<server>__<tool>``, or a ``_meta`` giving ``mcpServer``/``server``) as
+   ``mcp__<server>__<tool>``;
+3. the ACP tool kind (:data:`KIND_TOOLS`): execute -> Bash; edit -> Edit, or Write for a
+   new file (a diff without ``oldText``); read -> Read; search -> Grep, or Glob for a file
+   pattern; fetch -> WebFetch, or WebSearch for a query; delete/move -> Edit;
+4. the agent's own name as it is, else ``"Tool"``.
+
+``request.kind`` is the family of the tool (:data:`FAMILIES`): command, edit, read,
+fetch, mcp or tool. ``request.input`` is the tool call's ``rawInput`` (a command given
+as an argv list, or as ``cmd``, becomes the ``command`` string Claude Code's Bash takes),
+with long texts cut: :data:`MAX_TEXT` characters, or :data:`MAX_KEY_TEXT` for the
+fields rules judge (command, paths, url, pattern).
+
+A plan to approve (``ExitPlanMode``/``exit_plan_mode``, or ACP kind ``switch_mode``)
+and a question of the agent (``AskUserQuestion``…) are :attr:`Normalised.reserved`:
+they never go to plugins.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CLAUDE_TOOLS", "FAMILIES", "KIND_TOOLS", "PLAN_TOOLS", "QUESTION_TOOLS", "MAX_TEXT", "MAX_KEY_TEXT",
+    "Family", "Normalised", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo", "DecideParams",
+    "agent_tool_name", "normalise", "family_of", "cut_input", "target_of",
+]
+
+Family = Literal["command", "edit", "read", "fetch", "mcp", "tool"]
+
+MAX_TEXT = 2000
+"""A string of the input longer than this is cut (characters)."""
+MAX_KEY_TEXT = 65536
+"""The limit for the fields a rule judges (:data:`KEY_FIELDS`): cut far later."""
+KEY_FIELDS = frozenset({"command", "cmd", "file_path", "path", "notebook_path", "url", "pattern", "query"})
+
+FAMILIES: dict[str, Family] = {
+    "Bash": "command",
+    "Edit": "edit", "Write": "edit", "MultiEdit": "edit", "NotebookEdit": "edit",
+    "Read": "read", "Grep": "read", "Glob": "read", "LS": "read",
+    "WebFetch": "fetch", "WebSearch": "fetch",
+}
+"""Claude Code tool -> family. ``mcp__*`` is ``mcp``; anything else is ``tool``."""
+
+CLAUDE_TOOLS = frozenset(FAMILIES) | {
+    "BashOutput", "KillShell", "Task", "Agent", "TodoWrite", "ExitPlanMode", "AskUserQuestion",
+    "SlashCommand", "Skill", "NotebookRead",
+}
+"""Names that already are Claude Code's."""
+
+PLAN_TOOLS = frozenset({"ExitPlanMode", "exit_plan_mode"})
+QUESTION_TOOLS = frozenset({"AskUserQuestion", "ask_user_question", "request_user_input", "ask_user"})
+RESERVED_KINDS = {"switch_mode": "plan"}
+"""ACP kinds that are the user's (Claude Code's ACP asks ExitPlanMode as ``switch_mode``)."""
+
+
+def _diffs(call: Any) -> list[dict[str, Any]]:
+    return [c for c in (getattr(call, "content", None) or []) if isinstance(c, dict) and c.get("type") == "diff"]
+
+
+def _raw(call: Any) -> dict[str, Any]:
+    raw = getattr(call, "raw_input", None)
+    return raw if isinstance(raw, dict) else {}
+
+
+def _edit_or_write(call: Any) -> str:
+    diffs = _diffs(call)
+    if diffs:
+        return "Write" if all(d.get("oldText") is None for d in diffs) else "Edit"
+    raw = _raw(call)
+    if "old_string" in raw or "edits" in raw:
+        return "Edit"
+    return "Write" if "content" in raw else "Edit"
+
+
+_REGEX_MARKS = ("\\", "^", "$", "(", ")", "|", "+", ".*")
+
+
+def _grep_or_glob(call: Any) -> str:
+    title = (getattr(call, "title", None) or "").strip().lower()
+    if title.startswith(("glob", "find", "list")):
+        return "Glob"
+    pattern = _raw(call).get("pattern")
+    if isinstance(pattern, str) and ("*" in pattern or "?" in pattern) and not any(m in pattern for m in _REGEX_MARKS):
+        return "Glob"
+    return "Grep"
+
+
+def _fetch_or_search(call: Any) -> str:
+    raw = _raw(call)
+    return "WebSearch" if "query" in raw and "url" not in raw else "WebFetch"
+
+
+KIND_TOOLS: dict[str, str | Callable[[Any], str]] = {
+    "execute": "Bash",
+    "edit": _edit_or_write,
+    "delete": "Edit",
+    "move": "Edit",
+    "read": "Read",
+    "search": _grep_or_glob,
+    "fetch": _fetch_or_search,
+}
+"""ACP ``ToolKind`` -> Claude Code tool (a name, or a function of the tool call)."""
+
+
+def family_of(tool: str) -> Family:
+    if tool.startswith("mcp__"):
+        return "mcp"
+    return FAMILIES.get(tool, "tool")
+
+
+def agent_tool_name(call: Any) -> tuple[str | None, str | None]:
+    """``(name, mcp_server)``: the agent's own name of the tool, from ``_meta`` or the
+    unstable ``name`` field, and the MCP server ``_meta`` names, if any."""
+    meta = getattr(call, "meta", None) or {}
+    if isinstance(meta, dict):
+        for value in meta.values():
+            if not isinstance(value, dict):
+                continue
+            for holder in (value.get("toolCall"), value):
+                if isinstance(holder, dict) and isinstance(holder.get("toolName"), str) and holder["toolName"]:
+                    server = holder.get("mcpServer") or holder.get("server")
+                    return holder["toolName"], server if isinstance(server, str) and server else None
+        for key in ("tool_name", "toolName"):
+            if isinstance(meta.get(key), str) and meta[key]:
+                return meta[key], None
+    name = (getattr(call, "extra", None) or {}).get("name")
+    if isinstance(name, str) and name:
+        return name, None
+    return None, None
+
+
+def _title_head(call: Any) -> str | None:
+    """The title before ``"·"`` (the whole title when it has none)."""
+    title = getattr(call, "title", None)
+    if isinstance(title, str):
+        head = title.split("·", 1)[0].strip()
+        return head or None
+    return None
+
+
+def _as_claude(name: str, server: str | None) -> str | None:
+    """``name`` as a Claude Code name when it is one, or an MCP tool; else None."""
+    if not name or any(c.isspace() for c in name):
+        return None  # a sentence of a title, not a tool name
+    if server:
+        return f"mcp__{server}__{name}"
+    if name.startswith("mcp__acp__") and name[len("mcp__acp__"):] in CLAUDE_TOOLS:
+        return name[len("mcp__acp__"):]
+    if name.startswith("mcp__") or name in CLAUDE_TOOLS:
+        return name
+    if "__" in name.strip("_"):
+        srv, tool = name.strip("_").split("__", 1)
+        if srv and tool:
+            return f"mcp__{srv}__{tool}"
+    return None
+
+
+def _cut(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + f"… ({len(value) - limit} more characters)"
+    if isinstance(value, dict):
+        return {k: _cut(v, MAX_KEY_TEXT if k in KEY_FIELDS else MAX_TEXT) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v, limit) for v in value]
+    return value
+
+
+def cut_input(value: dict[str, Any]) -> dict[str, Any]:
+    """The input with long texts cut (the fields rules judge are kept much longer)."""
+    return _cut(value, MAX_TEXT)
+
+
+_SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish"}
+
+
+def command_text(command: Any) -> str | None:
+    """A command as one string: as is, or an argv list (``["/bin/bash", "-lc", S]`` is
+    ``S``; another list is quoted with :func:`shlex.join`)."""
+    if isinstance(command, str):
+        return command
+    if isinstance(command, list) and command and all(isinstance(c, str) for c in command):
+        prog = command[0].rsplit("/", 1)[-1]
+        if prog in _SHELLS and len(command) == 3 and command[1].startswith("-") and "c" in command[1]:
+            return command[2]
+        return shlex.join(command)
+    return None
+
+
+def _input_of(call: Any, tool: str) -> dict[str, Any]:
+    raw = getattr(call, "raw_input", None)
+    if isinstance(raw, dict):
+        out = dict(raw)
+    elif isinstance(raw, str) and raw:
+        out = {"command": raw} if tool == "Bash" else {"input": raw}
+    else:
+        out = {}
+        diffs = _diffs(call)
+        locations = [loc.get("path") for loc in (getattr(call, "locations", None) or []) if isinstance(loc, dict)]
+        if diffs:
+            d = diffs[0]
+            if tool == "Write":
+                out = {"file_path": d.get("path"), "content": d.get("newText", "")}
+            else:
+                out = {"file_path": d.get("path"), "old_string": d.get("oldText") or "", "new_string": d.get("newText", "")}
+        elif locations and locations[0]:
+            out = {"file_path": locations[0]}
+    if tool == "Bash":
+        for key in ("command", "cmd"):
+            text = command_text(out.get(key))
+            if text is not None:
+                if key == "cmd":
+                    out.pop("cmd")
+                out["command"] = text
+                break
+    return out
+
+
+@dataclass(frozen=True)
+class Normalised:
+    """One permission request, translated: ``tool`` (Claude Code's name), ``kind`` (its
+    family), ``input`` (cut), ``agent_tool`` (the agent's own name, if known) and
+    ``reserved`` (``"plan"`` or ``"question"``: the user's, never a plugin's)."""
+
+    tool: str
+    kind: Family
+    input: dict[str, Any]
+    agent_tool: str | None = None
+    reserved: Literal["plan", "question"] | None = None
+
+    @property
+    def target(self) -> str:
+        return target_of(self.tool, self.input)
+
+
+def normalise(call: Any, tools_map: Mapping[str, str] | None = None) -> Normalised:
+    """Translate a tool call (the conversation's ``ToolCall``, or anything with ``title``,
+    ``kind``, ``raw_input``, ``meta``, ``content``, ``locations``) with the harness's
+    ``acp.tools`` map."""
+    tools_map = dict(tools_map or {})
+    name, server = agent_tool_name(call)
+    head = _title_head(call)
+    acp_kind = getattr(call, "kind", None)
+    tool: str | None = None
+    for candidate in (name, head):
+        if candidate and candidate in tools_map:
+            tool = tools_map[candidate]
+            break
+    if tool is None:
+        for candidate, srv in ((name, server), (head, None)):
+            if candidate:
+                tool = _as_claude(candidate, srv)
+                if tool:
+                    break
+    if tool is None and acp_kind in KIND_TOOLS:
+        rule = KIND_TOOLS[acp_kind]
+        tool = rule(call) if callable(rule) else rule
+    word_head = head if head and not any(c.isspace() for c in head) else None
+    if tool is None:
+        tool = name or word_head or "Tool"
+    reserved: Literal["plan", "question"] | None = None
+    names = {tool, name or "", head or ""}
+    if names & PLAN_TOOLS or RESERVED_KINDS.get(acp_kind or "") == "plan":
+        reserved = "plan"
+    elif names & QUESTION_TOOLS:
+        reserved = "question"
+    return Normalised(tool=tool, kind=family_of(tool), input=cut_input(_input_of(call, tool)),
+                      agent_tool=name or word_head, reserved=reserved)
+
+
+_TARGET_KEYS = {
+    "Bash": ("command",),
+    "Edit": ("file_path", "path"), "Write": ("file_path", "path"), "MultiEdit": ("file_path", "path"),
+    "NotebookEdit": ("notebook_path", "file_path", "path"), "Read": ("file_path", "path"),
+    "Grep": ("pattern",), "Glob": ("pattern",), "LS": ("path",),
+    "WebFetch": ("url",), "WebSearch": ("query",),
+}
+
+
+def target_of(tool: str, input: Mapping[str, Any], limit: int = 120) -> str:
+    """What a request aims at, on one line: the command, the file, the url…"""
+    text = ""
+    for key in _TARGET_KEYS.get(tool, ()):
+        if isinstance(input.get(key), str):
+            text = input[key]
+            break
+    else:
+        for value in input.values():
+            if isinstance(value, str) and value:
+                text = value
+                break
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- the wire: permissions/decide params ------------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class RequestInfo(_Wire):
+    id: str
+    kind: Family
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProjectInfo(_Wire):
+    id: str
+    name: str
+    private: bool = False
+
+
+class TicketInfo(_Wire):
+    id: str
+    key: str | None = None
+    title: str | None = None
+
+
+class AgentInfo(_Wire):
+    id: str
+    name: str
+
+
+class DecideParams(_Wire):
+    """The params of ``permissions/decide``: the seed's shape, never the conversation."""
+
+    request: RequestInfo
+    project: ProjectInfo
+    ticket: TicketInfo | None = None
+    agent: AgentInfo
+
+    def wire(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        if data.get("ticket") is None:
+            data.pop("ticket", None)  # absent outside a ticket (never null)
+        return data

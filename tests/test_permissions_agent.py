@@ -1,0 +1,130 @@
+"""Rule plugins with a real agent: the squad's broker, team-rules on for the project, the
+shipped ``fake`` agent asking to run commands over real pipes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+
+import pytest
+from kernel_client import processes_named
+
+from escouade_nb.permissions.commands import CommandError, journal_command, plugins_command
+from escouade_nb.squad import Squad
+
+TEAM_RULES_PROGRAM = "plugins/team-rules/team_rules.py"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_orphan_plugins():
+    before = set(processes_named(TEAM_RULES_PROGRAM))
+    yield
+    deadline = time.monotonic() + 10
+    left = set(processes_named(TEAM_RULES_PROGRAM)) - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = set(processes_named(TEAM_RULES_PROGRAM)) - before
+    assert not left, f"team-rules processes left behind: {sorted(left)}"
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+async def settle(card, timeout: float = 5.0) -> None:
+    """Wait until the policies are done with the card (settled, or the user is called)."""
+    deadline = time.monotonic() + timeout
+    while card.permission.deciding and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+def test_team_rules_decide_for_the_fake_agent(scratch: Path):
+    async def main():
+        squad = Squad()
+        listing = plugins_command(squad.rules, ["on", "team-rules", "--project", str(scratch)])
+        agent = squad.start("fake", cwd=scratch)
+        out = {}
+        try:
+            await agent.ready()
+            assert agent.project.folder == scratch.resolve()
+            for cmd in ("rm -rf build", "npm test", "cargo build"):
+                turn = agent.send(f"run {cmd}")
+                card = await agent.next_permission(timeout=20)
+                await settle(card)
+                status = agent.status
+                if card.state == "pending":
+                    assert card.choose("allow_once")  # the user decides
+                result = await turn
+                out[cmd] = (card, status, result.text, card._future.result())
+            view = journal_command(squad.rules, ["team-rules"])
+            return listing, out, repr(view), repr(plugins_command(squad.rules, ["--project", str(scratch)]))
+        finally:
+            await agent.close()
+            await squad.rules.aclose()
+
+    listing, out, journal, listing_after = asyncio.run(asyncio.wait_for(main(), 90))
+    assert re.search(r"team-rules\s+Team rules\s+on  \(turned on for this project\)", repr(listing))
+
+    card, status, text, answer = out["rm -rf build"]
+    assert card.permission.answered_by == "Team rules via Escouade"
+    assert card.permission.message == "no rm -rf here"
+    assert card.label == "Denied by Team rules via Escouade — no rm -rf here"
+    assert answer["outcome"] == "selected" and answer["optionId"] == "reject-once"  # never "cancelled"
+    # the agent is told who refused, never that the user did
+    assert answer["_meta"]["escouade"]["message"] == "Refused by Team rules through Escouade: no rm -rf here"
+    assert text == "I did not run `rm -rf build`. I was told: Refused by Team rules through Escouade: no rm -rf here"
+
+    card, status, text, answer = out["npm test"]
+    assert card.permission.answered_by == "Team rules via Escouade"
+    assert card.label == "Allowed by Team rules via Escouade"
+    assert answer["optionId"] == "allow-once"  # never widened to "always"
+    assert text.startswith("Ran `npm test`")
+
+    card, status, text, answer = out["cargo build"]
+    assert status == "waiting"  # no plugin settled it: the user was called
+    assert card.permission.answered_by == "you"
+
+    lines = [re.sub(r"^\d\d:\d\d:\d\d  ", "", x) for x in journal.splitlines()[1:]]
+    assert [re.sub(r"\(\d+ ms\)", "(N ms)", x) for x in lines] == [
+        "Decision  refused Bash rm -rf build (N ms): no rm -rf here",
+        "Decision  allowed Bash npm test (N ms)",
+        "Decision  did not decide Bash cargo build (N ms): it answered ask; the user is asked",
+    ]
+    assert re.search(r"team-rules .* on  \(turned on for this project\); running \(pid \d+\)", listing_after)
+
+
+def test_a_shipped_rule_plugin_is_off_until_turned_on_and_private_projects_stay_private(scratch: Path):
+    async def main():
+        squad = Squad()
+        # off by default (shipped): the fake agent's request goes straight to the user
+        agent = squad.start("fake", cwd=scratch, private=True)
+        try:
+            await agent.ready()
+            assert agent.project.private
+            turn = agent.send("run rm -rf build")
+            card = await agent.next_permission(timeout=20)
+            await settle(card)
+            state_before = card.state
+            card.choose("reject_once")
+            await turn
+            running = [p.state for p in squad.rules.host.processes.values() if p.running]
+            with pytest.raises(CommandError):
+                plugins_command(squad.rules, ["on", "no-such-plugin"])
+            with pytest.raises(CommandError):
+                plugins_command(squad.rules, ["sideways", "team-rules"])
+            return state_before, running, repr(plugins_command(squad.rules, ["--project", str(scratch)]))
+        finally:
+            await agent.close()
+            await squad.rules.aclose()
+
+    state_before, running, listing = asyncio.run(asyncio.wait_for(main(), 60))
+    assert state_before == "pending"
+    assert running == []  # nothing was started for nobody
+    assert "team-rules" in listing and "off (shipped: off until turned on)" in listing

@@ -1,0 +1,136 @@
+"""The journal (plain-text lines, JSON lines per plugin, filters, the widget), the user's
+plugin states, and projects."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from escouade_nb.permissions.journal import JOURNAL_ENV, Entry, Journal, journal_dir
+from escouade_nb.permissions.states import CONFIG_ENV, PluginStates, config_dir
+from escouade_nb.project import Project, project_id, read_project_config
+from escouade_nb.widgets.journal_view import JournalView
+
+T = datetime(2025, 5, 6, 14, 3, 12).astimezone()
+
+
+def entry(**kw) -> Entry:
+    return Entry(time=T, plugin="dev.x.team-rules", kind="Decision", **kw)
+
+
+def test_plain_text_lines_are_the_seeds():
+    assert entry(verdict="refused", tool="Bash", target="rm -rf build", delay_ms=1.2,
+                 message="no rm -rf here").text() == "14:03:12  Decision  refused Bash rm -rf build (2 ms): no rm -rf here"
+    assert entry(verdict="allowed", tool="Bash", target="npm test", delay_ms=0.3).text() == \
+        "14:03:12  Decision  allowed Bash npm test (1 ms)"
+    assert entry(verdict="did not decide", tool="Bash", target="cargo build", reason="no answer in time",
+                 then="the user is asked").text() == \
+        "14:03:12  Decision  did not decide Bash cargo build: no answer in time; the user is asked"
+    assert entry(verdict="allowed", tool="Bash", target="x", delay_ms=300, applied=False,
+                 then="you answered first").text() == \
+        "14:03:12  Decision  allowed Bash x (300 ms) — not applied: you answered first"
+    assert Entry(time=T, plugin="p", kind="Crash", text="exited with code 3").text() == \
+        "14:03:12  Crash  exited with code 3"
+
+
+def test_json_lines_per_plugin_survive_a_new_journal(tmp_path: Path):
+    j = Journal(tmp_path)
+    j.add("dev.x.a", "Decision", verdict="allowed", tool="Bash", target="npm test", delay_ms=1.0)
+    j.add("dev.x.b", "Start", "started (pid 1, ready in 3 ms)")
+    j.add("dev.x.a", "Decision", verdict="refused", tool="Bash", target="rm -rf /", delay_ms=1.0, message="no")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.x.a.jsonl", "dev.x.b.jsonl"]
+    first = json.loads((tmp_path / "dev.x.a.jsonl").read_text().splitlines()[0])
+    assert first["kind"] == "Decision" and first["delayMs"] == 1.0 and first["plugin"] == "dev.x.a"
+    with open(tmp_path / "dev.x.a.jsonl", "a") as fh:
+        fh.write('{"torn": \n')  # a torn line is skipped
+    again = Journal(tmp_path)
+    assert again.plugins() == ["dev.x.a", "dev.x.b"]
+    assert [e.verdict for e in again.entries("dev.x.a")] == ["allowed", "refused"]
+    assert len(again.entries()) == 3
+    assert [e.target for e in again.entries(kind="Decision", text="REFUSED")] == ["rm -rf /"]
+    assert again.entries(since=datetime.now().astimezone() + timedelta(hours=1)) == []
+
+
+def test_journal_and_config_folders(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv(JOURNAL_ENV, str(tmp_path / "j"))
+    monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "c"))
+    assert journal_dir() == tmp_path / "j"
+    assert config_dir() == tmp_path / "c"
+    assert PluginStates().path == tmp_path / "c" / "plugins.json"
+    monkeypatch.delenv(JOURNAL_ENV)
+    from jupyter_core.paths import jupyter_data_dir
+    assert journal_dir() == Path(jupyter_data_dir()) / "escouade_nb" / "journal"
+
+
+def test_the_widget_filters_and_follows(tmp_path: Path):
+    j = Journal(tmp_path)
+    j.add("dev.x.a", "Start", "started")
+    j.add("dev.x.a", "Decision", verdict="refused", tool="Bash", target="rm -rf build", delay_ms=2, message="no")
+    view = JournalView(j, plugin="dev.x.a", names={"dev.x.a": "Team rules"})
+    text = repr(view)
+    assert text.splitlines()[0] == "Journal of Team rules, Decision entries:"
+    assert "refused Bash rm -rf build (2 ms): no" in text and "started" not in text
+    j.add("dev.x.a", "Decision", verdict="allowed", tool="Bash", target="npm test", delay_ms=1)
+    view._throttle.flush()
+    assert "allowed Bash npm test" in view.body.value
+    view.filter.value = "npm"
+    assert [e.target for e in view.entries()] == ["npm test"]
+    view.kind_menu.value = "All"
+    view.filter.value = ""
+    assert len(view.entries()) == 3
+    view.plugin_menu.value = ""
+    assert repr(view).startswith("Journal of all plugins:")
+    view.close()
+
+
+def test_states_on_off_private_revoke_and_a_broken_file(tmp_path: Path):
+    path = tmp_path / "plugins.json"
+    st = PluginStates(path)
+    public = Project("p1", "pub", tmp_path, False)
+    private = Project("p2", "sec", tmp_path, True)
+    assert st.is_on("x", public, default=True) and not st.is_on("x", public, default=False)
+    assert not st.is_on("x", private, default=True)
+    st.set_project("x", private, True)
+    assert st.is_on("x", private, default=False)
+    st.set_default("x", False)
+    assert not st.is_on("x", public, default=True) and st.wanted("x", default=False)
+    st.set_decide("x", False)
+    assert not st.is_on("x", private, default=True) and not st.wanted("x", default=True)
+    # another kernel writes the file: it is read again
+    data = json.loads(path.read_text())
+    data["plugins"]["x"]["decide"] = True
+    path.write_text(json.dumps(data))
+    os.utime(path, ns=(1, 1))
+    assert PluginStates(path).is_on("x", private, default=False)
+    path.write_text("{not json")
+    broken = PluginStates(path)
+    assert not broken.is_on("x", private, default=True) and broken.error
+
+
+def test_projects(tmp_path: Path):
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    a, b = Project.for_folder(folder), Project.for_folder(link)
+    assert a.id == b.id == project_id(folder) and a.folder == folder.resolve()
+    assert a.name == "proj" and not a.private
+    assert Project.for_folder(folder, private=True).private
+    (folder / ".escouade.yml").write_text("# ours\nname: 'Escouade'  \nprivate: yes # keep it\n"
+                                          "plugins:\n  team-rules: on\ndecide: true\n")
+    c = Project.for_folder(folder)
+    assert (c.name, c.private) == ("Escouade", True)
+    assert set(read_project_config(folder).model_dump()) == {"name", "private"}
+    (folder / ".escouade.yml").write_text("private: false\n")
+    assert Project.for_folder(folder, private=True).private  # the flag only adds privacy
+    assert a.wire() == {"id": a.id, "name": "proj", "private": False}
+
+
+@pytest.mark.parametrize("value, private", [("true", True), ("on", True), ("no", False), ("maybe", False)])
+def test_project_private_values(tmp_path: Path, value, private):
+    (tmp_path / ".escouade.yml").write_text(f"private: {value}\n")
+    assert Project.for_folder(tmp_path).private is private

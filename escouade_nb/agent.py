@@ -292,7 +292,8 @@ class Agent:
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
                  cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
                  policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
-                 via: Sequence[str] = (), fs: bool | None = None, project: Any = None) -> None:
+                 via: Sequence[str] = (), fs: bool | None = None, project: Any = None,
+                 env: dict[str, str] | None = None) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -323,6 +324,7 @@ class Agent:
         self.policies: list[Policy] = list(policies or [])
         self.escouade_mode = "default"
         self.via = list(via)
+        self.extra_env = dict(env or {})  # e.g. the account's folder in the manifest's accountVar
         self._fs_override = fs
         self.project = project  # escouade_nb.project.Project, or None (then not private)
         self._fence_notice = False
@@ -393,6 +395,8 @@ class Agent:
     def start(self) -> asyncio.Task:
         """Schedule the start on the running loop and return at once."""
         if self._main_task is None:
+            if self.status in ("resumable", "closed", "exited", "failed"):
+                self._set_status("starting")
             self._main_task = asyncio.get_running_loop().create_task(self._main(), name=f"escouade agent {self.name}")
         return self._main_task
 
@@ -482,7 +486,7 @@ class Agent:
 
     async def _main(self) -> None:
         acp_spec = self.harness.harness.acp
-        env = agent_environment(acp_spec.remove_env or (), acp_spec.env or {})
+        env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **self.extra_env})
         if self.record and self.transcript is None:
             self.transcript = Transcript.new(self.name, {
                 "agent": self.name, "harness": self.harness.id, "cwd": str(self.cwd), "argv": self.argv()},

@@ -25,8 +25,12 @@ from .squad import SquadError, get_squad
 
 USAGE = """usage:
   %escouade                                 list harnesses and running agents
-  %escouade NAME [--cwd DIR] [--as AGENT]   start an agent of harness NAME and show it
+  %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER] [--account ACCOUNT]
+                                            start an agent of harness NAME and show it
   %escouade stop AGENT                      stop an agent
+  %escouade squad                           all agents of this kernel, live
+  %escouade resume [AGENT]                  list resumable agents, or rebuild one from its transcript
+  %escouade update NAME [--yes]             show (and run) the harness's update command
   %%escouade NAME|AGENT                     send the cell as a prompt to that agent
   (--private: a private project, never submitted to a rule plugin not turned on for it)
 """ + PLUGINS_USAGE
@@ -47,6 +51,11 @@ def _start_parser() -> _Parser:
     p.add_argument("--cwd")
     p.add_argument("--as", dest="as_name")
     p.add_argument("--private", action="store_true")
+    p.add_argument("--mode")
+    p.add_argument("--via")
+    p.add_argument("--account")
+    p.add_argument("--fs", dest="fs", action="store_true", default=None,
+                   help="offer client fs even through a launcher")
     return p
 
 
@@ -96,6 +105,41 @@ class EscouadeMagics(Magics):
         if words[0] in ("-h", "--help", "help"):
             print(USAGE)
             return None
+        if words[0] == "squad":
+            if len(words) != 1:
+                raise _UsageError("squad takes no argument")
+            from .widgets.squad_view import SquadView
+            display(SquadView(squad))
+            return None
+        if words[0] == "resume":
+            if len(words) == 1:
+                found = squad.resumable()
+                print("Resumable agents:" if found else "No transcript to resume from.")
+                for name, path in found.items():
+                    print(f"  {name:<14} {path}")
+                return None
+            if len(words) != 2:
+                raise _UsageError("resume takes one agent name")
+            self._need_loop()
+            agent = squad.resume(words[1])
+            from .widgets import AgentView
+            display(AgentView(agent))
+            return agent
+        if words[0] == "update":
+            if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "--yes"):
+                raise _UsageError("update takes one harness name, and optionally --yes")
+            ref = squad.find(words[1])
+            if not ref.harness.update_command:
+                raise SquadError(f"{ref.harness.display_name}'s manifest gives no updateCommand")
+            from .manifest import locate_program, read_version
+            from .widgets.update_view import UpdateView
+            program = locate_program(ref.harness)
+            view = UpdateView(ref, read_version(program, ref.harness.version_args) if program else None)
+            display(view)
+            if len(words) == 3:
+                self._need_loop()
+                view.start()
+            return None
         if words[0] in ("plugins", "journal"):
             command = plugins_command if words[0] == "plugins" else journal_command
             try:
@@ -105,7 +149,8 @@ class EscouadeMagics(Magics):
             return None
         args = _start_parser().parse_args(words)
         self._need_loop()
-        agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private)
+        agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private, mode=args.mode,
+                            via=args.via, account=args.account, fs=args.fs)
         from .widgets import AgentView
         display(AgentView(agent))
         return agent

@@ -111,34 +111,63 @@ class Squad:
             n += 1
         return f"{base}-{n}"
 
+    def find(self, harness: str) -> HarnessRef:
+        """A harness by short or full id (rescanning once); :class:`SquadError` if none."""
+        try:
+            return self.discovery().find(harness)
+        except LookupError:
+            try:
+                return self.discovery(refresh=True).find(harness)
+            except LookupError as exc:
+                raise SquadError(str(exc).strip("'\"")) from None
+
     def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
-              private: bool = False) -> Agent:
+              private: bool = False, mode: str | None = None, via: str | list[str] | None = None,
+              account: str | None = None, fs: bool | None = None) -> Agent:
         """Find ``harness`` (short or full id), locate its program, start an agent on
         the running loop and return it at once (status ``starting``).
 
-        Raises :class:`SquadError` (unknown harness, name taken, missing folder) or
-        :class:`ProgramNotFound` (with the manifest's install command)."""
-        try:
-            ref = self.discovery().find(harness)
-        except LookupError:
-            try:
-                ref = self.discovery(refresh=True).find(harness)
-            except LookupError as exc:
-                raise SquadError(str(exc).strip("'\"")) from None
+        ``mode``: an Escouade mode (``acceptEdits``…) set once the session exists.
+        ``via``: a launcher prefix (``"ssh host"``, ``"kubectl exec -i POD --"``): the
+        program then runs wherever the launcher puts it, is not looked up here, and
+        client fs is off unless ``fs=True``. ``account``: the manifest's ``accountVar``
+        points at that account's own folder (:func:`account_dir`), so two accounts of a
+        harness run side by side.
+
+        Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
+        or account the harness does not have) or :class:`ProgramNotFound` (with the
+        manifest's install command)."""
+        import shlex
+
+        ref = self.find(harness)
         folder = Path(cwd).expanduser() if cwd else Path.cwd()
         if not folder.is_dir():
             raise SquadError(f"folder {folder} does not exist")
         if name is not None and name in self.agents and self.agents[name].status not in ("closed", "failed", "exited"):
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
-        program = locate_program(ref.harness)
-        if program is None:
-            raise ProgramNotFound(ref)
+        launcher = shlex.split(via) if isinstance(via, str) else list(via or [])
+        if launcher:
+            program = (ref.harness.locate.names[0] if ref.harness.locate and ref.harness.locate.names
+                       else ref.short_id)
+        else:
+            program = locate_program(ref.harness)
+            if program is None:
+                raise ProgramNotFound(ref)
+        env: dict[str, str] = {}
+        if account is not None:
+            if not ref.harness.account_var:
+                raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
+            env[ref.harness.account_var] = str(account_dir(ref, account))
         project = Project.for_folder(folder, private=private)
         self.rules.start_soon()  # the plugins that decide run before the first request
-        agent = Agent(ref, program=program, name=name or self._free_name(ref.short_id), cwd=folder,
-                      policies=[self.rules.broker])
-        agent.project = project
-        version = read_version(program, ref.harness.version_args)
+        try:
+            agent = Agent(ref, program=program, name=name or self._free_name(ref.short_id), cwd=folder,
+                          policies=[self.rules.broker], mode=mode, via=launcher, fs=fs, project=project,
+                          env=env)
+        except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
+            raise SquadError(str(exc)) from None
+        version = read_version(program, ref.harness.version_args) if not launcher else None
+        agent.version_checked = version is not None
         status = version_status(version, ref.harness.tested)
         if status in ("older", "newer"):
             tested = ref.harness.tested
@@ -147,6 +176,39 @@ class Squad:
                 f"({tested.oldest}–{tested.newest}).", level="warning")
         self.agents[agent.name] = agent
         agent.start()
+        return agent
+
+    def resumable(self) -> dict[str, Path]:
+        """The newest transcript of each agent name that ran before (any kernel)."""
+        from . import transcript
+        return transcript.latest()
+
+    def resume(self, name: str) -> Agent:
+        """Rebuild agent ``name`` from its newest transcript and reattach it (see
+        :meth:`Agent.resume`). A harness whose manifest has gone leaves the agent listed
+        as "Harness missing", its conversation readable; resume again once it is back."""
+        from . import transcript
+        found = transcript.latest(name)
+        if name not in found:
+            known = ", ".join(transcript.latest()) or "none"
+            raise SquadError(f"no transcript of an agent named {name!r} (resumable: {known})")
+        if name in self.agents and self.agents[name].status not in ("closed", "failed", "exited", "harness missing"):
+            raise SquadError(f"agent {name!r} is running; stop it first")
+        head = transcript.header(found[name]) or {}
+        ref = program = None
+        try:
+            ref = self.discovery(refresh=True).find(str(head.get("harness", "")))
+            program = locate_program(ref.harness)
+        except LookupError:
+            ref = None
+        if ref is not None and program is None:
+            raise ProgramNotFound(ref)
+        cwd = head.get("cwd")
+        project = Project.for_folder(Path(cwd)) if cwd and Path(cwd).is_dir() else None
+        agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
+        self.agents[agent.name] = agent
+        if ref is not None:
+            agent.start()
         return agent
 
     def get(self, name: str) -> Agent:
@@ -181,6 +243,21 @@ def get_squad() -> Squad:
         _squad = Squad()
         atexit.register(_at_exit)
     return _squad
+
+
+def account_dir(ref: HarnessRef, account: str) -> Path:
+    """The configuration folder of ``account`` for a harness, created on first use:
+    ``$ESCOUADE_NB_ACCOUNTS_DIR/<harness>/<account>``, else
+    ``<jupyter data dir>/escouade_nb/accounts/<harness>/<account>``."""
+    if not account or any(c in account for c in "/\\") or account in (".", ".."):
+        raise SquadError(f"bad account name {account!r}: a plain name, no path")
+    base = os.environ.get("ESCOUADE_NB_ACCOUNTS_DIR")
+    if base is None:
+        from jupyter_core.paths import jupyter_data_dir
+        base = str(Path(jupyter_data_dir()) / "escouade_nb" / "accounts")
+    folder = Path(base).expanduser() / ref.short_id / account
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _at_exit() -> None:

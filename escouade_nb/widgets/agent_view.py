@@ -208,7 +208,8 @@ def status_line(agent: Agent) -> str:
     status = STATUS_TEXT.get(agent.status, agent.status)
     if agent.status == "exited" and agent.exit is not None:
         status += f" (code {agent.exit.code})"
-    return f"{agent.name} · {agent.harness.harness.display_name} · {status}"
+    where = f" · via {' '.join(agent.via)}" if agent.via else ""
+    return f"{agent.name} · {agent.harness.harness.display_name}{where} · {status}"
 
 
 class AgentView(w.VBox):
@@ -269,8 +270,9 @@ class AgentView(w.VBox):
     def _draw_header(self) -> None:
         a = self.agent
         color = STATUS_COLOR.get(a.status, "#57606a")
+        where = f" · via {' '.join(a.via)}" if a.via else ""
         self.header.value = (f'<b>{esc(a.name)}</b> <span style="color:#57606a">· '
-                             f'{esc(a.harness.harness.display_name)} · {esc(str(a.cwd))}</span> '
+                             f'{esc(a.harness.harness.display_name)} · {esc(str(a.cwd))}{esc(where)}</span> '
                              f'<span style="color:{color};font-weight:600">{esc(STATUS_TEXT.get(a.status, a.status))}'
                              f'</span>')
         running = a.status in ("working", "waiting")

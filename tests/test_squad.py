@@ -1,0 +1,111 @@
+"""The squad in a real kernel: start options, launcher, accounts, squad view, resume, update."""
+
+import json
+import re
+import time
+
+import pytest
+
+from kernel_client import Kernel
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture
+def kernel(tmp_path, monkeypatch):
+    import os
+    import sysconfig
+    # a launcher (`env`) finds the agent on the kernel's PATH, as a remote host would on its own
+    monkeypatch.setenv("PATH", sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", ""))
+    plugins = tmp_path / "plugins"
+    (plugins / "updatable").mkdir(parents=True)
+    (plugins / "updatable" / "escouade-plugin.json").write_text(json.dumps({
+        "id": "test.updatable", "name": "Updatable",
+        "contributes": {"harnesses": [{
+            "id": "updatable", "name": "Updatable", "locate": {"names": ["escouade-fake-agent"]},
+            "accountVar": "FAKE_ACCOUNT_HOME", "updateCommand": "echo updating the agent && echo done",
+            "acp": {"args": []}}]}}))
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
+    monkeypatch.setenv("ESCOUADE_NB_ACCOUNTS_DIR", str(tmp_path / "accounts"))
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    (tmp_path / "ws").mkdir()
+    k = Kernel(tmp_path / "ws")
+    k.run("%load_ext escouade_nb\nimport asyncio, os")
+    yield k
+    k.run("from escouade_nb import get_squad\nawait asyncio.gather(*(a.close() for a in get_squad().agents.values()))",
+          allow_error=True)
+    k.shutdown()
+
+
+def test_start_options_mode_via_account(kernel, tmp_path):
+    out = kernel.run(
+        "a = %escouade fake --mode acceptEdits --as moded\nawait a.ready()\nawait asyncio.sleep(0.2)\n"
+        "print(a.escouade_mode, a.conversation.current_mode_id)\n"
+        "v = %escouade fake --via env --as remote\nawait v.ready()\n"
+        "print(v.argv()[0], v.uses_client_fs, v.client.capabilities if hasattr(v.client, 'capabilities') else '')\n"
+        "from escouade_nb.widgets import views_of\nprint(repr(views_of(v)[0]).splitlines()[0])\n"
+        "w1 = %escouade updatable --account work --as work\nw2 = %escouade updatable --account home --as home\n"
+        "await w1.ready(); await w2.ready()\n"
+        "env1 = open(f'/proc/{w1.pid}/environ', 'rb').read().split(b'\\0')\n"
+        "env2 = open(f'/proc/{w2.pid}/environ', 'rb').read().split(b'\\0')\n"
+        "print([e.decode() for e in env1 if e.startswith(b'FAKE_ACCOUNT_HOME=')])\n"
+        "print([e.decode() for e in env2 if e.startswith(b'FAKE_ACCOUNT_HOME=')])").text
+    assert "acceptEdits accept-edits" in out
+    assert "env False" in out  # a launcher: the files are not ours, no client fs
+    assert "remote · Fake · via env · idle" in out
+    acc = tmp_path / "accounts" / "updatable"
+    assert f"['FAKE_ACCOUNT_HOME={acc / 'work'}']" in out and f"['FAKE_ACCOUNT_HOME={acc / 'home'}']" in out
+    assert (acc / "work").is_dir() and (acc / "home").is_dir()
+    bad = kernel.run("%escouade fake --mode sideways").text
+    assert "does not offer the mode 'sideways'" in bad
+    bad = kernel.run("%escouade fake --account work").text
+    assert "has no accountVar" in bad
+
+
+def test_squad_view_lists_agents(kernel):
+    out = kernel.run("a = %escouade fake --as one\nb = %escouade fake --as two\nawait a.ready(); await b.ready()\n"
+                     "t = b.send('run npm test')\ncard = await b.next_permission(timeout=10)\n"
+                     "from escouade_nb.widgets.squad_view import SquadView\nfrom escouade_nb import get_squad\n"
+                     "print(repr(SquadView(get_squad())))\ncard.choose('reject_once')\nawait t").text
+    assert re.search(r"one\s+fake\s+idle\s+mode=ask cards=0", out)
+    assert re.search(r"two\s+fake\s+waiting for you\s+mode=ask cards=1", out)
+    shown = kernel.run("%escouade squad").text
+    assert shown.startswith("Squad:")
+
+
+def test_update_command_shown_then_run(kernel):
+    out = kernel.run("%escouade update updatable").text
+    assert "Updatable 0.1.0: update with `echo updating the agent && echo done`" in out
+    out = kernel.run("%escouade update updatable --yes\n"
+                     "from escouade_nb.widgets.update_view import UpdateView\nimport gc\n"
+                     "for _ in range(200):\n"
+                     "    done = [v for v in gc.get_objects() if isinstance(v, UpdateView) and v.result]\n"
+                     "    if done:\n        break\n    await asyncio.sleep(0.1)\n"
+                     "print(repr(done[-1]))").text
+    assert "exit code 0; version now 0.1.0" in out
+    assert "gives no updateCommand" in kernel.run("%escouade update fake").text
+
+
+def test_resume_after_kernel_restart(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    k = Kernel(tmp_path)
+    try:
+        k.run("%load_ext escouade_nb\na = %escouade fake --as keeper\nr = await a.send('hello from before')\n"
+              "t = a.send('edit notes.txt')\ncard = await a.next_permission(timeout=10)\ncard.choose('allow_once')\n"
+              "await t")
+    finally:
+        k.shutdown()
+    k = Kernel(tmp_path)
+    try:
+        listing = k.run("%load_ext escouade_nb\n%escouade resume").text
+        assert re.search(r"keeper\s+\S+keeper-\S+\.jsonl", listing)
+        out = k.run("import asyncio\na = %escouade resume keeper\nawait a.ready()\n"
+                    "from escouade_nb.render_text import render_items\nprint(render_items(a.conversation.items))\n"
+                    "print('STATUS', a.status)\nr = await a.send('hello after')\nprint('AFTER', r.stop_reason)").text
+        assert "you: hello from before" in out and "You said: hello from before" in out
+        assert "[permission] Edit notes.txt: Allowed once by you" in out
+        assert "cannot reload a session (no loadSession): a new session was started" in out
+        assert "STATUS idle" in out and "AFTER end_turn" in out
+        k.run("await a.close()")
+    finally:
+        k.shutdown()

@@ -163,6 +163,7 @@ class _Session:
                                                              "verbose": False})
     tool_calls: int = 0
     messages: int = 0
+    turns: int = 0
 
     def next_tool_call_id(self) -> str:
         self.tool_calls += 1
@@ -309,6 +310,10 @@ class FakeAgent:
             stop = await self._dispatch(turn, text)
         except _Cancelled:
             stop = "cancelled"
+        session.turns += 1  # a deterministic token count, so clients can show usage
+        from acp.schema import Cost, UsageUpdate
+        await turn.send(UsageUpdate(session_update="usage_update", used=1200 * session.turns, size=200_000,
+                                    cost=Cost(amount=round(0.004 * session.turns, 3), currency="USD")))
         return PromptResponse(stop_reason=stop)
 
     # -- scenarios --------------------------------------------------------

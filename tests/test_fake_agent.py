@@ -178,7 +178,10 @@ def test_initialize_sessions_and_greeting(tmp_path: Path) -> None:
                 "Try `edit notes.txt`, `run npm test`, `plan`, `think`, `slow`, `crash`."
             )
             raw = [m for m in wire if m.get("method") == "session/update"]
-            assert all(m["params"]["update"]["messageId"] == chunks[0].message_id for m in raw)
+            assert all(m["params"]["update"]["messageId"] == chunks[0].message_id for m in raw[:-1])
+            # every turn ends with a deterministic usage report
+            assert raw[-1]["params"]["update"] == {"sessionUpdate": "usage_update", "used": 1200, "size": 200000,
+                                                   "cost": {"amount": 0.004, "currency": "USD"}}
 
     run(main())
 
@@ -190,10 +193,10 @@ def test_chunks_n(tmp_path: Path) -> None:
             resp = await conn.prompt(session_id=sid, prompt=prompt_of("chunks 137"))
             assert resp.stop_reason == "end_turn"
             chunks = client.of(AgentMessageChunk)
-            assert len(chunks) == 137 == len(client.updates)
+            assert len(chunks) == 137 == len(client.updates) - 1  # + the usage report
             assert all(len(c.content.text) == 40 for c in chunks)
             assert len({c.message_id for c in chunks}) == 1
-            assert sum(1 for m in wire if m.get("method") == "session/update") == 137
+            assert sum(1 for m in wire if m.get("method") == "session/update") == 138
 
     run(main())
 

@@ -5,7 +5,8 @@ conversation from it (:func:`replay`) and, when the agent supports ``session/loa
 reattaches to the same session.
 
 Where: ``$ESCOUADE_NB_TRANSCRIPTS_DIR``, else ``<jupyter data dir>/escouade_nb/transcripts``.
-One file per agent start, ``<agent>-<YYYYmmdd-HHMMSS>-<pid>.jsonl``, rotated by size
+One file per agent start, ``<agent>-<YYYYmmdd-HHMMSS>-<pid>.jsonl`` (``-2``… for a second
+start of that name in the same second), rotated by size
 (``<file>.1`` … ``<file>.<backups>``, oldest dropped). Each line is one
 :class:`Record`: ``{"t": epoch seconds, "kind": "header"|"in"|"out"|"event", ...}``.
 A write that fails (disk full, read-only folder) never stops the session: the
@@ -51,6 +52,10 @@ def transcripts_dir() -> Path:
     return Path(jupyter_data_dir()) / "escouade_nb" / "transcripts"
 
 
+_started: set[Path] = set()
+"""The transcript files this process has started (one per agent start)."""
+
+
 class Transcript:
     """An append-only JSON-lines file with size rotation."""
 
@@ -69,7 +74,13 @@ class Transcript:
     def new(cls, agent_name: str, header: dict[str, Any], **kwargs: Any) -> Transcript:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_name)
-        t = cls(transcripts_dir() / f"{safe}-{stamp}-{os.getpid()}.jsonl", **kwargs)
+        path = transcripts_dir() / f"{safe}-{stamp}-{os.getpid()}.jsonl"
+        n = 2
+        while path in _started:  # a second start within the same second (a restart): its own file
+            path = path.with_name(f"{safe}-{stamp}-{os.getpid()}-{n}.jsonl")
+            n += 1
+        _started.add(path)
+        t = cls(path, **kwargs)
         t.write({"kind": "header", **header})
         return t
 
@@ -200,6 +211,7 @@ def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, A
     sessions = {(r.data or {}).get("session_id") for r in records if r.kind == "event" and r.event == "session"}
     sessions |= {r.msg["result"]["sessionId"] for r in records if r.kind == "in" and isinstance(r.msg, dict)
                  and isinstance(r.msg.get("result"), dict) and "sessionId" in r.msg["result"]}
+    loads: set[Any] = set()  # ids of session/load requests not answered yet
     for rec in records:
         msg = rec.msg or {}
         if rec.kind == "header":
@@ -207,7 +219,11 @@ def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, A
         elif rec.kind == "in":
             method = msg.get("method")
             params = msg.get("params") or {}
+            if "id" in msg and "method" not in msg:
+                loads.discard(msg["id"])
             if method == "session/update":
+                if loads:  # the agent's replay of a reloaded session: already in the records before
+                    continue
                 if params.get("sessionId") in (None, *sessions) or not sessions:
                     conversation.apply(params.get("update") or {})
             elif method == "session/request_permission" and "id" in msg:
@@ -218,6 +234,8 @@ def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, A
             elif isinstance(msg.get("result"), dict) and "agentCapabilities" in msg["result"]:
                 info["agent_capabilities"] = msg["result"]["agentCapabilities"]
         elif rec.kind == "out":
+            if msg.get("method") == "session/load" and "id" in msg:
+                loads.add(msg["id"])
             if msg.get("method") == "session/prompt":
                 conversation.add_user_message((msg.get("params") or {}).get("prompt") or [])
             elif "id" in msg and msg["id"] in cards and isinstance(msg.get("result"), dict):

@@ -11,19 +11,43 @@ import tempfile  # noqa: E402
 # transcripts of the agents the tests start go to a scratch folder, kernels included
 os.environ.setdefault("ESCOUADE_NB_TRANSCRIPTS_DIR", tempfile.mkdtemp(prefix="escouade-test-transcripts-"))
 
-from kernel_client import processes_named  # noqa: E402
+from kernel_client import process_alive, processes_named  # noqa: E402
+
+# every process this test session starts (kernels, agents, their children) inherits this
+# mark, so the orphan check below sees ours only, not those of a test run next to it
+SESSION_MARK = f"ESCOUADE_NB_TEST_SESSION={os.getpid()}-{os.urandom(4).hex()}"
+os.environ["ESCOUADE_NB_TEST_SESSION"] = SESSION_MARK.partition("=")[2]
+SCRIPT_AGENT_MARK = "ESCOUADE_NB_SCRIPT_AGENT=1"  # set by fixtures/script_agent.py for itself and its children
+
+
+def _environ(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return []
+
+
+def _left_behind(before: set[int]) -> set[int]:
+    """Fake agents, and scripted agents with everything they spawned, of this session."""
+    left = {pid for pid in processes_named("escouade-fake-agent") if SESSION_MARK in _environ(pid)} - before
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            env = _environ(int(entry.name))
+            if SESSION_MARK in env and SCRIPT_AGENT_MARK in env and process_alive(int(entry.name)):
+                left.add(int(entry.name))
+    return left
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_orphan_agents():
-    """No fake agent may outlive the test session."""
+    """No fake or scripted agent (nor a child of one) may outlive the test session."""
     before = set(processes_named("escouade-fake-agent"))
     yield
     import time
 
     deadline = time.monotonic() + 10
-    left = set(processes_named("escouade-fake-agent")) - before
+    left = _left_behind(before)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = set(processes_named("escouade-fake-agent")) - before
+        left = _left_behind(before)
     assert not left, f"agent processes left behind: {sorted(left)}"

@@ -471,7 +471,7 @@ def test_sdk_connection_through_line_transport_to_fake_agent() -> None:
     assert result["agent"] == (AGENT_NAME, AGENT_VERSION)
     assert result["session"] == "fake-session-1"
     assert result["stop"] == "end_turn"
-    assert result["updates"] == ["agent_message_chunk"] * 3
+    assert result["updates"] == ["agent_message_chunk"] * 3 + ["usage_update"]
     assert result["sdk_updates"] == []  # all consumed by the intercept
     assert result["items"] == [("Message", "agent", 120)]
     assert result["directions"][:2] == ["out", "in"]

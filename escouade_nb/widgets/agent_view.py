@@ -12,7 +12,7 @@ import ipywidgets as w
 from ..agent import Agent, AuthRequired, Turn
 from ..conversation import Item, Permission
 from .render import esc
-from .views import PermissionView, Throttle, TranscriptView
+from .views import PermissionView, Throttle, TranscriptView, on_loop
 
 _serials = itertools.count()
 
@@ -173,7 +173,7 @@ class ControlsView(w.HBox):
         else:
             widget = w.Dropdown(options=list(options), value=None, description=label,
                                 style={"description_width": "initial"}, layout=w.Layout(width="auto"))
-        widget.observe(lambda ch, key=key: self._changed(key, ch["new"]), names="value")
+        widget.observe(on_loop(lambda ch, key=key: self._changed(key, ch["new"])), names="value")
         return widget
 
     def _changed(self, key: str, value) -> None:
@@ -224,20 +224,26 @@ class AgentView(w.VBox):
         self.header = w.HTML()
         self.header.add_class("escouade-status")
         self.stop_button = w.Button(description="Stop", icon="stop", tooltip="Cancel the running turn",
-                                    layout=w.Layout(width="auto"))
-        self.stop_button.on_click(lambda _b: agent.cancel())
+                                    layout=w.Layout(width="auto", flex="0 0 auto"))
+        self.stop_button.on_click(on_loop(lambda _b: agent.cancel()))
+        self.stop_button.add_class("escouade-stop")
         self.restart_button = w.Button(description="Restart", icon="refresh",
                                        tooltip="Start a new process and session for this agent",
-                                       layout=w.Layout(width="auto"))
-        self.restart_button.on_click(lambda _b: _run(agent.restart()))
+                                       layout=w.Layout(width="auto", flex="0 0 auto"))
+        self.restart_button.on_click(on_loop(lambda _b: _run(agent.restart())))
+        self.restart_button.add_class("escouade-restart")
         self.sign_in = w.HBox()
         self.transcript = TranscriptView(agent.conversation, self.throttle, speaker=speaker,
                                          on_choose_factory=_chooser(agent), items=list(agent.conversation.items),
                                          handlers=CardHandlers(agent))
         self.controls = ControlsView(agent, self.throttle)
-        self.prompt = w.Textarea(placeholder=f"Message {agent.name}…", layout=w.Layout(width="100%", height="60px"))
-        self.send_button = w.Button(description="Send", button_style="primary", layout=w.Layout(width="auto"))
-        self.send_button.on_click(lambda _b: self._send_prompt())
+        self.prompt = w.Textarea(placeholder=f"Message {agent.name}…",
+                                 layout=w.Layout(width="auto", flex="1 1 auto", height="60px"))
+        self.send_button = w.Button(description="Send", button_style="primary",
+                                    layout=w.Layout(width="auto", flex="0 0 auto"))
+        self.send_button.on_click(on_loop(lambda _b: self._send_prompt()))
+        self.send_button.add_class("escouade-send")
+        self.prompt.add_class("escouade-prompt")
         self.children = [w.HBox([self.header, w.HBox([self.stop_button, self.restart_button])],
                                 layout=w.Layout(justify_content="space-between")),
                          self.controls, self.sign_in, self.transcript, w.HBox([self.prompt, self.send_button])]
@@ -286,7 +292,7 @@ class AgentView(w.VBox):
             for method in a.auth_methods:
                 b = w.Button(description=f"Sign in: {method.get('name') or method.get('id')}",
                              tooltip=method.get("description") or "", layout=w.Layout(width="auto"))
-                b.on_click(lambda _b, mid=method.get("id"): _run(a.authenticate(mid)))
+                b.on_click(on_loop(lambda _b, mid=method.get("id"): _run(a.authenticate(mid))))
                 buttons.append(b)
             self.sign_in.children = buttons
         elif a.status != "sign-in" and self.sign_in.children:

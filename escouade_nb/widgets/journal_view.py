@@ -11,7 +11,7 @@ import ipywidgets as w
 
 from ..permissions.journal import Entry, Journal
 from .render import esc
-from .views import Throttle
+from .views import Throttle, on_loop
 
 KINDS = ["Decision", "Start", "Crash", "Error", "Output", "Stop"]
 ALL = "All"
@@ -42,7 +42,7 @@ class JournalView(w.VBox):
         self.count = w.HTML()
         self._throttle = Throttle()
         for control in (self.plugin_menu, self.kind_menu, self.filter):
-            control.observe(lambda _change: self._throttle.request(self.redraw), names="value")
+            control.observe(on_loop(lambda _change: self._throttle.request(self.redraw)), names="value")
         self._unsubscribe = journal.subscribe(self._on_entry)
         self.children = [w.HBox([self.plugin_menu, self.kind_menu, self.filter]), self.body, self.count]
         self.redraw()

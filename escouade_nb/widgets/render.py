@@ -30,7 +30,7 @@ def esc(text: Any) -> str:
 
 def markdown(text: str) -> str:
     """Markdown to HTML with raw HTML escaped."""
-    return _md.render(text)
+    return f'<div style="line-height:1.5">{_md.render(text)}</div>'
 
 
 def split_frozen(text: str, max_tail: int = 4096) -> int:
@@ -58,7 +58,7 @@ def split_frozen(text: str, max_tail: int = 4096) -> int:
 
 
 def pre(text: str, style: str = "") -> str:
-    return (f'<pre style="{MONO};white-space:pre-wrap;margin:2px 0;padding:4px 6px;'
+    return (f'<pre style="{MONO};line-height:1.4;white-space:pre-wrap;margin:2px 0;padding:4px 6px;'
             f'background:var(--jp-layout-color2,#f6f8fa);border-radius:4px;{style}">{esc(text)}</pre>')
 
 
@@ -76,7 +76,8 @@ def diff_html(item: dict[str, Any]) -> str:
     head = "new file" if old is None else "edit"
     hidden = len(lines) - MAX_DIFF_ROWS
     more = f'<div class="escouade-diff-more" style="color:#8a8a8a">… {hidden} more lines</div>' if hidden > 0 else ""
-    return (f'<div class="escouade-diff" style="{MONO};border:1px solid #d0d7de;border-radius:4px;margin:2px 0">'
+    return (f'<div class="escouade-diff" style="{MONO};line-height:1.4;border:1px solid #d0d7de;'
+            f'border-radius:4px;margin:2px 0">'
             f'<div style="padding:2px 6px;background:#f6f8fa;border-bottom:1px solid #d0d7de">{head} '
             f'<b>{esc(path)}</b></div>{"".join(rows)}'
             f'{more}</div>')
@@ -101,7 +102,7 @@ def terminal_html(terminal_id: str, snapshot) -> str:
 def tool_body_html(call: ToolCall, terminal=None) -> str:
     """The body of a tool card; ``terminal(terminal_id)`` gives a terminal's snapshot."""
     parts = []
-    inp = tool_input_text(call.raw_input)
+    inp = "" if call.diffs else tool_input_text(call.raw_input)  # a diff already shows what is written
     if inp:
         parts.append(f'<div class="escouade-tool-input">{pre(inp)}</div>')
     for c in call.content:

@@ -10,7 +10,7 @@ from ..agent import Agent
 from ..squad import Squad
 from .agent_view import STATUS_COLOR, STATUS_TEXT, AgentView, _run
 from .render import esc
-from .views import Throttle
+from .views import Throttle, on_loop
 
 COLUMNS = ("agent", "harness", "folder", "mode", "status", "last activity", "tokens", "cost", "cards")
 
@@ -77,9 +77,9 @@ class SquadView(w.VBox):
                 from IPython.display import display
                 display(AgentView(agent))
 
-        open_b.on_click(open_view)
-        stop_b.on_click(lambda _b: _run(agent.close()))
-        restart_b.on_click(lambda _b: _run(agent.restart()))
+        open_b.on_click(on_loop(open_view))
+        stop_b.on_click(on_loop(lambda _b: _run(agent.close())))
+        restart_b.on_click(on_loop(lambda _b: _run(agent.restart())))
         return w.HBox([open_b, stop_b, restart_b])
 
     def refresh(self) -> None:

@@ -9,6 +9,7 @@ import ipywidgets as w
 
 from ..manifest import HarnessRef, locate_program, read_version
 from .render import esc, pre
+from .views import on_loop
 
 
 async def run_update(ref: HarnessRef) -> tuple[int, str, str | None]:
@@ -34,7 +35,7 @@ class UpdateView(w.VBox):
         self.head = w.HTML(f"<b>{esc(ref.harness.display_name)}</b> {esc(before or 'version unknown')} — "
                            f"update with:{pre(ref.harness.update_command)}")
         self.run_button = w.Button(description="Run it", button_style="warning", layout=w.Layout(width="auto"))
-        self.run_button.on_click(lambda _b: self.start())
+        self.run_button.on_click(on_loop(lambda _b: self.start()))
         self.out = w.HTML()
         self.children = [self.head, self.run_button, self.out]
         self._task: asyncio.Task | None = None

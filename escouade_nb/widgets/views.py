@@ -11,6 +11,8 @@ deterministic plain-text render of what it shows.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from collections.abc import Callable
 
 import ipywidgets as w
@@ -21,6 +23,30 @@ from ..render_text import answer_label, render_item, render_items
 from .render import esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
 
 RENDERS_PER_SECOND = 20
+
+
+def on_loop(fn: Callable) -> Callable:
+    """Bind a widget callback to the event loop that builds the view (the kernel's).
+
+    JupyterLab ≥ 4.6 may send widget messages over a kernel subshell, and ipykernel then
+    runs the callback on that subshell's thread and loop. Agents live on the kernel's main
+    loop, so the callback is handed to it with ``call_soon_threadsafe``; on that loop
+    already, it runs at once. Outside any loop (a plain script) ``fn`` is returned as is."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return fn
+
+    def call(*args, **kwargs):
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            fn(*args, **kwargs)
+        else:
+            loop.call_soon_threadsafe(functools.partial(fn, *args, **kwargs))
+    return call
 
 
 class Throttle:
@@ -64,6 +90,7 @@ class ItemView(w.VBox):
 
     def __init__(self, item: Item, speaker: str = "agent", **kwargs) -> None:
         super().__init__(**kwargs)
+        self.layout.flex = "0 0 auto"  # never squeezed by a long transcript: its buttons stay clickable
         self.item = item
         self.speaker = speaker
         self.drawn_version = -1
@@ -152,7 +179,7 @@ class PermissionView(ItemView):
                               "danger" if kind.startswith("reject") else "",
                               tooltip=f"{option.get('optionId')} ({kind})",
                               layout=w.Layout(width="auto"))
-            button.on_click(lambda _b, oid=option.get("optionId"): self._click(oid))
+            button.on_click(on_loop(lambda _b, oid=option.get("optionId"): self._click(oid)))
             self.buttons.append(button)
         self._answer = w.HTML()
         self.children = [self._head, w.HBox(self.buttons), self._answer]
@@ -196,9 +223,10 @@ class PlanApprovalView(ItemView):
         self.keep_button = w.Button(description="Keep planning", layout=w.Layout(width="auto"))
         self.feedback = w.Textarea(placeholder="What should change? (sent to the agent as is)",
                                    layout=w.Layout(width="100%", height="48px"))
-        self.approve_button.on_click(lambda _b: on_approve and self.item.state == "pending" and on_approve())
-        self.keep_button.on_click(
-            lambda _b: on_keep_planning and self.item.state == "pending" and on_keep_planning(self.feedback.value))
+        self.approve_button.on_click(on_loop(
+            lambda _b: on_approve and self.item.state == "pending" and on_approve()))
+        self.keep_button.on_click(on_loop(
+            lambda _b: on_keep_planning and self.item.state == "pending" and on_keep_planning(self.feedback.value)))
         self._answer = w.HTML()
         self.children = [self._plan, self.feedback, w.HBox([self.approve_button, self.keep_button]), self._answer]
         self.redraw()
@@ -268,9 +296,9 @@ class QuestionView(ItemView):
                                    layout=w.Layout(width="auto"))
         self.decline_button = w.Button(description="Decline", layout=w.Layout(width="auto"))
         self.cancel_button = w.Button(description="Cancel", layout=w.Layout(width="auto"))
-        self.submit.on_click(lambda _b: self._answer("accept"))
-        self.decline_button.on_click(lambda _b: self._answer("decline"))
-        self.cancel_button.on_click(lambda _b: self._answer("cancel"))
+        self.submit.on_click(on_loop(lambda _b: self._answer("accept")))
+        self.decline_button.on_click(on_loop(lambda _b: self._answer("decline")))
+        self.cancel_button.on_click(on_loop(lambda _b: self._answer("cancel")))
         self._status = w.HTML()
         buttons = [self.submit] if item.mode == "text" else [self.submit, self.decline_button, self.cancel_button]
         self.children = [self._head, *self.inputs.values(), w.HBox(buttons), self._status]
@@ -303,35 +331,41 @@ class QuestionView(ItemView):
             self._status.value = f'<div class="escouade-answer"><b>{esc(render_item(q).splitlines()[-1].strip())}</b></div>'
 
 
-class PlanView(ItemView):
-    def __init__(self, item: Plan, speaker: str = "agent") -> None:
-        super().__init__(item, speaker, layout=w.Layout(margin="2px 0"))
-        self._html = w.HTML()
-        self.children = [self._html]
-        self.redraw()
+class _HTMLItemView(ItemView):
+    """An item drawn as one HTML widget: subclasses give ``html()``."""
 
-    def draw(self) -> None:
-        self._html.value = plan_html(self.item)
-
-
-class NoticeView(ItemView):
     def __init__(self, item: Item, speaker: str = "agent") -> None:
         super().__init__(item, speaker, layout=w.Layout(margin="2px 0"))
         self._html = w.HTML()
         self.children = [self._html]
         self.redraw()
 
+    def html(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
     def draw(self) -> None:
+        self._html.value = self.html()
+
+
+class PlanView(_HTMLItemView):
+    def html(self) -> str:
+        return plan_html(self.item)
+
+
+class NoticeView(_HTMLItemView):
+    """A notice of the client, or an update this client does not know (shown raw)."""
+
+    def html(self) -> str:
         item = self.item
         if isinstance(item, Notice):
             color = {"error": "#cf222e", "warning": "#bf8700"}.get(item.level, "#57606a")
             detail = pre(item.detail) if item.detail else ""
-            self._html.value = f'<div style="color:{color}"><b>{esc(item.text)}</b></div>{detail}'
-        elif isinstance(item, Unknown):
-            import json
-            self._html.value = (f'<div style="color:#8a8a8a">Unknown update '
-                                f'<code>{esc(item.raw.get("sessionUpdate", "?"))}</code>: {esc(item.reason)}</div>'
-                                + pre(json.dumps(item.raw, indent=1, default=str)[:2000]))
+            return f'<div style="color:{color}"><b>{esc(item.text)}</b></div>{detail}'
+        if isinstance(item, Unknown):
+            return (f'<div style="color:#8a8a8a">Unknown update '
+                    f'<code>{esc(item.raw.get("sessionUpdate", "?"))}</code>: {esc(item.reason)}</div>'
+                    + pre(json.dumps(item.raw, indent=1, default=str)[:2000]))
+        return pre(render_item(item, self.speaker))
 
 
 def view_for(item: Item, speaker: str, on_choose_factory, handlers=None) -> ItemView:

@@ -1,0 +1,541 @@
+"""The browser suite: a real JupyterLab on 127.0.0.1, driven headless by Debian's
+chromium through Python playwright, the way a person uses escouade_nb.
+
+One JupyterLab server, one chromium and one JupyterLab page are shared by the tests
+of a module (the page is loaded afresh after a failed test). Not by the session: between
+its calls playwright's sync API marks its event loop as running in the main thread, so
+``asyncio.run`` in the tests after ours would fail while it is up. Each test gets its own
+notebook (generated into the server's throw-away root, opened with the app's own
+command), its own kernel and agent folder; after the test its tab is closed and its
+kernel shut down.
+
+Every process this suite starts carries a marker in its environment (the server,
+and through it the kernels and the agents; chromium; playwright's driver), so the
+teardowns can check in ``/proc`` that nothing is left behind — after each test
+(kernels, agents) and at the end (server, chromium, driver), also when a test fails.
+
+Skipped, with a one-line reason, when ``/usr/bin/chromium`` (override:
+``ESCOUADE_CHROMIUM``), Python ``playwright`` or ``jupyterlab`` is missing:
+``bash scripts/ci-browser.sh VENV`` installs them. Never ``playwright install``.
+Screenshots go to ``$ESCOUADE_BROWSER_ARTIFACTS`` (default: a folder in the temp dir,
+printed at the end of the run), a failed test's full page as ``FAILED-<test>.png``; with
+``ESCOUADE_BROWSER_UPDATE_DOCS=1`` the README's pictures are also copied to ``docs/``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+CHROMIUM = os.environ.get("ESCOUADE_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("ESCOUADE_BROWSER_ARTIFACTS")
+                 or Path(tempfile.gettempdir()) / "escouade-browser-artifacts")
+# Flags that keep chromium off the network (nothing but 127.0.0.1 resolves) and quiet.
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--disable-default-apps", "--disable-domain-reliability", "--no-pings", "--disable-dev-shm-usage",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
+# The pictures shown in the README: with ESCOUADE_BROWSER_UPDATE_DOCS=1 the suite copies them to docs/.
+DOCS = HERE.parent.parent / "docs"
+DOCS_SHOTS = ("agent-view", "permission-card", "plan-approval", "journal")
+DOCS_MAX_BYTES = 300_000
+MARK = "ESCOUADE_BROWSER_SUITE"  # environment marker of every process the suite starts
+RUN_ID = uuid.uuid4().hex[:12]
+TOKEN = "escouade-" + uuid.uuid4().hex
+
+
+def missing() -> str | None:
+    """Why the suite cannot run here, in one line (None: it can)."""
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        return f"{CHROMIUM} not found (bash scripts/ci-browser.sh VENV installs chromium and playwright)"
+    for module, pkg in (("playwright", "playwright"), ("jupyterlab", "jupyterlab")):
+        if importlib.util.find_spec(module) is None:
+            return f"Python {pkg} not installed in {sys.prefix} (bash scripts/ci-browser.sh VENV installs it)"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "browser: drives a real JupyterLab in headless chromium (tests/browser)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = missing()
+    for item in items:
+        if HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.browser)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"browser suite: {reason}"))
+
+
+# --------------------------------------------------------------------------- processes
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def marked(value: str) -> dict[int, str]:
+    """Live processes whose environment carries ``MARK=value``: pid -> command line."""
+    needle = f"{MARK}={value}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        if _alive(int(entry.name)):
+            found[int(entry.name)] = cmd[:160]
+    return found
+
+
+def reap(value: str, keep: set[int] = frozenset(), timeout: float = 15.0) -> dict[int, str]:
+    """Wait up to ``timeout`` for the marked processes (but ``keep``) to end; kill the
+    ones still there and return them (empty: nothing was left behind)."""
+    deadline = time.monotonic() + timeout
+    left = {p: c for p, c in marked(value).items() if p not in keep}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = {p: c for p, c in marked(value).items() if p not in keep}
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return left
+
+
+# --------------------------------------------------------------------------- JupyterLab
+
+def _term_when_parent_dies() -> None:
+    """In the server's child process: SIGTERM it if pytest dies without its teardown
+    (killed), so it still shuts its kernels down. Linux only; elsewhere a no-op."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Lab:
+    """A JupyterLab server on 127.0.0.1 with a token and throw-away folders."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.root = base / "root"
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.log_path = base / "jupyterlab.log"
+        self.mark = f"lab-{RUN_ID}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 10) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def _prepare(self) -> dict[str, str]:
+        dirs = {k: self.base / k for k in ("root", "home", "config", "data", "runtime", "settings", "workspaces")}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        (dirs["config"] / "jupyter_server_config.py").write_text(
+            "c.LabApp.news_url = None\n"
+            "c.LabApp.check_for_updates_class = 'jupyterlab.NeverCheckForUpdate'\n"
+            "c.ServerApp.terminals_enabled = False\n"
+            # no build check at each page load (it runs node and takes seconds on a small machine)
+            "c.ServerApp.tornado_settings = {'page_config_data': {'buildCheck': False, 'buildAvailable': False}}\n"
+            "c.LanguageServerManager.autodetect = False\n"
+            # window.jupyterapp: the suite opens and closes notebooks with the app's own commands
+            "c.LabApp.expose_app_in_browser = True\n")
+        settings = {
+            # no "get notified about Jupyter news?" toast over the screenshots, no requests out
+            ("@jupyterlab", "apputils-extension", "notification"): {"fetchNews": "false", "checkForUpdates": False},
+            # every cell attached to the DOM, so locators see them all
+            ("@jupyterlab", "notebook-extension", "tracker"): {"windowingMode": "none"},
+        }
+        for (scope, ext, plugin), value in settings.items():
+            folder = dirs["settings"] / scope / ext
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{plugin}.jupyterlab-settings").write_text(json.dumps(value))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("JUPYTER", "ESCOUADE_NB_", "IPYTHON")) and k != "PYTHONSTARTUP"}
+        env.update({
+            "HOME": str(dirs["home"]), "JUPYTER_CONFIG_DIR": str(dirs["config"]),
+            "JUPYTER_DATA_DIR": str(dirs["data"]), "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
+            "JUPYTERLAB_SETTINGS_DIR": str(dirs["settings"]), "JUPYTERLAB_WORKSPACES_DIR": str(dirs["workspaces"]),
+            "IPYTHONDIR": str(dirs["home"] / ".ipython"), "XDG_CONFIG_HOME": str(dirs["home"] / ".config"),
+            "XDG_CACHE_HOME": str(dirs["home"] / ".cache"), "JUPYTER_PREFER_ENV_PATH": "1",
+            "PYTHONUNBUFFERED": "1", MARK: self.mark,
+        })
+        return env
+
+    def start(self, timeout: float = 90) -> None:
+        env = self._prepare()
+        for _attempt in range(3):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
+            cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={self.port}",
+                   "--ServerApp.port_retries=0", "--no-browser", f"--IdentityProvider.token={TOKEN}",
+                   f"--ServerApp.root_dir={self.root}"]
+            if os.geteuid() == 0:
+                cmd.append("--allow-root")
+            log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server's life
+            self.proc = subprocess.Popen(cmd, env=env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_term_when_parent_dies)
+            log.close()
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    self.api("GET", "/api/status", timeout=2)
+                    return
+                except (urllib.error.URLError, ConnectionError, OSError):
+                    time.sleep(0.2)
+            if self.proc.poll() is None:
+                break  # up but not answering: give up below
+        self.stop()
+        raise RuntimeError(f"JupyterLab did not start; its log:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM (the server shuts its kernels down), then SIGKILL the group if needed."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+    def sessions_for(self, path: str) -> list[dict[str, Any]]:
+        return [s for s in self.api("GET", "/api/sessions") if s.get("path") == path]
+
+    def shutdown_sessions(self, path: str) -> None:
+        for s in self.sessions_for(path):
+            try:
+                self.api("DELETE", f"/api/sessions/{s['id']}", timeout=30)
+            except urllib.error.HTTPError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    for old in ARTIFACTS.glob("FAILED-*.png"):  # from an earlier run
+        old.unlink(missing_ok=True)
+    base = tmp_path_factory.mktemp("jlab")
+    server = Lab(base)
+    started = time.monotonic()
+    try:
+        server.start()
+        print(f"\nJupyterLab up on {server.url} in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        yield server
+    finally:
+        server.stop()
+        left = reap(server.mark, timeout=15)
+        if left:
+            pytest.fail(f"processes left behind by JupyterLab (killed now): {left}")
+
+
+# --------------------------------------------------------------------------- chromium
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    mark = f"chromium-{RUN_ID}"
+    old = os.environ.get(MARK)
+    os.environ[MARK] = mark  # inherited by playwright's driver (and through it, chromium)
+    try:
+        pw = sync_playwright().start()
+    finally:
+        if old is None:
+            os.environ.pop(MARK, None)
+        else:
+            os.environ[MARK] = old
+    chromium = None
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GOOGLE_")}
+        env[MARK] = mark
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, env=env)
+        yield chromium
+    finally:
+        try:
+            if chromium is not None:
+                chromium.close()
+        finally:
+            pw.stop()
+            left = reap(mark, timeout=10)
+            if left:
+                pytest.fail(f"chromium/playwright processes left behind (killed now): {left}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """On a failure: a screenshot of the page and its console errors, in the report."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+    nb = getattr(item, "funcargs", {}).get("nb")
+    if rep.when == "call" and rep.failed and isinstance(nb, Notebook):
+        shot = nb.failure_shot(item.name)
+        rep.sections.append(("browser", f"screenshot: {shot}\nconsole errors:\n" +
+                             ("\n".join(nb.errors) or "(none)") + f"\nJupyterLab log tail:\n{nb.lab.log_tail(1500)}"))
+
+
+_written: list[Path] = []  # screenshots of this run
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if _written:
+        terminalreporter.write_line(f"browser suite: {len(_written)} screenshots in {ARTIFACTS}")
+
+
+# --------------------------------------------------------------------------- a notebook in the page
+
+class LabPage:
+    """One JupyterLab page for the session (loading the app costs seconds; opening a
+    notebook in it, a fraction). Console errors are collected; after a failed test the
+    page is loaded afresh."""
+
+    def __init__(self, lab: Lab, browser) -> None:
+        self.lab = lab
+        self.context = browser.new_context(viewport={"width": 1200, "height": 900}, device_scale_factor=1)
+        self.context.set_default_timeout(30_000)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        self.load()
+
+    def load(self, timeout: float = 60) -> None:
+        # a workspace of its own, reset: no tab of an earlier run is restored (nor its kernel)
+        self.page.goto(f"{self.lab.url}/lab/workspaces/escouade-browser?reset&token={TOKEN}")
+        self.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                                    "'docmanager:open')", timeout=timeout * 1000)
+        self.page.evaluate("() => window.jupyterapp.restored")
+        self.page.locator("#jp-main-dock-panel").wait_for(timeout=timeout * 1000)
+        self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")  # the notebook gets the width
+
+    def close_documents(self) -> None:
+        """Close every tab of the main area without asking (the notebooks were edited)."""
+        self.page.evaluate("""() => {
+          for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) {
+            if (w.context && w.context.model) { w.context.model.dirty = false; }
+            w.dispose();
+          }
+        }""")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture(scope="module")
+def lab_page(lab: Lab, browser):
+    page = LabPage(lab, browser)
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+class Notebook:
+    """One test's notebook: generated into the server's root, opened in the session's
+    page, run cell by cell like a person (click the cell, Shift+Enter)."""
+
+    def __init__(self, lab_page: LabPage, name: str) -> None:
+        self.lab = lab_page.lab
+        self.lab_page = lab_page
+        self.page = lab_page.page
+        self.name = name
+        self.path = f"{name}.ipynb"
+        self._first_error = len(lab_page.errors)
+        # the agent's --cwd: short, as it is shown in the view's header (and the pictures)
+        self.work = Path(tempfile.mkdtemp(prefix="escouade-demo-"))
+
+    @property
+    def errors(self) -> list[str]:
+        """The page's console errors since this notebook was made."""
+        return self.lab_page.errors[self._first_error:]
+
+    # -- set up ------------------------------------------------------------------------------
+    def open(self, cells: list[str], timeout: float = 60) -> None:
+        import nbformat
+
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+        nbformat.write(nb, str(self.lab.root / self.path))
+        self.page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
+                           self.path)
+        self.cell(len(cells) - 1).wait_for(timeout=timeout * 1000)
+        self.wait_kernel_idle(timeout)
+
+    def wait_kernel_idle(self, timeout: float = 60) -> None:
+        """The server says the kernel is idle and so does the notebook's toolbar."""
+        deadline = time.monotonic() + timeout
+        while True:
+            sessions = self.lab.sessions_for(self.path)
+            if sessions and sessions[0]["kernel"]["execution_state"] == "idle":
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kernel of {self.path} not idle after {timeout} s: {sessions}")
+            time.sleep(0.2)
+        self.panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
+            timeout=max(1.0, deadline - time.monotonic()) * 1000)
+
+    # -- cells ---------------------------------------------------------------------------------
+    @property
+    def panel(self):
+        return self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+
+    def cell(self, i: int):
+        return self.panel.locator(".jp-Notebook .jp-Cell").nth(i)
+
+    def output(self, i: int):
+        return self.cell(i).locator(".jp-OutputArea")
+
+    def run_cell(self, i: int, timeout: float = 60) -> None:
+        """Click into cell ``i`` and press Shift+Enter; wait until its prompt shows a number."""
+        cell = self.cell(i)
+        cell.locator(".jp-InputArea-editor").click()
+        self.page.keyboard.press("Shift+Enter")
+        prompt = cell.locator(".jp-InputArea-prompt")
+        deadline = time.monotonic() + timeout
+        while True:
+            text = prompt.inner_text().strip()
+            if text.startswith("[") and text[1:-2].strip().isdigit():
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"cell {i} still shows {text!r} after {timeout} s")
+            time.sleep(0.1)
+
+    # -- the agent view ------------------------------------------------------------------------
+    def agent_view(self, cell: int):
+        view = self.output(cell).locator(".escouade-agent")
+        view.wait_for(timeout=30_000)
+        return view
+
+    @staticmethod
+    def stop_button(view):
+        """The header's Stop (the view's first row)."""
+        return view.locator(":scope > .widget-hbox").first.locator("button", has_text="Stop")
+
+    def send(self, view, text: str, typed: bool = True) -> None:
+        """Type the prompt in the view's box (a Textarea, in the view's last row) and
+        press Send."""
+        row = view.locator(":scope > .widget-hbox:has(textarea)").last
+        box = row.locator("textarea")
+        box.click()
+        if typed:
+            box.press_sequentially(text, delay=5)
+        else:
+            box.fill(text)
+        # A person pauses between the last key and the click. Without the pause the kernel can
+        # read the box before its last update: JupyterLab 4.6 sends widget messages tagged for a
+        # subshell, so the update and the click may be handled on different threads.
+        self.page.wait_for_timeout(300)
+        row.locator("button", has_text="Send").click()
+
+    def status(self, view) -> str:
+        return view.locator(".escouade-status").inner_text()
+
+    def wait_status(self, view, word: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while word not in (text := self.status(view)):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"agent status is {text!r}, not {word!r}, after {timeout} s")
+            time.sleep(0.1)
+
+    # -- pictures --------------------------------------------------------------------------------
+    def shot(self, locator, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        locator.scroll_into_view_if_needed()
+        self.page.mouse.move(0, 0)  # no hover effect in the picture
+        locator.screenshot(path=str(path), animations="disabled")
+        _written.append(path)
+        if name in DOCS_SHOTS and os.environ.get("ESCOUADE_BROWSER_UPDATE_DOCS") == "1":
+            size = path.stat().st_size
+            assert size < DOCS_MAX_BYTES, f"{path} is {size} bytes, more than the README's {DOCS_MAX_BYTES}"
+            DOCS.mkdir(exist_ok=True)
+            shutil.copyfile(path, DOCS / path.name)
+        return path
+
+    def failure_shot(self, test_name: str) -> Path | str:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"FAILED-{test_name}.png"
+        try:
+            self.page.screenshot(path=str(path), full_page=True, timeout=10_000)
+        except Exception as exc:  # the page may be gone
+            return f"(no screenshot: {exc})"
+        _written.append(path)
+        return path
+
+    def close(self, reload: bool = False) -> None:
+        try:
+            if reload:
+                self.lab_page.load()  # a failed test may have left the page in any state
+            else:
+                self.lab_page.close_documents()
+        finally:
+            self.lab.shutdown_sessions(self.path)
+
+
+@pytest.fixture
+def nb(request: pytest.FixtureRequest, lab: Lab, lab_page: LabPage):
+    """A notebook name and folder for this test, in the session's page. After the test
+    its tab is closed, its kernel shut down, and nothing it started (kernel, agents) may
+    be left."""
+    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
+    before = set(marked(lab.mark))
+    notebook = Notebook(lab_page, name)
+    try:
+        yield notebook
+    finally:
+        rep = getattr(request.node, "rep_call", None)
+        try:
+            notebook.close(reload=rep is None or rep.failed)
+        finally:
+            left = reap(lab.mark, keep=before | {lab.proc.pid}, timeout=20)
+            shutil.rmtree(notebook.work, ignore_errors=True)
+            if left:
+                pytest.fail(f"{request.node.name} left processes behind (killed now): {left}")

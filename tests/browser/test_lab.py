@@ -1,0 +1,277 @@
+"""escouade_nb in a real JupyterLab, used the way a person uses it: type a prompt and
+press Send, click a permission card's button, press Stop — and check what the page shows."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+
+def start_cells(nb, *more: str) -> list[str]:
+    return ["%load_ext escouade_nb", f"demo = %escouade fake --cwd {nb.work}", *more]
+
+
+def open_agent(nb, *more: str):
+    """Open a notebook whose cells load the extension and start the fake agent; run
+    those two cells; return the agent view under cell 1."""
+    nb.open(start_cells(nb, *more))
+    nb.run_cell(0)
+    nb.run_cell(1)
+    view = nb.agent_view(1)
+    nb.wait_status(view, "idle")
+    return view
+
+
+def test_prompt_box_streams_the_reply(nb):
+    view = open_agent(nb, "%%escouade fake\nAnd hello from a cell")
+    nb.send(view, "Hello from the browser")
+    reply = view.locator(".escouade-message-agent").last
+    reply.get_by_text("You said: Hello from the browser").wait_for()
+    assert "Hello! I am the fake agent." in reply.inner_text()
+    assert "you: Hello from the browser" in view.locator(".escouade-message-user").last.inner_text()
+    nb.wait_status(view, "idle")
+    # the next cell sends its text as a prompt; the turn shows under that cell, and in the agent's view
+    nb.run_cell(2)
+    turn = nb.output(2).locator(".escouade-turn")
+    turn.get_by_text("You said: And hello from a cell").wait_for()
+    assert "you: And hello from a cell" in turn.inner_text()
+    view.get_by_text("You said: And hello from a cell").wait_for()
+    nb.wait_status(view, "idle")
+    nb.shot(view, "agent-view")
+
+
+def test_permission_card_allow_once(nb):
+    (nb.work / "notes.txt").write_text("Buy milk.\n")
+    view = open_agent(nb)
+    nb.send(view, "Please edit notes.txt")
+    card = view.locator(".escouade-permission")
+    card.get_by_text("Waiting for you").wait_for()
+    nb.wait_status(view, "waiting for you")
+    assert "asks permission: Edit notes.txt" in card.inner_text()
+    diff = card.locator(".escouade-diff")
+    assert diff.locator(".escouade-diff-ctx").all_inner_texts() == [" Buy milk."]
+    assert diff.locator(".escouade-diff-add").all_inner_texts() == ["+Edited by the fake agent."]
+    buttons = card.locator("button")
+    assert buttons.all_inner_texts() == ["Allow once", "Always allow", "Reject"]
+    nb.shot(view, "permission-card")
+    card.locator("button", has_text="Allow once").click()
+    card.locator(".escouade-answer", has_text="Allowed once by you").wait_for()
+    for b in buttons.all():
+        assert b.is_disabled()
+    view.locator(".escouade-message-agent", has_text="Edited notes.txt.").wait_for()
+    assert "completed" in view.locator(".escouade-tool-call .escouade-tool-header").last.inner_text()
+    nb.wait_status(view, "idle")
+    assert (nb.work / "notes.txt").read_text() == "Buy milk.\nEdited by the fake agent.\n"
+    nb.shot(view, "permission-card-answered")
+
+
+def test_card_buttons_reachable_in_a_long_transcript(nb):
+    """Once the transcript reaches its max height, item views must not shrink: a card's own
+    text would cover its buttons (item views are flex: 0 0 auto)."""
+    (nb.work / "notes.txt").write_text("".join(f"- line {i}\n" for i in range(1, 9)))
+    view = open_agent(nb)
+    nb.send(view, "Please edit notes.txt")
+    card = view.locator(".escouade-permission")
+    card.get_by_text("Waiting for you").wait_for()
+    try:
+        card.locator("button", has_text="Allow once").click(timeout=3000)
+    finally:
+        nb.shot(view, "long-transcript")
+    card.locator(".escouade-answer", has_text="Allowed once by you").wait_for(timeout=5000)
+
+
+def test_stop_during_a_slow_turn(nb):
+    view = open_agent(nb)
+    nb.send(view, "slow")
+    reply = view.locator(".escouade-message-agent").last
+    reply.get_by_text("tick 5", exact=False).wait_for()
+    nb.wait_status(view, "working")
+    stop = nb.stop_button(view)
+    assert stop.is_enabled()
+    stop.click()
+    nb.wait_status(view, "idle", timeout=10)
+    assert stop.is_disabled()
+    shown = reply.inner_text()
+    time.sleep(1.0)  # the agent stopped: nothing more arrives
+    assert reply.inner_text() == shown
+    ticks = shown.split()
+    assert "50" not in ticks and len(ticks) < 2 * 50, shown
+
+
+def test_stop_cancels_the_pending_card(nb):
+    view = open_agent(nb)
+    nb.send(view, "run make deploy")
+    card = view.locator(".escouade-permission")
+    card.get_by_text("Waiting for you").wait_for()
+    assert "Run make deploy" in card.inner_text()
+    nb.stop_button(view).click()
+    card.locator(".escouade-answer", has_text="Cancelled (you stopped the turn)").wait_for()
+    for b in card.locator("button").all():
+        assert b.is_disabled()
+    nb.shot(view, "stopped-card")
+    # JupyterLab ≥ 4.6 may deliver the Stop click on a kernel subshell's thread: the view
+    # hands it to the agent's loop (widgets.views.on_loop), so the turn ends at once
+    nb.wait_status(view, "idle", timeout=10)
+    assert nb.stop_button(view).is_disabled()
+
+
+# An agent's reply is text, whatever it contains. Each payload would set the flag if run.
+PAYLOADS = [
+    '<img src=x onerror="window.__escouade_pwned=\'img\'">',
+    "<script>window.__escouade_pwned='script'</script>",
+    "[click me](javascript:window.__escouade_pwned='md-link')",
+    '<a href="javascript:window.__escouade_pwned=\'a\'">raw link</a>',
+    '<svg onload="window.__escouade_pwned=\'svg\'"></svg>',
+    '<iframe src="javascript:window.__escouade_pwned=\'iframe\'"></iframe>',
+]
+
+INJECTED = """view => {
+  const bad = [...view.querySelectorAll('img, script, iframe, object, embed, svg, a[href]')]
+      .map(e => e.outerHTML.slice(0, 120));
+  const handlers = [...view.querySelectorAll('*')].flatMap(
+      e => [...e.attributes].filter(a => /^on/i.test(a.name)).map(a => `${e.tagName} ${a.name}`));
+  return {bad, handlers};
+}"""
+
+JS_URLS = """() => [...document.querySelectorAll('[href], [src], [action], [formaction], [data]')]
+  .filter(e => ['href', 'src', 'action', 'formaction', 'data'].some(
+      a => /^\\s*javascript:/i.test(e.getAttribute(a) || '')))
+  .map(e => e.outerHTML.slice(0, 120))"""
+
+
+def test_agent_reply_renders_as_text(nb):
+    # cell 2 sends a prompt whose card shows the payloads in its title and input
+    view = open_agent(nb, f"%%escouade fake\nrun {PAYLOADS[0]} {PAYLOADS[1]}")
+    nb.page.evaluate("() => { window.__escouade_pwned = undefined; }")
+    nb.send(view, "Show these: " + " ".join(PAYLOADS), typed=False)
+    reply = view.locator(".escouade-message-agent").last
+    reply.get_by_text("Try ", exact=False).wait_for()
+    nb.wait_status(view, "idle")
+    for payload in ("<img src=x onerror=", "<script>window.__escouade_pwned='script'</script>",
+                    "[click me](javascript:", '<a href="javascript:', "<svg onload=", "<iframe src="):
+        assert payload in reply.inner_text(), payload
+    assert "you: Show these: <img src=x onerror=" in view.locator(".escouade-message-user").last.inner_text()
+    # click where the links would be: nothing runs
+    reply.get_by_text("click me", exact=False).click()
+    reply.get_by_text("raw link", exact=False).click()
+
+    nb.run_cell(2)
+    turn = nb.output(2).locator(".escouade-turn")
+    card = turn.locator(".escouade-permission")
+    card.get_by_text("Waiting for you").wait_for()
+    assert "asks permission: Run <img src=x onerror=" in card.inner_text()
+    assert "<script>" in turn.locator(".escouade-tool-call").inner_text()
+    card.locator("button", has_text="Reject").click()
+    card.locator(".escouade-answer", has_text="by you").wait_for()
+    turn.locator(".escouade-message-agent", has_text="I did not run").wait_for()
+    nb.wait_status(view, "idle")
+
+    for where in (view, turn):
+        found = where.evaluate(INJECTED)
+        assert found == {"bad": [], "handlers": []}, found
+    assert nb.page.evaluate(JS_URLS) == []
+    nb.page.wait_for_timeout(300)
+    assert nb.page.evaluate("() => window.__escouade_pwned === undefined")
+    assert not [e for e in nb.errors if "pwned" in e]
+
+
+def dropdown(where, label: str):
+    """The <select> of the ipywidgets Dropdown labelled ``label``."""
+    return where.locator(".widget-dropdown").filter(
+        has=where.page.locator("label", has_text=re.compile(f"^{re.escape(label)}$"))).locator("select")
+
+
+def pick(select, starts_with: str) -> str:
+    """Choose the option whose text starts with ``starts_with``, as a person does."""
+    labels = [t.strip() for t in select.locator("option").all_inner_texts()]
+    label = next(t for t in labels if t.startswith(starts_with))
+    select.select_option(label=label)
+    return label
+
+
+def selected(select) -> str:
+    return select.evaluate("s => s.options[s.selectedIndex] ? s.options[s.selectedIndex].text : ''")
+
+
+def test_mode_dropdown(nb):
+    view = open_agent(nb)
+    controls = view.locator(".escouade-controls")
+    mode = dropdown(controls, "Mode")
+    assert selected(mode).startswith("default")
+    pick(mode, "bypassPermissions")
+    agent_mode = dropdown(controls, "Agent mode")
+    deadline = time.monotonic() + 15
+    while selected(agent_mode) != "YOLO":  # the agent confirms its own mode
+        assert time.monotonic() < deadline, f"agent mode shows {selected(agent_mode)!r}"
+        time.sleep(0.1)
+    assert selected(dropdown(controls, "Mode")).startswith("bypassPermissions")
+    nb.send(view, "which mode")
+    view.locator(".escouade-message-agent", has_text="mode=yolo").wait_for()
+    nb.wait_status(view, "idle")
+    # the new mode answers the next card by itself
+    nb.send(view, "run make deploy")
+    card = view.locator(".escouade-permission").last
+    card.locator(".escouade-answer", has_text="by the mode").wait_for()
+    view.locator(".escouade-message-agent", has_text="Ran make deploy.").wait_for()
+    assert "Allowed once by the mode" in card.inner_text()
+    nb.shot(controls, "mode-controls")
+
+
+def test_plan_approval(nb):
+    view = open_agent(nb, "%%escouade fake\npresent plan")
+    nb.send(view, "present plan")
+    card = view.locator(".escouade-plan-approval")
+    card.get_by_text("Waiting for you").wait_for()
+    assert card.locator(".escouade-plan-text li").all_inner_texts() == [
+        "Read notes.txt", "Add a summary line", "Run the tests"]
+    nb.shot(view, "plan-approval")
+    card.locator("textarea").fill("Add a step: update the README.")
+    nb.page.wait_for_timeout(300)
+    card.locator("button", has_text="Keep planning").click()
+    view.locator(".escouade-message-agent",
+                 has_text="Feedback received: Add a step: update the README.").wait_for()
+    assert card.locator("button", has_text="Approve").is_disabled()
+    nb.wait_status(view, "idle")
+    # the same plan again, from a cell: approve it in the turn's own view
+    nb.run_cell(2)
+    turn_card = nb.output(2).locator(".escouade-plan-approval")
+    turn_card.get_by_text("Waiting for you").wait_for()
+    turn_card.locator("button", has_text="Approve").click()
+    nb.output(2).locator(".escouade-message-agent", has_text="Plan approved; starting with step 1.").wait_for()
+    assert "by you" in turn_card.locator(".escouade-answer").inner_text()
+    nb.wait_status(view, "idle")
+
+
+def test_journal_of_a_rule_plugin(nb):
+    cells = start_cells(nb, "%escouade journal team-rules")
+    cells.insert(1, f"%escouade plugins on team-rules --project {nb.work}")
+    nb.open(cells)
+    for i in range(3):
+        nb.run_cell(i)
+    view = nb.agent_view(2)
+    nb.wait_status(view, "idle")
+    nb.run_cell(3)
+    journal = nb.output(3).locator(".escouade-journal")
+    journal.wait_for()
+    nb.send(view, "run rm -rf build")
+    # settled by the plugin, nothing clicked (the card names it; its exact verb is the views' business)
+    view.locator(".escouade-permission .escouade-answer", has_text="by Team rules").wait_for()
+    view.locator(".escouade-message-agent", has_text="I did not run rm -rf build").wait_for()
+    nb.wait_status(view, "idle")
+    nb.send(view, "run npm test")
+    view.locator(".escouade-message-agent", has_text="Ran npm test").wait_for()
+    assert "by Team rules" in view.locator(".escouade-permission .escouade-answer").last.inner_text()
+    nb.wait_status(view, "idle")
+    journal.get_by_text("npm test", exact=False).wait_for()
+    assert "rm -rf build" in journal.inner_text()
+    journal.locator("input[type=text]").fill("rm -rf")
+    deadline = time.monotonic() + 10
+    while "npm test" in journal.inner_text():
+        assert time.monotonic() < deadline, journal.inner_text()
+        time.sleep(0.1)
+    assert "rm -rf build" in journal.inner_text()
+    journal.locator("input[type=text]").fill("")
+    journal.get_by_text("npm test", exact=False).wait_for()
+    nb.shot(journal, "journal")

@@ -73,7 +73,23 @@ class AgentExited(AgentError):
         super().__init__(msg)
 
 
-class PermissionCard:
+class _Card:
+    """What the agent waits on: one answer (a future), the first one wins."""
+
+    def __init__(self, agent: Agent, item: Item) -> None:
+        self.agent = agent
+        self._item = item
+        self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    async def wait(self) -> dict[str, Any]:
+        """The answer sent to the agent (a wire dict)."""
+        return await asyncio.shield(self._future)
+
+    def __repr__(self) -> str:
+        return render_item(self._item)
+
+
+class PermissionCard(_Card):
     """A permission request of the agent, waiting for an answer.
 
     ``choose(option)`` answers it — ``option`` is one of the agent's ``optionId``s, or an
@@ -83,9 +99,8 @@ class PermissionCard:
     """
 
     def __init__(self, agent: Agent, permission: Permission) -> None:
-        self.agent = agent
+        super().__init__(agent, permission)
         self.permission = permission
-        self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
     @property
     def options(self) -> list[dict[str, Any]]:
@@ -165,23 +180,16 @@ class PermissionCard:
         self.agent._card_settled(self)
         return True
 
-    async def wait(self) -> dict[str, Any]:
-        return await asyncio.shield(self._future)
 
-    def __repr__(self) -> str:
-        return render_item(self.permission)
-
-
-class QuestionCard:
+class QuestionCard(_Card):
     """A question of the agent (ACP ``elicitation/create``, or questions written in
     text). ``accept(content)`` answers with the form's values (a dict matching the
     requested schema; for text questions, answers by question id), ``decline()`` and
     ``cancel()`` refuse. The first answer wins; later ones return False."""
 
     def __init__(self, agent: Agent, question: Question) -> None:
-        self.agent = agent
+        super().__init__(agent, question)
         self.question = question
-        self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
     @property
     def state(self) -> str:
@@ -213,12 +221,6 @@ class QuestionCard:
         self._future.set_result({"action": action, **({"content": content} if content is not None else {})})
         self.agent._question_settled(self)
         return True
-
-    async def wait(self) -> dict[str, Any]:
-        return await asyncio.shield(self._future)
-
-    def __repr__(self) -> str:
-        return render_item(self.question)
 
 
 class Turn:
@@ -518,7 +520,7 @@ class Agent:
         self.transport = LineTransport(self._process.stdin, self._process.stdout, intercept=self._intercept,
                                        on_skip=self._on_skip)
         if self.transcript is not None:
-            self.transport.observers.append(self.transcript.wire)
+            self.transport.line_observers.append(self.transcript.wire_line)
         self.transport.observers.append(self._observe_raw)
         # elicitation/create is routed by the SDK only with its unstable flag
         self._conn = acp.connect_to_agent(self.client, self.transport, use_unstable_protocol=True)
@@ -867,6 +869,8 @@ class Agent:
                 turn._finish(stop_reason=response.stop_reason)
             finally:
                 self._turn = None
+                if self.transcript is not None:  # a turn's end is on disk, whatever comes next
+                    self.transcript.flush()
                 self.conversation.settle_rejected()
                 self.conversation.close_messages()
                 if self.status in ("working", "waiting"):
@@ -1257,6 +1261,8 @@ class Agent:
     def kill_now(self) -> None:
         """Kill the process group synchronously (interpreter exit), and its terminals."""
         self._closing = True
+        if self.transcript is not None:
+            self.transcript.flush()
         if self.client is not None:
             self.client.terminals.kill_now()
         if self._process is not None and self._process.returncode is None:

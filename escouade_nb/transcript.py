@@ -68,6 +68,7 @@ class Transcript:
         self.error: OSError | None = None
         self._fh = None
         self._pending = 0
+        self._size = 0
         self._flush_handle: asyncio.TimerHandle | None = None
 
     @classmethod
@@ -85,24 +86,39 @@ class Transcript:
         return t
 
     def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps({"t": round(time.time(), 3), **record}, ensure_ascii=False, default=str)
+        self._append(line, buffered=record.get("kind") == "in")
+
+    def wire_line(self, direction: str, message: bytes) -> None:
+        """Record one wire message from its exact JSON text (not serialised again)."""
+        self._append(f'{{"t":{time.time():.3f},"kind":"{direction}","msg":'
+                     f'{message.decode("utf-8", "replace")}}}', buffered=direction == "in")
+
+    def _append(self, line: str, buffered: bool) -> None:
         if self.error is not None:
             return
         try:
             if self._fh is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self.path, "a", encoding="utf-8")
-            line = json.dumps({"t": round(time.time(), 3), **record}, ensure_ascii=False, default=str) + "\n"
+                self._size = self._fh.tell()
             self._fh.write(line)
+            self._fh.write("\n")
+            self._size += len(line) + 1  # characters, close enough to bytes for rotation
             self._pending += 1
-            if record.get("kind") != "in" or self._pending >= 256 or not self._schedule_flush():
+            if not buffered or self._pending >= 256 or not self._schedule_flush():
                 self.flush()
-            if self._fh is not None and self._fh.tell() > self.max_bytes:
+            if self._size > self.max_bytes:
                 self._rotate()
         except OSError as exc:
-            self.error = exc
-            self.close()
-            if self.on_error is not None:
-                self.on_error(exc)
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        """A write failed: stop writing (the session goes on) and say so once."""
+        self.error = exc
+        self.close()
+        if self.on_error is not None:
+            self.on_error(exc)
 
     def flush(self) -> None:
         """Push buffered lines to the file (done at once for everything but the agent's
@@ -113,10 +129,7 @@ class Transcript:
             try:
                 self._fh.flush()
             except OSError as exc:
-                self.error = exc
-                self.close()
-                if self.on_error is not None:
-                    self.on_error(exc)
+                self._failed(exc)
 
     def _schedule_flush(self) -> bool:
         if self._flush_handle is not None:

@@ -57,6 +57,9 @@ class LineTransport:
         self._eof = False
         self._send_lock = anyio.Lock()
         self.observers: list[Observer] = []
+        # fn(direction, line): the exact JSON text of each message (no newline), for
+        # transcripts, which then need not serialise the message again
+        self.line_observers: list[Callable[[str, bytes], None]] = []
         self.skipped: collections.deque[str] = collections.deque(maxlen=50)
         self.skipped_count = 0
 
@@ -68,7 +71,7 @@ class LineTransport:
                 await self._send_stream.send(data)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise ConnectionError(f"agent's stdin is closed: {exc}") from exc
-        self._notify("out", message)
+        self._notify("out", message, data[:-1])
 
     async def close(self) -> None:
         try:
@@ -85,7 +88,7 @@ class LineTransport:
             message = self._decode(line)
             if message is None:
                 continue
-            self._notify("in", message)
+            self._notify("in", message, line.strip())
             if self._intercept is not None and self._intercept(message):
                 continue
             return message
@@ -157,7 +160,12 @@ class LineTransport:
                 log.exception("on_skip failed")
         log.debug("skipped agent output: %s", why)
 
-    def _notify(self, direction: str, message: dict[str, Any]) -> None:
+    def _notify(self, direction: str, message: dict[str, Any], line: bytes) -> None:
+        for raw in self.line_observers:
+            try:
+                raw(direction, line)
+            except Exception:
+                log.exception("transport line observer failed")
         for fn in self.observers:
             try:
                 fn(direction, message)

@@ -386,6 +386,8 @@ class Agent:
 
     def _collect(self, changes: list[Change]) -> None:
         self.last_activity = time.time()
+        if self.client is not None:
+            self._terminals_shown(changes)
         if self.private and not self._fence_notice:
             self._check_fence(changes)
         if self._turn is not None and not self._turn.done:
@@ -464,10 +466,35 @@ class Agent:
                                  "content": [{"type": "diff", "path": target, "oldText": old, "newText": new}]})
 
     def _on_terminal(self, event: Any) -> None:
-        """Terminal output or exit: redraw the tool cards that embed that terminal."""
+        """Terminal output or exit: the tool cards that embed that terminal take it."""
         for call in self.conversation.tool_calls.values():
             if any(c.get("type") == "terminal" and c.get("terminalId") == event.terminal_id for c in call.content):
-                self.conversation.touch(call)
+                if self._store_terminal(call, event.terminal_id):
+                    self.conversation.touch(call)
+
+    def _store_terminal(self, call: ToolCall, terminal_id: str) -> bool:
+        """Copy a terminal's state into the tool call that shows it (kept after the
+        terminal is released). Returns whether anything changed."""
+        snap = self.terminal_snapshot(terminal_id)
+        if snap is None:
+            return False
+        output, truncated, status = snap
+        state = {"output": output, "truncated": truncated, "running": status is None,
+                 "exit_code": getattr(status, "exit_code", None), "signal": getattr(status, "signal", None)}
+        if call.terminals.get(terminal_id) == state:
+            return False
+        call.terminals[terminal_id] = state
+        return True
+
+    def _terminals_shown(self, changes: list[Change]) -> None:
+        """A tool call that embeds a terminal we already ran (content sent after it ended)."""
+        for change in changes:
+            call = change.item
+            if isinstance(call, ToolCall):
+                for c in call.content:
+                    tid = c.get("terminalId") if c.get("type") == "terminal" else None
+                    if tid and tid not in call.terminals and self._store_terminal(call, str(tid)):
+                        self.conversation.touch(call)
 
     def terminal_snapshot(self, terminal_id: str) -> tuple[str, bool, Any] | None:
         """(output, truncated, exit status) of a terminal of this agent, or None."""

@@ -89,6 +89,9 @@ class ToolCall(Item):
     extra: dict[str, Any] = field(default_factory=dict)
     placeholder: bool = False
     cancelled: bool = False
+    terminals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The client's view of terminals embedded in ``content`` (``{"type": "terminal"}``),
+    by terminal id: ``output``, ``truncated``, ``exit_code``, ``signal``, ``running``."""
 
     @property
     def shown_status(self) -> str:

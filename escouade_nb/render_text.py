@@ -101,6 +101,20 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def terminal_state(term: dict[str, Any]) -> str:
+    """How a terminal stands: running, exited with a code, or killed by a signal."""
+    if term.get("running"):
+        return "running…"
+    if term.get("signal"):
+        return f"killed by {term['signal']}"
+    return f"exited with code {term.get('exit_code')}"
+
+
+def terminal_text(terminal_id: str, term: dict[str, Any]) -> str:
+    trunc = ", output truncated (newest kept)" if term.get("truncated") else ""
+    return f"terminal {terminal_id}: {terminal_state(term)}{trunc}\n{term.get('output', '')}".rstrip()
+
+
 def raw_output_text(call: ToolCall) -> str:
     """A tool's ``rawOutput`` when its content does not already carry it (Codex sends
     its stdout only there), as text; "" otherwise."""
@@ -124,7 +138,8 @@ def tool_call_text(call: ToolCall) -> str:
     if inp:
         parts.append(_indent("input: " + inp))
     for c in call.content:
-        parts.append(_indent(cut(content_text(c))))
+        term = call.terminals.get(str(c.get("terminalId"))) if c.get("type") == "terminal" else None
+        parts.append(_indent(cut(terminal_text(c["terminalId"], term) if term else content_text(c))))
     out = raw_output_text(call)
     if out:
         parts.append(_indent("output: " + out))

@@ -61,9 +61,6 @@ class CardHandlers:
                 card.keep_planning(feedback)
         return approve, keep_planning
 
-    def terminal(self, terminal_id: str):
-        return self.agent.terminal_snapshot(terminal_id)
-
     def question(self, question):
         def answer(action: str, content) -> None:
             card = next((c for c in self.agent.pending_questions if c.question is question), None)

@@ -10,7 +10,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from ..conversation import Plan, ToolCall
-from ..render_text import PLAN_MARK, content_text, cut, diff_lines, raw_output_text, tool_input_text
+from ..render_text import PLAN_MARK, content_text, cut, diff_lines, raw_output_text, terminal_state, tool_input_text
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
 
@@ -83,24 +83,17 @@ def diff_html(item: dict[str, Any]) -> str:
             f'{more}</div>')
 
 
-def terminal_html(terminal_id: str, snapshot) -> str:
+def terminal_html(terminal_id: str, term: dict | None) -> str:
     """A terminal embedded in a tool call: its live output and, once it ended, how."""
-    if snapshot is None:
+    if term is None:
         return pre(f"(terminal {terminal_id})")
-    output, truncated, status = snapshot
-    if status is None:
-        state = "running…"
-    elif getattr(status, "signal", None):
-        state = f"killed by {status.signal}"
-    else:
-        state = f"exited with code {getattr(status, 'exit_code', None)}"
-    head = f'<div style="color:#57606a;font-size:11px">terminal {esc(terminal_id)} · {esc(state)}' \
-           f'{" · output truncated (newest kept)" if truncated else ""}</div>'
-    return f'<div class="escouade-terminal">{head}{pre(cut(output, 8000))}</div>'
+    head = f'<div style="color:#57606a;font-size:11px">terminal {esc(terminal_id)} · {esc(terminal_state(term))}' \
+           f'{" · output truncated (newest kept)" if term.get("truncated") else ""}</div>'
+    return f'<div class="escouade-terminal">{head}{pre(cut(term.get("output", ""), 8000))}</div>'
 
 
-def tool_body_html(call: ToolCall, terminal=None) -> str:
-    """The body of a tool card; ``terminal(terminal_id)`` gives a terminal's snapshot."""
+def tool_body_html(call: ToolCall) -> str:
+    """The body of a tool card: input (unless a diff shows it), outputs, diffs, terminals."""
     parts = []
     inp = "" if call.diffs else tool_input_text(call.raw_input)  # a diff already shows what is written
     if inp:
@@ -110,7 +103,7 @@ def tool_body_html(call: ToolCall, terminal=None) -> str:
             parts.append(diff_html(c))
         elif c.get("type") == "terminal":
             tid = str(c.get("terminalId"))
-            parts.append(terminal_html(tid, terminal(tid) if terminal is not None else None))
+            parts.append(terminal_html(tid, call.terminals.get(tid)))
         else:
             parts.append(f'<div class="escouade-tool-output">{pre(cut(content_text(c)))}</div>')
     out = raw_output_text(call)

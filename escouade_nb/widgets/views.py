@@ -149,16 +149,15 @@ class MessageView(ItemView):
 class ToolCallView(ItemView):
     """A tool call card: status, title, kind, input, output, diff."""
 
-    def __init__(self, item: ToolCall, speaker: str = "agent", terminal=None) -> None:
+    def __init__(self, item: ToolCall, speaker: str = "agent") -> None:
         super().__init__(item, speaker, layout=w.Layout(border="1px solid #d0d7de", padding="4px", margin="2px 0"))
         self.add_class("escouade-tool-call")
-        self._terminal = terminal
         self._html = w.HTML()
         self.children = [self._html]
         self.redraw()
 
     def draw(self) -> None:
-        self._html.value = tool_header_html(self.item) + tool_body_html(self.item, self._terminal)
+        self._html.value = tool_header_html(self.item) + tool_body_html(self.item)
 
 
 class PermissionView(ItemView):
@@ -376,7 +375,7 @@ def view_for(item: Item, speaker: str, on_choose_factory, handlers=None) -> Item
     if isinstance(item, Message):
         return MessageView(item, speaker)
     if isinstance(item, ToolCall):
-        return ToolCallView(item, speaker, getattr(handlers, "terminal", None))
+        return ToolCallView(item, speaker)
     if isinstance(item, Permission):
         return PermissionView(item, speaker, on_choose_factory(item))
     if isinstance(item, Plan):

@@ -85,6 +85,7 @@ class Squad:
 
     def __init__(self) -> None:
         self.agents: dict[str, Agent] = {}
+        self._versions: dict[tuple, str | None] = {}
         self._discovery: Discovery | None = None
         self.rules = RulePlugins()  # rule plugins: host, broker (every agent's policy), journal, states
 
@@ -98,10 +99,22 @@ class Squad:
         rows = []
         for ref in d.harnesses:
             program = locate_program(ref.harness)
-            version = read_version(program, ref.harness.version_args) if program else None
+            version = self.version_of(program, ref.harness.version_args) if program else None
             status = version_status(version, ref.harness.tested) if program else "missing"
             rows.append(HarnessRow(ref, program, version, status))
         return Listing(rows, [str(x) for x in d.errors], list(self.agents.values()))
+
+    def version_of(self, program: str, version_args: list[str]) -> str | None:
+        """The program's version (``versionArgs``), read once per program file: starting
+        fifty agents of one harness runs ``--version`` once, not fifty times."""
+        try:
+            stat = os.stat(program)
+            key = (program, tuple(version_args), stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            return read_version(program, version_args)
+        if key not in self._versions:
+            self._versions[key] = read_version(program, version_args)
+        return self._versions[key]
 
     def _free_name(self, base: str) -> str:
         if base not in self.agents or self.agents[base].status in ("closed", "failed"):
@@ -166,7 +179,7 @@ class Squad:
                           env=env)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
-        version = read_version(program, ref.harness.version_args) if not launcher else None
+        version = self.version_of(program, ref.harness.version_args) if not launcher else None
         agent.version_checked = version is not None
         status = version_status(version, ref.harness.tested)
         if status in ("older", "newer"):

@@ -89,6 +89,16 @@ class Kernel:
             self.km.shutdown_kernel(now=False)
 
 
+def wait_for(kernel: Kernel, expr: str, timeout: float = 15) -> None:
+    """Poll a kernel expression until it prints True; AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if kernel.run(f"print(bool({expr}))").text.strip() == "True":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {expr}")
+
+
 def process_alive(pid: int) -> bool:
     """True if ``pid`` runs and is not a zombie."""
     try:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kernel_client import Kernel, process_alive, processes_named
+from kernel_client import Kernel, process_alive, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -19,16 +19,6 @@ def kernel(tmp_path_factory):
     k.run("from escouade_nb import get_squad\nfor a in list(get_squad().agents.values()):\n    await a.close()",
           allow_error=True)
     k.shutdown()
-
-
-def wait_for(kernel, expr, timeout=15):
-    """Poll a kernel expression until it prints True."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if kernel.run(f"print(bool({expr}))").text.strip() == "True":
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {expr}")
 
 
 def test_listing_and_usage_errors(kernel):

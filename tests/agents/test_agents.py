@@ -21,14 +21,13 @@ import json
 import os
 import shlex
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from agent_configs import AGENTS, DROP, SUITE_TOKEN
-from kernel_client import Kernel
+from kernel_client import Kernel, wait_for
 from model_server import FINAL_PREFIX, SHELL_COMMAND, WRITE_TEXT
 
 pytestmark = pytest.mark.agents
@@ -82,15 +81,6 @@ class AgentKernel(Kernel):
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
-
-
-def wait_for(kernel: Kernel, expr: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if kernel.run(f"print(bool({expr}))").text.strip() == "True":
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {expr}")
 
 
 @dataclass

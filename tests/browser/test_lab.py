@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
 
 
 def start_cells(nb, *more: str) -> list[str]:

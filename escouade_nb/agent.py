@@ -610,6 +610,7 @@ class Agent:
         Raises :class:`AuthRequired` on ACP's -32000."""
         try:
             if self._resume_session and self.agent_capabilities.get("loadSession"):
+                self.conversation.new_session()  # the replay folds afresh (what the transcript has is skipped)
                 self._loading = True
                 try:
                     session = await self._conn.load_session(cwd=str(self.cwd), session_id=self._resume_session,
@@ -626,6 +627,7 @@ class Agent:
                         "This agent cannot reload a session (no loadSession): a new session was started; "
                         "the conversation above is the old one's transcript.", level="warning")
                 session = await self._conn.new_session(cwd=str(self.cwd), mcp_servers=[])
+                self.conversation.new_session()
                 self.session_id = session.session_id
         except acp.RequestError as exc:
             if exc.code == -32000:

@@ -384,6 +384,15 @@ class Conversation:
         self.plan.touch()
 
     # -- what the client adds ---------------------------------------------------------
+    def new_session(self) -> None:
+        """A new ACP session starts in this conversation (restart, resume): message ids
+        are the agent's per session, so the old ones no longer name any message here."""
+        self._messages.clear()
+        for item in self.items:
+            if isinstance(item, Message) and not item.closed:
+                item.closed = True
+                item.touch()
+
     def add_user_message(self, blocks: Iterable[dict[str, Any]]) -> Message:
         """Append the user's prompt (ACP content blocks as wire dicts)."""
         changes: list[Change] = []

@@ -21,7 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
-from .squad import SquadError, get_squad
+from .squad import ProgramNotFound, SquadError, get_squad
 
 USAGE = """usage:
   %escouade                                 list harnesses and running agents
@@ -98,6 +98,9 @@ class EscouadeMagics(Magics):
             if len(words) != 2:
                 raise _UsageError("stop takes one agent name")
             agent = squad.get(words[1])
+            if agent.status in ("closed", "exited", "failed", "harness missing"):
+                print(f"{agent.name} is already {agent.status}")
+                return None
             self._need_loop()
             asyncio.get_running_loop().create_task(squad.stop(agent.name))
             print(f"stopping {agent.name}")
@@ -113,7 +116,8 @@ class EscouadeMagics(Magics):
             return None
         if words[0] == "resume":
             if len(words) == 1:
-                found = squad.resumable()
+                found = {n: p for n, p in squad.resumable().items()
+                         if n not in squad.agents or squad.agents[n].status in ("closed", "exited", "failed")}
                 print("Resumable agents:" if found else "No transcript to resume from.")
                 for name, path in found.items():
                     print(f"  {name:<14} {path}")
@@ -134,6 +138,8 @@ class EscouadeMagics(Magics):
             from .manifest import locate_program, read_version
             from .widgets.update_view import UpdateView
             program = locate_program(ref.harness)
+            if program is None:
+                raise SquadError(str(ProgramNotFound(ref)))
             view = UpdateView(ref, read_version(program, ref.harness.version_args) if program else None)
             display(view)
             if len(words) == 3:
@@ -166,7 +172,11 @@ class EscouadeMagics(Magics):
         name = words[0]
         agent = squad.agents.get(name)
         if agent is None or agent.status in ("closed", "failed", "exited"):
-            agent = squad.start(name)
+            gone = agent
+            agent = squad.start(gone.harness.short_id if gone is not None else name)
+            if gone is not None:
+                print(f"escouade: agent {gone.name!r} is {gone.status}; started {agent.name!r} "
+                      f"(Restart, or `await {gone.name}.restart()`, keeps the old conversation)", file=sys.stderr)
         turn = agent.send(text)
         from .widgets import TurnView
         display(TurnView(turn))

@@ -53,7 +53,10 @@ class Listing:
 
     def __repr__(self) -> str:
         lines = ["Harnesses:"]
+        shorts = [r.ref.short_id for r in self.rows]
         for r in self.rows:
+            if shorts.count(r.ref.short_id) > 1:  # ambiguous: the full id is what starts it
+                lines.append(f"  {r.ref.id}")
             where = r.program or "not found on PATH"
             version = f" {r.version}" if r.version else ""
             note = f" ({r.status} than tested)" if r.status in ("older", "newer") else ""

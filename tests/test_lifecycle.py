@@ -557,3 +557,27 @@ def test_nothing_lost_across_a_kernel_restart(tmp_path, monkeypatch):
         second.run("await a.close()", allow_error=True)
         second.shutdown()
     s.assert_ok(runs=2)
+
+
+def test_messages_after_restart_are_new_messages(tmp_path):
+    """Message ids are the agent's per session: after Restart, the new process may reuse
+    them, and its reply must not be glued onto an old message (nor leave the turn empty)."""
+    from escouade_nb.agent import Agent as _Agent
+    from escouade_nb.conversation import Message
+    from escouade_nb.manifest import discover, locate_program
+
+    async def go():
+        ref = discover().find("fake")
+        agent = _Agent(ref, program=locate_program(ref.harness), cwd=tmp_path)
+        try:
+            await agent.ready()
+            first = await agent.send("first")
+            await agent.restart()
+            second = await agent.send("second after restart")
+            assert "You said: second after restart" in second.text
+            replies = [i.text for i in agent.conversation.items if isinstance(i, Message) and i.role == "agent"]
+            assert len(replies) == 2 and replies[0] == first.text and "second" not in replies[0]
+        finally:
+            await agent.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))

@@ -12,7 +12,7 @@ import ipywidgets as w
 from ..agent import Agent, AuthRequired, Turn
 from ..conversation import Item, Permission
 from .render import esc
-from .views import PermissionView, Throttle, TranscriptView, on_loop
+from .views import FullText, PermissionView, Throttle, TranscriptView, on_loop
 
 _serials = itertools.count()
 
@@ -209,7 +209,7 @@ def status_line(agent: Agent) -> str:
     return f"{agent.name} · {agent.harness.harness.display_name}{where} · {status}"
 
 
-class AgentView(w.VBox):
+class AgentView(FullText, w.VBox):
     """Header (name, harness, status, Stop), the transcript, a prompt box with Send."""
 
     def __init__(self, agent: Agent) -> None:
@@ -302,7 +302,7 @@ class AgentView(w.VBox):
         return status_line(self.agent) + ("\n" + body if body else "")
 
 
-class TurnView(w.VBox):
+class TurnView(FullText, w.VBox):
     """The items of one turn (its prompt, replies, tool calls, cards), live."""
 
     def __init__(self, turn: Turn) -> None:

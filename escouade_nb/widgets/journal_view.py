@@ -11,7 +11,7 @@ import ipywidgets as w
 
 from ..permissions.journal import Entry, Journal
 from .render import esc
-from .views import Throttle, on_loop
+from .views import FullText, Throttle, on_loop
 
 KINDS = ["Decision", "Start", "Crash", "Error", "Output", "Stop"]
 ALL = "All"
@@ -19,7 +19,7 @@ MAX_SHOWN = 500
 _COLOURS = {"allowed": "#1a7f37", "refused": "#cf222e", "did not decide": "#9a6700"}
 
 
-class JournalView(w.VBox):
+class JournalView(FullText, w.VBox):
     """``JournalView(journal, plugin=None, kind="Decision", text="", since=None, names=None)``:
     ``plugin`` an id (None: all plugins); ``since`` hides older entries; ``names`` maps
     plugin ids to the names shown in the menu."""
@@ -89,11 +89,6 @@ class JournalView(w.VBox):
         self._unsubscribe()
         super().close()
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        if bundle:
-            bundle["text/plain"] = repr(self)  # the whole journal, not ipywidgets' first 110 characters
-        return bundle
 
     def __repr__(self) -> str:
         who = self.names.get(self.plugin, self.plugin) if self.plugin else "all plugins"

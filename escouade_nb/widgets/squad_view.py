@@ -10,7 +10,7 @@ from ..agent import Agent
 from ..squad import Squad
 from .agent_view import STATUS_COLOR, STATUS_TEXT, AgentView, _run
 from .render import esc
-from .views import Throttle, on_loop
+from .views import FullText, Throttle, on_loop
 
 COLUMNS = ("agent", "harness", "folder", "mode", "status", "last activity", "tokens", "cost", "cards")
 
@@ -41,7 +41,7 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
     }
 
 
-class SquadView(w.VBox):
+class SquadView(FullText, w.VBox):
     """A table of the squad's agents — name, harness, folder, mode, status, last
     activity, tokens and cost when reported, pending cards — with Open, Stop and Restart
     buttons per agent. Redrawn at most ``RENDERS_PER_SECOND`` times a second."""

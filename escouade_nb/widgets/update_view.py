@@ -9,7 +9,7 @@ import ipywidgets as w
 
 from ..manifest import HarnessRef, locate_program, read_version
 from .render import esc, pre
-from .views import on_loop
+from .views import FullText, on_loop
 
 
 async def run_update(ref: HarnessRef) -> tuple[int, str, str | None]:
@@ -24,7 +24,7 @@ async def run_update(ref: HarnessRef) -> tuple[int, str, str | None]:
     return proc.returncode, out.decode("utf-8", "replace"), version
 
 
-class UpdateView(w.VBox):
+class UpdateView(FullText, w.VBox):
     """The update command, a Run button, then its output and the version read after."""
 
     def __init__(self, ref: HarnessRef, before: str | None) -> None:

@@ -49,6 +49,17 @@ def on_loop(fn: Callable) -> Callable:
     return call
 
 
+class FullText:
+    """Mixin for displayed views: their ``text/plain`` is the whole plain-text repr
+    (ipywidgets cuts it at 110 characters), for nbval, nbconvert and text frontends."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle:
+            bundle["text/plain"] = repr(self)
+        return bundle
+
+
 class Throttle:
     """Coalesces redraws: ``request(fn)`` runs each distinct ``fn`` once, at most
     ``RENDERS_PER_SECOND`` times a second, on the running loop (immediately when no

@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from escouade_nb.conversation import Permission, ToolCall  # noqa: E402
+from escouade_nb.core.conversation import Permission, ToolCall  # noqa: E402
 from escouade_nb.permissions import Journal, PluginStates, RulePlugins  # noqa: E402
-from escouade_nb.project import Project  # noqa: E402
+from escouade_nb.manifest.project import Project  # noqa: E402
 
 PLUGIN = '''import json, sys
 for raw in sys.stdin:

@@ -64,7 +64,7 @@ async def _ingest_sdk(n: int) -> float:
 
 
 async def _ingest_ours(n: int) -> float:
-    from escouade_nb.agent import Agent
+    from escouade_nb.engine.agent import Agent
     from escouade_nb.manifest import HarnessRef, Harness, Manifest
     from escouade_nb.widgets import AgentView
 

@@ -6,15 +6,47 @@
     agent = get_squad().start("fake")         # on a running asyncio loop
     turn = agent.send("hello")
     result = await turn                        # .stop_reason, .text, .tool_calls
+
+Importing the package is cheap: the engine, the ACP SDK and ipywidgets are loaded on
+first use of a name below (PEP 562), so a rule plugin or ``--version`` pays nothing.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from .agent import Agent, AgentError, AgentExited, PermissionCard, Turn  # noqa: E402
-from .squad import Squad, SquadError, get_squad  # noqa: E402
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Agent", "AgentError", "AgentExited", "PermissionCard", "Turn", "Squad", "SquadError", "get_squad",
-           "load_ipython_extension"]
+from ._version import __version__
+
+_LAZY = {
+    "Agent": "engine.agent", "AgentError": "engine.agent", "AgentExited": "engine.agent",
+    "AuthRequired": "engine.agent", "PermissionCard": "engine.agent", "QuestionCard": "engine.agent",
+    "Turn": "engine.agent", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",
+    "render_item": "core.render_text", "render_items": "core.render_text",
+}
+
+__all__ = ["__version__", *_LAZY, "load_ipython_extension"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .core.render_text import render_item, render_items
+    from .engine.agent import Agent
+    from .engine.cards import PermissionCard, QuestionCard
+    from .engine.errors import AgentError, AgentExited, AuthRequired
+    from .engine.squad import Squad, SquadError, get_squad
+    from .engine.turns import Turn
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'escouade_nb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -21,7 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
-from .squad import ProgramNotFound, SquadError, get_squad
+from .engine.squad import ProgramNotFound, SquadError, get_squad
 
 USAGE = """usage:
   %escouade                                 list harnesses and running agents

@@ -1,5 +1,5 @@
-"""Unit tests of the sans-I/O conversation fold (``escouade_nb.conversation``) and of the
-plain-text renders (``escouade_nb.render_text``). No processes, no event loop."""
+"""Unit tests of the sans-I/O conversation fold (``escouade_nb.core.conversation``) and of the
+plain-text renders (``escouade_nb.core.render_text``). No processes, no event loop."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from acp import helpers as acp_helpers
 from acp import schema as acp_schema
 
-from escouade_nb.conversation import (
+from escouade_nb.core.conversation import (
     Change,
     Conversation,
     Message,
@@ -20,7 +20,7 @@ from escouade_nb.conversation import (
     ToolCall,
     Unknown,
 )
-from escouade_nb.render_text import diff_lines, render_item, render_items
+from escouade_nb.core.render_text import diff_lines, render_item, render_items
 
 # -- wire builders -------------------------------------------------------------------
 

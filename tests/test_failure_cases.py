@@ -1,5 +1,5 @@
 """The public failure cases of ACP clients (F01–F15), each played by a scripted agent
-over real pipes against the real :class:`~escouade_nb.agent.Agent`.
+over real pipes against the real :class:`~escouade_nb.engine.agent.Agent`.
 
 The scripted agent (``fixtures/script_agent.py``) fails loudly (exit 99, a stderr
 line, a ``fail`` status) when the client writes something the transcript does not
@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
-from escouade_nb.agent import Agent, AgentError, AgentExited, AuthRequired
-from escouade_nb.conversation import Notice, Unknown
+from escouade_nb.engine.agent import Agent, AgentError, AgentExited, AuthRequired
+from escouade_nb.core.conversation import Notice, Unknown
 from escouade_nb.manifest import HarnessRef, load_manifest
-from escouade_nb.render_text import render_item, render_items
+from escouade_nb.core.render_text import render_item, render_items
 
 SCRIPT_AGENT = Path(__file__).resolve().parent / "fixtures" / "script_agent.py"
 
@@ -344,7 +344,7 @@ A> {_chunk("y" * (3 << 20))}
 def test_F02_line_over_the_cap_is_a_clear_transport_error(tmp_path, monkeypatch):
     """Above the transport's cap (lowered here to 1 MiB) the line cannot be taken:
     the UI says so, the agent is torn down, and the turn fails instead of hanging."""
-    from escouade_nb.acp.transport import LineTransport
+    from escouade_nb.wire.transport import LineTransport
 
     monkeypatch.setitem(LineTransport.__init__.__kwdefaults__, "max_line_bytes", 1 << 20)
     s = Script(tmp_path, F02_OVER_CAP)
@@ -652,7 +652,7 @@ def test_F08_fs_writes_are_fenced_to_the_private_project(tmp_path):
     """A private project's folder is a fence: ``..``, a sibling prefix, a symlink out,
     a read outside, another session — refused with an error and no side effect; a
     relative path inside is resolved against the session folder and written."""
-    from escouade_nb.project import Project
+    from escouade_nb.manifest.project import Project
 
     ws = tmp_path / "ws"
     out = tmp_path / "out"

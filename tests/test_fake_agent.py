@@ -29,11 +29,11 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from escouade_nb.fake_agent import AGENT_NAME, AGENT_VERSION, find_file_name
+from escouade_nb.tools.fake_agent import AGENT_NAME, AGENT_VERSION, find_file_name
 
 ROOT = Path(__file__).resolve().parents[1]
 _SCRIPT = Path(sys.executable).with_name("escouade-fake-agent")
-AGENT_CMD: list[str] = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.fake_agent"]
+AGENT_CMD: list[str] = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.tools.fake_agent"]
 
 EXPECTED_OPTIONS = [
     ("allow-once", "Allow once", "allow_once"),
@@ -134,7 +134,7 @@ def test_version_flag() -> None:
 
 
 def test_manifest() -> None:
-    manifest = json.loads((ROOT / "escouade_nb/plugins/fake/escouade-plugin.json").read_text(encoding="utf-8"))
+    manifest = json.loads((ROOT / "plugins/fake/escouade-plugin.json").read_text(encoding="utf-8"))
     assert manifest["id"] == "dev.escouade_nb.fake"
     assert manifest["name"] == "Fake agent"
     assert "en" in manifest["description"]
@@ -418,7 +418,7 @@ def test_crash(tmp_path: Path) -> None:
 
 
 def test_terminal_requests_of_each_scenario() -> None:
-    from escouade_nb.fake_agent import FakeAgent
+    from escouade_nb.tools.fake_agent import FakeAgent
 
     req = FakeAgent._terminal_request
     assert req("args", "") == ("echo", ["hello", "from", "args"], None)

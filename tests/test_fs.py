@@ -1,4 +1,4 @@
-"""``escouade_nb.acp.fs.FileSystem``: ACP's client file system, with fences."""
+"""``escouade_nb.wire.fs.FileSystem``: ACP's client file system, with fences."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import anyio
 import pytest
 from acp import RequestError
 
-from escouade_nb.acp.fs import FenceError, FileSystem
+from escouade_nb.wire.fs import FenceError, FileSystem
 
 
 def run(coro_fn, *args):

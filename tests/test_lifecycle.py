@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from escouade_nb.agent import Agent, AgentError, AgentExited
-from escouade_nb.conversation import Notice
-from escouade_nb.render_text import render_items
+from escouade_nb.engine.agent import Agent, AgentError, AgentExited
+from escouade_nb.core.conversation import Notice
+from escouade_nb.core.render_text import render_items
 from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, _html_values, alive, run, steps_of, until
 
 END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
@@ -215,7 +215,7 @@ def test_hung_agent_never_answering_initialize(tmp_path):
 
 # -- disk full --------------------------------------------------------------------------------------------
 def test_disk_full_when_writing_the_transcript(tmp_path, monkeypatch):
-    from escouade_nb import transcript
+    from escouade_nb.wire import transcript
     from escouade_nb.widgets import AgentView
 
     folder = tmp_path / "transcripts"
@@ -483,7 +483,7 @@ def test_rule_plugin_killed_mid_decision(tmp_path, monkeypatch):
     the plugins' time limit), the session goes on, the plugin is restarted."""
     from fixtures.plugins.cards import make_rules
 
-    from escouade_nb.project import Project
+    from escouade_nb.manifest.project import Project
 
     seen = tmp_path / "plugin-input.log"
     monkeypatch.setenv("FIXTURE_LOG", str(seen))
@@ -562,8 +562,8 @@ def test_nothing_lost_across_a_kernel_restart(tmp_path, monkeypatch):
 def test_messages_after_restart_are_new_messages(tmp_path):
     """Message ids are the agent's per session: after Restart, the new process may reuse
     them, and its reply must not be glued onto an old message (nor leave the turn empty)."""
-    from escouade_nb.agent import Agent as _Agent
-    from escouade_nb.conversation import Message
+    from escouade_nb.engine.agent import Agent as _Agent
+    from escouade_nb.core.conversation import Message
     from escouade_nb.manifest import discover, locate_program
 
     async def go():

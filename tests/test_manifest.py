@@ -31,7 +31,7 @@ from escouade_nb.manifest import (
 
 Range = mf.Tested  # not imported by name: pytest would try to collect "Tested*"
 
-GOOSE_FILE = Path(mf.__file__).parent / "plugins" / "goose" / "escouade-plugin.json"
+GOOSE_FILE = mf.SHIPPED_PLUGINS_DIR / "goose" / "escouade-plugin.json"
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ def isolated_user_dir(tmp_path, monkeypatch):
     """Keep the real user folder and installed entry points out of the tests."""
     user = tmp_path / "user-plugins"
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(user))
-    monkeypatch.setattr(mf, "entry_points", lambda group: [])
+    monkeypatch.setattr(mf.discovery, "entry_points", lambda group: [])
     return user
 
 
@@ -402,7 +402,7 @@ def test_entry_points(tmp_path, monkeypatch):
         EntryPoint("b", "fake_ep_mod:parent", group),
         EntryPoint("c", "fake_ep_mod:boom", group),
     ]
-    monkeypatch.setattr(mf, "entry_points", lambda group: eps if group == "escouade_nb.plugins" else [])
+    monkeypatch.setattr(mf.discovery, "entry_points", lambda group: eps if group == "escouade_nb.plugins" else [])
 
     d = discover()
     assert d.find("epa").source == "entry-point"
@@ -445,7 +445,7 @@ def test_locate_program_on_path(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     prog = make_executable(bin_dir, "escouade-test-tool", "tool 1.2.3")
     monkeypatch.setenv("PATH", str(bin_dir))
-    monkeypatch.setattr(mf, "_scripts_dir", lambda: None)
+    monkeypatch.setattr(mf.locate, "_scripts_dir", lambda: None)
     h = Harness(id="t", locate={"names": ["escouade-test-missing", "escouade-test-tool"]})
     found = locate_program(h)
     assert found is not None and os.path.isabs(found)
@@ -454,7 +454,7 @@ def test_locate_program_on_path(tmp_path, monkeypatch):
 
 def test_locate_program_absent(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(mf, "_scripts_dir", lambda: str(tmp_path / "no-scripts"))
+    monkeypatch.setattr(mf.locate, "_scripts_dir", lambda: str(tmp_path / "no-scripts"))
     assert locate_program(Harness(id="t", locate={"names": ["escouade-test-missing"]})) is None
     assert locate_program(Harness(id="t")) is None
 
@@ -463,7 +463,7 @@ def test_locate_program_in_python_scripts_folder(tmp_path, monkeypatch):
     scripts = tmp_path / "venv-bin"
     prog = make_executable(scripts, "escouade-test-venv-tool", "x 0.1")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(mf, "_scripts_dir", lambda: str(scripts))
+    monkeypatch.setattr(mf.locate, "_scripts_dir", lambda: str(scripts))
     found = locate_program(Harness(id="t", locate={"names": ["escouade-test-venv-tool"]}))
     assert found is not None and Path(found).resolve() == prog.resolve()
 
@@ -517,14 +517,14 @@ def test_version_status(version, tested, expected):
 
 
 def test_numeric_fallback_comparison():
-    assert mf._numeric_key("1.10") > mf._numeric_key("1.9")
-    assert mf._numeric_key("1.57") == mf._numeric_key("1.57.0")
+    assert mf.locate._numeric_key("1.10") > mf.locate._numeric_key("1.9")
+    assert mf.locate._numeric_key("1.57") == mf.locate._numeric_key("1.57.0")
     with pytest.raises(ValueError):
-        mf._numeric_key("abc")
+        mf.locate._numeric_key("abc")
 
 
 def test_version_status_without_packaging(monkeypatch):
-    monkeypatch.setattr(mf, "_version_key", lambda: mf._numeric_key)
+    monkeypatch.setattr(mf.locate, "_version_key", lambda: mf.locate._numeric_key)
     assert version_status("1.10.0", Range(oldest="1.2", newest="1.9")) == "newer"
     assert version_status("1.5", Range(oldest="1.2", newest="1.9")) == "tested"
 

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from escouade_nb.agent import Agent, AgentError
+from escouade_nb.engine.agent import Agent, AgentError
 from escouade_nb.manifest import discover, locate_program
-from escouade_nb.plans import answers_prompt, plan_of, questions_in, visible_text
-from escouade_nb.conversation import ToolCall
+from escouade_nb.core.plans import answers_prompt, plan_of, questions_in, visible_text
+from escouade_nb.core.conversation import ToolCall
 
 
 def fake_agent(tmp_path, **kwargs) -> Agent:

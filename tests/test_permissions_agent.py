@@ -12,7 +12,7 @@ import pytest
 from kernel_client import processes_named
 
 from escouade_nb.permissions.commands import CommandError, journal_command, plugins_command
-from escouade_nb.squad import Squad
+from escouade_nb.engine.squad import Squad
 
 TEAM_RULES_PROGRAM = "plugins/team-rules/team_rules.py"
 

@@ -14,8 +14,8 @@ import pytest
 from fixtures.plugins.cards import HERE, Card, make_rules
 from kernel_client import process_alive, processes_named
 
-from escouade_nb.conversation import ToolCall
-from escouade_nb.project import Project
+from escouade_nb.core.conversation import ToolCall
+from escouade_nb.manifest.project import Project
 
 FIXTURES = str(HERE)
 CLOCK = r"\d\d:\d\d:\d\d"

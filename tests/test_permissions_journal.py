@@ -12,7 +12,7 @@ import pytest
 
 from escouade_nb.permissions.journal import JOURNAL_ENV, Entry, Journal, journal_dir
 from escouade_nb.permissions.states import CONFIG_ENV, PluginStates, config_dir
-from escouade_nb.project import Project, project_id, read_project_config
+from escouade_nb.manifest.project import Project, project_id, read_project_config
 from escouade_nb.widgets.journal_view import JournalView
 
 T = datetime(2025, 5, 6, 14, 3, 12).astimezone()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from escouade_nb.conversation import ToolCall
+from escouade_nb.core.conversation import ToolCall
 from escouade_nb.manifest import MANIFEST_FILENAME, SHIPPED_PLUGINS_DIR, load_manifest
 from escouade_nb.permissions.request import (
     FAMILIES,
@@ -20,7 +20,7 @@ from escouade_nb.permissions.request import (
     normalise,
     target_of,
 )
-from escouade_nb.project import Project
+from escouade_nb.manifest.project import Project
 
 
 def call(**kw) -> ToolCall:

@@ -17,7 +17,7 @@ from escouade_nb.plugin_sdk import Plugin, allow, ask, deny, matches, split_comm
 
 TEAM_RULES = SHIPPED_PLUGINS_DIR / "team-rules"
 BENCH = Path(sys.executable).with_name("escouade-plugin")
-BENCH_CMD = [str(BENCH)] if BENCH.exists() else [sys.executable, "-m", "escouade_nb.plugin_bench"]
+BENCH_CMD = [str(BENCH)] if BENCH.exists() else [sys.executable, "-m", "escouade_nb.tools.plugin_bench"]
 
 
 @pytest.mark.parametrize("line, commands", [

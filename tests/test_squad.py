@@ -99,7 +99,7 @@ def test_resume_after_kernel_restart(tmp_path, monkeypatch):
         listing = k.run("%load_ext escouade_nb\n%escouade resume").text
         assert re.search(r"keeper\s+\S+keeper-\S+\.jsonl", listing)
         out = k.run("import asyncio\na = %escouade resume keeper\nawait a.ready()\n"
-                    "from escouade_nb.render_text import render_items\nprint(render_items(a.conversation.items))\n"
+                    "from escouade_nb.core.render_text import render_items\nprint(render_items(a.conversation.items))\n"
                     "print('STATUS', a.status)\nr = await a.send('hello after')\nprint('AFTER', r.stop_reason)").text
         assert "you: hello from before" in out and "You said: hello from before" in out
         assert "[permission] Edit notes.txt: Allowed once by you" in out

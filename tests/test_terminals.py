@@ -1,4 +1,4 @@
-"""``escouade_nb.acp.terminals.TerminalManager``: ACP terminals on real processes."""
+"""``escouade_nb.wire.terminals.TerminalManager``: ACP terminals on real processes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from acp import RequestError
 from acp.schema import EnvVariable
 
-from escouade_nb.acp.terminals import SHELL, Terminal, TerminalManager, command_argv
+from escouade_nb.wire.terminals import SHELL, Terminal, TerminalManager, command_argv
 
 PY = sys.executable
 
@@ -401,10 +401,10 @@ from typing import Any  # noqa: E402
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
 from acp.schema import Implementation  # noqa: E402
 
-from escouade_nb.acp.client import EscouadeClient, capabilities  # noqa: E402
+from escouade_nb.wire.client import EscouadeClient, capabilities  # noqa: E402
 
 _SCRIPT = Path(sys.executable).with_name("escouade-fake-agent")
-AGENT_CMD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.fake_agent"]
+AGENT_CMD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.tools.fake_agent"]
 
 
 class Session:

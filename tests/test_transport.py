@@ -15,9 +15,9 @@ import pytest
 from acp import PROTOCOL_VERSION, connect_to_agent
 from acp.schema import ClientCapabilities, Implementation
 
-from escouade_nb.acp.transport import MAX_LINE_BYTES, LineTransport
-from escouade_nb.conversation import Conversation
-from escouade_nb.fake_agent import AGENT_NAME, AGENT_VERSION
+from escouade_nb.wire.transport import MAX_LINE_BYTES, LineTransport
+from escouade_nb.core.conversation import Conversation
+from escouade_nb.tools.fake_agent import AGENT_NAME, AGENT_VERSION
 
 # -- in-memory byte streams ---------------------------------------------------------------
 
@@ -396,7 +396,7 @@ def test_send_to_a_gone_reader_raises_connection_error() -> None:
 # -- end to end with the SDK and the real fake agent -----------------------------------------
 
 _SCRIPT = Path(sys.executable).with_name("escouade-fake-agent")
-AGENT_CMD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.fake_agent"]
+AGENT_CMD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.tools.fake_agent"]
 
 
 class QuietClient:

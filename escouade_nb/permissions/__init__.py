@@ -2,17 +2,30 @@
 host, the broker (a permission policy of every agent), the journal, the user's states.
 
 See ``broker.py`` for the rules, ``request.py`` for the request's shape, ``journal.py``
-for where the journal is kept, ``states.py`` for where on/off is kept.
+for where the journal is kept, ``states.py`` for where on/off is kept. Names are loaded
+on first use (PEP 562): ``plugin_sdk`` imports :mod:`.protocol` alone, without the host.
 """
 
-from .broker import BUDGET, FIRST_BUDGET, Broker, Decision, RulePlugins, agent_message, card_by
-from .host import PluginHost, PluginProcess, PluginSpec, find_rule_plugins
-from .journal import Entry, Journal, journal_dir
-from .request import DecideParams, Normalised, normalise
-from .states import PluginStates, config_dir
-from .verdict import Answer, Tally, Verdict, merge
+from __future__ import annotations
 
-__all__ = ["BUDGET", "FIRST_BUDGET", "Broker", "Decision", "RulePlugins", "agent_message", "card_by",
-           "PluginHost", "PluginProcess", "PluginSpec", "find_rule_plugins", "Entry", "Journal", "journal_dir",
-           "DecideParams", "Normalised", "normalise", "PluginStates", "config_dir", "Answer", "Tally", "Verdict",
-           "merge"]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "BUDGET": "broker", "FIRST_BUDGET": "broker", "Broker": "broker", "Decision": "broker", "RulePlugins": "broker",
+    "agent_message": "broker", "card_by": "broker", "PluginHost": "host", "PluginProcess": "host",
+    "PluginSpec": "host", "find_rule_plugins": "host", "Entry": "journal", "Journal": "journal",
+    "journal_dir": "journal", "DecideParams": "request", "Normalised": "request", "normalise": "request",
+    "PluginStates": "states", "config_dir": "states", "Answer": "verdict", "Tally": "verdict", "Verdict": "verdict",
+    "merge": "verdict",
+}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'escouade_nb.permissions' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..project import Project
+from ..manifest.project import Project
 from .host import PluginCrashed, PluginHost, PluginNotRunning, PluginProcess, PluginRefused
 from .journal import Journal
 from .request import AgentInfo, DecideParams, Normalised, ProjectInfo, RequestInfo, normalise

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..project import Project
+from ..manifest.project import Project
 from .broker import RulePlugins, listing
 
 PLUGINS_USAGE = """  %escouade plugins                         rule plugins: on/off for this project, permission, process

@@ -37,8 +37,8 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .. import __version__
-from ..acp.process import StderrRing, drain, kill_group_now, spawn, terminate_group
+from .._version import __version__
+from ..wire.process import StderrRing, drain, kill_group_now, spawn, terminate_group
 from ..manifest import MANIFEST_FILENAME, SHIPPED_PLUGINS_DIR, Manifest, discover
 from .journal import Journal
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..project import Project
+from ..manifest.project import Project
 
 __all__ = ["CONFIG_ENV", "config_dir", "ProjectSetting", "PluginState", "StateFile", "PluginStates"]
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from ..agent import Agent, AuthRequired, Turn
-from ..conversation import Item, Permission
+from ..engine.agent import Agent, AuthRequired, Turn
+from ..core.conversation import Item, Permission
 from .render import esc
 from .views import FullText, PermissionView, Throttle, TranscriptView, on_loop
 
@@ -109,7 +109,7 @@ class ControlsView(w.HBox):
 
     def _wanted(self) -> dict[str, tuple]:
         """key -> (kind, label, options, value, setter) for every dial to show now."""
-        from ..agent import _flatten_options
+        from ..engine.agent import _flatten_options
         a = self.agent
         conv = a.conversation
         out: dict[str, tuple] = {}

@@ -9,8 +9,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from ..conversation import Plan, ToolCall
-from ..render_text import PLAN_MARK, content_text, cut, diff_lines, raw_output_text, terminal_state, tool_input_text
+from ..core.conversation import Plan, ToolCall
+from ..core.render_text import PLAN_MARK, content_text, cut, diff_lines, raw_output_text, terminal_state, tool_input_text
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
 

@@ -6,8 +6,8 @@ import time
 
 import ipywidgets as w
 
-from ..agent import Agent
-from ..squad import Squad
+from ..engine.agent import Agent
+from ..engine.squad import Squad
 from .agent_view import STATUS_COLOR, STATUS_TEXT, AgentView, _run
 from .render import esc
 from .views import FullText, Throttle, on_loop

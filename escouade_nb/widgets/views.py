@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from ..conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
-from ..plans import visible_text
-from ..render_text import answer_label, render_item, render_items
+from ..core.conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from ..core.plans import visible_text
+from ..core.render_text import answer_label, render_item, render_items
 from .render import esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
 
 RENDERS_PER_SECOND = 20

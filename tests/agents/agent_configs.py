@@ -47,7 +47,7 @@ DROP = ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BAS
 
 @dataclass
 class AgentSpec:
-    name: str  # harness id (escouade_nb/plugins/<name>) and install folder
+    name: str  # harness id (plugins/<name>) and install folder
     program: str  # the program the manifest locates
     configure: Callable[[Path, str], dict[str, str]]  # (home, server url) -> env
     version: str  # the version installed by scripts/install-agents.sh

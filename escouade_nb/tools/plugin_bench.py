@@ -29,11 +29,11 @@ from typing import Any, TextIO
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .manifest import MANIFEST_FILENAME, ManifestError, load_manifest
-from .permissions.broker import BUDGET, DecideResult
-from .permissions.host import PluginCrashed, PluginError, PluginProcess, PluginRefused, rule_plugin_spec
-from .permissions.journal import Journal
-from .permissions.request import family_of
+from ..manifest import MANIFEST_FILENAME, ManifestError, load_manifest
+from ..permissions.broker import BUDGET, DecideResult
+from ..permissions.host import PluginCrashed, PluginError, PluginProcess, PluginRefused, rule_plugin_spec
+from ..permissions.journal import Journal
+from ..permissions.request import family_of
 
 START_LIMIT = 10.0
 TOOL_FIELD = {"Bash": "command", "Edit": "file_path", "Write": "file_path", "Read": "file_path",

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .agent import Agent
-from .manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
-from .permissions import RulePlugins
-from .project import Project
+from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
+from ..permissions import RulePlugins
+from ..manifest.project import Project
 
 
 class SquadError(Exception):
@@ -196,14 +196,14 @@ class Squad:
 
     def resumable(self) -> dict[str, Path]:
         """The newest transcript of each agent name that ran before (any kernel)."""
-        from . import transcript
+        from ..wire import transcript
         return transcript.latest()
 
     def resume(self, name: str) -> Agent:
         """Rebuild agent ``name`` from its newest transcript and reattach it (see
         :meth:`Agent.resume`). A harness whose manifest has gone leaves the agent listed
         as "Harness missing", its conversation readable; resume again once it is back."""
-        from . import transcript
+        from ..wire import transcript
         found = transcript.latest(name)
         if name not in found:
             known = ", ".join(transcript.latest()) or "none"

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .conversation import Conversation
+from ..core.conversation import Conversation
 
 MAX_BYTES = 20 * 1024 * 1024
 """A transcript file is rotated past this size (bytes)."""

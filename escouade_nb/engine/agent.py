@@ -23,16 +23,16 @@ import acp
 import anyio
 from acp.schema import Implementation
 
-from . import __version__
-from .acp.client import EscouadeClient, capabilities
-from .acp.process import StderrRing, agent_environment, drain, kill_group_now, spawn, terminate_group
-from .acp.transport import LineTransport
-from .conversation import Change, Conversation, Item, Message, Permission, Question, ToolCall
-from . import plans
-from .adapters import adapt
-from .manifest import HarnessRef, version_status
-from .transcript import Transcript
-from .render_text import answer_label, render_item
+from .._version import __version__
+from ..wire.client import EscouadeClient, capabilities
+from ..wire.process import StderrRing, agent_environment, drain, kill_group_now, spawn, terminate_group
+from ..wire.transport import LineTransport
+from ..core.conversation import Change, Conversation, Item, Message, Permission, Question, ToolCall
+from ..core import plans
+from ..core.adapters import adapt
+from ..manifest import HarnessRef, version_status
+from ..wire.transcript import Transcript
+from ..core.render_text import answer_label, render_item
 
 log = logging.getLogger(__name__)
 
@@ -971,7 +971,7 @@ class Agent:
         into this conversation, not appended twice), else with a new session (said so).
         ``harness`` None means its manifest has gone: the agent is listed as
         "harness missing" and its conversation stays readable."""
-        from . import transcript as tr
+        from ..wire import transcript as tr
         head = tr.header(transcript_path) or {}
         agent = cls(harness if harness is not None else _missing_harness(head.get("harness", "?")),
                     program=program or "", name=head.get("agent"), cwd=head.get("cwd"), **kwargs)
@@ -1413,7 +1413,7 @@ class _AgentClient(EscouadeClient):
 
 def _missing_harness(harness_id: str) -> HarnessRef:
     """A stand-in for a harness whose manifest has gone (its agents stay readable)."""
-    from .manifest import Harness, Manifest
+    from ..manifest import Harness, Manifest
     plugin, _, short = harness_id.rpartition(":")
     manifest = Manifest(id=plugin.removeprefix("plugin:") or "missing", name="(missing)")
     return HarnessRef(manifest=manifest, harness=Harness(id=short or harness_id, name=short or harness_id,

@@ -1,0 +1,25 @@
+"""Where the files shipped beside the code are: the plugin folders and the views' front-end.
+
+In an installed wheel they sit inside the package (``escouade_nb/plugins``,
+``escouade_nb/widgets/static``); in a checkout, and so in an editable install, they are
+the repository's top-level ``plugins/`` and ``widgets/`` (the design card's layout). One
+function knows both places.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+_IN_WHEEL = {"plugins": _PACKAGE / "plugins", "widgets": _PACKAGE / "widgets" / "static"}
+
+
+def shipped_dir(name: str) -> Path:
+    """The folder of shipped ``name`` (``"plugins"`` or ``"widgets"``): inside the
+    package when installed from a wheel, else the checkout's top-level folder.
+    ``KeyError`` for another name. The folder returned may be missing in a broken
+    install; callers treat that as "nothing shipped"."""
+    inside = _IN_WHEEL[name]
+    if inside.is_dir():
+        return inside
+    return _PACKAGE.parent / name

@@ -1,1 +1,0 @@
-"""The ACP client: process launch, transport filter, our Client handlers."""

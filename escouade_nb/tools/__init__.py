@@ -1,0 +1,2 @@
+"""Console programs: the scripted ``fake`` agent (``escouade-fake-agent``) and the rule
+plugin bench (``escouade-plugin``)."""

@@ -715,7 +715,7 @@ def test_a_failing_subscriber_does_not_break_the_fold(conv: Conversation, caplog
     conv.apply(chunk("agent", "y"))
     assert got == [changes, [Change("updated", conv.items[0])]]
     assert conv.items[0].text == "xy"  # type: ignore[attr-defined]
-    assert "conversation subscriber failed" in caplog.text
+    assert "conversation: a subscriber failed" in caplog.text
 
 
 def test_unsubscribe(conv: Conversation) -> None:

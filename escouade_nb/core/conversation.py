@@ -29,6 +29,8 @@ from pydantic import BaseModel, ValidationError
 
 from acp import schema as acp_schema
 
+from .observers import Observers, Subscription
+
 log = logging.getLogger(__name__)
 
 Role = Literal["user", "agent", "thought"]
@@ -242,21 +244,23 @@ class Conversation:
         self.usage: dict[str, Any] | None = None
         self._messages: dict[tuple[str, str], Message] = {}
         self._ids = itertools.count(1)
-        self._subscribers: list[Callable[[list[Change]], None]] = []
+        self.subscribers: Observers[[list[Change]]] = Observers("conversation")
 
     # -- subscription -------------------------------------------------------------
-    def subscribe(self, fn: Callable[[list[Change]], None]) -> Callable[[], None]:
-        """Call ``fn(changes)`` after every change; returns the unsubscribe function."""
-        self._subscribers.append(fn)
-        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+    def subscribe(self, fn: Callable[[list[Change]], None]) -> Subscription:
+        """Call ``fn(changes)`` after every change; returns the :class:`Subscription`
+        token (call it, or ``.close()`` it, to stop). A subscriber that raises is logged
+        and does not stop the fold (a view's bug must not)."""
+        return self.subscribers.subscribe(fn)
+
+    def notify_state(self, name: str) -> list[Change]:
+        """Tell subscribers that session state ``name`` changed outside the fold (e.g.
+        ``"models"``, kept by the engine)."""
+        return self._emit([Change("state", name=name)])
 
     def _emit(self, changes: list[Change]) -> list[Change]:
         if changes:
-            for fn in list(self._subscribers):
-                try:
-                    fn(changes)
-                except Exception:  # a view's bug must not stop the fold
-                    log.exception("conversation subscriber failed")
+            self.subscribers.emit(changes)
         return changes
 
     def _new_key(self, prefix: str) -> str:

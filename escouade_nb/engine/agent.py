@@ -30,6 +30,7 @@ from ..wire.transport import LineTransport
 from ..core.conversation import Change, Conversation, Item, Message, Permission, Question, ToolCall
 from ..core import plans
 from ..core.adapters import adapt
+from ..core.observers import Observers
 from ..manifest import HarnessRef, version_status
 from ..wire.transcript import Transcript
 from ..core.render_text import answer_label, render_item
@@ -309,7 +310,7 @@ class Agent:
         self.agent_info: dict[str, Any] | None = None
         self.agent_capabilities: dict[str, Any] = {}
         self.stderr = StderrRing()
-        self.on_status: list[Callable[[Agent], None]] = []
+        self.on_status: Observers[[Agent]] = Observers(f"status of {self.name}")
         self.transport: LineTransport | None = None
         self.client: EscouadeClient | None = None
         self._process = None
@@ -378,11 +379,7 @@ class Agent:
         if status == self.status:
             return
         self.status = status
-        for fn in list(self.on_status):
-            try:
-                fn(self)
-            except Exception:
-                log.exception("status subscriber failed")
+        self.on_status.emit(self)
 
     def _collect(self, changes: list[Change]) -> None:
         self.last_activity = time.time()
@@ -781,7 +778,7 @@ class Agent:
             models = message["result"]["models"]
             if isinstance(models, dict):
                 self.models = models
-                self.conversation._emit([Change("state", name="models")])
+                self.conversation.notify_state("models")
 
     @staticmethod
     def _capabilities(fs: bool):
@@ -1133,23 +1130,19 @@ class Agent:
         previous = (self.models or {}).get("currentModelId")
         if self.models is not None:
             self.models["currentModelId"] = model_id
-            self.conversation._emit([Change("state", name="models")])
+            self.conversation.notify_state("models")
         try:
             await raw_request(self._conn, "session/set_model", {"sessionId": self.session_id, "modelId": model_id})
         except (acp.RequestError, ConnectionError) as exc:
             if self.models is not None:
                 self.models["currentModelId"] = previous
-                self.conversation._emit([Change("state", name="models")])
+                self.conversation.notify_state("models")
             self.conversation.add_notice(f"The agent refused the model {model_id!r}: {exc}", level="warning")
             return False
         return True
 
     def _notify_status(self) -> None:
-        for fn in list(self.on_status):
-            try:
-                fn(self)
-            except Exception:
-                log.exception("status subscriber failed")
+        self.on_status.emit(self)
 
     async def _mode_policy(self, card: PermissionCard) -> None:
         """The Escouade mode as a policy (runs after the rule plugins)."""

@@ -100,7 +100,7 @@ class ControlsView(w.HBox):
         self._shapes: dict[str, tuple] = {}
         self._syncing = False
         agent.conversation.subscribe(self._on_changes)
-        agent.on_status.append(lambda _a: self.throttle.request(self.rebuild))
+        agent.on_status.subscribe(lambda _a: self.throttle.request(self.rebuild))
         self.rebuild()
 
     def _on_changes(self, changes) -> None:
@@ -244,7 +244,7 @@ class AgentView(FullText, w.VBox):
         self.children = [w.HBox([self.header, w.HBox([self.stop_button, self.restart_button])],
                                 layout=w.Layout(justify_content="space-between")),
                          self.controls, self.sign_in, self.transcript, w.HBox([self.prompt, self.send_button])]
-        agent.on_status.append(self._on_status)
+        agent.on_status.subscribe(self._on_status)
         self._serial = next(_serials)
         _views.setdefault(agent, weakref.WeakSet()).add(self)
         self._draw_header()

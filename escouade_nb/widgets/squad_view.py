@@ -63,7 +63,7 @@ class SquadView(FullText, w.VBox):
         if id(agent) in self._watched:
             return
         self._watched.add(id(agent))
-        agent.on_status.append(lambda _a: self.throttle.request(self.refresh))
+        agent.on_status.subscribe(lambda _a: self.throttle.request(self.refresh))
         agent.conversation.subscribe(lambda _c: self.throttle.request(self.refresh))
 
     def _buttons(self, agent: Agent) -> w.HBox:

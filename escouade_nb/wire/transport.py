@@ -27,6 +27,8 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
+from .framing import LineBuffer, Skipped
+
 log = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -50,10 +52,8 @@ class LineTransport:
         self._receive_stream = receive_stream
         self._intercept = intercept
         self._on_skip = on_skip
-        self._max = max_line_bytes
-        self._buffer = bytearray()
-        self._scanned = 0  # bytes of the buffer known to hold no newline
-        self._discarding = False
+        self._framing = LineBuffer(max_line_bytes)
+        self._lines: collections.deque[bytes | Skipped] = collections.deque()
         self._eof = False
         self._send_lock = anyio.Lock()
         self.observers: list[Observer] = []
@@ -95,33 +95,14 @@ class LineTransport:
 
     async def _next_line(self) -> bytes | None:
         while True:
-            cut = self._buffer.find(b"\n", self._scanned)
-            if cut >= 0:
-                line = bytes(self._buffer[:cut])
-                del self._buffer[:cut + 1]
-                self._scanned = 0
-                if self._discarding:
-                    self._discarding = False
+            while self._lines:
+                event = self._lines.popleft()
+                if isinstance(event, Skipped):
+                    self._skip(event.why)
                     continue
-                if len(line) > self._max:  # the whole line came in before the check below
-                    self._skip(f"line longer than {self._max} bytes")
-                    continue
-                return line
+                return event
             if self._eof:
-                if self._buffer and not self._discarding:
-                    line = bytes(self._buffer)
-                    self._buffer.clear()
-                    if len(line) > self._max:
-                        self._skip(f"line longer than {self._max} bytes")
-                        return None
-                    return line
                 return None
-            if len(self._buffer) > self._max:
-                if not self._discarding:  # count a long line once, however many reads it spans
-                    self._skip(f"line longer than {self._max} bytes")
-                    self._discarding = True
-                self._buffer.clear()
-            self._scanned = len(self._buffer)
             # a chatty agent must not monopolise the kernel's loop: a read that finds data
             # already buffered does not suspend, so yield once per chunk read
             await anyio.lowlevel.checkpoint()
@@ -129,8 +110,9 @@ class LineTransport:
                 chunk = await self._receive_stream.receive(1 << 16)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._eof = True
+                self._lines.extend(self._framing.close())
                 continue
-            self._buffer += chunk
+            self._lines.extend(self._framing.feed(chunk))
 
     def _decode(self, line: bytes) -> dict[str, Any] | None:
         line = line.strip()

@@ -1,0 +1,85 @@
+"""One observer helper with one error policy: who listens, a token to stop listening.
+
+``Observers.subscribe(fn)`` returns a :class:`Subscription`; calling it (or its
+``close()``) removes ``fn``, once, however often it is called. ``emit(*args)`` calls
+every subscriber in subscription order with a snapshot of the list, so a subscriber may
+unsubscribe (itself or another) while being called. A subscriber that raises is logged
+with the owner's name and does not stop the others: the error policy of every observer
+list of escouade_nb (the ipywidgets ``CallbackDispatcher`` logs the same way).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Generic, ParamSpec
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+
+
+class Subscription:
+    """The token of one subscription: ``sub()`` or ``sub.close()`` ends it. ``active``
+    tells whether it still holds."""
+
+    __slots__ = ("_owner", "_fn")
+
+    def __init__(self, owner: Observers, fn: Callable) -> None:
+        self._owner: Observers | None = owner
+        self._fn = fn
+
+    @property
+    def active(self) -> bool:
+        return self._owner is not None
+
+    def close(self) -> None:
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner._remove(self)
+
+    __call__ = close
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Observers(Generic[P]):
+    """An ordered list of callbacks ``fn(*args)``; ``name`` says whose they are in logs."""
+
+    def __init__(self, name: str = "observers") -> None:
+        self.name = name
+        self._subs: list[Subscription] = []
+
+    def subscribe(self, fn: Callable[P, object]) -> Subscription:
+        sub = Subscription(self, fn)
+        self._subs.append(sub)
+        return sub
+
+    def _remove(self, sub: Subscription) -> None:
+        try:
+            self._subs.remove(sub)
+        except ValueError:
+            pass
+
+    def emit(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        for sub in list(self._subs):
+            if not sub.active:  # removed by an earlier subscriber of this emit
+                continue
+            try:
+                sub._fn(*args, **kwargs)
+            except Exception:
+                log.exception("%s: a subscriber failed", self.name)
+
+    def clear(self) -> None:
+        for sub in list(self._subs):
+            sub.close()
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def __bool__(self) -> bool:
+        return bool(self._subs)

@@ -31,6 +31,7 @@ from ..core.conversation import Change, Conversation, Item, Message, Permission,
 from ..core import plans
 from ..core.adapters import adapt
 from ..core.observers import Observers
+from .controls import flatten_options
 from ..manifest import HarnessRef, version_status
 from ..wire.transcript import Transcript
 from ..core.render_text import answer_label, render_item
@@ -270,6 +271,10 @@ class Turn:
 
     def __await__(self):
         return self.wait().__await__()
+
+    def add_done_callback(self, fn: Callable[[Turn], object]) -> None:
+        """Call ``fn(turn)`` on the loop once the turn has ended (at once if it has)."""
+        self._done.add_done_callback(lambda _f: fn(self))
 
     def __repr__(self) -> str:
         state = self.status if not self.error else f"failed: {str(self.error).splitlines()[0]}"
@@ -1107,7 +1112,7 @@ class Agent:
         ``model``, else its ``models`` state, else the manifest's ``models``."""
         option = next((o for o in self.conversation.config_options if o.get("category") == "model"), None)
         if option is not None:
-            return option.get("currentValue"), _flatten_options(option.get("options") or [])
+            return option.get("currentValue"), flatten_options(option.get("options") or [])
         if self.models:
             available = self.models.get("availableModels") or []
             return self.models.get("currentModelId"), [(m.get("modelId"), m.get("name") or m.get("modelId"))
@@ -1341,17 +1346,6 @@ def _attachment(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         return link
     return {"type": "resource", "resource": {"uri": path.as_uri(), "mimeType": mime or "text/plain", "text": text}}
-
-
-def _flatten_options(options: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """A select option list (flat, or grouped ``{group, name, options}``) as (value, label)."""
-    out: list[tuple[str, str]] = []
-    for o in options:
-        if "options" in o and "value" not in o:
-            out.extend((v, f"{o.get('name', o.get('group'))} / {label}") for v, label in _flatten_options(o["options"]))
-        elif "value" in o:
-            out.append((o["value"], o.get("name") or o["value"]))
-    return out
 
 
 def _paths_of(call: ToolCall) -> list[str]:

@@ -109,7 +109,7 @@ class ControlsView(w.HBox):
 
     def _wanted(self) -> dict[str, tuple]:
         """key -> (kind, label, options, value, setter) for every dial to show now."""
-        from ..engine.agent import _flatten_options
+        from ..engine.controls import flatten_options
         a = self.agent
         conv = a.conversation
         out: dict[str, tuple] = {}
@@ -126,7 +126,7 @@ class ControlsView(w.HBox):
             if option.get("type") == "boolean":
                 out[f"config:{oid}"] = ("bool", option.get("name") or oid, (), bool(option.get("currentValue")), setter)
             elif option.get("type") == "select":
-                pairs = tuple((label, value) for value, label in _flatten_options(option.get("options") or []))
+                pairs = tuple((label, value) for value, label in flatten_options(option.get("options") or []))
                 out[f"config:{oid}"] = ("select", option.get("name") or oid, pairs, option.get("currentValue"), setter)
         if not any(o.get("category") == "model" for o in conv.config_options):
             current, choices = a.model_choices()
@@ -260,7 +260,7 @@ class AgentView(FullText, w.VBox):
         if text:
             self.prompt.value = ""
             turn = self.agent.send(text)
-            turn._done.add_done_callback(lambda _f: self._keep_refused(turn, text))
+            turn.add_done_callback(lambda _t: self._keep_refused(turn, text))
 
     def _keep_refused(self, turn: Turn, text: str) -> None:
         """A prompt the agent would not take until you sign in goes back in the input."""

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 _LAZY = {
-    "Agent": "engine.agent", "AgentError": "engine.agent", "AgentExited": "engine.agent",
-    "AuthRequired": "engine.agent", "PermissionCard": "engine.agent", "QuestionCard": "engine.agent",
-    "Turn": "engine.agent", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",
+    "Agent": "engine.agent", "AgentError": "wire.errors", "AgentExited": "wire.errors",
+    "AuthRequired": "wire.errors", "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
+    "Turn": "engine.turns", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",
     "render_item": "core.render_text", "render_items": "core.render_text",
 }
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.render_text import render_item, render_items
     from .engine.agent import Agent
     from .engine.cards import PermissionCard, QuestionCard
-    from .engine.errors import AgentError, AgentExited, AuthRequired
+    from .wire.errors import AgentError, AgentExited, AuthRequired
     from .engine.squad import Squad, SquadError, get_squad
     from .engine.turns import Turn
 

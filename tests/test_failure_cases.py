@@ -252,7 +252,7 @@ def test_F01_pending_permission_is_answered_cancelled_on_stop(tmp_path):
             await asyncio.sleep(0.2)
             # the update after the cancel still applies: t1 failed
             assert agent.conversation.tool_calls["t1"].shown_status == "failed"
-            assert not agent.pending_cards and not agent._turn_tasks - {asyncio.current_task()}
+            assert not agent.pending_cards and not agent.turns.tasks - {asyncio.current_task()}
             assert agent.status == "idle"
         finally:
             await agent.close()

@@ -38,11 +38,11 @@ def test_escouade_modes_come_from_the_manifest(tmp_path):
 
 
 def test_goose_modes_map_to_its_own(tmp_path):
-    ref = discover().find("goose")
-    a = Agent.__new__(Agent)  # only the manifest part is needed: no process
-    a.harness = ref
-    assert list(Agent.escouade_modes(a)) == ["default", "acceptEdits", "bypassPermissions", "readOnly"]
-    assert Agent.escouade_modes(a)["bypassPermissions"].startswith("Goose asks nothing")
+    from escouade_nb.engine.controls import escouade_modes
+
+    ref = discover().find("goose")  # only the manifest part is needed: no process
+    assert list(escouade_modes(ref)) == ["default", "acceptEdits", "bypassPermissions", "readOnly"]
+    assert escouade_modes(ref)["bypassPermissions"].startswith("Goose asks nothing")
 
 
 def test_unknown_mode_at_start_is_refused(tmp_path):

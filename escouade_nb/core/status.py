@@ -34,6 +34,9 @@ class AgentStatus(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    def __repr__(self) -> str:  # shown as the word it is, in lists and reprs of users' code
+        return repr(self.value)
+
     @property
     def text(self) -> str:
         """The words a view shows for it."""

@@ -18,10 +18,15 @@ from typing import Any
 
 from acp import RequestError
 from acp.schema import (
+    AcceptElicitationResponse,
     AllowedOutcome,
+    CancelElicitationResponse,
     ClientCapabilities,
+    ClientSessionCapabilities,
     CreateTerminalResponse,
+    DeclineElicitationResponse,
     DeniedOutcome,
+    ElicitationCapabilities,
     EnvVariable,
     FileSystemCapabilities,
     KillTerminalResponse,
@@ -29,6 +34,7 @@ from acp.schema import (
     ReadTextFileResponse,
     ReleaseTerminalResponse,
     RequestPermissionResponse,
+    SessionConfigOptionsCapabilities,
     TerminalOutputResponse,
     ToolCallUpdate,
     WaitForTerminalExitResponse,
@@ -44,13 +50,23 @@ PermissionHandler = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[d
 """``(tool_call, options) -> outcome``: wire dicts in, ``{"outcome": "selected",
 "optionId": ...}`` or ``{"outcome": "cancelled"}`` out."""
 
+ElicitationHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""``(message, mode) -> answer``: ``mode`` the wire dict of the request's mode (form:
+``requestedSchema``; url: ``url``, ``elicitationId``), the answer ``{"action": "accept",
+"content": {...}}``, ``{"action": "decline"}`` or ``{"action": "cancel"}``."""
 
-def capabilities(fs: bool, terminal: bool = False) -> ClientCapabilities:
+
+def capabilities(fs: bool, terminal: bool = False, questions: bool = False) -> ClientCapabilities:
     """The ``clientCapabilities`` we advertise in ``initialize``: ``fs`` turns on both
     ``fs.readTextFile`` and ``fs.writeTextFile`` (off when the manifest says
     ``"fs": false``); ``terminal`` the ``terminal/*`` methods (only when the client's
-    ``terminals`` manager is being served)."""
-    return ClientCapabilities(fs=FileSystemCapabilities(read_text_file=fs, write_text_file=fs), terminal=terminal)
+    ``terminals`` manager is being served); ``questions`` ``elicitation`` (form and url)
+    and boolean session config options (both handled by the engine)."""
+    caps = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=fs, write_text_file=fs), terminal=terminal)
+    if questions:
+        caps.elicitation = ElicitationCapabilities(form={}, url={})
+        caps.session = ClientSessionCapabilities(config_options=SessionConfigOptionsCapabilities(boolean={}))
+    return caps
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -71,10 +87,14 @@ class EscouadeClient:
     def __init__(self, *, cwd: Path, on_permission: PermissionHandler,
                  on_update: Callable[[dict[str, Any]], None],
                  on_file_written: Callable[[Path, str | None, str], None] | None = None,
-                 fence: Path | None = None, terminal_env: Mapping[str, str] | None = None) -> None:
+                 fence: Path | None = None, terminal_env: Mapping[str, str] | None = None,
+                 on_elicitation: ElicitationHandler | None = None,
+                 on_elicitation_complete: Callable[[str], None] | None = None) -> None:
         self.cwd = Path(cwd)
         self._on_permission = on_permission
         self._on_update = on_update
+        self._on_elicitation = on_elicitation
+        self._on_elicitation_complete = on_elicitation_complete
         self.fs = FileSystem(self.cwd, fence, on_write=on_file_written)
         self.terminals = TerminalManager(self.cwd, env=terminal_env)
         self.extension_calls: list[tuple[str, dict[str, Any]]] = []
@@ -95,6 +115,23 @@ class EscouadeClient:
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         self._on_update(_dump(update))
+
+    # -- questions (ACP elicitation/create, elicitation/complete) -------------------------
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        if self._on_elicitation is None:
+            return CancelElicitationResponse(action="cancel")
+        raw = _dump(mode) if hasattr(mode, "model_dump") else dict(mode)
+        answer = await self._on_elicitation(message, raw)
+        if answer["action"] == "accept":
+            return AcceptElicitationResponse(action="accept", content=answer.get("content"))
+        if answer["action"] == "decline":
+            return DeclineElicitationResponse(action="decline")
+        return CancelElicitationResponse(action="cancel")
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        """The agent says a URL elicitation is done."""
+        if self._on_elicitation_complete is not None:
+            self._on_elicitation_complete(elicitation_id)
 
     # -- file system (ACP fs/read_text_file, fs/write_text_file) --------------------------
     def resolve(self, path: str) -> Path:

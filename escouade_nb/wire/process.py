@@ -88,7 +88,9 @@ async def drain(stream, ring: StderrRing) -> None:
         pass
 
 
-def _signal_group(pid: int, sig: int) -> bool:
+def signal_group(pid: int, sig: int) -> bool:
+    """Send ``sig`` to process group ``pid``; False when it is gone (or not ours).
+    The one process-group signal helper (agents, terminals, plugins, updates)."""
     try:
         os.killpg(pid, sig)
         return True
@@ -101,10 +103,10 @@ async def terminate_group(process: Process, grace: float = 3.0) -> int | None:
     Some agents ignore stdin EOF, and launchers do not always pass signals on, so the
     group is signalled, not only the child. Returns the child's exit code."""
     if process.returncode is None:
-        _signal_group(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
         with anyio.move_on_after(grace):
             await process.wait()
-    _signal_group(process.pid, signal.SIGKILL)  # stragglers of the group, even after the leader left
+    signal_group(process.pid, signal.SIGKILL)  # stragglers of the group, even after the leader left
     with anyio.move_on_after(grace):
         await process.wait()
     return process.returncode
@@ -113,7 +115,7 @@ async def terminate_group(process: Process, grace: float = 3.0) -> int | None:
 def kill_group_now(pid: int, grace: float = 1.0) -> None:
     """Synchronous group kill, for interpreter exit (no event loop to await on):
     SIGTERM, poll up to ``grace`` seconds, then SIGKILL."""
-    if not _signal_group(pid, signal.SIGTERM):
+    if not signal_group(pid, signal.SIGTERM):
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
@@ -124,4 +126,4 @@ def kill_group_now(pid: int, grace: float = 1.0) -> None:
         if done:
             break
         time.sleep(0.02)
-    _signal_group(pid, signal.SIGKILL)
+    signal_group(pid, signal.SIGKILL)

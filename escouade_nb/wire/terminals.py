@@ -77,6 +77,9 @@ from acp import RequestError
 from acp.schema import TerminalExitStatus
 from anyio.abc import Process, TaskGroup
 
+from ..core.observers import Observers, Subscription
+from .process import signal_group
+
 __all__ = [
     "DEFAULT_OUTPUT_BYTE_LIMIT",
     "KILL_GRACE",
@@ -130,14 +133,6 @@ def _exit_status(returncode: int | None) -> TerminalExitStatus:
     if returncode < 0:
         return TerminalExitStatus(signal=_signal_name(-returncode))
     return TerminalExitStatus(exit_code=returncode)
-
-
-def _killpg(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def _incomplete_tail(buf: bytes | bytearray) -> int:
@@ -242,7 +237,7 @@ class TerminalManager:
         self.kill_grace = kill_grace
         self._terminals: dict[str, Terminal] = {}
         self._released: collections.OrderedDict[str, Terminal] = collections.OrderedDict()
-        self._subscribers: list[Callable[[TerminalEvent], None]] = []
+        self._observers: Observers[[TerminalEvent]] = Observers("terminals")
         self._ids = itertools.count(1)
         self._tg: TaskGroup | None = None
 
@@ -289,28 +284,16 @@ class TerminalManager:
         interpreter exit, when no event loop can run :meth:`close_all`."""
         for term in self._terminals.values():
             if term.running and term.pid is not None:
-                _killpg(term.pid, signal.SIGKILL)
+                signal_group(term.pid, signal.SIGKILL)
 
     # -- subscribers ---------------------------------------------------------------------------
-    def subscribe(self, fn: Callable[[TerminalEvent], None]) -> Callable[[], None]:
-        """Call ``fn(event)`` on every change; returns the function that unsubscribes."""
-        self._subscribers.append(fn)
-
-        def unsubscribe() -> None:
-            if fn in self._subscribers:
-                self._subscribers.remove(fn)
-
-        return unsubscribe
+    def subscribe(self, fn: Callable[[TerminalEvent], None]) -> Subscription:
+        """Call ``fn(event)`` on every change; returns the :class:`Subscription` token."""
+        return self._observers.subscribe(fn)
 
     def _emit(self, terminal_id: str, kind: Literal["created", "output", "exited", "released"]) -> None:
-        event = TerminalEvent(terminal_id, kind)
-        for fn in list(self._subscribers):
-            try:
-                fn(event)
-            except Exception:
-                log.exception("terminal subscriber failed")
+        self._observers.emit(TerminalEvent(terminal_id, kind))
 
-    # -- queries -----------------------------------------------------------------------------
     def get(self, terminal_id: str) -> Terminal:
         """A terminal the agent may still use, or a recently released one (``KeyError``)."""
         term = self._terminals.get(terminal_id) or self._released.get(terminal_id)
@@ -404,14 +387,14 @@ class TerminalManager:
                 await process.wait()
                 # The command is gone: what it left in its group goes too. The group id
                 # cannot have been reused while members remain, so this is safe.
-                _killpg(process.pid, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 with anyio.move_on_after(PIPE_DRAIN_TIMEOUT):
                     await term.pipe_closed.wait()
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 if process.returncode is None:  # cancelled: the host is going away
-                    _killpg(process.pid, signal.SIGKILL)
+                    signal_group(process.pid, signal.SIGKILL)
                     with anyio.move_on_after(5):
                         await process.wait()
                 term.exit_status = _exit_status(process.returncode)
@@ -457,10 +440,10 @@ class TerminalManager:
     async def _kill(self, term: Terminal) -> None:
         if not term.running or term.pid is None:
             return
-        _killpg(term.pid, signal.SIGTERM)
+        signal_group(term.pid, signal.SIGTERM)
         with anyio.move_on_after(self.kill_grace):
             await term.exited.wait()
         if term.running:
-            _killpg(term.pid, signal.SIGKILL)
+            signal_group(term.pid, signal.SIGKILL)
             with anyio.move_on_after(5):
                 await term.exited.wait()

@@ -1,0 +1,316 @@
+"""What waits on an answer: permission cards, question cards, and the desk of one session.
+
+A :class:`PermissionCard` is one ``session/request_permission`` of the agent; a
+:class:`QuestionCard` one ``elicitation/create`` (or questions written in text). Each
+holds one answer, a future: the first answer wins, later ones return False and send
+nothing. Clicking a button of a card's view calls the same methods as code does.
+
+A :class:`CardDesk` holds the cards of ONE session (one process): the pending ones, and
+those not handed out yet by ``agent.next_permission()`` / ``next_question()``. A
+restart makes a new desk, so a card of a dead process is never handed out again. The
+desk asks the agent's policies first (rule plugins, then the Escouade mode), then the
+user; cards are never read by a hidden task, so a cancelled wait swallows nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..core import plans
+from ..core.conversation import Item, Permission, Question, ToolCall
+from ..core.render_text import answer_label, render_item
+
+if TYPE_CHECKING:
+    from ..wire.session import AgentSession
+    from .agent import Agent
+
+log = logging.getLogger(__name__)
+
+Policy = Callable[["PermissionCard"], Awaitable[None]]
+"""A permission policy: given a fresh card, it may settle it (``card.choose(option,
+by=..., message=...)``) or leave it pending. Policies run in order, before the user is
+called; rule plugins (the broker) and the agent's Escouade mode are policies. A policy
+must return promptly (the broker bounds plugins to 500 ms)."""
+
+Kind = Literal["permission", "question"]
+
+
+class _Card:
+    """What the agent waits on: one answer (a future), the first one wins."""
+
+    def __init__(self, agent: Agent, desk: CardDesk, item: Item) -> None:
+        self.agent = agent
+        self._desk = desk
+        self._item = item
+        self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    @property
+    def answered(self) -> bool:
+        return self._future.done()
+
+    async def wait(self) -> dict[str, Any]:
+        """The answer sent to the agent (a wire dict)."""
+        return await asyncio.shield(self._future)
+
+    def __repr__(self) -> str:
+        return render_item(self._item)
+
+
+class PermissionCard(_Card):
+    """A permission request of the agent, waiting for an answer.
+
+    ``choose(option)`` answers it — ``option`` is one of the agent's ``optionId``s, or an
+    option kind (``allow_once``, ``allow_always``, ``reject_once``, ``reject_always``),
+    which picks the first option of that kind. The first answer wins; later ones return
+    False and send nothing. Clicking a button on the card's view calls the same method.
+    """
+
+    def __init__(self, agent: Agent, desk: CardDesk, permission: Permission) -> None:
+        super().__init__(agent, desk, permission)
+        self.permission = permission
+
+    @property
+    def options(self) -> list[dict[str, Any]]:
+        return self.permission.options
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        return self.permission.tool_call
+
+    @property
+    def state(self) -> str:
+        return self.permission.state
+
+    @property
+    def label(self) -> str:
+        return answer_label(self.permission)
+
+    @property
+    def plan(self) -> str | None:
+        """The plan's markdown when this card is a plan to approve, else None."""
+        return self.permission.plan
+
+    def option(self, option: str) -> dict[str, Any]:
+        """The agent's option for an ``optionId`` or a kind; ``ValueError`` if none."""
+        for o in self.options:
+            if o.get("optionId") == option:
+                return o
+        for o in self.options:
+            if o.get("kind") == option:
+                return o
+        offered = ", ".join(f"{o.get('optionId')} ({o.get('kind')})" for o in self.options)
+        raise ValueError(f"no option {option!r} on this card; the agent offered: {offered}")
+
+    def first_of(self, *kinds: str) -> str:
+        """The ``optionId`` of the first option of the first of ``kinds`` offered;
+        ``ValueError`` when the agent offered none of them."""
+        for kind in kinds:
+            for o in self.options:
+                if o.get("kind") == kind:
+                    return o["optionId"]
+        raise ValueError(f"the agent offered no {' or '.join(kinds)} option: {self.options}")
+
+    def choose(self, option: str, by: str = "you", message: str | None = None, reply: str | None = None) -> bool:
+        """Answer with ``option``; returns False if the card was already answered.
+        ``by`` and ``message`` are what the card says ("Denied by Team rules via
+        Escouade — no rm -rf here"); the agent is told ``reply`` (else ``message``) in the
+        answer's ``_meta.escouade.message`` — ACP's permission answer has no field for it."""
+        chosen = self.option(option)
+        if self._future.done():
+            return False
+        self.agent.conversation.resolve_permission(self.permission, "selected", chosen["optionId"], by, message)
+        told = reply or message
+        self._future.set_result({"outcome": "selected", "optionId": chosen["optionId"],
+                                 "_meta": {"escouade": {"by": by, **({"message": told} if told else {})}}})
+        self._desk.settled(self)
+        return True
+
+    def approve(self) -> bool:
+        """Approve the plan: answer with the agent's allow option (once)."""
+        return self.choose(self.first_of("allow_once", "allow_always"))
+
+    def keep_planning(self, feedback: str = "") -> bool:
+        """Send the plan back: answer with the agent's reject option. ``feedback``
+        reaches the model verbatim — as the refusal message (``_meta.escouade.message``
+        on the answer) when the agent says it reads it
+        (``agentCapabilities._meta.escouade.refusalMessage``), else as the next prompt."""
+        done = self.choose(self.first_of("reject_once", "reject_always"), message=feedback or None)
+        if done and feedback and not self.agent.reads_refusal_messages:
+            self.agent.send(feedback)
+        return done
+
+    def cancel(self, why: str | None = None) -> bool:
+        """Answer ``cancelled`` (the turn was stopped); False if already answered."""
+        if self._future.done():
+            return False
+        self.agent.conversation.resolve_permission(self.permission, "cancelled", None, why)
+        self._future.set_result({"outcome": "cancelled"})
+        self._desk.settled(self)
+        return True
+
+
+class QuestionCard(_Card):
+    """A question of the agent (ACP ``elicitation/create``, or questions written in
+    text). ``accept(content)`` answers with the form's values (a dict matching the
+    requested schema; for text questions, answers by question id), ``decline()`` and
+    ``cancel()`` refuse. The first answer wins; later ones return False."""
+
+    def __init__(self, agent: Agent, desk: CardDesk, question: Question) -> None:
+        super().__init__(agent, desk, question)
+        self.question = question
+
+    @property
+    def state(self) -> str:
+        return self.question.state
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The requested schema's properties (form mode), by field name."""
+        return dict((self.question.schema or {}).get("properties") or {})
+
+    def accept(self, content: dict[str, Any] | None = None, by: str = "you") -> bool:
+        """Answer with ``content``; ``ValueError`` when a required field is missing."""
+        content = dict(content or {})
+        if self.question.mode == "form":
+            missing = [f for f in (self.question.schema or {}).get("required") or [] if f not in content]
+            if missing:
+                raise ValueError(f"required field(s) missing: {', '.join(missing)}")
+        return self._settle("accept", content)
+
+    def decline(self) -> bool:
+        return self._settle("decline", None)
+
+    def cancel(self) -> bool:
+        return self._settle("cancel", None)
+
+    def _settle(self, action: str, content: dict[str, Any] | None) -> bool:
+        if self._future.done():
+            return False
+        self.agent.conversation.resolve_question(self.question, action, content)
+        self._future.set_result({"action": action, **({"content": content} if content is not None else {})})
+        self._desk.settled(self)
+        return True
+
+
+class CardDesk:
+    """The cards of one session of ``agent``. ``cards`` and ``questions`` are the pending
+    ones (oldest first). ``closed``: the session is over, a card that still arrives is
+    answered ``cancelled`` at once."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.session: AgentSession | None = None
+        self.cards: list[PermissionCard] = []
+        self.questions: list[QuestionCard] = []
+        self._unhanded: dict[Kind, collections.deque[_Card]] = {
+            "permission": collections.deque(), "question": collections.deque()}
+        self.closed = False
+
+    # -- handing out ------------------------------------------------------------------------
+    def take(self, kind: Kind) -> _Card | None:
+        """The oldest card of ``kind`` not handed out yet (None if none); it is handed out."""
+        queue = self._unhanded[kind]
+        return queue.popleft() if queue else None
+
+    # -- arrivals ------------------------------------------------------------------------------
+    async def on_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> dict[str, Any]:
+        """``session/request_permission``: a card; the policies, then the user, answer it."""
+        agent = self.agent
+        perm = agent.conversation.add_permission(tool_call, options)
+        perm.plan = plans.plan_of(perm.tool_call, agent.harness.harness.acp.tools)
+        card = PermissionCard(agent, self, perm)
+        self.cards.append(card)
+        self._arrived("permission", card)
+        tcid = perm.tool_call.tool_call_id if perm.tool_call else ""
+        policies = agent.active_policies()
+        if self.closed or (self.session is not None and self.session.closing):
+            card.cancel("agent closed")
+        elif self.session is not None and tcid and self.session.router.take_withdrawn(tcid):
+            card.cancel("the agent withdrew it")
+        elif perm.plan is None and policies:
+            agent.conversation.set_deciding(perm, True)
+            await self._consult(card, policies)  # in this request's own task: it ends with it
+        else:
+            agent.cards_waiting()
+        return await card.wait()
+
+    async def _consult(self, card: PermissionCard, policies: list[Policy]) -> None:
+        """Ask each policy in turn; the first that settles the card wins. The user may
+        answer meanwhile. If none settles it, the user is called (``waiting``)."""
+        for policy in policies:
+            if card.state != "pending":
+                return
+            try:
+                await policy(card)
+            except Exception:
+                log.exception("permission policy %r failed; the user decides", policy)
+        if card.state == "pending":
+            self.agent.conversation.set_deciding(card.permission, False)
+            self.agent.cards_waiting()
+
+    async def on_elicitation(self, message: str, mode: dict[str, Any]) -> dict[str, Any]:
+        """``elicitation/create``: a form (``requestedSchema``) or a URL to visit."""
+        url = mode.get("url")
+        question = Question("", message=message, mode="url" if url else "form",
+                            schema=mode.get("requestedSchema"), url=str(url) if url else None,
+                            tool_call_id=mode.get("toolCallId"), elicitation_id=mode.get("elicitationId"))
+        return await self.add_question(question).wait()
+
+    def on_elicitation_complete(self, elicitation_id: str) -> None:
+        """The agent says a URL elicitation is done: its card is settled as accepted."""
+        for card in list(self.questions):
+            if card.question.elicitation_id == elicitation_id:
+                card.accept({})
+
+    def add_question(self, question: Question) -> QuestionCard:
+        self.agent.conversation.add_question(question)
+        card = QuestionCard(self.agent, self, question)
+        self.questions.append(card)
+        self._arrived("question", card)
+        if self.closed:
+            card.cancel()
+        else:
+            self.agent.cards_waiting()
+        return card
+
+    def withdrawn(self, tool_call_id: str) -> bool:
+        """The agent withdrew the permission request of ``tool_call_id``
+        (``$/cancel_request``): its card is answered ``cancelled``. False if no card yet."""
+        for card in self.cards:
+            if card.tool_call is not None and card.tool_call.tool_call_id == tool_call_id:
+                card.cancel("the agent withdrew it")
+                return True
+        return False
+
+    def _arrived(self, kind: Kind, card: _Card) -> None:
+        self._unhanded[kind].append(card)
+        self.agent.wake_waiters()
+
+    # -- answers -------------------------------------------------------------------------------
+    def settled(self, card: _Card) -> None:
+        if isinstance(card, PermissionCard) and card in self.cards:
+            self.cards.remove(card)
+        elif isinstance(card, QuestionCard) and card in self.questions:
+            self.questions.remove(card)
+            if card.question.mode == "text" and card.question.state == "accept":
+                self.agent.send(plans.answers_prompt(card.question.questions, card.question.answer or {}))
+        if not self.cards and not self.questions:
+            self.agent.cards_answered()
+
+    def cancel_pending(self, why: str, *, text_questions: bool = True) -> None:
+        """Answer every pending card ``cancelled`` (ACP requires it when a turn is
+        cancelled); questions written in text stay unless ``text_questions``."""
+        for card in list(self.cards):
+            card.cancel(why)
+        for question in list(self.questions):
+            if text_questions or question.question.mode != "text":
+                question.cancel()
+
+    def close(self, why: str) -> None:
+        """The session is over: every pending card answered, later ones too."""
+        self.closed = True
+        self.cancel_pending(why)

@@ -1,0 +1,222 @@
+"""Prompt turns: :class:`Turn` (one ``session/prompt``), and the agent's queue of them.
+
+One turn runs at a time; later sends wait their turn, in order. A turn waits for the
+session to be ready (after a start, a restart or a sign-in), runs on whichever session
+is current then, and always ends — with the agent's stop reason, or an error saying why
+(the agent exited, refused, wants a sign-in, or was closed before the turn ran).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import acp
+import anyio
+
+from ..core import plans
+from ..core.conversation import Item, Message, ToolCall
+from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, gate
+from ..core.status import ENDED, AgentStatus
+from ..wire.errors import AgentError, AgentExited, AuthRequired
+from ..wire.session import ExitInfo
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+log = logging.getLogger(__name__)
+
+
+class Turn:
+    """One prompt turn. ``await turn`` waits for its end and returns the turn itself;
+    it raises :class:`AgentError` (e.g. :class:`AgentExited`, :class:`AuthRequired`) if
+    the turn failed.
+
+    ``stop_reason``: ACP's (``end_turn``, ``cancelled``, ``max_tokens``…), None while
+    running or on failure; ``text``: the agent's reply text of this turn; ``tool_calls``;
+    ``items``: everything the turn added to the conversation; ``error``: the failure;
+    ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``."""
+
+    def __init__(self, agent: Agent, prompt: list[dict[str, Any]], attach: list[Path] | None = None) -> None:
+        self.agent = agent
+        self.prompt = prompt
+        self.attach = list(attach or [])
+        self.items: list[Item] = []
+        self.stop_reason: str | None = None
+        self.error: AgentError | None = None
+        self.cancelled_by_user = False
+        self.status = "queued"
+        self._done = asyncio.get_running_loop().create_future()
+
+    @property
+    def done(self) -> bool:
+        return self._done.done()
+
+    @property
+    def text(self) -> str:
+        return "".join(i.text for i in self.items if isinstance(i, Message) and i.role == "agent")
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [i for i in self.items if isinstance(i, ToolCall)]
+
+    def _finish(self, stop_reason: str | None = None, error: AgentError | None = None) -> None:
+        if self._done.done():
+            return
+        self.stop_reason = stop_reason
+        self.error = error
+        self.status = "failed" if error else (stop_reason or "done")
+        self._done.set_result(None)
+
+    async def wait(self) -> Turn:
+        await asyncio.shield(self._done)
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def __await__(self):
+        return self.wait().__await__()
+
+    def add_done_callback(self, fn: Callable[[Turn], object]) -> None:
+        """Call ``fn(turn)`` on the loop once the turn has ended (at once if it has)."""
+        self._done.add_done_callback(lambda _f: fn(self))
+
+    def __repr__(self) -> str:
+        state = self.status if not self.error else f"failed: {str(self.error).splitlines()[0]}"
+        return f"<Turn {self.agent.name} {state}: {len(self.text)} chars, {len(self.tool_calls)} tool calls>"
+
+
+def _read_attachment(path: Path) -> bytes | None:
+    """The file's bytes, or None when it is too big to embed (runs in a thread)."""
+    if path.stat().st_size > ATTACH_EMBED_MAX:
+        return None
+    return path.read_bytes()
+
+
+class TurnQueue:
+    """The turns of one agent: ``send`` queues, one runs at a time. ``current`` is the
+    running turn. The queue owns every turn task; :meth:`close` cancels them (each
+    turn still ends, with an error)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.current: Turn | None = None
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+
+    def send(self, turn: Turn) -> Turn:
+        task = asyncio.get_running_loop().create_task(self._run(turn), name=f"escouade turn {self.agent.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return turn
+
+    @property
+    def tasks(self) -> frozenset[asyncio.Task]:
+        """The turn tasks not finished yet (queued or running)."""
+        return frozenset(self._tasks)
+
+    def close(self) -> None:
+        """Cancel every queued and running turn task (their turns end with an error)."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _run(self, turn: Turn) -> None:
+        agent = self.agent
+        try:
+            async with self._lock:
+                await self._prompt(turn)
+        except asyncio.CancelledError:
+            turn._finish(error=AgentError(f"agent {agent.name!r} was closed; the prompt was not answered"))
+            raise
+        except Exception as exc:  # a bug of ours: the turn still ends, saying why
+            log.exception("turn failed")
+            turn._finish(error=AgentError(f"agent {agent.name!r}: {exc}"))
+
+    async def _prompt(self, turn: Turn) -> None:
+        agent = self.agent
+        if agent.status in ENDED:
+            turn._finish(error=AgentError(f"agent {agent.name!r} is {agent.status}; the prompt was not sent"))
+            return
+        if turn.attach:
+            turn.prompt = [*turn.prompt, *[attachment_block(p, await anyio.to_thread.run_sync(_read_attachment, p))
+                                           for p in turn.attach]]
+            turn.attach = []
+        try:
+            await agent.ready()
+        except AgentError as exc:
+            turn._finish(error=exc)
+            return
+        live = agent.live
+        session = live.session
+        self.current = turn
+        turn.status = "running"
+        agent.set_status(AgentStatus.WORKING)
+        turn.prompt, notices = gate(turn.prompt, agent.agent_capabilities.get("promptCapabilities") or {},
+                                    who=agent.name)
+        for notice in notices:
+            agent.conversation.add_notice(notice, level="warning")
+        agent.conversation.add_user_message(turn.prompt)
+        wire_prompt = turn.prompt
+        if agent.harness.harness.acp.questions_in_text and not live.told_about_questions:
+            live.told_about_questions = True  # once per session: a restart tells the new one
+            wire_prompt = [{"type": "text", "text": plans.QUESTIONS_PREAMBLE}, *turn.prompt]
+        try:
+            response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
+        except ConnectionError:
+            with anyio.move_on_after(5):
+                await session.exited.wait()
+            info = session.exit or ExitInfo(None, session.stderr.tail(), False)
+            if session.fatal is not None:
+                turn._finish(error=AgentError(f"agent {agent.name!r} was stopped: {session.fatal}"))
+            else:
+                turn._finish(error=AgentExited(agent.name, info.code, info.stderr_tail, during="the turn"))
+        except acp.RequestError as exc:
+            if exc.code == acp.RequestError.auth_required().code:
+                agent.auth_required = AuthRequired(f"agent {agent.name!r}: {exc}", agent.auth_methods)
+                agent.conversation.add_notice("The agent asks you to sign in; your prompt was kept (turn.prompt)",
+                                              level="warning", detail=str(agent.auth_required))
+                agent.set_status(AgentStatus.SIGN_IN)  # the view offers the sign-in methods
+                turn._finish(error=agent.auth_required)
+            else:
+                agent.conversation.add_notice(f"The agent answered the prompt with an error: {exc}", level="error",
+                                              detail=json.dumps(exc.data, default=str) if exc.data else "")
+                turn._finish(error=AgentError(f"agent {agent.name!r} failed the turn: {exc}"))
+        except Exception as exc:  # a malformed answer: the turn fails, the agent lives on
+            log.exception("prompt failed")
+            turn._finish(error=AgentError(f"agent {agent.name!r}: {exc}"))
+        else:
+            agent.questions_from_text(turn)
+            if response.stop_reason == "refusal":
+                agent.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "
+                                              "your text is kept above.", level="warning")
+            turn._finish(stop_reason=response.stop_reason)
+        finally:
+            self.current = None
+            live.cancel_sent = False
+            agent.turn_ended(turn)
+
+    def cancel(self) -> None:
+        """Stop the running turn (see :meth:`Agent.cancel`)."""
+        agent, turn = self.agent, self.current
+        live = agent.live
+        if turn is None or live is None or live.session.session_id is None:
+            return
+        turn.cancelled_by_user = True
+        if live.cancel_sent:  # a double click on Stop sends one session/cancel
+            return
+        live.cancel_sent = True
+        session = live.session
+
+        async def notify() -> None:
+            try:
+                await session.conn.cancel(session_id=session.session_id)
+            except ConnectionError:
+                pass
+
+        session.start_soon(notify)
+        live.desk.cancel_pending("you stopped the turn", text_questions=False)
+        agent.conversation.cancel_unfinished()

@@ -1,0 +1,128 @@
+"""The agent's files and terminals as the conversation shows them.
+
+* A write through our ``fs/write_text_file`` is shown as a diff in the tool card that
+  aims at that path (a card of its own when none does).
+* A private project's fence holds for what goes through us; an edit that completes
+  without a write through us was done by the agent itself: the conversation says so,
+  once per session.
+* A terminal embedded in a tool call (``{"type": "terminal"}`` content) has its output
+  and exit copied into the card, live, and kept after the terminal is released.
+
+One :class:`Workspace` per session (it holds that session's written paths and terminals).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.conversation import Change, Conversation, ToolCall
+
+if TYPE_CHECKING:
+    from ..wire.terminals import TerminalEvent, TerminalManager
+
+EDIT_KINDS = ("edit", "delete", "move")
+"""ACP tool kinds that change files."""
+
+
+def paths_of(call: ToolCall) -> list[str]:
+    """The files a tool call aims at: its locations, diff paths, and path-like inputs."""
+    paths = [loc.get("path") for loc in call.locations if loc.get("path")]
+    paths += [c.get("path") for c in call.content if c.get("type") == "diff" and c.get("path")]
+    if isinstance(call.raw_input, dict):
+        for key in ("path", "file_path", "filePath", "filename", "notebook_path"):
+            if isinstance(call.raw_input.get(key), str):
+                paths.append(call.raw_input[key])
+    return paths
+
+
+def inside(path: str, folder: Path) -> bool:
+    """Whether ``path`` (relative ones taken in ``folder``) is ``folder`` or below it,
+    after resolving ``..`` and symlinks."""
+    p = Path(path)
+    p = (p if p.is_absolute() else folder / p).resolve()
+    return p == folder or folder in p.parents
+
+
+class Workspace:
+    """``conversation``: the agent's; ``cwd``: its folder; ``name``: how notices name it;
+    ``fenced``: a private project's fence holds; ``terminals``: the session's manager."""
+
+    def __init__(self, conversation: Conversation, cwd: Path, *, name: str, fenced: bool,
+                 terminals: TerminalManager) -> None:
+        self.conversation = conversation
+        self.cwd = cwd
+        self.name = name
+        self.fenced = fenced
+        self.terminals = terminals
+        self.written: set[str] = set()
+        self.fence_told = False
+
+    def changed(self, changes: list[Change]) -> None:
+        """A conversation change: terminals to show, and the fence check."""
+        self._terminals_shown(changes)
+        if self.fenced and not self.fence_told:
+            self._check_fence(changes)
+
+    def _check_fence(self, changes: list[Change]) -> None:
+        for change in changes:
+            call = change.item
+            if isinstance(call, ToolCall) and call.kind in EDIT_KINDS and call.status == "completed" \
+                    and not any(c.get("type") == "diff" and c.get("path") in self.written for c in call.content):
+                self.fence_told = True
+                self.conversation.add_notice(
+                    f"{self.name} changed files by itself, not through escouade_nb: the fence of this private "
+                    f"project does not hold for those.", level="warning")
+                return
+
+    def file_written(self, path: Path, old: str | None, new: str) -> None:
+        """A write through ``fs/write_text_file``: a diff in its tool card."""
+        target = str(path)
+        self.written.add(target)
+        for call in reversed(list(self.conversation.tool_calls.values())):
+            if target in [str(Path(p) if Path(p).is_absolute() else self.cwd / p) for p in paths_of(call)]:
+                if not any(c.get("type") == "diff" and c.get("path") == target for c in call.content):
+                    self.conversation.add_tool_content(call, {"type": "diff", "path": target, "oldText": old,
+                                                              "newText": new})
+                return
+        self.conversation.apply({"sessionUpdate": "tool_call",
+                                 "toolCallId": f"escouade-write-{len(self.conversation.items)}",
+                                 "title": f"Wrote {target}", "kind": "edit", "status": "completed",
+                                 "locations": [{"path": target}],
+                                 "content": [{"type": "diff", "path": target, "oldText": old, "newText": new}]})
+
+    def terminal_event(self, event: TerminalEvent) -> None:
+        """Terminal output or exit: the tool cards that embed that terminal take it."""
+        for call in self.conversation.tool_calls.values():
+            if any(c.get("type") == "terminal" and c.get("terminalId") == event.terminal_id for c in call.content):
+                if self._store_terminal(call, event.terminal_id):
+                    self.conversation.touch(call)
+
+    def snapshot(self, terminal_id: str) -> tuple[str, bool, Any] | None:
+        """(output, truncated, exit status) of a terminal of this session, or None."""
+        try:
+            return self.terminals.snapshot(terminal_id)
+        except Exception:
+            return None
+
+    def _store_terminal(self, call: ToolCall, terminal_id: str) -> bool:
+        snap = self.snapshot(terminal_id)
+        if snap is None:
+            return False
+        output, truncated, status = snap
+        state = {"output": output, "truncated": truncated, "running": status is None,
+                 "exit_code": getattr(status, "exit_code", None), "signal": getattr(status, "signal", None)}
+        if call.terminals.get(terminal_id) == state:
+            return False
+        call.terminals[terminal_id] = state
+        return True
+
+    def _terminals_shown(self, changes: list[Change]) -> None:
+        """A tool call that embeds a terminal we already ran (content sent after it ended)."""
+        for change in changes:
+            call = change.item
+            if isinstance(call, ToolCall):
+                for c in call.content:
+                    tid = c.get("terminalId") if c.get("type") == "terminal" else None
+                    if tid and tid not in call.terminals and self._store_terminal(call, str(tid)):
+                        self.conversation.touch(call)

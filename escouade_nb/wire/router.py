@@ -1,0 +1,110 @@
+"""The incoming-message policy of one ACP session, on raw JSON-RPC dicts.
+
+The transport hands every object from the agent to :meth:`Router.intercept` before the
+SDK sees it. The router decides, synchronously and in arrival order:
+
+* ``session/update`` notifications are folded here (``fold(update)``), never by the SDK
+  (which dispatches one task per notification, reordering them and dropping unknown
+  kinds). Updates that come before ``session/new`` (or ``load``) answers are kept and
+  folded by :meth:`opened` (some agents stream right away); an update for another
+  session is dropped.
+* ``$/cancel_request`` (the agent withdraws a request it sent): ``withdrawn(tool_call_id)``
+  is told when the request was a ``session/request_permission``, so its card is closed;
+  a withdrawal that arrives before the card exists is remembered (:meth:`take_withdrawn`).
+* a request naming another ``sessionId`` than ours (``fs/*``, ``terminal/*``, a permission)
+  is refused with JSON-RPC invalid-params (``refuse(rpc_id, error)``) without handling it.
+
+Everything else goes on to the SDK's connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from acp import RequestError
+
+log = logging.getLogger(__name__)
+
+
+class Router:
+    """``fold(update)`` takes a ``session/update``'s ``update`` object (any JSON value);
+    ``refuse(rpc_id, error)`` must answer request ``rpc_id`` with ``error`` (a JSON-RPC
+    error object) — the session sends it; ``withdrawn(tool_call_id)`` closes that request's
+    card and returns whether there was one (if not, the withdrawal is remembered)."""
+
+    def __init__(self, *, fold: Callable[[Any], None], refuse: Callable[[Any, dict[str, Any]], None],
+                 withdrawn: Callable[[str], bool]) -> None:
+        self._fold = fold
+        self._refuse = refuse
+        self._withdrawn_cb = withdrawn
+        self.session_id: str | None = None
+        self._early: list[tuple[Any, Any]] = []
+        self._permission_rpc: dict[Any, str] = {}  # JSON-RPC id -> toolCallId of permission requests
+        self._withdrawn_early: set[str] = set()
+        self.dropped = 0  # updates for another session
+
+    def intercept(self, message: dict[str, Any]) -> bool:
+        """True when the message was handled here (the SDK must not see it)."""
+        method = message.get("method")
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        if method == "session/update" and "id" not in message:
+            session = params.get("sessionId")
+            if self.session_id is None:
+                self._early.append((session, params.get("update")))
+            elif session in (None, self.session_id):
+                self._fold(params.get("update"))
+            else:
+                self.dropped += 1
+                log.debug("dropped an update for unknown session %r", session)
+            return True
+        if method == "$/cancel_request" and "id" not in message:
+            tool_call_id = self._permission_rpc.pop(params.get("requestId"), None)
+            if tool_call_id is not None and not self._withdrawn_cb(tool_call_id):
+                self._withdrawn_early.add(tool_call_id)  # its card is still on its way
+            return True
+        if isinstance(method, str) and "id" in message and self.session_id is not None:
+            session = params.get("sessionId")
+            if session is not None and session != self.session_id:
+                error = RequestError.invalid_params({"sessionId": session, "reason": f"unknown session {session!r}"})
+                self._refuse(message["id"], error.to_error_obj())
+                return True
+        if method == "session/request_permission" and "id" in message:
+            tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+            self._permission_rpc[message["id"]] = str(tool_call.get("toolCallId", ""))
+        return False
+
+    def answered(self, rpc_id: Any) -> None:
+        """Our answer to request ``rpc_id`` was sent: a later ``$/cancel_request`` for it is moot."""
+        self._permission_rpc.pop(rpc_id, None)
+
+    def take_withdrawn(self, tool_call_id: str) -> bool:
+        """Whether the agent already withdrew the permission request of ``tool_call_id``
+        (its ``$/cancel_request`` came before the card was made); forgets it."""
+        if tool_call_id in self._withdrawn_early:
+            self._withdrawn_early.discard(tool_call_id)
+            return True
+        return False
+
+    def opened(self, session_id: str) -> None:
+        """The session exists: fold the updates that came before, in order (those of
+        another session are dropped)."""
+        self.session_id = session_id
+        early, self._early = self._early, []
+        for session, update in early:
+            if session in (None, session_id):
+                self._fold(update)
+            else:
+                self.dropped += 1
+                log.debug("dropped an early update for session %r (ours is %r)", session, session_id)
+
+    def flush_early(self, session_id: str | None) -> None:
+        """Fold the updates kept so far for ``session_id`` without opening (a
+        ``session/load`` replay that came before its answer)."""
+        early, self._early = self._early, []
+        for session, update in early:
+            if session in (None, session_id):
+                self._fold(update)
+            else:
+                self.dropped += 1

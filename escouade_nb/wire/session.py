@@ -1,0 +1,304 @@
+"""One agent process and its one ACP session, as an async context manager.
+
+``async with AgentSession(...) as s:`` spawns the program (its own process group, stderr
+drained into a ring), opens one task group that owns everything of this process (the
+stderr drain, the terminals, the exit watch, background jobs started with
+:meth:`start_soon`), and puts our :class:`~.transport.LineTransport` under the SDK's
+connection with a :class:`~.router.Router` in front. Leaving the block — normally, on
+error or on cancellation — ends it in a ``finally``: the connection is closed, the
+process group terminated (SIGTERM, then SIGKILL), the task group cancelled. A restart
+makes a new ``AgentSession``: nothing of a dead process can survive by construction.
+
+Inside: :meth:`initialize` (ACP ``initialize``; the protocol version is checked as it
+came on the wire), :meth:`open` (``session/new``, or ``session/load`` when resuming and
+the agent advertises ``loadSession``), :meth:`authenticate`, :meth:`request` (a method
+the SDK's typed API lacks, sent through our own transport), :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import acp
+import anyio
+from acp.schema import ClientCapabilities, Implementation
+
+from .._version import __version__
+from .errors import AgentError, AuthRequired
+from .process import StderrRing, drain, signal_group, spawn, terminate_group
+from .router import Router
+from .transport import LineTransport
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 60.0
+"""Seconds an agent has to answer ``initialize`` and ``session/new``."""
+
+
+@dataclass
+class ExitInfo:
+    """How the process ended: ``code`` (negative: killed by that signal), the stderr
+    tail, and whether we asked it to (``expected``: closed, restarted, stopped)."""
+
+    code: int | None
+    stderr_tail: str
+    expected: bool
+
+
+def dump(model: Any) -> dict[str, Any]:
+    """An SDK model as its wire dict (camelCase, no nulls)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class AgentSession:
+    """One process + one ACP session of the agent ``name``.
+
+    ``client``: our ``acp.Client`` handlers (:class:`~.client.EscouadeClient`), whose
+    ``terminals`` are served in this session's task group. ``fold(update)`` takes each
+    ``session/update`` in arrival order; ``withdrawn(tool_call_id) -> bool`` closes the
+    card of a permission request the agent withdrew. ``on_fatal(message)`` is told when
+    the wire broke (a message too long to take: the agent is then stopped, rather than
+    a silent hang); ``on_models(models)`` of the agent's raw ``models`` state (goose);
+    ``on_exit(info)`` of the process's end, before :attr:`exited` is set."""
+
+    def __init__(self, *, name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], client: Any,
+                 fold: Callable[[Any], None], withdrawn: Callable[[str], bool],
+                 on_fatal: Callable[[str], None] = lambda message: None,
+                 on_models: Callable[[dict[str, Any]], None] = lambda models: None,
+                 on_exit: Callable[[ExitInfo], None] = lambda info: None,
+                 line_observers: Sequence[Callable[[str, bytes], None]] = (),
+                 start_timeout: float = START_TIMEOUT) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.cwd = Path(cwd)
+        self.env = dict(env)
+        self.client = client
+        self.start_timeout = start_timeout
+        self.stderr = StderrRing()
+        self.router = Router(fold=fold, refuse=self._refuse, withdrawn=withdrawn)
+        self._on_fatal = on_fatal
+        self._on_models = on_models
+        self._on_exit = on_exit
+        self._line_observers = list(line_observers)
+        self.process: Any = None
+        self.transport: LineTransport | None = None
+        self.conn: Any = None
+        self.session_id: str | None = None
+        self.agent_info: dict[str, Any] | None = None
+        self.agent_capabilities: dict[str, Any] = {}
+        self.auth_methods: list[dict[str, Any]] = []
+        self.protocol_version: Any = None  # initialize's protocolVersion as it came on the wire
+        self.exit: ExitInfo | None = None
+        self.exited = anyio.Event()
+        self.closing = False
+        self.fatal: str | None = None
+        self.loaded = False  # the session was reattached with session/load
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._ids = itertools.count(1)
+        self._requests: dict[str, anyio.abc.ObjectSendStream] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def __aenter__(self) -> AgentSession:
+        """Spawn and connect. Raises ``OSError`` when the program cannot start."""
+        self.process = await spawn(self.argv, cwd=self.cwd, env=self.env)
+        stack = contextlib.AsyncExitStack()
+        try:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tg.start_soon(drain, self.process.stderr, self.stderr)
+            await self._tg.start(self.client.terminals.serve)
+            self.transport = LineTransport(self.process.stdin, self.process.stdout, intercept=self._intercept,
+                                           on_skip=self._on_skip)
+            self.transport.line_observers.extend(self._line_observers)
+            self.transport.observers.append(self._observe)
+            # elicitation/create is routed by the SDK only with its unstable flag
+            self.conn = acp.connect_to_agent(self.client, self.transport, use_unstable_protocol=True)
+            self._tg.start_soon(self._watch_exit)
+        except BaseException:
+            await self._end(stack)
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await self._end(stack)
+
+    async def _end(self, stack: contextlib.AsyncExitStack) -> None:
+        try:
+            with anyio.CancelScope(shield=True):  # the group is ended even when we are cancelled
+                self.closing = self.closing or self.exit is None
+                if self.conn is not None:
+                    with contextlib.suppress(Exception):
+                        await self.conn.close()
+                if self.process is not None:
+                    await terminate_group(self.process)
+                    with anyio.move_on_after(1):
+                        await self.exited.wait()  # the watch records how it ended
+        finally:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+            for send in self._requests.values():
+                send.close()
+            self._requests.clear()
+            await stack.aclose()
+
+    async def _watch_exit(self) -> None:
+        code = await self.process.wait()
+        signal_group(self.process.pid, signal.SIGKILL)  # what it left running in its group goes too
+        await anyio.sleep(0.05)  # let the drain read the last bytes
+        self.exit = ExitInfo(code, self.stderr.tail(), self.closing)
+        try:
+            self._on_exit(self.exit)  # before anyone waiting on ``exited`` wakes: they see its effects
+        finally:
+            self.exited.set()
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a background job of this session in its task group (cancelled when the
+        session ends). Outside the ``async with`` block the job is not run."""
+        if self._tg is None or self.exited.is_set():
+            log.debug("session of %s is over: %r not started", self.name, fn)
+            return
+        self._tg.start_soon(fn, *args)
+
+    async def close(self) -> None:
+        """Close stdin, then terminate the process group (SIGTERM, then SIGKILL)."""
+        self.closing = True
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                await self.conn.close()
+        if self.process is not None:
+            await terminate_group(self.process)
+
+    # -- handshake ------------------------------------------------------------------------------
+    async def initialize(self, capabilities: ClientCapabilities) -> None:
+        """ACP ``initialize``. Raises :class:`AgentError` when the agent speaks another
+        protocol version, ``TimeoutError`` after ``start_timeout``."""
+        with anyio.fail_after(self.start_timeout):
+            init = await self.conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=capabilities,
+                client_info=Implementation(name="escouade_nb", title="escouade_nb", version=__version__))
+        if self.protocol_error():
+            raise AgentError(self.protocol_error())
+        self.agent_info = dump(init.agent_info) if init.agent_info else None
+        self.agent_capabilities = dump(init.agent_capabilities) if init.agent_capabilities else {}
+        self.auth_methods = [dump(m) for m in (init.auth_methods or [])]
+
+    def protocol_error(self) -> str | None:
+        """Why the agent cannot be spoken to: its ``initialize`` answer gave a protocol
+        version (as it came on the wire) other than ours, an integer. None when fine."""
+        version = self.protocol_version
+        if version is None or (type(version) is int and version == acp.PROTOCOL_VERSION):
+            return None
+        return (f"agent {self.name!r} speaks ACP protocol version {version!r}; this client supports "
+                f"[{acp.PROTOCOL_VERSION}], so the connection was closed")
+
+    async def open(self, *, resume: str | None = None, before_load: Callable[[], None] = lambda: None,
+                   mcp_servers: Sequence[Any] = ()) -> Any:
+        """``session/load`` of ``resume`` when given and the agent advertises
+        ``loadSession`` (``before_load()`` runs first: the replay folds afresh), else
+        ``session/new``. Returns the SDK's answer; ``self.loaded`` says which.
+        Raises :class:`AuthRequired` on ACP's ``auth_required`` (-32000)."""
+        try:
+            with anyio.fail_after(self.start_timeout):
+                if resume and self.agent_capabilities.get("loadSession"):
+                    before_load()
+                    answer = await self.conn.load_session(cwd=str(self.cwd), session_id=resume,
+                                                          mcp_servers=list(mcp_servers))
+                    self.loaded = True
+                    self.router.flush_early(resume)  # the replay came before the answer
+                    session_id = resume
+                else:
+                    answer = await self.conn.new_session(cwd=str(self.cwd), mcp_servers=list(mcp_servers))
+                    session_id = answer.session_id
+        except acp.RequestError as exc:
+            if exc.code == acp.RequestError.auth_required().code:
+                raise AuthRequired(f"agent {self.name!r}: {exc}", self.auth_methods) from None
+            raise
+        self.session_id = session_id
+        return answer
+
+    def opened(self) -> None:
+        """The session's state is taken: fold the updates that came before its answer."""
+        self.router.opened(self.session_id)
+
+    async def authenticate(self, method_id: str) -> None:
+        """ACP ``authenticate`` with one of the agent's ``authMethods``."""
+        await self.conn.authenticate(method_id=method_id)
+
+    # -- requests the SDK's typed API lacks ------------------------------------------------------
+    async def request(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> Any:
+        """Send a JSON-RPC request through our own transport (ids ``escouade-N``, never
+        the SDK's integers) and return its ``result``; raises ``acp.RequestError`` on an
+        error answer, ``ConnectionError`` if the agent is gone, ``TimeoutError``.
+        For methods the SDK's typed API does not have (``session/set_model``)."""
+        if self.transport is None or not self.alive:
+            raise ConnectionError(f"agent {self.name!r} is not running")
+        rid = f"escouade-{next(self._ids)}"
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](1)
+        self._requests[rid] = send
+        try:
+            await self.transport.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+            with anyio.fail_after(timeout):
+                async with receive:
+                    try:
+                        answer = await receive.receive()
+                    except anyio.EndOfStream:
+                        raise ConnectionError(f"agent {self.name!r} ended before answering {method}") from None
+        finally:
+            self._requests.pop(rid, None)
+            send.close()
+        if "error" in answer:
+            err = answer.get("error") or {}
+            raise acp.RequestError(int(err.get("code", -32603)), str(err.get("message", "")), err.get("data"))
+        return answer.get("result")
+
+    # -- incoming ------------------------------------------------------------------------------
+    def _intercept(self, message: dict[str, Any]) -> bool:
+        rid = message.get("id")
+        if isinstance(rid, str) and rid in self._requests and "method" not in message:
+            with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._requests[rid].send_nowait(message)
+            return True
+        return self.router.intercept(message)
+
+    def _refuse(self, rpc_id: Any, error: dict[str, Any]) -> None:
+        async def answer() -> None:
+            with contextlib.suppress(ConnectionError):
+                await self.transport.send({"jsonrpc": "2.0", "id": rpc_id, "error": error})
+        self.start_soon(answer)
+
+    def _observe(self, direction: str, message: dict[str, Any]) -> None:
+        result = message.get("result")
+        if direction != "in" or not isinstance(result, dict):
+            return
+        if "protocolVersion" in result:
+            self.protocol_version = result["protocolVersion"]  # initialize's, before the SDK reads it
+        # goose's ``models`` in session/new (or load) answers: unstable, dropped by the SDK
+        if isinstance(result.get("models"), dict):
+            self._on_models(result["models"])
+
+    def _on_skip(self, why: str) -> None:
+        if why.startswith("line longer") and self.fatal is None and not self.closing:
+            # the dropped message may be the answer a turn or a card waits for: rather than
+            # a silent hang, the agent is stopped and its turn fails saying why
+            self.fatal = f"transport error: a message from the agent was {why.removeprefix('line ')}"
+            self._on_fatal(self.fatal)
+            if self.alive:
+                self.start_soon(terminate_group, self.process)

@@ -17,9 +17,11 @@ _IN_WHEEL = {"plugins": _PACKAGE / "plugins", "widgets": _PACKAGE / "widgets" / 
 def shipped_dir(name: str) -> Path:
     """The folder of shipped ``name`` (``"plugins"`` or ``"widgets"``): inside the
     package when installed from a wheel, else the checkout's top-level folder.
-    ``KeyError`` for another name. The folder returned may be missing in a broken
-    install; callers treat that as "nothing shipped"."""
+    ``KeyError`` for another name. A checkout is told by the ``pyproject.toml`` beside
+    the package (a stale ``escouade_nb/plugins`` left by an older layout is ignored).
+    The folder returned may be missing in a broken install: "nothing shipped"."""
     inside = _IN_WHEEL[name]
-    if inside.is_dir():
-        return inside
-    return _PACKAGE.parent / name
+    top = _PACKAGE.parent / name
+    if (_PACKAGE.parent / "pyproject.toml").is_file() and top.is_dir():  # a checkout (editable install)
+        return top
+    return inside

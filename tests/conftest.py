@@ -51,3 +51,29 @@ def no_orphan_agents():
         time.sleep(0.2)
         left = _left_behind(before)
     assert not left, f"agent processes left behind: {sorted(left)}"
+
+
+def _checkout_changes() -> set[str] | None:
+    """``git status --porcelain`` lines of the checkout (tracked changes and untracked,
+    not ignored, files), or None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(out.stdout.splitlines()) if out.returncode == 0 else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_written_into_the_checkout():
+    """No test, notebook or demo writes into the checkout: scratch goes to temp folders.
+    Checked when the run starts from a clean checkout (as CI's fresh clone does)."""
+    before = _checkout_changes()
+    yield
+    if before != set():
+        return  # not a checkout, or one being edited: nothing to compare against
+    after = _checkout_changes() or set()
+    assert not after, f"the test run wrote into the checkout: {sorted(after)}"

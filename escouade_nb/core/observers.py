@@ -27,7 +27,7 @@ class Subscription:
 
     def __init__(self, owner: Observers, fn: Callable) -> None:
         self._owner: Observers | None = owner
-        self._fn = fn
+        self._fn: Callable | None = fn
 
     @property
     def active(self) -> bool:
@@ -35,6 +35,7 @@ class Subscription:
 
     def close(self) -> None:
         owner, self._owner = self._owner, None
+        self._fn = None  # a closed token holds nothing alive
         if owner is not None:
             owner._remove(self)
 
@@ -67,10 +68,11 @@ class Observers(Generic[P]):
 
     def emit(self, *args: P.args, **kwargs: P.kwargs) -> None:
         for sub in list(self._subs):
-            if not sub.active:  # removed by an earlier subscriber of this emit
+            fn = sub._fn
+            if fn is None:  # removed by an earlier subscriber of this emit
                 continue
             try:
-                sub._fn(*args, **kwargs)
+                fn(*args, **kwargs)
             except Exception:
                 log.exception("%s: a subscriber failed", self.name)
 

@@ -10,6 +10,9 @@ The machine (h11's ``_state.py`` style: a table, and a move not in it is a bug):
        ▼          │   ▼      ▼            ▼
     sign-in ──────┘  exited / closed / failed ─▶ starting   (Restart)
     resumable ─▶ starting        harness missing ─▶ starting (the manifest is back)
+
+    A Restart of a live agent goes straight to ``starting`` (the old process closes
+    while it does): idle, working, waiting and sign-in may move there too.
 """
 
 from __future__ import annotations
@@ -74,9 +77,9 @@ CAN_RESTART = frozenset(S) - {S.STARTING, S.HARNESS_MISSING}
 _LIVE = {S.IDLE, S.WORKING, S.WAITING, S.SIGN_IN}
 TRANSITIONS: dict[AgentStatus, frozenset[AgentStatus]] = {
     S.STARTING: frozenset({S.IDLE, S.SIGN_IN, *ENDED}),
-    S.IDLE: frozenset({S.WORKING, S.WAITING, S.SIGN_IN, S.EXITED, S.CLOSED}),
-    S.WORKING: frozenset({S.IDLE, S.WAITING, S.SIGN_IN, S.EXITED, S.CLOSED}),
-    S.WAITING: frozenset({S.IDLE, S.WORKING, S.SIGN_IN, S.EXITED, S.CLOSED}),
+    S.IDLE: frozenset({S.WORKING, S.WAITING, S.SIGN_IN, S.EXITED, S.CLOSED, S.STARTING}),
+    S.WORKING: frozenset({S.IDLE, S.WAITING, S.SIGN_IN, S.EXITED, S.CLOSED, S.STARTING}),
+    S.WAITING: frozenset({S.IDLE, S.WORKING, S.SIGN_IN, S.EXITED, S.CLOSED, S.STARTING}),
     S.SIGN_IN: frozenset({S.IDLE, S.WORKING, S.STARTING, *ENDED}),
     S.EXITED: frozenset({S.STARTING, S.CLOSED}),
     S.CLOSED: frozenset({S.STARTING}),

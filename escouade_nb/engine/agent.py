@@ -112,6 +112,7 @@ class Agent:
         self.last_activity: float | None = None  # wall-clock time of the last conversation change
         self.version_checked = False  # the squad already compared the program's --version with ``tested``
         self._main_task: asyncio.Task | None = None
+        self._restarting = False
         self._wake = asyncio.Event()
         self._resume_id: str | None = None
         self._replay = ReplaySkip()
@@ -143,6 +144,11 @@ class Agent:
     transport = property(lambda self: self._of_session("transport"), doc="The session's line transport.")
     client = property(lambda self: self._of_session("client"), doc="Our ACP client handlers (fs, terminals).")
     stderr = property(lambda self: self._of_session("stderr") or StderrRing(), doc="Its stderr (newest 64 KiB).")
+
+    @property
+    def restarting(self) -> bool:
+        """A restart is under way: the old process is closing, a new one comes."""
+        return self._restarting
 
     @property
     def pending_cards(self) -> list[PermissionCard]:
@@ -403,11 +409,11 @@ class Agent:
         self.start()
         while True:
             wake, live = self._wake, self.live
-            if live is not None and live.ready.is_set() and live.session.session_id is not None:
+            if live is not None and live.ready.is_set() and not (live.ended or live.session.closing):
                 return self
             if self.auth_required is not None and self.status is AgentStatus.SIGN_IN:
                 raise self.auth_required
-            if self.status in ENDED:
+            if self.status in ENDED and not self._restarting:
                 raise AgentError(self.error or f"agent {self.name!r} is {self.status}")
             await wake.wait()
 
@@ -458,7 +464,7 @@ class Agent:
         live.desk.close("agent exited" if not info.expected else "agent closed")
         self.conversation.cancel_unfinished()
         self.conversation.close_messages()
-        if self.live is live and self.status is not AgentStatus.FAILED:
+        if self.live is live and self.status is not AgentStatus.FAILED and not self._restarting:
             self.set_status(AgentStatus.CLOSED if info.expected else AgentStatus.EXITED)
         turn = self.turns.current
         if turn is not None:
@@ -562,14 +568,18 @@ class Agent:
         out of a stuck turn): the current process is closed and its session object
         replaced. The conversation so far stays; a notice marks the restart. Queued
         turns run on the new session."""
-        await self._close_session()
-        self._main_task = None
-        self.live = None
-        self.error = None
-        self.auth_required = None
-        self.transcript = None  # a new process, a new transcript
-        self.conversation.add_notice("Restarted: a new process and a new session.")
-        self.start()
+        self._restarting = True
+        try:
+            await self._close_session()
+            self._main_task = None
+            self.live = None
+            self.error = None
+            self.auth_required = None
+            self.transcript = None  # a new process, a new transcript
+            self.conversation.add_notice("Restarted: a new process and a new session.")
+            self.start()
+        finally:
+            self._restarting = False
         await self.ready()
         return self
 

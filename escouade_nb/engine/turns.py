@@ -138,7 +138,7 @@ class TurnQueue:
 
     async def _prompt(self, turn: Turn) -> None:
         agent = self.agent
-        if agent.status in ENDED:
+        if agent.status in ENDED and not agent.restarting:
             turn._finish(error=AgentError(f"agent {agent.name!r} is {agent.status}; the prompt was not sent"))
             return
         if turn.attach:

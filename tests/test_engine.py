@@ -1,0 +1,160 @@
+"""The engine's structure, against the real fake agent: one session object per process
+(restart replaces it whole), card waits that never swallow a card, turns that always end,
+the status machine."""
+
+import asyncio
+import copy
+
+import pytest
+
+from escouade_nb.core import plans
+from escouade_nb.core.status import CAN_SEND, ENDED, NAME_FREE, TRANSITIONS, AgentStatus, InvalidTransition
+from escouade_nb.engine.agent import Agent, AgentError
+from escouade_nb.manifest import discover, locate_program
+
+
+def fake(tmp_path, *, questions_in_text: bool = False, **kwargs) -> Agent:
+    ref = discover().find("fake")
+    if questions_in_text:
+        ref = copy.deepcopy(ref)
+        ref.harness.acp.questions_in_text = True
+    return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, **kwargs)
+
+
+def run(coro, timeout: float = 40):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def prompts_sent(agent: Agent, into: list) -> None:
+    agent.transport.observers.append(
+        lambda d, m: d == "out" and m.get("method") == "session/prompt" and into.append(m["params"]["prompt"]))
+
+
+def test_restart_replaces_the_session_and_next_permission_gets_the_new_processes_card(tmp_path):
+    async def go():
+        agent = fake(tmp_path)
+        try:
+            await agent.ready()
+            first_session, first_pid = agent.session, agent.pid
+            turn = agent.send("edit notes.txt")
+            old = await agent.next_permission(timeout=10)  # handed out: the dead process's card
+            agent.send("edit other.txt")  # queued behind the first: its card is never asked by the old process
+            await agent.restart()
+            assert agent.session is not first_session and agent.pid != first_pid
+            assert old.state == "cancelled" and old.label == "Cancelled (agent closed)"
+            with pytest.raises(AgentError):
+                await turn  # the turn of the dead process ended, saying why
+            card = await agent.next_permission(timeout=10)
+            assert card is not old and card.state == "pending"
+            assert card.agent is agent and card in agent.pending_cards
+            assert "other.txt" in (card.tool_call.title or "")  # the queued turn ran on the new session
+            card.choose("allow_once")
+        finally:
+            await agent.close()
+    run(go())
+
+
+def test_restart_resends_the_questions_preamble_to_the_new_session(tmp_path):
+    async def go():
+        agent = fake(tmp_path, questions_in_text=True)
+        try:
+            sent: list = []
+            await agent.ready()
+            prompts_sent(agent, sent)
+            await agent.send("hello one")
+            await agent.send("hello two")
+            await agent.restart()
+            prompts_sent(agent, sent)
+            await agent.send("hello three")
+            told = [any(b.get("text") == plans.QUESTIONS_PREAMBLE for b in prompt) for prompt in sent]
+            assert told == [True, False, True]
+        finally:
+            await agent.close()
+    run(go())
+
+
+def test_restart_applies_the_escouade_mode_again(tmp_path):
+    async def go():
+        agent = fake(tmp_path)
+        try:
+            await agent.ready()
+            assert await agent.set_escouade_mode("acceptEdits")
+            await agent.restart()
+            await asyncio.sleep(0.2)
+            assert agent.escouade_mode == "acceptEdits" and agent.conversation.current_mode_id == "accept-edits"
+        finally:
+            await agent.close()
+    run(go())
+
+
+def test_a_cancelled_wait_does_not_swallow_the_next_card(tmp_path):
+    async def go():
+        agent = fake(tmp_path)
+        try:
+            await agent.ready()
+            waiting = asyncio.create_task(agent.next_permission())
+            await asyncio.sleep(0.1)
+            waiting.cancel()  # a kernel interrupt of the cell that awaited
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            agent.send("edit notes.txt")
+            card = await agent.next_permission(timeout=10)
+            assert card.state == "pending"
+            card.choose("allow_once")
+            with pytest.raises(TimeoutError):
+                await agent.next_permission(timeout=0.3)  # nothing else came: no phantom card
+        finally:
+            await agent.close()
+    run(go())
+
+
+def test_close_ends_every_turn_and_leaves_no_task(tmp_path):
+    async def go():
+        agent = fake(tmp_path)
+        await agent.ready()
+        running = agent.send("slow")
+        queued = [agent.send(f"hello {i}") for i in range(3)]
+        await asyncio.sleep(0.3)
+        await agent.close()
+        for turn in (running, *queued):
+            assert turn.done
+            with pytest.raises(AgentError):
+                await turn
+        await asyncio.sleep(0)
+        assert not agent.turns.tasks and agent.status == "closed" and not agent.alive
+        with pytest.raises(AgentError):
+            await agent.next_permission(timeout=1)  # an ended agent says so at once
+    run(go())
+
+
+def test_a_start_that_fails_says_why_and_turns_end(tmp_path):
+    async def go():
+        agent = fake(tmp_path)
+        agent.program = str(tmp_path / "no-such-program")
+        turn = agent.send("hello")
+        with pytest.raises(AgentError, match="could not start"):
+            await agent.ready()
+        with pytest.raises(AgentError):
+            await turn
+        assert agent.status == "failed" and "no-such-program" in agent.error
+    run(go())
+
+
+def test_every_status_move_is_in_the_table(tmp_path):
+    assert set(TRANSITIONS) == set(AgentStatus)
+    assert ENDED <= NAME_FREE and not (ENDED & CAN_SEND)
+    assert all(AgentStatus.STARTING in TRANSITIONS[s] for s in ENDED)  # Restart
+    assert AgentStatus.IDLE == "idle" and f"{AgentStatus.SIGN_IN}" == "sign-in" and AgentStatus.WAITING.text
+
+    async def go():
+        agent = fake(tmp_path)
+        seen: list[str] = []
+        agent.on_status.subscribe(lambda a: seen.append(str(a.status)))
+        with pytest.raises(InvalidTransition):
+            agent.set_status(AgentStatus.WORKING)  # starting -> working: a bug, refused
+        await agent.send("hello")
+        await agent.close()
+        assert seen == ["idle", "working", "idle", "closed"]
+        for a, b in zip(["starting", *seen], seen):
+            assert AgentStatus(a).can_go(AgentStatus(b)), (a, b)
+    run(go())

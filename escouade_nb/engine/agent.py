@@ -9,11 +9,10 @@ What lives as long as the agent: its configuration, the :class:`Conversation`, t
 status, the turn queue (:mod:`.turns`), the dials (:mod:`.controls`). What lives as long
 as one process — the :class:`~..wire.session.AgentSession`, its cards
 (:class:`~.cards.CardDesk`), its files and terminals (:class:`~.workspace.Workspace`),
-its per-session flags — is one :class:`Live` object: ``restart()`` replaces it whole,
-so no state of a dead process survives by construction.
+its per-session flags — is one :class:`~.live.Live` object: ``restart()`` replaces it
+whole, so no state of a dead process survives by construction.
 
-This class is the public surface (about 400 lines with its docstrings); the work is in
-the modules named above.
+This class is the public surface; the work is in the modules named above.
 """
 
 from __future__ import annotations
@@ -22,49 +21,31 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import acp
 import anyio
 
 from ..core import plans
-from ..core.adapters import adapt
 from ..core.conversation import Change, Conversation, Question
 from ..core.observers import Observers
 from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
-from ..manifest import HarnessRef, version_status
-from ..wire.client import EscouadeClient, capabilities
+from ..manifest import HarnessRef
 from ..wire.errors import AgentError, AgentExited, AuthRequired
-from ..wire.process import StderrRing, agent_environment, kill_group_now
-from ..wire.session import START_TIMEOUT, AgentSession, ExitInfo
+from ..wire.process import StderrRing, kill_group_now
+from ..wire.session import START_TIMEOUT, AgentSession
 from ..wire.transcript import Transcript
-from .cards import CardDesk, PermissionCard, Policy, QuestionCard
+from .cards import PermissionCard, Policy, QuestionCard
 from .controls import Controls
+from .live import Live
 from .resume import ReplaySkip, resumed
 from .turns import Turn, TurnQueue
-from .workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Agent", "AgentError", "AgentExited", "AuthRequired", "PermissionCard", "QuestionCard", "Turn", "Policy",
            "START_TIMEOUT", "Live"]
-
-
-@dataclass
-class Live:
-    """What exists for one process of the agent: its session, its cards, its workspace,
-    and the flags that are per session (the questions preamble told, a cancel sent)."""
-
-    session: AgentSession
-    desk: CardDesk
-    workspace: Workspace
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    told_about_questions: bool = False
-    cancel_sent: bool = False
-    ended: bool = False
 
 
 class Agent:
@@ -244,129 +225,11 @@ class Agent:
         if self._main_task is None:
             if self.status is not AgentStatus.STARTING:
                 self.set_status(AgentStatus.STARTING)
-            self.live = live = self._new_live()
-            self._main_task = asyncio.get_running_loop().create_task(self._main(live), name=f"escouade agent {self.name}")
+            live = Live(self, resume=self._resume_id, replay=self._replay,
+                        mode=self._initial_mode if self._initial_mode is not None else self.controls.mode)
+            self.live, self._initial_mode, self._resume_id, self._replay = live, None, None, ReplaySkip()
+            self._main_task = asyncio.get_running_loop().create_task(live.run(), name=f"escouade agent {self.name}")
         return self._main_task
-
-    def _new_live(self) -> Live:
-        acp_spec = self.harness.harness.acp
-        env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **self.extra_env})
-        if self.record and self.transcript is None:
-            self.transcript = Transcript.new(self.name, {
-                "agent": self.name, "harness": self.harness.id, "cwd": str(self.cwd), "argv": self.argv()},
-                on_error=self._transcript_failed)
-        desk = CardDesk(self)
-        workspace: Workspace
-        client = EscouadeClient(cwd=self.cwd, on_permission=desk.on_permission, on_update=self._fold,
-                                on_file_written=lambda path, old, new: workspace.file_written(path, old, new),
-                                fence=self.fence, terminal_env=env, on_elicitation=desk.on_elicitation,
-                                on_elicitation_complete=desk.on_elicitation_complete)
-        workspace = Workspace(self.conversation, self.cwd, name=self.name, fenced=self.private,
-                              terminals=client.terminals)
-        client.terminals.subscribe(workspace.terminal_event)
-        session = AgentSession(name=self.name, argv=self.argv(), cwd=self.cwd, env=env, client=client,
-                               fold=self._fold, withdrawn=desk.withdrawn, on_fatal=self._on_fatal,
-                               on_models=self.controls.set_models, start_timeout=self.start_timeout,
-                               on_exit=lambda info: self._ended(live),
-                               line_observers=[self.transcript.wire_line] if self.transcript is not None else ())
-        desk.session = session
-        live = Live(session, desk, workspace)
-        return live
-
-    async def _main(self, live: Live) -> None:
-        try:
-            async with live.session:
-                await self._handshake(live)
-                await live.session.exited.wait()
-        except OSError as exc:  # the program could not start
-            self._fail(f"could not start {' '.join(self.argv())}: {exc}")
-        except Exception as exc:  # a bug of ours: the agent ends, saying why
-            log.exception("agent %s failed", self.name)
-            self._fail(f"agent {self.name!r} failed: {exc}")
-        finally:
-            self._ended(live)  # a no-op when the process's end was handled already (on_exit)
-
-    async def _handshake(self, live: Live) -> None:
-        session = live.session
-        try:
-            await session.initialize(capabilities(self.uses_client_fs, terminal=True, questions=True))
-            self._check_version()
-            ours = (session.agent_capabilities.get("_meta") or {}).get("escouade") or {}
-            self.reads_refusal_messages = bool(ours.get("refusalMessage"))
-            await self._open(live)
-        except TimeoutError:
-            await self._abort(live, f"agent {self.name!r} did not answer initialize/session/new within "
-                                    f"{self.start_timeout:g} s")
-        except AuthRequired as exc:
-            self.auth_required = exc
-            self.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(exc))
-            self.set_status(AgentStatus.SIGN_IN)
-            self.wake_waiters()
-        except AgentError as exc:
-            await self._abort(live, str(exc))
-        except acp.RequestError as exc:
-            await self._abort(live, f"agent {self.name!r} refused to start a session: {exc} ({exc.code})")
-        except ConnectionError:
-            pass  # the process ended; _ended tells why
-        except Exception as exc:  # a malformed answer (e.g. a protocolVersion that is not an integer)
-            await self._abort(live, session.protocol_error() or f"agent {self.name!r} gave an answer this client "
-                                                               f"cannot read: {str(exc).splitlines()[0]}")
-        else:
-            await self._session_ready(live)
-
-    def _check_version(self) -> None:
-        """Warn when the version the agent gives in ``initialize`` (``agentInfo``) is
-        outside the manifest's ``tested`` range (for agents without a version flag)."""
-        version = (self.agent_info or {}).get("version")
-        tested = self.harness.harness.tested
-        if not version or tested is None or self.version_checked:
-            return
-        self.version_checked = True
-        status = version_status(version, tested)
-        if status in ("older", "newer"):
-            self.conversation.add_notice(
-                f"{self.harness.harness.display_name} {version} is {status} than the versions tested with this "
-                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
-
-    async def _open(self, live: Live) -> None:
-        """``session/new``, or ``session/load`` when resuming an agent that supports it."""
-        session, resume = live.session, self._resume_id
-
-        def before_load() -> None:
-            self.conversation.new_session()  # the replay folds afresh (what the transcript has is skipped)
-            self._replay.active = True
-
-        try:
-            answer = await session.open(resume=resume, before_load=before_load)
-        finally:
-            self._replay.done()
-        if session.loaded:
-            self.conversation.add_notice(f"Reattached to session {session.session_id} (session/load).")
-        else:
-            if resume:
-                self.conversation.add_notice(
-                    "This agent cannot reload a session (no loadSession): a new session was started; "
-                    "the conversation above is the old one's transcript.", level="warning")
-            self.conversation.new_session()
-        self._resume_id = None
-        self.conversation.set_session_state(
-            modes=answer.modes.model_dump(mode="json", by_alias=True, exclude_none=True) if answer.modes else None,
-            config_options=[o.model_dump(mode="json", by_alias=True, exclude_none=True)
-                            for o in (answer.config_options or [])] or None)
-        session.opened()
-
-    async def _session_ready(self, live: Live) -> None:
-        if self.transcript is not None:
-            self.transcript.event("session", session_id=live.session.session_id)
-        self.auth_required = None
-        live.ready.set()
-        self.set_status(AgentStatus.IDLE)
-        self.wake_waiters()
-        wanted = self._initial_mode if self._initial_mode is not None else self.controls.mode
-        self._initial_mode = None
-        self.controls.mode = "default"  # the new session starts in its default; say so until it takes ours
-        if wanted not in (None, "default"):
-            await self.controls.set_escouade_mode(wanted)
 
     async def authenticate(self, method_id: str) -> Agent:
         """Sign in with one of the agent's ``authMethods`` (agent type: ACP
@@ -383,24 +246,7 @@ class Agent:
             env = " ".join(f"{k}={v}" for k, v in (method.get("env") or {}).items())
             self.conversation.add_notice(f"Sign in from a terminal, then restart this agent: {env} {command}".strip())
             return self
-        live = self.live
-        try:
-            await live.session.authenticate(method_id)
-            if live.session.session_id is None:
-                await self._open(live)
-        except AuthRequired as exc:
-            self.conversation.add_notice("Still not signed in", level="error", detail=str(exc))
-            raise
-        except acp.RequestError as exc:
-            offered = ", ".join(f"{m.get('id')} ({m.get('name')})" for m in self.auth_methods)
-            error = AgentError(f"sign-in with {method_id!r} failed: {exc}; sign-in methods: {offered}")
-            self.conversation.add_notice("Sign-in failed", level="error", detail=str(error))
-            raise error from None
-        if live.ready.is_set():  # signed in again during a session (a prompt got -32000): it goes on
-            self.auth_required = None
-            self.set_status(AgentStatus.IDLE)
-            return self
-        await self._session_ready(live)
+        await self.live.authenticate(method_id)
         return self
 
     async def ready(self) -> Agent:
@@ -422,55 +268,11 @@ class Agent:
         await self.ready()
         return self.live.session
 
-    # -- incoming -----------------------------------------------------------------------------------
-    def _fold(self, update: Any) -> None:
-        if self._replay.skip(update):  # already in the conversation, rebuilt from the transcript
-            return
-        update = adapt(self.harness.short_id, self.conversation, update)
-        if update is not None:
-            self.conversation.apply(update if isinstance(update, dict) else {"value": update})
-
-    def _on_fatal(self, message: str) -> None:
-        self.conversation.add_notice(f"Transport error: {message.removeprefix('transport error: ')}; the agent was "
-                                     f"stopped (restart it to go on).", level="error")
-
-    def _transcript_failed(self, exc: OSError) -> None:
+    def transcript_failed(self, exc: OSError) -> None:
+        """The transcript could not be written: the conversation warns (the transcript
+        itself tells once)."""
         self.conversation.add_notice(f"The transcript could not be written ({exc.strerror or exc}); the session goes "
                                      f"on, but it will not be resumable after a kernel restart.", level="warning")
-
-    def _fail(self, error: str) -> None:
-        self.error = error
-        self.conversation.add_notice(f"Could not start: {error}", level="error")
-        self.set_status(AgentStatus.FAILED)
-        self.wake_waiters()
-
-    async def _abort(self, live: Live, error: str) -> None:
-        self._fail(error)
-        await live.session.close()
-
-    def _ended(self, live: Live) -> None:
-        """The process of ``live`` ended (or never started): cards answered, tool calls
-        closed, the running turn failed, the status says how."""
-        if live.ended:
-            return
-        live.ended = True
-        session = live.session
-        info = session.exit or ExitInfo(None, session.stderr.tail(), session.closing)
-        if session.process is not None and self.transcript is not None:
-            self.transcript.event("exit", code=info.code, stderr_tail=info.stderr_tail, expected=info.expected)
-        if not info.expected and self.status is not AgentStatus.FAILED:
-            self.error = session.fatal or str(AgentExited(self.name, info.code, info.stderr_tail))
-            self.conversation.add_notice(f"Agent exited with code {info.code}", level="error", detail=info.stderr_tail)
-        live.desk.close("agent exited" if not info.expected else "agent closed")
-        self.conversation.cancel_unfinished()
-        self.conversation.close_messages()
-        if self.live is live and self.status is not AgentStatus.FAILED and not self._restarting:
-            self.set_status(AgentStatus.CLOSED if info.expected else AgentStatus.EXITED)
-        turn = self.turns.current
-        if turn is not None:
-            turn._finish(error=AgentError(f"agent {self.name!r} was stopped: {session.fatal}") if session.fatal
-                         else AgentExited(self.name, info.code, info.stderr_tail, during="the turn"))
-        self.wake_waiters()
 
     # -- turns ---------------------------------------------------------------------------------------
     def send(self, prompt: str | Sequence[Any], *, attach: Sequence[str | Path] = ()) -> Turn:
@@ -595,9 +397,9 @@ class Agent:
         return resumed(cls, transcript_path, harness, program=program, **kwargs)
 
     def _resume_from(self, path: Path, session_id: str | None, replay: ReplaySkip) -> None:
-        self._resume_id = session_id
+        self._resume_id = session_id  # the next Live reloads it
         self._replay = replay
-        self.transcript = Transcript(path, on_error=self._transcript_failed)
+        self.transcript = Transcript(path, on_error=self.transcript_failed)
         self.transcript.event("resume")
 
     async def _close_session(self) -> None:

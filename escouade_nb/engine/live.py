@@ -1,0 +1,244 @@
+"""One process of an agent, from spawn to end: :class:`Live`.
+
+A ``Live`` bundles what exists for one process — the
+:class:`~..wire.session.AgentSession`, its cards (:class:`~.cards.CardDesk`), its files
+and terminals (:class:`~.workspace.Workspace`), the per-session flags — and runs it:
+``initialize``, ``session/new`` or ``session/load``, the sign-in, the mode to set, then
+the end (cards answered, tool calls closed, the running turn failed, the status saying
+how). ``Agent.restart()`` makes a new ``Live``: nothing of a dead process survives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import acp
+
+from ..core.adapters import adapt
+from ..core.status import AgentStatus
+from ..manifest import version_status
+from ..wire.client import EscouadeClient, capabilities
+from ..wire.errors import AgentError, AgentExited, AuthRequired
+from ..wire.process import agent_environment
+from ..wire.session import AgentSession, ExitInfo
+from ..wire.transcript import Transcript
+from .cards import CardDesk
+from .resume import ReplaySkip
+from .workspace import Workspace
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+log = logging.getLogger(__name__)
+
+
+class Live:
+    """One process of ``agent``. ``resume``: the session id to reload (``session/load``)
+    with ``replay`` the updates it will replay that the conversation already has;
+    ``mode``: the Escouade mode to set once the session exists."""
+
+    def __init__(self, agent: Agent, *, resume: str | None = None, replay: ReplaySkip | None = None,
+                 mode: str | None = None) -> None:
+        self.agent = agent
+        self.resume = resume
+        self.replay = replay or ReplaySkip()
+        self.mode = mode
+        self.ready = asyncio.Event()
+        self.told_about_questions = False  # the questionsInText preamble, once per session
+        self.cancel_sent = False  # one session/cancel per Stop
+        self.ended = False
+        acp_spec = agent.harness.harness.acp
+        env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})
+        if agent.record and agent.transcript is None:
+            agent.transcript = Transcript.new(agent.name, {
+                "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv()},
+                on_error=agent.transcript_failed)
+        self.desk = CardDesk(agent)
+        client = EscouadeClient(cwd=agent.cwd, on_permission=self.desk.on_permission, on_update=self._fold,
+                                on_file_written=lambda path, old, new: self.workspace.file_written(path, old, new),
+                                fence=agent.fence, terminal_env=env, on_elicitation=self.desk.on_elicitation,
+                                on_elicitation_complete=self.desk.on_elicitation_complete)
+        self.workspace = Workspace(agent.conversation, agent.cwd, name=agent.name, fenced=agent.private,
+                                   terminals=client.terminals)
+        client.terminals.subscribe(self.workspace.terminal_event)
+        transcript = agent.transcript
+        self.session = AgentSession(
+            name=agent.name, argv=agent.argv(), cwd=agent.cwd, env=env, client=client, fold=self._fold,
+            withdrawn=self.desk.withdrawn, on_fatal=self._on_fatal, on_models=agent.controls.set_models,
+            on_exit=lambda info: self.end(), start_timeout=agent.start_timeout,
+            line_observers=[transcript.wire_line] if transcript is not None else ())
+        self.desk.session = self.session
+
+    @property
+    def current(self) -> bool:
+        return self.agent.live is self
+
+    # -- running -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Spawn, open the session, wait for the process's end (the agent's main task)."""
+        try:
+            async with self.session:
+                await self._handshake()
+                await self.session.exited.wait()
+        except OSError as exc:  # the program could not start
+            self._fail(f"could not start {' '.join(self.agent.argv())}: {exc}")
+        except Exception as exc:  # a bug of ours: the agent ends, saying why
+            log.exception("agent %s failed", self.agent.name)
+            self._fail(f"agent {self.agent.name!r} failed: {exc}")
+        finally:
+            self.end()  # a no-op when the process's end was handled already (on_exit)
+
+    async def _handshake(self) -> None:
+        agent, session = self.agent, self.session
+        try:
+            await session.initialize(capabilities(agent.uses_client_fs, terminal=True, questions=True))
+            self._check_version()
+            ours = (session.agent_capabilities.get("_meta") or {}).get("escouade") or {}
+            agent.reads_refusal_messages = bool(ours.get("refusalMessage"))
+            await self.open()
+        except TimeoutError:
+            await self._abort(f"agent {agent.name!r} did not answer initialize/session/new within "
+                              f"{agent.start_timeout:g} s")
+        except AuthRequired as exc:
+            agent.auth_required = exc
+            agent.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(exc))
+            agent.set_status(AgentStatus.SIGN_IN)
+            agent.wake_waiters()
+        except AgentError as exc:
+            await self._abort(str(exc))
+        except acp.RequestError as exc:
+            await self._abort(f"agent {agent.name!r} refused to start a session: {exc} ({exc.code})")
+        except ConnectionError:
+            pass  # the process ended; end() tells why
+        except Exception as exc:  # a malformed answer (e.g. a protocolVersion that is not an integer)
+            await self._abort(session.protocol_error() or f"agent {agent.name!r} gave an answer this client "
+                                                          f"cannot read: {str(exc).splitlines()[0]}")
+        else:
+            await self.session_ready()
+
+    def _check_version(self) -> None:
+        """Warn when the version the agent gives in ``initialize`` (``agentInfo``) is
+        outside the manifest's ``tested`` range (for agents without a version flag)."""
+        agent = self.agent
+        version = (self.session.agent_info or {}).get("version")
+        tested = agent.harness.harness.tested
+        if not version or tested is None or agent.version_checked:
+            return
+        agent.version_checked = True
+        status = version_status(version, tested)
+        if status in ("older", "newer"):
+            agent.conversation.add_notice(
+                f"{agent.harness.harness.display_name} {version} is {status} than the versions tested with this "
+                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
+
+    async def open(self) -> None:
+        """``session/new``, or ``session/load`` when resuming an agent that supports it."""
+        conversation, session, resume = self.agent.conversation, self.session, self.resume
+
+        def before_load() -> None:
+            conversation.new_session()  # the replay folds afresh (what the transcript has is skipped)
+            self.replay.active = True
+
+        try:
+            answer = await session.open(resume=resume, before_load=before_load)
+        finally:
+            self.replay.done()
+        if session.loaded:
+            conversation.add_notice(f"Reattached to session {session.session_id} (session/load).")
+        else:
+            if resume:
+                conversation.add_notice(
+                    "This agent cannot reload a session (no loadSession): a new session was started; "
+                    "the conversation above is the old one's transcript.", level="warning")
+            conversation.new_session()
+        self.resume = None
+        conversation.set_session_state(
+            modes=answer.modes.model_dump(mode="json", by_alias=True, exclude_none=True) if answer.modes else None,
+            config_options=[o.model_dump(mode="json", by_alias=True, exclude_none=True)
+                            for o in (answer.config_options or [])] or None)
+        session.opened()
+
+    async def session_ready(self) -> None:
+        agent = self.agent
+        if agent.transcript is not None:
+            agent.transcript.event("session", session_id=self.session.session_id)
+        agent.auth_required = None
+        self.ready.set()
+        agent.set_status(AgentStatus.IDLE)
+        agent.wake_waiters()
+        agent.controls.mode = "default"  # a new session starts in its default; say so until it takes ours
+        if self.mode not in (None, "default"):
+            await agent.controls.set_escouade_mode(self.mode)
+
+    async def authenticate(self, method_id: str) -> None:
+        """ACP ``authenticate``, then the session (see :meth:`Agent.authenticate`)."""
+        agent = self.agent
+        try:
+            await self.session.authenticate(method_id)
+            if self.session.session_id is None:
+                await self.open()
+        except AuthRequired as exc:
+            agent.conversation.add_notice("Still not signed in", level="error", detail=str(exc))
+            raise
+        except acp.RequestError as exc:
+            offered = ", ".join(f"{m.get('id')} ({m.get('name')})" for m in agent.auth_methods)
+            error = AgentError(f"sign-in with {method_id!r} failed: {exc}; sign-in methods: {offered}")
+            agent.conversation.add_notice("Sign-in failed", level="error", detail=str(error))
+            raise error from None
+        if self.ready.is_set():  # signed in again during a session (a prompt got -32000): it goes on
+            agent.auth_required = None
+            agent.set_status(AgentStatus.IDLE)
+            return
+        await self.session_ready()
+
+    # -- incoming -------------------------------------------------------------------------------
+    def _fold(self, update: Any) -> None:
+        if self.replay.skip(update):  # already in the conversation, rebuilt from the transcript
+            return
+        conversation = self.agent.conversation
+        update = adapt(self.agent.harness.short_id, conversation, update)
+        if update is not None:
+            conversation.apply(update if isinstance(update, dict) else {"value": update})
+
+    def _on_fatal(self, message: str) -> None:
+        self.agent.conversation.add_notice(f"Transport error: {message.removeprefix('transport error: ')}; the "
+                                           f"agent was stopped (restart it to go on).", level="error")
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _fail(self, error: str) -> None:
+        agent = self.agent
+        agent.error = error
+        agent.conversation.add_notice(f"Could not start: {error}", level="error")
+        agent.set_status(AgentStatus.FAILED)
+        agent.wake_waiters()
+
+    async def _abort(self, error: str) -> None:
+        self._fail(error)
+        await self.session.close()
+
+    def end(self) -> None:
+        """The process ended (or never started): cards answered, tool calls closed, the
+        running turn failed, the status says how. Once."""
+        if self.ended:
+            return
+        self.ended = True
+        agent, session = self.agent, self.session
+        info = session.exit or ExitInfo(None, session.stderr.tail(), session.closing)
+        if session.process is not None and agent.transcript is not None:
+            agent.transcript.event("exit", code=info.code, stderr_tail=info.stderr_tail, expected=info.expected)
+        if not info.expected and agent.status is not AgentStatus.FAILED:
+            agent.error = session.fatal or str(AgentExited(agent.name, info.code, info.stderr_tail))
+            agent.conversation.add_notice(f"Agent exited with code {info.code}", level="error",
+                                          detail=info.stderr_tail)
+        self.desk.close("agent exited" if not info.expected else "agent closed")
+        agent.conversation.cancel_unfinished()
+        agent.conversation.close_messages()
+        if self.current and agent.status is not AgentStatus.FAILED and not agent.restarting:
+            agent.set_status(AgentStatus.CLOSED if info.expected else AgentStatus.EXITED)
+        turn = agent.turns.current
+        if turn is not None:
+            turn._finish(error=AgentError(f"agent {agent.name!r} was stopped: {session.fatal}") if session.fatal
+                         else AgentExited(agent.name, info.code, info.stderr_tail, during="the turn"))
+        agent.wake_waiters()

@@ -1,35 +1,45 @@
-"""The live view of one agent (header, transcript, prompt box) and of one turn."""
+"""The live view of one agent (header, transcript, prompt box) and of one turn.
+
+The module's registries hold no view alive: ``_throttles`` maps an agent (weakly) to
+its throttle, which holds a view only while one of its redraws is pending (a closed view
+drops its own); ``_views`` maps an agent (weakly) to a weak set of its open views (a
+view leaves it when closed); the tasks clicks start belong to :data:`.views.clicks`.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import weakref
 from collections.abc import Callable
 
 import ipywidgets as w
 
-from ..engine.agent import Agent, AuthRequired, Turn
 from ..core.conversation import Item, Permission
+from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, AgentStatus
+from ..engine.agent import Agent, AuthRequired, Turn
 from .render import esc
-from .views import FullText, PermissionView, Throttle, TranscriptView, on_loop
+from .views import FullText, PermissionView, Releasing, Throttle, TranscriptView, clicks, close_tree, on_loop
 
 _serials = itertools.count()
 
-STATUS_TEXT = {
-    "starting": "starting…", "idle": "idle", "working": "working…", "waiting": "waiting for you",
-    "exited": "exited", "closed": "closed", "failed": "failed to start", "sign-in": "sign in needed",
-    "resumable": "resumable", "harness missing": "Harness missing",
-}
-STATUS_COLOR = {"waiting": "#bf8700", "exited": "#cf222e", "failed": "#cf222e", "working": "#1f6feb"}
+STATUS_TEXT = {s.value: s.text for s in AgentStatus}
+"""The words shown for each status (from :attr:`AgentStatus.text`)."""
+STATUS_COLOR = {AgentStatus.WAITING: "#bf8700", AgentStatus.EXITED: "#cf222e", AgentStatus.FAILED: "#cf222e",
+                AgentStatus.WORKING: "#1f6feb"}
+
+
+def status_text(status: str) -> str:
+    """The words shown for ``status`` (the status itself if unknown)."""
+    return STATUS_TEXT.get(status, str(status))
+
 
 _throttles: weakref.WeakKeyDictionary[Agent, Throttle] = weakref.WeakKeyDictionary()
 _views: weakref.WeakKeyDictionary[Agent, weakref.WeakSet] = weakref.WeakKeyDictionary()
 
 
 def views_of(agent: Agent) -> list[AgentView]:
-    """The live :class:`AgentView` s shown for ``agent`` (oldest first)."""
-    return sorted(_views.get(agent, ()), key=lambda v: v._serial)
+    """The open :class:`AgentView` s shown for ``agent`` (oldest first)."""
+    return sorted((v for v in _views.get(agent, ()) if not v.closed), key=lambda v: v._serial)
 
 
 def throttle_for(agent: Agent) -> Throttle:
@@ -76,16 +86,12 @@ class CardHandlers:
 
 
 def _run(coro) -> None:
-    """Run a coroutine from a widget callback on the running loop, keeping a reference."""
-    task = asyncio.get_running_loop().create_task(coro)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
+    """Run a coroutine from a widget callback on the running loop; its owner is
+    :data:`.views.clicks` (an operation of the agent, not cancelled with the view)."""
+    clicks.start(coro)
 
 
-_tasks: set = set()
-
-
-class ControlsView(w.HBox):
+class ControlsView(Releasing, w.HBox):
     """The agent's dials: Escouade's mode, the agent's own mode, its config options
     (select, grouped select, boolean) and the model. Changing one calls the agent at
     once; the agent's own updates move them. A dial whose choices did not change is
@@ -99,9 +105,13 @@ class ControlsView(w.HBox):
         self.controls: dict[str, w.Widget] = {}
         self._shapes: dict[str, tuple] = {}
         self._syncing = False
-        agent.conversation.subscribe(self._on_changes)
-        agent.on_status.subscribe(lambda _a: self.throttle.request(self.rebuild))
+        self.hold(agent.conversation.subscribe(self._on_changes))
+        self.hold(agent.on_status.subscribe(self._on_status))
+        self.redraws_on(throttle, self.rebuild)
         self.rebuild()
+
+    def _on_status(self, _agent: Agent) -> None:
+        self.throttle.request(self.rebuild)
 
     def _on_changes(self, changes) -> None:
         if any(c.kind == "state" and c.name in ("mode", "config_options", "models") for c in changes):
@@ -135,8 +145,10 @@ class ControlsView(w.HBox):
         return out
 
     def rebuild(self) -> None:
+        if self.closed:
+            return
         wanted = self._wanted()
-        disabled = self.agent.status in ("exited", "closed", "failed", "starting", "harness missing")
+        disabled = self.agent.status in CONTROLS_OFF
         controls: dict[str, w.Widget] = {}
         self._syncing = True
         try:
@@ -145,7 +157,7 @@ class ControlsView(w.HBox):
                 widget = self.controls.get(key)
                 if widget is None or self._shapes.get(key) != shape:
                     if widget is not None:
-                        widget.close()
+                        close_tree(widget)
                     widget = self._make(key, kind, label, options)
                     self._shapes[key] = shape
                 if kind == "select":
@@ -156,7 +168,7 @@ class ControlsView(w.HBox):
                 controls[key] = widget
             for key, widget in self.controls.items():
                 if key not in controls:
-                    widget.close()
+                    close_tree(widget)
                     self._shapes.pop(key, None)
         finally:
             self._syncing = False
@@ -202,15 +214,16 @@ def _chooser(agent: Agent) -> Callable[[Permission], Callable[[str], None]]:
 
 
 def status_line(agent: Agent) -> str:
-    status = STATUS_TEXT.get(agent.status, agent.status)
-    if agent.status == "exited" and agent.exit is not None:
+    status = status_text(agent.status)
+    if agent.status == AgentStatus.EXITED and agent.exit is not None:
         status += f" (code {agent.exit.code})"
     where = f" · via {' '.join(agent.via)}" if agent.via else ""
     return f"{agent.name} · {agent.harness.harness.display_name}{where} · {status}"
 
 
-class AgentView(FullText, w.VBox):
-    """Header (name, harness, status, Stop), the transcript, a prompt box with Send."""
+class AgentView(FullText, Releasing, w.VBox):
+    """Header (name, harness, status, Stop), the transcript, a prompt box with Send.
+    ``close()`` lets go of the agent: its subscriptions, its redraws, every widget."""
 
     def __init__(self, agent: Agent) -> None:
         super().__init__(layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
@@ -244,10 +257,16 @@ class AgentView(FullText, w.VBox):
         self.children = [w.HBox([self.header, w.HBox([self.stop_button, self.restart_button])],
                                 layout=w.Layout(justify_content="space-between")),
                          self.controls, self.sign_in, self.transcript, w.HBox([self.prompt, self.send_button])]
-        agent.on_status.subscribe(self._on_status)
+        self.hold(agent.on_status.subscribe(self._on_status))
+        self.redraws_on(self.throttle, self._draw_header)
         self._serial = next(_serials)
         _views.setdefault(agent, weakref.WeakSet()).add(self)
         self._draw_header()
+
+    def release(self) -> None:
+        views = _views.get(self.agent)
+        if views is not None:
+            views.discard(self)
 
     def card_view(self, card) -> PermissionView:
         """The view of a :class:`~escouade_nb.agent.PermissionCard` (or Permission) in
@@ -264,27 +283,27 @@ class AgentView(FullText, w.VBox):
 
     def _keep_refused(self, turn: Turn, text: str) -> None:
         """A prompt the agent would not take until you sign in goes back in the input."""
-        if isinstance(turn.error, AuthRequired) and not self.prompt.value:
+        if isinstance(turn.error, AuthRequired) and not self.closed and not self.prompt.value:
             self.prompt.value = text
 
     def _on_status(self, agent: Agent) -> None:
         self.throttle.request(self._draw_header)
 
     def _draw_header(self) -> None:
+        if self.closed:
+            return
         a = self.agent
         color = STATUS_COLOR.get(a.status, "#57606a")
         where = f" · via {' '.join(a.via)}" if a.via else ""
         self.header.value = (f'<b>{esc(a.name)}</b> <span style="color:#57606a">· '
                              f'{esc(a.harness.harness.display_name)} · {esc(str(a.cwd))}{esc(where)}</span> '
-                             f'<span style="color:{color};font-weight:600">{esc(STATUS_TEXT.get(a.status, a.status))}'
+                             f'<span style="color:{color};font-weight:600">{esc(status_text(a.status))}'
                              f'</span>')
-        running = a.status in ("working", "waiting")
-        self.stop_button.disabled = not running
-        self.send_button.disabled = a.status in ("exited", "closed", "failed", "harness missing")
-        self.restart_button.disabled = a.status in ("starting", "harness missing")
-        self.restart_button.layout.display = "" if a.status in ("exited", "closed", "failed", "working", "waiting",
-                                                                "sign-in", "resumable", "idle") else "none"
-        if a.status == "sign-in" and not self.sign_in.children:
+        self.stop_button.disabled = a.status not in BUSY
+        self.send_button.disabled = a.status not in CAN_SEND
+        self.restart_button.disabled = a.status not in CAN_RESTART
+        self.restart_button.layout.display = "" if a.status in CAN_RESTART else "none"
+        if a.status == AgentStatus.SIGN_IN and not self.sign_in.children:
             buttons = []
             for method in a.auth_methods:
                 b = w.Button(description=f"Sign in: {method.get('name') or method.get('id')}",
@@ -292,29 +311,43 @@ class AgentView(FullText, w.VBox):
                 b.on_click(on_loop(lambda _b, mid=method.get("id"): _run(a.authenticate(mid))))
                 buttons.append(b)
             self.sign_in.children = buttons
-        elif a.status != "sign-in" and self.sign_in.children:
-            for b in self.sign_in.children:
-                b.close()
-            self.sign_in.children = ()
+        elif a.status != AgentStatus.SIGN_IN and self.sign_in.children:
+            old, self.sign_in.children = self.sign_in.children, ()
+            for b in old:
+                close_tree(b)
 
     def __repr__(self) -> str:
         body = repr(self.transcript)
         return status_line(self.agent) + ("\n" + body if body else "")
 
 
-class TurnView(FullText, w.VBox):
-    """The items of one turn (its prompt, replies, tool calls, cards), live."""
+class TurnView(FullText, Releasing, w.VBox):
+    """The items of one turn (its prompt, replies, tool calls, cards), live.
 
-    def __init__(self, turn: Turn) -> None:
+    ``cell``: the id of the notebook cell that shows it (:func:`current_cell`); a new
+    TurnView of the same cell (the cell was run again, its old output is gone) closes
+    this one, so a re-run ``%%escouade`` cell does not leave a view listening forever."""
+
+    def __init__(self, turn: Turn, *, cell: str | None = None) -> None:
         super().__init__()
         self.add_class("escouade-turn")
         self.turn = turn
+        self.cell = cell
         agent = turn.agent
         self.transcript = TranscriptView(agent.conversation, throttle_for(agent),
                                          speaker=agent.harness.harness.speaker or agent.name,
                                          accept=self._accept, on_choose_factory=_chooser(agent),
                                          items=list(turn.items), handlers=CardHandlers(agent))
         self.children = [self.transcript]
+        if cell is not None:
+            previous = _by_cell.get(cell)
+            _by_cell[cell] = self
+            if previous is not None and previous is not self:
+                previous.close()
+
+    def release(self) -> None:
+        if self.cell is not None and _by_cell.get(self.cell) is self:
+            del _by_cell[self.cell]
 
     def _accept(self, item: Item) -> bool:
         return any(i is item for i in reversed(self.turn.items))
@@ -322,3 +355,20 @@ class TurnView(FullText, w.VBox):
     def __repr__(self) -> str:
         return f"{self.turn.agent.name}: turn {self.turn.status}" + (
             "\n" + repr(self.transcript) if self.transcript.items else "")
+
+
+_by_cell: weakref.WeakValueDictionary[str, TurnView] = weakref.WeakValueDictionary()
+"""cell id -> the open TurnView that cell shows."""
+
+
+def current_cell() -> str | None:
+    """The id of the notebook cell being run (JupyterLab and Notebook 7 send it in the
+    request's metadata), or None (a script, a frontend that does not say)."""
+    try:
+        from IPython import get_ipython
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+    except Exception:
+        return None
+    cell = ((parent or {}).get("metadata") or {}).get("cellId")
+    return cell if isinstance(cell, str) and cell else None

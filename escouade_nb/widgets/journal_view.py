@@ -11,7 +11,7 @@ import ipywidgets as w
 
 from ..permissions.journal import Entry, Journal
 from .render import esc
-from .views import FullText, Throttle, on_loop
+from .views import FullText, Releasing, Throttle, on_loop
 
 KINDS = ["Decision", "Start", "Crash", "Error", "Output", "Stop"]
 ALL = "All"
@@ -19,10 +19,11 @@ MAX_SHOWN = 500
 _COLOURS = {"allowed": "#1a7f37", "refused": "#cf222e", "did not decide": "#9a6700"}
 
 
-class JournalView(FullText, w.VBox):
+class JournalView(FullText, Releasing, w.VBox):
     """``JournalView(journal, plugin=None, kind="Decision", text="", since=None, names=None)``:
     ``plugin`` an id (None: all plugins); ``since`` hides older entries; ``names`` maps
-    plugin ids to the names shown in the menu."""
+    plugin ids to the names shown in the menu. ``close()`` stops listening to the journal
+    and closes the menus and the filter."""
 
     def __init__(self, journal: Journal, plugin: str | None = None, kind: str | None = "Decision",
                  text: str = "", since: datetime | None = None, names: dict[str, str] | None = None) -> None:
@@ -43,7 +44,8 @@ class JournalView(FullText, w.VBox):
         self._throttle = Throttle()
         for control in (self.plugin_menu, self.kind_menu, self.filter):
             control.observe(on_loop(lambda _change: self._throttle.request(self.redraw)), names="value")
-        self._unsubscribe = journal.subscribe(self._on_entry)
+        self.hold(journal.subscribe(self._on_entry))
+        self.redraws_on(self._throttle, self.redraw)
         self.children = [w.HBox([self.plugin_menu, self.kind_menu, self.filter]), self.body, self.count]
         self.redraw()
 
@@ -59,12 +61,16 @@ class JournalView(FullText, w.VBox):
         return self.journal.entries(self.plugin, self.kind, self.filter.value.strip() or None, self.since)
 
     def _on_entry(self, entry: Entry) -> None:
+        if self.closed:
+            return
         if entry.plugin not in [v for _, v in self.plugin_menu.options]:
             self.plugin_menu.options = [*self.plugin_menu.options, (self.names.get(entry.plugin, entry.plugin),
                                                                     entry.plugin)]
         self._throttle.request(self.redraw)
 
     def redraw(self) -> None:
+        if self.closed:
+            return
         entries = self.entries()
         shown = entries[-MAX_SHOWN:]
         rows = []
@@ -84,11 +90,6 @@ class JournalView(FullText, w.VBox):
             line = e.text()
             lines.append(line if self.plugin else f"{line}  [{self.names.get(e.plugin, e.plugin)}]")
         return "\n".join(lines)
-
-    def close(self) -> None:
-        self._unsubscribe()
-        super().close()
-
 
     def __repr__(self) -> str:
         who = self.names.get(self.plugin, self.plugin) if self.plugin else "all plugins"

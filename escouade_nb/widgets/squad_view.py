@@ -6,11 +6,12 @@ import time
 
 import ipywidgets as w
 
+from ..core.observers import Subscription
 from ..engine.agent import Agent
 from ..engine.squad import Squad
-from .agent_view import STATUS_COLOR, STATUS_TEXT, AgentView, _run
+from .agent_view import STATUS_COLOR, AgentView, _run, status_text
 from .render import esc
-from .views import FullText, Throttle, on_loop
+from .views import FullText, Releasing, Throttle, close_tree, on_loop
 
 COLUMNS = ("agent", "harness", "folder", "mode", "status", "last activity", "tokens", "cost", "cards")
 
@@ -33,7 +34,7 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
         "harness": agent.harness.short_id,
         "folder": str(agent.cwd) + (f" via {agent.via}" if getattr(agent, "via", None) else ""),
         "mode": mode,
-        "status": STATUS_TEXT.get(agent.status, agent.status),
+        "status": status_text(agent.status),
         "last activity": _ago(agent.last_activity, now),
         "tokens": f"{usage.get('used')}/{usage.get('size')}" if usage.get("used") is not None else "—",
         "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else "—",
@@ -41,10 +42,13 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
     }
 
 
-class SquadView(FullText, w.VBox):
+class SquadView(FullText, Releasing, w.VBox):
     """A table of the squad's agents — name, harness, folder, mode, status, last
     activity, tokens and cost when reported, pending cards — with Open, Stop and Restart
-    buttons per agent. Redrawn at most ``RENDERS_PER_SECOND`` times a second."""
+    buttons per agent. Redrawn at most ``RENDERS_PER_SECOND`` times a second.
+
+    It listens to each agent it shows and lets go of an agent that left the squad;
+    ``close()`` lets go of all of them and closes the agent view it opened."""
 
     def __init__(self, squad: Squad) -> None:
         super().__init__(layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
@@ -53,18 +57,30 @@ class SquadView(FullText, w.VBox):
         self.throttle = Throttle()
         self.table = w.VBox()
         self.opened = w.Output()
-        self._watched: set[int] = set()
-        self._rows: dict[str, tuple[w.HTML, w.HBox]] = {}
+        self.opened_view: AgentView | None = None
+        self._watched: dict[Agent, tuple[Subscription, Subscription]] = {}
+        self._rows: dict[Agent, tuple[w.HTML, w.HBox]] = {}
         self._header = w.HTML()
         self.children = [w.HTML("<b>Squad</b>"), self.table, self.opened]
+        self.redraws_on(self.throttle, self.refresh)
         self.refresh()
 
+    def _changed(self, *_args) -> None:
+        self.throttle.request(self.refresh)
+
     def _watch(self, agent: Agent) -> None:
-        if id(agent) in self._watched:
-            return
-        self._watched.add(id(agent))
-        agent.on_status.subscribe(lambda _a: self.throttle.request(self.refresh))
-        agent.conversation.subscribe(lambda _c: self.throttle.request(self.refresh))
+        if agent not in self._watched:
+            self._watched[agent] = (agent.on_status.subscribe(self._changed),
+                                    agent.conversation.subscribe(self._changed))
+
+    def _forget(self, agents: list[Agent]) -> list[w.HBox]:
+        """Let go of the agents no longer in the squad: their subscriptions now; their
+        rows are returned, to close once out of the table."""
+        keep = {id(a) for a in agents}
+        for agent in [a for a in self._watched if id(a) not in keep]:
+            for sub in self._watched.pop(agent):
+                sub.close()
+        return [self._rows.pop(a)[1] for a in [a for a in self._rows if id(a) not in keep]]
 
     def _buttons(self, agent: Agent) -> w.HBox:
         open_b = w.Button(description="Open", layout=w.Layout(width="auto"), tooltip=f"Show {agent.name}'s view")
@@ -72,10 +88,15 @@ class SquadView(FullText, w.VBox):
         restart_b = w.Button(description="Restart", layout=w.Layout(width="auto"), tooltip=f"Restart {agent.name}")
 
         def open_view(_b) -> None:
+            if self.closed:
+                return
             self.opened.clear_output()
+            if self.opened_view is not None:
+                self.opened_view.close()
+            self.opened_view = view = AgentView(agent)
             with self.opened:
                 from IPython.display import display
-                display(AgentView(agent))
+                display(view)
 
         open_b.on_click(on_loop(open_view))
         stop_b.on_click(on_loop(lambda _b: _run(agent.close())))
@@ -83,20 +104,24 @@ class SquadView(FullText, w.VBox):
         return w.HBox([open_b, stop_b, restart_b])
 
     def refresh(self) -> None:
+        if self.closed:
+            return
         now = time.time()
         head = "".join(f"<th style='text-align:left;padding:0 8px'>{c}</th>" for c in COLUMNS)
         rows = []
-        for agent in list(self.squad.agents.values()):
+        agents = list(self.squad.agents.values())
+        gone = self._forget(agents)
+        for agent in agents:
             self._watch(agent)
             row = agent_row(agent, now)
             color = STATUS_COLOR.get(agent.status, "#57606a")
             cells = "".join(
                 f"<td style='padding:0 8px;{'color:' + color + ';font-weight:600' if c == 'status' else ''}'>"
                 f"{esc(row[c])}</td>" for c in COLUMNS)
-            if agent.name not in self._rows:
+            if agent not in self._rows:  # by agent, not name: a new agent of the same name gets its own buttons
                 html = w.HTML()
-                self._rows[agent.name] = (html, w.HBox([html, self._buttons(agent)]))
-            html, box = self._rows[agent.name]
+                self._rows[agent] = (html, w.HBox([html, self._buttons(agent)]))
+            html, box = self._rows[agent]
             value = f"<table class='escouade-squad-row'><tr>{cells}</tr></table>"
             if html.value != value:
                 html.value = value
@@ -107,6 +132,20 @@ class SquadView(FullText, w.VBox):
         children = (self._header, *rows)
         if tuple(self.table.children) != children:
             self.table.children = children
+        for box in gone:
+            close_tree(box)
+
+    def release(self) -> None:
+        for subs in self._watched.values():
+            for sub in subs:
+                sub.close()
+        self._watched.clear()
+        for _html, box in self._rows.values():
+            close_tree(box)  # its buttons hold the agent
+        self._rows.clear()
+        if self.opened_view is not None:
+            self.opened_view.close()
+            self.opened_view = None
 
     def __repr__(self) -> str:
         agents = list(self.squad.agents.values())

@@ -1,11 +1,16 @@
 """ipywidgets views of an agent: its transcript, messages, tool calls, plan, cards.
 
-Views subscribe to the agent's :class:`~escouade_nb.conversation.Conversation` and
+Views subscribe to the agent's :class:`~escouade_nb.core.conversation.Conversation` and
 never speak ACP. Model changes only mark views dirty; a :class:`Throttle` per agent
-redraws at most ``RENDERS_PER_SECOND`` times a second. A streaming agent message keeps
-its settled paragraphs in frozen HTML widgets and re-sends only the paragraph still
-growing, so a long reply is not re-sent on every chunk. Every view's ``repr`` is a
-deterministic plain-text render of what it shows.
+redraws at most ``RENDERS_PER_SECOND`` times a second, each distinct redraw once per
+flush. A streaming agent message keeps its settled paragraphs in frozen HTML widgets and
+re-sends only the paragraph still growing, so a long reply is not re-sent on every
+chunk. Every view's ``repr`` is a deterministic plain-text render of what it shows.
+
+Views let go: each keeps the :class:`~escouade_nb.core.observers.Subscription` tokens of
+what it listens to (:class:`Releasing`), and its ``close()`` ends them, drops its pending
+redraws and closes every widget below it (ipywidgets' ``Box.close()`` closes only the box,
+and a child left open stays in ipywidgets' registry with the callbacks that hold the view).
 """
 
 from __future__ import annotations
@@ -13,16 +18,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import ipywidgets as w
 
 from ..core.conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from ..core.observers import Subscription
 from ..core.plans import visible_text
 from ..core.render_text import answer_label, render_item, render_items
 from .render import esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
 
 RENDERS_PER_SECOND = 20
+
+log = logging.getLogger(__name__)
 
 
 def on_loop(fn: Callable) -> Callable:
@@ -63,17 +73,22 @@ class FullText:
 class Throttle:
     """Coalesces redraws: ``request(fn)`` runs each distinct ``fn`` once, at most
     ``RENDERS_PER_SECOND`` times a second, on the running loop (immediately when no
-    loop runs, e.g. in a plain script or a synchronous test)."""
+    loop runs, e.g. in a plain script or a synchronous test).
+
+    Requests are keyed by ``fn`` itself: a bound method is a fresh object at every
+    ``self.refresh``, but bound methods of one object and function compare (and hash)
+    equal, so 2,000 requests between two flushes run it once. ``cancel(fn)`` drops a
+    pending request (a closed view's)."""
 
     def __init__(self, rate: float = RENDERS_PER_SECOND) -> None:
         self.interval = 1.0 / rate
-        self._pending: dict[int, Callable[[], None]] = {}
+        self._pending: dict[Callable[[], None], None] = {}  # an ordered set: first request first
         self._handle: asyncio.TimerHandle | None = None
         self._last = 0.0
         self.flushes = 0
 
     def request(self, fn: Callable[[], None]) -> None:
-        self._pending.setdefault(id(fn), fn)
+        self._pending.setdefault(fn, None)
         if self._handle is not None:
             return
         try:
@@ -84,7 +99,21 @@ class Throttle:
         delay = max(0.0, self._last + self.interval - loop.time())
         self._handle = loop.call_later(delay, self.flush)
 
+    def cancel(self, fn: Callable[[], None]) -> None:
+        """Forget a pending request of ``fn`` (nothing if there is none)."""
+        self._pending.pop(fn, None)
+        if not self._pending and self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    @property
+    def pending(self) -> int:
+        """How many distinct redraws wait for the next flush."""
+        return len(self._pending)
+
     def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
         self._handle = None
         pending, self._pending = self._pending, {}
         try:
@@ -92,12 +121,112 @@ class Throttle:
         except RuntimeError:
             pass
         self.flushes += 1
-        for fn in pending.values():
-            fn()
+        for fn in pending:
+            try:
+                fn()
+            except Exception:  # one failing view does not stop the others' redraws
+                log.exception("a view's redraw failed")
 
 
-class ItemView(w.VBox):
-    """Base of the per-item views: ``redraw()`` brings the widget up to the item."""
+def close_tree(widget: w.Widget) -> None:
+    """Close ``widget`` and every widget below it (children, layout, style). A
+    :class:`Releasing` view below is closed through its own ``close()``."""
+    if isinstance(widget, Releasing):
+        widget.close()
+        return
+    for child in tuple(getattr(widget, "children", None) or ()):
+        if isinstance(child, w.Widget):
+            close_tree(child)
+    _close_parts(widget)
+    widget.close()
+
+
+def _close_parts(widget: w.Widget) -> None:
+    """A widget's own layout and style are widgets too (made when it opened)."""
+    for part in ("layout", "style"):
+        value = getattr(widget, part, None)
+        if isinstance(value, w.Widget):
+            value.close()
+
+
+class Releasing:
+    """Mixin for a view (before the ipywidgets base): ``hold(token)`` keeps a
+    subscription's token (a :class:`~escouade_nb.core.observers.Subscription`, or any
+    call that ends one), ``redraws_on(throttle, fn)`` a redraw it may request;
+    ``close()`` ends the subscriptions, drops the pending redraws, closes every widget
+    below and then the view itself. Closing twice is a no-op; ``closed`` tells."""
+
+    def hold(self, token: Subscription | Callable[[], object]) -> Subscription | Callable[[], object]:
+        self.__dict__.setdefault("_held", []).append(token)
+        return token
+
+    def redraws_on(self, throttle: Throttle, fn: Callable[[], None]) -> None:
+        self.__dict__.setdefault("_redraws", []).append((throttle, fn))
+
+    @property
+    def closed(self) -> bool:
+        return self.__dict__.get("_closed", False)
+
+    def close(self) -> None:
+        if self.__dict__.get("_closed"):
+            return
+        self.__dict__["_closed"] = True
+        for token in self.__dict__.pop("_held", ()):
+            token()
+        for throttle, fn in self.__dict__.pop("_redraws", ()):
+            throttle.cancel(fn)
+        try:
+            self.release()
+        except Exception:  # e.g. closed by ipywidgets' __del__ after a failed __init__
+            log.exception("closing %s", type(self).__name__)
+        for child in tuple(getattr(self, "children", None) or ()):
+            if isinstance(child, w.Widget):
+                close_tree(child)
+        _close_parts(self)
+        super().close()
+
+    def release(self) -> None:
+        """What a view lets go of besides its tokens and children (overridden)."""
+
+
+class Tasks:
+    """The owner of tasks a view starts: kept until done (asyncio keeps only a weak
+    reference to a task), an error logged, ``cancel()`` ends those still running."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._tasks: set[asyncio.Task] = set()
+
+    def start(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: a task failed", self.name, exc_info=task.exception())
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
+clicks = Tasks("widget clicks")
+"""The owner of what a click starts on an agent (restart, stop, sign in, a mode, an
+option, a model): operations of the agent, not of the view, so closing the view that was
+clicked does not cancel them (a restart cut in the middle would leave the agent half
+started). They are kept here until done; the agent's own ``close()`` ends what they wait
+for, and at kernel exit the squad kills every agent process."""
+
+
+class ItemView(Releasing, w.VBox):
+    """Base of the per-item views: ``redraw()`` brings the widget up to the item;
+    ``close()`` closes its buttons and fields with it."""
 
     def __init__(self, item: Item, speaker: str = "agent", **kwargs) -> None:
         super().__init__(**kwargs)
@@ -394,7 +523,7 @@ def view_for(item: Item, speaker: str, on_choose_factory, handlers=None) -> Item
     return NoticeView(item, speaker)
 
 
-class TranscriptView(w.VBox):
+class TranscriptView(Releasing, w.VBox):
     """The items of a conversation, kept up to date through ``throttle``. ``accept``
     filters which new items appear (a turn's view shows only its own)."""
 
@@ -414,7 +543,8 @@ class TranscriptView(w.VBox):
         self._order: list[ItemView] = []
         self._new: list[Item] = list(items if items is not None else [])
         self._dirty: set[str] = set()
-        self._unsubscribe = conversation.subscribe(self._on_changes)
+        self.hold(conversation.subscribe(self._on_changes))
+        self.redraws_on(throttle, self._flush)
         self._flush()
 
     def _on_changes(self, changes: list[Change]) -> None:
@@ -431,6 +561,8 @@ class TranscriptView(w.VBox):
             self.throttle.request(self._flush)
 
     def _flush(self) -> None:
+        if self.closed:
+            return
         if self._new:
             fresh = [view_for(i, self.speaker, self._factory, self._handlers) for i in self._new]
             self._new = []
@@ -450,9 +582,9 @@ class TranscriptView(w.VBox):
     def items(self) -> list[Item]:
         return [v.item for v in self._order]
 
-    def close(self) -> None:
-        self._unsubscribe()
-        super().close()
+    def release(self) -> None:
+        self._new = []
+        self._dirty = set()
 
     def __repr__(self) -> str:
         return render_items(self.items, self.speaker)

@@ -1,0 +1,446 @@
+"""The views let go and redraw little: closed views are collected and their subscriptions
+end; one long reply costs a few redraws per view; the update command runs bounded and
+leaves no process behind. Against the real fake agent and real shell commands."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+from pathlib import Path
+
+import ipywidgets as w
+import pytest
+
+from escouade_nb.core.conversation import Conversation
+from escouade_nb.core.status import AgentStatus
+from escouade_nb.engine.agent import Agent
+from escouade_nb.engine.harness_update import UpdateJob, run_update, running_groups
+from escouade_nb.manifest import discover, locate_program
+from escouade_nb.widgets import AgentView, TurnView, views_of
+from escouade_nb.widgets import agent_view, views
+from escouade_nb.widgets.journal_view import JournalView
+from escouade_nb.widgets.squad_view import SquadView
+from escouade_nb.widgets.update_view import UpdateView
+from escouade_nb.widgets.views import Throttle, TranscriptView
+
+
+def run(coro, timeout: float = 60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def fake_agent(tmp_path, **kwargs) -> Agent:
+    ref = discover().find("fake")
+    return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, record=False, **kwargs)
+
+
+class Agents:
+    """What a SquadView reads of a squad: its agents by name."""
+
+    def __init__(self, *agents: Agent) -> None:
+        self.agents = {a.name: a for a in agents}
+
+
+def tree(widget: w.Widget) -> list[w.Widget]:
+    """``widget`` and every widget below it (children, layout, style)."""
+    out = [widget]
+    for part in ("layout", "style"):
+        value = getattr(widget, part, None)
+        if isinstance(value, w.Widget):
+            out.append(value)
+    for child in getattr(widget, "children", None) or ():
+        out.extend(tree(child))
+    return out
+
+
+async def until(predicate, timeout: float = 10, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+# -- views let go ---------------------------------------------------------------------------------
+def test_closed_views_are_collected_and_release_their_subscriptions(tmp_path):
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        turn = agent.send("edit notes.txt")  # a turn with a tool call and a card: buttons to close
+        card = await agent.next_permission(timeout=10)
+        card.choose("allow_once")
+        await turn
+        await agent.send("plan")
+        subs, status_subs = len(agent.conversation.subscribers), len(agent.on_status)
+        refs: list[weakref.ref] = []
+        for _ in range(10):
+            shown = [AgentView(agent), TurnView(turn), SquadView(Agents(agent))]
+            await asyncio.sleep(0.12)  # the throttled redraws ran: every item has its view
+            assert len(agent.conversation.subscribers) > subs and len(agent.on_status) > status_subs
+            for view in shown:
+                refs.extend(weakref.ref(x) for x in tree(view))
+                view.close()
+                assert view.closed
+            del shown, view
+        assert views_of(agent) == []
+        assert agent_view.throttle_for(agent).pending == 0
+        gc.collect()
+        alive = [r() for r in refs if r() is not None]
+        assert not alive, f"{len(alive)} of {len(refs)} widgets still alive, e.g. {alive[:3]}"
+        assert len(agent.conversation.subscribers) == subs
+        assert len(agent.on_status) == status_subs
+        await agent.close()
+    run(go())
+
+
+def test_a_view_closed_with_a_redraw_pending_never_redraws(tmp_path):
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        view = AgentView(agent)
+        drawn = len(view.transcript.children)
+        seen = []
+
+        def close_on_first_item(changes) -> None:  # subscribed after the view: its redraw is pending
+            if not seen and any(c.kind == "added" for c in changes):
+                seen.append(agent_view.throttle_for(agent).pending)
+                view.close()
+                seen.append(agent_view.throttle_for(agent).pending)
+        watch = agent.conversation.subscribe(close_on_first_item)
+        await agent.send("chunks 50")
+        watch.close()
+        assert seen[0] >= 1 and seen[1] == 0  # its redraws (transcript, header, dials) dropped
+        await asyncio.sleep(0.15)
+        assert len(view.transcript.children) == drawn  # nothing drawn after the close
+        await agent.close()
+    run(go())
+
+
+def test_squad_view_opens_one_agent_view_and_closes_it_with_itself(tmp_path):
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        subs = len(agent.conversation.subscribers)
+        squad = SquadView(Agents(agent))
+        open_button = squad.table.children[1].children[1].children[0]
+        assert open_button.description == "Open"
+        open_button.click()
+        first = squad.opened_view
+        open_button.click()  # a second Open replaces the first view, which lets go
+        assert first.closed and not squad.opened_view.closed
+        assert views_of(agent) == [squad.opened_view]
+        squad.close()
+        assert views_of(agent) == [] and len(agent.conversation.subscribers) == subs
+        await agent.close()
+    run(go())
+
+
+def test_squad_view_lets_go_of_an_agent_that_left_the_squad(tmp_path):
+    async def go():
+        one, two = fake_agent(tmp_path / "a"), fake_agent(tmp_path / "b", name="two")
+        squad = Agents(one, two)
+        view = SquadView(squad)
+        assert len(two.on_status) == 1
+        del squad.agents["two"]
+        view.refresh()
+        assert len(two.on_status) == 0 and len(one.on_status) == 1
+        assert "two" not in repr(view)
+        view.close()
+        assert len(one.on_status) == 0
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    run(go())
+
+
+def test_a_rerun_cell_closes_its_old_turn_view(tmp_path):
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        subs = len(agent.conversation.subscribers)
+        first = TurnView(agent.send("hello"), cell="cell-1")
+        other = TurnView(agent.send("hello"), cell="cell-2")
+        second = TurnView(agent.send("hello again"), cell="cell-1")  # cell-1 was run again
+        assert first.closed and not second.closed and not other.closed
+        assert len(agent.conversation.subscribers) == subs + 2
+        await second.turn
+        second.close()
+        other.close()
+        assert len(agent.conversation.subscribers) == subs
+        ref = weakref.ref(first)
+        del first
+        gc.collect()
+        assert ref() is None
+        await agent.close()
+    run(go())
+
+
+def test_journal_view_close_stops_listening(tmp_path):
+    from escouade_nb.permissions.journal import Journal
+
+    journal = Journal(tmp_path / "journal")
+    view = JournalView(journal)
+    parts = [weakref.ref(x) for x in tree(view)]
+    assert "Journal of all plugins" in repr(view)
+    view.close()
+    del view
+    gc.collect()
+    assert all(r() is None for r in parts)
+
+
+# -- the throttle merges --------------------------------------------------------------------------
+def test_throttle_runs_a_bound_method_once_per_flush():
+    class Redraws:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def redraw(self) -> None:
+            self.calls += 1
+
+    async def go():
+        a, b = Redraws(), Redraws()
+        throttle = Throttle()
+        for _ in range(1000):
+            throttle.request(a.redraw)  # a fresh bound method each time
+            throttle.request(b.redraw)
+        assert throttle.pending == 2
+        await asyncio.sleep(0.1)
+        assert (a.calls, b.calls, throttle.flushes) == (1, 1, 1)
+        throttle.request(a.redraw)
+        throttle.cancel(a.redraw)
+        await asyncio.sleep(0.1)
+        assert a.calls == 1 and throttle.pending == 0
+    run(go())
+
+
+def count_calls(monkeypatch, cls, name: str, counts: dict) -> None:
+    original = getattr(cls, name)
+
+    def counted(self, *args, **kwargs):
+        counts[(cls.__name__, name)] = counts.get((cls.__name__, name), 0) + 1
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(cls, name, counted)
+
+
+def test_a_2000_chunk_reply_costs_a_few_redraws_per_view(tmp_path, monkeypatch):
+    counts: dict = {}
+    for cls, name in ((SquadView, "refresh"), (TranscriptView, "_flush"), (AgentView, "_draw_header"),
+                      (agent_view.ControlsView, "rebuild")):
+        count_calls(monkeypatch, cls, name, counts)
+
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        view, squad = AgentView(agent), SquadView(Agents(agent))
+        counts.clear()
+        reply = await agent.send("chunks 2000")
+        await asyncio.sleep(0.15)
+        assert len(reply.text) == 2000 * 40
+        assert repr(view).endswith(reply.text[-40:])
+        assert set(counts) >= {("SquadView", "refresh"), ("TranscriptView", "_flush")}
+        assert all(n <= 25 for n in counts.values()), counts  # was 2,005 and 2,003
+        view.close()
+        squad.close()
+        await agent.close()
+    run(go())
+
+
+def test_a_paced_stream_is_redrawn_at_most_20_times_a_second(monkeypatch):
+    counts: dict = {}
+    count_calls(monkeypatch, TranscriptView, "_flush", counts)
+
+    async def go():
+        conv = Conversation()
+        throttle = Throttle()
+        view = TranscriptView(conv, throttle)
+        counts.clear()
+        start = time.monotonic()
+        for i in range(2000):
+            conv.apply({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"w{i} "}})
+            if i % 20 == 0:
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(0.1)
+        elapsed = time.monotonic() - start
+        assert 2 <= counts[("TranscriptView", "_flush")] <= elapsed * 20 + 2, (counts, elapsed)
+        assert "w1998 w1999" in repr(view)
+        view.close()
+        assert len(conv.subscribers) == 0
+    run(go())
+
+
+# -- status groups drive the header ---------------------------------------------------------------
+def test_header_buttons_follow_the_status_groups(tmp_path):
+    async def go():
+        agent = fake_agent(tmp_path)
+        view = AgentView(agent)
+        assert agent.status == AgentStatus.STARTING
+        assert view.restart_button.layout.display == "none" and view.stop_button.disabled
+        assert "starting…" in view.header.value
+        await agent.ready()
+        await asyncio.sleep(0.1)
+        assert not view.send_button.disabled and view.restart_button.layout.display == ""
+        await agent.close()
+        await asyncio.sleep(0.1)
+        assert view.send_button.disabled and view.stop_button.disabled and not view.restart_button.disabled
+        assert ">closed<" in view.header.value
+        assert agent_view.STATUS_TEXT["harness missing"] == AgentStatus.HARNESS_MISSING.text
+        view.close()
+    run(go())
+
+
+# -- the update command: bounded, killed, off the loop -----------------------------------------------
+def updatable(tmp_path: Path, line: str):
+    folder = tmp_path / "plugins" / "updatable"
+    folder.mkdir(parents=True)
+    (folder / "escouade-plugin.json").write_text(json.dumps({
+        "id": "test.updatable", "name": "Updatable",
+        "contributes": {"harnesses": [{
+            "id": "updatable", "name": "Updatable", "locate": {"names": ["escouade-fake-agent"]},
+            "updateCommand": line, "acp": {"args": []}}]}}))
+    return discover([tmp_path / "plugins"]).find("updatable")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie leader not reaped yet still answers killpg: look for a live member
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
+
+
+def pgid_of(output: str) -> int:
+    return int(output.split("pgid ", 1)[1].split()[0])
+
+
+def test_update_that_runs_too_long_is_timed_out_and_its_group_killed(tmp_path):
+    ref = updatable(tmp_path, 'echo "pgid $$"; echo updated; sleep 30; echo never')
+
+    async def go():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+        tick = asyncio.get_running_loop().create_task(ticker())
+        started = time.monotonic()
+        result = await run_update(ref, timeout=0.5, cwd=tmp_path)
+        took = time.monotonic() - started
+        tick.cancel()
+        assert result.timed_out == 0.5 and result.code is None and not result.ok
+        assert result.verdict == "timed out after 0.5 s"
+        assert "updated" in result.output and "never" not in result.output
+        assert result.version == "0.1.0"  # read after, in a thread
+        assert took < 10 and ticks > 10  # the loop kept turning
+        assert not group_alive(pgid_of(result.output))
+        assert running_groups() == frozenset()
+    run(go())
+
+
+def test_update_leaves_no_background_child_behind(tmp_path):
+    ref = updatable(tmp_path, 'echo "pgid $$"; sleep 30 & echo started')
+
+    async def go():
+        result = await run_update(ref, timeout=20, cwd=tmp_path)
+        assert result.code == 0 and result.verdict == "updated" and "started" in result.output
+        assert not group_alive(pgid_of(result.output))
+    run(go())
+
+
+def test_cancelled_update_kills_its_group(tmp_path):
+    ref = updatable(tmp_path, 'echo "pgid $$"; sleep 30')
+
+    async def go():
+        job = UpdateJob(ref, timeout=60, cwd=tmp_path)
+        await until(lambda: "pgid" in job.output, what="the update's first line")
+        pgid = pgid_of(job.output)
+        assert group_alive(pgid) and pgid in running_groups()
+        job.cancel()
+        result = await job
+        assert result.cancelled and result.verdict == "cancelled" and "pgid" in result.output
+        assert not group_alive(pgid) and running_groups() == frozenset()
+    run(go())
+
+
+def test_update_view_shows_the_result_and_closing_it_cancels_the_run(tmp_path):
+    done = updatable(tmp_path / "a", "echo updating && echo done")
+    slow = updatable(tmp_path / "b", 'echo "pgid $$"; sleep 30')
+
+    async def go():
+        view = UpdateView(done, "0.1.0")
+        assert repr(view) == "Updatable 0.1.0: update with `echo updating && echo done`"
+        await view.start()
+        assert view.start() is view.job.task  # once
+        assert repr(view).endswith("exit code 0; version now 0.1.0")
+        assert "updated; version now: <b>0.1.0</b>" in view.out.value and "done" in view.out.value
+        view.close()
+
+        view = UpdateView(slow, None, timeout=60)
+        task = view.start()
+        await until(lambda: "pgid" in view.job.output, what="the update's first line")
+        pgid = pgid_of(view.job.output)
+        view.close()
+        await task
+        assert view.job.result.cancelled and not group_alive(pgid)
+    run(go())
+
+
+def test_update_still_running_at_exit_is_killed(tmp_path):
+    ref_dir = tmp_path / "plugins"
+    updatable(tmp_path, 'echo "pgid $$"; sleep 30')
+    script = tmp_path / "exit_while_updating.py"
+    script.write_text(textwrap.dedent(f"""
+        import asyncio
+        from escouade_nb.engine.harness_update import UpdateJob
+        from escouade_nb.manifest import discover
+
+        async def main():
+            job = UpdateJob(discover([{str(ref_dir)!r}]).find("updatable"), timeout=60)
+            while "pgid" not in job.output:
+                await asyncio.sleep(0.02)
+            print(job.output.split()[1], flush=True)
+            return job
+
+        loop = asyncio.new_event_loop()
+        job = loop.run_until_complete(main())
+        # the interpreter exits with the job still running and the loop never closed,
+        # as a kernel does at shutdown: only the exit hook can end the group
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    pgid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 5
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if group_alive(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+        pytest.fail("the update's process group outlived the interpreter")
+
+
+def test_widgets_start_tasks_through_an_owner():
+    async def go():
+        owner = views.Tasks("test")
+        gate = asyncio.Event()
+        task = owner.start(gate.wait())
+        assert len(owner) == 1
+        owner.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(owner) == 0
+    run(go())

@@ -36,93 +36,50 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
+
+from .permissions.protocol import (
+    DECIDE,
+    INITIALIZE,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_LINE,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    PROTOCOL_VERSION,
+    SHUTDOWN,
+    AgentInfo,
+    DecideParams,
+    DecideResult,
+    InitializeParams,
+    InitializeResult,
+    Message,
+    ProjectInfo,
+    RequestInfo,
+    TicketInfo,
+    command_of,
+    error_response,
+    response,
+)
+from .wire.framing import LineBuffer, Skipped
 
 __all__ = [
     "PROTOCOL_VERSION", "DecideRequest", "Answer", "allow", "deny", "ask", "Plugin", "decide", "on_start", "run",
     "split_commands", "command_words", "matches", "command_of",
 ]
 
-PROTOCOL_VERSION = 1
 
+# -- the request and the answer: the plugin wire's own models (permissions/protocol.py) ----
 
-# -- the request --------------------------------------------------------------------------
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class RequestPart(_Wire):
-    id: str = ""
-    kind: str = "tool"
-    tool: str = ""
-    input: dict[str, Any] = Field(default_factory=dict)
-
-
-class ProjectPart(_Wire):
-    id: str = ""
-    name: str = ""
-    private: bool = False
-
-
-class TicketPart(_Wire):
-    id: str = ""
-    key: str | None = None
-    title: str | None = None
-
-
-class AgentPart(_Wire):
-    id: str = ""
-    name: str = ""
-
-
-class DecideRequest(_Wire):
-    """The params of ``permissions/decide``, with shortcuts: ``tool``, ``kind``,
-    ``input``, ``command`` (the Bash command as one string, "" for another tool)."""
-
-    request: RequestPart
-    project: ProjectPart = Field(default_factory=ProjectPart)
-    ticket: TicketPart | None = None
-    agent: AgentPart = Field(default_factory=AgentPart)
-
-    @property
-    def tool(self) -> str:
-        return self.request.tool
-
-    @property
-    def kind(self) -> str:
-        return self.request.kind
-
-    @property
-    def input(self) -> dict[str, Any]:
-        return self.request.input
-
-    @property
-    def command(self) -> str:
-        return command_of(self.request.input) if self.request.tool == "Bash" else ""
-
-
-def command_of(input: dict[str, Any]) -> str:
-    """The command of a Bash input, as one string (an argv list is quoted)."""
-    cmd = input.get("command", input.get("cmd"))
-    if isinstance(cmd, str):
-        return cmd
-    if isinstance(cmd, list) and all(isinstance(c, str) for c in cmd):
-        return shlex.join(cmd)
-    return ""
-
-
-class Answer(_Wire):
-    """A plugin's answer: ``{"decision": "allow"|"deny"|"ask", "message"?: str}``."""
-
-    decision: Literal["allow", "deny", "ask"]
-    message: str | None = None
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+DecideRequest = DecideParams
+"""The params of ``permissions/decide``, with shortcuts: ``tool``, ``kind``, ``input``,
+``command`` (the Bash command as one string, "" for another tool)."""
+Answer = DecideResult
+"""A plugin's answer: ``{"decision": "allow"|"deny"|"ask", "message"?: str}``."""
+RequestPart, ProjectPart, TicketPart, AgentPart = RequestInfo, ProjectInfo, TicketInfo, AgentInfo
 
 
 def allow(message: str | None = None) -> Answer:
@@ -338,70 +295,89 @@ class Plugin:
 
     # -- serving --------------------------------------------------------------------------
     def handle(self, msg: Any) -> dict[str, Any] | None:
-        """The response to one incoming message (None for a notification)."""
-        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str):
-            return _error(msg.get("id") if isinstance(msg, dict) else None, -32600, "invalid request")
-        rid = msg.get("id")
-        method = msg["method"]
-        params = msg.get("params") or {}
+        """The response to one incoming message, a decoded JSON value (None for a
+        notification)."""
+        try:
+            m = Message.model_validate(msg)
+        except ValidationError:
+            m = None
+        if m is None or m.method is None:
+            return error_response(msg.get("id") if isinstance(msg, dict) else None, INVALID_REQUEST,
+                                  "invalid request")
+        rid, method = m.id, m.method
         if rid is None:
             return None
-        if method == "initialize":
-            folder = (params.get("plugin") or {}).get("folder") if isinstance(params, dict) else None
-            if folder:
-                self.folder = Path(folder)
+        if method == INITIALIZE:
+            try:
+                params = InitializeParams.model_validate(m.params or {})
+            except ValidationError as exc:
+                return error_response(rid, INVALID_PARAMS, f"invalid params: {exc.errors()[0]['msg']}")
+            if params.plugin is not None and params.plugin.folder:
+                self.folder = Path(params.plugin.folder)
             try:
                 for fn in self._start:
                     fn(self.folder)
             except Exception as exc:
-                return _error(rid, -32603, f"start failed: {type(exc).__name__}: {exc}")
-            return {"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": PROTOCOL_VERSION, "capabilities": {"permissions": {"decide": True}}}}
-        if method == "permissions/decide":
+                return error_response(rid, INTERNAL_ERROR, f"start failed: {type(exc).__name__}: {exc}")
+            result = InitializeResult(protocol_version=PROTOCOL_VERSION, capabilities={"permissions": {"decide": True}})
+            return response(rid, result.wire())
+        if method == DECIDE:
             if self._decide is None:
-                return _error(rid, -32601, "this plugin has no @decide function")
+                return error_response(rid, METHOD_NOT_FOUND, "this plugin has no @decide function")
             try:
-                req = DecideRequest.model_validate(params)
+                req = DecideRequest.model_validate(m.params or {})
             except ValidationError as exc:
-                return _error(rid, -32602, f"invalid params: {exc.errors()[0]['msg']}")
+                return error_response(rid, INVALID_PARAMS, f"invalid params: {exc.errors()[0]['msg']}")
             try:
                 answer = _answer(self._decide(req))
             except Exception as exc:
-                return _error(rid, -32603, f"{type(exc).__name__}: {exc}")
-            return {"jsonrpc": "2.0", "id": rid, "result": answer.wire()}
-        if method == "shutdown":
-            return {"jsonrpc": "2.0", "id": rid, "result": None}
-        return _error(rid, -32601, f"method not found: {method}")
+                return error_response(rid, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            return response(rid, answer.wire())
+        if method == SHUTDOWN:
+            return response(rid, None)
+        return error_response(rid, METHOD_NOT_FOUND, f"method not found: {method}")
 
     def run(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
-        """Serve until ``shutdown`` or the end of stdin; returns the exit code."""
+        """Serve until ``shutdown`` or the end of stdin; returns the exit code. Lines
+        longer than :data:`~escouade_nb.permissions.protocol.MAX_LINE` bytes are
+        answered with an invalid-request error (their id cannot be known)."""
         inp = stdin or sys.stdin.buffer
         out = stdout or sys.stdout.buffer
+        read = getattr(inp, "read1", inp.read)  # what is there, without waiting for more
+        buffer = LineBuffer(MAX_LINE)
         real_stdout = sys.stdout
         sys.stdout = sys.stderr  # a print() of the plugin must not reach the wire
         try:
-            for raw in inp:
-                if not raw.strip():
-                    continue
-                msg: Any = None
-                try:
-                    msg = json.loads(raw)
-                except ValueError:
-                    reply: dict[str, Any] | None = _error(None, -32700, "parse error")
-                else:
-                    reply = self.handle(msg)
-                if reply is not None:
-                    out.write(json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n")
-                    out.flush()
-                if isinstance(msg, dict) and msg.get("method") == "shutdown":
+            while True:
+                chunk = read(65536)
+                lines = buffer.feed(chunk) if chunk else buffer.close()
+                for line in lines:
+                    if self._serve_line(line, out):
+                        return 0
+                if not chunk:
                     return 0
         finally:
             sys.stdout = real_stdout
-        return 0
 
-
-def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+    def _serve_line(self, line: bytes | Skipped, out: BinaryIO) -> bool:
+        """Answer one line; True after ``shutdown``."""
+        if isinstance(line, Skipped):
+            reply: dict[str, Any] | None = error_response(None, INVALID_REQUEST, f"invalid request: {line.why}")
+            msg: Any = None
+        elif not line.strip():
+            return False
+        else:
+            msg = None
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                reply = error_response(None, PARSE_ERROR, "parse error")
+            else:
+                reply = self.handle(msg)
+        if reply is not None:
+            out.write(json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n")
+            out.flush()
+        return isinstance(msg, dict) and msg.get("method") == SHUTDOWN
 
 
 _default = Plugin()

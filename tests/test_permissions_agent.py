@@ -4,6 +4,7 @@ shipped ``fake`` agent asking to run commands over real pipes."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import time
 from pathlib import Path
@@ -11,8 +12,13 @@ from pathlib import Path
 import pytest
 from kernel_client import processes_named
 
+from escouade_nb.core.conversation import Permission
+from escouade_nb.manifest.discovery import HarnessRef
+from escouade_nb.manifest.project import Project
+from escouade_nb.permissions.interfaces import PermissionAgent, PermissionRequest
 from escouade_nb.permissions.commands import CommandError, journal_command, plugins_command
 from escouade_nb.engine.squad import Squad
+from escouade_nb.widgets.journal_view import JournalView
 
 TEAM_RULES_PROGRAM = "plugins/team-rules/team_rules.py"
 
@@ -38,6 +44,18 @@ def scratch(tmp_path: Path, monkeypatch) -> Path:
     return work
 
 
+def satisfies_the_seam(card) -> bool:
+    """The engine's card is what the broker is typed against (permissions/interfaces.py)."""
+    agent = card.agent
+    choose = list(inspect.signature(card.choose).parameters)
+    protocol = list(inspect.signature(PermissionRequest.choose).parameters)[1:]  # without self
+    return (isinstance(card, PermissionRequest) and isinstance(agent, PermissionAgent)
+            and isinstance(card.permission, Permission) and choose == protocol
+            and isinstance(agent.name, str) and isinstance(agent.cwd, Path)
+            and (agent.project is None or isinstance(agent.project, Project))
+            and (agent.harness is None or isinstance(agent.harness, HarnessRef)))
+
+
 async def settle(card, timeout: float = 5.0) -> None:
     """Wait until the policies are done with the card (settled, or the user is called)."""
     deadline = time.monotonic() + timeout
@@ -51,6 +69,7 @@ def test_team_rules_decide_for_the_fake_agent(scratch: Path):
         listing = plugins_command(squad.rules, ["on", "team-rules", "--project", str(scratch)])
         agent = squad.start("fake", cwd=scratch)
         out = {}
+        seams = []
         try:
             await agent.ready()
             assert agent.project.folder == scratch.resolve()
@@ -59,12 +78,17 @@ def test_team_rules_decide_for_the_fake_agent(scratch: Path):
                 card = await agent.next_permission(timeout=20)
                 await settle(card)
                 status = agent.status
+                seams.append(satisfies_the_seam(card))
                 if card.state == "pending":
                     assert card.choose("allow_once")  # the user decides
                 result = await turn
                 out[cmd] = (card, status, result.text, card._future.result())
-            view = journal_command(squad.rules, ["team-rules"])
-            return listing, out, repr(view), repr(plugins_command(squad.rules, ["--project", str(scratch)]))
+            query = journal_command(squad.rules, ["team-rules"])  # data; the magic shows it as a JournalView
+            view = JournalView(query.journal, plugin=query.plugin, kind=query.kind, names=query.names)
+            assert repr(view) == repr(query)  # the user sees what the data says
+            view.close()
+            assert seams == [True] * 3
+            return listing, out, repr(query), repr(plugins_command(squad.rules, ["--project", str(scratch)]))
         finally:
             await agent.close()
             await squad.rules.aclose()

@@ -427,3 +427,87 @@ def test_a_plugin_installed_while_the_squad_runs_is_started(tmp_path: Path, monk
 
     card = run(main())
     assert card.choices and card.choices[0][0] == "allow-once"
+
+
+def test_a_plugin_gets_a_minimal_environment_and_what_its_manifest_declares(tmp_path: Path, monkeypatch):
+    import os
+
+    from escouade_nb.permissions.host import BASE_ENV, PYTHON_ENV
+
+    monkeypatch.setenv("FAKE_API_KEY", "secret")  # a kernel secret
+    monkeypatch.setenv("FIXTURE_DECLARED", "yes")  # named in the fixture's program.env
+    monkeypatch.delenv("FIXTURE_DECLARED_UNSET", raising=False)  # named, but not set in the kernel
+    monkeypatch.setenv("LC_TIME", "C")
+
+    async def main():
+        rules = await started(make_rules(tmp_path, "envdump"), "test.fixture.envdump")
+        try:
+            proc = rules.host.processes["test.fixture.envdump"]
+            return await proc.call("permissions/decide", {"request": {"id": "r", "kind": "command", "tool": "Bash",
+                                                                      "input": {"command": "env"}}})
+        finally:
+            await rules.aclose()
+
+    result = run(main())
+    env = result["environ"]
+    assert "FAKE_API_KEY" not in env and "secret" not in env.values()
+    assert "ESCOUADE_NB_TEST_SESSION" not in env  # nothing of the kernel's own either
+    assert env["FIXTURE_DECLARED"] == "yes" and "FIXTURE_DECLARED_UNSET" not in env
+    assert env["LC_TIME"] == "C"
+    for name in ("PATH", "HOME"):
+        assert env[name] == os.environ[name]
+    allowed = set(BASE_ENV) | set(PYTHON_ENV) | {"FIXTURE_DECLARED"}
+    assert {k for k in env if not k.startswith("LC_")} <= allowed, sorted(env)
+
+
+def test_the_environment_rule_and_the_manifest_field(tmp_path: Path):
+    from escouade_nb.manifest import Manifest
+    from escouade_nb.permissions.host import plugin_environment, rule_plugin_spec
+
+    kernel = {"PATH": "/bin", "HOME": "/h", "LANG": "fr_FR.UTF-8", "LC_ALL": "C", "TMPDIR": "/t",
+              "OPENAI_API_KEY": "sk-1", "PYTHONPATH": "/src", "RULES_URL": "https://r"}
+    assert plugin_environment(base=kernel) == {"PATH": "/bin", "HOME": "/h", "LANG": "fr_FR.UTF-8", "LC_ALL": "C",
+                                               "TMPDIR": "/t"}
+    assert plugin_environment(["RULES_URL", "NOT_SET"], python=True, base=kernel) == {
+        "PATH": "/bin", "HOME": "/h", "LANG": "fr_FR.UTF-8", "LC_ALL": "C", "TMPDIR": "/t", "PYTHONPATH": "/src",
+        "RULES_URL": "https://r"}
+    (tmp_path / "rules.py").write_text("")
+    base = {"id": "x.y", "name": "Y", "permissions": {"decide": True}}
+    spec = rule_plugin_spec(Manifest.model_validate({**base, "program": {"python": "rules.py", "env": ["RULES_URL"]}}),
+                            tmp_path / "escouade-plugin.json")
+    assert spec.error is None and spec.env == ("RULES_URL",) and spec.python
+    assert spec.environment(kernel)["RULES_URL"] == "https://r" and "OPENAI_API_KEY" not in spec.environment(kernel)
+    bad = rule_plugin_spec(Manifest.model_validate({**base, "program": {"python": "rules.py", "env": ["A=1"]}}),
+                           tmp_path / "escouade-plugin.json")
+    assert bad.argv is None and "program.env lists variable names" in bad.error
+
+
+def test_stopping_a_plugin_no_longer_wanted_is_owned_by_the_host(tmp_path: Path):
+    async def main():
+        rules = await started(make_rules(tmp_path, "fast"), "test.fixture.fast")
+        proc = rules.host.processes["test.fixture.fast"]
+        pid = proc.pid
+        rules.grant("fast", False)  # no longer wanted: stopped in a task the host holds
+        retiring = list(rules.host.retiring.values())
+        await rules.aclose()
+        return pid, retiring, proc, dict(rules.host.retiring)
+
+    pid, retiring, proc, left = run(main())
+    assert retiring == [proc] and left == {}
+    assert proc.state == "stopped" and not process_alive(pid)
+
+
+def test_kill_now_also_kills_a_plugin_being_stopped(tmp_path: Path):
+    async def main():
+        rules = await started(make_rules(tmp_path, "hang"), "test.fixture.hang")
+        proc = rules.host.processes["test.fixture.hang"]
+        pid = proc.pid
+        rules.grant("hang", False)
+        assert list(rules.host.retiring.values()) == [proc]
+        rules.kill_now()  # as at interpreter exit: synchronous
+        alive = process_alive(pid)
+        await rules.aclose()
+        return alive, pid
+
+    alive, pid = run(main())
+    assert not alive and not process_alive(pid)

@@ -3,8 +3,13 @@ plugin states, and projects."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import subprocess
+import sys
+import textwrap
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -134,3 +139,96 @@ def test_projects(tmp_path: Path):
 def test_project_private_values(tmp_path: Path, value, private):
     (tmp_path / ".escouade.yml").write_text(f"private: {value}\n")
     assert Project.for_folder(tmp_path).private is private
+
+
+_OPENS: list[tuple[int, str]] | None = None
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "open" and _OPENS is not None:
+        path, mode = args[0], args[1]
+        if isinstance(path, str) and isinstance(mode, str) and ("a" in mode or "w" in mode):
+            _OPENS.append((threading.get_ident(), path))
+
+
+def test_adds_on_a_running_loop_do_no_file_io_on_the_loop(tmp_path: Path):
+    """Entries reach memory and subscribers at once; their lines are appended by the
+    writer thread, in order, and all are on disk after flush()."""
+    global _OPENS
+    sys.addaudithook(_audit)  # stays for the session; records only while _OPENS is a list
+    journal = Journal(tmp_path / "j")
+    seen = []
+    journal.subscribe(seen.append)
+
+    async def main():
+        loop_thread = threading.get_ident()
+        for i in range(500):
+            journal.add("dev.x.a" if i % 3 else "dev.x.b", "Decision", verdict="allowed", tool="Bash",
+                        target=f"cmd {i}", delay_ms=1.0)
+            assert len(seen) == i + 1  # the subscribers are told at once
+            if i % 50 == 0:
+                await asyncio.sleep(0)  # let the writer interleave with the adds
+        in_memory = len(journal.entries())
+        await journal.aclose()
+        return loop_thread, in_memory
+
+    _OPENS = []
+    try:
+        loop_thread, in_memory = asyncio.run(main())
+        journal.flush()
+        opens = list(_OPENS)
+    finally:
+        _OPENS = None
+    assert in_memory == 500
+    ours = [(t, p) for t, p in opens if p.startswith(str(tmp_path))]
+    assert ours, "the journal wrote nothing"
+    assert not [p for t, p in ours if t == loop_thread], "file I/O on the loop's thread"
+    assert len(ours) < 500  # batched: not one open per entry
+    a = [json.loads(x)["target"] for x in (tmp_path / "j" / "dev.x.a.jsonl").read_text().splitlines()]
+    b = [json.loads(x)["target"] for x in (tmp_path / "j" / "dev.x.b.jsonl").read_text().splitlines()]
+    assert a == [f"cmd {i}" for i in range(500) if i % 3]  # in order, none lost
+    assert b == [f"cmd {i}" for i in range(500) if not i % 3]
+
+
+def test_flush_writes_what_is_queued_from_any_thread_and_old_lines_are_not_read_twice(tmp_path: Path):
+    before = Journal(tmp_path)
+    for i in range(3):
+        before.add("dev.x.a", "Start", f"old {i}")  # no loop: written at once
+    journal = Journal(tmp_path)
+
+    async def main():
+        for i in range(3):
+            journal.add("dev.x.a", "Start", f"new {i}")
+        return [e.text_ for e in journal.entries("dev.x.a")]
+
+    during = asyncio.run(main())
+    done = threading.Thread(target=journal.flush)  # as at interpreter exit: no loop, another thread
+    done.start()
+    done.join()
+    lines = [json.loads(x)["text"] for x in (tmp_path / "dev.x.a.jsonl").read_text().splitlines()]
+    expected = [f"old {i}" for i in range(3)] + [f"new {i}" for i in range(3)]
+    assert lines == expected
+    assert during == expected and [e.text_ for e in journal.entries("dev.x.a")] == expected
+    assert [e.text_ for e in Journal(tmp_path).entries("dev.x.a")] == expected
+
+
+def test_the_journal_command_returns_data_and_imports_no_widget(tmp_path: Path):
+    code = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from escouade_nb.permissions import Journal, PluginStates, RulePlugins
+        from escouade_nb.permissions.commands import JournalQuery, journal_command
+        tmp = Path({str(tmp_path)!r})
+        rules = RulePlugins(journal=Journal(tmp / "j"), states=PluginStates(tmp / "c.json"))
+        rules.journal.add("dev.x.a", "Decision", verdict="allowed", tool="Bash", target="npm test", delay_ms=1)
+        query = journal_command(rules, ["dev.x.a"])
+        assert isinstance(query, JournalQuery) and query.plugin == "dev.x.a" and query.kind == "Decision"
+        print(repr(query))
+        print(sorted(m for m in sys.modules if m.startswith(("ipywidgets", "escouade_nb.widgets"))))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "Journal of dev.x.a, Decision entries:"
+    assert lines[1].endswith("Decision  allowed Bash npm test (1 ms)")
+    assert lines[-1] == "[]"

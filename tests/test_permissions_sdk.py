@@ -194,3 +194,80 @@ def test_bench_dev_plays_decisions_by_hand():
     assert '→ {"decision": "allow"}' in out
     assert "→ {\"decision\": \"ask\"}" in out  # "not json {" is the short form: tool "not"
     assert "not a request" in out
+
+
+ENGINE_MODULES = ("acp", "anyio", "ipywidgets", "escouade_nb.engine", "escouade_nb.permissions.host",
+                  "escouade_nb.permissions.broker", "escouade_nb.permissions.jsonrpc", "escouade_nb.widgets",
+                  "escouade_nb.manifest", "escouade_nb.core")
+
+
+def test_the_sdk_imports_nothing_of_the_engine(tmp_path: Path):
+    code = ("import escouade_nb.plugin_sdk, sys, json; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('acp', 'anyio', 'ipywidgets', "
+            "'escouade_nb'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout)
+    assert "escouade_nb.plugin_sdk" in loaded and "escouade_nb.permissions.protocol" in loaded
+    assert not [m for m in loaded if m.startswith(ENGINE_MODULES)], loaded
+    assert set(loaded) <= {"escouade_nb", "escouade_nb._version", "escouade_nb.plugin_sdk", "escouade_nb.permissions",
+                           "escouade_nb.permissions.protocol", "escouade_nb.wire", "escouade_nb.wire.framing"}
+
+
+def test_the_sdk_and_the_host_share_one_set_of_wire_models():
+    from escouade_nb import plugin_sdk
+    from escouade_nb.permissions import protocol, request
+    from escouade_nb.permissions.host import InitializeParams
+
+    assert plugin_sdk.DecideRequest is protocol.DecideParams is request.DecideParams
+    assert plugin_sdk.Answer is protocol.DecideResult
+    assert InitializeParams is protocol.InitializeParams
+    assert plugin_sdk.PROTOCOL_VERSION == protocol.PROTOCOL_VERSION == 1
+
+
+def test_the_sdk_reads_its_stdin_in_any_chunks_over_a_real_pipe(tmp_path: Path):
+    """Lines cut anywhere (inside a multibyte character, between CR and LF), a line too
+    long for the wire (answered with an error of id null, once) and the lines after it."""
+    import time
+
+    script = tmp_path / "echo_rules.py"
+    script.write_text("from escouade_nb.plugin_sdk import ask, decide, deny, run\n\n"
+                      "@decide\n"
+                      "def rule(req):\n"
+                      "    return deny(req.command) if req.command.startswith('é') else ask()\n\n"
+                      "run()\n", encoding="utf-8")
+
+    def decide_line(rid, command):
+        return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "permissions/decide", "params": {
+            "request": {"id": "r", "kind": "command", "tool": "Bash", "input": {"command": command}}}},
+            ensure_ascii=False).encode("utf-8")
+
+    from escouade_nb.permissions.protocol import MAX_LINE
+
+    first = decide_line(1, "é€😀 rm -rf") + b"\r\n"
+    cut = first.index("€".encode()) + 1  # inside the euro sign
+    chunks = [first[:cut], first[cut:-1], first[-1:],  # CR and LF apart
+              b'{"jsonrpc": "2.0", "id": 99, "method": "permissions/decide", "params": "' + b"x" * (MAX_LINE + 10),
+              b"x" * 1000, b'"}\n',
+              b"\n", decide_line(2, "npm test") + b"\n" + decide_line(3, "éa")[:5], decide_line(3, "éa")[5:] + b"\n",
+              b'{"jsonrpc": "2.0", "id": 4, "method": "shutdown"}\n']
+    proc = subprocess.Popen([sys.executable, "-u", str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        for chunk in chunks:
+            proc.stdin.write(chunk)
+            proc.stdin.flush()
+            time.sleep(0.02)  # each chunk its own read
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    replies = [json.loads(x) for x in out.splitlines()]
+    assert replies[0] == {"jsonrpc": "2.0", "id": 1, "result": {"decision": "deny", "message": "é€😀 rm -rf"}}
+    assert replies[1]["id"] is None and replies[1]["error"]["code"] == -32600  # the long line, told once
+    assert "longer than" in replies[1]["error"]["message"]
+    assert replies[2:] == [{"jsonrpc": "2.0", "id": 2, "result": {"decision": "ask"}},
+                           {"jsonrpc": "2.0", "id": 3, "result": {"decision": "deny", "message": "éa"}},
+                           {"jsonrpc": "2.0", "id": 4, "result": None}]

@@ -1,4 +1,4 @@
-"""The broker: a permission :data:`~escouade_nb.agent.Policy` that asks the rule plugins.
+"""The broker: a permission :data:`~escouade_nb.engine.cards.Policy` that asks the rule plugins.
 
 On every permission request of an agent, the broker asks every plugin that may decide
 and is on for the agent's project, all at once. Each has 500 ms (a plugin not started
@@ -8,12 +8,12 @@ question of the agent never go to plugins.
 
 The verdict is mapped onto the agent's own options by kind — allow -> ``allow_once``
 (never widened to "always"), deny -> ``reject_once`` (never ``cancelled``) — and given
-with ``card.choose(option, by="<plugin> via Escouade", message=<the plugin's message>)``:
-the card says "Denied by Team rules via Escouade — no rm -rf here". When ``choose`` takes
-a ``reply`` (the text the agent is told), it gets "Refused by Team rules through Escouade:
-no rm -rf here", carried to the agent in the ACP answer's ``_meta.escouade.message``
-(ACP's permission outcome has only ``outcome`` and ``optionId``; ``_meta`` is the
-protocol's extension point). If the user
+with ``card.choose(option, by="<plugin> via Escouade", message=<the plugin's message>,
+reply=<what the agent is told>)``: the card says "Denied by Team rules via Escouade — no
+rm -rf here", the agent is told "Refused by Team rules through Escouade: no rm -rf here",
+carried in the ACP answer's ``_meta.escouade.message`` (ACP's permission outcome has only
+``outcome`` and ``optionId``; ``_meta`` is the protocol's extension point). The card is
+anything that satisfies :class:`~.interfaces.PermissionRequest`. If the user
 answered on the card first, that answer stands; the plugins' answers are journaled, marked
 not applied. Every plugin's answer (or silence) is one ``Decision`` line of its journal.
 """
@@ -21,7 +21,6 @@ not applied. Every plugin's answer (or silence) is one ``Decision`` line of its 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import uuid
 import weakref
@@ -32,12 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from ..core.observers import Observers, Subscription
 from ..manifest.project import Project
-from .host import PluginCrashed, PluginHost, PluginNotRunning, PluginProcess, PluginRefused
+from .host import PluginCrashed, PluginHost, PluginNotRunning, PluginProcess, PluginRefused, PluginSpec
+from .interfaces import PermissionAgent, PermissionRequest
 from .journal import Journal
-from .request import AgentInfo, DecideParams, Normalised, ProjectInfo, RequestInfo, normalise
+from .protocol import DECIDE, AgentInfo, DecideParams, DecideResult, ProjectInfo, RequestInfo
+from .request import Normalised, normalise
 from .states import PluginStates
 from .verdict import Answer, Tally, Verdict
 
@@ -48,18 +50,9 @@ BUDGET = 0.5
 """Seconds each plugin has to answer a request."""
 FIRST_BUDGET = 3.0
 """Seconds a plugin not started yet has, once, to start and answer."""
-METHOD = "permissions/decide"
+METHOD = DECIDE
 WATCH_PERIOD = 2.0
 """Seconds between two looks at the plugin folders and the settings file."""
-
-
-class DecideResult(BaseModel):
-    """A plugin's answer: ``{"decision": "allow"|"deny"|"ask", "message"?: str}``."""
-
-    model_config = ConfigDict(extra="allow")
-
-    decision: Any
-    message: str | None = None
 
 
 def card_by(plugin_name: str) -> str:
@@ -103,8 +96,8 @@ class Broker:
         self.budget = budget
         self.first_budget = first_budget
         self.history: deque[Decision] = deque(maxlen=1000)
-        self._agent_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-        self._listeners: list[Callable[[Decision], None]] = []
+        self._agent_ids: weakref.WeakKeyDictionary[PermissionAgent, str] = weakref.WeakKeyDictionary()
+        self._listeners: Observers[[Decision]] = Observers("broker")
 
     # -- who decides --------------------------------------------------------------------
     def plugins_for(self, project: Project) -> list[PluginProcess]:
@@ -120,45 +113,41 @@ class Broker:
             out.append(proc)
         return out
 
-    def agent_id(self, agent: Any) -> str:
-        own = getattr(agent, "id", None)
-        if isinstance(own, str) and own:
-            return own
+    def agent_id(self, agent: PermissionAgent) -> str:
+        """A stable id of ``agent`` for this kernel (a uuid, the same for each request)."""
         try:
             return self._agent_ids.setdefault(agent, str(uuid.uuid4()))
         except TypeError:
             return str(uuid.uuid5(uuid.NAMESPACE_OID, repr(agent)))
 
-    def subscribe(self, fn: Callable[[Decision], None]) -> None:
-        self._listeners.append(fn)
+    def subscribe(self, fn: Callable[[Decision], None]) -> Subscription:
+        """Call ``fn(decision)`` after each request put to the plugins; returns the token."""
+        return self._listeners.subscribe(fn)
 
     # -- the policy -----------------------------------------------------------------------
-    async def __call__(self, card: Any) -> None:
+    async def __call__(self, card: PermissionRequest) -> None:
         agent = card.agent
-        call = card.tool_call
+        call = card.permission.tool_call
         if call is None:
             return
-        harness = getattr(getattr(agent, "harness", None), "harness", None)
-        tools = dict(getattr(getattr(harness, "acp", None), "tools", None) or {})
-        norm = normalise(call, tools)
+        ref = agent.harness
+        acp = ref.harness.acp if ref is not None else None
+        norm = normalise(call, acp.tools if acp is not None else {})
         if norm.reserved:
             return  # a plan to approve or a question: the user's
-        project = getattr(agent, "project", None)
-        if not isinstance(project, Project):
-            project = Project.for_folder(getattr(agent, "cwd", None) or Path.cwd())
+        project = agent.project or Project.for_folder(agent.cwd or Path.cwd())
         plugins = self.plugins_for(project)
         if not plugins:
             return
         params = DecideParams(
             request=RequestInfo(id=f"req_{uuid.uuid4().hex[:12]}", kind=norm.kind, tool=norm.tool, input=norm.input),
             project=ProjectInfo(**project.wire()),
-            agent=AgentInfo(id=self.agent_id(agent), name=str(getattr(agent, "name", "agent"))),
+            agent=AgentInfo(id=self.agent_id(agent), name=agent.name or "agent"),
         )
-        await self.decide(card, norm, params, plugins, agent_name=str(getattr(agent, "name", "")),
-                          project_name=project.name)
+        await self.decide(card, norm, params, plugins, agent_name=agent.name, project_name=project.name)
 
-    async def decide(self, card: Any, norm: Normalised, params: DecideParams, plugins: list[PluginProcess],
-                     *, agent_name: str = "", project_name: str = "") -> Decision:
+    async def decide(self, card: PermissionRequest, norm: Normalised, params: DecideParams,
+                     plugins: list[PluginProcess], *, agent_name: str = "", project_name: str = "") -> Decision:
         """Ask ``plugins`` at once, settle ``card`` as soon as the verdict is known,
         journal every answer. Returns the :class:`Decision`."""
         wire = params.wire()
@@ -192,11 +181,7 @@ class Broker:
         decision.total_ms = (time.monotonic() - t0) * 1000
         self._journal(card, decision, names, agent_name, project_name)
         self.history.append(decision)
-        for fn in list(self._listeners):
-            try:
-                fn(decision)
-            except Exception:
-                pass
+        self._listeners.emit(decision)
         return decision
 
     async def _ask(self, proc: PluginProcess, wire: dict[str, Any], t0: float) -> Answer:
@@ -225,30 +210,27 @@ class Broker:
         delay = _ms(sent)
         try:
             answer = DecideResult.model_validate(result)
-        except ValidationError:
-            return Answer(proc.id, "invalid", delay_ms=delay)
-        if answer.decision not in ("allow", "deny", "ask"):
+        except ValidationError:  # none of the three, or not an answer at all
             return Answer(proc.id, "invalid", delay_ms=delay)
         return Answer(proc.id, answer.decision, message=answer.message, delay_ms=delay)
 
-    def _apply(self, card: Any, verdict: Verdict, name: str) -> tuple[bool, str | None]:
+    def _apply(self, card: PermissionRequest, verdict: Verdict, name: str) -> tuple[bool, str | None]:
         kind = "allow_once" if verdict.decision == "allow" else "reject_once"
-        option = next((o for o in card.options if o.get("kind") == kind), None)
+        option = next((o for o in card.permission.options if o.get("kind") == kind), None)
         if option is None:
             return False, None  # never widened, never turned into another answer: the user decides
         message = verdict.by.message if verdict.by else None
-        kwargs: dict[str, Any] = {"by": card_by(name), "message": message}
-        if _takes_reply(card):  # what the agent is told (ACP: the answer's _meta.escouade.message)
-            kwargs["reply"] = agent_message(name, verdict.decision, message)
         try:
-            return bool(card.choose(option["optionId"], **kwargs)), option["optionId"]
+            chosen = card.choose(option["optionId"], by=card_by(name), message=message,
+                                 reply=agent_message(name, verdict.decision, message))
         except ValueError:
             return False, None
+        return chosen, option["optionId"]
 
-    def _journal(self, card: Any, d: Decision, names: dict[str, str], agent: str, project: str) -> None:
-        perm = getattr(card, "permission", None)
-        answered_by = getattr(perm, "answered_by", None)
-        state = getattr(perm, "state", "pending")
+    def _journal(self, card: PermissionRequest, d: Decision, names: dict[str, str], agent: str,
+                 project: str) -> None:
+        answered_by = card.permission.answered_by
+        state = card.permission.state
         if not d.applied and state != "pending":
             first = "you answered first" if answered_by in (None, "you") else f"{answered_by} answered first"
             if state == "cancelled":
@@ -284,21 +266,6 @@ class Broker:
 
 def _ms(since: float | None) -> float | None:
     return None if since is None else (time.monotonic() - since) * 1000
-
-
-_REPLY_SUPPORT: dict[Any, bool] = {}
-
-
-def _takes_reply(card: Any) -> bool:
-    """Whether ``card.choose`` takes ``reply``: the text the agent is told, when it
-    differs from the card's ``message`` (see the module's doc)."""
-    fn = getattr(type(card), "choose", None)
-    if fn not in _REPLY_SUPPORT:
-        try:
-            _REPLY_SUPPORT[fn] = "reply" in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            _REPLY_SUPPORT[fn] = False
-    return _REPLY_SUPPORT[fn]
 
 
 class RulePlugins:
@@ -365,13 +332,18 @@ class RulePlugins:
         return pid
 
     async def aclose(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
+        """Stop the watcher and every plugin; the journal is flushed."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and not watcher.done():
+            watcher.cancel()
+            await asyncio.wait([watcher])  # ended; a cancel of the caller still propagates
         await self.host.aclose()
+        await self.journal.aclose()
 
     def kill_now(self) -> None:
+        """At interpreter exit (no loop): kill every plugin's group, flush the journal."""
         self.host.kill_now()
+        self.journal.flush()
 
 
 @dataclass
@@ -427,7 +399,7 @@ class PluginsListing:
                 f"<small>Settings: <code>{e(str(self.settings))}</code></small>")
 
 
-def _why(states: PluginStates, pid: str, spec: Any, project: Project) -> tuple[bool, str]:
+def _why(states: PluginStates, pid: str, spec: PluginSpec, project: Project) -> tuple[bool, str]:
     st = states.state(pid)
     if states.error:
         return False, "the settings file is broken"

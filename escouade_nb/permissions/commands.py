@@ -1,13 +1,15 @@
-"""``%escouade plugins …`` and ``%escouade journal …``: parse the words, act, return what
-to show. The magics only display; a :class:`CommandError` is a usage error (one line)."""
+"""``%escouade plugins …`` and ``%escouade journal …``: parse the words, act, return data
+(:class:`~.broker.PluginsListing`, :class:`JournalQuery`); the magics choose the view.
+A :class:`CommandError` is a usage error (one line)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..manifest.project import Project
-from .broker import RulePlugins, listing
+from .broker import PluginsListing, RulePlugins, listing
+from .journal import Entry, Journal
 
 PLUGINS_USAGE = """  %escouade plugins                         rule plugins: on/off for this project, permission, process
   %escouade plugins on|off PLUGIN [--project DIR]   turn a plugin on/off for a project (default: here)
@@ -31,7 +33,7 @@ def _project(words: list[str]) -> tuple[list[str], Project]:
     return words, Project.for_folder(Path.cwd())
 
 
-def plugins_command(rules: RulePlugins, words: list[str]) -> Any:
+def plugins_command(rules: RulePlugins, words: list[str]) -> PluginsListing:
     """``[]`` lists; ``on|off PLUGIN [--project DIR]``; ``revoke|grant PLUGIN``.
     Returns the listing to display."""
     words, project = _project(list(words))
@@ -52,10 +54,36 @@ def plugins_command(rules: RulePlugins, words: list[str]) -> Any:
     return listing(rules, project)
 
 
-def journal_command(rules: RulePlugins, words: list[str]) -> Any:
-    """``[PLUGIN]``: the journal view (all plugins when no name is given)."""
-    from ..widgets.journal_view import JournalView
+@dataclass
+class JournalQuery:
+    """What ``%escouade journal [PLUGIN]`` shows: the ``journal``'s entries of ``plugin``
+    (None: all plugins) of ``kind`` (None: every kind); ``names`` maps plugin ids to
+    their names. Its ``repr`` is the plain text (a header line, then one line an entry);
+    the magics show it as a :class:`~escouade_nb.widgets.journal_view.JournalView`."""
 
+    journal: Journal
+    plugin: str | None = None
+    kind: str | None = "Decision"
+    names: dict[str, str] = field(default_factory=dict)
+
+    def entries(self) -> list[Entry]:
+        return self.journal.entries(self.plugin, self.kind)
+
+    def text(self) -> str:
+        lines = []
+        for e in self.entries():
+            line = e.text()
+            lines.append(line if self.plugin else f"{line}  [{self.names.get(e.plugin, e.plugin)}]")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        who = self.names.get(self.plugin, self.plugin) if self.plugin else "all plugins"
+        head = f"Journal of {who}" + (f", {self.kind} entries" if self.kind else "")
+        return head + ":\n" + (self.text() or "(no entries)")
+
+
+def journal_command(rules: RulePlugins, words: list[str]) -> JournalQuery:
+    """``[PLUGIN]``: the journal to show (all plugins when no name is given)."""
     if len(words) > 1:
         raise CommandError("journal takes at most one plugin name")
     plugin = None
@@ -67,4 +95,4 @@ def journal_command(rules: RulePlugins, words: list[str]) -> Any:
                 raise CommandError(str(exc).strip("'\"")) from None
             plugin = words[0]
     names = {pid: spec.name for pid, spec in rules.host.specs.items()}
-    return JournalView(rules.journal, plugin=plugin, names=names)
+    return JournalQuery(rules.journal, plugin=plugin, names=names)

@@ -5,13 +5,28 @@ A rule plugin is a folder with an ``escouade-plugin.json`` whose manifest asks
 
     "program": {"python": "team_rules.py"}         run with the kernel's Python
     "program": {"command": ["node", "rules.js"]}   a program on PATH (or "./x" in the folder)
+    "program": {"python": "rules.py", "env": ["RULES_URL"]}   plus variables it is given
 
 Paths are relative to the plugin folder, which is also the program's working folder.
-The host speaks JSON-RPC 2.0 on the program's stdin/stdout, one message per line:
-``initialize`` first (:class:`InitializeParams`: protocol version 1, who speaks, the
-plugin and its folder), then ``permissions/decide`` requests, ``shutdown`` last (the
-plugin answers, then exits; it is terminated if it does not). Lines that are not
-JSON-RPC are skipped (and journaled); a plugin's stderr is kept in a ring.
+The host speaks JSON-RPC 2.0 on the program's stdin/stdout, one message per line
+(:mod:`.protocol`, through the client of :mod:`.jsonrpc`): ``initialize`` first
+(:class:`~.protocol.InitializeParams`: protocol version 1, who speaks, the plugin and its
+folder), then ``permissions/decide`` requests, ``shutdown`` last (the plugin answers,
+then exits; it is terminated if it does not). Lines that are not JSON-RPC are skipped
+(and journaled); a request of the plugin is answered "method not found"; a plugin's
+stderr is kept in a ring.
+
+Least privilege: a rule plugin never gets the kernel's whole environment (its API keys
+and tokens stay in the kernel). It gets only (:func:`plugin_environment`):
+
+* ``PATH``, ``HOME``, the locale (``LANG``, ``LANGUAGE``, ``LC_*``), the temporary folder
+  (``TMPDIR``, ``TEMP``, ``TMP``) — and on Windows ``SYSTEMROOT``, ``PATHEXT``,
+  ``COMSPEC``, without which programs do not start;
+* for a ``program.python`` plugin, ``PYTHONPATH`` and ``PYTHONHOME``, so the kernel's
+  interpreter finds the packages (the plugin SDK) it finds in the kernel;
+* the variables its manifest names in ``program.env`` (a list of names), each passed
+  on from the kernel's environment when it is set there. Values are never written in a
+  manifest: a plugin that needs a secret names it, and the user sees it named.
 
 A plugin that exits on its own is restarted with back-off (0.25 s, doubling to 30 s;
 back to 0.25 s after a minute up); the requests it had in flight fail with
@@ -22,78 +37,102 @@ version is stopped for good.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from anyio.abc import Process
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .._version import __version__
-from ..wire.process import StderrRing, drain, kill_group_now, spawn, terminate_group
 from ..manifest import MANIFEST_FILENAME, SHIPPED_PLUGINS_DIR, Manifest, discover
+from ..wire.framing import Skipped
+from ..wire.process import StderrRing, drain, kill_group_now, spawn, terminate_group
 from .journal import Journal
+from .jsonrpc import LineClient, PeerClosed, RemoteError, RpcError
+from .protocol import INITIALIZE, PROTOCOL_VERSION, SHUTDOWN, InitializeParams, InitializeResult, PluginInfo
+from .states import PluginStates
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "PROTOCOL_VERSION", "PluginError", "PluginCrashed", "PluginNotRunning", "PluginRefused", "ProgramSpec",
     "InitializeParams", "InitializeResult", "PluginSpec", "PluginProcess", "PluginHost", "rule_plugin_spec",
+    "BASE_ENV", "plugin_environment",
 ]
 
-PROTOCOL_VERSION = 1
 START_TIMEOUT = 10.0
 """Seconds a plugin has to answer ``initialize``."""
 SHUTDOWN_GRACE = 1.0
 BACKOFF_FIRST, BACKOFF_MAX, BACKOFF_RESET_AFTER = 0.25, 30.0, 60.0
-MAX_LINE = 1024 * 1024
 GARBAGE_JOURNALED = 5
 """Lines that are not JSON-RPC journaled per process start (the rest are only counted)."""
 
-
-class PluginError(Exception):
-    """A request to a plugin did not get a result."""
-
-
-class PluginCrashed(PluginError):
-    """The plugin's process ended while the request was in flight."""
+PluginError = RpcError
+"""A request to a plugin did not get a result (the JSON-RPC client's :class:`~.jsonrpc.RpcError`)."""
+PluginCrashed = PeerClosed
+"""The plugin's process ended (or stopped reading) while the request was in flight."""
+PluginRefused = RemoteError
+"""The plugin answered with a JSON-RPC error (``code``, ``message``)."""
 
 
 class PluginNotRunning(PluginError):
     """The plugin is not running (stopped, restarting, failed)."""
 
 
-class PluginRefused(PluginError):
-    """The plugin answered with a JSON-RPC error."""
+# -- the environment ---------------------------------------------------------------------
 
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"{message} ({code})")
-        self.code = code
-        self.message = message
-
-
-# -- the wire ---------------------------------------------------------------------------
+BASE_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TEMP", "TMP")
+"""Variables every rule plugin gets from the kernel's environment (with ``LC_*``)."""
+WINDOWS_ENV = ("SYSTEMROOT", "PATHEXT", "COMSPEC")
+PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME")
+"""Also given to a ``program.python`` plugin (run with the kernel's interpreter)."""
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+def plugin_environment(declared: Sequence[str] = (), *, python: bool = False,
+                       base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a rule plugin (see the module's doc): from ``base`` (the
+    kernel's environment by default), only :data:`BASE_ENV`, ``LC_*``, the Windows
+    essentials, :data:`PYTHON_ENV` when ``python``, and the ``declared`` names that are set."""
+    source = os.environ if base is None else base
+    keep = set(BASE_ENV) | set(declared)
+    if os.name == "nt":
+        keep |= set(WINDOWS_ENV)
+    if python:
+        keep |= set(PYTHON_ENV)
+    return {k: v for k, v in source.items() if k in keep or k.startswith("LC_")}
 
 
-class ProgramSpec(_Wire):
+# -- the manifest's program ---------------------------------------------------------------
+
+
+class ProgramSpec(BaseModel):
     """The manifest's ``program``: ``python`` (a script of the folder, run with the
     kernel's interpreter) or ``command`` (argv; its first word a program name on PATH,
-    or ``./name`` in the folder)."""
+    or ``./name`` in the folder); ``env``: names of variables passed on to it from the
+    kernel's environment (never values)."""
+
+    model_config = ConfigDict(extra="allow")
 
     python: str | None = None
     command: list[str] | None = None
+    env: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        bad = [n for n in names if not _ENV_NAME.match(n)]
+        if bad:
+            raise ValueError(f"program.env lists variable names, not {bad[0]!r}")
+        return names
 
     @model_validator(mode="after")
     def _one(self) -> ProgramSpec:
@@ -104,50 +143,14 @@ class ProgramSpec(_Wire):
         return self
 
 
-class _Named(_Wire):
-    id: str
-    version: str | None = None
-    folder: str
-
-
-class InitializeParams(_Wire):
-    protocol_version: int = Field(PROTOCOL_VERSION, alias="protocolVersion")
-    escouade: dict[str, str] = Field(default_factory=lambda: {"name": "escouade_nb", "version": __version__})
-    plugin: _Named
-    lang: str = "en"
-    capabilities: dict[str, Any] = Field(default_factory=lambda: {"permissions": {"decide": True}})
-
-
-class InitializeResult(_Wire):
-    protocol_version: int = Field(alias="protocolVersion")
-    capabilities: dict[str, Any] = Field(default_factory=dict)
-
-
-class _RpcError(_Wire):
-    code: int
-    message: str = ""
-    data: Any = None
-
-
-class _Incoming(_Wire):
-    """A message from the plugin: a response (``id`` + ``result``/``error``), or a
-    request/notification of its own (``method``)."""
-
-    jsonrpc: Literal["2.0"]
-    id: int | str | None = None
-    method: str | None = None
-    params: Any = None
-    result: Any = None
-    error: _RpcError | None = None
-
-
 # -- plugins found ----------------------------------------------------------------------
 
 
 @dataclass
 class PluginSpec:
     """A rule plugin found on disk. ``shipped``: it comes with escouade_nb (off by
-    default); ``stamp`` changes when a file of its folder changes (an update)."""
+    default); ``stamp`` changes when a file of its folder changes (an update); ``env``
+    the variable names its manifest passes on; ``python``: run with the kernel's Python."""
 
     id: str
     name: str
@@ -158,12 +161,16 @@ class PluginSpec:
     stamp: tuple
     manifest: Manifest
     error: str | None = None
+    env: tuple[str, ...] = ()
+    python: bool = False
 
     @property
     def default_on(self) -> bool:
         return not self.shipped
 
-
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment its program is started with (:func:`plugin_environment`)."""
+        return plugin_environment(self.env, python=self.python, base=base)
 def _folder_stamp(folder: Path) -> tuple:
     out = []
     try:
@@ -211,12 +218,14 @@ def rule_plugin_spec(manifest: Manifest, manifest_path: Path) -> PluginSpec | No
         return None
     folder = manifest_path.parent.resolve()
     argv: list[str] | None = None
+    program: ProgramSpec | None = None
     error = None
     raw = (manifest.model_extra or {}).get("program")
     try:
         if raw is None:
             raise ValueError("program: field required (a rule plugin names its program)")
-        argv = program_argv(ProgramSpec.model_validate(raw), folder)
+        program = ProgramSpec.model_validate(raw)
+        argv = program_argv(program, folder)
     except ValidationError as exc:
         error = f"program: {exc.errors()[0]['msg']}"
     except ValueError as exc:
@@ -224,7 +233,8 @@ def rule_plugin_spec(manifest: Manifest, manifest_path: Path) -> PluginSpec | No
     shipped = folder.is_relative_to(SHIPPED_PLUGINS_DIR.resolve())
     return PluginSpec(id=manifest.id, name=manifest.name, version=manifest.version, folder=folder, argv=argv,
                       shipped=shipped, stamp=_folder_stamp(folder), manifest=manifest,
-                      error=f"{manifest_path}: {error}" if error else None)
+                      error=f"{manifest_path}: {error}" if error else None,
+                      env=tuple(program.env) if program else (), python=bool(program and program.python))
 
 
 def find_rule_plugins(extra_dirs: Sequence[Path] | None = None) -> tuple[dict[str, PluginSpec], list[str]]:
@@ -243,6 +253,7 @@ def find_rule_plugins(extra_dirs: Sequence[Path] | None = None) -> tuple[dict[st
 # -- one plugin's process -----------------------------------------------------------------
 
 State = Literal["stopped", "starting", "ready", "backoff", "failed"]
+
 
 
 class PluginProcess:
@@ -268,10 +279,8 @@ class PluginProcess:
         self.capabilities: dict[str, Any] = {}
         self._want = False
         self._task: asyncio.Task | None = None
-        self._proc = None
-        self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}
-        self._send_lock: asyncio.Lock | None = None
+        self._proc: Process | None = None
+        self._client: LineClient | None = None
         self._ready: asyncio.Event | None = None
         self._backoff = BACKOFF_FIRST
 
@@ -282,6 +291,11 @@ class PluginProcess:
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
+
+    @property
+    def alive(self) -> bool:
+        """Its program runs (or is being stopped)."""
+        return self._proc is not None
 
     def describe(self) -> str:
         if self.state == "ready":
@@ -301,7 +315,6 @@ class PluginProcess:
         self._want = True
         if self._ready is None:
             self._ready = asyncio.Event()
-            self._send_lock = asyncio.Lock()
         if not self.running:
             self.state = "starting"
             self._task = asyncio.get_running_loop().create_task(self._supervise(), name=f"rule plugin {self.id}")
@@ -315,6 +328,11 @@ class PluginProcess:
             if self.state in ("failed", "stopped") or self._ready is None:
                 raise PluginNotRunning(self.describe())
             await self._ready.wait()
+
+    def _wake(self) -> None:
+        if self._ready is not None:
+            self._ready.set()  # wake waiters: they see the state
+            self._ready = asyncio.Event()
 
     async def _supervise(self) -> None:
         try:
@@ -337,9 +355,7 @@ class PluginProcess:
             if self.state != "failed":
                 self.state = "stopped"
             self.pid = None
-            if self._ready is not None:
-                self._ready.set()  # wake waiters: they see the state
-                self._ready = asyncio.Event()
+            self._wake()
 
     async def _run_once(self) -> int | None:
         self.state = "starting"
@@ -347,39 +363,42 @@ class PluginProcess:
         assert self.spec.argv is not None
         t0 = time.monotonic()
         try:
-            proc = await spawn(self.spec.argv, cwd=self.spec.folder, env=os.environ)
+            proc = await spawn(self.spec.argv, cwd=self.spec.folder, env=self.spec.environment())
         except OSError as exc:
             self.journal.add(self.id, "Error", f"could not start {' '.join(self.spec.argv)}: {exc}")
             return None
-        self._proc = proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        client = LineClient(proc.stdin, on_skip=self._garbage, on_close=self._not_ready)
+        self._proc, self._client = proc, client
         self.pid = proc.pid
         self.starts += 1
         code: int | None = None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drain, proc.stderr, self.stderr)
-                tg.start_soon(self._read, proc)
-                tg.start_soon(self._handshake, t0)
+                tg.start_soon(client.run, proc.stdout)
+                tg.start_soon(self._handshake, client, t0)
                 code = await proc.wait()
                 self.last_exit = code
                 if self.state != "failed":
                     self.state = "backoff" if self._want else "stopped"  # not ready any more, at once
-                self._fail_pending(PluginCrashed(f"the plugin exited with code {code}"))
+                client.close(f"the plugin exited with code {code}")
                 await anyio.sleep(0.02)  # let the readers take the last bytes
                 tg.cancel_scope.cancel()
         finally:
             if proc.returncode is None:  # cancelled (stopped): take the group down
                 with anyio.CancelScope(shield=True):
                     await terminate_group(proc, grace=SHUTDOWN_GRACE)
-            self._fail_pending(PluginCrashed("the plugin stopped"))
-            self._proc = None
+            client.close("the plugin stopped")
+            self._proc = self._client = None
         return code
 
-    async def _handshake(self, t0: float) -> None:
-        params = InitializeParams(plugin=_Named(id=self.id, version=self.spec.version, folder=str(self.spec.folder)))
+    async def _handshake(self, client: LineClient, t0: float) -> None:
+        params = InitializeParams(plugin=PluginInfo(id=self.id, version=self.spec.version,
+                                                    folder=str(self.spec.folder)))
         try:
             with anyio.fail_after(START_TIMEOUT):
-                raw = await self._call("initialize", params.model_dump(mode="json", by_alias=True), check=False)
+                raw = await client.request(INITIALIZE, params.wire())
             result = InitializeResult.model_validate(raw)
         except TimeoutError:
             self.journal.add(self.id, "Error", f"no answer to initialize within {START_TIMEOUT:g} s")
@@ -401,9 +420,7 @@ class PluginProcess:
         self.ever_ready = True
         ms = (time.monotonic() - t0) * 1000
         self.journal.add(self.id, "Start", f"started (pid {self.pid}, ready in {ms:.0f} ms)")
-        if self._ready is not None:
-            self._ready.set()
-            self._ready = asyncio.Event()
+        self._wake()
 
     async def _kill(self) -> None:
         if self._proc is not None:
@@ -412,17 +429,18 @@ class PluginProcess:
     async def stop(self) -> None:
         """``shutdown``, then close stdin; the group is terminated if it lingers."""
         self._want = False
-        proc, task = self._proc, self._task
-        if proc is not None and self.state == "ready":
+        proc, client, task = self._proc, self._client, self._task
+        if proc is not None and client is not None and self.state == "ready":
             try:
                 with anyio.move_on_after(SHUTDOWN_GRACE):
-                    await self._call("shutdown", None)
+                    await client.request(SHUTDOWN)
             except PluginError:
                 pass
-            try:
-                await proc.stdin.aclose()
-            except Exception:
-                pass
+            if proc.stdin is not None:
+                try:
+                    await proc.stdin.aclose()
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
             with anyio.move_on_after(SHUTDOWN_GRACE):
                 await proc.wait()
         if proc is not None and proc.returncode is None:
@@ -439,111 +457,34 @@ class PluginProcess:
         self.state = "stopped" if self.state != "failed" else "failed"
 
     def kill_now(self) -> None:
+        """Synchronous group kill (interpreter exit: no loop to await on)."""
         self._want = False
         if self._proc is not None and self._proc.returncode is None:
             kill_group_now(self._proc.pid, grace=0.5)
 
     # -- messages -----------------------------------------------------------------------
-    async def call(self, method: str, params: Any) -> Any:
-        if self.state != "ready":
+    async def call(self, method: str, params: Any = None) -> Any:
+        """The result of ``method`` (see the class's doc for the errors)."""
+        client = self._client
+        if self.state != "ready" or client is None:
             raise PluginNotRunning(self.describe())
-        return await self._call(method, params)
+        return await client.request(method, params)
 
-    async def _call(self, method: str, params: Any, check: bool = True) -> Any:
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            raise PluginNotRunning(self.describe())
-        rid = next(self._ids)
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params is not None:
-            msg["params"] = params
-        data = (json.dumps(msg, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-        try:
-            assert self._send_lock is not None
-            async with self._send_lock:
-                try:
-                    await proc.stdin.send(data)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                    raise PluginCrashed(f"cannot write to the plugin: {exc}") from None
-            return await fut
-        finally:
-            self._pending.pop(rid, None)
-            if not fut.done():
-                fut.cancel()
+    def _not_ready(self, _reason: str) -> None:
+        """The plugin's output ended (or its process did): no request may go to it."""
+        if self.state == "ready":
+            self.state = "backoff" if self._want else "stopped"
 
-    def _fail_pending(self, exc: Exception) -> None:
-        for fut in list(self._pending.values()):
-            if not fut.done():
-                fut.set_exception(exc)
-                fut.exception()  # mark retrieved: a timed-out caller may be gone
-        self._pending.clear()
-
-    async def _read(self, proc) -> None:
-        buf = bytearray()
-        skipping = False
-        try:
-            async for chunk in proc.stdout:
-                buf.extend(chunk)
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        if len(buf) > MAX_LINE:
-                            buf.clear()
-                            skipping = True
-                        break
-                    line = bytes(buf[:nl])
-                    del buf[: nl + 1]
-                    if skipping:
-                        skipping = False
-                        self._garbage(b"(a line longer than 1 MiB)")
-                        continue
-                    self._on_line(line)
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass
-
-    def _garbage(self, line: bytes) -> None:
+    def _garbage(self, line: bytes | Skipped) -> None:
         self.garbage += 1
         if self.garbage <= GARBAGE_JOURNALED:
-            text = line.decode("utf-8", "replace").strip()
-            text = text if len(text) <= 200 else text[:200] + "…"
+            if isinstance(line, Skipped):
+                text = f"({line.why})"
+            else:
+                text = line.decode("utf-8", "replace").strip()
+                text = text if len(text) <= 200 else text[:200] + "…"
             more = "; further ones are not journaled" if self.garbage == GARBAGE_JOURNALED else ""
             self.journal.add(self.id, "Output", f"ignored a line that is not JSON-RPC: {text}{more}")
-
-    def _on_line(self, line: bytes) -> None:
-        if not line.strip():
-            return
-        try:
-            msg = _Incoming.model_validate_json(line)
-        except ValidationError:
-            self._garbage(line)
-            return
-        if msg.method is not None:
-            if msg.id is not None:  # a request of the plugin: we serve none
-                reply = {"jsonrpc": "2.0", "id": msg.id,
-                         "error": {"code": -32601, "message": f"method not found: {msg.method}"}}
-                asyncio.get_running_loop().create_task(self._reply(reply))
-            return
-        fut = self._pending.get(msg.id) if isinstance(msg.id, int) else None
-        if fut is None or fut.done():
-            return  # an answer nobody waits for any more (late)
-        if msg.error is not None:
-            fut.set_exception(PluginRefused(msg.error.code, msg.error.message))
-        elif "result" in msg.model_fields_set:
-            fut.set_result(msg.result)
-        else:
-            fut.set_exception(PluginRefused(-32603, "a response with neither result nor error"))
-
-    async def _reply(self, reply: dict[str, Any]) -> None:
-        proc = self._proc
-        if proc is None or self._send_lock is None:
-            return
-        try:
-            async with self._send_lock:
-                await proc.stdin.send((json.dumps(reply) + "\n").encode())
-        except Exception:
-            pass
 
 
 # -- all plugins ------------------------------------------------------------------------------
@@ -552,15 +493,33 @@ class PluginProcess:
 @dataclass
 class PluginHost:
     """Every rule plugin of this kernel: found with :func:`find_rule_plugins`, started
-    when wanted (granted and on for some project — see :class:`PluginStates`)."""
+    when wanted (granted and on for some project — see :class:`PluginStates`).
+
+    A process no longer wanted (switched off, removed, replaced by an update) is stopped
+    by a task the host keeps (``retiring``) until it is done: :meth:`aclose` waits for
+    those, :meth:`kill_now` kills their programs too."""
 
     journal: Journal
-    states: Any  # PluginStates
+    states: PluginStates
     extra_dirs: list[Path] = field(default_factory=list)
     specs: dict[str, PluginSpec] = field(default_factory=dict)
     processes: dict[str, PluginProcess] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     stamp: tuple = ()
+    retiring: dict[asyncio.Task, PluginProcess] = field(default_factory=dict)
+
+    def _retire(self, proc: PluginProcess) -> None:
+        """Stop ``proc`` in a task the host holds (on the running loop)."""
+        if any(p is proc for p in self.retiring.values()):
+            return
+        task = asyncio.get_running_loop().create_task(proc.stop(), name=f"stop rule plugin {proc.id}")
+        self.retiring[task] = proc
+        task.add_done_callback(self._retired)
+
+    def _retired(self, task: asyncio.Task) -> None:
+        proc = self.retiring.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("stopping rule plugin %s failed", proc.id if proc else "?", exc_info=task.exception())
 
     def refresh(self) -> None:
         """Find the plugins again; start the ones wanted that do not run (new, switched
@@ -577,16 +536,15 @@ class PluginHost:
             spec = specs.get(pid)
             if spec is None or not self.states.wanted(pid, default=spec.default_on):
                 if loop_running and (proc.running or proc.state != "stopped"):
-                    asyncio.get_running_loop().create_task(proc.stop())
+                    self._retire(proc)
                 if spec is None:
                     del self.processes[pid]
                 continue
-            if spec.stamp != proc.spec.stamp or spec.argv != proc.spec.argv:
-                old = proc
+            if spec.stamp != proc.spec.stamp or spec.argv != proc.spec.argv or spec.env != proc.spec.env:
                 self.processes[pid] = PluginProcess(spec, self.journal)  # updated: a new process
                 if loop_running:
                     self.journal.add(pid, "Stop", "updated on disk: restarting")
-                    asyncio.get_running_loop().create_task(old.stop())
+                    self._retire(proc)
         self.specs = specs
         for pid, spec in specs.items():
             proc = self.processes.setdefault(pid, PluginProcess(spec, self.journal))
@@ -614,7 +572,7 @@ class PluginHost:
         try:
             st = Path(self.states.path).stat()
             out.append(("states", st.st_mtime_ns, st.st_size))
-        except (OSError, AttributeError):
+        except OSError:
             out.append(("states", None))
         return tuple(out)
 
@@ -622,18 +580,28 @@ class PluginHost:
         return self.processes.get(plugin)
 
     async def aclose(self) -> None:
-        procs = list(self.processes.values())
+        """Stop every plugin, and wait for the stops already under way (those still
+        running after their grace are cancelled: their groups were terminated)."""
+        retiring = list(self.retiring.values())
+        procs = [p for p in self.processes.values() if (p.running or p.alive) and not any(p is r for r in retiring)]
         async with anyio.create_task_group() as tg:
             for p in procs:
-                if p.running or p._proc is not None:
-                    tg.start_soon(p.stop)
+                tg.start_soon(p.stop)
+        pending = list(self.retiring)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE * 4 + 5)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1)
 
     def kill_now(self) -> None:
-        for p in self.processes.values():
+        """Kill every plugin's group at once (interpreter exit), retiring ones included."""
+        for p in [*self.processes.values(), *self.retiring.values()]:
             try:
                 p.kill_now()
             except Exception:
-                pass
+                log.exception("killing rule plugin %s failed", p.id)
 
 
 def manifest_file(folder: Path) -> Path:

@@ -14,16 +14,21 @@ Read as plain text (:meth:`Entry.text`), a decision is one line::
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+
+from ..core.observers import Observers, Subscription
 
 __all__ = ["JOURNAL_ENV", "Entry", "Journal", "journal_dir"]
 
@@ -33,6 +38,14 @@ KEEP = 2000
 
 Kind = Literal["Decision", "Start", "Stop", "Crash", "Error", "Output"]
 Verdict = Literal["allowed", "refused", "did not decide"]
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def journal_dir() -> Path:
@@ -97,58 +110,136 @@ class Entry(BaseModel):
 
 
 class Journal:
-    """All plugins' journals: appends to the files, keeps the newest entries in memory,
-    tells subscribers (``subscribe(fn)``, ``fn(entry)``) of each new one."""
+    """All plugins' journals: keeps the newest entries in memory, tells subscribers
+    (``subscribe(fn)`` -> a token, ``fn(entry)``) of each new one at once, and appends them
+    to the files.
+
+    Writing never blocks the kernel's loop: an entry added on a running asyncio loop is
+    queued and appended by one writer thread (started when there is something to write,
+    gone when the queue is empty), in order. Added where no loop runs, it is written at
+    once. :meth:`flush` (synchronous: interpreter exit) and :meth:`aclose` write what is
+    queued. A file that cannot be written (a read-only data dir) loses its lines, never
+    a decision: the entries stay in memory."""
 
     def __init__(self, folder: Path | None = None) -> None:
         self.folder = Path(folder) if folder is not None else journal_dir()
         self._entries: dict[str, deque[Entry]] = {}
         self._loaded: set[str] = set()
-        self._subscribers: list[Callable[[Entry], None]] = []
+        self._observers: Observers[[Entry]] = Observers("journal")
+        self._queue: list[Entry] = []
+        self._queue_lock = threading.Lock()  # guards _queue and _writing
+        self._io_lock = threading.Lock()  # held while the files are touched: one writer at a time, in order
+        self._writing = False
+        self._writer: threading.Thread | None = None
+        self._before: dict[str, int] = {}  # bytes of a plugin's file from before this journal wrote to it
 
     def path(self, plugin: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in plugin)
         return self.folder / f"{safe}.jsonl"
 
-    def subscribe(self, fn: Callable[[Entry], None]) -> Callable[[], None]:
-        self._subscribers.append(fn)
-        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+    def subscribe(self, fn: Callable[[Entry], None]) -> Subscription:
+        """Call ``fn(entry)`` for each new entry; returns the token that ends it."""
+        return self._observers.subscribe(fn)
+
+    # -- reading the files ----------------------------------------------------------------
+    def _size_before(self, plugin: str) -> int:
+        """With the I/O lock held: how much of the file predates this journal."""
+        if plugin not in self._before:
+            try:
+                self._before[plugin] = self.path(plugin).stat().st_size
+            except OSError:
+                self._before[plugin] = 0
+        return self._before[plugin]
 
     def _load(self, plugin: str) -> deque[Entry]:
+        """The entries of ``plugin``: those of the file written before this journal,
+        read once, then this session's."""
         entries = self._entries.setdefault(plugin, deque(maxlen=KEEP))
         if plugin not in self._loaded:
             self._loaded.add(plugin)
             old: list[Entry] = []
-            try:
-                with open(self.path(plugin), encoding="utf-8") as fh:
-                    for raw in fh:
-                        try:
-                            old.append(Entry.model_validate_json(raw))
-                        except ValidationError:
-                            continue  # a torn or foreign line
-            except OSError:
-                pass
-            entries.extendleft(reversed(old[-KEEP:]))
+            with self._io_lock:
+                size = self._size_before(plugin)
+                try:
+                    with open(self.path(plugin), "rb") as fh:
+                        data = fh.read(size)
+                except OSError:
+                    data = b""
+            for raw in data.splitlines():
+                try:
+                    old.append(Entry.model_validate_json(raw))
+                except ValidationError:
+                    continue  # a torn or foreign line
+            room = KEEP - len(entries)
+            if room > 0:
+                entries.extendleft(reversed(old[-room:]))
         return entries
 
+    # -- writing --------------------------------------------------------------------------
     def write(self, entry: Entry) -> Entry:
-        entries = self._load(entry.plugin)
-        entries.append(entry)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with open(self.path(entry.plugin), "a", encoding="utf-8") as fh:
-                fh.write(entry.line() + "\n")
-        except OSError:
-            pass  # a read-only data dir must not stop decisions; the entry stays in memory
-        for fn in list(self._subscribers):
-            try:
-                fn(entry)
-            except Exception:
-                pass
+        """Keep ``entry``, tell the subscribers, and queue its line for the file."""
+        self._entries.setdefault(entry.plugin, deque(maxlen=KEEP)).append(entry)
+        with self._queue_lock:
+            self._queue.append(entry)
+            start = not self._writing
+            if start:
+                self._writing = True
+        if start:
+            if _on_a_loop():
+                self._writer = threading.Thread(target=self._drain, name="escouade journal writer", daemon=True)
+                self._writer.start()
+            else:
+                self._drain()
+        self._observers.emit(entry)
         return entry
 
     def add(self, plugin: str, kind: Kind, text: str | None = None, **fields) -> Entry:
         return self.write(Entry(time=datetime.now().astimezone(), plugin=plugin, kind=kind, text=text, **fields))
+
+    def _drain(self) -> None:
+        """The writer: write batches until the queue is empty."""
+        while True:
+            with self._io_lock:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                    if not batch:
+                        self._writing = False
+                        return
+                self._append(batch)
+
+    def _append(self, batch: list[Entry]) -> None:
+        """With the I/O lock held: append ``batch`` to the files, in order, one open per file."""
+        lines: dict[str, list[str]] = {}
+        for entry in batch:
+            lines.setdefault(entry.plugin, []).append(entry.line() + "\n")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return
+        for plugin, chunk in lines.items():
+            self._size_before(plugin)
+            try:
+                with open(self.path(plugin), "a", encoding="utf-8") as fh:
+                    fh.write("".join(chunk))
+            except OSError:
+                pass  # a read-only data dir must not stop decisions; the entries stay in memory
+
+    def flush(self) -> None:
+        """Write every queued entry now, in the calling thread (synchronous: usable at
+        interpreter exit). On return, every entry added before the call is on disk."""
+        with self._io_lock:
+            with self._queue_lock:
+                batch, self._queue = self._queue, []
+            if batch:
+                self._append(batch)
+
+    async def aclose(self) -> None:
+        """Flush, off the loop, and wait for the writer thread to end."""
+        await anyio.to_thread.run_sync(self.flush)
+        writer = self._writer
+        if writer is not None:
+            await anyio.to_thread.run_sync(writer.join, 5.0)
+            self._writer = None
 
     def plugins(self) -> list[str]:
         """Plugins with a journal (a file or entries of this session)."""

@@ -27,6 +27,9 @@ fields rules judge (command, paths, url, pattern).
 A plan to approve (``ExitPlanMode``/``exit_plan_mode``, or ACP kind ``switch_mode``)
 and a question of the agent (``AskUserQuestion``…) are :attr:`Normalised.reserved`:
 they never go to plugins.
+
+The wire models of the params (:class:`DecideParams` and its parts) are those of
+:mod:`.protocol`, shared with the plugin SDK; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -36,15 +39,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from .protocol import AgentInfo, DecideParams, Family, ProjectInfo, RequestInfo, TicketInfo
 
 __all__ = [
     "CLAUDE_TOOLS", "FAMILIES", "KIND_TOOLS", "PLAN_TOOLS", "QUESTION_TOOLS", "MAX_TEXT", "MAX_KEY_TEXT",
     "Family", "Normalised", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo", "DecideParams",
     "agent_tool_name", "normalise", "family_of", "cut_input", "target_of",
 ]
-
-Family = Literal["command", "edit", "read", "fetch", "mcp", "tool"]
 
 MAX_TEXT = 2000
 """A string of the input longer than this is cut (characters)."""
@@ -309,49 +310,3 @@ def target_of(tool: str, input: Mapping[str, Any], limit: int = 120) -> str:
                 break
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# -- the wire: permissions/decide params ------------------------------------------------
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class RequestInfo(_Wire):
-    id: str
-    kind: Family
-    tool: str
-    input: dict[str, Any] = Field(default_factory=dict)
-
-
-class ProjectInfo(_Wire):
-    id: str
-    name: str
-    private: bool = False
-
-
-class TicketInfo(_Wire):
-    id: str
-    key: str | None = None
-    title: str | None = None
-
-
-class AgentInfo(_Wire):
-    id: str
-    name: str
-
-
-class DecideParams(_Wire):
-    """The params of ``permissions/decide``: the seed's shape, never the conversation."""
-
-    request: RequestInfo
-    project: ProjectInfo
-    ticket: TicketInfo | None = None
-    agent: AgentInfo
-
-    def wire(self) -> dict[str, Any]:
-        data = self.model_dump(mode="json")
-        if data.get("ticket") is None:
-            data.pop("ticket", None)  # absent outside a ticket (never null)
-        return data

@@ -30,9 +30,10 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..manifest import MANIFEST_FILENAME, ManifestError, load_manifest
-from ..permissions.broker import BUDGET, DecideResult
+from ..permissions.broker import BUDGET
 from ..permissions.host import PluginCrashed, PluginError, PluginProcess, PluginRefused, rule_plugin_spec
 from ..permissions.journal import Journal
+from ..permissions.protocol import DECIDE, DecideResult
 from ..permissions.request import family_of
 
 START_LIMIT = 10.0
@@ -112,7 +113,7 @@ class _Bench:
         t0 = time.monotonic()
         try:
             with anyio.fail_after(limit):
-                result = await self.proc.call("permissions/decide", params)
+                result = await self.proc.call(DECIDE, params)
         except TimeoutError:
             return "late", None, (time.monotonic() - t0) * 1000
         except PluginRefused as exc:
@@ -122,14 +123,13 @@ class _Bench:
         ms = (time.monotonic() - t0) * 1000
         try:
             answer = DecideResult.model_validate(result)
-        except ValidationError:
-            return "invalid", result, ms
-        if answer.decision not in ("allow", "deny", "ask"):
+        except ValidationError:  # none of the three, or not an answer
             return "invalid", result, ms
         return "answer", answer, ms
 
     async def stop(self) -> None:
         await self.proc.stop()
+        await self.journal.aclose()  # every line written before the folder goes
         self._journal_dir.cleanup()
 
 

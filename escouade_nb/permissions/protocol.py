@@ -1,0 +1,229 @@
+"""The rule plugins' wire (plugin-1): constants and pydantic models, one set for both sides.
+
+The host (:mod:`.host`, :mod:`.broker`, :mod:`.request`) writes these messages and the
+plugin SDK (:mod:`escouade_nb.plugin_sdk`) reads them, so both import this module. It
+imports pydantic, the standard library and ``escouade_nb._version`` only: a rule plugin's
+process loads nothing of the engine.
+
+JSON-RPC 2.0, one UTF-8 JSON object per ``\\n``-terminated line (at most :data:`MAX_LINE`
+bytes), on the plugin's stdin/stdout::
+
+    host -> plugin  {"jsonrpc":"2.0","id":1,"method":"initialize","params":InitializeParams}
+    plugin -> host  {"jsonrpc": "2.0", "id": 1, "result": InitializeResult}
+    host -> plugin  {"jsonrpc":"2.0","id":2,"method":"permissions/decide","params":DecideParams}
+    plugin -> host  {"jsonrpc": "2.0", "id": 2, "result": {"decision": "deny", "message": "no rm -rf here"}}
+    host -> plugin  {"jsonrpc":"2.0","id":3,"method":"shutdown"}      the plugin answers null, then exits
+
+Every model keeps the fields it does not know (``extra="allow"``): a later host may add
+documented fields, a plugin may add its own to an answer. Readers are lenient (defaults
+for what a host always sends), writers always send the whole seed shape.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._version import __version__
+
+__all__ = [
+    "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "Family", "Decision",
+    "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "INTERNAL_ERROR",
+    "PluginInfo", "InitializeParams", "InitializeResult", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo",
+    "DecideParams", "DecideResult", "ErrorObject", "Message", "command_of", "response", "error_response",
+]
+
+PROTOCOL_VERSION = 1
+"""The plugin protocol version this side speaks (``initialize``'s ``protocolVersion``)."""
+INITIALIZE = "initialize"
+DECIDE = "permissions/decide"
+SHUTDOWN = "shutdown"
+MAX_LINE = 1024 * 1024
+"""The longest message line either side reads (bytes, newline excluded); a longer one is
+skipped. Requests stay far below it: :mod:`.request` cuts long texts."""
+
+# JSON-RPC 2.0's own error codes (its section 5.1). The host uses ``acp.RequestError``'s
+# factories, which carry the same codes; the plugin SDK, which must not load the ACP SDK,
+# uses these names.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+Family = Literal["command", "edit", "read", "fetch", "mcp", "tool"]
+"""``request.kind``: the family of the tool (see :data:`escouade_nb.permissions.request.FAMILIES`)."""
+Decision = Literal["allow", "deny", "ask"]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# -- initialize ---------------------------------------------------------------------------
+
+
+class PluginInfo(_Wire):
+    """Who is started: the manifest's ``id`` and ``version``, and the plugin ``folder``
+    (an absolute path; also the program's working folder)."""
+
+    id: str = ""
+    version: str | None = None
+    folder: str = ""
+
+
+def _escouade() -> dict[str, str]:
+    return {"name": "escouade_nb", "version": __version__}
+
+
+def _decides() -> dict[str, Any]:
+    return {"permissions": {"decide": True}}
+
+
+class InitializeParams(_Wire):
+    """``initialize``'s params: ``protocolVersion``, who speaks (``escouade``), the
+    ``plugin``, the user's ``lang`` and what the host asks of it (``capabilities``)."""
+
+    protocol_version: int = Field(PROTOCOL_VERSION, alias="protocolVersion")
+    escouade: dict[str, str] = Field(default_factory=_escouade)
+    plugin: PluginInfo | None = None
+    lang: str = "en"
+    capabilities: dict[str, Any] = Field(default_factory=_decides)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class InitializeResult(_Wire):
+    """``initialize``'s result: the ``protocolVersion`` the plugin speaks (the host stops
+    a plugin that speaks another) and its ``capabilities``."""
+
+    protocol_version: int = Field(alias="protocolVersion")
+    capabilities: dict[str, Any] = Field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# -- permissions/decide -------------------------------------------------------------------
+
+
+class RequestInfo(_Wire):
+    """``request``: its ``id``, ``kind`` (a :data:`Family`), ``tool`` (named as Claude
+    Code names it) and ``input`` (what the tool was given, long texts cut)."""
+
+    id: str = ""
+    kind: str = "tool"
+    tool: str = ""
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProjectInfo(_Wire):
+    id: str = ""
+    name: str = ""
+    private: bool = False
+
+
+class TicketInfo(_Wire):
+    id: str = ""
+    key: str | None = None
+    title: str | None = None
+
+
+class AgentInfo(_Wire):
+    id: str = ""
+    name: str = ""
+
+
+def command_of(input: dict[str, Any]) -> str:
+    """The command of a Bash input, as one string (an argv list is quoted with
+    :func:`shlex.join`; "" when there is none)."""
+    cmd = input.get("command", input.get("cmd"))
+    if isinstance(cmd, str):
+        return cmd
+    if isinstance(cmd, list) and all(isinstance(c, str) for c in cmd):
+        return shlex.join(cmd)
+    return ""
+
+
+class DecideParams(_Wire):
+    """The params of ``permissions/decide`` — the seed's shape, never the conversation:
+    ``request``, ``project``, ``ticket`` (absent outside a ticket, never null), ``agent``.
+
+    Shortcuts for a rule: ``tool``, ``kind``, ``input``, and ``command`` (the Bash
+    command as one string; "" for another tool)."""
+
+    request: RequestInfo
+    project: ProjectInfo = Field(default_factory=ProjectInfo)
+    ticket: TicketInfo | None = None
+    agent: AgentInfo = Field(default_factory=AgentInfo)
+
+    @property
+    def tool(self) -> str:
+        return self.request.tool
+
+    @property
+    def kind(self) -> str:
+        return self.request.kind
+
+    @property
+    def input(self) -> dict[str, Any]:
+        return self.request.input
+
+    @property
+    def command(self) -> str:
+        return command_of(self.request.input) if self.request.tool == "Bash" else ""
+
+    def wire(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        if data.get("ticket") is None:
+            data.pop("ticket", None)
+        return data
+
+
+class DecideResult(_Wire):
+    """A plugin's answer: ``{"decision": "allow"|"deny"|"ask", "message"?: str}``. A
+    result that does not validate (another decision, not an object) counts as ask."""
+
+    decision: Decision
+    message: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# -- the JSON-RPC envelope ----------------------------------------------------------------
+
+
+class ErrorObject(_Wire):
+    code: int
+    message: str = ""
+    data: Any = None
+
+
+class Message(_Wire):
+    """Any JSON-RPC 2.0 message: a request (``method`` and ``id``), a notification
+    (``method``, no ``id``) or a response (``id`` and ``result`` or ``error``; a
+    ``result`` of null is a result: check ``"result" in model_fields_set``)."""
+
+    jsonrpc: Literal["2.0"]
+    id: int | str | None = None
+    method: str | None = None
+    params: Any = None
+    result: Any = None
+    error: ErrorObject | None = None
+
+
+def response(rid: int | str | None, result: Any) -> dict[str, Any]:
+    """A response to request ``rid``, as a dict to serialise."""
+    return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+
+def error_response(rid: int | str | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """An error response (``data`` only when given)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": rid, "error": error}

@@ -7,8 +7,9 @@
     turn = agent.send("hello")
     result = await turn                        # .stop_reason, .text, .tool_calls
 
-Importing the package is cheap: the engine, the ACP SDK and ipywidgets are loaded on
-first use of a name below (PEP 562), so a rule plugin or ``--version`` pays nothing.
+Importing the package is cheap: the engine, the ACP SDK, ipywidgets and even the
+version (``importlib.metadata``) are loaded on first use of a name (PEP 562), so a rule
+plugin or ``--version`` pays nothing for them.
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
-
 _LAZY = {
+    "__version__": "_version",
     "Agent": "engine.agent", "AgentError": "wire.errors", "AgentExited": "wire.errors",
     "AuthRequired": "wire.errors", "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
     "Turn": "engine.turns", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",
     "render_item": "core.render_text", "render_items": "core.render_text",
 }
 
-__all__ = ["__version__", *_LAZY, "load_ipython_extension"]
+__all__ = [*_LAZY, "load_ipython_extension"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._version import __version__
     from .core.render_text import render_item, render_items
     from .engine.agent import Agent
     from .engine.cards import PermissionCard, QuestionCard

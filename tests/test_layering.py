@@ -4,7 +4,7 @@ same order is written in the design card and the README):
 
     magics > widgets > engine > permissions > wire > {core, manifest} > {_version, _resources}
 
-``escouade_nb/__init__`` is a lazy façade (its module level imports ``_version`` only);
+``escouade_nb/__init__`` is a lazy façade (its module level imports nothing of the package);
 ``tools/`` are console programs above everything; ``plugin_sdk`` runs inside every rule
 plugin's process and imports only the plugin wire models, the line framing and the version.
 """
@@ -99,7 +99,7 @@ def test_no_import_goes_up_the_layer_order():
                     wrong.append(f"{me} -> {target} (plugin_sdk stays standalone)")
                 continue
             if me == "escouade_nb":
-                if top and target != "escouade_nb._version":
+                if top:
                     wrong.append(f"{me} -> {target} at import time (the package façade is lazy)")
                 continue
             mine, theirs = layer(me), layer(target)
@@ -151,3 +151,17 @@ def test_the_checker_sees_a_bad_import(tmp_path):
     root = tmp_path / "escouade_nb"
     assert imports(probe, root) == [("escouade_nb.engine.agent", True), ("escouade_nb.magics", False)]
     assert RANKS[layer("escouade_nb.engine.agent")] > RANKS[layer(module_name(probe, root))]
+
+
+def test_importing_the_package_loads_no_engine():
+    """``import escouade_nb`` loads neither the ACP SDK, anyio, ipywidgets nor the engine;
+    the first use of a public name does."""
+    import subprocess
+    import sys
+
+    code = ("import sys, escouade_nb; heavy = lambda: sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('acp', 'anyio', 'ipywidgets', 'IPython', 'pydantic') or m.startswith('escouade_nb.')); "
+            "print(heavy()); escouade_nb.Agent; print('acp' in sys.modules, escouade_nb.__version__ != '')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    first, second = out.stdout.splitlines()
+    assert first == "[]" and second == "True True"

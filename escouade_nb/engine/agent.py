@@ -32,6 +32,7 @@ from ..core.observers import Observers
 from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
 from ..manifest import HarnessRef
+from ..manifest.project import Project
 from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import StderrRing, kill_group_now
 from ..wire.session import START_TIMEOUT, AgentSession
@@ -67,7 +68,7 @@ class Agent:
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
                  cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
                  policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
-                 via: Sequence[str] = (), fs: bool | None = None, project: Any = None,
+                 via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
                  env: dict[str, str] | None = None) -> None:
         self.harness = harness
         self.program = program
@@ -77,7 +78,7 @@ class Agent:
         self.policies: list[Policy] = list(policies or [])
         self.via = list(via)
         self.extra_env = dict(env or {})  # e.g. the account's folder in the manifest's accountVar
-        self.project = project  # escouade_nb.manifest.project.Project, or None (then not private)
+        self.project = project  # None: not private, the folder's own project
         self.record = record
         self._fs_override = fs
         self.conversation = Conversation()

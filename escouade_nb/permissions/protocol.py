@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._version import __version__
 
 __all__ = [
     "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "Family", "Decision",
@@ -75,6 +74,8 @@ class PluginInfo(_Wire):
 
 
 def _escouade() -> dict[str, str]:
+    from .._version import __version__  # here, not at import: a plugin's process never needs it
+
     return {"name": "escouade_nb", "version": __version__}
 
 

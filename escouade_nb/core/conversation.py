@@ -392,13 +392,7 @@ class Conversation:
         """A new ACP session starts in this conversation (restart, resume): message ids
         are the agent's per session, so the old ones no longer name any message here."""
         self._messages.clear()
-        changes: list[Change] = []
-        for item in self.items:
-            if isinstance(item, Message) and not item.closed:
-                item.closed = True
-                item.touch()
-                changes.append(Change("updated", item))
-        self._emit(changes)
+        self.close_messages()
 
     def add_user_message(self, blocks: Iterable[dict[str, Any]]) -> Message:
         """Append the user's prompt (ACP content blocks as wire dicts)."""

@@ -70,16 +70,24 @@ class JournalQuery:
         return self.journal.entries(self.plugin, self.kind)
 
     def text(self) -> str:
-        lines = []
-        for e in self.entries():
-            line = e.text()
-            lines.append(line if self.plugin else f"{line}  [{self.names.get(e.plugin, e.plugin)}]")
-        return "\n".join(lines)
+        return journal_text(self.entries(), self.plugin, self.names)
 
     def __repr__(self) -> str:
-        who = self.names.get(self.plugin, self.plugin) if self.plugin else "all plugins"
-        head = f"Journal of {who}" + (f", {self.kind} entries" if self.kind else "")
-        return head + ":\n" + (self.text() or "(no entries)")
+        return journal_repr(self.entries(), self.plugin, self.kind, self.names)
+
+
+def journal_text(entries: list[Entry], plugin: str | None, names: dict[str, str]) -> str:
+    """The journal's plain text: one line an entry, the plugin's name after it when the
+    lines are of all plugins (``plugin`` None)."""
+    return "\n".join(e.text() if plugin else f"{e.text()}  [{names.get(e.plugin, e.plugin)}]" for e in entries)
+
+
+def journal_repr(entries: list[Entry], plugin: str | None, kind: str | None, names: dict[str, str],
+                 matching: str = "") -> str:
+    """A header line (whose journal, which kind, the filter), then :func:`journal_text`."""
+    who = names.get(plugin, plugin) if plugin else "all plugins"
+    head = f"Journal of {who}" + (f", {kind} entries" if kind else "") + (f" matching {matching!r}" if matching else "")
+    return head + ":\n" + (journal_text(entries, plugin, names) or "(no entries)")
 
 
 def journal_command(rules: RulePlugins, words: list[str]) -> JournalQuery:

@@ -9,6 +9,7 @@ from datetime import datetime
 
 import ipywidgets as w
 
+from ..permissions.commands import journal_repr, journal_text
 from ..permissions.journal import Entry, Journal
 from .render import esc
 from .views import FullText, Releasing, Throttle, on_loop
@@ -85,15 +86,7 @@ class JournalView(FullText, Releasing, w.VBox):
         self.count.value = f"<small style='color:#8a8a8a'>{len(entries)} entries{more}</small>"
 
     def text(self) -> str:
-        lines = []
-        for e in self.entries():
-            line = e.text()
-            lines.append(line if self.plugin else f"{line}  [{self.names.get(e.plugin, e.plugin)}]")
-        return "\n".join(lines)
+        return journal_text(self.entries(), self.plugin, self.names)
 
     def __repr__(self) -> str:
-        who = self.names.get(self.plugin, self.plugin) if self.plugin else "all plugins"
-        head = f"Journal of {who}" + (f", {self.kind} entries" if self.kind else "")
-        if self.filter.value.strip():
-            head += f" matching {self.filter.value.strip()!r}"
-        return head + ":\n" + (self.text() or "(no entries)")
+        return journal_repr(self.entries(), self.plugin, self.kind, self.names, self.filter.value.strip())

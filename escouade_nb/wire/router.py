@@ -91,6 +91,11 @@ class Router:
         """The session exists: fold the updates that came before, in order (those of
         another session are dropped)."""
         self.session_id = session_id
+        self.flush_early(session_id)
+
+    def flush_early(self, session_id: str | None) -> None:
+        """Fold the updates kept so far for ``session_id`` without opening (a
+        ``session/load`` replay that came before its answer); another session's are dropped."""
         early, self._early = self._early, []
         for session, update in early:
             if session in (None, session_id):
@@ -98,13 +103,3 @@ class Router:
             else:
                 self.dropped += 1
                 log.debug("dropped an early update for session %r (ours is %r)", session, session_id)
-
-    def flush_early(self, session_id: str | None) -> None:
-        """Fold the updates kept so far for ``session_id`` without opening (a
-        ``session/load`` replay that came before its answer)."""
-        early, self._early = self._early, []
-        for session, update in early:
-            if session in (None, session_id):
-                self._fold(update)
-            else:
-                self.dropped += 1

@@ -1,7 +1,7 @@
 """escouade_nb benchmarks: each figure is a ratio against a baseline measured in the same run.
 
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
-    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale
+    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -207,8 +208,41 @@ def bench_scale(n: int = 50) -> None:
     row("scale: kernel memory per agent", f"{per_agent / 2**20:.2f} MiB", "", "")
 
 
+# -- 6. loop stalls, 7. import time (scripts of their own, run here for the table) ------------------
+def _script_json(script: str, *args: str, timeout: float = 1800) -> dict:
+    with tempfile.TemporaryDirectory(prefix="escouade-bench-") as tmp:
+        out_file = Path(tmp) / "out.json"
+        out = subprocess.run([sys.executable, str(HERE / script), *args, "--json", str(out_file)],
+                             capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError((out.stderr.strip().splitlines() or ["failed"])[-1])
+        return json.loads(out_file.read_text())
+
+
+def bench_loop(runs: int = 3) -> None:
+    from loop_stall import IDLE, STEPS, TARGET_MS
+
+    summary = _script_json("loop_stall.py", "--runs", str(runs))["summary"]
+    idle = summary[IDLE]
+    for name, *_ in STEPS[1:]:
+        s = summary[name]
+        ok = "✓" if s["max_median"] is not None and s["max_median"] <= TARGET_MS else "✗"
+        row(f"loop stall: {name}", f"{s['max_median']:,.0f} ms longest, p99 {s['p99_median']:,.0f} ms",
+            f"idle jitter {idle['max_median']:,.0f} ms longest", f"{ok} target ≤ {TARGET_MS:.0f} ms")
+
+
+def bench_imports(runs: int = 10) -> None:
+    results = _script_json("import_time.py", "--runs", str(runs))["results"]
+    (base_name, base), *rest = results.items()
+    for name, r in rest:
+        loads = ", ".join(k for k in ("acp", "ipywidgets", "engine") if r[k]) or "no SDK, widgets or engine"
+        row(f"{name}", f"{r['median_ms']:.0f} ms, {r['modules']} modules ({loads})",
+            f"{base_name.split(' (')[0]}: {base['median_ms']:.0f} ms", f"{r['median_ms'] / base['median_ms']:.1f}×")
+
+
 BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
-           "responsiveness": bench_responsiveness, "scale": bench_scale}
+           "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
+           "imports": bench_imports}
 
 
 def main(argv: list[str]) -> int:
@@ -233,8 +267,23 @@ def write_results(seconds: float) -> None:
              "measured in the same run.", "",
              "| benchmark | measured | baseline (same run) | ratio |", "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in ROWS]
-    (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    results = HERE / "RESULTS.md"
+    rest = _after_first_table(results.read_text(encoding="utf-8")) if results.exists() else ""
+    results.write_text("\n".join(lines) + "\n" + rest, encoding="utf-8")
     print(f"wrote {HERE / 'RESULTS.md'}")
+
+
+def _after_first_table(text: str) -> str:
+    """What follows the first table of RESULTS.md (notes and sections written by hand are
+    kept when the table is rewritten)."""
+    lines = text.splitlines(keepends=True)
+    seen = False
+    for i, line in enumerate(lines):
+        if line.startswith("|"):
+            seen = True
+        elif seen:
+            return "".join(lines[i:])
+    return ""
 
 
 if __name__ == "__main__":

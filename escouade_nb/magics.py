@@ -21,6 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
+from .core.status import ENDED, NAME_FREE
 from .engine.squad import ProgramNotFound, SquadError, get_squad
 
 USAGE = """usage:
@@ -91,18 +92,21 @@ class EscouadeMagics(Magics):
 
     def _line(self, words: list[str]):
         squad = get_squad()
-        if not words:
-            display(squad.listing())
+        if not words:  # at once: the versions not read yet arrive in this same display when read
+            listing = squad.listing()
+            handle = display(listing, display_id=not listing.complete or None)
+            if handle is not None and not listing.complete:
+                listing.on_change.subscribe(lambda changed: handle.update(changed))
             return None
         if words[0] in ("stop",):
             if len(words) != 2:
                 raise _UsageError("stop takes one agent name")
             agent = squad.get(words[1])
-            if agent.status in ("closed", "exited", "failed", "harness missing"):
+            if agent.status in NAME_FREE:  # no process to stop
                 print(f"{agent.name} is already {agent.status}")
                 return None
             self._need_loop()
-            asyncio.get_running_loop().create_task(squad.stop(agent.name))
+            squad.stop_soon(agent.name)
             print(f"stopping {agent.name}")
             return None
         if words[0] in ("-h", "--help", "help"):
@@ -117,7 +121,7 @@ class EscouadeMagics(Magics):
         if words[0] == "resume":
             if len(words) == 1:
                 found = {n: p for n, p in squad.resumable().items()
-                         if n not in squad.agents or squad.agents[n].status in ("closed", "exited", "failed")}
+                         if n not in squad.agents or squad.agents[n].status in NAME_FREE}
                 print("Resumable agents:" if found else "No transcript to resume from.")
                 for name, path in found.items():
                     print(f"  {name:<14} {path}")
@@ -147,9 +151,13 @@ class EscouadeMagics(Magics):
                 view.start()
             return None
         if words[0] in ("plugins", "journal"):
-            command = plugins_command if words[0] == "plugins" else journal_command
             try:
-                display(command(squad.rules, words[1:]))
+                if words[0] == "plugins":
+                    display(plugins_command(squad.rules, words[1:]))  # a listing: its own text and HTML
+                else:
+                    from .widgets.journal_view import JournalView
+                    query = journal_command(squad.rules, words[1:])
+                    display(JournalView(query.journal, plugin=query.plugin, kind=query.kind, names=query.names))
             except CommandError as exc:
                 raise _UsageError(str(exc)) from None
             return None
@@ -171,15 +179,15 @@ class EscouadeMagics(Magics):
         squad = get_squad()
         name = words[0]
         agent = squad.agents.get(name)
-        if agent is None or agent.status in ("closed", "failed", "exited"):
+        if agent is None or agent.status in ENDED:
             gone = agent
             agent = squad.start(gone.harness.short_id if gone is not None else name)
             if gone is not None:
                 print(f"escouade: agent {gone.name!r} is {gone.status}; started {agent.name!r} "
                       f"(Restart, or `await {gone.name}.restart()`, keeps the old conversation)", file=sys.stderr)
         turn = agent.send(text)
-        from .widgets import TurnView
-        display(TurnView(turn))
+        from .widgets import TurnView, current_cell
+        display(TurnView(turn, cell=current_cell()))  # a re-run cell lets its old view go
         return None
 
     @staticmethod

@@ -22,8 +22,10 @@ def kernel(tmp_path_factory):
 
 
 def test_listing_and_usage_errors(kernel):
-    out = kernel.run("%escouade").text
-    assert re.search(r"fake\s+Fake\s+\S*escouade-fake-agent 0\.1\.0", out)
+    out = kernel.run("%escouade").text  # at once: the versions are read in the background
+    assert re.search(r"fake\s+Fake\s+\S*escouade-fake-agent (0\.1\.0|\(version: reading…\))", out)
+    out = kernel.run("from escouade_nb import get_squad\nprint(await get_squad().listing().wait())").text
+    assert re.search(r"fake\s+Fake\s+\S*escouade-fake-agent 0\.1\.0", out)  # once read
     assert re.search(r"goose\s+Goose\s+not found on PATH", out)
     bad = kernel.run("%escouade fake --nope")
     assert bad.error is None and "escouade: unrecognized arguments: --nope" in bad.text and "usage:" in bad.text

@@ -2,20 +2,38 @@
 
 ``get_squad()`` returns the process-wide :class:`Squad`. At interpreter exit (kernel
 shutdown included) every live agent's process group is killed.
+
+Nothing here blocks the loop: a program's ``--version`` runs as an async subprocess in a
+task the squad owns (cancelled by :meth:`Squad.aclose` and at exit). :meth:`Squad.start`
+returns at once and the "older/newer than tested" notice arrives when the version is read;
+:meth:`Squad.listing` returns at once with the versions already known, and the others
+arrive when read (:attr:`Listing.on_change`, :meth:`Listing.wait`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import html
+import logging
 import os
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .agent import Agent
+from ..core.observers import Observers
+from ..core.status import NAME_FREE
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
+from ..manifest.locate import read_version_async
 from ..permissions import RulePlugins
 from ..manifest.project import Project
+
+log = logging.getLogger(__name__)
+
+READING = "reading"
+"""The status of a listing row whose version is being read."""
 
 
 class SquadError(Exception):
@@ -42,14 +60,37 @@ class HarnessRow:
     ref: HarnessRef
     program: str | None
     version: str | None
-    status: str  # tested / older / newer / unknown / missing
+    status: str  # tested / older / newer / unknown / missing / reading (its version is being read)
 
 
 class Listing:
-    """What ``%escouade`` shows: harnesses found, broken manifests, running agents."""
+    """What ``%escouade`` shows: harnesses found, broken manifests, running agents.
+
+    Made at once: a version not read yet shows as ``reading…`` (row status
+    ``"reading"``) and is filled in when read; ``on_change`` is told of each one
+    (``listing.on_change.subscribe(fn)``, ``fn(listing)``), and ``await listing.wait()``
+    returns once every version is in. Everything else of it is fixed when it is made."""
 
     def __init__(self, rows: list[HarnessRow], errors: list[str], agents: list[Agent]) -> None:
         self.rows, self.errors, self.agents = rows, errors, agents
+        self.on_change: Observers[[Listing]] = Observers("listing")
+        self._task: asyncio.Task | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every version is read."""
+        return all(r.status != READING for r in self.rows)
+
+    async def wait(self) -> Listing:
+        """Wait until every version is read (cancelling this wait leaves the reads be)."""
+        if self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+        return self
+
+    def _filled(self, row: HarnessRow, version: str | None) -> None:
+        row.version = version
+        row.status = version_status(version, row.ref.harness.tested)
+        self.on_change.emit(self)
 
     def __repr__(self) -> str:
         lines = ["Harnesses:"]
@@ -58,7 +99,7 @@ class Listing:
             if shorts.count(r.ref.short_id) > 1:  # ambiguous: the full id is what starts it
                 lines.append(f"  {r.ref.id}")
             where = r.program or "not found on PATH"
-            version = f" {r.version}" if r.version else ""
+            version = " (version: reading…)" if r.status == READING else f" {r.version}" if r.version else ""
             note = f" ({r.status} than tested)" if r.status in ("older", "newer") else ""
             lines.append(f"  {r.ref.short_id:<12} {r.ref.harness.display_name:<14} {where}{version}{note}")
         for e in self.errors:
@@ -72,8 +113,9 @@ class Listing:
         e = html.escape
         rows = "".join(
             f"<tr><td><b>{e(r.ref.short_id)}</b></td><td>{e(r.ref.harness.display_name)}</td>"
-            f"<td>{e(r.program or 'not found on PATH')}</td><td>{e(r.version or '')}</td>"
-            f"<td>{e(r.status)}</td></tr>" for r in self.rows)
+            f"<td>{e(r.program or 'not found on PATH')}</td>"
+            f"<td>{'<i>reading…</i>' if r.status == READING else e(r.version or '')}</td>"
+            f"<td>{'' if r.status == READING else e(r.status)}</td></tr>" for r in self.rows)
         errors = "".join(f"<li style='color:#cf222e'>{e(x)}</li>" for x in self.errors)
         agents = "".join(f"<tr><td><b>{e(a.name)}</b></td><td>{e(a.harness.short_id)}</td><td>{e(a.status)}</td>"
                          f"<td>{e(str(a.cwd))}</td></tr>" for a in self.agents)
@@ -88,7 +130,9 @@ class Squad:
 
     def __init__(self) -> None:
         self.agents: dict[str, Agent] = {}
-        self._versions: dict[tuple, str | None] = {}
+        self._versions: dict[tuple, str | None] = {}  # (program, args, mtime, size) -> version read
+        self._reads: dict[tuple, asyncio.Task] = {}  # the same key -> its read in flight
+        self._tasks: dict[asyncio.Task, bool] = {}  # the squad's own tasks -> whether aclose() cancels it
         self._discovery: Discovery | None = None
         self.rules = RulePlugins()  # rule plugins: host, broker (every agent's policy), journal, states
 
@@ -98,32 +142,130 @@ class Squad:
         return self._discovery
 
     def listing(self) -> Listing:
+        """The harnesses found, at once. On a running loop the versions not known yet
+        are read concurrently in the background and arrive in the listing when read;
+        without one (a plain script) they are read before it returns."""
         d = self.discovery(refresh=True)
         rows = []
         for ref in d.harnesses:
             program = locate_program(ref.harness)
-            version = self.version_of(program, ref.harness.version_args) if program else None
-            status = version_status(version, ref.harness.tested) if program else "missing"
-            rows.append(HarnessRow(ref, program, version, status))
-        return Listing(rows, [str(x) for x in d.errors], list(self.agents.values()))
+            row = HarnessRow(ref, program, None, "missing" if program is None else READING)
+            if program is not None:
+                known, version = self._known(program, ref.harness.version_args)
+                if known:
+                    row.version, row.status = version, version_status(version, ref.harness.tested)
+            rows.append(row)
+        listing = Listing(rows, [str(x) for x in d.errors], list(self.agents.values()))
+        pending = [r for r in rows if r.status == READING]
+        if pending:
+            if _running_loop() is None:
+                for r in pending:
+                    r.version = self.version_now(r.program, r.ref.harness.version_args)
+                    r.status = version_status(r.version, r.ref.harness.tested)
+            else:
+                listing._task = self._own(self._fill(listing, pending), "escouade listing versions")
+        return listing
 
-    def version_of(self, program: str, version_args: list[str]) -> str | None:
-        """The program's version (``versionArgs``), read once per program file: starting
-        fifty agents of one harness runs ``--version`` once, not fifty times."""
+    async def _fill(self, listing: Listing, rows: list[HarnessRow]) -> None:
+        async def one(row: HarnessRow) -> None:
+            listing._filled(row, await self.version_of(row.program, row.ref.harness.version_args))
+        await asyncio.gather(*(one(r) for r in rows))
+
+    @staticmethod
+    def _key(program: str, version_args: list[str]) -> tuple | None:
         try:
             stat = os.stat(program)
-            key = (program, tuple(version_args), stat.st_mtime_ns, stat.st_size)
         except OSError:
-            return read_version(program, version_args)
+            return None
+        return (program, tuple(version_args), stat.st_mtime_ns, stat.st_size)
+
+    def _known(self, program: str, version_args: list[str]) -> tuple[bool, str | None]:
+        """(True, version) when this program file's version was read already."""
+        key = self._key(program, version_args)
+        if key is not None and key in self._versions:
+            return True, self._versions[key]
+        return False, None
+
+    async def version_of(self, program: str, version_args: list[str]) -> str | None:
+        """The program's version (``versionArgs``), read once per program file (path,
+        size, modification time) without blocking the loop: starting fifty agents of one
+        harness runs ``--version`` once, not fifty times, and callers asking while it runs
+        share that one read. ``None`` when it has no readable version."""
+        key = self._key(program, version_args)
+        if key is None:
+            return None  # no such file (any more)
+        if key in self._versions:
+            return self._versions[key]
+        task = self._reads.get(key)
+        if task is None:
+            task = self._reads[key] = self._own(read_version_async(program, version_args),
+                                                f"escouade --version of {program}")
+
+            def done(t: asyncio.Task, key: tuple = key) -> None:
+                self._reads.pop(key, None)
+                if not t.cancelled() and t.exception() is None:
+                    self._versions[key] = t.result()
+            task.add_done_callback(done)
+        return await asyncio.shield(task)  # one caller cancelled does not cancel the others' read
+
+    def version_now(self, program: str, version_args: list[str]) -> str | None:
+        """:meth:`version_of` for code without a loop (it blocks while ``--version``
+        runs): the same cache."""
+        key = self._key(program, version_args)
+        if key is None:
+            return None
         if key not in self._versions:
             self._versions[key] = read_version(program, version_args)
         return self._versions[key]
 
+    def _own(self, coro: Coroutine[Any, Any, Any], name: str, *, cancel: bool = True) -> asyncio.Task:
+        """Run ``coro`` as a task of the squad's own: kept until done, its failure
+        logged; cancelled by :meth:`aclose` (unless ``cancel=False``: it is awaited) and
+        at exit."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks[task] = cancel
+
+        def done(t: asyncio.Task) -> None:
+            self._tasks.pop(t, None)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("%s failed", t.get_name(), exc_info=t.exception())
+        task.add_done_callback(done)
+        return task
+
+    def _check_version(self, agent: Agent, version: str | None) -> None:
+        """Warn in the agent's conversation when ``version`` is outside the manifest's
+        ``tested`` range, unless a version was compared already (``agent.version_checked``:
+        one warning at most, whoever compares)."""
+        if version is None or agent.version_checked:
+            return
+        agent.version_checked = True
+        status = version_status(version, agent.harness.harness.tested)
+        if status in ("older", "newer"):
+            tested = agent.harness.harness.tested
+            agent.conversation.add_notice(
+                f"{agent.harness.harness.display_name} {version} is {status} than the versions tested with this "
+                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
+
+    async def _check_later(self, agent: Agent, program: str, version_args: list[str]) -> None:
+        """The program's ``--version`` is what counts; the version the agent gives in
+        ``initialize`` only when it has none. While it is read, ``version_checked`` is set
+        so the agent's own check (at ``initialize``) leaves it to this; if it gives no
+        version, the one ``initialize`` gave meanwhile is compared here, or, if that has
+        not come yet, the agent compares it itself when it comes."""
+        version = None
+        try:
+            version = await self.version_of(program, version_args)
+        finally:
+            agent.version_checked = False
+            if version is None:
+                version = (agent.agent_info or {}).get("version")
+            self._check_version(agent, version)
+
     def _free_name(self, base: str) -> str:
-        if base not in self.agents or self.agents[base].status in ("closed", "failed"):
+        if base not in self.agents or self.agents[base].status in NAME_FREE:
             return base
         n = 2
-        while f"{base}-{n}" in self.agents and self.agents[f"{base}-{n}"].status not in ("closed", "failed"):
+        while f"{base}-{n}" in self.agents and self.agents[f"{base}-{n}"].status not in NAME_FREE:
             n += 1
         return f"{base}-{n}"
 
@@ -141,7 +283,9 @@ class Squad:
               private: bool = False, mode: str | None = None, via: str | list[str] | None = None,
               account: str | None = None, fs: bool | None = None) -> Agent:
         """Find ``harness`` (short or full id), locate its program, start an agent on
-        the running loop and return it at once (status ``starting``).
+        the running loop and return it at once (status ``starting``). The program's
+        version is read meanwhile (once per program file); a version outside the
+        manifest's ``tested`` range puts a warning in the agent's conversation when read.
 
         ``mode``: an Escouade mode (``acceptEdits``…) set once the session exists.
         ``via``: a launcher prefix (``"ssh host"``, ``"kubectl exec -i POD --"``): the
@@ -159,7 +303,7 @@ class Squad:
         folder = Path(cwd).expanduser() if cwd else Path.cwd()
         if not folder.is_dir():
             raise SquadError(f"folder {folder} does not exist")
-        if name is not None and name in self.agents and self.agents[name].status not in ("closed", "failed", "exited"):
+        if name is not None and name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
         launcher = shlex.split(via) if isinstance(via, str) else list(via or [])
         if launcher:
@@ -182,15 +326,15 @@ class Squad:
                           env=env)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
-        version = self.version_of(program, ref.harness.version_args) if not launcher else None
-        agent.version_checked = version is not None
-        status = version_status(version, ref.harness.tested)
-        if status in ("older", "newer"):
-            tested = ref.harness.tested
-            agent.conversation.add_notice(
-                f"{ref.harness.display_name} {version} is {status} than the versions tested with this manifest "
-                f"({tested.oldest}–{tested.newest}).", level="warning")
         self.agents[agent.name] = agent
+        if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
+            known, version = self._known(program, ref.harness.version_args)
+            if known:
+                self._check_version(agent, version)
+            else:
+                agent.version_checked = True  # claimed until read: see _check_later
+                self._own(self._check_later(agent, program, ref.harness.version_args),
+                          f"escouade version check of {agent.name}")
         agent.start()
         return agent
 
@@ -208,7 +352,7 @@ class Squad:
         if name not in found:
             known = ", ".join(transcript.latest()) or "none"
             raise SquadError(f"no transcript of an agent named {name!r} (resumable: {known})")
-        if name in self.agents and self.agents[name].status not in ("closed", "failed", "exited", "harness missing"):
+        if name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"agent {name!r} is running; stop it first")
         head = transcript.header(found[name]) or {}
         ref = program = None
@@ -239,8 +383,26 @@ class Squad:
         await agent.close()
         return agent
 
+    def stop_soon(self, name: str) -> asyncio.Task:
+        """:meth:`stop` as a task of the squad's own, returned at once (``%escouade stop``)."""
+        self.get(name)  # SquadError now, not in the task
+        return self._own(self.stop(name), f"escouade stop {name}", cancel=False)
+
+    async def aclose(self) -> None:
+        """Cancel the squad's own tasks (version reads and their checks) and wait for
+        them, and for the stops under way; the agents are left as they are (``close()``
+        each to stop them)."""
+        owned = list(self._tasks.items())
+        for task, cancel in owned:
+            if cancel:
+                task.cancel()
+        await asyncio.gather(*(task for task, _ in owned), return_exceptions=True)
+
     def kill_all_now(self) -> None:
-        """Synchronously kill every live agent's process group (interpreter exit)."""
+        """Synchronously kill every live agent's process group (interpreter exit); the
+        squad's own tasks are cancelled."""
+        for task in list(self._tasks):
+            task.cancel()
         for agent in list(self.agents.values()):
             try:
                 agent.kill_now()
@@ -259,6 +421,13 @@ def get_squad() -> Squad:
         _squad = Squad()
         atexit.register(_at_exit)
     return _squad
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def account_dir(ref: HarnessRef, account: str) -> Path:

@@ -3,6 +3,7 @@ compare with the manifest's ``tested`` range, say how to install it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -82,6 +83,41 @@ def read_version(program: str, version_args: list[str], timeout: float = 10) -> 
                 pass
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+async def read_version_async(program: str, version_args: list[str], timeout: float = 10) -> str | None:
+    """:func:`read_version` without blocking the event loop: the program runs as an
+    asyncio subprocess (in a thread where the loop cannot run subprocesses, e.g. a
+    selector loop on Windows). ``None`` on any failure, like :func:`read_version`.
+    Cancelling it kills the program."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            program, *version_args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+    except NotImplementedError:  # a loop without subprocess support
+        return await asyncio.to_thread(read_version, program, version_args, timeout)
+    except Exception:
+        return None
+    try:
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        except asyncio.TimeoutError:
+            return None
+        if proc.returncode != 0:
+            return None
+        match = _VERSION_RE.search(out.decode("utf-8", errors="replace"))
+        return match.group(0) if match else None
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        return None
+    finally:
+        if proc.returncode is None:
+            try:
+                proc.kill()
+                await asyncio.wait_for(proc.wait(), 2)  # reaped, so nothing of it outlives the loop
+            except (Exception, asyncio.CancelledError):
+                pass  # (cancelled again meanwhile: the first cancellation still propagates)
 
 
 def _numeric_key(version: str) -> tuple[int, ...]:

@@ -30,19 +30,53 @@ anything else       a markdown greeting that echoes the prompt
 ==================  ======================================================
 
 Only ACP goes to stdout (the SDK writes it); diagnostics go to stderr.
+
+``--version`` and ``--help`` are answered before anything else is imported (the ACP SDK
+alone takes about a second to import here): a client reads ``--version`` of every
+harness it lists.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import re
 import sys
-from dataclasses import dataclass, field
-from typing import Any
 
-import acp
-from acp import (
+AGENT_NAME = "escouade-fake-agent"
+AGENT_VERSION = "0.1.0"
+USAGE = f"usage: {AGENT_NAME} [--version]\n\nA scripted ACP agent on stdio (for demos and tests)."
+
+
+def _answer_flags(args: list[str]) -> int | None:
+    """Answer ``--version``/``-V`` and ``--help``/``-h`` (the exit code), else ``None``."""
+    if "--version" in args or "-V" in args:
+        print(f"{AGENT_NAME} {AGENT_VERSION}")
+        return 0
+    if "--help" in args or "-h" in args:
+        print(USAGE)
+        return 0
+    return None
+
+
+def _is_the_program() -> bool:
+    """Whether this module runs as the program (``python -m`` or the console script,
+    which imports it before calling :func:`main`), not imported by other code."""
+    if __name__ == "__main__":
+        return True
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name in (AGENT_NAME, f"{AGENT_NAME}.exe", f"{AGENT_NAME}-script.py", f"{AGENT_NAME}-script.pyw")
+
+
+if _is_the_program() and (_code := _answer_flags(sys.argv[1:])) is not None:
+    sys.stdout.flush()
+    raise SystemExit(_code)  # before the imports below: a --version costs an interpreter start, no more
+
+import asyncio  # noqa: E402  (the flags above are answered first, on purpose)
+import re  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+import acp  # noqa: E402
+from acp import (  # noqa: E402
     RequestError,
     plan_entry,
     start_tool_call,
@@ -52,7 +86,7 @@ from acp import (
     update_plan,
     update_tool_call,
 )
-from acp.schema import (
+from acp.schema import (  # noqa: E402
     AgentCapabilities,
     AgentMessageChunk,
     AgentThoughtChunk,
@@ -75,9 +109,6 @@ __all__ = [
     "FakeAgent",
     "main",
 ]
-
-AGENT_NAME = "escouade-fake-agent"
-AGENT_VERSION = "0.1.0"
 
 #: The three permission options, in the order they are offered.
 PERMISSION_OPTIONS: tuple[tuple[str, str, str], ...] = (
@@ -836,12 +867,9 @@ class FakeAgent:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``escouade-fake-agent``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--version" in args or "-V" in args:
-        print(f"{AGENT_NAME} {AGENT_VERSION}")
-        return 0
-    if "--help" in args or "-h" in args:
-        print(f"usage: {AGENT_NAME} [--version]\n\nA scripted ACP agent on stdio (for demos and tests).")
-        return 0
+    answered = _answer_flags(args)
+    if answered is not None:
+        return answered
     try:
         asyncio.run(acp.run_agent(FakeAgent()))
     except KeyboardInterrupt:

@@ -11,15 +11,26 @@ start of that name in the same second), rotated by size
 :class:`Record`: ``{"t": epoch seconds, "kind": "header"|"in"|"out"|"event", ...}``.
 A write that fails (disk full, read-only folder) never stops the session: the
 transcript turns itself off and reports the error once through ``on_error``.
+
+Off the loop: a record is only formatted and queued in memory where it happens. On a
+running loop the queue is written by one writer thread, soon after (the agent's stream
+every :data:`STREAM_DELAY` seconds or :data:`BATCH_BYTES`, anything else at the loop's next
+turn); without a loop it is written at once. :meth:`Transcript.flush` writes what is
+queued now, in the caller's thread (a turn's end, ``kill_now``); at interpreter exit
+everything queued is written. :func:`read`, :func:`header` and :func:`latest` first write
+what this process has queued, so they always see every record made so far.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +41,10 @@ from ..core.conversation import Conversation
 MAX_BYTES = 20 * 1024 * 1024
 """A transcript file is rotated past this size (bytes)."""
 BACKUPS = 3
+STREAM_DELAY = 0.2
+"""Seconds the agent's stream (``in`` lines) may wait in memory before it is written."""
+BATCH_BYTES = 128 * 1024
+"""Queued bytes past which the queue is handed to the writer at once."""
 
 
 class Record(BaseModel):
@@ -55,9 +70,39 @@ def transcripts_dir() -> Path:
 _started: set[Path] = set()
 """The transcript files this process has started (one per agent start)."""
 
+_queued: set[Transcript] = set()
+"""Transcripts that queued lines since the last :func:`flush_all` (kept alive until then:
+a transcript dropped with lines not written yet still gets them written)."""
+_queued_lock = threading.Lock()
+_writer: ThreadPoolExecutor | None = None
+_writer_lock = threading.Lock()
+
+
+def _writer_pool() -> ThreadPoolExecutor:
+    """The one writer thread of every transcript (one thread: batches stay in order)."""
+    global _writer
+    with _writer_lock:
+        if _writer is None:
+            _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="escouade-transcripts")
+        return _writer
+
+
+def flush_all() -> None:
+    """Write everything every transcript of this process has queued (in this thread)."""
+    with _queued_lock:
+        pending = list(_queued)
+        _queued.clear()
+        for t in pending:
+            t._registered = False
+    for t in pending:
+        t.flush()
+
+
+atexit.register(flush_all)
+
 
 class Transcript:
-    """An append-only JSON-lines file with size rotation."""
+    """An append-only JSON-lines file with size rotation, written in batches off the loop."""
 
     def __init__(self, path: Path, *, max_bytes: int = MAX_BYTES, backups: int = BACKUPS,
                  on_error: Callable[[OSError], None] | None = None) -> None:
@@ -66,10 +111,15 @@ class Transcript:
         self.backups = backups
         self.on_error = on_error
         self.error: OSError | None = None
-        self._fh = None
-        self._pending = 0
-        self._size = 0
-        self._flush_handle: asyncio.TimerHandle | None = None
+        self._lines: list[bytes] = []  # queued, oldest first; swapped out whole by a writer
+        self._buf = threading.Lock()  # held only to append one line or to take the queue
+        self._io = threading.Lock()  # one writer at a time: batches reach the file in order
+        self._queued_bytes = 0  # since the last hand-off (the loop's thread only)
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._urgent = False  # the planned hand-off is at the loop's next turn
+        self._registered = False  # in _queued
+        self._submitted = False  # a write is waiting for the writer thread: it takes all that is queued then
+        self._reported = False
 
     @classmethod
     def new(cls, agent_name: str, header: dict[str, Any], **kwargs: Any) -> Transcript:
@@ -87,59 +137,13 @@ class Transcript:
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps({"t": round(time.time(), 3), **record}, ensure_ascii=False, default=str)
-        self._append(line, buffered=record.get("kind") == "in")
+        self._append(line.encode("utf-8", "replace"), stream=record.get("kind") == "in")
 
     def wire_line(self, direction: str, message: bytes) -> None:
-        """Record one wire message from its exact JSON text (not serialised again)."""
-        self._append(f'{{"t":{time.time():.3f},"kind":"{direction}","msg":'
-                     f'{message.decode("utf-8", "replace")}}}', buffered=direction == "in")
-
-    def _append(self, line: str, buffered: bool) -> None:
-        if self.error is not None:
-            return
-        try:
-            if self._fh is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self.path, "a", encoding="utf-8")
-                self._size = self._fh.tell()
-            self._fh.write(line)
-            self._fh.write("\n")
-            self._size += len(line) + 1  # characters, close enough to bytes for rotation
-            self._pending += 1
-            if not buffered or self._pending >= 256 or not self._schedule_flush():
-                self.flush()
-            if self._size > self.max_bytes:
-                self._rotate()
-        except OSError as exc:
-            self._failed(exc)
-
-    def _failed(self, exc: OSError) -> None:
-        """A write failed: stop writing (the session goes on) and say so once."""
-        self.error = exc
-        self.close()
-        if self.on_error is not None:
-            self.on_error(exc)
-
-    def flush(self) -> None:
-        """Push buffered lines to the file (done at once for everything but the agent's
-        stream, which is flushed every 256 lines or 0.2 s)."""
-        self._flush_handle = None
-        self._pending = 0
-        if self._fh is not None and self.error is None:
-            try:
-                self._fh.flush()
-            except OSError as exc:
-                self._failed(exc)
-
-    def _schedule_flush(self) -> bool:
-        if self._flush_handle is not None:
-            return True
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        self._flush_handle = loop.call_later(0.2, self.flush)
-        return True
+        """Record one wire message from its exact JSON text (not serialised again; bytes
+        that are not UTF-8 are written as U+FFFD, by the writer)."""
+        self._append(b'{"t":%.3f,"kind":"%s","msg":%s}' % (time.time(), direction.encode(), message),
+                     stream=direction == "in")
 
     def wire(self, direction: str, message: dict[str, Any]) -> None:
         self.write({"kind": direction, "msg": message})
@@ -147,27 +151,140 @@ class Transcript:
     def event(self, name: str, **data: Any) -> None:
         self.write({"kind": "event", "event": name, "data": data})
 
+    # -- queue and hand-off (the loop's thread) ---------------------------------------------------
+    def _append(self, line: bytes, stream: bool) -> None:
+        if self.error is not None:
+            return
+        with self._buf:
+            self._lines.append(line)
+        if not self._registered:
+            with _queued_lock:
+                _queued.add(self)
+                self._registered = True
+        self._queued_bytes += len(line) + 1
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to keep free: write now
+            self.flush()
+            return
+        if self._queued_bytes >= BATCH_BYTES:
+            self._cancel_timer()
+            self._hand_off(loop)
+        elif not stream:
+            if self._timer is None or not self._urgent:
+                self._plan(loop, urgent=True)
+        elif self._timer is None:
+            self._plan(loop, urgent=False)
+
+    def _plan(self, loop: asyncio.AbstractEventLoop, *, urgent: bool) -> None:
+        self._cancel_timer()
+        self._urgent = urgent
+        self._timer = (loop.call_soon(self._hand_off, loop) if urgent
+                       else loop.call_later(STREAM_DELAY, self._hand_off, loop))
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        self._queued_bytes = 0
+        if self._submitted:
+            return
+        self._submitted = True
+        try:
+            _writer_pool().submit(self._write_queued, loop)
+        except RuntimeError:  # the interpreter is shutting down: write here
+            self._submitted = False
+            self.flush()
+
+    # -- writing (any thread) ----------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write every queued line now, in the caller's thread (a turn's end is on disk,
+        whatever comes next; ``kill_now`` and interpreter exit)."""
+        if self._timer is not None and _on_loop_thread():
+            self._cancel_timer()
+        self._queued_bytes = 0
+        self._write_queued(None)
+
+    def _write_queued(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Write what is queued now (lines queued meanwhile wait for the next call). An
+        ``OSError`` turns the transcript off and is reported once: on ``loop`` when
+        given (the writer thread), else here."""
+        if loop is not None:
+            self._submitted = False  # from here on, a line queued needs a new hand-off
+        with self._io:
+            with self._buf:
+                batch, self._lines = self._lines, []
+            if self.error is not None or not batch:
+                return
+            try:
+                self._write_batch(batch)
+            except OSError as exc:
+                self.error = exc
+                with self._buf:
+                    self._lines = []
+                if loop is None:
+                    self._report()
+                else:
+                    try:
+                        loop.call_soon_threadsafe(self._report)
+                    except RuntimeError:  # the loop is closed: no one to tell
+                        pass
+
+    def _write_batch(self, batch: list[bytes]) -> None:
+        data = (b"\n".join(batch) + b"\n").decode("utf-8", "replace").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "ab") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size + len(data) <= self.max_bytes:
+                fh.write(data)
+                return
+        part = bytearray()  # rotation: a part ends with the line that crossed the limit
+        for line in data.splitlines(keepends=True):
+            part += line
+            size += len(line)
+            if size > self.max_bytes:
+                with open(self.path, "ab") as fh:
+                    fh.write(part)
+                part.clear()
+                self._rotate()
+                size = 0
+        if part:
+            with open(self.path, "ab") as fh:
+                fh.write(part)
+
+    def _report(self) -> None:
+        if self._reported or self.error is None:
+            return
+        self._reported = True
+        if self.on_error is not None:
+            self.on_error(self.error)
+
     def _rotate(self) -> None:
-        self.close()
         for n in range(self.backups, 0, -1):
             src = self.path.with_name(f"{self.path.name}.{n - 1}") if n > 1 else self.path
             if src.exists():
                 src.replace(self.path.with_name(f"{self.path.name}.{n}"))
 
     def close(self) -> None:
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        if self._fh is not None:
-            try:
-                self._fh.close()
-            except OSError:
-                pass
-            self._fh = None
+        """Write what is queued (no file stays open between batches). Records made after
+        this are still written."""
+        self.flush()
+
+
+def _on_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def read(path: Path) -> Iterator[Record]:
     """The records of a transcript, oldest rotated part first; bad lines are skipped."""
+    flush_all()
     parts = sorted(path.parent.glob(path.name + ".*"), key=lambda p: -int(p.suffix[1:]) if p.suffix[1:].isdigit()
                    else 0)
     for part in [*parts, path]:
@@ -183,6 +300,7 @@ def read(path: Path) -> Iterator[Record]:
 
 def header(path: Path) -> dict[str, Any] | None:
     """The header record of a transcript (agent, harness id, cwd…), or None."""
+    flush_all()
     for part in [path, *sorted(path.parent.glob(path.name + ".*"))]:
         try:
             with open(part, encoding="utf-8") as fh:
@@ -196,6 +314,7 @@ def header(path: Path) -> dict[str, Any] | None:
 
 def latest(agent_name: str | None = None) -> dict[str, Path]:
     """The newest transcript of each agent name (or of ``agent_name`` only)."""
+    flush_all()
     found: dict[str, tuple[float, Path]] = {}
     folder = transcripts_dir()
     if not folder.is_dir():

@@ -139,15 +139,16 @@ class EscouadeMagics(Magics):
             ref = squad.find(words[1])
             if not ref.harness.update_command:
                 raise SquadError(f"{ref.harness.display_name}'s manifest gives no updateCommand")
-            from .manifest import locate_program, read_version
+            from .manifest import locate_program
             from .widgets.update_view import UpdateView
             program = locate_program(ref.harness)
             if program is None:
                 raise SquadError(str(ProgramNotFound(ref)))
-            view = UpdateView(ref, read_version(program, ref.harness.version_args) if program else None)
+            self._need_loop()
+            view = UpdateView(ref, None)
+            squad.read_version_soon(program, ref.harness.version_args, view.set_before)  # never on the loop
             display(view)
             if len(words) == 3:
-                self._need_loop()
                 view.start()
             return None
         if words[0] in ("plugins", "journal"):
@@ -197,4 +198,9 @@ class EscouadeMagics(Magics):
 
 
 def load(ipython) -> None:
+    """``%load_ext escouade_nb``: register the magics, and import the engine and the views
+    now (a few hundred ms, once, in the cell that asked for them) so that the first
+    ``%escouade NAME`` does not hold the kernel's loop while they load."""
     ipython.register_magics(EscouadeMagics)
+    from .engine import agent, squad  # noqa: F401  (the ACP SDK, anyio, pydantic models)
+    from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)

@@ -17,7 +17,7 @@ import atexit
 import html
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,6 +207,18 @@ class Squad:
                     self._versions[key] = t.result()
             task.add_done_callback(done)
         return await asyncio.shield(task)  # one caller cancelled does not cancel the others' read
+
+    def read_version_soon(self, program: str, version_args: list[str], then: Callable[[str | None], None]) -> None:
+        """Call ``then(version)`` with :meth:`version_of` — at once when it was read
+        already, else once read (a task the squad owns)."""
+        known, version = self._known(program, version_args)
+        if known:
+            then(version)
+            return
+
+        async def read() -> None:
+            then(await self.version_of(program, version_args))
+        self._own(read(), f"escouade --version of {program}")
 
     def version_now(self, program: str, version_args: list[str]) -> str | None:
         """:meth:`version_of` for code without a loop (it blocks while ``--version``

@@ -286,8 +286,10 @@ class RulePlugins:
         """Find the plugins and start those that decide for some project, on the running
         loop; from then on, every :data:`WATCH_PERIOD` seconds, a plugin installed,
         updated or switched on (here or in another kernel) is started, one removed or
-        switched off everywhere is stopped."""
-        self.host.refresh()
+        switched off everywhere is stopped. Once started, a call rescans the plugins only
+        when their folders or the settings changed (a cheap stamp, not a full discovery)."""
+        if not self.started or self.host.disk_stamp() != self.host.stamp:
+            self.host.refresh()
         self.started = True
         try:
             loop = asyncio.get_running_loop()

@@ -29,12 +29,22 @@ class UpdateView(FullText, Releasing, w.VBox):
         self.timeout = timeout
         self.result: UpdateResult | None = None
         self.job: UpdateJob | None = None
-        self.head = w.HTML(f"<b>{esc(ref.harness.display_name)}</b> {esc(before or 'version unknown')} — "
-                           f"update with:{pre(ref.harness.update_command)}")
+        self.head = w.HTML()
+        self._draw_head()
         self.run_button = w.Button(description="Run it", button_style="warning", layout=w.Layout(width="auto"))
         self.run_button.on_click(on_loop(lambda _b: self.start()))
         self.out = w.HTML()
         self.children = [self.head, self.run_button, self.out]
+
+    def _draw_head(self) -> None:
+        self.head.value = (f"<b>{esc(self.ref.harness.display_name)}</b> {esc(self.before or 'version unknown')} — "
+                           f"update with:{pre(self.ref.harness.update_command)}")
+
+    def set_before(self, version: str | None) -> None:
+        """The version installed now, once read (the view shows it)."""
+        self.before = version
+        if not self.closed:
+            self._draw_head()
 
     def start(self) -> asyncio.Task:
         """Run the update (once); returns the task that runs it."""

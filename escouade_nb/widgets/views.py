@@ -243,18 +243,31 @@ class ItemView(Releasing, w.VBox):
     def draw(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    @property
+    def behind(self) -> bool:
+        """More to draw than one redraw does (see :class:`MessageView`)."""
+        return False
+
     def __repr__(self) -> str:
         return render_item(self.item, self.speaker)
 
 
+FREEZE_BUDGET = 12 * 1024
+"""Characters of markdown a message view renders into frozen paragraphs per redraw (about
+4 ms): a reply that arrives faster is frozen over several redraws, so no redraw holds
+the kernel's loop for long (an 80 KB burst rendered at once took 25 ms per view)."""
+
+
 class MessageView(ItemView):
     """An agent message as markdown (settled paragraphs frozen), a user message as
-    text, a thought collapsed."""
+    text, a thought collapsed. ``redraw()`` returns False while it is behind (more
+    settled text than :data:`FREEZE_BUDGET` came since the last redraw): call it again."""
 
     def __init__(self, item: Message, speaker: str = "agent") -> None:
         super().__init__(item, speaker, layout=w.Layout(margin="2px 0"))
         self.add_class(f"escouade-message-{item.role}")
         self._frozen_upto = 0
+        self._behind = False
         self._tail = w.HTML()
         if item.role == "thought":
             self._body = w.VBox([self._tail])
@@ -278,12 +291,31 @@ class MessageView(ItemView):
             return
         text = visible_text(text)
         cut_at = len(text) if msg.closed else split_frozen(text)
+        self._behind = cut_at - self._frozen_upto > FREEZE_BUDGET
+        if self._behind:  # freeze a budget's worth, at a point that renders the same whatever follows
+            cut_at = split_frozen(text[:self._frozen_upto + FREEZE_BUDGET])
+            if cut_at <= self._frozen_upto:  # no safe point in the budget (one huge line): take it whole
+                cut_at = len(text) if msg.closed else split_frozen(text)
+                self._behind = False
         if cut_at > self._frozen_upto:
             frozen = w.HTML(markdown(text[self._frozen_upto:cut_at]))
             self._frozen_upto = cut_at
             self._body.children = (*self._body.children[:-1], frozen, self._tail)
         tail = text[self._frozen_upto:]
-        self._tail.value = (markdown(tail) if tail else "") + extra
+        if self._behind:  # the rest shows as it is frozen, a budget a redraw (never re-sent whole)
+            self._tail.value = extra
+        else:
+            self._tail.value = (markdown(tail) if tail else "") + extra
+
+    @property
+    def behind(self) -> bool:
+        return self._behind
+
+    def redraw(self) -> bool:
+        if self.item.version != self.drawn_version or self._behind:
+            self.drawn_version = self.item.version
+            self.draw()
+        return not self._behind
 
 
 class ToolCallView(ItemView):
@@ -563,16 +595,23 @@ class TranscriptView(Releasing, w.VBox):
     def _flush(self) -> None:
         if self.closed:
             return
+        later: set[str] = set()  # views behind: the rest at the next flush, not in this one
         if self._new:
             fresh = [view_for(i, self.speaker, self._factory, self._handlers) for i in self._new]
             self._new = []
             for v in fresh:
                 self._views[v.item.key] = v
+                if v.behind:  # drawn in part when made
+                    later.add(v.item.key)
             self._order.extend(fresh)
             self.children = tuple(self._order)
-        dirty, self._dirty = self._dirty, set()
+        dirty, self._dirty = self._dirty - later, set()
         for key in dirty:
-            self._views[key].redraw()
+            if self._views[key].redraw() is False:
+                later.add(key)
+        self._dirty |= later
+        if self._dirty:
+            self.throttle.request(self._flush)
 
     def view_of(self, item: Item) -> ItemView:
         """The view drawn for ``item``; ``KeyError`` if not drawn (yet)."""

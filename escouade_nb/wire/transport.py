@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,9 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from .framing import LineBuffer, Skipped
 
 log = logging.getLogger(__name__)
+
+YIELD_AFTER = 0.004
+"""Seconds of folding lines of one read before the reader lets the loop turn."""
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest line taken from an agent (bytes); a longer one is skipped."""
@@ -55,6 +59,7 @@ class LineTransport:
         self._framing = LineBuffer(max_line_bytes)
         self._lines: collections.deque[bytes | Skipped] = collections.deque()
         self._eof = False
+        self._turned = time.monotonic()  # when the loop last turned under this reader
         self._send_lock = anyio.Lock()
         self.observers: list[Observer] = []
         # fn(direction, line): the exact JSON text of each message (no newline), for
@@ -95,6 +100,11 @@ class LineTransport:
 
     async def _next_line(self) -> bytes | None:
         while True:
+            if self._lines and time.monotonic() - self._turned > YIELD_AFTER:
+                # one read holds hundreds of lines, each folded synchronously: let the
+                # kernel's loop turn (redraws, cells, other agents) every few ms of that work
+                await anyio.lowlevel.checkpoint()
+                self._turned = time.monotonic()
             while self._lines:
                 event = self._lines.popleft()
                 if isinstance(event, Skipped):
@@ -106,6 +116,7 @@ class LineTransport:
             # a chatty agent must not monopolise the kernel's loop: a read that finds data
             # already buffered does not suspend, so yield once per chunk read
             await anyio.lowlevel.checkpoint()
+            self._turned = time.monotonic()
             try:
                 chunk = await self._receive_stream.receive(1 << 16)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):

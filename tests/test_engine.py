@@ -158,3 +158,35 @@ def test_every_status_move_is_in_the_table(tmp_path):
         for a, b in zip(["starting", *seen], seen):
             assert AgentStatus(a).can_go(AgentStatus(b)), (a, b)
     run(go())
+
+
+def test_session_set_model_goes_through_our_own_transport(tmp_path):
+    """goose's ``session/set_model`` (not in the SDK's typed API) is sent with an id of
+    our own namespace and its answer taken by the session, not by the SDK."""
+    import stat
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "agents" / "goose_like_agent.py"
+    program = tmp_path / "goose"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+
+    async def go():
+        ref = discover().find("goose")
+        agent = Agent(ref, program=str(program), cwd=tmp_path, record=False)
+        try:
+            await agent.ready()
+            sent: list = []
+            agent.transport.observers.append(lambda d, m: sent.append((d, m)))
+            current, choices = agent.model_choices()
+            other = next(mid for mid, _ in choices if mid != current)
+            assert await agent.set_model(other)
+            assert agent.model_choices()[0] == other
+            (out,) = [m for d, m in sent if d == "out" and m.get("method") == "session/set_model"]
+            assert out["id"].startswith("escouade-") and out["params"] == {"sessionId": agent.session_id,
+                                                                          "modelId": other}
+            assert any(d == "in" and m.get("id") == out["id"] and "result" in m for d, m in sent)
+        finally:
+            await agent.close()
+    run(go())

@@ -116,7 +116,7 @@ class EscouadeMagics(Magics):
             if len(words) != 1:
                 raise _UsageError("squad takes no argument")
             from .widgets.squad_view import SquadView
-            display(SquadView(squad))
+            _show(SquadView(squad))
             return None
         if words[0] == "resume":
             if len(words) == 1:
@@ -131,7 +131,7 @@ class EscouadeMagics(Magics):
             self._need_loop()
             agent = squad.resume(words[1])
             from .widgets import AgentView
-            display(AgentView(agent))
+            _show(AgentView(agent))
             return agent
         if words[0] == "update":
             if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "--yes"):
@@ -147,7 +147,7 @@ class EscouadeMagics(Magics):
             self._need_loop()
             view = UpdateView(ref, None)
             squad.read_version_soon(program, ref.harness.version_args, view.set_before)  # never on the loop
-            display(view)
+            _show(view)
             if len(words) == 3:
                 view.start()
             return None
@@ -158,7 +158,7 @@ class EscouadeMagics(Magics):
                 else:
                     from .widgets.journal_view import JournalView
                     query = journal_command(squad.rules, words[1:])
-                    display(JournalView(query.journal, plugin=query.plugin, kind=query.kind, names=query.names))
+                    _show(JournalView(query.journal, plugin=query.plugin, kind=query.kind, names=query.names))
             except CommandError as exc:
                 raise _UsageError(str(exc)) from None
             return None
@@ -167,7 +167,7 @@ class EscouadeMagics(Magics):
         agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private, mode=args.mode,
                             via=args.via, account=args.account, fs=args.fs)
         from .widgets import AgentView
-        display(AgentView(agent))
+        _show(AgentView(agent))
         return agent
 
     def _prompt(self, words: list[str], cell: str):
@@ -187,14 +187,23 @@ class EscouadeMagics(Magics):
                 print(f"escouade: agent {gone.name!r} is {gone.status}; started {agent.name!r} "
                       f"(Restart, or `await {gone.name}.restart()`, keeps the old conversation)", file=sys.stderr)
         turn = agent.send(text)
-        from .widgets import TurnView, current_cell
-        display(TurnView(turn, cell=current_cell()))  # a re-run cell lets its old view go
+        from .widgets import TurnView
+        _show(TurnView(turn))
         return None
 
     @staticmethod
     def _need_loop() -> None:
         if _loop_or_none() is None:
             raise SquadError("no running event loop: %escouade runs inside a Jupyter kernel (ipykernel ≥ 7.4)")
+
+
+def _show(view) -> None:
+    """Display a view as the output of the cell being run; when that cell runs again,
+    the views it showed before are closed (their output is gone: they let go)."""
+    from .widgets.views import current_run, shown_in_cell
+
+    shown_in_cell(view, *current_run())
+    display(view)
 
 
 def load(ipython) -> None:

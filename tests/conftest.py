@@ -9,7 +9,13 @@ import os  # noqa: E402
 import tempfile  # noqa: E402
 
 # transcripts of the agents the tests start go to a scratch folder, kernels included
-os.environ.setdefault("ESCOUADE_NB_TRANSCRIPTS_DIR", tempfile.mkdtemp(prefix="escouade-test-transcripts-"))
+if "ESCOUADE_NB_TRANSCRIPTS_DIR" not in os.environ:
+    _TRANSCRIPTS = tempfile.mkdtemp(prefix="escouade-test-transcripts-")
+    os.environ["ESCOUADE_NB_TRANSCRIPTS_DIR"] = _TRANSCRIPTS
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, _TRANSCRIPTS, ignore_errors=True)  # scratch: gone with the run
 
 from kernel_client import process_alive, processes_named  # noqa: E402
 

@@ -41,8 +41,8 @@ def test_restart_replaces_the_session_and_next_permission_gets_the_new_processes
             agent.send("edit other.txt")  # queued behind the first: its card is never asked by the old process
             await agent.restart()
             assert agent.session is not first_session and agent.pid != first_pid
-            assert old.state == "cancelled" and old.label == "Cancelled (agent closed)"
-            with pytest.raises(AgentError):
+            assert old.state == "cancelled" and old.label == "Cancelled (agent restarted)"
+            with pytest.raises(AgentError, match="was restarted during the turn"):
                 await turn  # the turn of the dead process ended, saying why
             card = await agent.next_permission(timeout=10)
             assert card is not old and card.state == "pending"
@@ -190,3 +190,70 @@ def test_session_set_model_goes_through_our_own_transport(tmp_path):
         finally:
             await agent.close()
     run(go())
+
+
+def _alive(pid) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _fake_pids() -> set[int]:
+    from kernel_client import processes_named
+
+    return set(processes_named("escouade-fake-agent"))
+
+
+def test_an_interrupted_restart_still_restarts(tmp_path):
+    async def go():
+        agent = fake(tmp_path)
+        try:
+            await agent.ready()
+            agent.send("slow")
+            await asyncio.sleep(0.3)
+            old = agent.live
+            waiting = asyncio.create_task(agent.restart())
+            while not old.ended:
+                await asyncio.sleep(0)
+            waiting.cancel()  # a kernel interrupt of the cell that awaited the restart
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await agent.ready()  # the restart went on
+            assert agent.live is not old and agent.alive and agent.status == "idle"
+            assert (await agent.send("hello")).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+    run(go())
+
+
+def test_restarts_and_closes_at_once_leave_one_process_or_none(tmp_path):
+    async def go():
+        before = _fake_pids()
+        agent = fake(tmp_path)
+        await agent.ready()
+        await asyncio.gather(agent.restart(), agent.restart())  # a double click on Restart: one restart
+        mine = _fake_pids() - before
+        assert len(mine) == 1 and agent.pid in mine
+        fresh = fake(tmp_path)
+        fresh.start()
+        await fresh.restart()  # right after the start, before its process was up
+        early = fake(tmp_path)
+        early.start()
+        t0 = asyncio.get_running_loop().time()
+        await early.close()  # right after the start
+        assert asyncio.get_running_loop().time() - t0 < 2 and early.status == "closed"
+        results = await asyncio.gather(agent.close(), agent.restart(), return_exceptions=True)
+        assert not [r for r in results if isinstance(r, BaseException)]
+        assert agent.status == "idle" and agent.alive  # the restart came last: it runs
+        for a in (agent, fresh):
+            await a.close()
+        await asyncio.sleep(0.2)
+        assert not [p for p in _fake_pids() - before if _alive(p)], "a process was left behind"
+    run(go(), timeout=60)

@@ -181,6 +181,34 @@ def test_a_rerun_cell_closes_its_old_turn_view(tmp_path):
     run(go())
 
 
+def test_every_view_a_rerun_cell_showed_lets_go(tmp_path):
+    """The magics register each view they display with its cell's run: a cell that runs
+    again closes every view of its earlier run (a squad view, a journal, agent views…),
+    and only those."""
+    from escouade_nb.permissions.journal import Journal
+    from escouade_nb.widgets.views import shown_in_cell
+
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        subs, status = len(agent.conversation.subscribers), len(agent.on_status)
+        squad = type("Squad", (), {"agents": {agent.name: agent}})()
+        first_a, first_b = AgentView(agent), SquadView(squad)
+        shown_in_cell(first_a, "cell-9", "run-1")
+        shown_in_cell(first_b, "cell-9", "run-1")  # one run showing two views: both stay
+        journal_view = JournalView(Journal(tmp_path / "journal"))
+        shown_in_cell(journal_view, "cell-10", "run-1")
+        assert not first_a.closed and not first_b.closed
+        again = SquadView(squad)
+        shown_in_cell(again, "cell-9", "run-2")  # the cell ran again
+        assert first_a.closed and first_b.closed and not again.closed and not journal_view.closed
+        again.close()
+        journal_view.close()
+        assert len(agent.conversation.subscribers) == subs and len(agent.on_status) == status
+        await agent.close()
+    run(go())
+
+
 def test_journal_view_close_stops_listening(tmp_path):
     from escouade_nb.permissions.journal import Journal
 

@@ -95,6 +95,8 @@ class Agent:
         self.version_checked = False  # the squad already compared the program's --version with ``tested``
         self._main_task: asyncio.Task | None = None
         self._restarting = False
+        self._restart_task: asyncio.Task | None = None
+        self._lifecycle = asyncio.Lock()  # restart and close, one at a time
         self._wake = asyncio.Event()
         self._resume_id: str | None = None
         self._replay = ReplaySkip()
@@ -370,21 +372,32 @@ class Agent:
         """Start a fresh process and session for this agent (after a crash, or to get
         out of a stuck turn): the current process is closed and its session object
         replaced. The conversation so far stays; a notice marks the restart. Queued
-        turns run on the new session."""
-        self._restarting = True
-        try:
-            await self._close_session()
-            self._main_task = None
-            self.live = None
-            self.error = None
-            self.auth_required = None
-            self.transcript = None  # a new process, a new transcript
-            self.conversation.add_notice("Restarted: a new process and a new session.")
-            self.start()
-        finally:
-            self._restarting = False
+        turns run on the new session. Restarts and closes run one at a time; a restart
+        asked while one runs joins it (a double click is one restart), and a cancelled
+        wait (a kernel interrupt) does not stop it halfway."""
+        task = self._restart_task
+        if task is None or task.done():
+            task = self._restart_task = asyncio.get_running_loop().create_task(
+                self._restart(), name=f"escouade restart {self.name}")
+        await asyncio.shield(task)
         await self.ready()
         return self
+
+    async def _restart(self) -> None:
+        async with self._lifecycle:
+            self._restarting = True
+            try:
+                self.set_status(AgentStatus.STARTING)  # at once: Restart is off while the old process closes
+                await self._close_session()
+                self._main_task = None
+                self.live = None
+                self.error = None
+                self.auth_required = None
+                self.transcript = None  # a new process, a new transcript
+                self.conversation.add_notice("Restarted: a new process and a new session.")
+                self.start()
+            finally:
+                self._restarting = False
 
     @classmethod
     def resume(cls, transcript_path: Path, harness: HarnessRef | None, *, program: str | None,
@@ -414,11 +427,12 @@ class Agent:
 
     async def close(self) -> None:
         """End the agent: close its stdin, terminate its process group, end every turn
-        (the running one and the queued ones, with an error)."""
-        await self._close_session()
-        self.turns.close()
-        if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):
-            self.set_status(AgentStatus.CLOSED)
+        (the running one and the queued ones, with an error). After a restart under way."""
+        async with self._lifecycle:
+            await self._close_session()
+            self.turns.close()
+            if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):
+                self.set_status(AgentStatus.CLOSED)
             self.wake_waiters()
 
     def kill_now(self) -> None:

@@ -22,7 +22,7 @@ from ..manifest import version_status
 from ..wire.client import EscouadeClient, capabilities
 from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import agent_environment
-from ..wire.session import AgentSession, ExitInfo
+from ..wire.session import AgentSession, ExitInfo, SessionClosed
 from ..wire.transcript import Transcript
 from .cards import CardDesk
 from .resume import ReplaySkip
@@ -82,6 +82,8 @@ class Live:
             async with self.session:
                 await self._handshake()
                 await self.session.exited.wait()
+        except SessionClosed:
+            pass  # closed (or restarted) before it was up: end() says so
         except OSError as exc:  # the program could not start
             self._fail(f"could not start {' '.join(self.agent.argv())}: {exc}")
         except Exception as exc:  # a bug of ours: the agent ends, saying why
@@ -162,6 +164,8 @@ class Live:
 
     async def session_ready(self) -> None:
         agent = self.agent
+        if not self.current or self.session.closing:  # closed or replaced while it opened
+            return
         if agent.transcript is not None:
             agent.transcript.event("session", session_id=self.session.session_id)
         agent.auth_required = None
@@ -232,13 +236,25 @@ class Live:
             agent.error = session.fatal or str(AgentExited(agent.name, info.code, info.stderr_tail))
             agent.conversation.add_notice(f"Agent exited with code {info.code}", level="error",
                                           detail=info.stderr_tail)
-        self.desk.close("agent exited" if not info.expected else "agent closed")
+        why = "agent exited" if not info.expected else "agent restarted" if agent.restarting else "agent closed"
+        self.desk.close(why)
         agent.conversation.cancel_unfinished()
         agent.conversation.close_messages()
         if self.current and agent.status is not AgentStatus.FAILED and not agent.restarting:
             agent.set_status(AgentStatus.CLOSED if info.expected else AgentStatus.EXITED)
         turn = agent.turns.current
         if turn is not None:
-            turn._finish(error=AgentError(f"agent {agent.name!r} was stopped: {session.fatal}") if session.fatal
-                         else AgentExited(agent.name, info.code, info.stderr_tail, during="the turn"))
+            turn._finish(error=self.turn_error())
         agent.wake_waiters()
+
+    def turn_error(self) -> AgentError:
+        """Why a turn of this process ended without an answer: the wire broke, we closed
+        or restarted it (not a crash), or it exited by itself (:class:`AgentExited`)."""
+        agent, session = self.agent, self.session
+        info = session.exit or ExitInfo(None, session.stderr.tail(), session.closing)
+        if session.fatal:
+            return AgentError(f"agent {agent.name!r} was stopped: {session.fatal}")
+        if info.expected:
+            return AgentError(f"agent {agent.name!r} was {'restarted' if agent.restarting else 'closed'} during the "
+                              f"turn")
+        return AgentExited(agent.name, info.code, info.stderr_tail, during="the turn")

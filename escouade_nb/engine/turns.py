@@ -22,8 +22,7 @@ from ..core import plans
 from ..core.conversation import Item, Message, ToolCall
 from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, gate
 from ..core.status import ENDED, AgentStatus
-from ..wire.errors import AgentError, AgentExited, AuthRequired
-from ..wire.session import ExitInfo
+from ..wire.errors import AgentError, AuthRequired
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -169,11 +168,7 @@ class TurnQueue:
         except ConnectionError:
             with anyio.move_on_after(5):
                 await session.exited.wait()
-            info = session.exit or ExitInfo(None, session.stderr.tail(), False)
-            if session.fatal is not None:
-                turn._finish(error=AgentError(f"agent {agent.name!r} was stopped: {session.fatal}"))
-            else:
-                turn._finish(error=AgentExited(agent.name, info.code, info.stderr_tail, during="the turn"))
+            turn._finish(error=live.turn_error())
         except acp.RequestError as exc:
             if exc.code == acp.RequestError.auth_required().code:
                 agent.auth_required = AuthRequired(f"agent {agent.name!r}: {exc}", agent.auth_methods)

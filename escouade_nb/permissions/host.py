@@ -22,7 +22,8 @@ and tokens stay in the kernel). It gets only (:func:`plugin_environment`):
 * ``PATH``, ``HOME``, the locale (``LANG``, ``LANGUAGE``, ``LC_*``), the temporary folder
   (``TMPDIR``, ``TEMP``, ``TMP``) — and on Windows ``SYSTEMROOT``, ``PATHEXT``,
   ``COMSPEC``, without which programs do not start;
-* for a ``program.python`` plugin, ``PYTHONPATH`` and ``PYTHONHOME``, so the kernel's
+* for a ``program.python`` plugin, ``PYTHONPATH``, ``PYTHONHOME`` (and where bytecode goes:
+  ``PYTHONDONTWRITEBYTECODE``, ``PYTHONPYCACHEPREFIX``), so the kernel's
   interpreter finds the packages (the plugin SDK) it finds in the kernel;
 * the variables its manifest names in ``program.env`` (a list of names), each passed
   on from the kernel's environment when it is set there. Values are never written in a
@@ -92,7 +93,7 @@ class PluginNotRunning(PluginError):
 BASE_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TEMP", "TMP")
 """Variables every rule plugin gets from the kernel's environment (with ``LC_*``)."""
 WINDOWS_ENV = ("SYSTEMROOT", "PATHEXT", "COMSPEC")
-PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME")
+PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
 """Also given to a ``program.python`` plugin (run with the kernel's interpreter)."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

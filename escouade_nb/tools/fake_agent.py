@@ -12,9 +12,15 @@ The prompt's text picks a scenario (case-insensitive, first match wins):
 ``crash``           two chunks, a few stderr lines, then ``os._exit(3)``
 ``flood``           2 MiB of stderr, then a short reply
 ``slow``            50 ``tick N`` chunks, 0.1 s apart; honours cancel
-``chunks N``        exactly N chunks of 40 characters, no sleeps
+``chunks N [of W]`` exactly N chunks of W (default 40) characters, no sleeps
 ``think``           a thought (2 chunks), then a reply
+``present plan``    a plan to approve (``ExitPlanMode``): Approve / Keep planning
 ``plan``            a plan of 3 entries, updated twice
+``ask me``          an ``elicitation/create`` form; reports the answer
+``open link``       a URL-mode elicitation, then ``elicitation/complete``
+``question block``  ends its reply on an ``<escouade_question>`` block (questionsInText)
+``switch mode``     a ``current_mode_update`` from the agent itself
+``which mode``      reports its mode, sandbox option and model
 ``run CMD``         an ``execute`` tool call behind a permission (simulated)
 ``edit`` / write    an ``edit`` tool call with a diff behind a permission
 ``terminal args``   ``terminal/create`` echo + args, embedded in a tool call; reports the output

@@ -18,7 +18,7 @@ from ..core.conversation import Item, Permission
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, AgentStatus
 from ..engine.agent import Agent, AuthRequired, Turn
 from .render import esc
-from .views import FullText, PermissionView, Releasing, Throttle, TranscriptView, clicks, close_tree, on_loop
+from .views import current_run, shown_in_cell, FullText, PermissionView, Releasing, Throttle, TranscriptView, clicks, close_tree, on_loop
 
 _serials = itertools.count()
 
@@ -339,15 +339,7 @@ class TurnView(FullText, Releasing, w.VBox):
                                          accept=self._accept, on_choose_factory=_chooser(agent),
                                          items=list(turn.items), handlers=CardHandlers(agent))
         self.children = [self.transcript]
-        if cell is not None:
-            previous = _by_cell.get(cell)
-            _by_cell[cell] = self
-            if previous is not None and previous is not self:
-                previous.close()
-
-    def release(self) -> None:
-        if self.cell is not None and _by_cell.get(self.cell) is self:
-            del _by_cell[self.cell]
+        shown_in_cell(self, cell)
 
     def _accept(self, item: Item) -> bool:
         return any(i is item for i in reversed(self.turn.items))
@@ -357,18 +349,6 @@ class TurnView(FullText, Releasing, w.VBox):
             "\n" + repr(self.transcript) if self.transcript.items else "")
 
 
-_by_cell: weakref.WeakValueDictionary[str, TurnView] = weakref.WeakValueDictionary()
-"""cell id -> the open TurnView that cell shows."""
-
-
 def current_cell() -> str | None:
-    """The id of the notebook cell being run (JupyterLab and Notebook 7 send it in the
-    request's metadata), or None (a script, a frontend that does not say)."""
-    try:
-        from IPython import get_ipython
-        kernel = getattr(get_ipython(), "kernel", None)
-        parent = kernel.get_parent() if kernel is not None else None
-    except Exception:
-        return None
-    cell = ((parent or {}).get("metadata") or {}).get("cellId")
-    return cell if isinstance(cell, str) and cell else None
+    """The id of the notebook cell being run, or None (see :func:`.views.current_run`)."""
+    return current_run()[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import weakref
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -187,6 +188,44 @@ class Releasing:
 
     def release(self) -> None:
         """What a view lets go of besides its tokens and children (overridden)."""
+
+
+_cells: dict[str, tuple[object, list[weakref.ref]]] = {}
+"""cell id -> (the run of that cell that showed them, weak references to its views)."""
+
+
+def current_run() -> tuple[str | None, object]:
+    """(cell id, run) of the notebook cell being run: JupyterLab and Notebook 7 send the
+    cell's id in the execute request's metadata; the run is that request's ``msg_id``.
+    ``(None, None)`` in a script or a frontend that does not say."""
+    try:
+        from IPython import get_ipython
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+    except Exception:
+        return None, None
+    cell = ((parent or {}).get("metadata") or {}).get("cellId")
+    if not isinstance(cell, str) or not cell:
+        return None, None
+    return cell, ((parent or {}).get("header") or {}).get("msg_id")
+
+
+def shown_in_cell(view: Releasing, cell: str | None, run: object = None) -> None:
+    """``view`` is shown by notebook cell ``cell`` in its run ``run``: when the cell runs
+    again (another run; ``run`` None counts as a new one each time), the views it showed
+    before are closed — their output is gone, they must not stay subscribed. A view
+    closed otherwise drops out by itself (weak references)."""
+    if cell is None:
+        return
+    before, refs = _cells.get(cell, (None, []))
+    if run is None or run != before:
+        for ref in refs:
+            old = ref()
+            if old is not None and old is not view:
+                old.close()
+        refs = []
+    refs = [r for r in refs if r() is not None] + [weakref.ref(view)]
+    _cells[cell] = (run if run is not None else object(), refs)
 
 
 class Tasks:

@@ -42,6 +42,10 @@ START_TIMEOUT = 60.0
 """Seconds an agent has to answer ``initialize`` and ``session/new``."""
 
 
+class SessionClosed(Exception):
+    """The session was closed before its process was up: nothing to speak to."""
+
+
 @dataclass
 class ExitInfo:
     """How the process ended: ``code`` (negative: killed by that signal), the stderr
@@ -115,8 +119,14 @@ class AgentSession:
         return self.process is not None and self.process.returncode is None
 
     async def __aenter__(self) -> AgentSession:
-        """Spawn and connect. Raises ``OSError`` when the program cannot start."""
+        """Spawn and connect. Raises ``OSError`` when the program cannot start,
+        :class:`SessionClosed` when :meth:`close` came first (or during the spawn)."""
+        if self.closing:
+            raise SessionClosed(f"agent {self.name!r} was closed before it started")
         self.process = await spawn(self.argv, cwd=self.cwd, env=self.env)
+        if self.closing:  # closed while it spawned: it never speaks
+            await terminate_group(self.process)
+            raise SessionClosed(f"agent {self.name!r} was closed while it started")
         stack = contextlib.AsyncExitStack()
         try:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -178,7 +188,8 @@ class AgentSession:
         self._tg.start_soon(fn, *args)
 
     async def close(self) -> None:
-        """Close stdin, then terminate the process group (SIGTERM, then SIGKILL)."""
+        """Close stdin, then terminate the process group (SIGTERM, then SIGKILL); before
+        the spawn, it never starts."""
         self.closing = True
         if self.conn is not None:
             with contextlib.suppress(Exception):

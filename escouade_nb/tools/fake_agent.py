@@ -17,7 +17,7 @@ The prompt's text picks a scenario (case-insensitive, first match wins):
 ``present plan``    a plan to approve (``ExitPlanMode``): Approve / Keep planning
 ``plan``            a plan of 3 entries, updated twice
 ``ask me``          an ``elicitation/create`` form; reports the answer
-``open link``       a URL-mode elicitation, then ``elicitation/complete``
+``open link``       a URL-mode elicitation (a sign-in link); reports the answer
 ``question block``  ends its reply on an ``<escouade_question>`` block (questionsInText)
 ``switch mode``     a ``current_mode_update`` from the agent itself
 ``which mode``      reports its mode, sandbox option and model

@@ -291,9 +291,9 @@ class ItemView(Releasing, w.VBox):
         return render_item(self.item, self.speaker)
 
 
-FREEZE_BUDGET = 12 * 1024
+FREEZE_BUDGET = 6 * 1024
 """Characters of markdown a message view renders into frozen paragraphs per redraw (about
-4 ms): a reply that arrives faster is frozen over several redraws, so no redraw holds
+2 ms): a reply that arrives faster is frozen over several redraws, so no redraw holds
 the kernel's loop for long (an 80 KB burst rendered at once took 25 ms per view)."""
 
 

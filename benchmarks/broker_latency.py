@@ -67,7 +67,7 @@ class Card:
         self.agent.project = project
         self.settled_at: float | None = None
 
-    def choose(self, option: str, by: str = "you", message: str | None = None) -> bool:
+    def choose(self, option: str, by: str = "you", message: str | None = None, reply: str | None = None) -> bool:
         if self.permission.state != "pending":
             return False
         self.permission.state = "selected"

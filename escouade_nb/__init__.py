@@ -14,8 +14,9 @@ plugin or ``--version`` pays nothing for them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
 
 _LAZY = {
     "__version__": "_version",
@@ -37,13 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .engine.turns import Turn
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'escouade_nb' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

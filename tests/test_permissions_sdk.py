@@ -210,7 +210,7 @@ def test_the_sdk_imports_nothing_of_the_engine(tmp_path: Path):
     loaded = json.loads(proc.stdout)
     assert "escouade_nb.plugin_sdk" in loaded and "escouade_nb.permissions.protocol" in loaded
     assert not [m for m in loaded if m.startswith(ENGINE_MODULES)], loaded
-    assert set(loaded) <= {"escouade_nb", "escouade_nb._version", "escouade_nb.plugin_sdk", "escouade_nb.permissions",
+    assert set(loaded) <= {"escouade_nb", "escouade_nb._lazy", "escouade_nb._version", "escouade_nb.plugin_sdk", "escouade_nb.permissions",
                            "escouade_nb.permissions.protocol", "escouade_nb.wire", "escouade_nb.wire.framing"}
 
 

@@ -11,8 +11,7 @@ without the host.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_names
 
 _LAZY = {
     "BUDGET": "broker", "FIRST_BUDGET": "broker", "Broker": "broker", "Decision": "broker", "RulePlugins": "broker",
@@ -27,10 +26,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'escouade_nb.permissions' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -59,6 +59,11 @@ NAME_FREE = ENDED | {S.HARNESS_MISSING}
 """An agent in one of these may be replaced in the squad by a new one of the same name
 (``--as NAME``, ``%escouade resume NAME``, a new agent of the harness)."""
 
+NAME_REUSED = frozenset({S.CLOSED, S.FAILED})
+"""A new agent of the harness takes this agent's name without being asked: it was closed
+or never started. One that exited by itself, or whose harness is missing, keeps its name
+(its conversation and its exit stay in the squad to read); the new one is ``NAME-2``."""
+
 BUSY = frozenset({S.WORKING, S.WAITING})
 """A prompt turn runs: Stop (``session/cancel``) has something to stop."""
 

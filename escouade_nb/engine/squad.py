@@ -24,7 +24,7 @@ from typing import Any
 
 from .agent import Agent
 from ..core.observers import Observers
-from ..core.status import NAME_FREE
+from ..core.status import NAME_FREE, NAME_REUSED
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
 from ..manifest.locate import read_version_async
 from ..permissions import RulePlugins
@@ -274,10 +274,10 @@ class Squad:
             self._check_version(agent, version)
 
     def _free_name(self, base: str) -> str:
-        if base not in self.agents or self.agents[base].status in NAME_FREE:
+        if base not in self.agents or self.agents[base].status in NAME_REUSED:
             return base
         n = 2
-        while f"{base}-{n}" in self.agents and self.agents[f"{base}-{n}"].status not in NAME_FREE:
+        while f"{base}-{n}" in self.agents and self.agents[f"{base}-{n}"].status not in NAME_REUSED:
             n += 1
         return f"{base}-{n}"
 

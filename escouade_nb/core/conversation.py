@@ -329,6 +329,8 @@ class Conversation:
 
     def _chunk(self, role: Role, raw: dict[str, Any], changes: list[Change]) -> None:
         content = raw.get("content") or {}
+        if content.get("type") == "text" and not content.get("text"):
+            return  # an empty chunk says nothing: it must not make an empty "agent:" or "thinks…" item
         message_id = raw.get("messageId")
         msg: Message | None = None
         if message_id is not None:

@@ -60,13 +60,25 @@ def tool_input_text(value: Any) -> str:
     return cut(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
 
 
+def lines_of(text: str) -> list[str]:
+    """The lines of a file's text as the file has them: split on ``\n`` (a ``\r`` before
+    it goes with it), never on the other separators ``str.splitlines`` takes (U+2028,
+    U+2029, U+0085, form feed, …), which are characters inside a line of a file."""
+    if not text:
+        return []
+    out = text.split("\n")
+    if out[-1] == "":
+        out.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in out]
+
+
 def diff_lines(old: str | None, new: str, path: str = "") -> list[tuple[str, str]]:
     """A unified diff as ``(tag, line)`` pairs, tag one of ``"+"``, ``"-"``, ``" "``,
     ``"@"`` (hunk header). ``old`` None means a new file: every line is added."""
     if old is None:
-        return [("+", line) for line in new.splitlines()]
+        return [("+", line) for line in lines_of(new)]
     out: list[tuple[str, str]] = []
-    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=3):
+    for line in difflib.unified_diff(lines_of(old), lines_of(new), lineterm="", n=3):
         if line.startswith(("---", "+++")):
             continue
         out.append((line[0] if line[:1] in "+- @" and line else " ", line[1:] if line[:1] in "+- " else line))
@@ -98,7 +110,7 @@ def content_text(item: dict[str, Any]) -> str:
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
-    return "\n".join(prefix + line for line in text.splitlines())
+    return "\n".join(prefix + line for line in lines_of(text))
 
 
 def terminal_state(term: dict[str, Any]) -> str:

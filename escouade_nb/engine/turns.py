@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import acp
 import anyio
+from pydantic import ValidationError
 
 from ..core import plans
 from ..core.conversation import Item, Message, ToolCall
@@ -180,7 +181,20 @@ class TurnQueue:
                 agent.conversation.add_notice(f"The agent answered the prompt with an error: {exc}", level="error",
                                               detail=json.dumps(exc.data, default=str) if exc.data else "")
                 turn._finish(error=AgentError(f"agent {agent.name!r} failed the turn: {exc}"))
-        except Exception as exc:  # a malformed answer: the turn fails, the agent lives on
+        except ValidationError:  # an answer the SDK's schema refuses (a stop reason outside ACP's list)
+            answer = session.prompt_answer or {}
+            stop = answer.get("stopReason")
+            if isinstance(stop, str) and stop:
+                agent.questions_from_text(turn)
+                agent.conversation.add_notice(f"The agent ended the turn with a stop reason outside ACP's list: "
+                                              f"{stop!r}.", level="warning")
+                turn._finish(stop_reason=stop)
+            else:
+                agent.conversation.add_notice("The agent's answer to the prompt could not be read.", level="error",
+                                              detail=json.dumps(answer, default=str)[:2000])
+                turn._finish(error=AgentError(f"agent {agent.name!r} answered the prompt with something that is "
+                                              f"not an ACP answer"))
+        except Exception as exc:  # a bug of ours: the turn fails, the agent lives on
             log.exception("prompt failed")
             turn._finish(error=AgentError(f"agent {agent.name!r}: {exc}"))
         else:

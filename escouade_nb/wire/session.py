@@ -108,6 +108,8 @@ class AgentSession:
         self._stack: contextlib.AsyncExitStack | None = None
         self._ids = itertools.count(1)
         self._requests: dict[str, anyio.abc.ObjectSendStream] = {}
+        self._prompts: set[Any] = set()  # ids of session/prompt requests not answered yet
+        self.prompt_answer: dict[str, Any] | None = None  # the last session/prompt result, as it came
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -296,9 +298,15 @@ class AgentSession:
         self.start_soon(answer)
 
     def _observe(self, direction: str, message: dict[str, Any]) -> None:
+        if direction == "out" and message.get("method") == "session/prompt" and "id" in message:
+            self._prompts.add(message["id"])
+            return
         result = message.get("result")
         if direction != "in" or not isinstance(result, dict):
             return
+        if message.get("id") in self._prompts:  # the raw answer, for what the SDK's schema refuses
+            self._prompts.discard(message["id"])
+            self.prompt_answer = result
         if "protocolVersion" in result:
             self.protocol_version = result["protocolVersion"]  # initialize's, before the SDK reads it
         # goose's ``models`` in session/new (or load) answers: unstable, dropped by the SDK

@@ -67,9 +67,6 @@ or never started. One that exited by itself, or whose harness is missing, keeps 
 BUSY = frozenset({S.WORKING, S.WAITING})
 """A prompt turn runs: Stop (``session/cancel``) has something to stop."""
 
-NO_PROCESS = ENDED | {S.RESUMABLE, S.HARNESS_MISSING}
-"""Nothing runs for it now (a resumable agent has not reattached yet)."""
-
 CONTROLS_OFF = ENDED | {S.STARTING, S.HARNESS_MISSING}
 """Its modes, options and model cannot be changed now."""
 

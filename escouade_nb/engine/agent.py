@@ -289,11 +289,11 @@ class Agent:
         anything else (or bigger than 4 MiB) as a ``resource_link`` to its ``file://``
         URI. What the agent does not take (``promptCapabilities``) becomes a link, or is
         left out with a notice (images)."""
-        paths = [Path(p) if Path(p).is_absolute() else self.cwd / p for p in attach]
+        paths = [self.cwd / p for p in attach]  # the folder is absolute; an absolute path stays itself
         for path in paths:
             if not path.is_file():
                 raise FileNotFoundError(f"no file to attach: {path}")
-        return self.turns.send(Turn(self, blocks(prompt), attach=[Path(str(p)).absolute() for p in paths]))
+        return self.turns.send(Turn(self, blocks(prompt), attach=paths))
 
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card

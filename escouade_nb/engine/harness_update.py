@@ -24,7 +24,8 @@ from pathlib import Path
 
 import anyio
 
-from ..manifest import HarnessRef, locate_program, read_version
+from ..manifest import HarnessRef, locate_program
+from ..manifest.locate import read_version_async
 from ..wire.process import kill_group_now, spawn, terminate_group
 
 UPDATE_TIMEOUT = 600.0
@@ -104,11 +105,11 @@ async def _read(stream, out: bytearray, done: anyio.Event, on_output: Callable[[
 
 
 async def installed_version(ref: HarnessRef) -> str | None:
-    """The harness program's version, read in a thread (None: not found or unknown)."""
+    """The harness program's version, read off the loop (None: not found or unknown)."""
     program = await anyio.to_thread.run_sync(locate_program, ref.harness)
     if program is None:
         return None
-    return await anyio.to_thread.run_sync(read_version, program, ref.harness.version_args)
+    return await read_version_async(program, ref.harness.version_args)
 
 
 async def run_update(ref: HarnessRef, timeout: float = UPDATE_TIMEOUT, *, cwd: str | Path | None = None,
@@ -152,7 +153,7 @@ class UpdateJob:
     job, ``cancel()`` ends it (its process group killed), ``output`` is what it wrote so
     far, ``result`` its :class:`UpdateResult` once done (a cancelled run gives
     ``cancelled=True``; one that could not start, ``code`` None and the error as output).
-    Every job running is kept by the module (:func:`cancel_all`)."""
+    Every job running is kept by the module until it ends (its task is never dropped)."""
 
     def __init__(self, ref: HarnessRef, timeout: float = UPDATE_TIMEOUT, *, cwd: str | Path | None = None) -> None:
         self.ref = ref
@@ -204,9 +205,3 @@ class UpdateJob:
 
 
 _jobs: set[UpdateJob] = set()
-
-
-def cancel_all() -> None:
-    """Cancel every update job running now (their groups are killed)."""
-    for job in list(_jobs):
-        job.cancel()

@@ -42,6 +42,14 @@ def locate_program(harness: Harness) -> str | None:
 _VERSION_RE = re.compile(r"\d+\.\d+(?:\.\d+)?")
 
 
+def _version_in(returncode: int | None, out: bytes) -> str | None:
+    """The first ``N.N[.N]`` of a ``--version`` run's output; None unless it exited 0."""
+    if returncode != 0:
+        return None
+    match = _VERSION_RE.search(out.decode("utf-8", errors="replace"))
+    return match.group(0) if match else None
+
+
 def read_version(program: str, version_args: list[str], timeout: float = 10) -> str | None:
     """Run ``program *version_args`` and return the first ``N.N[.N]`` of its
     output (stdout and stderr), or ``None`` on any failure: not runnable,
@@ -69,10 +77,7 @@ def read_version(program: str, version_args: list[str], timeout: float = 10) -> 
             except Exception:
                 pass
             return None
-        if proc.returncode != 0:
-            return None
-        match = _VERSION_RE.search(out.decode("utf-8", errors="replace"))
-        return match.group(0) if match else None
+        return _version_in(proc.returncode, out)
     except Exception:
         return None
     finally:
@@ -103,10 +108,7 @@ async def read_version_async(program: str, version_args: list[str], timeout: flo
             out, _ = await asyncio.wait_for(proc.communicate(), timeout)
         except asyncio.TimeoutError:
             return None
-        if proc.returncode != 0:
-            return None
-        match = _VERSION_RE.search(out.decode("utf-8", errors="replace"))
-        return match.group(0) if match else None
+        return _version_in(proc.returncode, out)
     except asyncio.CancelledError:
         raise
     except Exception:

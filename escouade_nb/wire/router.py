@@ -75,10 +75,6 @@ class Router:
             self._permission_rpc[message["id"]] = str(tool_call.get("toolCallId", ""))
         return False
 
-    def answered(self, rpc_id: Any) -> None:
-        """Our answer to request ``rpc_id`` was sent: a later ``$/cancel_request`` for it is moot."""
-        self._permission_rpc.pop(rpc_id, None)
-
     def take_withdrawn(self, tool_call_id: str) -> bool:
         """Whether the agent already withdrew the permission request of ``tool_call_id``
         (its ``$/cancel_request`` came before the card was made); forgets it."""

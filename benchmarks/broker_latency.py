@@ -75,6 +75,9 @@ class Card:
         self.settled_at = time.perf_counter()
         return True
 
+    def deny(self, by: str = "you", message: str | None = None, reply: str | None = None) -> bool:
+        return self.choose("reject-once", by, message, reply)  # the seam's refusal (reject_once is offered)
+
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)

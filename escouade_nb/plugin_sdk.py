@@ -76,7 +76,10 @@ __all__ = [
 
 DecideRequest = DecideParams
 """The params of ``permissions/decide``, with shortcuts: ``tool``, ``kind``, ``input``,
-``command`` (the Bash command as one string, "" for another tool)."""
+``command`` (the Bash command as one string, "" for another tool), and what the ACP tool
+call says itself: ``acp_kind`` (``"delete"``, ``"edit"``, ``"execute"``…, None when the
+agent gave none), ``title``, ``locations`` and ``diff_paths`` (lists of paths), ``paths``
+(all the paths the call names, input included)."""
 Answer = DecideResult
 """A plugin's answer: ``{"decision": "allow"|"deny"|"ask", "message"?: str}``."""
 RequestPart, ProjectPart, TicketPart, AgentPart = RequestInfo, ProjectInfo, TicketInfo, AgentInfo

@@ -10,10 +10,18 @@
 #   AGENT is one of: mistral-vibe fast-agent kimi claude-agent codex opencode gemini
 #   (none given = all seven; goose is not on PyPI/npm, its tests use a scripted stand-in).
 #
-# Each agent is installed into a fresh temporary folder that replaces the old one only
-# on success, so an interrupted run never leaves a half-installed agent behind. A line
-# "installed AGENT VERSION in N s" is printed per agent (and appended to
-# <dir>/install-times.tsv). Exit status: the number of agents that failed (0 = all ok).
+# Each agent is installed into a fresh folder beside its target (<dir>/<agent>.XXXXXX, the
+# path it keeps: venvs are not relocatable); only once that install is complete does
+# <dir>/<agent>, a symlink, switch to it — one rename(2), atomic — and the previous install
+# go. A failed or interrupted install leaves the installed agent as it was (its log:
+# <dir>/<agent>.install.log). Two runs installing the same agent take turns (flock on
+# <dir>/.<agent>.lock); different agents install in parallel. A line "installed AGENT
+# (PACKAGE) in N s" is printed per agent (and appended to <dir>/install-times.tsv). Exit
+# status: the number of agents that failed (0 = all ok).
+#
+# ESCOUADE_AGENT_SPEC_<AGENT> (upper case, "-" as "_") replaces an agent's line below,
+# "pypi|npm PACKAGE PROGRAM" (PACKAGE: anything pip or npm installs, a path too), e.g. to
+# try another version.
 #
 # The PyPI agents need Python >= 3.12: $ESCOUADE_AGENTS_PYTHON, else python3.13 /
 # python3.12 on PATH, else a pyenv 3.13 / 3.12 install. npm agents need node >= 20.
@@ -24,16 +32,20 @@ ALL=(mistral-vibe fast-agent kimi claude-agent codex opencode gemini)
 
 # agent -> "pypi|npm  package==version / package@version  program"
 spec() {
+    local line var
     case "$1" in
-        mistral-vibe) echo "pypi mistral-vibe==3.0.2 vibe-acp" ;;
-        fast-agent)   echo "pypi fast-agent-mcp==0.10.48 fast-agent-acp" ;;
-        kimi)         echo "pypi kimi-cli==1.51.0 kimi" ;;
-        claude-agent) echo "npm @zed-industries/claude-agent-acp@0.23.1 claude-agent-acp" ;;
-        codex)        echo "npm @zed-industries/codex-acp@0.16.0 codex-acp" ;;
-        opencode)     echo "npm opencode-ai@1.18.33 opencode" ;;
-        gemini)       echo "npm @google/gemini-cli@0.61.0 gemini" ;;
+        mistral-vibe) line="pypi mistral-vibe==3.0.2 vibe-acp" ;;
+        fast-agent)   line="pypi fast-agent-mcp==0.10.48 fast-agent-acp" ;;
+        kimi)         line="pypi kimi-cli==1.51.0 kimi" ;;
+        claude-agent) line="npm @zed-industries/claude-agent-acp@0.23.1 claude-agent-acp" ;;
+        codex)        line="npm @zed-industries/codex-acp@0.16.0 codex-acp" ;;
+        opencode)     line="npm opencode-ai@1.18.33 opencode" ;;
+        gemini)       line="npm @google/gemini-cli@0.61.0 gemini" ;;
         *) return 1 ;;
     esac
+    var="ESCOUADE_AGENT_SPEC_${1//-/_}"
+    var="${var^^}"
+    echo "${!var:-$line}"
 }
 
 find_python() {
@@ -57,29 +69,62 @@ find_python() {
 }
 
 install_one() {
-    local agent="$1" kind pkg prog dest start secs
+    # In a subshell of its own (each agent is a background job): its lock, its trap.
+    local agent="$1" kind pkg prog link build log start secs old
     read -r kind pkg prog < <(spec "$agent")
-    dest="$DIR/$agent"
-    # Venvs are not relocatable: install in place; the marker file .installed (written
-    # last) is what tests/agents/ looks for, so a half-finished install counts as absent.
-    rm -rf "$dest"
-    mkdir -p "$dest"
+    link="$DIR/$agent"
+    log="$DIR/$agent.install.log"
+    # One install of an agent at a time, whatever runs it: a lock beside the target.
+    exec {lock_fd}>"$DIR/.$agent.lock"
+    if ! flock -n "$lock_fd"; then
+        echo "$agent: waiting for another install of it to finish"
+        flock "$lock_fd"
+    fi
+    # Builds of it left by an install that was killed (the lock is ours: none is under way)
+    local current stale
+    current="$(readlink "$link" 2>/dev/null || true)"
+    for stale in "$DIR/$agent".??????; do
+        [ -d "$stale" ] && [ ! -L "$stale" ] && [ "$(basename "$stale")" != "$current" ] && rm -rf "$stale"
+    done
+    # A fresh folder beside the target, at the path it keeps (venvs are not relocatable);
+    # until the swap below, the installed agent (if any) is untouched.
+    build="$(mktemp -d "$DIR/$agent.XXXXXX")"
+    trap 'rm -rf "$build"' EXIT
+    trap 'exit 1' TERM HUP  # the EXIT trap runs then too
     start=$(date +%s.%N)
     if [ "$kind" = pypi ]; then
         local py
         py="$(find_python)" || { echo "$agent: needs Python >= 3.12 (set ESCOUADE_AGENTS_PYTHON)" >&2; return 1; }
-        { "$py" -m venv "$dest" && "$dest/bin/python" -m pip install --quiet "$pkg"; } >"$dest/install.log" 2>&1 \
-            || { echo "$agent: install failed, log: $dest/install.log" >&2; tail -5 "$dest/install.log" >&2; return 1; }
+        { "$py" -m venv "$build" && "$build/bin/python" -m pip install --quiet "$pkg"; } >"$log" 2>&1 \
+            || { echo "$agent: install failed (the installed one, if any, is kept), log: $log" >&2
+                 tail -5 "$log" >&2; return 1; }
     else
         command -v npm >/dev/null 2>&1 || { echo "$agent: npm not found" >&2; return 1; }
-        npm install --prefix "$dest" --no-audit --no-fund --loglevel=error "$pkg" >"$dest/install.log" 2>&1 \
-            || { echo "$agent: install failed, log: $dest/install.log" >&2; tail -5 "$dest/install.log" >&2; return 1; }
-        mkdir -p "$dest/bin"
-        ln -sf "../node_modules/.bin/$prog" "$dest/bin/$prog"
+        npm install --prefix "$build" --no-audit --no-fund --loglevel=error "$pkg" >"$log" 2>&1 \
+            || { echo "$agent: install failed (the installed one, if any, is kept), log: $log" >&2
+                 tail -5 "$log" >&2; return 1; }
+        mkdir -p "$build/bin"
+        ln -sf "../node_modules/.bin/$prog" "$build/bin/$prog"
     fi
-    [ -x "$dest/bin/$prog" ] || { echo "$agent: $prog missing after install" >&2; return 1; }
+    [ -x "$build/bin/$prog" ] || { echo "$agent: $prog missing after install (the installed one, if any, is kept)" >&2
+                                   return 1; }
+    chmod 755 "$build"  # mktemp made it 700
+    printf '%s\n' "$pkg" >"$build/.installed"
+    # The swap: <agent> is a symlink to its build, replaced by rename(2), atomic.
+    old="$(readlink "$link" 2>/dev/null || true)"
+    if [ -e "$link" ] && [ ! -L "$link" ]; then  # an install of the old layout (a folder): set aside once
+        old="$link.previous-$$"
+        mv "$link" "$old"
+    fi
+    ln -s "$(basename "$build")" "$link.new-$$" && mv -T "$link.new-$$" "$link" \
+        || { rm -f "$link.new-$$"; echo "$agent: could not swap the new install in" >&2; return 1; }
+    trap - EXIT
+    case "$old" in  # the previous install goes, once the new one is in
+        "" | "$(basename "$build")") ;;
+        /*) rm -rf "$old" ;;
+        *) rm -rf "${DIR:?}/$old" ;;
+    esac
     secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
-    printf '%s\n' "$pkg" >"$dest/.installed"
     echo "installed $agent ($pkg) in $secs s"
     printf '%s\t%s\t%s\t%s\n' "$agent" "$pkg" "$secs" "$(date -u +%FT%TZ)" >>"$DIR/install-times.tsv"
 }
@@ -90,15 +135,17 @@ for a in "${agents[@]}"; do
     spec "$a" >/dev/null || { echo "unknown agent: $a (known: ${ALL[*]})" >&2; exit 2; }
 done
 
+command -v flock >/dev/null 2>&1 || { echo "install-agents: needs flock (util-linux)" >&2; exit 2; }
 mkdir -p "$DIR"
 # Installs run in parallel; ESCOUADE_AGENTS_JOBS=1 makes them sequential.
 jobs_max="${ESCOUADE_AGENTS_JOBS:-4}"
+pids=()
 for a in "${agents[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do sleep 0.5; done
     install_one "$a" &
+    pids+=("$!")
 done
-wait
 failed=0
-for a in "${agents[@]}"; do [ -f "$DIR/$a/.installed" ] || failed=$((failed + 1)); done
+for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
 echo "agents in $DIR (failed: $failed)"
 exit "$failed"

@@ -90,7 +90,24 @@ class Discovery:
             raise LookupError(f"harness {name!r} is ambiguous: {full}; use a full id")
         known = sorted({r.short_id for r in self.harnesses})
         listing = ", ".join(known) if known else "(none)"
-        raise LookupError(f"unknown harness {name!r}; known harnesses: {listing}")
+        broken = self.broken_for(name)
+        why = ""
+        if broken:
+            why = (f": its manifest is broken — {broken[0]}" if broken[0].harness_ids
+                   else f": a broken manifest in a folder of that name may define it — {broken[0]}")
+        raise LookupError(f"unknown harness {name!r}{why}; known harnesses: {listing}")
+
+    def broken_for(self, name: str) -> list[ManifestError]:
+        """The manifests that failed to load and name harness ``name`` (a short id, or
+        the last part of a full id) — or, not JSON enough to tell, sit in a folder of
+        that name."""
+        short = name.rsplit(":", 1)[-1]
+        out = []
+        for err in self.errors:
+            folder = Path(err.path).parent.name if isinstance(err.path, Path) else None
+            if short in err.harness_ids or (not err.harness_ids and folder == short):
+                out.append(err)
+        return out
 
 
 def user_plugins_dir() -> Path:

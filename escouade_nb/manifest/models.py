@@ -84,7 +84,12 @@ class ManifestError(Exception):
 
     ``str(err)`` is one line: ``<file>: <field>: <message>`` (or
     ``<file>: <message>`` without a field).
+
+    ``harness_ids``: the harness ids the file names (``contributes.harnesses[*].id``)
+    when it is JSON at all, so that a harness it fails to define can be traced to it.
     """
+
+    harness_ids: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -450,6 +455,15 @@ def _error_from_validation(path: Path, exc: ValidationError, data: Any) -> Manif
     return ManifestError(path, _format_loc(first) or None, message)
 
 
+def _harness_ids_in(data: Any) -> tuple[str, ...]:
+    """The harness ids a manifest's JSON names, valid or not (best effort)."""
+    contributes = data.get("contributes") if isinstance(data, dict) else None
+    harnesses = contributes.get("harnesses") if isinstance(contributes, dict) else None
+    if not isinstance(harnesses, list):
+        return ()
+    return tuple(h["id"] for h in harnesses if isinstance(h, dict) and isinstance(h.get("id"), str))
+
+
 def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     """Read and validate one ``escouade-plugin.json`` (Escouade plugin-1).
 
@@ -481,7 +495,9 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        raise _error_from_validation(path, exc, data) from None
+        error = _error_from_validation(path, exc, data)
+        error.harness_ids = _harness_ids_in(data)
+        raise error from None
     seen: set[str] = set()
     for i, harness in enumerate(manifest.contributes.harnesses):
         if harness.id in seen:

@@ -50,7 +50,8 @@ class PermissionRequest(Protocol):
     option kind); ``by`` and ``message`` are what the card shows ("Denied by Team rules
     via Escouade — no rm -rf here"), ``reply`` what the agent is told (else ``message``).
     It returns False when the request was already answered (the first answer wins) and
-    raises ``ValueError`` for an option the agent did not offer."""
+    raises ``ValueError`` for an option the agent did not offer. ``deny(by, message,
+    reply)`` refuses whatever the agent offered (see :meth:`deny`)."""
 
     @property
     def agent(self) -> PermissionAgent: ...
@@ -60,3 +61,9 @@ class PermissionRequest(Protocol):
 
     def choose(self, option: str, by: str = "you", message: str | None = None,
                reply: str | None = None) -> bool: ...
+
+    def deny(self, by: str = "you", message: str | None = None, reply: str | None = None) -> bool:
+        """Refuse: the agent's ``reject_once`` option, else (it offered none) the
+        ``cancelled`` outcome; the card says "Denied by ``by`` — ``message``". False when
+        already answered."""
+        ...

@@ -25,6 +25,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from ..core import forms
 from ..core.conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
 from ..core.observers import Subscription
 from ..core.plans import visible_text
@@ -452,35 +453,57 @@ class PlanApprovalView(ItemView):
                               else '<div class="escouade-answer" style="color:#8250df">Waiting for you</div>')
 
 
+def _choices(spec: dict) -> list[tuple[str, Any]]:
+    """(label, value) of an enum (``enum`` with ``enumNames``, or ``oneOf``/``anyOf`` consts)."""
+    if spec.get("enum"):
+        values = list(spec["enum"])
+        titles = spec.get("enumNames") or []
+        return list(zip(map(str, titles), values)) if len(titles) == len(values) else [(str(v), v) for v in values]
+    consts = [o for o in spec.get("oneOf") or spec.get("anyOf") or [] if isinstance(o, dict) and "const" in o]
+    return [(str(o.get("title", o["const"])), o["const"]) for o in consts]
+
+
+_PLACEHOLDER = {"integer": "an integer", "number": "a number", "email": "name@example.com", "uri": "https://…",
+                "date": "YYYY-MM-DD", "date-time": "YYYY-MM-DDThh:mm:ssZ"}
+
+
 def _field_widget(name: str, spec: dict, required: bool) -> w.Widget:
+    """The widget of one form field, showing the schema's ``default`` when it has one and
+    nothing otherwise (no invented value): a dropdown with no choice made, yes/no
+    buttons with none pressed, an empty text box (numbers are typed, then parsed as the
+    schema's type: ``integer`` or ``number``)."""
     label = (spec.get("title") or name) + (" *" if required else "")
     kind = spec.get("type", "string")
-    choices = spec.get("enum") or [o.get("const") for o in spec.get("oneOf") or [] if "const" in o]
     style = {"description_width": "initial"}
+    choices = _choices(spec)
     if choices:
-        titles = spec.get("enumNames") or [o.get("title", o.get("const")) for o in spec.get("oneOf") or []]
-        pairs = list(zip(titles, choices)) if len(titles) == len(choices) else [(str(c), c) for c in choices]
-        return w.Dropdown(options=pairs, value=spec.get("default", choices[0]), description=label, style=style)
+        default = spec.get("default")
+        return w.Dropdown(options=choices, value=default if default in [v for _, v in choices] else None,
+                          description=label, style=style)
     if kind == "array":
-        items = (spec.get("items") or {})
-        options = items.get("enum") or [o.get("const") for o in items.get("anyOf") or items.get("oneOf") or []]
-        return w.SelectMultiple(options=[str(o) for o in options], value=tuple(spec.get("default") or ()),
+        options = _choices(spec.get("items") or {})
+        values = [v for _, v in options]
+        return w.SelectMultiple(options=options, value=tuple(v for v in spec.get("default") or () if v in values),
                                 description=label, style=style)
     if kind == "boolean":
-        return w.Checkbox(value=bool(spec.get("default", False)), description=label, indent=False)
-    if kind == "integer":
-        return w.IntText(value=int(spec.get("default", spec.get("minimum", 0))), description=label, style=style)
-    if kind == "number":
-        return w.FloatText(value=float(spec.get("default", spec.get("minimum", 0))), description=label, style=style)
-    return w.Text(value=str(spec.get("default", "")), description=label, placeholder=spec.get("description", ""),
-                  style=style, layout=w.Layout(width="95%"))
+        default = spec.get("default")
+        return w.ToggleButtons(options=[("yes", True), ("no", False)],
+                               value=default if isinstance(default, bool) else None, description=label, style=style)
+    default = spec.get("default")
+    return w.Text(value="" if default is None else str(default), description=label, style=style,
+                  placeholder=str(spec.get("description") or _PLACEHOLDER.get(spec.get("format") or kind, "")),
+                  layout=w.Layout(width="95%"))
 
 
 class QuestionView(ItemView):
     """A question card. Form mode: a form generated from the requested JSON schema
-    (strings, numbers, integers, booleans, enums, multi-selects; required fields marked
-    and checked) with Submit / Decline / Cancel. URL mode: the link and Done. Text
-    questions: one field per question (a dropdown when options are given) and Send."""
+    (strings, numbers, integers, booleans, enums, multi-selects; required fields marked)
+    with Submit / Decline / Cancel. Submit is off while a required field is empty; the
+    answer holds only the fields the user filled in (touched) — and a required field
+    showing the schema's default — never invented values; it is validated against the
+    schema (:meth:`QuestionCard.accept`), an error shown under the form. URL mode: the
+    link and Done. Text questions: one field per question (a dropdown when options are
+    given) and Send."""
 
     def __init__(self, item: Question, speaker: str = "agent",
                  on_answer: Callable[[str, dict | None], None] | None = None) -> None:
@@ -489,9 +512,12 @@ class QuestionView(ItemView):
         self._on_answer = on_answer
         self._head = w.HTML()
         self.inputs: dict[str, w.Widget] = {}
-        required = set((item.schema or {}).get("required") or [])
-        for name, spec in ((item.schema or {}).get("properties") or {}).items():
-            self.inputs[name] = _field_widget(name, spec, name in required)
+        self.touched: set[str] = set()
+        self._specs: dict[str, dict] = dict((item.schema or {}).get("properties") or {})
+        self._required = [f for f in forms.required(item.schema) if f in self._specs]
+        for name, spec in self._specs.items():
+            self.inputs[name] = _field_widget(name, spec, name in self._required)
+            self.inputs[name].observe(functools.partial(self._touch, name), names="value")
         for q in item.questions:
             if q.get("options"):
                 self.inputs[q["id"]] = w.Dropdown(options=q["options"], description=q["question"],
@@ -514,11 +540,43 @@ class QuestionView(ItemView):
         self.children = [self._head, *self.inputs.values(), w.HBox(buttons), self._status]
         self.redraw()
 
+    def _touch(self, name: str, _change: Any = None) -> None:
+        self.touched.add(name)
+        self._show_missing()
+
+    def _given(self, name: str) -> bool:
+        """Whether the form gives a value for field ``name``: touched (or required and
+        showing the schema's default) and not empty."""
+        if name not in self.touched and not (name in self._required and "default" in self._specs[name]):
+            return False
+        return self.inputs[name].value not in (None, "")
+
+    def missing(self) -> list[str]:
+        """The required fields of a form with no value yet (Submit is off meanwhile)."""
+        return [name for name in self._required if not self._given(name)]
+
+    def _show_missing(self) -> None:
+        if self.item.state != "pending" or self.item.mode != "form":
+            return
+        missing = self.missing()
+        self.submit.disabled = bool(missing)
+        labels = ", ".join(forms.field_label(self.item.schema, name) for name in missing)
+        self._status.value = f'<div style="color:#8a8a8a">To fill in: {esc(labels)}</div>' if missing else ""
+
     def values(self) -> dict:
+        """The answer: in form mode the fields given (see :meth:`_given`), each as its
+        schema's type (``ValueError`` naming a field whose text is not one); in text mode
+        every answer."""
         out = {}
         for name, widget in self.inputs.items():
+            if self.item.mode == "form" and not self._given(name):
+                continue
             value = widget.value
-            out[name] = list(value) if isinstance(value, tuple) else value
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(widget, w.Text) and self.item.mode == "form":
+                value = forms.parse_text(name, self._specs[name], value)
+            out[name] = value
         return out
 
     def _answer(self, action: str) -> None:
@@ -526,7 +584,7 @@ class QuestionView(ItemView):
             return
         try:
             self._on_answer(action, self.values() if action == "accept" else None)
-        except ValueError as exc:  # a required field is missing
+        except ValueError as exc:  # not what the schema asks for: said under the form, nothing sent
             self._status.value = f'<div style="color:#cf222e">{esc(exc)}</div>'
 
     def draw(self) -> None:
@@ -537,6 +595,7 @@ class QuestionView(ItemView):
         settled = q.state != "pending"
         for control in (*self.inputs.values(), self.submit, self.decline_button, self.cancel_button):
             control.disabled = settled
+        self._show_missing()
         if settled:
             self._status.value = f'<div class="escouade-answer"><b>{esc(render_item(q).splitlines()[-1].strip())}</b></div>'
 

@@ -10,13 +10,39 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from agent_configs import SUITE_TOKEN  # noqa: E402
+from agent_configs import AGENTS, AGENTS_DIR, SUITE_TOKEN  # noqa: E402
 from kernel_client import process_alive  # noqa: E402
 from model_server import ModelServer  # noqa: E402
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "agents: drives released ACP agents (skipped when not installed)")
+
+
+def agents_found() -> list[str]:
+    """One line per released agent: where this run found it (and what the install marker
+    says), or that it did not — the pass count depends on it, so the log says it."""
+    lines = [f"released agents (installed in {AGENTS_DIR}, else on PATH):"]
+    for name, spec in AGENTS.items():
+        where = spec.bin_dir()
+        if where is None:
+            lines.append(f"  {name:<13} not found: its tests are skipped (scripts/install-agents.sh {name})")
+        elif where == AGENTS_DIR / name / "bin":
+            marker = (AGENTS_DIR / name / ".installed").read_text().strip()
+            lines.append(f"  {name:<13} {marker} in {(AGENTS_DIR / name).resolve()}")
+        else:
+            lines.append(f"  {name:<13} {where / spec.program} on PATH (tested with {spec.version})")
+    return lines
+
+
+def pytest_collection_finish(session):
+    """Say which agents were found, when tests of this folder are to run."""
+    here = Path(__file__).resolve().parent
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or not any(here in Path(str(item.fspath)).resolve().parents for item in session.items):
+        return
+    for line in agents_found():
+        reporter.write_line(line)
 
 
 def _agent_processes() -> set[int]:

@@ -1,0 +1,144 @@
+"""Forms (ACP ``elicitation/create``) validate (issue 14, "Permissions"): an answer is
+checked against the requested schema with ``jsonschema`` before anything is sent — a
+required field missing, a wrong type (integer vs number), a value outside an enum, a bad
+format each raise a clear error naming the field — and the form's widget blocks Submit
+while a required field is empty and sends only what the user filled in. A scripted agent
+over real pipes asks; what it receives is checked exactly."""
+
+from __future__ import annotations
+
+import html
+import json
+
+import pytest
+from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, run, until
+
+from escouade_nb.widgets.views import QuestionView
+
+SCHEMA = {
+    "type": "object", "title": "Deploy", "required": ["name", "replicas"],
+    "properties": {
+        "name": {"type": "string", "title": "Name"},
+        "replicas": {"type": "integer", "title": "Replicas", "minimum": 1, "default": 2},
+        "ratio": {"type": "number", "title": "Ratio"},
+        "color": {"type": "string", "title": "Color", "enum": ["red", "green"]},
+        "email": {"type": "string", "title": "Contact", "format": "email"},
+        "day": {"type": "string", "title": "Day", "format": "date"},
+        "confirm": {"type": "boolean", "title": "Confirm", "default": False},
+    },
+}
+
+
+def _asks(answer: dict) -> str:
+    """The agent asks the form twice in one turn; the client must answer ``answer``, then ``cancel``."""
+    ask = ('A> {"jsonrpc":"2.0","id":%d,"method":"elicitation/create","params":{"sessionId":"s1",'
+           '"message":"Deploy where?","mode":"form","requestedSchema":' + json.dumps(SCHEMA) + '}}')
+    return f"""
+{P_INIT}
+{P_NEW}
+{P_PROMPT}
+{ask % 200}
+C> {{"jsonrpc":"2.0","id":200,"result":{json.dumps(answer)}}}
+A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
+"""
+
+
+def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(tmp_path):
+    good = {"name": "web", "replicas": 3, "ratio": 1, "color": "green", "email": "ops@example.com",
+            "day": "2026-03-01"}
+    s = Script(tmp_path, _asks({"action": "accept", "content": good}))
+
+    async def go():
+        agent = s.agent()
+        try:
+            turn = agent.send("go")
+            q = await agent.next_question(timeout=10)
+            wrong = [
+                ({"replicas": 3}, "required field(s) missing: name"),
+                ({"name": "web", "replicas": "3"}, "field 'replicas': '3' is not of type 'integer'"),
+                ({"name": "web", "replicas": 2.5}, "field 'replicas': 2.5 is not of type 'integer'"),
+                ({"name": "web", "replicas": 0}, "field 'replicas': 0 is less than the minimum of 1"),
+                ({"name": "web", "replicas": 1, "ratio": "1.5"}, "field 'ratio': '1.5' is not of type 'number'"),
+                ({"name": "web", "replicas": 1, "color": "blue"}, "field 'color': 'blue' is not one of ['red', 'green']"),
+                ({"name": "web", "replicas": 1, "email": "nobody"}, "field 'email': 'nobody' is not a 'email'"),
+                ({"name": "web", "replicas": 1, "day": "March 1st"}, "field 'day': 'March 1st' is not a 'date'"),
+                ({"name": 7, "replicas": True}, "field 'name': 7 is not of type 'string'; "
+                                                "field 'replicas': True is not of type 'integer'"),
+            ]
+            for content, message in wrong:
+                with pytest.raises(ValueError) as err:
+                    q.accept(content)
+                assert str(err.value) == message
+                assert q.state == "pending"  # nothing was sent: the scripted agent would fail on it
+            assert q.accept(good)  # a number may be an integer (ratio 1)
+            assert (await turn).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+def test_the_form_blocks_submit_until_required_fields_are_filled_and_sends_only_what_was_touched(tmp_path):
+    # replicas is required and shows the schema's default (2): given as shown; the optional
+    # fields the user did not touch (ratio, color, email, day; confirm shows its default) are left out
+    s = Script(tmp_path, _asks({"action": "accept", "content": {"name": "web", "replicas": 2, "ratio": 0.5}}))
+
+    async def go():
+        agent = s.agent()
+        try:
+            turn = agent.send("go")
+            q = await agent.next_question(timeout=10)
+            answers = []
+            view = QuestionView(q.question, on_answer=lambda action, content: answers.append(
+                (action, content)) or q.accept(content))
+            try:
+                inputs = view.inputs
+                # nothing invented: empty boxes, no choice made, no yes/no pressed; defaults shown as given
+                assert [inputs[n].value for n in ("name", "replicas", "ratio", "color", "confirm")] == [
+                    "", "2", "", None, False]
+                assert view.submit.disabled and "To fill in: Name" in view._status.value
+                inputs["name"].value = "web"
+                assert not view.submit.disabled and view.missing() == []
+                inputs["ratio"].value = "abc"  # typed: parsed as the schema's number when submitted
+                view.submit.click()
+                assert answers == [] and "field 'ratio': 'abc' is not a number" in html.unescape(view._status.value)
+                inputs["ratio"].value = "0.5"
+                view.submit.click()
+                assert answers == [("accept", {"name": "web", "replicas": 2, "ratio": 0.5})]
+                await until(lambda: q.state == "accept", 5, "the answer")
+                view.redraw()  # as its transcript view does on the change
+                assert view.submit.disabled and all(i.disabled for i in inputs.values())  # settled
+            finally:
+                view.close()
+            assert (await turn).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+def test_an_emptied_required_field_blocks_submit_again(tmp_path):
+    s = Script(tmp_path, _asks({"action": "decline"}))
+
+    async def go():
+        agent = s.agent()
+        try:
+            turn = agent.send("go")
+            q = await agent.next_question(timeout=10)
+            view = QuestionView(q.question, on_answer=lambda action, content: q.decline())
+            try:
+                view.inputs["name"].value = "web"
+                view.inputs["replicas"].value = ""  # the default cleared: nothing given
+                assert view.submit.disabled and view.missing() == ["replicas"]
+                assert "To fill in: Replicas" in view._status.value
+                view.decline_button.click()
+            finally:
+                view.close()
+            assert (await turn).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()

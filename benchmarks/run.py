@@ -1,7 +1,7 @@
 """escouade_nb benchmarks: each figure is a ratio against a baseline measured in the same run.
 
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
-    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports
+    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports mcp
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -240,9 +240,25 @@ def bench_imports(runs: int = 10) -> None:
             f"{base_name.split(' (')[0]}: {base['median_ms']:.0f} ms", f"{r['median_ms'] / base['median_ms']:.1f}×")
 
 
+def bench_mcp(calls: int = 300, kernels: int = 3) -> None:
+    out = _script_json("mcp_roundtrip.py", "--calls", str(calls), "--kernels", str(kernels))
+    trips, cost = out["roundtrip"], out["cost"]
+    sdk, raw, floor = trips["sdk"], trips["raw"], trips["floor"]
+    for p in ("p50", "p99"):
+        row(f"mcp: inspect_variable round trip, {p}", f"{sdk[p + '_ms']:.2f} ms (SDK client)",
+            f"{floor[p + '_ms']:.2f} ms bare authorised GET", f"+{sdk[p + '_ms'] - floor[p + '_ms']:.2f} ms "
+            f"(raw POST: {raw[p + '_ms']:.2f} ms)")
+    row("mcp: server start, fresh kernel", f"{cost['import_s']:.2f} s imports + {cost['start_s'] * 1e3:.0f} ms start",
+        f"%load_ext escouade_nb: {cost['load_ext_s']:.2f} s", f"longest loop stall {cost['stall_s'] * 1e3:.0f} ms")
+    row("mcp: kernel RSS with the server", f"{cost['rss_after_mib']:.1f} MiB, +{cost['modules']:.0f} modules",
+        f"{cost['rss_before_mib']:.1f} MiB without", f"+{cost['rss_added_mib']:.1f} MiB")
+    row(f"mcp: idle kernel CPU over {cost['idle_s']:g} s", f"{cost['idle_cpu_with_s']:.3f} s with the server",
+        f"{cost['idle_cpu_without_s']:.3f} s without", "")
+
+
 BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
            "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
-           "imports": bench_imports}
+           "imports": bench_imports, "mcp": bench_mcp}
 
 
 def main(argv: list[str]) -> int:

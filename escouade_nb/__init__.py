@@ -21,7 +21,7 @@ from ._lazy import lazy_names
 _LAZY = {
     "__version__": "_version",
     "Agent": "engine.agent", "AgentError": "wire.errors", "AgentExited": "wire.errors",
-    "AuthRequired": "wire.errors", "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
+    "AuthRequired": "wire.errors", "NoEventLoop": "wire.errors", "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
     "Turn": "engine.turns", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",
     "render_item": "core.render_text", "render_items": "core.render_text",
 }
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core.render_text import render_item, render_items
     from .engine.agent import Agent
     from .engine.cards import PermissionCard, QuestionCard
-    from .wire.errors import AgentError, AgentExited, AuthRequired
+    from .wire.errors import AgentError, AgentExited, AuthRequired, NoEventLoop
     from .engine.squad import Squad, SquadError, get_squad
     from .engine.turns import Turn
 

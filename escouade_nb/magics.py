@@ -5,6 +5,7 @@ Usage::
     %escouade                                  list harnesses and running agents
     %escouade NAME [--cwd DIR] [--as AGENT]    start an agent of harness NAME, show its view, return it
     %escouade stop AGENT                       stop an agent (its whole process group)
+    %escouade export AGENT PATH.ipynb          write the agent's conversation as a notebook
     %%escouade NAME|AGENT                      send the cell as a prompt; show the turn
 
 A usage error prints one line and this usage, never a traceback.
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import shlex
 import sys
+from collections.abc import Callable
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
@@ -23,17 +25,23 @@ from IPython.display import display
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
 from .core.status import ENDED, NAME_FREE
 from .engine.squad import ProgramNotFound, SquadError, get_squad
+from .wire.errors import NoEventLoop
 
 USAGE = """usage:
   %escouade                                 list harnesses and running agents
-  %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER] [--account ACCOUNT]
+  %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER [--fs]] [--account ACCOUNT]
+                 [--mcp SERVER]... [--no-kernel-tools]
                                             start an agent of harness NAME and show it
   %escouade stop AGENT                      stop an agent
+  %escouade export AGENT PATH.ipynb [--force]
+                                            the agent's conversation as a notebook (--force: replace PATH)
   %escouade squad                           all agents of this kernel, live
   %escouade resume [AGENT]                  list resumable agents, or rebuild one from its transcript
   %escouade update NAME [--yes]             show (and run) the harness's update command
-  %%escouade NAME|AGENT                     send the cell as a prompt to that agent
-  (--private: a private project, never submitted to a rule plugin not turned on for it)
+  %%escouade NAME|AGENT [--with VAR,VAR] [--cells 3-5]
+                                            send the cell as a prompt to that agent (with kernel context)
+  (--private: a private project, never submitted to a rule plugin not turned on for it;
+   --fs: offer the client's file system even through a launcher)
 """ + PLUGINS_USAGE
 
 
@@ -57,7 +65,29 @@ def _start_parser() -> _Parser:
     p.add_argument("--account")
     p.add_argument("--fs", dest="fs", action="store_true", default=None,
                    help="offer client fs even through a launcher")
+    p.add_argument("--mcp", action="append", metavar="SERVER",
+                   help="give only these servers of your mcp.json (repeatable; 'none': none of them)")
+    p.add_argument("--no-kernel-tools", dest="kernel_tools", action="store_false", default=None,
+                   help="do not give the agent the kernel's MCP server")
     return p
+
+
+def _prompt_parser() -> _Parser:
+    p = _Parser(prog="%%escouade", add_help=False)
+    p.add_argument("name")
+    p.add_argument("--with", dest="variables", default="", metavar="VARS",
+                   help="kernel variables sent along, comma-separated (their summaries)")
+    p.add_argument("--cells", default="", metavar="RANGE", help="execution counts whose In/Out are sent along")
+    return p
+
+
+def _restart_hint(squad, gone) -> str:
+    """How to restart an ended agent, in words that work as written: its view's Restart
+    button, and — while the squad still knows it by its name — the code to paste."""
+    if squad.agents.get(gone.name) is gone:
+        return (f"its Restart button, or `from escouade_nb import get_squad` then "
+                f"`await get_squad().get({gone.name!r}).restart()`,")
+    return "its view's Restart button"
 
 
 def _usage(message: str) -> None:
@@ -109,6 +139,8 @@ class EscouadeMagics(Magics):
             squad.stop_soon(agent.name)
             print(f"stopping {agent.name}")
             return None
+        if words[0] == "export":
+            return self._export(squad, words[1:])
         if words[0] in ("-h", "--help", "help"):
             print(USAGE)
             return None
@@ -163,38 +195,77 @@ class EscouadeMagics(Magics):
                 raise _UsageError(str(exc)) from None
             return None
         args = _start_parser().parse_args(words)
-        self._need_loop()
+        self._need_loop(lambda: squad.check(args.name, cwd=args.cwd, name=args.as_name, via=args.via))
         agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private, mode=args.mode,
-                            via=args.via, account=args.account, fs=args.fs)
+                            via=args.via, account=args.account, fs=args.fs, mcp=args.mcp,
+                            kernel_tools=args.kernel_tools)
         from .widgets import AgentView
         _show(AgentView(agent))
         return agent
 
     def _prompt(self, words: list[str], cell: str):
-        if len(words) != 1:
-            raise _UsageError("%%escouade takes one harness or agent name")
+        args = _prompt_parser().parse_args(words)
+        variables = [v.strip() for v in args.variables.split(",") if v.strip()]
         text = cell.strip()
         if not text:
             raise _UsageError("the cell is empty: write the prompt under %%escouade NAME")
         self._need_loop()
         squad = get_squad()
-        name = words[0]
+        name = args.name
         agent = squad.agents.get(name)
         if agent is None or agent.status in ENDED:
             gone = agent
             agent = squad.start(gone.harness.short_id if gone is not None else name)
             if gone is not None:
                 print(f"escouade: agent {gone.name!r} is {gone.status}; started {agent.name!r} "
-                      f"(Restart, or `await {gone.name}.restart()`, keeps the old conversation)", file=sys.stderr)
-        turn = agent.send(text)
+                      f"({_restart_hint(squad, gone)} keeps the old conversation)", file=sys.stderr)
+        try:
+            turn = agent.send(text, variables=variables, cells=args.cells)
+        except (KeyError, ValueError) as exc:
+            raise _UsageError(str(exc).strip("'\"")) from None
         from .widgets import TurnView
         _show(TurnView(turn))
         return None
 
+    def _export(self, squad, words: list[str]) -> None:
+        """``export AGENT PATH.ipynb [--force]``: checked now, written by a task of the
+        squad's; this cell's output says when it is written (or why not)."""
+        force = "--force" in words
+        rest = [w for w in words if w != "--force"]
+        if len(rest) != 2:
+            raise _UsageError("export takes one agent name and one PATH.ipynb (and optionally --force)")
+        name, path = rest
+        agent = squad.get(name)
+        if not path.lower().endswith(".ipynb"):
+            raise _UsageError(f"export writes a Jupyter notebook: {path} does not end in .ipynb")
+        from pathlib import Path
+
+        if Path(path).exists() and not force:  # a stat: the write itself checks again, in its thread
+            raise SquadError(f"{path} exists already: add --force to replace it")
+        self._need_loop()
+        handle = display({"text/plain": f"exporting {agent.name}'s conversation to {path}…"}, raw=True,
+                         display_id=True)
+
+        def done(written, error) -> None:
+            text = (f"exported {agent.name}'s conversation ({len(agent.conversation.items)} items) to {written}"
+                    if error is None else f"escouade: export of {agent.name} failed: {error}")
+            handle.update({"text/plain": text}, raw=True)
+        squad.export_soon(agent.name, path, force=force, then=done)
+        return None
+
     @staticmethod
-    def _need_loop() -> None:
-        if _loop_or_none() is None:
-            raise SquadError("no running event loop: %escouade runs inside a Jupyter kernel (ipykernel ≥ 7.4)")
+    def _need_loop(check: Callable[[], object] | None = None) -> None:
+        """Outside a running event loop (terminal IPython): what ``check()`` can tell
+        without one (an unknown harness, a program not installed and its install command)
+        is said first, then where %escouade works and what to do here."""
+        if _loop_or_none() is not None:
+            return
+        if check is not None:
+            try:
+                check()
+            except SquadError as exc:
+                print(f"escouade: {exc}", file=sys.stderr)
+        raise SquadError(str(NoEventLoop("%escouade")))
 
 
 def _show(view) -> None:

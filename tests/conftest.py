@@ -17,6 +17,11 @@ if "ESCOUADE_NB_TRANSCRIPTS_DIR" not in os.environ:
 
     atexit.register(shutil.rmtree, _TRANSCRIPTS, ignore_errors=True)  # scratch: gone with the run
 
+# the user's own MCP servers (mcp.json) never reach the agents of a test: an empty config
+# unless a test names its own (kernels started by the tests inherit this)
+if "ESCOUADE_NB_MCP_CONFIG" not in os.environ:
+    os.environ["ESCOUADE_NB_MCP_CONFIG"] = os.path.join(os.environ["ESCOUADE_NB_TRANSCRIPTS_DIR"], "no-mcp.json")
+
 from kernel_client import process_alive, processes_named  # noqa: E402
 
 # every process this test session starts (kernels, agents, their children) inherits this

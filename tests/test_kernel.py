@@ -193,10 +193,10 @@ def test_mode_dropdown_plan_card_and_question_form(kernel):
         "qv = view.transcript.view_of(q.question)\n"
         "print(json.dumps({k: w.model_id for k, w in qv.inputs.items()} | {'submit': qv.submit.model_id}))").text)
     update_message(kernel, form["database"], {"index": 0})
-    update_message(kernel, form["replicas"], {"value": 4})
+    update_message(kernel, form["replicas"], {"value": "4"})  # typed: sent as the schema's integer
     update_message(kernel, form["note"], {"value": "be quick"})
     time.sleep(0.3)
     kernel.click(form["submit"])
     wait_for(kernel, "turn.done")
     out = kernel.run("print((await turn).text)").text
-    assert out.strip() == "You chose: database=postgres, migrate=False, note=be quick, replicas=4"
+    assert out.strip() == "You chose: database=postgres, note=be quick, replicas=4"  # migrate untouched: not sent

@@ -167,3 +167,14 @@ def test_importing_the_package_loads_no_engine():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     first, second = out.stdout.splitlines()
     assert first == "[]" and second == "True True"
+
+
+def test_no_anyio_worker_threads_in_the_product():
+    """AnyIO's worker threads are not daemons and idle 10 s before they end: a kernel that
+    used one waits for it at exit, gets killed by its manager first, and its atexit
+    handlers — the ones that kill the agents' process groups — never run (seen: an agent
+    left behind after a kernel shutdown). The product runs blocking work with
+    ``asyncio.to_thread`` (the loop's executor, joined at exit)."""
+    offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                 if "anyio.to_thread" in p.read_text(encoding="utf-8")]
+    assert offenders == [], offenders

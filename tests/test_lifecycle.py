@@ -21,6 +21,8 @@ from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, _html_va
 
 END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
 LOAD_INIT = P_INIT.replace('"loadSession":false', '"loadSession":true')
+P_NEW_K = P_NEW.replace('"mcpServers":[]', '"mcpServers":"$ANY"')
+"""session/new in a kernel: the kernel's MCP server is given too (checked where it matters)."""
 
 
 def group_members(pgid: int) -> list[int]:
@@ -205,7 +207,8 @@ def test_hung_agent_never_answering_initialize(tmp_path):
         assert time.monotonic() - started < 3
         assert agent.status == "failed"
         pid = agent.pid
-        await until(lambda: not group_members(pid), 6, "the agent's process group to end")
+        # EOF_GRACE (2 s) to exit on end of input, SIGTERM ignored for 3 s, then SIGKILL
+        await until(lambda: not group_members(pid), 8, "the agent's process group to end")
         assert "did not answer initialize" in render_items(agent.conversation.items)
         await agent.close()
 
@@ -253,14 +256,14 @@ FIRST_SESSION = [
 ]
 USER_REPLAY = ('{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":'
                '{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"go"}}}}')
-ORIGINAL = f"{LOAD_INIT}\n{P_NEW}\n{P_PROMPT}\n" + "\n".join(f"A> {line}" for line in FIRST_SESSION) + f"\n{END}"
+ORIGINAL = f"{LOAD_INIT}\n{P_NEW_K}\n{P_PROMPT}\n" + "\n".join(f"A> {line}" for line in FIRST_SESSION) + f"\n{END}"
 MORE = f"""
 C> {{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{{"sessionId":"s1","prompt":[{{"type":"text","text":"more"}}]}}}}
 A> {_chunk("More.")}
 A> {{"jsonrpc":"2.0","id":3,"result":{{"stopReason":"end_turn"}}}}
 """
 RELOADED = (f"{LOAD_INIT}\n"
-            'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS","mcpServers":[]}}\n'
+            'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS","mcpServers":"$ANY"}}\n'
             + f"A> {USER_REPLAY}\n" + "\n".join(f"A> {line}" for line in FIRST_SESSION)
             + '\nA> {"jsonrpc":"2.0","id":1,"result":{}}\n' + MORE)
 NO_LOAD = f"{P_INIT}\n{P_NEW.replace('s1', 's2')}\n" + MORE.replace('"s1"', '"s2"')
@@ -403,7 +406,7 @@ def test_kernel_interrupt_does_not_kill_agents(kernel):
     assert out.split() == [str(pid), "idle", "True"]
 
 
-GROUPED = [*steps_of(P_INIT + "\n" + P_NEW), {"spawn": ["sleep", "600"]}]
+GROUPED = [*steps_of(P_INIT + "\n" + P_NEW_K), {"spawn": ["sleep", "600"]}]
 
 
 def _wait_group(pid: int, count: int, timeout: float = 5.0) -> list[int]:
@@ -557,6 +560,8 @@ def test_nothing_lost_across_a_kernel_restart(tmp_path, monkeypatch):
         second.run("await a.close()", allow_error=True)
         second.shutdown()
     s.assert_ok(runs=2)
+    (load,) = [m for m in s.received(run=1) if m.get("method") == "session/load"]
+    assert [e["name"] for e in load["params"]["mcpServers"]] == ["escouade"]  # resumed with the kernel's tools
 
 
 def test_messages_after_restart_are_new_messages(tmp_path):

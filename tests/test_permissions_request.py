@@ -170,7 +170,9 @@ def test_wire_is_the_seed_shape(tmp_path: Path):
     wire = params.wire()
     assert wire == {
         "request": {"id": "req_perm", "kind": "command", "tool": "Bash",
-                    "input": {"command": "rm -rf build", "description": None}},
+                    "input": {"command": "rm -rf build", "description": None},
+                    # the documented extra fields (what the ACP tool call says), after the seed's
+                    "acpKind": None, "title": None, "locations": [], "diffPaths": [], "notebooks": []},
         "project": {"id": project.id, "name": tmp_path.name, "private": False},
         "agent": {"id": "5b7d", "name": "demo"},
     }

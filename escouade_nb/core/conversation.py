@@ -91,6 +91,12 @@ class ToolCall(Item):
     extra: dict[str, Any] = field(default_factory=dict)
     placeholder: bool = False
     cancelled: bool = False
+    mcp: tuple[str, str] | None = None
+    """``(server, tool)`` when the client knows this call as a tool of an MCP server it
+    gave the agent (whatever name the agent uses): set by the client, not the agent."""
+    kernel_notebook: str | None = None
+    """The ``path`` of this call's diff that is the notebook the kernel runs (its cards
+    say so), else None: set by the client, not the agent."""
     terminals: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The client's view of terminals embedded in ``content`` (``{"type": "terminal"}``),
     by terminal id: ``output``, ``truncated``, ``exit_code``, ``signal``, ``running``."""
@@ -131,7 +137,9 @@ class Permission(Item):
     (``"you"``, a rule plugin's name, …). ``deciding`` is true while permission
     policies (rule plugins, the mode) may still settle it: the card is shown, quietly;
     the user is called when it turns false with the card still pending. ``plan`` holds
-    the plan's markdown when the request is a plan to approve (ExitPlanMode)."""
+    the plan's markdown when the request is a plan to approve (ExitPlanMode).
+    ``denied``: the answer was a refusal (a rule plugin's, a policy's: ``PermissionCard.deny``),
+    sent as the agent's ``reject_once`` option or, when it offered none, as ``cancelled``."""
 
     tool_call: ToolCall | None = None
     options: list[dict[str, Any]] = field(default_factory=list)
@@ -141,6 +149,7 @@ class Permission(Item):
     option_id: str | None = None
     answered_by: str | None = None
     message: str | None = None
+    denied: bool = False
 
     @property
     def chosen(self) -> dict[str, Any] | None:
@@ -427,8 +436,10 @@ class Conversation:
             self._emit([Change("updated", perm)])
 
     def resolve_permission(self, perm: Permission, state: PermissionState, option_id: str | None = None,
-                           answered_by: str | None = None, message: str | None = None) -> bool:
-        """Settle a pending permission once; returns False if it was already settled."""
+                           answered_by: str | None = None, message: str | None = None, *,
+                           denied: bool = False) -> bool:
+        """Settle a pending permission once; returns False if it was already settled.
+        ``denied``: the answer is a refusal (see :attr:`Permission.denied`)."""
         if perm.state != "pending":
             return False
         perm.state = state
@@ -436,6 +447,7 @@ class Conversation:
         perm.option_id = option_id
         perm.answered_by = answered_by
         perm.message = message
+        perm.denied = denied
         perm.touch()
         self._emit([Change("updated", perm)])
         return True

@@ -61,7 +61,8 @@ def attachment_block(path: Path, data: bytes | None) -> dict[str, Any]:
 def gate(prompt: list[dict[str, Any]], caps: Mapping[str, Any],
          who: str = "the agent") -> tuple[list[dict[str, Any]], list[str]]:
     """Keep only content the agent said it takes (``caps`` = its ``promptCapabilities``):
-    an embedded resource it cannot take becomes a ``resource_link``; an image or audio it
+    an embedded resource it cannot take becomes a ``resource_link`` to its file, or, when
+    its URI names no file (``kernel://variable/df``), a text block ``[URI]`` + its text; an image or audio it
     cannot take is left out (``who`` names the agent in the notice). Returns (blocks to send, one notice per block left out)."""
     out: list[dict[str, Any]] = []
     notices: list[str] = []
@@ -74,6 +75,10 @@ def gate(prompt: list[dict[str, Any]], caps: Mapping[str, Any],
         if kind == "resource" and not caps.get("embeddedContext"):
             res = block.get("resource") or {}
             uri = res.get("uri", "")
+            if not uri.startswith("file:") and isinstance(res.get("text"), str):
+                # nothing the agent could open (kernel://variable/df): the text itself, named
+                out.append({"type": "text", "text": f"[{uri}]\n{res['text']}"})
+                continue
             link = {"type": "resource_link", "uri": uri, "name": unquote(uri.rsplit("/", 1)[-1]) or uri}
             if res.get("mimeType"):
                 link["mimeType"] = res["mimeType"]

@@ -22,23 +22,49 @@ _VERB = {
     "reject_once": "Rejected",
     "reject_always": "Always rejected",
 }
+"""What an option's kind says, used only where its name is silent (see :func:`answer_label`)."""
+
+_PLAIN_NAMES = {
+    "allow_once": {"allow once", "allow"},
+    "allow_always": {"always allow", "allow always"},
+    "reject_once": {"reject", "reject once", "deny"},
+    "reject_always": {"always reject", "reject always", "always deny"},
+}
+"""Option names that say what their kind says, no more (no scope of their own)."""
+
+
+def _says_only_its_kind(name: str, kind: str) -> bool:
+    return " ".join(name.casefold().replace("_", " ").split()).strip(" .!") in _PLAIN_NAMES.get(kind, ())
 
 
 def answer_label(perm: Permission) -> str:
-    """What a settled card says: ``"Allowed once by you"``, ``"Cancelled"``…"""
+    """What a settled card says — what the chosen option said, no more: its name
+    (``"Allowed by you: Allow for this session"``), or the words of its kind only where
+    the name is silent (none, or plain "Allow once": ``"Allowed once by you"``); a rule
+    plugin's answer in the seed's words (``"Allowed by Team rules via Escouade"``); a
+    refusal, whatever carried it, ``"Denied by … — message"``; ``"Cancelled (why)"``."""
     if perm.state == "pending":
         return "Waiting for you"
+    if perm.denied:
+        text = f"Denied by {perm.answered_by}" if perm.answered_by else "Denied"
+        return f"{text} — {perm.message}" if perm.message else text
     if perm.state == "cancelled":
         return f"Cancelled ({perm.answered_by})" if perm.answered_by else "Cancelled"
     option = perm.chosen or {}
+    kind = option.get("kind", "")
     if perm.plan is not None:
-        verb = "Approved" if option.get("kind", "").startswith("allow") else "Sent back"
+        verb = "Approved" if kind.startswith("allow") else "Sent back"
         text = f"{verb} by {perm.answered_by}" if perm.answered_by else verb
         return f"{text}: {perm.message}" if perm.message else text
-    verb = _VERB.get(option.get("kind", ""), f"Answered {option.get('name', perm.option_id)!r}")
+    name = str(option.get("name") or "").strip()
+    by = f" by {perm.answered_by}" if perm.answered_by else ""
     if perm.answered_by and perm.answered_by.endswith(" via Escouade"):  # a rule plugin's answer (the seed's words)
-        verb = "Allowed" if option.get("kind", "").startswith("allow") else "Denied"
-    text = f"{verb} by {perm.answered_by}" if perm.answered_by else verb
+        text = ("Allowed" if kind.startswith("allow") else "Denied") + by
+    elif kind in _VERB and (not name or _says_only_its_kind(name, kind)):
+        text = _VERB[kind] + by
+    else:
+        verb = "Allowed" if kind.startswith("allow") else "Rejected" if kind.startswith("reject") else "Answered"
+        text = f"{verb}{by}: {name or perm.option_id}"
     return f"{text} — {perm.message}" if perm.message else text
 
 
@@ -85,8 +111,11 @@ def diff_lines(old: str | None, new: str, path: str = "") -> list[tuple[str, str
     return out
 
 
-def content_text(item: dict[str, Any]) -> str:
-    """One ACP ``ToolCallContent`` (or ``ContentBlock``) as text."""
+def content_text(item: dict[str, Any], kernel_notebook: str | None = None) -> str:
+    """One ACP ``ToolCallContent`` (or ``ContentBlock``) as text. A diff of a notebook
+    (``.ipynb``) is shown cell by cell (:mod:`.notebook_diff`), or as a text diff saying
+    why not; ``kernel_notebook`` (the path of the notebook the kernel runs, when known)
+    makes a diff of that path say so."""
     kind = item.get("type")
     if kind == "content":
         return content_text(item.get("content") or {})
@@ -94,7 +123,15 @@ def content_text(item: dict[str, Any]) -> str:
         return item.get("text", "")
     if kind == "diff":
         path = item.get("path", "")
-        head = f"new file {path}" if item.get("oldText") is None else f"diff {path}"
+        why = ""
+        if is_notebook_path(path):
+            from .notebook_diff import notebook_diff  # it imports this module
+
+            nb = notebook_diff(item.get("oldText"), item.get("newText", ""), path)
+            if nb.error is None:
+                return nb.text(kernel_notebook=path == kernel_notebook)
+            why = f"\n(not shown cell by cell: {nb.error})"
+        head = (f"new file {path}" if item.get("oldText") is None else f"diff {path}") + why
         body = "\n".join(line if tag == "@" else tag + line for tag, line in diff_lines(item.get("oldText"), item.get("newText", ""), path))
         return head + ("\n" + body if body else "")
     if kind == "terminal":
@@ -107,6 +144,11 @@ def content_text(item: dict[str, Any]) -> str:
     if kind in ("image", "audio"):
         return f"({kind} {item.get('mimeType', '')})"
     return f"({kind or 'unknown'} content)"
+
+
+def is_notebook_path(path: Any) -> bool:
+    """Whether ``path`` names a Jupyter notebook (a str ending in ``.ipynb``, any case)."""
+    return isinstance(path, str) and path.lower().endswith(".ipynb")
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
@@ -146,12 +188,15 @@ def raw_output_text(call: ToolCall) -> str:
 def tool_call_text(call: ToolCall) -> str:
     head = f"[tool] {call.title or call.tool_call_id} ({call.kind or 'other'}, {call.shown_status})"
     parts = [head]
-    inp = tool_input_text(call.raw_input)
+    # a notebook's diff shows what is written, cell by cell: its JSON text as the input would not
+    notebook = any(is_notebook_path(d.get("path")) for d in call.diffs)
+    inp = "" if notebook else tool_input_text(call.raw_input)
     if inp:
         parts.append(_indent("input: " + inp))
     for c in call.content:
         term = call.terminals.get(str(c.get("terminalId"))) if c.get("type") == "terminal" else None
-        parts.append(_indent(cut(terminal_text(c["terminalId"], term) if term else content_text(c))))
+        parts.append(_indent(cut(terminal_text(c["terminalId"], term) if term
+                                 else content_text(c, call.kernel_notebook))))
     out = raw_output_text(call)
     if out:
         parts.append(_indent("output: " + out))
@@ -178,9 +223,11 @@ def render_item(item: Item, speaker: str = "agent") -> str:
             if item.state == "pending":
                 return f"[plan to approve]\n{plan}  [Approve] [Keep planning]"
             return f"[plan to approve]\n{plan}  {answer_label(item)}"
+        notebooks = "".join("\n" + _indent(cut(content_text(d, call.kernel_notebook)))
+                            for d in (call.diffs if call else []) if is_notebook_path(d.get("path")))
         if item.state == "pending":
-            return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "")
-        return f"[permission] {title}: {answer_label(item)}"
+            return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + notebooks
+        return f"[permission] {title}: {answer_label(item)}" + notebooks
     if isinstance(item, Plan):
         lines = ["[plan]" + (" (removed)" if item.removed else "")]
         for e in item.entries:

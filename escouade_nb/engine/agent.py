@@ -33,12 +33,14 @@ from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
 from ..manifest import HarnessRef
 from ..manifest.project import Project
-from ..wire.errors import AgentError, AgentExited, AuthRequired
+from ..wire.errors import AgentError, AgentExited, AuthRequired, running_loop
 from ..wire.process import StderrRing, kill_group_now
 from ..wire.session import START_TIMEOUT, AgentSession
 from ..wire.transcript import Transcript
 from .cards import PermissionCard, Policy, QuestionCard
 from .controls import Controls
+from .kernel_access import context_blocks
+from .kernel_access import in_kernel as kernel_in_process
 from .live import Live
 from .resume import ReplaySkip, resumed
 from .turns import Turn, TurnQueue
@@ -62,6 +64,9 @@ class Agent:
     an Escouade mode set once the session exists; ``via`` a launcher prefix; ``fs``
     overrides whether client fs is offered; ``project`` the folder's
     :class:`~..manifest.project.Project`; ``env`` extra environment for the agent.
+    ``kernel_tools``: give the agent the kernel's MCP server (variables, cells,
+    ``run_code`` behind a card; default: when running in a kernel); ``mcp``: which of
+    your ``mcp.json`` servers it gets (None: all of them; ``[]``: none).
     Raises :class:`AgentError` for a mode the harness lacks, or an ``"fs": false``
     harness in a private project."""
 
@@ -69,7 +74,8 @@ class Agent:
                  cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
                  policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
                  via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, kernel_tools: bool | None = None,
+                 mcp: Sequence[str] | None = None) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -81,6 +87,8 @@ class Agent:
         self.project = project  # None: not private, the folder's own project
         self.record = record
         self._fs_override = fs
+        self.kernel_tools = kernel_in_process() if kernel_tools is None else bool(kernel_tools)
+        self.mcp: list[str] | None = None if mcp is None else list(mcp)
         self.conversation = Conversation()
         self.status = AgentStatus.STARTING
         self.error: str | None = None
@@ -128,6 +136,15 @@ class Agent:
     transport = property(lambda self: self._of_session("transport"), doc="The session's line transport.")
     client = property(lambda self: self._of_session("client"), doc="Our ACP client handlers (fs, terminals).")
     stderr = property(lambda self: self._of_session("stderr") or StderrRing(), doc="Its stderr (newest 64 KiB).")
+
+    @property
+    def kernel_tools_state(self) -> tuple[str, str]:
+        """What the current session has of the kernel's MCP server, and why: ``off`` (not
+        asked), ``pending`` (starting), ``offered``, ``connected``, ``not offered`` (the
+        reason says why)."""
+        if self.live is None:
+            return ("pending" if self.kernel_tools else "off"), ""
+        return self.live.kernel.state, self.live.kernel.why
 
     @property
     def restarting(self) -> bool:
@@ -179,6 +196,20 @@ class Agent:
         """(output, truncated, exit status) of a terminal of the current session, or None."""
         return self.live.workspace.snapshot(terminal_id) if self.live is not None else None
 
+    async def to_notebook(self, path: str | Path, *, title: str | None = None, force: bool = False) -> Path:
+        """Export the conversation so far as a Jupyter notebook at ``path`` (absolute
+        path returned): messages, tool calls with their diffs and outputs, cards with who
+        answered, notices, and the code run through the kernel's ``run_code`` as code
+        cells (:mod:`.export`). ``ValueError`` unless ``path`` ends in ``.ipynb``,
+        ``FileExistsError`` for an existing file unless ``force``."""
+        from .export import to_notebook
+
+        spec = self.harness.harness
+        info = {"name": self.name, "harness": self.harness.id, "display_name": spec.display_name,
+                "version": (self.agent_info or {}).get("version"), "cwd": str(self.cwd),
+                "session_id": self.session_id, "speaker": spec.speaker or spec.display_name}
+        return await to_notebook(self.conversation, path, title=title, agent=info, force=force)
+
     # -- status -----------------------------------------------------------------------------------
     def set_status(self, status: AgentStatus | str) -> None:
         """Move the status machine; :class:`InvalidTransition` for a move it lacks."""
@@ -226,6 +257,7 @@ class Agent:
         """Schedule the start on the running loop and return at once (a no-op while a
         process of this agent is running or starting)."""
         if self._main_task is None:
+            running_loop(f"starting agent {self.name!r}")  # NoEventLoop, said plainly, before anything changes
             if self.status is not AgentStatus.STARTING:
                 self.set_status(AgentStatus.STARTING)
             live = Live(self, resume=self._resume_id, replay=self._replay,
@@ -278,7 +310,8 @@ class Agent:
                                      f"on, but it will not be resumable after a kernel restart.", level="warning")
 
     # -- turns ---------------------------------------------------------------------------------------
-    def send(self, prompt: str | Sequence[Any], *, attach: Sequence[str | Path] = ()) -> Turn:
+    def send(self, prompt: str | Sequence[Any], *, attach: Sequence[str | Path] = (),
+             variables: Sequence[str] = (), cells: Sequence[int] | str = ()) -> Turn:
         """Queue a prompt turn and return its :class:`Turn` at once. ``prompt`` is text,
         or a list of ACP content blocks (dicts or SDK models). One turn runs at a time;
         later sends wait their turn in order.
@@ -288,12 +321,19 @@ class Agent:
         runs: an image as an image block, a UTF-8 text file as an embedded resource,
         anything else (or bigger than 4 MiB) as a ``resource_link`` to its ``file://``
         URI. What the agent does not take (``promptCapabilities``) becomes a link, or is
-        left out with a notice (images)."""
+        left out with a notice (images).
+
+        ``variables``: names of the kernel's variables sent along, each as a resource block
+        with its summary (type, shape, dtypes, head… — what the kernel's
+        ``inspect_variable`` tool gives), taken now; ``cells``: execution counts
+        (``[3, 4]`` or ``"3-5"``) whose In/Out are sent along. ``KeyError`` for a variable
+        the kernel lacks, ``ValueError`` for a cell that was not run."""
+        context = context_blocks(variables, cells) if variables or cells else []
         paths = [self.cwd / p for p in attach]  # the folder is absolute; an absolute path stays itself
         for path in paths:
             if not path.is_file():
                 raise FileNotFoundError(f"no file to attach: {path}")
-        return self.turns.send(Turn(self, blocks(prompt), attach=paths))
+        return self.turns.send(Turn(self, [*blocks(prompt), *context], attach=paths))
 
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card
@@ -321,8 +361,10 @@ class Agent:
 
     # -- cards -----------------------------------------------------------------------------------------
     def active_policies(self) -> list[Policy]:
-        """Rule plugins first (a team's denial beats the mode), then the mode."""
-        return [*self.policies, *([self.controls.policy] if self.controls.applies else [])]
+        """Rule plugins first (a team's denial beats the mode), then the kernel's reads
+        (:meth:`.kernel_access.KernelAccess.policy`), then the mode."""
+        kernel = self.live.kernel.policy if self.live is not None and self.live.kernel.server_names else None
+        return [*self.policies, *([kernel] if kernel else []), *([self.controls.policy] if self.controls.applies else [])]
 
     async def next_permission(self, timeout: float | None = None) -> PermissionCard:
         """The next permission card of this agent not handed out yet (waits for one).

@@ -20,19 +20,22 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..core import plans
+from ..core import forms, plans
 from ..core.conversation import Item, Permission, Question, ToolCall
 from ..core.render_text import answer_label, render_item
+from .kernel_access import SERVER
 
 if TYPE_CHECKING:
     from ..wire.session import AgentSession
     from .agent import Agent
+    from .kernel_access import KernelAccess
 
 log = logging.getLogger(__name__)
 
 Policy = Callable[["PermissionCard"], Awaitable[None]]
 """A permission policy: given a fresh card, it may settle it (``card.choose(option,
-by=..., message=...)``) or leave it pending. Policies run in order, before the user is
+by=..., message=...)``; a refusal with ``card.deny(by=..., message=...)``, which reaches
+the agent even when it offered no reject option) or leave it pending. Policies run in order, before the user is
 called; rule plugins (the broker) and the agent's Escouade mode are policies. A policy
 must return promptly (the broker bounds plugins to 500 ms)."""
 
@@ -67,6 +70,8 @@ class PermissionCard(_Card):
     option kind (``allow_once``, ``allow_always``, ``reject_once``, ``reject_always``),
     which picks the first option of that kind. The first answer wins; later ones return
     False and send nothing. Clicking a button on the card's view calls the same method.
+    ``deny(by, message)`` refuses whatever the agent offered (``reject_once``, else
+    ``cancelled``); ``label`` says what the answer was (see ``render_text.answer_label``).
     """
 
     def __init__(self, agent: Agent, desk: CardDesk, permission: Permission) -> None:
@@ -120,12 +125,28 @@ class PermissionCard(_Card):
         Escouade — no rm -rf here"); the agent is told ``reply`` (else ``message``) in the
         answer's ``_meta.escouade.message`` — ACP's permission answer has no field for it."""
         chosen = self.option(option)
+        return self._answer("selected", chosen["optionId"], by, message, reply)
+
+    def deny(self, by: str = "you", message: str | None = None, reply: str | None = None) -> bool:
+        """Refuse, in the one way that always reaches the agent: its ``reject_once``
+        option, or — when it offered none — the ``cancelled`` outcome (never widened to
+        ``reject_always``). The card says "Denied by ``by`` — ``message``"; the agent is
+        told ``reply`` (else ``message``) in ``_meta.escouade.message``, with
+        ``_meta.escouade.denied`` true. Returns False if the card was already answered."""
+        once = next((o for o in self.options if o.get("kind") == "reject_once"), None)
+        if once is not None:
+            return self._answer("selected", once["optionId"], by, message, reply, denied=True)
+        return self._answer("cancelled", None, by, message, reply, denied=True)
+
+    def _answer(self, outcome: Literal["selected", "cancelled"], option_id: str | None, by: str,
+                message: str | None, reply: str | None, denied: bool = False) -> bool:
         if self._future.done():
             return False
-        self.agent.conversation.resolve_permission(self.permission, "selected", chosen["optionId"], by, message)
+        self.agent.conversation.resolve_permission(self.permission, outcome, option_id, by, message, denied=denied)
         told = reply or message
-        self._future.set_result({"outcome": "selected", "optionId": chosen["optionId"],
-                                 "_meta": {"escouade": {"by": by, **({"message": told} if told else {})}}})
+        meta = {"by": by, **({"denied": True} if denied else {}), **({"message": told} if told else {})}
+        self._future.set_result({"outcome": outcome, **({"optionId": option_id} if option_id else {}),
+                                 "_meta": {"escouade": meta}})
         self._desk.settled(self)
         return True
 
@@ -173,12 +194,14 @@ class QuestionCard(_Card):
         return dict((self.question.schema or {}).get("properties") or {})
 
     def accept(self, content: dict[str, Any] | None = None, by: str = "you") -> bool:
-        """Answer with ``content``; ``ValueError`` when a required field is missing."""
+        """Answer with ``content`` (field name -> value; leave out what was not given).
+        A form's answer is validated against its requested schema with ``jsonschema``:
+        ``ValueError`` naming the field for a required field missing, a wrong type
+        (``integer`` vs ``number``, a string for a number…), a value outside an ``enum``, a
+        bad ``format``; nothing is sent then. Returns False if already answered."""
         content = dict(content or {})
-        if self.question.mode == "form":
-            missing = [f for f in (self.question.schema or {}).get("required") or [] if f not in content]
-            if missing:
-                raise ValueError(f"required field(s) missing: {', '.join(missing)}")
+        if self.question.mode == "form" and not self._future.done():
+            forms.check(self.question.schema, content)
         return self._settle("accept", content)
 
     def decline(self) -> bool:
@@ -204,11 +227,13 @@ class CardDesk:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.session: AgentSession | None = None
+        self.kernel: KernelAccess | None = None  # what the session has of the kernel's MCP server
         self.cards: list[PermissionCard] = []
         self.questions: list[QuestionCard] = []
         self._unhanded: dict[Kind, collections.deque[_Card]] = {
             "permission": collections.deque(), "question": collections.deque()}
         self.closed = False
+        self._forms_loading: asyncio.Future[None] | None = None  # jsonschema imported in a thread (forms.load)
 
     # -- handing out ------------------------------------------------------------------------
     def take(self, kind: Kind) -> _Card | None:
@@ -218,16 +243,57 @@ class CardDesk:
 
     # -- arrivals ------------------------------------------------------------------------------
     async def on_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> dict[str, Any]:
-        """``session/request_permission``: a card; the policies, then the user, answer it."""
+        """``session/request_permission``: a card; the policies, then the user, answer it.
+        The agent's own request to run code through the kernel's MCP server is answered
+        "allow once" without a card: the kernel's server asks itself, with the code it is
+        given (one card per call, see :mod:`.kernel_access`)."""
+        kernel = self.kernel
+        if kernel is not None and not self.closed:
+            probe = ToolCall("", tool_call_id=str(tool_call.get("toolCallId", "")), title=tool_call.get("title"),
+                             kind=tool_call.get("kind"), raw_input=tool_call.get("rawInput"),
+                             meta=tool_call.get("_meta"), content=list(tool_call.get("content") or []))
+            if kernel.recognise(probe) == (SERVER, "run_code"):
+                allow = next((o for o in options if o.get("kind") == "allow_once"), None) or \
+                    next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
+                if allow is not None:
+                    known = self.agent.conversation.tool_calls.get(probe.tool_call_id)
+                    if known is not None:
+                        known.mcp = probe.mcp
+                    else:  # the call is known from this request only: note it, so the server's card finds it
+                        self.agent.conversation.apply({"sessionUpdate": "tool_call", **tool_call})
+                        self.agent.conversation.tool_calls[probe.tool_call_id].mcp = probe.mcp
+                    return {"outcome": "selected", "optionId": allow["optionId"],
+                            "_meta": {"escouade": {"by": "escouade_nb", "message": "the kernel's server asks the "
+                                                                                  "user itself"}}}
+        card = self.new_card(tool_call, options)
+        return await self.decide(card)
+
+    def new_card(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
+                 mcp: tuple[str, str] | None = None) -> PermissionCard:
+        """A pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire dict) with
+        ``options`` (``{optionId, name, kind}``); ``mcp`` notes the MCP tool it is."""
         agent = self.agent
         perm = agent.conversation.add_permission(tool_call, options)
+        if perm.tool_call is not None:
+            if mcp is not None:
+                perm.tool_call.mcp = mcp
+            elif self.kernel is not None:
+                self.kernel.recognise(perm.tool_call)
         perm.plan = plans.plan_of(perm.tool_call, agent.harness.harness.acp.tools)
         card = PermissionCard(agent, self, perm)
         self.cards.append(card)
         self._arrived("permission", card)
+        return card
+
+    async def decide(self, card: PermissionCard) -> dict[str, Any]:
+        """The answer of ``card``: the policies first (rule plugins, the kernel's reads,
+        the mode), else the user; a card of a closed session is cancelled at once."""
+        agent, perm = self.agent, card.permission
         tcid = perm.tool_call.tool_call_id if perm.tool_call else ""
         policies = agent.active_policies()
-        if self.closed or (self.session is not None and self.session.closing):
+        if card.answered:
+            pass  # settled on arrival (a grant of this session)
+        elif self.closed or (self.session is not None and self.session.closing):
             card.cancel("agent closed")
         elif self.session is not None and tcid and self.session.router.take_withdrawn(tcid):
             card.cancel("the agent withdrew it")
@@ -255,6 +321,8 @@ class CardDesk:
     async def on_elicitation(self, message: str, mode: dict[str, Any]) -> dict[str, Any]:
         """``elicitation/create``: a form (``requestedSchema``) or a URL to visit."""
         url = mode.get("url")
+        if not url and self._forms_loading is None:  # jsonschema's import (~0.7 s) off the loop, once
+            self._forms_loading = asyncio.get_running_loop().run_in_executor(None, forms.load)
         question = Question("", message=message, mode="url" if url else "form",
                             schema=mode.get("requestedSchema"), url=str(url) if url else None,
                             tool_call_id=mode.get("toolCallId"), elicitation_id=mode.get("elicitationId"))

@@ -106,7 +106,7 @@ async def _read(stream, out: bytearray, done: anyio.Event, on_output: Callable[[
 
 async def installed_version(ref: HarnessRef) -> str | None:
     """The harness program's version, read off the loop (None: not found or unknown)."""
-    program = await anyio.to_thread.run_sync(locate_program, ref.harness)
+    program = await asyncio.to_thread(locate_program, ref.harness)
     if program is None:
         return None
     return await read_version_async(program, ref.harness.version_args)

@@ -25,6 +25,7 @@ from ..wire.process import agent_environment
 from ..wire.session import AgentSession, ExitInfo, SessionClosed
 from ..wire.transcript import Transcript
 from .cards import CardDesk
+from .kernel_access import KernelAccess
 from .resume import ReplaySkip
 from .workspace import Workspace
 
@@ -70,6 +71,8 @@ class Live:
             on_exit=lambda info: self.end(), start_timeout=agent.start_timeout,
             line_observers=[transcript.wire_line] if transcript is not None else ())
         self.desk.session = self.session
+        self.kernel = KernelAccess(self)
+        self.desk.kernel = self.kernel
 
     @property
     def current(self) -> bool:
@@ -143,8 +146,9 @@ class Live:
             conversation.new_session()  # the replay folds afresh (what the transcript has is skipped)
             self.replay.active = True
 
+        servers = await self.kernel.servers()
         try:
-            answer = await session.open(resume=resume, before_load=before_load)
+            answer = await session.open(resume=resume, before_load=before_load, mcp_servers=servers)
         finally:
             self.replay.done()
         if session.loaded:
@@ -161,6 +165,7 @@ class Live:
             config_options=[o.model_dump(mode="json", by_alias=True, exclude_none=True)
                             for o in (answer.config_options or [])] or None)
         session.opened()
+        self.kernel.opened()
 
     async def session_ready(self) -> None:
         agent = self.agent
@@ -238,6 +243,7 @@ class Live:
                                           detail=info.stderr_tail)
         why = "agent exited" if not info.expected else "agent restarted" if agent.restarting else "agent closed"
         self.desk.close(why)
+        self.kernel.close()
         agent.conversation.cancel_unfinished()
         agent.conversation.close_messages()
         if self.current and agent.status is not AgentStatus.FAILED and not agent.restarting:

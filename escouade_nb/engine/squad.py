@@ -28,6 +28,7 @@ from ..core.status import NAME_FREE, NAME_REUSED
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
 from ..manifest.locate import read_version_async
 from ..permissions import RulePlugins
+from ..wire.errors import running_loop
 from ..manifest.project import Project
 
 log = logging.getLogger(__name__)
@@ -291,24 +292,12 @@ class Squad:
             except LookupError as exc:
                 raise SquadError(str(exc).strip("'\"")) from None
 
-    def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
-              private: bool = False, mode: str | None = None, via: str | list[str] | None = None,
-              account: str | None = None, fs: bool | None = None) -> Agent:
-        """Find ``harness`` (short or full id), locate its program, start an agent on
-        the running loop and return it at once (status ``starting``). The program's
-        version is read meanwhile (once per program file); a version outside the
-        manifest's ``tested`` range puts a warning in the agent's conversation when read.
-
-        ``mode``: an Escouade mode (``acceptEdits``…) set once the session exists.
-        ``via``: a launcher prefix (``"ssh host"``, ``"kubectl exec -i POD --"``): the
-        program then runs wherever the launcher puts it, is not looked up here, and
-        client fs is off unless ``fs=True``. ``account``: the manifest's ``accountVar``
-        points at that account's own folder (:func:`account_dir`), so two accounts of a
-        harness run side by side.
-
-        Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
-        or account the harness does not have) or :class:`ProgramNotFound` (with the
-        manifest's install command)."""
+    def check(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
+              via: str | list[str] | None = None) -> tuple[HarnessRef, Path, list[str], str]:
+        """What can be checked of a start without an event loop: the harness (short or
+        full id), the folder, the name, the program. Returns ``(ref, folder, launcher
+        argv, program)``; raises :class:`SquadError` or :class:`ProgramNotFound` (with
+        the manifest's install command) as :meth:`start` does."""
         import shlex
 
         ref = self.find(harness)
@@ -325,6 +314,32 @@ class Squad:
             program = locate_program(ref.harness)
             if program is None:
                 raise ProgramNotFound(ref)
+        return ref, folder, launcher, program
+
+    def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
+              private: bool = False, mode: str | None = None, via: str | list[str] | None = None,
+              account: str | None = None, fs: bool | None = None, mcp: list[str] | None = None,
+              kernel_tools: bool | None = None) -> Agent:
+        """Find ``harness`` (short or full id), locate its program, start an agent on
+        the running loop and return it at once (status ``starting``). The program's
+        version is read meanwhile (once per program file); a version outside the
+        manifest's ``tested`` range puts a warning in the agent's conversation when read.
+
+        ``mode``: an Escouade mode (``acceptEdits``…) set once the session exists.
+        ``via``: a launcher prefix (``"ssh host"``, ``"kubectl exec -i POD --"``): the
+        program then runs wherever the launcher puts it, is not looked up here, and
+        client fs is off unless ``fs=True``. ``account``: the manifest's ``accountVar``
+        points at that account's own folder (:func:`account_dir`), so two accounts of a
+        harness run side by side. ``mcp``: which of your ``mcp.json`` servers the agent
+        gets (None: all; ``[]`` or ``["none"]``: none); ``kernel_tools``: the kernel's own
+        MCP server (default: when running in a kernel).
+
+        Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
+        or account the harness does not have), :class:`ProgramNotFound` (with the
+        manifest's install command) — all checked by :meth:`check` — then
+        :class:`~..wire.errors.NoEventLoop` where no event loop runs."""
+        ref, folder, launcher, program = self.check(harness, cwd=cwd, name=name, via=via)
+        running_loop(f"starting an agent of {ref.short_id!r}")  # NoEventLoop (where it works) before anything is registered
         env: dict[str, str] = {}
         if account is not None:
             if not ref.harness.account_var:
@@ -335,7 +350,8 @@ class Squad:
         try:
             agent = Agent(ref, program=program, name=name or self._free_name(ref.short_id), cwd=folder,
                           policies=[self.rules.broker], mode=mode, via=launcher, fs=fs, project=project,
-                          env=env)
+                          env=env, kernel_tools=kernel_tools,
+                          mcp=None if mcp is None else [m for m in mcp if m != "none"])
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
         self.agents[agent.name] = agent
@@ -399,6 +415,27 @@ class Squad:
         """:meth:`stop` as a task of the squad's own, returned at once (``%escouade stop``)."""
         self.get(name)  # SquadError now, not in the task
         return self._own(self.stop(name), f"escouade stop {name}", cancel=False)
+
+    def export_soon(self, name: str, path: str | Path, *, force: bool = False,
+                    then: Callable[[Path | None, BaseException | None], None] | None = None) -> asyncio.Task:
+        """``agent.to_notebook(path, force=force)`` as a task of the squad's own, returned
+        at once (``%escouade export``); ``then(written_path, None)`` or ``then(None,
+        error)`` when it ends (the error is then the caller's to show; without ``then``
+        it is logged). :class:`SquadError` now for an unknown agent."""
+        agent = self.get(name)
+
+        async def export() -> Path | None:
+            try:
+                written = await agent.to_notebook(path, force=force)
+            except Exception as exc:
+                if then is None:
+                    raise
+                then(None, exc)
+                return None
+            if then is not None:
+                then(written, None)
+            return written
+        return self._own(export(), f"escouade export {name}")
 
     async def aclose(self) -> None:
         """Cancel the squad's own tasks (version reads and their checks) and wait for

@@ -23,7 +23,7 @@ from ..core import plans
 from ..core.conversation import Item, Message, ToolCall
 from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, gate
 from ..core.status import ENDED, AgentStatus
-from ..wire.errors import AgentError, AuthRequired
+from ..wire.errors import AgentError, AuthRequired, running_loop
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -50,7 +50,7 @@ class Turn:
         self.error: AgentError | None = None
         self.cancelled_by_user = False
         self.status = "queued"
-        self._done = asyncio.get_running_loop().create_future()
+        self._done = running_loop("agent.send()").create_future()  # NoEventLoop, said plainly, outside a loop
 
     @property
     def done(self) -> bool:
@@ -142,7 +142,7 @@ class TurnQueue:
             turn._finish(error=AgentError(f"agent {agent.name!r} is {agent.status}; the prompt was not sent"))
             return
         if turn.attach:
-            turn.prompt = [*turn.prompt, *[attachment_block(p, await anyio.to_thread.run_sync(_read_attachment, p))
+            turn.prompt = [*turn.prompt, *[attachment_block(p, await asyncio.to_thread(_read_attachment, p))
                                            for p in turn.attach]]
             turn.attach = []
         try:

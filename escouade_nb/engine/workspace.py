@@ -7,16 +7,22 @@
   once per session.
 * A terminal embedded in a tool call (``{"type": "terminal"}`` content) has its output
   and exit copied into the card, live, and kept after the terminal is released.
+* A diff of the notebook this kernel runs (:func:`kernel_notebook_path`) marks its tool
+  call (``ToolCall.kernel_notebook``): its cards say "this is the notebook you are in".
 
 One :class:`Workspace` per session (it holds that session's written paths and terminals).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.conversation import Change, Conversation, ToolCall
+from ..core.notebook import kernel_notebook
+from ..core.render_text import is_notebook_path
+from .kernel_access import user_namespace
 
 if TYPE_CHECKING:
     from ..wire.terminals import TerminalEvent, TerminalManager
@@ -34,6 +40,15 @@ def paths_of(call: ToolCall) -> list[str]:
             if isinstance(call.raw_input.get(key), str):
                 paths.append(call.raw_input[key])
     return paths
+
+
+def kernel_notebook_path() -> Path | None:
+    """The notebook this kernel runs (:func:`~..core.notebook.kernel_notebook` over the
+    IPython user namespace, the environment and the kernel's working folder), symlinks
+    resolved; None outside a kernel or when the kernel does not know it (nbclient, nbval)."""
+    ns, _hidden = user_namespace()
+    ref = kernel_notebook(ns, os.environ, Path.cwd())
+    return Path(os.path.realpath(ref.path)) if ref is not None else None
 
 
 def inside(path: str, folder: Path) -> bool:
@@ -59,10 +74,31 @@ class Workspace:
         self.fence_told = False
 
     def changed(self, changes: list[Change]) -> None:
-        """A conversation change: terminals to show, and the fence check."""
+        """A conversation change: terminals to show, the kernel's notebook, the fence check."""
         self._terminals_shown(changes)
+        self._kernel_notebook_marked(changes)
         if self.fenced and not self.fence_told:
             self._check_fence(changes)
+
+    def _kernel_notebook_marked(self, changes: list[Change]) -> None:
+        """Set ``kernel_notebook`` on the tool calls whose diffs write the notebook this
+        kernel runs (looked up only when a changed call has a ``.ipynb`` diff)."""
+        kernel: Path | None = None
+        looked_up = False
+        for change in changes:
+            call = change.item
+            if not isinstance(call, ToolCall):
+                continue
+            paths = [c.get("path") for c in call.diffs if is_notebook_path(c.get("path"))]
+            if not paths:
+                continue
+            if not looked_up:
+                kernel, looked_up = kernel_notebook_path(), True
+            found = None
+            if kernel is not None:
+                found = next((p for p in paths if Path(os.path.realpath(p if Path(p).is_absolute()
+                                                                        else self.cwd / p)) == kernel), None)
+            call.kernel_notebook = found
 
     def _check_fence(self, changes: list[Change]) -> None:
         for change in changes:

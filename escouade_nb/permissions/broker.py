@@ -7,9 +7,11 @@ one allowance is enough; otherwise the card is left to the user. A plan to appro
 question of the agent never go to plugins.
 
 The verdict is mapped onto the agent's own options by kind — allow -> ``allow_once``
-(never widened to "always"), deny -> ``reject_once`` (never ``cancelled``) — and given
-with ``card.choose(option, by="<plugin> via Escouade", message=<the plugin's message>,
-reply=<what the agent is told>)``: the card says "Denied by Team rules via Escouade — no
+(never widened to "always"; none offered: the user decides), deny -> ``reject_once``, or,
+when the agent offered no ``reject_once``, the ``cancelled`` outcome, the one other answer
+that reaches it (never widened to ``reject_always``) — and given with
+``card.choose(option, …)`` / ``card.deny(…)``, ``by="<plugin> via Escouade",
+message=<the plugin's message>, reply=<what the agent is told>``: the card says "Denied by Team rules via Escouade — no
 rm -rf here", the agent is told "Refused by Team rules through Escouade: no rm -rf here",
 carried in the ACP answer's ``_meta.escouade.message`` (ACP's permission outcome has only
 ``outcome`` and ``optionId``; ``_meta`` is the protocol's extension point). The card is
@@ -39,7 +41,7 @@ from .host import PluginCrashed, PluginHost, PluginNotRunning, PluginProcess, Pl
 from .interfaces import PermissionAgent, PermissionRequest
 from .journal import Journal
 from .protocol import DECIDE, AgentInfo, DecideParams, DecideResult, ProjectInfo, RequestInfo
-from .request import Normalised, normalise
+from .request import Normalised, normalise, tool_call_fields
 from .states import PluginStates
 from .verdict import Answer, Tally, Verdict
 
@@ -140,7 +142,8 @@ class Broker:
         if not plugins:
             return
         params = DecideParams(
-            request=RequestInfo(id=f"req_{uuid.uuid4().hex[:12]}", kind=norm.kind, tool=norm.tool, input=norm.input),
+            request=RequestInfo(id=f"req_{uuid.uuid4().hex[:12]}", kind=norm.kind, tool=norm.tool, input=norm.input,
+                                **tool_call_fields(call)),
             project=ProjectInfo(**project.wire()),
             agent=AgentInfo(id=self.agent_id(agent), name=agent.name or "agent"),
         )
@@ -215,11 +218,14 @@ class Broker:
         return Answer(proc.id, answer.decision, message=answer.message, delay_ms=delay)
 
     def _apply(self, card: PermissionRequest, verdict: Verdict, name: str) -> tuple[bool, str | None]:
-        kind = "allow_once" if verdict.decision == "allow" else "reject_once"
+        message = verdict.by.message if verdict.by else None
+        if verdict.decision == "deny":  # reject_once, else cancelled: a denial always reaches the agent
+            chosen = card.deny(by=card_by(name), message=message, reply=agent_message(name, "deny", message))
+            return chosen, card.permission.option_id if chosen else None
+        kind = "allow_once"
         option = next((o for o in card.permission.options if o.get("kind") == kind), None)
         if option is None:
-            return False, None  # never widened, never turned into another answer: the user decides
-        message = verdict.by.message if verdict.by else None
+            return False, None  # never widened to "always": the user decides
         try:
             chosen = card.choose(option["optionId"], by=card_by(name), message=message,
                                  reply=agent_message(name, verdict.decision, message))

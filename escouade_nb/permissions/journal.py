@@ -24,7 +24,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -235,10 +234,10 @@ class Journal:
 
     async def aclose(self) -> None:
         """Flush, off the loop, and wait for the writer thread to end."""
-        await anyio.to_thread.run_sync(self.flush)
+        await asyncio.to_thread(self.flush)
         writer = self._writer
         if writer is not None:
-            await anyio.to_thread.run_sync(writer.join, 5.0)
+            await asyncio.to_thread(writer.join, 5.0)
             self._writer = None
 
     def plugins(self) -> list[str]:

@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 __all__ = [
-    "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "Family", "Decision",
+    "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "PATH_KEYS", "Family", "Decision",
     "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "INTERNAL_ERROR",
-    "PluginInfo", "InitializeParams", "InitializeResult", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo",
+    "PluginInfo", "NotebookEdit", "InitializeParams", "InitializeResult", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo",
     "DecideParams", "DecideResult", "ErrorObject", "Message", "command_of", "response", "error_response",
 ]
 
@@ -52,6 +52,8 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
+PATH_KEYS = ("file_path", "path", "notebook_path")
+"""The fields of a tool's ``input`` that name a file (Claude Code's tools)."""
 Family = Literal["command", "edit", "read", "fetch", "mcp", "tool"]
 """``request.kind``: the family of the tool (see :data:`escouade_nb.permissions.request.FAMILIES`)."""
 Decision = Literal["allow", "deny", "ask"]
@@ -111,14 +113,36 @@ class InitializeResult(_Wire):
 # -- permissions/decide -------------------------------------------------------------------
 
 
+class NotebookEdit(_Wire):
+    """One ``.ipynb`` the tool call writes (a ``diff`` of a notebook path): its ``path``,
+    ``changedCellIds`` (cells added, removed, moved or changed, by cell id) and
+    ``kernelNotebook`` (true when it is the notebook the asking kernel runs)."""
+
+    path: str
+    changed_cell_ids: list[str] = Field(default_factory=list, alias="changedCellIds")
+    kernel_notebook: bool = Field(False, alias="kernelNotebook")
+
+
 class RequestInfo(_Wire):
-    """``request``: its ``id``, ``kind`` (a :data:`Family`), ``tool`` (named as Claude
-    Code names it) and ``input`` (what the tool was given, long texts cut)."""
+    """``request``: the seed's ``id``, ``kind`` (a :data:`Family`), ``tool`` (named as
+    Claude Code names it) and ``input`` (what the tool was given, long texts cut); then
+    what the ACP tool call itself says, so that a rule can tell calls apart when the
+    agent sends no ``rawInput``: ``acpKind`` (ACP's ``ToolKind``: ``read``, ``edit``,
+    ``delete``, ``move``, ``search``, ``execute``, ``think``, ``fetch``, ``switch_mode``,
+    ``other``; null when the agent gave none), ``title`` (null when none), ``locations``
+    (the paths of its ``locations``) and ``diffPaths`` (the paths of its ``diff``
+    contents), each a list of strings in the agent's order (empty when none); and
+    ``notebooks``, one :class:`NotebookEdit` per notebook the call writes."""
 
     id: str = ""
     kind: str = "tool"
     tool: str = ""
     input: dict[str, Any] = Field(default_factory=dict)
+    acp_kind: str | None = Field(None, alias="acpKind")
+    title: str | None = None
+    locations: list[str] = Field(default_factory=list)
+    diff_paths: list[str] = Field(default_factory=list, alias="diffPaths")
+    notebooks: list[NotebookEdit] = Field(default_factory=list)
 
 
 class ProjectInfo(_Wire):
@@ -153,8 +177,11 @@ class DecideParams(_Wire):
     """The params of ``permissions/decide`` — the seed's shape, never the conversation:
     ``request``, ``project``, ``ticket`` (absent outside a ticket, never null), ``agent``.
 
-    Shortcuts for a rule: ``tool``, ``kind``, ``input``, and ``command`` (the Bash
-    command as one string; "" for another tool)."""
+    Shortcuts for a rule: ``tool``, ``kind``, ``input``, ``command`` (the Bash command
+    as one string; "" for another tool), ``acp_kind``, ``title``, ``locations``,
+    ``diff_paths`` (the ACP tool call's own fields, see :class:`RequestInfo`) and
+    ``paths`` (every path the call names: locations, diffs, then the input's
+    ``file_path``/``path``/``notebook_path``; no repeats)."""
 
     request: RequestInfo
     project: ProjectInfo = Field(default_factory=ProjectInfo)
@@ -177,8 +204,35 @@ class DecideParams(_Wire):
     def command(self) -> str:
         return command_of(self.request.input) if self.request.tool == "Bash" else ""
 
+    @property
+    def acp_kind(self) -> str | None:
+        return self.request.acp_kind
+
+    @property
+    def title(self) -> str | None:
+        return self.request.title
+
+    @property
+    def locations(self) -> list[str]:
+        return self.request.locations
+
+    @property
+    def diff_paths(self) -> list[str]:
+        return self.request.diff_paths
+
+    @property
+    def notebooks(self) -> list[NotebookEdit]:
+        """The notebooks the call writes, with the ids of the cells it changes."""
+        return self.request.notebooks
+
+    @property
+    def paths(self) -> list[str]:
+        found = [*self.request.locations, *self.request.diff_paths]
+        found += [v for k in PATH_KEYS if isinstance(v := self.request.input.get(k), str) and v]
+        return list(dict.fromkeys(found))
+
     def wire(self) -> dict[str, Any]:
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", by_alias=True)
         if data.get("ticket") is None:
             data.pop("ticket", None)
         return data

@@ -19,7 +19,9 @@ Everything here is a table or a pure function, tested without processes.
 4. the agent's own name as it is, else ``"Tool"``.
 
 ``request.kind`` is the family of the tool (:data:`FAMILIES`): command, edit, read,
-fetch, mcp or tool. ``request.input`` is the tool call's ``rawInput`` (a command given
+fetch, mcp or tool. What the ACP tool call says itself — its ``kind``, ``title``, the
+paths of its ``locations`` and of its diffs — is added as ``acpKind``, ``title``,
+``locations``, ``diffPaths`` (:func:`tool_call_fields`). ``request.input`` is the tool call's ``rawInput`` (a command given
 as an argv list, or as ``cmd``, becomes the ``command`` string Claude Code's Bash takes),
 with long texts cut: :data:`MAX_TEXT` characters, or :data:`MAX_KEY_TEXT` for the
 fields rules judge (command, paths, url, pattern).
@@ -34,17 +36,19 @@ The wire models of the params (:class:`DecideParams` and its parts) are those of
 
 from __future__ import annotations
 
+import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..core.notebook_diff import notebook_diff
 from .protocol import AgentInfo, DecideParams, Family, ProjectInfo, RequestInfo, TicketInfo
 
 __all__ = [
     "CLAUDE_TOOLS", "FAMILIES", "KIND_TOOLS", "PLAN_TOOLS", "QUESTION_TOOLS", "MAX_TEXT", "MAX_KEY_TEXT",
     "Family", "Normalised", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo", "DecideParams",
-    "agent_tool_name", "normalise", "family_of", "cut_input", "target_of",
+    "agent_tool_name", "normalise", "family_of", "cut_input", "target_of", "tool_call_fields", "mcp_tool_of",
 ]
 
 MAX_TEXT = 2000
@@ -175,6 +179,99 @@ def _as_claude(name: str, server: str | None) -> str | None:
     return None
 
 
+def _texts_of(call: Any) -> list[str]:
+    """The strings an agent may name an MCP tool in: its own tool name, the title, and the
+    text content of the request (codex: ``Allow the kernel MCP server to run tool "X"?``)."""
+    name, _ = agent_tool_name(call)
+    texts = [t for t in (name, getattr(call, "title", None)) if isinstance(t, str) and t]
+    for c in getattr(call, "content", None) or []:
+        inner = c.get("content") if isinstance(c, dict) else None
+        if isinstance(inner, dict) and isinstance(inner.get("text"), str):
+            texts.append(inner["text"][:500])
+    return texts
+
+
+def mcp_tool_of(call: Any, servers: Mapping[str, Collection[str]]) -> tuple[str, str] | None:
+    """``(server, tool)`` when the tool call is a call of a tool of one of ``servers`` —
+    the MCP servers this client gave the agent, by name, each with the tool names known
+    of it (empty when unknown) — else None. Each agent names an MCP tool its own way
+    (measured on the released agents, ``reference/mcp-in-the-kernel.md`` §4):
+    ``mcp__S__T`` (claude-agent), ``mcp_S_T`` (gemini's model), ``T (S MCP Server)``
+    (gemini's title), ``S_T`` (opencode), ``S__T`` (fast-agent's model), ``S/T``
+    (fast-agent's title, codex's ``Tool: S/T``), codex's approval (``rawInput.server_name``
+    and ``run tool "T"`` in its text), and a bare ``T`` or ``T: {...}`` (kimi) — a bare
+    name only when it is a known tool of exactly one server."""
+    raw = _raw(call)
+    texts = _texts_of(call)
+    for server, tools in servers.items():
+        s = re.escape(server)
+        if raw.get("server_name") == server or raw.get("server") == server:
+            tool = raw.get("tool")
+            if isinstance(tool, str) and tool:
+                return server, tool
+            for text in texts:
+                m = re.search(r'run tool "([^"]+)"', text)
+                if m:
+                    return server, m.group(1)
+        patterns = (rf"^mcp__{s}__(\w[\w.-]*)$", rf"^mcp_{s}_(\w[\w.-]*)$", rf"^(\w[\w.-]*) \({s} MCP Server\)$",
+                    rf"^(?:Tool: )?{s}/(\w[\w.-]*)$", rf"^{s}__(\w[\w.-]*)$", rf"^{s}_(\w[\w.-]*)$")
+        for text in texts:
+            head = text.strip()
+            for pattern in patterns:
+                m = re.match(pattern, head)
+                if m and (not tools or m.group(1) in tools):
+                    return server, m.group(1)
+    owners: dict[str, list[str]] = {}
+    for server, tools in servers.items():
+        for tool in tools:
+            owners.setdefault(tool, []).append(server)
+    for text in texts:
+        head = re.split(r"[:(\s]", text.strip(), maxsplit=1)[0]
+        if len(owners.get(head, ())) == 1:
+            return owners[head][0], head
+    return None
+
+
+def _mcp_arguments(call: Any) -> dict[str, Any]:
+    """The arguments of an MCP tool call: ``rawInput`` — or, for codex's approval request,
+    its ``request._meta.tool_params`` (its ``arguments`` for its tool call)."""
+    raw = _raw(call)
+    request = raw.get("request")
+    meta = request.get("_meta") if isinstance(request, dict) else None
+    if isinstance(meta, dict) and isinstance(meta.get("tool_params"), dict):
+        return dict(meta["tool_params"])
+    if isinstance(raw.get("arguments"), dict) and ("server" in raw or "server_name" in raw):
+        return dict(raw["arguments"])
+    return raw
+
+
+def tool_call_fields(call: Any) -> dict[str, Any]:
+    """What the ACP tool call itself says, as :class:`RequestInfo`'s extra fields:
+    ``acp_kind`` (its ``kind``, None when the agent gave none), ``title`` (None when
+    none), ``locations`` (the paths of its ``locations``) and ``diff_paths`` (the paths
+    of its ``diff`` contents) — lists of strings, in the agent's order, no repeats; long
+    texts cut as the input's are — and ``notebooks`` (each ``.ipynb`` it writes: path, the
+    ids of the cells it changes, whether it is the kernel's own notebook)."""
+    kind = getattr(call, "kind", None)
+    title = getattr(call, "title", None)
+    locations = [loc.get("path") for loc in (getattr(call, "locations", None) or []) if isinstance(loc, dict)]
+    diffs = [d.get("path") for d in _diffs(call)]
+    notebooks = []
+    for d in _diffs(call):
+        path = d.get("path")
+        if isinstance(path, str) and path.lower().endswith(".ipynb") and isinstance(d.get("newText"), str):
+            changed = notebook_diff(d.get("oldText"), d["newText"], path).changed_cell_ids
+            notebooks.append({"path": _cut(path, MAX_KEY_TEXT), "changed_cell_ids": list(changed),
+                              "kernel_notebook": bool(getattr(call, "kernel_notebook", None))})
+    return {
+        "notebooks": notebooks,
+        "acp_kind": kind if isinstance(kind, str) and kind else None,
+        "title": _cut(title, MAX_TEXT) if isinstance(title, str) else None,
+        "locations": list(dict.fromkeys(_cut(p, MAX_KEY_TEXT) for p in locations if isinstance(p, str) and p)),
+        "diff_paths": list(dict.fromkeys(_cut(p, MAX_KEY_TEXT) for p in diffs if isinstance(p, str) and p)),
+    }
+
+
 def _cut(value: Any, limit: int) -> Any:
     if isinstance(value, str):
         return value if len(value) <= limit else value[:limit] + f"… ({len(value) - limit} more characters)"
@@ -255,12 +352,18 @@ class Normalised:
 def normalise(call: Any, tools_map: Mapping[str, str] | None = None) -> Normalised:
     """Translate a tool call (the conversation's ``ToolCall``, or anything with ``title``,
     ``kind``, ``raw_input``, ``meta``, ``content``, ``locations``) with the harness's
-    ``acp.tools`` map."""
+    ``acp.tools`` map. A call the client knows as a tool of an MCP server it gave the agent
+    (``call.mcp``, ``(server, tool)``: see :func:`mcp_tool_of`) is ``mcp__<server>__<tool>``
+    whatever the agent calls it, its input the tool's arguments."""
     tools_map = dict(tools_map or {})
     name, server = agent_tool_name(call)
     head = _title_head(call)
     acp_kind = getattr(call, "kind", None)
     tool: str | None = None
+    known = getattr(call, "mcp", None)
+    if known:
+        tool = f"mcp__{known[0]}__{known[1]}"
+        return Normalised(tool=tool, kind="mcp", input=cut_input(_mcp_arguments(call)), agent_tool=name or head)
     for candidate in (name, head):
         if candidate and candidate in tools_map:
             tool = tools_map[candidate]

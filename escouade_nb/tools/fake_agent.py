@@ -21,6 +21,10 @@ The prompt's text picks a scenario (case-insensitive, first match wins):
 ``question block``  ends its reply on an ``<escouade_question>`` block (questionsInText)
 ``switch mode``     a ``current_mode_update`` from the agent itself
 ``which mode``      reports its mode, sandbox option and model
+``variables``       MCP: ``list_variables`` of the ``escouade`` server (a line of its own)
+``inspect VAR``     MCP: ``inspect_variable`` of VAR on the ``escouade`` server (line start)
+``run code CODE``   MCP: ``run_code`` of CODE (the rest of the prompt) on ``escouade``
+``call S T {json}`` MCP: tool T of server S with those arguments (default ``{}``)
 ``run CMD``         an ``execute`` tool call behind a permission (simulated)
 ``edit`` / write    an ``edit`` tool call with a diff behind a permission
 ``terminal args``   ``terminal/create`` echo + args, embedded in a tool call; reports the output
@@ -30,6 +34,9 @@ The prompt's text picks a scenario (case-insensitive, first match wins):
 ``terminal release`` a running command released; reports the client's error for it after
 ``terminal fail``   a shell line writing to stderr and exiting 3
 ``write outside P`` ``fs/write_text_file`` of path P as given; reports a refusal's text
+``write notebook P`` edits notebook P (first code cell's source changed, outputs cleared, a
+                    markdown cell added; a new 2-cell notebook when P is missing), behind a permission
+``write bad notebook P`` writes P as a notebook whose code cell lacks ``outputs``; reports the refusal
 ``crlf FILE``       reads FILE, writes it back edited with LF endings, reads it again
 ``latin1 FILE``     reads FILE (also ``non-utf8``); reports the client's error (and tries to overwrite)
 anything else       a markdown greeting that echoes the prompt
@@ -77,6 +84,7 @@ if _is_the_program() and (_code := _answer_flags(sys.argv[1:])) is not None:
     raise SystemExit(_code)  # before the imports below: a --version costs an interpreter start, no more
 
 import asyncio  # noqa: E402  (the flags above are answered first, on purpose)
+import json  # noqa: E402
 import re  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
@@ -100,6 +108,7 @@ from acp.schema import (  # noqa: E402
     ClientCapabilities,
     Implementation,
     InitializeResponse,
+    McpCapabilities,
     NewSessionResponse,
     PermissionOption,
     PlanEntry,
@@ -201,6 +210,7 @@ class _Session:
     tool_calls: int = 0
     messages: int = 0
     turns: int = 0
+    mcp: dict[str, Any] = field(default_factory=dict)  # server name -> _McpLink (session/new|load's mcpServers)
 
     def next_tool_call_id(self) -> str:
         self.tool_calls += 1
@@ -324,7 +334,8 @@ class FakeAgent:
         return InitializeResponse(
             protocol_version=1,
             # our own extension: this agent reads a refusal message in the permission answer's _meta
-            agent_capabilities=AgentCapabilities(load_session=False, field_meta={"escouade": {"refusalMessage": True}}),
+            agent_capabilities=AgentCapabilities(load_session=False, field_meta={"escouade": {"refusalMessage": True}},
+                                                 mcp_capabilities=McpCapabilities(http=True, sse=False)),
             auth_methods=[],
             agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
         )
@@ -333,8 +344,20 @@ class FakeAgent:
         self._session_counter += 1
         session_id = f"fake-session-{self._session_counter}"
         session = self.sessions[session_id] = _Session(session_id=session_id, cwd=cwd)
+        await self._connect_mcp(session, kwargs.get("mcp_servers"))
         return NewSessionResponse(session_id=session_id, modes=self._modes_state(session),
                                   config_options=self._config_options(session))
+
+    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> Any:
+        """Not advertised (``loadSession`` false): a client that sends it anyway gets the
+        session (an empty one when unknown) with the MCP servers given now."""
+        from acp.schema import LoadSessionResponse
+
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self.sessions[session_id] = _Session(session_id=session_id, cwd=cwd)
+        await self._connect_mcp(session, kwargs.get("mcp_servers"))
+        return LoadSessionResponse(modes=self._modes_state(session), config_options=self._config_options(session))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self.sessions.get(session_id)
@@ -361,6 +384,9 @@ class FakeAgent:
     # -- scenarios --------------------------------------------------------
     async def _dispatch(self, turn: _Turn, text: str) -> str:
         low = text.lower()
+        special = await self._dispatch_mcp(turn, text)  # before ``run CMD``: ``run code`` is MCP
+        if special is not None:
+            return special
         special = await self._dispatch_modes(turn, low)
         if special is not None:
             return special
@@ -699,6 +725,7 @@ class FakeAgent:
     _TERMINAL_RE = re.compile(r"\bterminal\s+(args|line|limit|kill|release|fail)\b[ \t]*(.*)",
                               re.IGNORECASE | re.DOTALL)
     _OUTSIDE_RE = re.compile(r"\bwrite\s+outside\s+(\S+)", re.IGNORECASE)
+    _NOTEBOOK_RE = re.compile(r"\bwrite\s+(bad\s+)?notebook\s+(\S+)", re.IGNORECASE)
     _ENCODING_RE = re.compile(r"\b(crlf|latin1|non-utf8)\b", re.IGNORECASE)
     OUTSIDE_TEXT = "Written outside by the fake agent.\n"
 
@@ -711,6 +738,9 @@ class FakeAgent:
         m = self._TERMINAL_RE.search(text)
         if m:
             return await self._terminal(turn, m.group(1).lower(), m.group(2).strip())
+        m = self._NOTEBOOK_RE.search(text)
+        if m:
+            return await self._write_notebook(turn, m.group(2).strip(_TOKEN_STRIP), bad=bool(m.group(1)))
         m = self._OUTSIDE_RE.search(text)
         if m:
             return await self._write_outside(turn, m.group(1).strip(_TOKEN_STRIP))
@@ -809,6 +839,90 @@ class FakeAgent:
         await turn.say(f"Wrote {path}.")
         return "end_turn"
 
+    NOTEBOOK_EDIT = "\n# edited by the fake agent"
+
+    @classmethod
+    def _notebook_text(cls, old: str | None, bad: bool) -> tuple[str, str]:
+        """(new notebook text as nbformat writes it, what was done). A bad one: a code
+        cell without ``outputs`` (valid JSON, not a valid notebook)."""
+        import json
+
+        def code(cell_id: str, source: str) -> dict[str, Any]:
+            return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {}, "outputs": [],
+                    "source": source}
+
+        def md(cell_id: str, source: str) -> dict[str, Any]:
+            return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": source}
+
+        nb: Any = None
+        if old is not None and not bad:
+            try:
+                nb = json.loads(old)
+            except ValueError:
+                nb = None
+        if bad:
+            cell = code("fake-bad", "print('no outputs field')")
+            del cell["outputs"]
+            nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+            done = "a code cell without outputs"
+        elif isinstance(nb, dict) and isinstance(nb.get("cells"), list):
+            cells = nb["cells"]
+            first = next((c for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"), None)
+            done = []
+            if first is not None:
+                src = first.get("source", "")
+                first["source"] = ("".join(src) if isinstance(src, list) else src) + cls.NOTEBOOK_EDIT
+                first["outputs"], first["execution_count"] = [], None
+                done.append(f"changed cell {first.get('id', '?')} and cleared its outputs")
+            ids = {c.get("id") for c in cells if isinstance(c, dict)}
+            new_id = next(f"fake-added-{n}" for n in range(1, len(ids) + 2) if f"fake-added-{n}" not in ids)
+            cells.append(md(new_id, "Added by the fake agent."))
+            done.append(f"added cell {new_id}")
+            done = ", ".join(done)
+        else:
+            nb = {"cells": [md("fake-title", "# A notebook of the fake agent"), code("fake-code", "print(6 * 7)")],
+                  "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+                  "nbformat": 4, "nbformat_minor": 5}
+            done = "a new notebook of 2 cells"
+        return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", done
+
+    async def _write_notebook(self, turn: _Turn, name: str, bad: bool) -> str:
+        path = os.path.normpath(os.path.join(turn.session.cwd, os.path.expanduser(name)))
+        if not (self.can_read and self.can_write):
+            await turn.say("The client does not offer fs/*.")
+            return "end_turn"
+        try:
+            old = await self._read(turn.sid, path)
+        except RequestError as exc:
+            await turn.say(f"I could not read {name}: {exc}")
+            return "end_turn"
+        new, done = self._notebook_text(old, bad)
+        call_id = turn.session.next_tool_call_id()
+        title = f"Edit {name}"
+        diff = [tool_diff_content(path, new, old)]
+        locations = [ToolCallLocation(path=path)]
+        raw_input = {"path": path, "content": new}
+        await turn.send(start_tool_call(call_id, title, kind="edit", status="pending", content=diff,
+                                        locations=locations, raw_input=raw_input))
+        if not bad:
+            decision = await turn.ask(ToolCallUpdate(tool_call_id=call_id, title=title, kind="edit", content=diff,
+                                                     locations=locations, raw_input=raw_input))
+            if decision != "allow":
+                await turn.send(update_tool_call(call_id, status="failed"))
+                if decision == "cancelled":
+                    return "cancelled"
+                await turn.say(f"I left {name} alone.")
+                return "end_turn"
+        try:
+            await self.conn.write_text_file(session_id=turn.sid, path=path, content=new)
+        except RequestError as exc:
+            await turn.send(update_tool_call(call_id, status="failed", content=[tool_content(text_block(str(exc)))]))
+            await turn.say(f"The client refused to write {name}: {exc}")
+            return "end_turn"
+        await turn.send(update_tool_call(call_id, status="completed", content=diff))
+        await turn.say(f"Wrote notebook {name}: {done}.")
+        return "end_turn"
+
     async def _crlf(self, turn: _Turn, name: str) -> str:
         """Read a file, write it back with a line added and LF endings (as many agents
         do), read it again: the reply tells which line endings each read saw."""
@@ -865,6 +979,98 @@ class FakeAgent:
         await turn.say(f"Read {name} ({len(content)} characters): it is valid UTF-8.")
         return "end_turn"
 
+    # -- MCP: the servers given in session/new|load, and their tools ----------------------
+    # Keywords, each at the start of a line: "variables", "inspect VAR", "run code CODE",
+    # "call SERVER TOOL {json}". Checked before every other scenario ("run code" before "run").
+    _MCP_VARIABLES_RE = re.compile(r"^[ \t]*(?:list[ \t]+)?variables[ \t]*[.!?]?[ \t]*$", re.IGNORECASE | re.MULTILINE)
+    _MCP_INSPECT_RE = re.compile(r"^[ \t]*inspect[ \t]+`?([A-Za-z_][\w]*)`?", re.IGNORECASE | re.MULTILINE)
+    _MCP_RUN_CODE_RE = re.compile(r"^[ \t]*run[ \t]+code[ \t]*\n?(.+)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+    _MCP_CALL_RE = re.compile(r"^[ \t]*call[ \t]+(\S+)[ \t]+(\S+)[ \t]*(.*)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+    KERNEL_SERVER = "escouade"
+
+    async def _connect_mcp(self, session: _Session, servers: Any) -> None:
+        """Connect to each server of ``mcpServers`` (initialize, tools/list), all at once;
+        a failure is kept on its link and told when a scenario uses that server."""
+        links = []
+        for server in servers or []:
+            link = _McpLink.of(server)
+            old = session.mcp.pop(link.name, None)
+            if old is not None:
+                await old.close()
+            session.mcp[link.name] = link
+            links.append(link)
+        await asyncio.gather(*(link.connect() for link in links))
+
+    async def close_mcp(self) -> None:
+        links = [link for s in self.sessions.values() for link in s.mcp.values()]
+        await asyncio.gather(*(link.close() for link in links), return_exceptions=True)
+
+    @staticmethod
+    def _strip_fence(code: str) -> str:
+        """Code given in backticks or a fenced block, without them."""
+        code = code.strip()
+        fence = re.fullmatch(r"```[\w+-]*\n(.*?)\n?```", code, re.DOTALL)
+        if fence:
+            return fence.group(1)
+        if len(code) > 1 and code.startswith("`") and code.endswith("`"):
+            return code.strip("`")
+        return code
+
+    async def _dispatch_mcp(self, turn: _Turn, text: str) -> str | None:
+        m = self._MCP_CALL_RE.search(text)
+        if m:
+            raw = m.group(3).strip()
+            try:
+                arguments = json.loads(raw) if raw else {}
+            except ValueError as exc:
+                await turn.say(f"The arguments of `call {m.group(1)} {m.group(2)}` are not JSON: {exc}")
+                return "end_turn"
+            if not isinstance(arguments, dict):
+                await turn.say(f"The arguments of `call {m.group(1)} {m.group(2)}` must be a JSON object.")
+                return "end_turn"
+            return await self._mcp_call(turn, m.group(1), m.group(2), arguments)
+        m = self._MCP_RUN_CODE_RE.search(text)
+        if m and m.group(1).strip():
+            return await self._mcp_call(turn, self.KERNEL_SERVER, "run_code", {"code": self._strip_fence(m.group(1))})
+        m = self._MCP_INSPECT_RE.search(text)
+        if m:
+            return await self._mcp_call(turn, self.KERNEL_SERVER, "inspect_variable", {"name": m.group(1)})
+        if self._MCP_VARIABLES_RE.search(text):
+            return await self._mcp_call(turn, self.KERNEL_SERVER, "list_variables", {})
+        return None
+
+    async def _mcp_call(self, turn: _Turn, server: str, tool: str, arguments: dict[str, Any]) -> str:
+        """Ask permission (``mcp__SERVER__TOOL``, kind ``other``, rawInput the arguments, as
+        claude-agent does), then call the tool: a ``tool_call`` in progress, its update
+        completed or failed with the result as text, and a reply naming the result."""
+        link = turn.session.mcp.get(server)
+        if link is None:
+            given = ", ".join(sorted(turn.session.mcp)) or "none"
+            await turn.say(f"No MCP server named {server!r} was given to this session (given: {given}).")
+            return "end_turn"
+        if link.error is not None:
+            await turn.say(f"The MCP server {server!r} could not be reached: {link.error}")
+            return "end_turn"
+        title = f"mcp__{server}__{tool}"
+        call_id = turn.session.next_tool_call_id()
+        turn.check()
+        decision = await turn.ask(ToolCallUpdate(tool_call_id=call_id, title=title, kind="other", raw_input=arguments))
+        if decision == "cancelled":
+            return "cancelled"
+        if decision != "allow":
+            await turn.say(f"I did not call {title}: permission refused." + (f" I was told: {turn.refusal}"
+                                                                            if turn.refusal else ""))
+            return "end_turn"
+        await turn.send(start_tool_call(call_id, title, kind="other", status="in_progress", raw_input=arguments))
+        try:
+            text, failed = await link.call_tool(tool, arguments)
+        except Exception as exc:
+            text, failed = f"{type(exc).__name__}: {exc}", True
+        await turn.send(update_tool_call(call_id, status="failed" if failed else "completed",
+                                         content=[tool_content(text_block(text))], raw_output={"text": text}))
+        await turn.say(f"{title} {'failed' if failed else 'returned'}: {text}")
+        return "end_turn"
+
     async def _hello(self, turn: _Turn, text: str) -> str:
         reply = (
             "Hello! I am the **fake** agent.\n\nYou said: "
@@ -875,14 +1081,174 @@ class FakeAgent:
         return "end_turn"
 
 
+MCP_CONNECT_TIMEOUT = 15.0
+"""Seconds a server of ``mcpServers`` has to answer ``initialize`` and ``tools/list``."""
+
+
+class _McpLink:
+    """One server of a session's ``mcpServers``, as this agent uses it: connected at
+    session/new|load (``initialize``, ``tools/list``), then ``tools/call``. ``error`` says
+    why it is not usable (kept, told when a scenario names the server)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tools: list[str] = []
+        self.error: str | None = None
+
+    @staticmethod
+    def of(server: Any) -> _McpLink:
+        name = str(getattr(server, "name", "") or "?")
+        kind = getattr(server, "type", None)
+        if kind == "http":
+            headers = {h.name: h.value for h in getattr(server, "headers", None) or []}
+            return _HttpLink(name, server.url, headers)
+        if kind is None and getattr(server, "command", None):
+            env = {e.name: e.value for e in getattr(server, "env", None) or []}
+            return _StdioLink(name, server.command, list(server.args or []), env)
+        link = _McpLink(name)
+        link.error = f"{kind or 'this'} MCP servers are not supported by the fake agent (http and stdio are)"
+        return link
+
+    async def _open(self) -> None:
+        raise NotImplementedError
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        raise NotImplementedError
+
+    async def connect(self) -> None:
+        if self.error is not None:
+            return
+        try:
+            await asyncio.wait_for(self._open(), MCP_CONNECT_TIMEOUT)
+            listed = await asyncio.wait_for(self.request("tools/list", {}), MCP_CONNECT_TIMEOUT)
+            self.tools = [t.get("name", "?") for t in (listed or {}).get("tools", [])]
+            _log(f"MCP server {self.name}: {len(self.tools)} tools")
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            _log(f"MCP server {self.name}: {self.error}")
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        """(the result's text contents, joined; whether it is an error result)."""
+        result = await self.request("tools/call", {"name": tool, "arguments": arguments}) or {}
+        parts = []
+        for block in result.get("content") or []:
+            parts.append(block.get("text", "") if block.get("type") == "text" else f"[{block.get('type')}]")
+        return "\n".join(parts), bool(result.get("isError"))
+
+    async def close(self) -> None:
+        return None
+
+
+class _HttpLink(_McpLink):
+    """An ``http`` entry, with its headers, through the bridge's HTTP client (in threads)."""
+
+    def __init__(self, name: str, url: str, headers: dict[str, str]) -> None:
+        super().__init__(name)
+        from escouade_nb.tools.mcp_bridge import McpHttpClient
+
+        self.client = McpHttpClient(url, headers)
+
+    async def _open(self) -> None:
+        await asyncio.to_thread(self.client.initialize, AGENT_NAME, AGENT_VERSION)
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return await asyncio.to_thread(self.client.request, method, params)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.client.close)
+
+
+class _StdioLink(_McpLink):
+    """A stdio entry: the program spawned with its env (added to this agent's), newline
+    JSON-RPC on its stdin/stdout; its stderr is this agent's."""
+
+    def __init__(self, name: str, command: str, args: list[str], env: dict[str, str]) -> None:
+        super().__init__(name)
+        self.argv = [command, *args]
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = 0
+
+    async def _open(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, **self.env}, limit=64 * 2**20)
+        self._reader = asyncio.ensure_future(self._read())
+        await self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                          "clientInfo": {"name": AGENT_NAME, "version": AGENT_VERSION}})
+        await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode("utf-8"))
+        await self.proc.stdin.drain()
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            while line := await self.proc.stdout.readline():
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    _log(f"MCP server {self.name}: not JSON: {line[:200]!r}")
+                    continue
+                future = self._pending.pop(message.get("id"), None) if isinstance(message, dict) else None
+                if future is not None and not future.done():
+                    future.set_result(message)
+        finally:
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ConnectionError(f"the MCP server {self.name} closed its output"))
+            self._pending.clear()
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        from escouade_nb.tools.mcp_bridge import McpRpcError
+
+        if self._reader is None or self._reader.done():
+            raise ConnectionError(f"the MCP server {self.name} is not running")
+        self._ids += 1
+        future = asyncio.get_running_loop().create_future()
+        self._pending[self._ids] = future
+        await self._send({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params or {}})
+        answer = await future
+        if "error" in answer:
+            raise McpRpcError(answer["error"] if isinstance(answer["error"], dict) else {})
+        return answer.get("result")
+
+    async def close(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            if proc.stdin is not None:
+                proc.stdin.close()  # a stdio server ends at EOF
+            try:
+                await asyncio.wait_for(proc.wait(), 2)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``escouade-fake-agent``."""
     args = list(sys.argv[1:] if argv is None else argv)
     answered = _answer_flags(args)
     if answered is not None:
         return answered
+    agent = FakeAgent()
+
+    async def serve() -> None:
+        try:
+            await acp.run_agent(agent)
+        finally:
+            await agent.close_mcp()  # the stdio MCP servers it spawned end with it
+
     try:
-        asyncio.run(acp.run_agent(FakeAgent()))
+        asyncio.run(serve())
     except KeyboardInterrupt:
         return 130
     return 0

@@ -230,7 +230,7 @@ async def run_dev(folder: Path, inp: TextIO, out: TextIO) -> int:
             if interactive:
                 out.write("> ")
                 out.flush()
-            line = await anyio.to_thread.run_sync(inp.readline)
+            line = await asyncio.to_thread(inp.readline)
             if not line:
                 return 0
             word, _, rest = line.strip().partition(" ")

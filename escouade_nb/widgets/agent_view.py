@@ -213,6 +213,25 @@ def _chooser(agent: Agent) -> Callable[[Permission], Callable[[str], None]]:
     return factory
 
 
+_KERNEL_TOOLS = {
+    "pending": ("kernel tools…", "The kernel's MCP server is being started for this agent"),
+    "offered": ("kernel tools offered", "The agent was given the kernel's MCP server; it has not connected yet"),
+    "connected": ("kernel tools ✓", "The agent is connected to the kernel's MCP server (variables, cells, "
+                                    "run_code behind a card)"),
+    "not offered": ("no kernel tools", ""),
+}
+
+
+def _kernel_tools_badge(agent: Agent) -> str:
+    """What the agent has of the kernel's MCP server, with the reason as a tooltip."""
+    state, why = agent.kernel_tools_state
+    if state == "off":
+        return ""
+    label, tip = _KERNEL_TOOLS.get(state, (state, ""))
+    return (f' <span class="escouade-kernel-tools" title="{esc(why or tip)}" style="color:#57606a">· '
+            f'{esc(label)}</span>')
+
+
 def status_line(agent: Agent) -> str:
     status = status_text(agent.status)
     if agent.status == AgentStatus.EXITED and agent.exit is not None:
@@ -298,7 +317,7 @@ class AgentView(FullText, Releasing, w.VBox):
         self.header.value = (f'<b>{esc(a.name)}</b> <span style="color:#57606a">· '
                              f'{esc(a.harness.harness.display_name)} · {esc(str(a.cwd))}{esc(where)}</span> '
                              f'<span style="color:{color};font-weight:600">{esc(status_text(a.status))}'
-                             f'</span>')
+                             f'</span>{_kernel_tools_badge(a)}')
         self.stop_button.disabled = a.status not in BUSY
         self.send_button.disabled = a.status not in CAN_SEND
         self.restart_button.disabled = a.status not in CAN_RESTART

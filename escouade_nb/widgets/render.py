@@ -10,7 +10,9 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from ..core.conversation import Plan, ToolCall
-from ..core.render_text import PLAN_MARK, content_text, cut, diff_lines, raw_output_text, terminal_state, tool_input_text
+from ..core.notebook_diff import NotebookDiff, notebook_diff
+from ..core.render_text import (PLAN_MARK, content_text, cut, diff_lines, is_notebook_path, raw_output_text,
+                                terminal_state, tool_input_text)
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
 
@@ -62,25 +64,74 @@ def pre(text: str, style: str = "") -> str:
             f'background:var(--jp-layout-color2,#f6f8fa);border-radius:4px;{style}">{esc(text)}</pre>')
 
 
-def diff_html(item: dict[str, Any]) -> str:
-    """An ACP ``diff`` content as added/removed lines (a missing oldText is a new file)."""
-    path = item.get("path", "")
-    old = item.get("oldText")
+def _diff_rows(lines: list[tuple[str, str]], budget: int) -> list[str]:
     rows = []
-    lines = diff_lines(old, item.get("newText", ""), path)
-    for tag, line in lines[:MAX_DIFF_ROWS]:  # a huge diff must not freeze the kernel or the browser
+    for tag, line in lines[:budget]:  # a huge diff must not freeze the kernel or the browser
         color = {"+": "#e6ffec", "-": "#ffebe9", "@": "#ddf4ff"}.get(tag, "transparent")
         sign = {"@": "", " ": " "}.get(tag, tag)
         rows.append(f'<div class="escouade-diff-{_DIFF_CLASS.get(tag, "ctx")}" '
                     f'style="background:{color};white-space:pre-wrap">{esc(sign + line)}</div>')
-    head = "new file" if old is None else "edit"
-    hidden = len(lines) - MAX_DIFF_ROWS
-    more = f'<div class="escouade-diff-more" style="color:#8a8a8a">… {hidden} more lines</div>' if hidden > 0 else ""
-    return (f'<div class="escouade-diff" style="{MONO};line-height:1.4;border:1px solid #d0d7de;'
+    return rows
+
+
+def _more(hidden: int) -> str:
+    return f'<div class="escouade-diff-more" style="color:#8a8a8a">… {hidden} more lines</div>' if hidden > 0 else ""
+
+
+def _diff_box(head: str, body: str, cls: str = "escouade-diff") -> str:
+    return (f'<div class="{cls}" style="{MONO};line-height:1.4;border:1px solid #d0d7de;'
             f'border-radius:4px;margin:2px 0">'
-            f'<div style="padding:2px 6px;background:#f6f8fa;border-bottom:1px solid #d0d7de">{head} '
-            f'<b>{esc(path)}</b></div>{"".join(rows)}'
-            f'{more}</div>')
+            f'<div style="padding:2px 6px;background:#f6f8fa;border-bottom:1px solid #d0d7de">{head}</div>{body}</div>')
+
+
+def diff_html(item: dict[str, Any], kernel_notebook: str | None = None) -> str:
+    """An ACP ``diff`` content as added/removed lines (a missing oldText is a new file);
+    a notebook's (``.ipynb``) cell by cell, or as text saying why not. ``kernel_notebook``:
+    the path of the notebook the kernel runs, when known (its diff says so)."""
+    path = item.get("path", "")
+    old = item.get("oldText")
+    why = ""
+    if is_notebook_path(path):
+        nb = notebook_diff(old, item.get("newText", ""), path)
+        if nb.error is None:
+            return notebook_diff_html(nb, kernel_notebook=path == kernel_notebook)
+        why = (f'<div class="escouade-notebook-fallback" style="padding:2px 6px;color:#57606a">'
+               f'not shown cell by cell: {esc(nb.error)}</div>')
+    lines = diff_lines(old, item.get("newText", ""), path)
+    head = f'{"new file" if old is None else "edit"} <b>{esc(path)}</b>'
+    return _diff_box(head, why + "".join(_diff_rows(lines, MAX_DIFF_ROWS)) + _more(len(lines) - MAX_DIFF_ROWS))
+
+
+_CELL_COLOR = {"added": "#1a7f37", "removed": "#cf222e", "changed": "#9a6700", "unchanged": "#57606a"}
+
+
+def notebook_diff_html(nb: NotebookDiff, *, kernel_notebook: bool = False) -> str:
+    """A :class:`~..core.notebook_diff.NotebookDiff`: a head with the summary, then one
+    block per touched cell (heading, source diff, details), then the notebook's own
+    changes; at most :data:`MAX_DIFF_ROWS` source lines in all."""
+    head = (f'{"new notebook" if nb.new_file else "notebook"} <b>{esc(nb.path)}</b> '
+            f'<span style="color:#57606a">{esc(nb.summary())}</span>')
+    if kernel_notebook:
+        head += ('<div class="escouade-kernel-notebook" style="color:#bf8700;font-weight:600">'
+                 'this is the notebook you are in</div>')
+    blocks = []
+    budget = MAX_DIFF_ROWS
+    hidden = 0
+    for cell in nb.cells:
+        color = _CELL_COLOR["changed" if cell.moved and cell.kind == "unchanged" else cell.kind]
+        rows = _diff_rows(list(cell.source), budget)
+        budget -= len(rows)
+        hidden += len(cell.source) - len(rows)
+        if cell.kind in ("added", "removed") and not cell.source:
+            rows.append('<div style="color:#8a8a8a">(empty)</div>')
+        details = (f'<div class="escouade-cell-details" style="color:#57606a">{esc("; ".join(cell.details))}</div>'
+                   if cell.details else "")
+        blocks.append(f'<div class="escouade-cell escouade-cell-{cell.kind}" style="border-top:1px solid #d0d7de;'
+                      f'padding:1px 0"><div style="padding:0 6px;color:{color};font-weight:600">'
+                      f'{esc(cell.heading())}</div>{"".join(rows)}{details}</div>')
+    notes = "".join(f'<div style="padding:0 6px;color:#57606a;border-top:1px solid #d0d7de">{esc(p)}</div>'
+                    for p in nb.metadata)
+    return _diff_box(head, "".join(blocks) + _more(hidden) + notes, "escouade-diff escouade-notebook-diff")
 
 
 def terminal_html(terminal_id: str, term: dict | None) -> str:
@@ -92,15 +143,32 @@ def terminal_html(terminal_id: str, term: dict | None) -> str:
     return f'<div class="escouade-terminal">{head}{pre(cut(term.get("output", ""), 8000))}</div>'
 
 
+def code_html(code: str, language: str = "python") -> str:
+    """``code`` highlighted by Pygments (inline styles: no stylesheet needed; escaped)."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import get_lexer_by_name
+
+    formatter = HtmlFormatter(noclasses=True, nowrap=True, style="default")
+    body = highlight(cut(code), get_lexer_by_name(language), formatter)
+    return f'<pre class="escouade-code" style="margin:2px 0;white-space:pre-wrap">{body}</pre>'
+
+
 def tool_body_html(call: ToolCall) -> str:
-    """The body of a tool card: input (unless a diff shows it), outputs, diffs, terminals."""
+    """The body of a tool card: input (unless a diff shows it), outputs, diffs, terminals.
+    Code the kernel's ``run_code`` is given is shown highlighted, not as JSON."""
     parts = []
-    inp = "" if call.diffs else tool_input_text(call.raw_input)  # a diff already shows what is written
+    code = call.raw_input.get("code") if isinstance(call.raw_input, dict) else None
+    if call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
+        parts.append(f'<div class="escouade-tool-input">{code_html(code)}</div>')
+        inp = ""
+    else:
+        inp = "" if call.diffs else tool_input_text(call.raw_input)  # a diff already shows what is written
     if inp:
         parts.append(f'<div class="escouade-tool-input">{pre(inp)}</div>')
     for c in call.content:
         if c.get("type") == "diff":
-            parts.append(diff_html(c))
+            parts.append(diff_html(c, call.kernel_notebook))
         elif c.get("type") == "terminal":
             tid = str(c.get("terminalId"))
             parts.append(terminal_html(tid, call.terminals.get(tid)))

@@ -98,10 +98,20 @@ def signal_group(pid: int, sig: int) -> bool:
         return False
 
 
-async def terminate_group(process: Process, grace: float = 3.0) -> int | None:
-    """SIGTERM the agent's whole process group, then SIGKILL after ``grace`` seconds.
-    Some agents ignore stdin EOF, and launchers do not always pass signals on, so the
-    group is signalled, not only the child. Returns the child's exit code."""
+EOF_GRACE = 2.0
+"""Seconds an agent has to exit by itself once its stdin is closed (the end of an ACP
+stdio session), before its process group gets SIGTERM (see :func:`terminate_group`)."""
+
+
+async def terminate_group(process: Process, grace: float = 3.0, *, eof_grace: float = 0.0) -> int | None:
+    """End the agent's whole process group: wait up to ``eof_grace`` seconds for the
+    child to exit by itself (its stdin was closed: an agent that exits on end of input
+    ends cleanly, exit code 0), then SIGTERM the group, then SIGKILL after ``grace``
+    seconds. Some agents ignore stdin EOF, and launchers do not always pass signals on,
+    so the group is signalled, not only the child. Returns the child's exit code."""
+    if process.returncode is None and eof_grace > 0:
+        with anyio.move_on_after(eof_grace):
+            await process.wait()
     if process.returncode is None:
         signal_group(process.pid, signal.SIGTERM)
         with anyio.move_on_after(grace):

@@ -6,7 +6,8 @@ stderr drain, the terminals, the exit watch, background jobs started with
 :meth:`start_soon`), and puts our :class:`~.transport.LineTransport` under the SDK's
 connection with a :class:`~.router.Router` in front. Leaving the block — normally, on
 error or on cancellation — ends it in a ``finally``: the connection is closed, the
-process group terminated (SIGTERM, then SIGKILL), the task group cancelled. A restart
+process group ended (stdin closed, :data:`~.process.EOF_GRACE` seconds to exit by itself,
+then SIGTERM, then SIGKILL), the task group cancelled. A restart
 makes a new ``AgentSession``: nothing of a dead process can survive by construction.
 
 Inside: :meth:`initialize` (ACP ``initialize``; the protocol version is checked as it
@@ -32,7 +33,7 @@ from acp.schema import ClientCapabilities, Implementation
 
 from .._version import __version__
 from .errors import AgentError, AuthRequired
-from .process import StderrRing, drain, signal_group, spawn, terminate_group
+from .process import EOF_GRACE, StderrRing, drain, signal_group, spawn, terminate_group
 from .router import Router
 from .transport import LineTransport
 
@@ -160,7 +161,7 @@ class AgentSession:
                     with contextlib.suppress(Exception):
                         await self.conn.close()
                 if self.process is not None:
-                    await terminate_group(self.process)
+                    await terminate_group(self.process, eof_grace=EOF_GRACE)
                     with anyio.move_on_after(1):
                         await self.exited.wait()  # the watch records how it ended
         finally:
@@ -190,14 +191,15 @@ class AgentSession:
         self._tg.start_soon(fn, *args)
 
     async def close(self) -> None:
-        """Close stdin, then terminate the process group (SIGTERM, then SIGKILL); before
-        the spawn, it never starts."""
+        """Close stdin, give the agent :data:`~.process.EOF_GRACE` seconds to exit on end
+        of input, then terminate the process group (SIGTERM, then SIGKILL); before the
+        spawn, it never starts."""
         self.closing = True
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.close()
         if self.process is not None:
-            await terminate_group(self.process)
+            await terminate_group(self.process, eof_grace=EOF_GRACE)
 
     # -- handshake ------------------------------------------------------------------------------
     async def initialize(self, capabilities: ClientCapabilities) -> None:

@@ -41,6 +41,8 @@ from ..core.conversation import Conversation
 MAX_BYTES = 20 * 1024 * 1024
 """A transcript file is rotated past this size (bytes)."""
 BACKUPS = 3
+REDACTED = b"\xc2\xabredacted\xc2\xbb"
+"""What a secret becomes in a transcript line (UTF-8 of «redacted»)."""
 STREAM_DELAY = 0.2
 """Seconds the agent's stream (``in`` lines) may wait in memory before it is written."""
 BATCH_BYTES = 128 * 1024
@@ -120,6 +122,17 @@ class Transcript:
         self._registered = False  # in _queued
         self._submitted = False  # a write is waiting for the writer thread: it takes all that is queued then
         self._reported = False
+        self._secrets: list[bytes] = []  # redacted from every line (tokens, env and header values)
+
+    def redact(self, *secrets: str) -> None:
+        """Never write ``secrets`` (as they appear in JSON text): each becomes
+        :data:`REDACTED` in every line queued from now on. Register them before the
+        message that carries them is sent (the MCP servers of ``session/new``)."""
+        for secret in secrets:
+            if secret:
+                encoded = json.dumps(secret, ensure_ascii=False)[1:-1].encode("utf-8", "replace")
+                if encoded not in self._secrets:
+                    self._secrets.append(encoded)
 
     @classmethod
     def new(cls, agent_name: str, header: dict[str, Any], **kwargs: Any) -> Transcript:
@@ -155,6 +168,9 @@ class Transcript:
     def _append(self, line: bytes, stream: bool) -> None:
         if self.error is not None:
             return
+        for secret in self._secrets:
+            if secret in line:
+                line = line.replace(secret, REDACTED)
         with self._buf:
             self._lines.append(line)
         if not self._registered:
@@ -375,7 +391,11 @@ def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, A
                 meta = (msg["result"].get("_meta") or {}).get("escouade") or {}
                 if outcome.get("outcome") == "selected":
                     conversation.resolve_permission(cards[msg["id"]], "selected", outcome.get("optionId"),
-                                                    meta.get("by"), meta.get("message"))
+                                                    meta.get("by"), meta.get("message"),
+                                                    denied=meta.get("denied") is True)
+                elif meta.get("denied") is True:  # a refusal sent as cancelled (no reject option offered)
+                    conversation.resolve_permission(cards[msg["id"]], "cancelled", None, meta.get("by"),
+                                                    meta.get("message"), denied=True)
                 else:
                     conversation.resolve_permission(cards[msg["id"]], "cancelled")
         elif rec.kind == "event":

@@ -11,13 +11,19 @@ styles the released ACP agents use:
 
 plus ``GET …/models`` listings. It decides statelessly from each request:
 
-* the prompt holds a marker, ``ESC-SHELL`` (run the shell command :data:`SHELL_COMMAND`)
-  or ``ESC-WRITE <absolute path>`` (write :data:`WRITE_TEXT` to that file); the last
-  marker in the conversation counts;
+* the prompt holds a marker, ``ESC-SHELL`` (run the shell command :data:`SHELL_COMMAND`),
+  ``ESC-WRITE <absolute path>`` (write :data:`WRITE_TEXT` to that file) or
+  ``ESC-MCP <tool> <json object>`` (call the offered MCP tool whose name ends with
+  ``<tool>`` — gemini's ``mcp_escouade_inspect_variable``, claude's
+  ``mcp__escouade__inspect_variable``, codex's Responses ``namespace`` tool ``mcp__escouade``
+  with its inner function ``inspect_variable`` — with those arguments); the last marker in
+  the conversation counts;
 * if no tool result follows that marker yet, the reply is one tool call, with a tool
-  picked from the tools the agent itself offered (its shell tool, or its write tool) and
-  arguments built from that tool's JSON schema;
-* if a tool result follows it, the reply is the final text ``ESC-DONE …``;
+  picked from the tools the agent itself offered (its shell tool, its write tool, or the
+  MCP tool) and arguments built from that tool's JSON schema (or given, for ``ESC-MCP``);
+* if a tool result follows it, the reply is the final text ``ESC-DONE …`` (for ``ESC-MCP``:
+  ``ESC-DONE <tool> returned: `` and the first lines of the result, so a test sees that the
+  result reached the model);
 * a request without tools (titles, summaries) gets a short text; a structured-output
   request (a JSON schema asked for) gets a minimal instance of that schema.
 
@@ -47,6 +53,11 @@ SHELL_TOOLS = ["mcp__acp__Bash", "Bash", "bash", "Shell", "shell", "exec_command
                "execute", "developer__shell", "run_command", "local_shell"]
 WRITE_TOOLS = ["mcp__acp__Write", "Write", "WriteFile", "write_file", "write", "write_text_file",
                "developer__write", "create_file"]
+NS = "::"
+"""Joins a Responses API ``namespace`` tool's name and an inner function's name in the
+tool table (``mcp__escouade::inspect_variable``): the call names both (codex's MCP tools)."""
+RESULT_LINES = 4
+"""How many lines of an MCP tool's result the final text repeats."""
 
 
 # --------------------------------------------------------------------------------------
@@ -164,7 +175,34 @@ def pick_tool(tools: dict[str, dict[str, Any]], scenario: str) -> str | None:
     return None
 
 
-_MARKER = re.compile(r"ESC-(SHELL|WRITE)(?:[ \t]+(\S+))?")
+_MARKER = re.compile(r"ESC-(SHELL|WRITE|MCP)(?:[ \t]+(\S+))?")
+
+
+def pick_mcp_tool(tools: dict[str, dict[str, Any]], wanted: str) -> str | None:
+    """The offered tool whose name ends with ``wanted`` (``mcp__S__T``, ``mcp_S_T``,
+    ``S_T``, ``S__T``, a namespace's ``S::T``, a bare ``T``); one of the server
+    ``escouade`` first."""
+    found = [n for n in tools if n == wanted or n.endswith(("_" + wanted, NS + wanted, "/" + wanted, "." + wanted))]
+    found.sort(key=lambda n: "escouade" not in n)
+    return found[0] if found else None
+
+
+def mcp_arguments(text: str, at: int) -> dict[str, Any]:
+    """The JSON object after an ``ESC-MCP <tool>`` marker ending at ``at`` ({} if none)."""
+    rest = text[at:].lstrip()
+    try:
+        value, _ = json.JSONDecoder().raw_decode(rest)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def first_lines(result: str, n: int = RESULT_LINES) -> str:
+    """The first ``n`` lines of a tool result's text with content, wrapper tags dropped
+    (gemini wraps MCP results in ``<untrusted_context …>``)."""
+    lines = [line.strip() for line in result.splitlines()]
+    lines = [line for line in lines if line and not re.fullmatch(r"</?[\w-]+(\s[^>]*)?>", line)]
+    return "\n".join(lines[:n])
 
 
 def decide(texts: list[tuple[str, str]], tools: dict[str, dict[str, Any]], wants_schema: Any = None) -> Decision:
@@ -183,9 +221,17 @@ def decide(texts: list[tuple[str, str]], tools: dict[str, dict[str, Any]], wants
         return Decision("text", "Scripted reply.")
     if not tools:
         return Decision("text", "Scripted title")
-    done = any(kind == "result" for kind, _ in texts[marker_at + 1:])
+    results = [text for kind, text in texts[marker_at + 1:] if kind == "result"]
     scenario = marker.group(1).lower()
-    if done:
+    if scenario == "mcp":
+        wanted = marker.group(2) or ""
+        if results:
+            return Decision("text", f"{FINAL_PREFIX} {wanted} returned: {first_lines(results[0])}")
+        name = pick_mcp_tool(tools, wanted)
+        if name is None:
+            return Decision("text", f"{FINAL_PREFIX}: no MCP tool {wanted} offered.")
+        return Decision("tool", tool=name, args=mcp_arguments(texts[marker_at][1], marker.end()))
+    if results:
         return Decision("text", f"{FINAL_PREFIX} after the {scenario} tool.")
     path = marker.group(2)
     name = pick_tool(tools, scenario)
@@ -261,6 +307,10 @@ def read_responses(body: dict[str, Any]):
     for t in body.get("tools") or []:
         if t.get("type") == "function" and t.get("name"):
             tools[t["name"]] = t.get("parameters") or {}
+        elif t.get("type") == "namespace" and t.get("name"):  # codex's MCP servers: one namespace each
+            for inner in t.get("tools") or []:
+                if inner.get("name"):
+                    tools[f"{t['name']}{NS}{inner['name']}"] = inner.get("parameters") or {}
     schema = None
     fmt = (body.get("text") or {}).get("format") or {}
     if fmt.get("type") == "json_schema":
@@ -291,7 +341,9 @@ def read_gemini(body: dict[str, Any]):
     for c in body.get("contents", []):
         for p in c.get("parts", []):
             if "functionResponse" in p:
-                texts.append(("result", json.dumps(p["functionResponse"].get("response"))))
+                response = p["functionResponse"].get("response")
+                output = response.get("output") if isinstance(response, dict) else None
+                texts.append(("result", output if isinstance(output, str) else json.dumps(response)))
             elif "text" in p:
                 texts.append(("user" if c.get("role") == "user" else "assistant", p["text"]))
     tools = {}
@@ -360,7 +412,9 @@ def answer_responses(d: Decision, body: dict[str, Any]) -> tuple[str, bytes]:
     usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
     if d.kind == "tool":
-        item = {"type": "function_call", "id": _id("fc"), "call_id": _id("call"), "name": d.tool,
+        namespace, _, name = d.tool.rpartition(NS)
+        item = {"type": "function_call", "id": _id("fc"), "call_id": _id("call"), "name": name,
+                **({"namespace": namespace} if namespace else {}),
                 "arguments": json.dumps(d.args), "status": "completed"}
     else:
         item = {"type": "message", "id": _id("msg"), "role": "assistant", "status": "completed",

@@ -230,7 +230,9 @@ def test_shell_allow_once(bench):
         output = output if asks else "none"  # its local bash call is never completed
     if asks:
         assert r["options"] is not None, "no permission card"
-        assert r["card_state"] == "selected" and r["card_label"].endswith("by you"), r["card_label"]
+        # "Allowed once by you", or with the option's own name: "Allowed by you: Yes, proceed" (codex)
+        assert r["card_state"] == "selected" and r["card_label"].startswith("Allowed") \
+            and " by you" in r["card_label"], r["card_label"]
         assert r["buttons_disabled"] and all(r["buttons_disabled"])
     else:
         assert r["options"] is None

@@ -274,3 +274,47 @@ def test_journal_of_a_rule_plugin(nb):
     journal.locator("input[type=text]").fill("")
     journal.get_by_text("npm test", exact=False).wait_for()
     nb.shot(journal, "journal")
+
+
+RUN_CODE = 'run code\nsales["change"] = sales.q4 - sales.q3\nprint(sales.loc[sales.change < 0, "region"].tolist())'
+
+
+def test_run_code_card_in_the_kernel(nb):
+    """The agent asks to run code in the kernel through its MCP server: one card shows the
+    code; Run runs it in the notebook's namespace and the output goes back to the agent."""
+    nb.open(["%load_ext escouade_nb",
+             'import pandas as pd\nsales = pd.DataFrame({"region": ["north", "south", "east", "west"],\n'
+             '                      "q3": [120.0, 95.5, 80.0, 60.0], "q4": [110.0, 101.0, 64.0, 72.5]})',
+             f"demo = %escouade fake --cwd {nb.work}",
+             "sales"])
+    for i in range(3):
+        nb.run_cell(i)
+    view = nb.agent_view(2)
+    nb.wait_status(view, "idle")
+    header = view.locator(":scope > .widget-hbox").first
+    header.locator(".escouade-kernel-tools", has_text="kernel tools ✓").wait_for()
+    nb.send(view, RUN_CODE)  # the newlines are typed as Enter: they stay in the box
+    card = view.locator(".escouade-permission", has_text="Run code in the kernel")
+    card.get_by_text("Waiting for you").wait_for()
+    nb.wait_status(view, "waiting for you")
+    assert view.locator(".escouade-permission").count() == 1  # the agent's own request folded into it
+    text = card.inner_text()
+    assert "asks permission: Run code in the kernel" in text
+    assert 'sales["change"] = sales.q4 - sales.q3' in text
+    assert 'print(sales.loc[sales.change < 0, "region"].tolist())' in text
+    buttons = card.locator("button")
+    assert buttons.all_inner_texts() == ["Run", "Run without asking again in this session", "Don't run"]
+    nb.shot(view, "kernel-tools-pending")
+    card.locator("button", has_text=re.compile("^Run$")).click()
+    card.locator(".escouade-answer", has_text="Allowed by you: Run").wait_for()
+    for b in buttons.all():
+        assert b.is_disabled()
+    view.locator(".escouade-message-agent", has_text="['north', 'east']").wait_for()
+    assert "mcp__escouade__run_code returned" in view.locator(".escouade-message-agent").last.inner_text()
+    nb.wait_status(view, "idle")
+    assert "kernel tools ✓" in header.inner_text()
+    nb.shot(view, "kernel-tools")
+    # it ran in the notebook's own namespace: the next cell sees the new column
+    nb.run_cell(3)
+    nb.output(3).get_by_text("change", exact=False).first.wait_for()
+    assert "-16.0" in nb.output(3).inner_text()

@@ -1,0 +1,137 @@
+"""Which notebook this kernel runs, and a read notebook's cells as text. Pure: the only
+I/O is :meth:`pathlib.Path.exists` (a stat); reading the file is the caller's (in a thread).
+
+A kernel learns its notebook from jupyter_server: ``JPY_SESSION_NAME`` in its
+environment, copied by ipykernel (≥ 6.22) into ``user_ns["__session__"]``. Measured
+(jupyter_server 2.21, ipykernel 7.4): absolute (``<root>/sub/nb.ipynb``) when the session
+was created with a name, as JupyterLab does; the API path relative to the *server root*
+(``sub/nb.ipynb``, while the kernel's cwd is ``<root>/sub``) when created by path only;
+the old path after a rename until the kernel restarts; absent under nbclient, nbval,
+``jupyter console`` and plain kernels. So a path is a guess to be checked: say which one
+was read, and work without one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any, Literal
+
+__all__ = ["NotebookRef", "kernel_notebook", "file_cells", "output_text", "MAX_OUTPUT"]
+
+MAX_OUTPUT = 2000
+"""Characters of one cell's outputs (as text) kept by :func:`file_cells`."""
+
+
+@dataclass(frozen=True)
+class NotebookRef:
+    """The notebook a kernel runs: ``path`` (absolute when it could be resolved),
+    ``source`` (where it was learnt: ``"__session__"`` or ``"JPY_SESSION_NAME"``),
+    ``exists`` (whether the file was there when asked; a rename since the kernel
+    started leaves a stale path)."""
+
+    path: Path
+    source: Literal["__session__", "JPY_SESSION_NAME"]
+    exists: bool
+
+    def describe(self) -> str:
+        """One line for a tool result: ``/x/nb.ipynb (from __session__)``, with
+        ``, not found: renamed or moved since the kernel started?`` when missing."""
+        note = "" if self.exists else ", not found: renamed or moved since the kernel started?"
+        return f"{self.path} (from {self.source}{note})"
+
+
+def _candidates(given: str, cwd: Path) -> list[Path]:
+    """Where a session name may point: as is when absolute; when relative, the API path
+    is relative to the server root and the kernel runs in the notebook's folder, so
+    ``cwd / name`` (the cwd ends with the path's folder), then ``cwd / path`` (a kernel
+    started at the root)."""
+    p = PurePath(given)
+    if p.is_absolute():
+        return [Path(p)]
+    folder = p.parent.parts
+    near = cwd / p.name
+    if folder and tuple(cwd.parts[-len(folder):]) == folder:
+        return [near, cwd / p]
+    return [cwd / p, near] if folder else [near]
+
+
+def kernel_notebook(ns: Mapping[str, Any], env: Mapping[str, str], cwd: Path) -> NotebookRef | None:
+    """The notebook this kernel runs, from ``ns["__session__"]`` (first) or
+    ``env["JPY_SESSION_NAME"]``; ``None`` when neither names an ``.ipynb`` file (a
+    console's session, nbclient, nbval, a plain kernel). A relative name is resolved
+    against ``cwd`` (see :func:`_candidates`); the first candidate that exists wins, else
+    the most likely one is returned with ``exists=False``."""
+    for source, value in (("__session__", ns.get("__session__")), ("JPY_SESSION_NAME", env.get("JPY_SESSION_NAME"))):
+        if not isinstance(value, str) or not value.strip() or not value.strip().lower().endswith(".ipynb"):
+            continue
+        candidates = _candidates(value.strip(), Path(cwd))
+        for path in candidates:
+            if path.exists():
+                return NotebookRef(path=path, source=source, exists=True)  # type: ignore[arg-type]
+        return NotebookRef(path=candidates[0], source=source, exists=False)  # type: ignore[arg-type]
+    return None
+
+
+def _text(value: Any) -> str:
+    """nbformat's multiline strings: a str, or a list of str to join."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(v for v in value if isinstance(v, str))
+    return ""
+
+
+def output_text(output: Mapping[str, Any]) -> str:
+    """One nbformat v4 output as text: a stream's text, the ``text/plain`` of a result or
+    a display (``[MIME]`` when it has no text form: an image…), an error's
+    ``ename: evalue`` and its traceback (terminal colours removed)."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return _text(output.get("text"))
+    if kind in ("execute_result", "display_data"):
+        data = output.get("data") or {}
+        if "text/plain" in data:
+            return _text(data["text/plain"])
+        return " ".join(f"[{mime}]" for mime in data) or ""
+    if kind == "error":
+        tb = "\n".join(_text(line) for line in output.get("traceback") or [])
+        tb = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", tb)
+        head = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
+        return f"{head}\n{tb}" if tb else head
+    return ""
+
+
+def file_cells(nb: Mapping[str, Any], *, start: int | None = None, end: int | None = None,
+               max_output: int = MAX_OUTPUT) -> list[dict[str, Any]]:
+    """The cells of a read notebook (a v4 dict, as ``nbformat.read`` gives) numbered from
+    1 in file order: ``[{"index", "cell_type", "id", "execution_count", "source",
+    "outputs" (text, cut to ``max_output``, or None)}]`` for positions ``start`` to
+    ``end`` inclusive (negative: from the last cell, -1 is the last). ``ValueError`` for
+    bounds that are not integers."""
+    cells = nb.get("cells") or []
+    n = len(cells)
+
+    def bound(v: int | None, default: int) -> int:
+        if v is None:
+            return default
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"cell bounds are positions in the notebook (integers from 1), got {v!r}")
+        return n + 1 + v if v < 0 else v
+
+    lo, hi = max(1, bound(start, 1)), min(n, bound(end, n))
+    out = []
+    for index in range(lo, hi + 1):
+        cell = cells[index - 1]
+        outputs = None
+        if cell.get("cell_type") == "code":
+            text = "".join(output_text(o) for o in cell.get("outputs") or [] if isinstance(o, Mapping))
+            if len(text) > max_output:
+                text = f"{text[:max_output]}… [cut: {len(text):,} characters in all]"
+            outputs = text or None
+        out.append({"index": index, "cell_type": cell.get("cell_type", "?"), "id": cell.get("id"),
+                    "execution_count": cell.get("execution_count"), "source": _text(cell.get("source")),
+                    "outputs": outputs})
+    return out

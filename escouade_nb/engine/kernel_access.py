@@ -1,0 +1,354 @@
+"""What one session of an agent gets of the kernel: :class:`KernelAccess`.
+
+The MCP servers it is given on ``session/new`` / ``session/load`` — the kernel's own
+server ``escouade`` (:mod:`.kernel_server`: variables, cells, ``run_code``) and the
+user's servers of ``mcp.json`` (:mod:`..manifest.mcp_servers`) — and the engine side of
+the kernel's tools: the card of a ``run_code`` call in the agent's conversation, the
+agent's own permission requests for those tools, whether the agent connected.
+
+Rules (from the seed's "What Escouade holds" and ``reference/mcp-in-the-kernel.md``):
+
+* the kernel's server goes to the session in ``mcpServers`` with its bearer token in the
+  HTTP entry's ``headers`` (or, for an agent without HTTP MCP, in the ``env`` of the stdio
+  bridge ``escouade-mcp-bridge``): never in argv, never in a transcript (redacted) or a log;
+* exactly one card per ``run_code`` call, whatever the agent: the kernel's server asks (rule
+  plugins first, as for any request: ``tool: mcp__escouade__run_code``, ``kind: mcp``); the
+  agent's own permission request for a tool of the kernel's server is answered "allow
+  once" without a card for ``run_code`` (the server's card is the one that decides), and
+  goes through the rule plugins for the read tools, which escouade_nb then allows
+  (reading the kernel is what the server is for);
+* not offered through a launcher (``--via``: ``127.0.0.1`` would name the remote host),
+  nor outside a kernel unless asked; what cannot be offered is said once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..core.conversation import ToolCall
+from ..manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
+from ..manifest.models import ManifestError
+from ..permissions.request import mcp_tool_of
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .cards import PermissionCard
+    from .kernel_server import Grant
+    from .live import Live
+
+log = logging.getLogger(__name__)
+
+SERVER = "escouade"
+"""The kernel's MCP server's name in ``mcpServers`` (its tools are ``mcp__escouade__*``)."""
+KERNEL_TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code")
+READ_TOOLS = frozenset(KERNEL_TOOLS) - {"run_code"}
+CONNECT_GRACE = 20.0
+"""Seconds after ``session/new`` within which an agent given the kernel's server is
+expected to connect to it; after that the conversation says it did not (a wrong token or
+an agent that ignores HTTP servers both look like success on ACP's side)."""
+RUN_OPTIONS = [
+    {"optionId": "run", "name": "Run", "kind": "allow_once"},
+    {"optionId": "run-session", "name": "Run without asking again in this session", "kind": "allow_always"},
+    {"optionId": "dont-run", "name": "Don't run", "kind": "reject_once"},
+]
+"""The options of a "Run code in the kernel" card (the kernel's own, not the agent's)."""
+
+
+def in_kernel() -> bool:
+    """Whether an IPython shell with a user namespace runs in this process."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "user_ns", None) is not None
+
+
+def user_namespace() -> tuple[Mapping[str, Any], frozenset[str]]:
+    """The kernel's user namespace and IPython's own names in it (``user_ns_hidden``);
+    ``({}, ∅)`` outside IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or getattr(shell, "user_ns", None) is None:
+        return {}, frozenset()
+    return shell.user_ns, frozenset(getattr(shell, "user_ns_hidden", {}) or ())
+
+
+def context_blocks(variables: Sequence[str] = (), cells: Sequence[int] | str = (),
+                   namespace: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Prompt blocks for notebook context: one embedded ``resource`` per variable
+    (``kernel://variable/NAME``, the summary :func:`~..core.variables.summary_text` gives —
+    what ``inspect_variable`` answers) and one for the cells (``kernel://cells/3-5``: In/Out
+    of those execution counts). ``cells`` is a list of execution counts or a range text
+    (``"3-5"``, ``"1,4-6"``). Agents without ``embeddedContext`` get them as
+    text blocks naming them, by the prompt gate (:func:`~..core.prompt.gate`). Raises ``KeyError`` for a variable the kernel lacks and
+    ``ValueError`` for a bad range or a cell that was not run."""
+    from ..core import variables as kvars
+
+    ns = user_namespace()[0] if namespace is None else namespace
+    out: list[dict[str, Any]] = []
+    for name in variables:
+        if name not in ns:
+            raise KeyError(f"no variable {name!r} in the kernel's namespace")
+        text = kvars.summary_text(kvars.summarize(name, ns[name]))
+        out.append({"type": "resource", "resource": {"uri": f"kernel://variable/{name}", "mimeType": "text/plain",
+                                                     "text": text}})
+    counts = kvars.parse_cell_range(cells) if isinstance(cells, str) else list(cells)
+    if counts:
+        history = {c["execution_count"]: c for c in kvars.cells_of(ns)}
+        missing = [n for n in counts if n not in history]
+        if missing:
+            raise ValueError(f"no cell was run with execution count {', '.join(map(str, missing))} in this kernel"
+                             f" (the last one is {max(history) if history else 0})")
+        parts = []
+        for n in counts:
+            cell = history[n]
+            parts.append(f"In [{n}]:\n{cell['source']}")
+            if cell.get("output"):
+                parts.append(f"Out[{n}]:\n{cell['output']}")
+        label = cells if isinstance(cells, str) else ",".join(map(str, counts))
+        out.append({"type": "resource", "resource": {"uri": f"kernel://cells/{label}", "mimeType": "text/plain",
+                                                     "text": "\n\n".join(parts)}})
+    return out
+
+
+class KernelAccess:
+    """The MCP side of one :class:`~.live.Live` (one process, one session).
+
+    ``state`` says, for the views, what the agent has of the kernel's server:
+    ``"off"`` (not asked), ``"not offered"`` (``why`` says why), ``"offered"``
+    (sent; not connected yet), ``"connected"``."""
+
+    def __init__(self, live: Live) -> None:
+        self.live = live
+        self.agent: Agent = live.agent
+        self.grant: Grant | None = None
+        self.server_names: dict[str, tuple[str, ...]] = {}  # the servers given, with their known tools
+        self.state = "pending" if self.agent.kernel_tools else "off"
+        self.why = ""
+        self.allow_all_runs = False  # the user chose "run without asking again in this session"
+        self._runs = 0
+        self._allowed: dict[str, list[ToolCall]] = {}  # run_code calls allowed, by code, until they ran
+        self._server: Any = None
+        self._server_task: asyncio.Task | None = None
+        if self.agent.kernel_tools:
+            from .kernel_server import KernelServer  # the module is light: mcp is imported when it starts
+
+            self._server_task = asyncio.get_running_loop().create_task(
+                KernelServer.shared(), name=f"escouade kernel server for {self.agent.name}")
+
+    # -- what is sent -------------------------------------------------------------------------
+    async def servers(self) -> list[dict[str, Any]]:
+        """The ``mcpServers`` of the session (wire dicts), their secrets registered with the
+        transcript first. What cannot be offered is said in the conversation, once."""
+        agent = self.agent
+        caps = agent.agent_capabilities.get("mcpCapabilities") or {}
+        entries: list[dict[str, Any]] = []
+        said: list[str] = []
+        kernel = await self._kernel_entry(caps, said)
+        if kernel is not None:
+            entries.append(kernel)
+        if agent.mcp != []:
+            try:
+                configured = await asyncio.to_thread(read_mcp_config)
+            except ManifestError as exc:
+                configured = {}
+                said.append(f"Your MCP servers were not given to the agent: {exc}")
+            wanted = list(configured) if agent.mcp is None else list(agent.mcp)
+            for name in wanted:
+                server = configured.get(name)
+                if server is None:
+                    said.append(f"No MCP server {name!r} in your mcp.json (it has: {', '.join(configured) or 'none'}).")
+                    continue
+                kind = getattr(server, "type", "stdio")
+                if kind != "stdio" and not caps.get(kind):
+                    said.append(f"The MCP server {name!r} ({kind}) was not given: the agent does not take {kind} "
+                                f"servers (mcpCapabilities.{kind} is not true).")
+                    continue
+                entries.append(to_acp(name, server))
+                self.server_names[name] = ()
+        for text in said:
+            agent.conversation.add_notice(text, level="warning")
+        if agent.transcript is not None:
+            agent.transcript.redact(*(s for e in entries for s in secrets_of(e)),
+                                    *([self.grant.token] if self.grant is not None else []))
+        return entries
+
+    async def _kernel_entry(self, caps: Mapping[str, Any], said: list[str]) -> dict[str, Any] | None:
+        agent = self.agent
+        if self._server_task is None:
+            return None
+        if agent.via:
+            self._not_offered(said, "the agent runs through a launcher (--via): 127.0.0.1 would name the other "
+                                    "host, not this kernel")
+            return None
+        try:
+            server = await asyncio.shield(self._server_task)
+        except Exception as exc:  # the server could not start: the agent still runs, without it
+            log.exception("the kernel's MCP server did not start")
+            self._not_offered(said, f"the kernel's MCP server did not start ({exc})")
+            return None
+        self._server = server
+        if self.grant is None:
+            self.grant = server.grant(self)
+            self.grant.on_connect.subscribe(self._connected)
+        self.server_names[SERVER] = KERNEL_TOOLS
+        self.state = "offered"
+        self._notify()
+        token = self.grant.token
+        if caps.get("http"):
+            return {"type": "http", "name": SERVER, "url": server.url,
+                    "headers": [{"name": "Authorization", "value": f"Bearer {token}"}]}
+        # every ACP agent takes stdio servers: the bridge relays to the kernel's HTTP server
+        return {"name": SERVER, "command": sys.executable, "args": ["-m", "escouade_nb.tools.mcp_bridge"],
+                "env": [{"name": "ESCOUADE_MCP_URL", "value": server.url},
+                        {"name": "ESCOUADE_MCP_TOKEN", "value": token}]}
+
+    def _not_offered(self, said: list[str], why: str) -> None:
+        self.state, self.why = "not offered", why
+        said.append(f"The kernel's tools (variables, cells, run_code) were not given to the agent: {why}.")
+        self._notify()
+
+    def opened(self) -> None:
+        """The session exists: the agent should connect within :data:`CONNECT_GRACE`."""
+        if self.state == "offered":
+            self.live.session.start_soon(self._expect_connection)
+
+    async def _expect_connection(self) -> None:
+        await anyio.sleep(CONNECT_GRACE)
+        if self.state == "offered" and self.live.current and not self.live.ended:
+            self.agent.conversation.add_notice(
+                f"The agent was given the kernel's MCP server but has not connected to it in {CONNECT_GRACE:g} s: "
+                f"it may not see the kernel's tools.", level="warning")
+
+    def _connected(self, grant: Any = None) -> None:
+        self.state = "connected"
+        self._notify()
+
+    def _notify(self) -> None:
+        self.agent.conversation.notify_state("kernel_tools")
+        self.agent.notify_status()  # the header says it
+
+    def close(self) -> None:
+        """The session is over: its token no longer opens the server."""
+        if self.grant is not None:
+            self._server.revoke(self.grant)
+            self.grant = None
+        if self._server_task is not None and not self._server_task.done():
+            self._server_task.cancel()
+
+    # -- the agent's own permission requests --------------------------------------------------
+    def recognise(self, call: ToolCall) -> tuple[str, str] | None:
+        """``(server, tool)`` when ``call`` is a tool of a server this session was given
+        (noted on the call, for rule plugins), else None."""
+        if not self.server_names:
+            return None
+        found = mcp_tool_of(call, self.server_names)
+        if found is not None:
+            call.mcp = found
+        return found
+
+    # -- the kernel server's owner (ToolOwner) -------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+    async def ask_run_code(self, code: str) -> None:
+        """The card "Run code in the kernel" in the agent's conversation; returns when
+        allowed, raises ``Refused`` with who refused and why. A cancelled call (the agent
+        gave up on it) withdraws the card."""
+        from .kernel_server import Refused
+
+        desk = self.live.desk
+        if self.live.ended or desk.closed:
+            raise Refused("the agent's session is over")
+        self._runs += 1
+        call = self._agent_call()
+        tool_call = {
+            "toolCallId": call.tool_call_id if call is not None else f"escouade-run-code-{self._runs}",
+            "title": "Run code in the kernel", "kind": "execute", "status": "pending",
+            "rawInput": {"code": code},  # the card shows it highlighted (the text repr: as input)
+        }
+        card = desk.new_card(tool_call, RUN_OPTIONS, mcp=(SERVER, "run_code"))
+        if self.allow_all_runs:
+            card.choose("run-session", by="you (earlier, for this session)")
+        try:
+            answer = await desk.decide(card)
+        except asyncio.CancelledError:
+            card.cancel("the agent gave up on the call")
+            raise
+        chosen = card.permission.chosen or {}
+        if answer.get("outcome") == "selected" and chosen.get("kind", "").startswith("allow"):
+            if chosen.get("kind") == "allow_always" and card.permission.answered_by == "you":
+                self.allow_all_runs = True
+            if card.tool_call is not None:
+                self._allowed.setdefault(code, []).append(card.tool_call)
+            return
+        who = card.permission.answered_by or "you"
+        message = card.permission.message
+        if answer.get("outcome") == "cancelled":
+            raise Refused(f"the call was cancelled ({message or 'the turn was stopped'}); the code was not run")
+        raise Refused(f"denied by {who}{': ' + message if message else ''}; the code was not run")
+
+    def _agent_call(self) -> ToolCall | None:
+        """The agent's own tool call for this ``run_code``, when it announced one (the
+        newest unfinished call known as ``mcp__escouade__run_code`` without a card yet)."""
+        for call in reversed(list(self.agent.conversation.tool_calls.values())):
+            if call.mcp == (SERVER, "run_code") and call.status in (None, "pending", "in_progress") \
+                    and not call.extra.get("escouade_card"):
+                call.extra["escouade_card"] = True
+                return call
+        return None
+
+    async def allow_read(self, tool: str, arguments: dict[str, Any]) -> None:
+        """A read tool: allowed (the agent's own request, if any, went through the rule
+        plugins already); the notebook file only inside a private project's fence."""
+        from .kernel_server import Refused
+
+        fence = self.agent.fence
+        path = arguments.get("path")
+        if fence is not None and isinstance(path, str):
+            try:
+                Path(path).resolve().relative_to(fence)
+            except ValueError:
+                raise Refused(f"{path} is outside this private project's folder {fence}") from None
+
+    async def policy(self, card: PermissionCard) -> None:
+        """The permission policy after the rule plugins (whose denial comes first and
+        wins): the agent's own request for a read tool of the kernel's server is allowed
+        once, by escouade_nb — reading the kernel is what the server is for."""
+        call = card.tool_call
+        if call is None or call.mcp is None or call.mcp[0] != SERVER or call.mcp[1] not in READ_TOOLS:
+            return
+        option = next((o for o in card.options if o.get("kind") == "allow_once"), None)
+        if option is not None and card.state == "pending":
+            card.choose(option["optionId"], by="escouade_nb (a read of the kernel's own server)")
+
+    def ran_code(self, code: str, result: dict[str, Any]) -> None:
+        """The code ran: its output goes on the card's tool call (a call the agent did
+        not announce is closed by us; the agent's own is closed by the agent)."""
+        waiting = self._allowed.get(code)
+        if not waiting:
+            return
+        call = waiting.pop(0)
+        if not waiting:
+            del self._allowed[code]
+        text = _output_text(result)
+        conversation = self.agent.conversation
+        conversation.add_tool_content(call, {"type": "content", "content": {"type": "text", "text": text}})
+        if call.tool_call_id.startswith("escouade-run-code-"):
+            call.status = "failed" if result.get("error") else "completed"
+            conversation.touch(call)
+
+
+def _output_text(result: Mapping[str, Any]) -> str:
+    parts = []
+    for key, label in (("stdout", ""), ("stderr", "stderr:\n"), ("result", "→ "), ("error", "")):
+        value = result.get(key)
+        if value:
+            parts.append(f"{label}{value}".rstrip("\n"))
+    return "\n".join(parts) or "(no output)"

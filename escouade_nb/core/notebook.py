@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
+from .variables import cell_bound
+
 __all__ = ["NotebookRef", "kernel_notebook", "file_cells", "output_text", "MAX_OUTPUT"]
 
 MAX_OUTPUT = 2000
@@ -114,14 +116,8 @@ def file_cells(nb: Mapping[str, Any], *, start: int | None = None, end: int | No
     cells = nb.get("cells") or []
     n = len(cells)
 
-    def bound(v: int | None, default: int) -> int:
-        if v is None:
-            return default
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ValueError(f"cell bounds are positions in the notebook (integers from 1), got {v!r}")
-        return n + 1 + v if v < 0 else v
-
-    lo, hi = max(1, bound(start, 1)), min(n, bound(end, n))
+    what = "positions in the notebook (integers from 1)"
+    lo, hi = max(1, cell_bound(start, 1, n, what)), min(n, cell_bound(end, n, n, what))
     out = []
     for index in range(lo, hi + 1):
         cell = cells[index - 1]

@@ -382,14 +382,8 @@ def _cell_window(counts: list[int], start: int | None, end: int | None) -> list[
         return []
     last = counts[-1]
 
-    def bound(v: int | None, default: int) -> int:
-        if v is None:
-            return default
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ValueError(f"cell bounds are execution counts (integers), got {v!r}")
-        return last + 1 + v if v < 0 else v
-
-    lo, hi = bound(start, counts[0]), bound(end, last)
+    lo = cell_bound(start, counts[0], last, "execution counts (integers)")
+    hi = cell_bound(end, last, last, "execution counts (integers)")
     return [c for c in counts if lo <= c <= hi]
 
 
@@ -446,3 +440,13 @@ def parse_cell_range(text: str) -> list[int]:
                 seen.add(n)
                 out.append(n)
     return out
+
+
+def cell_bound(value: int | None, default: int, last: int, what: str) -> int:
+    """A cell range bound: ``default`` when None, counted from ``last`` when negative
+    (-1 is ``last``); ``ValueError`` naming ``what`` bounds are for a non-integer."""
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"cell bounds are {what}, got {value!r}")
+    return last + 1 + value if value < 0 else value

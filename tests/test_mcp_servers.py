@@ -150,3 +150,39 @@ def test_tools_of_other_servers_and_plain_tools_are_not_taken_for_the_kernels():
     assert mcp_tool_of(_call("Bash", {"command": "ls"}, kind="execute"), SERVERS) is None
     assert mcp_tool_of(_call("read", {}), SERVERS) is None  # a bare name of a server whose tools are unknown
     assert mcp_tool_of(_call("mcp__other__run_code", {}), SERVERS) is None
+
+
+def test_a_server_of_your_mcp_json_reaches_the_agent_which_calls_it(tmp_path, monkeypatch):
+    """The shipped fake agent, given a stdio server of mcp.json (a real MCP server built
+    with the SDK), starts it with the entry's env and calls its tool; its permission
+    request is a card of yours, named mcp__files__echo for rule plugins."""
+    import asyncio
+    import sys
+    from pathlib import Path
+
+    from escouade_nb.engine.agent import Agent
+    from escouade_nb.manifest import discover, locate_program
+
+    server = Path(__file__).resolve().parent / "fixtures" / "mcp_echo_server.py"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"files": {
+        "command": sys.executable, "args": [str(server)], "env": {"ECHO_TOKEN": "tok-echo-4242"}}}}))
+    monkeypatch.setenv("ESCOUADE_NB_MCP_CONFIG", str(config))
+
+    async def go():
+        ref = discover().find("fake")
+        agent = Agent(ref, program=locate_program(ref.harness), cwd=tmp_path)
+        try:
+            await agent.ready()
+            turn = agent.send('call files echo {"text": "hi"}')
+            card = await agent.next_permission(timeout=30)
+            assert card.tool_call.mcp == ("files", "echo")
+            from escouade_nb.permissions.request import normalise
+            assert normalise(card.tool_call, {}).tool == "mcp__files__echo"
+            card.choose("allow_once")
+            return (await asyncio.wait_for(turn, 30)).text
+        finally:
+            await agent.close()
+
+    text = run(go(), timeout=60)
+    assert "echo: hi (TOKEN=tok-echo-4242)" in text

@@ -78,7 +78,7 @@ _ticker = _Ticker()
 await asyncio.sleep(0.1)
 _ticker.worst = 0.0
 _t0 = time.perf_counter()
-await asyncio.to_thread(_ks._import_server_side)
+await asyncio.to_thread(_ks.import_server_side)
 _t1 = time.perf_counter()
 _server = await _ks.KernelServer.shared()
 _t2 = time.perf_counter()

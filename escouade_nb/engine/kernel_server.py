@@ -257,9 +257,9 @@ class _BearerGate:
             _CALLER.reset(token)
 
 
-def _import_server_side() -> tuple[Any, Any, Any, Any]:
-    """(MCPServer, ToolError, uvicorn, pydantic.Field): the heavy imports, run in a
-    worker thread by :meth:`KernelServer.start`."""
+def import_server_side() -> tuple[Any, Any, Any, Any]:
+    """(MCPServer, ToolError, uvicorn, pydantic.Field): the heavy imports (~0.5 s), run in
+    a worker thread by :meth:`KernelServer.start`, or at once by ``%load_ext``."""
     import uvicorn
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -387,7 +387,7 @@ class KernelServer:
         return self
 
     async def _start(self) -> None:
-        MCPServer, ToolError, uvicorn, Field = await asyncio.to_thread(_import_server_side)
+        MCPServer, ToolError, uvicorn, Field = await asyncio.to_thread(import_server_side)
         self._tool_error = ToolError
         _quiet_third_party_loggers()
         root = logging.getLogger()

@@ -1,0 +1,45 @@
+"""One prompt's turns side by side (``%%escouade A,B``), and their comparison table."""
+
+from __future__ import annotations
+
+import ipywidgets as w
+
+from ..engine.compare import comparison_html, comparison_text
+from ..engine.turns import Turn
+from .agent_view import TurnView
+from .views import FullText, Releasing, close_tree
+
+
+class CompareView(FullText, Releasing, w.VBox):
+    """The turns of one prompt, one column each (a :class:`TurnView` per agent, every
+    card answerable), and under them the comparison table (:mod:`..engine.compare`),
+    redrawn as each turn ends and once the worktrees' diff stats are re-counted
+    (:meth:`refresh`). ``close()`` closes the turn views."""
+
+    def __init__(self, turns: list[Turn], *, cell: str | None = None) -> None:
+        super().__init__()
+        self.add_class("escouade-compare")
+        self.turns = list(turns)
+        self.views = [TurnView(t, cell=None) for t in self.turns]
+        for view in self.views:
+            view.layout = w.Layout(flex="1 1 0", min_width="0", border_right="1px solid #d0d7de", padding="0 6px")
+        self.table = w.HTML()
+        self.children = [w.HBox(self.views, layout=w.Layout(width="100%")), self.table]
+        for turn in self.turns:
+            turn.add_done_callback(lambda _t: self.refresh())
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self.closed:
+            return
+        value = comparison_html(self.turns)
+        if self.table.value != value:
+            self.table.value = value
+
+    def release(self) -> None:
+        for view in self.views:
+            close_tree(view)
+
+    def __repr__(self) -> str:
+        parts = [repr(v) for v in self.views]
+        return "\n\n".join([*parts, comparison_text(self.turns, durations=False)])

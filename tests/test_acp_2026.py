@@ -1,0 +1,596 @@
+"""ACP as it stands at the end of 2026 (issue 13), each feature played by the scripted
+agent over real pipes against the public :class:`~escouade_nb.engine.agent.Agent`:
+notices and compaction (opt-in client capabilities), the session lifecycle
+(``session/list``, ``session/resume``, ``session/close``, ``session/delete``,
+``additionalDirectories`` and the fence), the client's ``systemPrompt``, the tool call's
+stable ``name``, ``$/cancel_request`` for an abandoned request, ``session/set_model`` only
+with a models state; the magics in a kernel. The wire shapes are those of
+``escouade_nb/core/acp_v1_25.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from escouade_nb.core.conversation import Compaction, Notice, Unknown
+from escouade_nb.core.render_text import render_item, render_items
+from escouade_nb.engine.agent import Agent
+from test_failure_cases import P_NEW, P_PROMPT, Script, run
+
+INIT_2026 = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
+             '{"fs":{"readTextFile":true,"writeTextFile":true},"session":{"notices":{},"compaction":{}}}}}')
+
+
+def _init_result(session_caps: str = "{}", load: bool = False) -> str:
+    return ('A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":'
+            + ("true" if load else "false") + ',"sessionCapabilities":' + session_caps + '},"authMethods":[]}}')
+
+
+def _update(update: str, session: str = "s1") -> str:
+    return f'A> {{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{session}","update":{update}}}}}'
+
+
+def _chunk(text: str) -> str:
+    return _update('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"' + text + '"}}')
+
+
+END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
+
+# -- notices and compaction ---------------------------------------------------------------------
+NOTICES = "\n".join([
+    INIT_2026, _init_result(), P_NEW, P_PROMPT,
+    _chunk("Before."),
+    _update('{"sessionUpdate":"notice","severity":"warning","title":"Rate limit close",'
+            '"description":"80% of the hourly budget used"}'),
+    _update('{"sessionUpdate":"compaction_update","compactionId":"c1","status":"in_progress"}'),
+    _update('{"sessionUpdate":"compaction_summary_chunk","compactionId":"c1",'
+            '"content":{"type":"text","text":"Kept: the failing test "}}'),
+    _update('{"sessionUpdate":"compaction_summary_chunk","compactionId":"c1",'
+            '"content":{"type":"text","text":"in test_a.py."}}'),
+    _update('{"sessionUpdate":"compaction_update","compactionId":"c1","status":"completed"}'),
+    _update('{"sessionUpdate":"notice","severity":"fyi","title":"Odd severity"}'),
+    _update('{"sessionUpdate":"hologram_update","shape":"cube"}'),
+    _chunk("After."),
+    END,
+])
+
+
+def test_notices_and_compaction_are_advertised_shown_and_replayed(tmp_path):
+    from escouade_nb.widgets import AgentView
+
+    s = Script(tmp_path, NOTICES)
+
+    async def go():
+        agent = s.agent()
+        try:
+            view = AgentView(agent)
+            result = await agent.send("go")
+            assert result.stop_reason == "end_turn"
+            await asyncio.sleep(0.1)  # the view's throttle
+            return agent.transcript.path, agent.conversation, repr(view), view
+        finally:
+            await agent.close()
+
+    path, conv, shown, view = run(go())
+    s.assert_ok()
+    init = s.received()[0]
+    assert init["params"]["clientCapabilities"]["session"] == {"configOptions": {"boolean": {}}, "notices": {}, "compaction": {}}
+    assert isinstance(init["id"], str) and init["id"].startswith("escouade-")  # our transport, not the SDK's
+    notices = [i for i in conv.items if isinstance(i, Notice) and i.origin == "agent"]
+    assert [(n.level, n.severity, n.text, n.detail) for n in notices] == [
+        ("warning", "warning", "Rate limit close", "80% of the hourly budget used"), ("info", "fyi", "Odd severity", "")]
+    (compaction,) = [i for i in conv.items if isinstance(i, Compaction)]
+    assert compaction.status == "completed" and compaction.summary_text == "Kept: the failing test in test_a.py."
+    text = render_items(conv.items)
+    assert ("agent: Before.\n[agent warning] Rate limit close\n  80% of the hourly budget used\n"
+            "──── earlier context summarised ────\n  summary: Kept: the failing test in test_a.py.\n"
+            "[agent fyi] Odd severity\n") in text
+    # an update of a kind nobody asked for: kept, said readably (never pydantic's list of tags)
+    (unknown,) = [i for i in conv.items if isinstance(i, Unknown)]
+    assert render_item(unknown) == ("[unknown update hologram_update] an update of kind 'hologram_update' that this "
+                                    "client does not know")
+    assert "Input tag" not in text and "expected tags" not in text
+    # the view: its text repr, and the HTML of the boundary and of the notice
+    assert "earlier context summarised" in shown and "Rate limit close" in shown
+    html = "".join(getattr(c, "value", "") for c in _walk(view))
+    assert "earlier context summarised" in html and "<details><summary>summary</summary>" in html
+    assert "Scripted · warning: <b>Rate limit close</b>" in html and "Input tag" not in html
+
+    # the exported notebook says it too
+    from escouade_nb.engine.export import notebook_cells
+
+    md = "\n".join("".join(c["source"]) for c in notebook_cells(conv.items, speaker="Scripted"))
+    assert "> **Scripted · warning:** Rate limit close" in md
+    assert "──── earlier context summarised ────\n  summary: Kept: the failing test in test_a.py." in md
+    # a resumed conversation (a new kernel) says what context the agent lost
+    again = Agent.resume(path, None, program=None)
+    assert render_items([i for i in again.conversation.items if not isinstance(i, Notice) or i.origin == "agent"]) \
+        == render_items([i for i in conv.items if not isinstance(i, Notice) or i.origin == "agent"])
+    (replayed,) = [i for i in again.conversation.items if isinstance(i, Compaction)]
+    assert replayed.summary_text == "Kept: the failing test in test_a.py."
+
+
+def _walk(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from _walk(child)
+
+
+def test_compaction_upsert_patches_and_failed():
+    """The upsert rules, through the fold: a chunk of an unseen id makes an in-progress
+    compaction; ``summary`` replaces, ``null`` clears; a failed one says why."""
+    from escouade_nb.core.conversation import Conversation
+
+    conv = Conversation()
+    conv.apply({"sessionUpdate": "compaction_summary_chunk", "compactionId": "c9",
+                "content": {"type": "text", "text": "partial"}})
+    (item,) = conv.items
+    assert item.status == "in_progress" and render_item(item).startswith("──── summarising earlier context…")
+    conv.apply({"sessionUpdate": "compaction_update", "compactionId": "c9", "status": "completed",
+                "summary": [{"type": "text", "text": "whole"}]})
+    assert item.summary_text == "whole" and len(conv.items) == 1
+    conv.apply({"sessionUpdate": "compaction_update", "compactionId": "c9", "status": "failed", "summary": None,
+                "error": "model refused"})
+    assert render_item(item) == "──── summarising earlier context failed ────\n  error: model refused"
+    conv.apply({"sessionUpdate": "compaction_update", "status": "completed"})  # no compactionId
+    assert render_item(conv.items[-1]) == ("[unknown update compaction_update] a compaction_update update this "
+                                           "client cannot read (compactionId: Field required)")
+
+
+# -- the session lifecycle -------------------------------------------------------------------------
+LIFECYCLE_CAPS = '{"list":{},"resume":{},"close":{},"delete":{},"additionalDirectories":{}}'
+INIT_ANY = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}')
+FIRST = "\n".join([
+    INIT_ANY, _init_result(LIFECYCLE_CAPS, load=True),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":[],'
+    '"additionalDirectories":["$EXTRA"]}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+    P_PROMPT, _chunk("Hello."), END,
+    'C> {"jsonrpc":"2.0","id":3,"method":"session/list","params":{"cwd":"$WS","cursor":"$ABSENT"}}',
+    'A> {"jsonrpc":"2.0","id":3,"result":{"sessions":[{"sessionId":"s1","cwd":"$WS","title":"Fix tests",'
+    '"updatedAt":"2026-10-01T09:00:00Z"}],"nextCursor":"p2"}}',
+    'C> {"jsonrpc":"2.0","id":4,"method":"session/list","params":{"cwd":"$WS","cursor":"p2"}}',
+    'A> {"jsonrpc":"2.0","id":4,"result":{"sessions":[{"sessionId":"old","cwd":"$WS"}]}}',
+    'C> {"jsonrpc":"2.0","id":5,"method":"session/delete","params":{"sessionId":"old"}}',
+    'A> {"jsonrpc":"2.0","id":5,"result":{}}',
+    # close: session/close first, then the end of stdin
+    'C> {"jsonrpc":"2.0","id":6,"method":"session/close","params":{"sessionId":"s1"}}',
+    'A> {"jsonrpc":"2.0","id":6,"result":{}}',
+    '!> {"wait_eof": 5}',
+])
+RESUMED = "\n".join([
+    INIT_ANY, _init_result(LIFECYCLE_CAPS, load=True),
+    # session/resume, not session/load (no replay): the agent sends nothing before its answer
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s1","cwd":"$WS",'
+    '"mcpServers":[],"additionalDirectories":["$EXTRA"]}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{}}',
+    'C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1","prompt":[{"type":"text",'
+    '"text":"more"}]}}',
+    _chunk("More."), END,
+    'C> {"jsonrpc":"2.0","id":6,"method":"session/close","params":{"sessionId":"s1"}}',
+    'A> {"jsonrpc":"2.0","id":6,"result":{}}',
+    '!> {"wait_eof": 5}',
+])
+
+
+def test_list_delete_close_then_resume_without_replay(tmp_path):
+    extra = (tmp_path / "extra").resolve()
+    extra.mkdir()
+    s = Script(tmp_path, FIRST, RESUMED, variables={"EXTRA": str(extra)},
+               forbid=[{"method": "session/load"}])
+
+    async def first():
+        agent = s.agent(add_dirs=[extra])
+        try:
+            assert (await agent.send("go")).text == "Hello."
+            page = await agent.sessions()
+            assert page.sessions == [{"sessionId": "s1", "cwd": str(s.ws), "title": "Fix tests",
+                                      "updatedAt": "2026-10-01T09:00:00Z"}]
+            assert page.next_cursor == "p2"
+            last = await agent.sessions(cursor=page.next_cursor)
+            assert [i["sessionId"] for i in last.sessions] == ["old"] and last.next_cursor is None
+            await agent.delete_session("old")
+            assert agent.session.additional_directories == [str(extra)]
+        finally:
+            await agent.close()
+        assert agent.status == "closed"
+        return agent.transcript.path
+
+    path = run(first())
+
+    async def second():
+        agent = Agent.resume(path, s.ref, program=sys.executable, add_dirs=[extra])
+        try:
+            agent.start()
+            await agent.ready()
+            assert agent.session.resumed and not agent.session.loaded
+            assert (await agent.send("more")).text == "More."
+            text = render_items(agent.conversation.items)
+        finally:
+            await agent.close()
+        return text
+
+    text = run(second())
+    s.assert_ok(runs=2)
+    assert "agent: Hello." in text and text.count("agent: Hello.") == 1  # from the transcript, once
+    assert "(session/resume: the conversation above is from the transcript)" in text
+    assert text.rstrip().endswith("you: more\nagent: More.")
+
+
+NO_LIFECYCLE = "\n".join([INIT_ANY, _init_result(), P_NEW, '!> {"wait_eof": 5}'])
+
+
+def test_without_the_capabilities_nothing_is_sent_and_errors_say_why(tmp_path):
+    """An agent offering none of it: no session/close on close, sessions() and
+    delete_session() say what is missing, --add-dir is said not given."""
+    from escouade_nb.wire.errors import AgentError
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    s = Script(tmp_path, NO_LIFECYCLE, forbid=[{"method": "session/close"}, {"method": "session/list"},
+                                               {"method": "session/delete"}, {"method": "logout"}])
+
+    async def go():
+        agent = s.agent(add_dirs=[extra])
+        try:
+            await agent.ready()
+            for call, missing in ((agent.sessions(), "sessionCapabilities.list"),
+                                  (agent.delete_session("x"), "sessionCapabilities.delete"),
+                                  (agent.logout(), "agentCapabilities.auth.logout")):
+                try:
+                    await call
+                except AgentError as exc:
+                    assert missing in str(exc)
+                else:
+                    raise AssertionError("no error")
+            notices = [i.text for i in agent.conversation.items if isinstance(i, Notice)]
+            assert any("does not take additional directories" in n for n in notices), notices
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+    new = s.received()[1]
+    assert "additionalDirectories" not in new["params"]
+
+
+# -- the magics, in a kernel ----------------------------------------------------------------------
+MAGICS_CAPS = '{"list":{},"resume":{},"additionalDirectories":{},"systemPrompt":{"mode":{"override":{}}}}'
+MAGICS = "\n".join([
+    INIT_ANY, _init_result(MAGICS_CAPS, load=True),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY",'
+    '"additionalDirectories":["$EXTRA","$EXTRA2"],'
+    '"systemPrompt":{"mode":"override","content":[{"type":"text","text":"Answer in French."}]}}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+    'C> {"jsonrpc":"2.0","id":3,"method":"session/list","params":{"cwd":"$WS"}}',
+    'A> {"jsonrpc":"2.0","id":3,"result":{"sessions":[{"sessionId":"s1","cwd":"$WS","title":"Fix tests",'
+    '"updatedAt":"2026-10-01T09:00:00Z"}],"nextCursor":"p2"}}',
+    '!> {"wait_eof": 10}',
+])
+OPENED = "\n".join([
+    # a listed session, no transcript of ours: session/load for its replay (resume would show nothing)
+    INIT_ANY, _init_result(MAGICS_CAPS, load=True),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS",'
+    '"additionalDirectories":["$EXTRA","$EXTRA2"]}}',
+    _update('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"fix the tests"}}'),
+    _chunk("Fixed."),
+    'A> {"jsonrpc":"2.0","id":1,"result":{}}',
+    '!> {"wait_eof": 10}',
+])
+
+
+def test_magics_add_dir_system_prompt_and_sessions(tmp_path, monkeypatch):
+    import pytest
+
+    pytest.importorskip("ipykernel")
+    from kernel_client import Kernel
+
+    extra, extra2 = (tmp_path / "extra").resolve(), (tmp_path / "extra2").resolve()
+    extra.mkdir()
+    extra2.mkdir()
+    s = Script(tmp_path, MAGICS, OPENED, name="sessy", variables={"EXTRA": str(extra), "EXTRA2": str(extra2)},
+               forbid=[{"method": "session/resume"}])
+    plugins = tmp_path / "plugins"
+    s.install(plugins)
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
+    kernel = Kernel(tmp_path)
+    try:
+        out = kernel.run(f"%load_ext escouade_nb\na = %escouade sessy --cwd {s.ws} --add-dir {extra} "
+                         f"--add-dir ../extra2 --system-prompt 'Answer in French.' --system-prompt-mode override\n"
+                         "await a.ready()\nfrom escouade_nb.widgets import views_of\nprint(repr(views_of(a)[-1]))").text
+        assert f"+ {extra}, {extra2}" in out  # the header says the session's other folders
+        res = kernel.run("import asyncio\n%escouade sessions sessy\nawait asyncio.sleep(1)")
+        shown = [m["content"]["data"].get("text/plain", "") for m in res.messages
+                 if m["msg_type"] in ("display_data", "update_display_data")]
+        assert shown[0] == "asking sessy for its sessions…"
+        lines = shown[-1].splitlines()
+        assert lines[0] == "Sessions of sessy:" and lines[1].split() == ["2026-10-01T09:00:00Z", "Fix", "tests", "s1"]
+        assert "%escouade sessions sessy --cursor p2" in shown[-1]
+        bad = kernel.run("%escouade sessy --as other --cwd " + str(s.ws) + " --add-dir nowhere").text
+        assert "--add-dir nowhere: no such folder" in bad
+        out = kernel.run("b = %escouade resume sessy --session s1\nawait b.ready()\nawait asyncio.sleep(0.2)\n"
+                         "print('NAME', b.name, b.session_id)\nprint(repr(views_of(b)[-1]))").text
+        out = out[out.index("NAME"):]
+        assert "NAME sessy-2 s1" in out and "you: fix the tests" in out and "Fixed." in out
+        assert "Reattached to session s1 (session/load)" in out
+    finally:
+        kernel.run("await a.close()\nawait b.close()", allow_error=True)
+        kernel.shutdown()
+    s.assert_ok(runs=2)
+
+
+# -- fences widened to the additional directories ----------------------------------------------------
+FENCED = "\n".join([
+    INIT_ANY, _init_result('{"additionalDirectories":{}}'),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","additionalDirectories":["$EXTRA"]}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+    P_PROMPT,
+    'A> {"jsonrpc":"2.0","id":110,"method":"fs/read_text_file","params":{"sessionId":"s1","path":"$EXTRA/notes.txt"}}',
+    'C> {"jsonrpc":"2.0","id":110,"result":{"content":"from the other folder\\n"}}',
+    'A> {"jsonrpc":"2.0","id":111,"method":"fs/read_text_file","params":{"sessionId":"s1","path":"$OUT/secret.txt"}}',
+    'C> {"jsonrpc":"2.0","id":111,"error":{"code":-32602}}',
+    END,
+])
+
+
+def test_a_private_projects_fence_takes_in_the_additional_directories(tmp_path):
+    from escouade_nb.manifest.project import Project
+
+    extra, out = (tmp_path / "extra").resolve(), (tmp_path / "out").resolve()
+    extra.mkdir()
+    out.mkdir()
+    (extra / "notes.txt").write_text("from the other folder\n")
+    (out / "secret.txt").write_text("secret\n")
+    s = Script(tmp_path, FENCED, variables={"EXTRA": str(extra), "OUT": str(out)})
+
+    async def go():
+        agent = s.agent(add_dirs=[extra])
+        agent.project = Project.for_folder(s.ws, private=True)
+        try:
+            assert (await agent.send("go")).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+# -- the client's system prompt ----------------------------------------------------------------------
+def _system_prompt_runs(offer: str) -> list[str]:
+    run_ = "\n".join([
+        INIT_ANY, _init_result('{"systemPrompt":' + offer + '}'),
+        'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","systemPrompt":{"mode":"append",'
+        '"content":[{"type":"text","text":"$ANY"}]}}}',
+        'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+        P_PROMPT, _chunk("Oui."), END,
+    ])
+    return [run_, run_]  # the same again after a restart: resent
+
+
+def test_questions_preamble_and_system_prompt_go_in_system_prompt_where_offered(tmp_path):
+    from escouade_nb.core.plans import QUESTIONS_PREAMBLE
+
+    s = Script(tmp_path, *_system_prompt_runs("{}"))
+    s.ref.harness.acp.questions_in_text = True
+
+    async def go():
+        agent = s.agent(system_prompt="Answer in French.", system_prompt_mode="override")
+        try:
+            assert (await agent.send("go")).text == "Oui."
+            await agent.restart()
+            assert (await agent.send("go")).text == "Oui."
+            return [i.text for i in agent.conversation.items if isinstance(i, Notice)]
+        finally:
+            await agent.close()
+
+    notices = run(go())
+    s.assert_ok(runs=2)
+    for n in (0, 1):
+        new, prompt = [m for m in s.received(run=n) if m.get("method") in ("session/new", "session/prompt")]
+        assert new["params"]["systemPrompt"] == {"mode": "append", "content": [
+            {"type": "text", "text": QUESTIONS_PREAMBLE + "Answer in French."}]}
+        assert prompt["params"]["prompt"] == [{"type": "text", "text": "go"}]  # nothing of it in the prompt
+    # override was asked, the agent offers append only: said, and appended
+    assert sum("append only" in n for n in notices) == 2
+
+
+NO_SYSTEM_PROMPT = "\n".join([
+    INIT_ANY, _init_result(),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","systemPrompt":"$ABSENT"}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+    'C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1","prompt":[{"type":"text",'
+    '"text":"$ANY"},{"type":"text","text":"go"}]}}',
+    _chunk("Oui."), END,
+])
+
+
+def test_without_the_offer_the_system_prompt_goes_before_the_first_prompt(tmp_path):
+    from escouade_nb.core.plans import QUESTIONS_PREAMBLE
+
+    s = Script(tmp_path, NO_SYSTEM_PROMPT)
+    s.ref.harness.acp.questions_in_text = True
+
+    async def go():
+        agent = s.agent(system_prompt="Answer in French.")
+        try:
+            assert (await agent.send("go")).text == "Oui."
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+    (prompt,) = [m for m in s.received() if m.get("method") == "session/prompt"]
+    assert prompt["params"]["prompt"][0]["text"] == QUESTIONS_PREAMBLE + "Answer in French.\n\n"
+
+
+# -- smaller stable things --------------------------------------------------------------------------
+NAMED = "\n".join([
+    INIT_ANY, _init_result(), P_NEW, P_PROMPT,
+    # the request is the first the client hears of the call: its stable name must survive the SDK's model
+    'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":'
+    '{"toolCallId":"t1","name":"Bash","title":"Run ls","kind":"execute","rawInput":{"command":"ls"},'
+    '"_meta":{"claudeCode":{"toolName":"Shell"}}},"options":[{"optionId":"ok","name":"Allow once","kind":"allow_once"}]}}',
+    'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}',
+    END,
+])
+
+
+def test_the_tool_calls_stable_name_comes_first_for_rule_plugins(tmp_path):
+    from escouade_nb.permissions.request import agent_tool_name, normalise
+
+    s = Script(tmp_path, NAMED)
+
+    async def go():
+        agent = s.agent()
+        try:
+            turn = agent.send("go")
+            card = await agent.next_permission(timeout=10)
+            call = card.permission.tool_call
+            assert call.extra.get("name") == "Bash"
+            assert agent_tool_name(call) == ("Bash", None)  # before _meta.claudeCode.toolName
+            # a harness map naming both: the stable name decides what rule plugins are told
+            assert normalise(call, {"Shell": "Write", "Bash": "Bash"}).tool == "Bash"
+            card.choose("ok")
+            assert (await turn).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+CONFIG = "\n".join([
+    INIT_ANY, _init_result(),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS"}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1","configOptions":[{"id":"effort","name":"Effort",'
+    '"type":"select","currentValue":"low","options":[{"value":"low","name":"Low"},{"value":"high","name":"High"}]}]}}',
+    'C> {"jsonrpc":"2.0","id":5,"method":"session/set_config_option","params":{"sessionId":"s1","configId":"effort",'
+    '"value":"high"}}',
+    # the agent is slow; the user gives up: the client withdraws its request
+    'C> {"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"$ANY"}}',
+    'A> {"jsonrpc":"2.0","id":5,"error":{"code":-32800,"message":"Request cancelled"}}',
+    '!> {"wait_eof": 5}',
+])
+
+
+def test_an_abandoned_set_config_option_is_withdrawn_with_cancel_request(tmp_path):
+    s = Script(tmp_path, CONFIG)
+
+    async def go():
+        agent = s.agent()
+        try:
+            await agent.ready()
+            task = asyncio.ensure_future(agent.set_config_option("effort", "high"))
+            await asyncio.sleep(0.3)
+            assert agent.conversation.config_options[0]["currentValue"] == "high"  # shown at once
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            assert agent.conversation.config_options[0]["currentValue"] == "low"  # rolled back
+            await asyncio.sleep(0.3)  # the late error answer is dropped, nothing breaks
+            assert agent.status == "idle"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+    sent = s.received()
+    (request,) = [m for m in sent if m.get("method") == "session/set_config_option"]
+    (cancel,) = [m for m in sent if m.get("method") == "$/cancel_request"]
+    assert cancel["params"] == {"requestId": request["id"]}
+
+
+def test_session_set_model_only_with_a_models_state(tmp_path):
+    """Without a config option of category model nor a models state (goose's), no
+    ``session/set_model`` (gone from ACP) is sent: a clear error instead."""
+    s = Script(tmp_path, "\n".join([INIT_ANY, _init_result(), P_NEW, '!> {"wait_eof": 5}']),
+               forbid=[{"method": "session/set_model"}])
+
+    async def go():
+        agent = s.agent()
+        try:
+            await agent.ready()
+            try:
+                await agent.set_model("big")
+            except ValueError as exc:
+                assert "no config option of category 'model'" in str(exc)
+            else:
+                raise AssertionError("no error")
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+SETUP_CAPS = '{"resume":{},"additionalDirectories":{},"systemPrompt":{}}'
+SETUP_PARAMS = ('"additionalDirectories":["$EXTRA"],"systemPrompt":{"mode":"append","content":[{"type":"text",'
+                '"text":"Answer in French."}]}')
+
+
+def test_the_session_setup_is_resent_on_resume_from_the_transcript(tmp_path):
+    """A new kernel resuming the agent sets the session up as it was: the same
+    ``additionalDirectories`` and ``systemPrompt`` (kept in the transcript's header)."""
+    extra = (tmp_path / "extra").resolve()
+    extra.mkdir()
+    first = "\n".join([
+        INIT_ANY, _init_result(SETUP_CAPS),
+        'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS",' + SETUP_PARAMS + '}}',
+        'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+        P_PROMPT, _chunk("Oui."), END,
+    ])
+    again = "\n".join([
+        INIT_ANY, _init_result(SETUP_CAPS),
+        'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s1","cwd":"$WS",'
+        + SETUP_PARAMS + '}}',
+        'A> {"jsonrpc":"2.0","id":1,"result":{}}',
+        '!> {"wait_eof": 5}',
+    ])
+    s = Script(tmp_path, first, again, variables={"EXTRA": str(extra)})
+
+    async def go():
+        agent = s.agent(add_dirs=[extra], system_prompt="Answer in French.")
+        try:
+            assert (await agent.send("go")).text == "Oui."
+        finally:
+            await agent.close()
+        resumed = Agent.resume(agent.transcript.path, s.ref, program=sys.executable)
+        assert resumed.add_dirs == [extra] and resumed.system_prompt == "Answer in French."
+        try:
+            resumed.start()
+            await resumed.ready()
+            assert resumed.session.resumed
+        finally:
+            await resumed.close()
+
+    run(go())
+    s.assert_ok(runs=2)
+
+
+LOGOUT = "\n".join([
+    INIT_ANY,
+    'A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"auth":{"logout":{}}},'
+    '"authMethods":[]}}',
+    P_NEW,
+    'C> {"jsonrpc":"2.0","id":2,"method":"logout","params":{}}',
+    'A> {"jsonrpc":"2.0","id":2,"result":{}}',
+    '!> {"wait_eof": 5}',
+])
+
+
+def test_logout_where_offered(tmp_path):
+    s = Script(tmp_path, LOGOUT)
+
+    async def go():
+        agent = s.agent()
+        try:
+            await agent.logout()
+            assert any(isinstance(i, Notice) and i.text.startswith("Signed out") for i in agent.conversation.items)
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()

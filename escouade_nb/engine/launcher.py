@@ -1,0 +1,60 @@
+"""Launchers (``--via``): the command line of an agent run elsewhere, and how it ends there.
+
+A launcher is a prefix (``ssh host``, ``kubectl exec -i POD --``) put before the agent's
+own command. Ending the local launcher is not ending the agent: a killed ``ssh`` client
+leaves the remote command running (without a terminal, sshd signals nothing to it; it
+only closes its pipes, and an agent that is stuck, or ignores end of input, lives on).
+
+For ``ssh`` the remote command is therefore wrapped in :data:`SSH_WRAPPER`, plain POSIX
+``sh`` run on the remote host (nothing to install there): the agent runs in its own
+process group (``setsid``, where the host has it — Linux does; elsewhere only the agent's
+own process is signalled) reading a FIFO that a ``cat`` feeds from the connection; when
+the connection's input ends — our ``close()`` closes the launcher's stdin, or the
+connection drops because Stop, Restart or kernel shutdown killed the local ``ssh`` — the
+agent gets end of input, has :data:`~..wire.process.EOF_GRACE` seconds to exit, then its
+whole remote group gets SIGTERM and, 3 s later, SIGKILL: the same ending as a local
+agent's. The agent's stdout and stderr are the connection's own, untouched (no terminal:
+``ssh -t`` would echo our messages back and rewrite newlines, so it is not used). The
+remote words are quoted for the remote shell (``ssh`` joins its arguments into one
+command line), so arguments with spaces arrive as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+
+SSH_WRAPPER = r"""
+d=$(mktemp -d) && mkfifo "$d/in" || exit 125
+if command -v setsid >/dev/null 2>&1; then setsid "$@" <"$d/in" & else "$@" <"$d/in" & fi
+a=$!
+exec 3>"$d/in" 4<&0
+rm -rf "$d"
+( cat <&4 >&3; exec 3>&- 4<&-
+  i=0; while kill -0 "$a" 2>/dev/null && [ "$i" -lt 20 ]; do sleep 0.1; i=$((i+1)); done
+  kill -TERM -"$a" "$a" 2>/dev/null; i=0
+  while kill -0 "$a" 2>/dev/null && [ "$i" -lt 30 ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL -"$a" "$a" 2>/dev/null ) >/dev/null 2>&1 & w=$!
+exec 3>&- 4<&-
+wait "$a"; s=$?
+kill -KILL "$w" 2>/dev/null
+exit "$s"
+"""
+"""The remote side of an ``ssh`` launcher (see the module's docstring): ``sh -c
+SSH_WRAPPER escouade_nb PROGRAM ARGS…``. Exits with the agent's exit code (125 when
+the FIFO cannot be made)."""
+
+
+def is_ssh(via: Sequence[str]) -> bool:
+    """Whether the launcher is the OpenSSH client (``ssh …``, by its program's name)."""
+    return bool(via) and os.path.basename(via[0]) == "ssh"
+
+
+def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
+    """The local command line that runs ``command`` (the agent's program and
+    arguments) through launcher ``via``: ``[*via, *command]``, or for ``ssh`` one remote
+    command line that runs it under :data:`SSH_WRAPPER`, every word quoted."""
+    if not is_ssh(via):
+        return [*via, *command]
+    return [*via, shlex.join(["sh", "-c", SSH_WRAPPER, "escouade_nb", *command])]

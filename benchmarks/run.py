@@ -1,7 +1,7 @@
 """escouade_nb benchmarks: each figure is a ratio against a baseline measured in the same run.
 
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
-    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports mcp
+    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports mcp worktree
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -256,9 +256,15 @@ def bench_mcp(calls: int = 300, kernels: int = 3) -> None:
         f"{cost['idle_cpu_without_s']:.3f} s without", "")
 
 
+def bench_worktree(files: int = 10_000, runs: int = 7) -> None:
+    out = _script_json("worktree_add.py", "--files", str(files), "--runs", str(runs))
+    row(f"worktree: create, {out['files']} files", f"{out['ours_ms']:.0f} ms (Worktree.create)",
+        f"{out['bare_ms']:.0f} ms git worktree add alone", f"{out['overhead'] * 100:+.1f}%")
+
+
 BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
            "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
-           "imports": bench_imports, "mcp": bench_mcp}
+           "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree}
 
 
 def main(argv: list[str]) -> int:

@@ -23,6 +23,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
+from .core.render_text import sessions_text
 from .core.status import ENDED, NAME_FREE
 from .engine.squad import ProgramNotFound, SquadError, get_squad
 from .wire.errors import NoEventLoop
@@ -30,16 +31,26 @@ from .wire.errors import NoEventLoop
 USAGE = """usage:
   %escouade                                 list harnesses and running agents
   %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER [--fs]] [--account ACCOUNT]
-                 [--mcp SERVER]... [--no-kernel-tools]
+                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]]
                                             start an agent of harness NAME and show it
+                                            (--worktree: in its own git worktree and branch off HEAD)
+                 [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]]
+                                            (--add-dir: another folder of the session, ACP additionalDirectories;
+                                             --system-prompt: ACP systemPrompt where offered, else before the first prompt)
   %escouade stop AGENT                      stop an agent
+  %escouade sessions AGENT [--cursor C]     the agent's own sessions for its folder (ACP session/list)
   %escouade export AGENT PATH.ipynb [--force]
                                             the agent's conversation as a notebook (--force: replace PATH)
   %escouade squad                           all agents of this kernel, live
+  %escouade merge|rebase AGENT              merge its worktree branch into the base / rebase it onto the base
+  %escouade discard AGENT [--force]         stop it, remove its worktree and branch (--force: uncommitted too)
+  %escouade fork AGENT [--as NAME]          a new agent of its harness carrying its conversation
   %escouade resume [AGENT]                  list resumable agents, or rebuild one from its transcript
+  %escouade resume AGENT --session ID       open that session of the agent's own (see sessions) in a new agent
   %escouade update NAME [--yes]             show (and run) the harness's update command
-  %%escouade NAME|AGENT [--with VAR,VAR] [--cells 3-5]
-                                            send the cell as a prompt to that agent (with kernel context)
+  %%escouade NAME|AGENT[,AGENT...] [--with VAR,VAR] [--cells 3-5]
+                                            send the cell as a prompt to that agent (with kernel context);
+                                            to several: side by side, with a comparison
   (--private: a private project, never submitted to a rule plugin not turned on for it;
    --fs: offer the client's file system even through a launcher)
 """ + PLUGINS_USAGE
@@ -69,6 +80,12 @@ def _start_parser() -> _Parser:
                    help="give only these servers of your mcp.json (repeatable; 'none': none of them)")
     p.add_argument("--no-kernel-tools", dest="kernel_tools", action="store_false", default=None,
                    help="do not give the agent the kernel's MCP server")
+    p.add_argument("--worktree", nargs="?", const=True, default=False, metavar="BRANCH",
+                   help="its own git worktree and branch (default escouade/AGENT) off HEAD")
+    p.add_argument("--add-dir", dest="add_dirs", action="append", default=[], metavar="DIR",
+                   help="another folder of the session (ACP additionalDirectories; repeatable)")
+    p.add_argument("--system-prompt", metavar="TEXT", help="ACP systemPrompt where the agent takes one")
+    p.add_argument("--system-prompt-mode", choices=("append", "override"), default="append")
     return p
 
 
@@ -141,6 +158,10 @@ class EscouadeMagics(Magics):
             return None
         if words[0] == "export":
             return self._export(squad, words[1:])
+        if words[0] == "sessions":
+            return self._sessions(squad, words[1:])
+        if words[0] in ("merge", "rebase", "discard", "fork"):
+            return self._worktree_command(squad, words)
         if words[0] in ("-h", "--help", "help"):
             print(USAGE)
             return None
@@ -158,8 +179,14 @@ class EscouadeMagics(Magics):
                 for name, path in found.items():
                     print(f"  {name:<14} {path}")
                 return None
+            if len(words) == 4 and words[2] == "--session":  # one of the agent's own sessions (session/list)
+                self._need_loop()
+                agent = squad.open_session(words[1], words[3])
+                from .widgets import AgentView
+                _show(AgentView(agent))
+                return agent
             if len(words) != 2:
-                raise _UsageError("resume takes one agent name")
+                raise _UsageError("resume takes one agent name (and optionally --session ID)")
             self._need_loop()
             agent = squad.resume(words[1])
             from .widgets import AgentView
@@ -198,7 +225,8 @@ class EscouadeMagics(Magics):
         self._need_loop(lambda: squad.check(args.name, cwd=args.cwd, name=args.as_name, via=args.via))
         agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private, mode=args.mode,
                             via=args.via, account=args.account, fs=args.fs, mcp=args.mcp,
-                            kernel_tools=args.kernel_tools)
+                            kernel_tools=args.kernel_tools, worktree=args.worktree, add_dirs=args.add_dirs,
+                            system_prompt=args.system_prompt, system_prompt_mode=args.system_prompt_mode)
         from .widgets import AgentView
         _show(AgentView(agent))
         return agent
@@ -212,6 +240,17 @@ class EscouadeMagics(Magics):
         self._need_loop()
         squad = get_squad()
         name = args.name
+        if "," in name:  # several agents, one prompt: side by side
+            names = [n.strip() for n in name.split(",") if n.strip()]
+            try:
+                turns = squad.ask_soon(names, text, variables=variables, cells=args.cells)
+            except (KeyError, ValueError) as exc:
+                raise _UsageError(str(exc).strip("'\"")) from None
+            from .widgets.compare_view import CompareView
+            view = CompareView(turns)
+            squad.restat_soon(turns, view.refresh)
+            _show(view)
+            return None
         agent = squad.agents.get(name)
         if agent is None or agent.status in ENDED:
             gone = agent
@@ -225,6 +264,60 @@ class EscouadeMagics(Magics):
             raise _UsageError(str(exc).strip("'\"")) from None
         from .widgets import TurnView
         _show(TurnView(turn))
+        return None
+
+    def _worktree_command(self, squad, words: list[str]):
+        """``merge|rebase AGENT``, ``discard AGENT [--force]``: run by a task of the
+        squad's, the outcome printed in this cell's output when known;
+        ``fork AGENT [--as NAME]``: the new agent's view, at once."""
+        verb, rest = words[0], words[1:]
+        if verb == "fork":
+            p = _Parser(prog="%escouade fork", add_help=False)
+            p.add_argument("agent")
+            p.add_argument("--as", dest="as_name")
+            args = p.parse_args(rest)
+            self._need_loop()
+            agent = squad.fork(args.agent, args.as_name)
+            from .widgets import AgentView
+            _show(AgentView(agent))
+            return agent
+        force = "--force" in rest
+        rest = [w for w in rest if w != "--force"]
+        if len(rest) != 1 or (force and verb != "discard"):
+            raise _UsageError(f"{verb} takes one agent name" + (" (and optionally --force)" if verb == "discard" else ""))
+        agent = squad.get(rest[0])
+        if agent.worktree is None:
+            raise SquadError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
+        self._need_loop()
+        handle = display({"text/plain": f"{verb} of {agent.name}'s worktree…"}, raw=True, display_id=True)
+
+        async def go() -> None:
+            try:
+                if verb == "discard":
+                    await squad.discard(agent.name, force=force)
+                    text = f"discarded {agent.name}'s worktree and branch"
+                else:
+                    text = str(await getattr(squad, verb)(agent.name))
+            except SquadError as exc:
+                text = f"escouade: {exc}"
+            handle.update({"text/plain": text}, raw=True)
+        squad._own(go(), f"escouade {verb} {agent.name}", cancel=False)
+        return None
+
+    def _sessions(self, squad, words: list[str]) -> None:
+        """``sessions AGENT [--cursor C]``: one page of the agent's own sessions (ACP
+        ``session/list``), shown in this cell's output when it arrives."""
+        if len(words) not in (1, 3) or (len(words) == 3 and words[1] != "--cursor"):
+            raise _UsageError("sessions takes one agent name, and optionally --cursor CURSOR")
+        agent = squad.get(words[0])
+        self._need_loop()
+        handle = display({"text/plain": f"asking {agent.name} for its sessions…"}, raw=True, display_id=True)
+
+        def done(page, error) -> None:
+            text = (sessions_text(agent.name, page.sessions, page.next_cursor) if error is None
+                    else f"escouade: {error}")
+            handle.update({"text/plain": text}, raw=True)
+        squad.sessions_soon(agent.name, done, cursor=words[2] if len(words) == 3 else None)
         return None
 
     def _export(self, squad, words: list[str]) -> None:

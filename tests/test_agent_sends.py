@@ -3,6 +3,8 @@ sends"): a stop reason outside ACP's v1 list, empty chunks, line separators insi
 
 from __future__ import annotations
 
+import json
+
 from escouade_nb.core.conversation import Conversation, Message
 from escouade_nb.core.render_text import diff_lines, lines_of, render_items
 from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, run
@@ -50,3 +52,128 @@ def test_line_separators_inside_a_line_do_not_split_it():
     changed = diff_lines("x\u2028y\n", "x\u2028z\n")
     assert [tag for tag, _ in changed] == ["@", "-", "+"] and changed[1][1] == "x\u2028y"
     assert lines_of("") == [] and lines_of("no newline") == ["no newline"] and lines_of("\n\n") == ["", ""]
+
+
+def _user_chunk(text: str) -> str:
+    return ('{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":'
+            '{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":%s}}}}' % json.dumps(text))
+
+
+def test_an_agent_echoing_the_prompt_shows_it_once(tmp_path):
+    """mistral-vibe sends the user's prompt back as ``user_message_chunk`` during the live
+    turn: it is folded into the prompt already shown (however it is chunked), live and in
+    the view rebuilt from the transcript; a user message that is not the echo is shown."""
+    s = Script(tmp_path, f"""
+{P_INIT}
+{P_NEW}
+{P_PROMPT}
+A> {_user_chunk("go")}
+A> {_chunk("Going.")}
+A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
+C> {{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{{"sessionId":"s1","prompt":[{{"type":"text","text":"two words"}}]}}}}
+A> {_user_chunk("two ")}
+A> {_user_chunk("words")}
+A> {_chunk("Done.")}
+A> {_user_chunk("from another client")}
+A> {{"jsonrpc":"2.0","id":3,"result":{{"stopReason":"end_turn"}}}}
+""")
+    expected = "you: go\nagent: Going.\nyou: two words\nagent: Done.\nyou: from another client"
+
+    async def go():
+        agent = s.agent()
+        try:
+            assert (await agent.send("go")).text == "Going."
+            assert (await agent.send("two words")).text == "Done."
+            assert render_items(agent.conversation.items) == expected
+        finally:
+            await agent.close()
+        return agent.transcript.path
+
+    path = run(go())
+    from escouade_nb.engine.agent import Agent
+    rebuilt = Agent.resume(path, None, program=None).conversation
+    assert render_items([i for i in rebuilt.items if isinstance(i, Message)]) == expected
+    s.assert_ok()
+
+
+def test_gemini_mode_update_text_is_a_notice_not_a_reply(tmp_path):
+    """Gemini CLI says a change of its approval mode as a reply chunk, ``[MODE_UPDATE]
+    autoEdit``: its named adapter makes it a notice and the mode change it means (the
+    menus move); the reply around it is kept — live and rebuilt from the transcript."""
+    from escouade_nb.core.conversation import Notice
+    from escouade_nb.engine.agent import Agent
+
+    modes = {"currentModeId": "default", "availableModes": [{"id": i, "name": i} for i in ("default", "autoEdit")]}
+    s = Script(tmp_path, f"""
+{P_INIT}
+C> {{"jsonrpc":"2.0","id":1,"method":"session/new","params":{{"cwd":"$WS","mcpServers":[]}}}}
+A> {{"jsonrpc":"2.0","id":1,"result":{{"sessionId":"s1","modes":{json.dumps(modes, separators=(",", ":"))}}}}}
+{P_PROMPT}
+A> {_chunk("Switching. ")}
+A> {_chunk("[MODE_UPDATE] autoEdit")}
+A> {_chunk("Done.")}
+A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
+""", name="gemini", acp={"modes": {"default": "default", "acceptEdits": "autoEdit"}})
+
+    def check(conversation) -> None:
+        shown = render_items(conversation.items)
+        assert "[MODE_UPDATE]" not in "".join(i.text for i in conversation.items if isinstance(i, Message)), shown
+        assert "Switching. " in shown and "Done." in shown
+        (notice,) = [i for i in conversation.items if isinstance(i, Notice) and "MODE_UPDATE" in i.text]
+        assert "switched to its mode 'autoEdit'" in notice.text
+        assert conversation.current_mode_id == "autoEdit"
+
+    async def go():
+        agent = s.agent()
+        try:
+            assert (await agent.send("go")).text == "Switching. Done."
+            check(agent.conversation)
+            assert agent.escouade_mode == "acceptEdits"
+        finally:
+            await agent.close()
+        return agent.transcript.path
+
+    path = run(go())
+    check(Agent.resume(path, s.ref, program=None).conversation)
+    s.assert_ok()
+
+
+def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(tmp_path):
+    """claude-agent-acp 0.23.1: after a Stop, its next turn ends in ~5 ms with nothing (and
+    its replies then come one turn late). The conversation says so and points at Restart;
+    an empty turn that does not follow a Stop is not flagged."""
+    from escouade_nb.core.conversation import Notice
+
+    prompt = ('C> {{"jsonrpc":"2.0","id":{id},"method":"session/prompt","params":{{"sessionId":"s1",'
+              '"prompt":[{{"type":"text","text":"{text}"}}]}}}}')
+    ends = 'A> {{"jsonrpc":"2.0","id":{id},"result":{{"stopReason":"{why}"}}}}'
+    s = Script(tmp_path, "\n".join([
+        P_INIT, P_NEW, P_PROMPT, f"A> {_chunk('Working')}",
+        'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}',
+        ends.format(id=2, why="cancelled"),
+        prompt.format(id=3, text="next"), ends.format(id=3, why="end_turn"),  # at once, with nothing
+        prompt.format(id=4, text="third"), ends.format(id=4, why="end_turn")]))
+
+    def flagged(agent) -> list[str]:
+        return [i.text for i in agent.conversation.items if isinstance(i, Notice) and "right after a Stop" in i.text]
+
+    async def go():
+        agent = s.agent()
+        try:
+            turn = agent.send("go")
+            from test_failure_cases import until
+            await until(lambda: "Working" in turn.text, 5, "the first reply")
+            agent.cancel()
+            assert (await turn).stop_reason == "cancelled"
+            assert not flagged(agent)
+            second = await agent.send("next")
+            assert second.stop_reason == "end_turn" and second.text == ""
+            (notice,) = flagged(agent)
+            assert "did not answer this prompt" in notice and "Restart" in notice
+            assert (await agent.send("third")).text == ""  # empty, but not after a Stop: not flagged again
+            assert len(flagged(agent)) == 1
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()

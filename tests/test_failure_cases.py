@@ -112,7 +112,7 @@ class Script:
 
     def __init__(self, tmp_path: Path, *runs: str | list[dict[str, Any]], ws: Path | None = None,
                  forbid: list[dict[str, Any]] | None = None, variables: dict[str, str] | None = None,
-                 name: str = "script") -> None:
+                 name: str = "script", acp: dict[str, Any] | None = None) -> None:
         n = next(_serial)
         self.dir = tmp_path / f"script-{n}"
         self.dir.mkdir(parents=True)
@@ -132,7 +132,7 @@ class Script:
             "id": f"dev.escouade_nb.tests.{name}", "name": "Scripted agent",
             "contributes": {"harnesses": [{
                 "id": name, "name": "Scripted", "locate": {"names": ["python3"]},
-                "acp": {"args": [str(SCRIPT_AGENT), str(self.scenario)]}}]}}))
+                "acp": {"args": [str(SCRIPT_AGENT), str(self.scenario)], **(acp or {})}}]}}))
         loaded = load_manifest(manifest)
         self.ref = HarnessRef(manifest=loaded, harness=loaded.contributes.harnesses[0], path=manifest,
                               source="extra")

@@ -316,6 +316,88 @@ def test_resume_with_session_load_does_not_append_twice(tmp_path):
     assert load["params"]["sessionId"] == "s1"
 
 
+def _user(text: str) -> str:
+    return ('{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":'
+            '{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":%s}}}}' % json.dumps(text))
+
+
+LOAD = 'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS","mcpServers":"$ANY"}}\n'
+LOADED = '\nA> {"jsonrpc":"2.0","id":1,"result":{}}\n'
+AGAIN = MORE.replace('"more"', '"again"').replace("More.", "Again.")
+RELOADED_TWICE = (f"{LOAD_INIT}\n{LOAD}" + f"A> {USER_REPLAY}\n" + "\n".join(f"A> {line}" for line in FIRST_SESSION)
+                  + f"\nA> {_user('more')}\nA> {_chunk('More.')}" + LOADED + AGAIN)
+RECHUNKED = (f"{LOAD_INIT}\n{LOAD}" + f"A> {_user('g')}\nA> {_user('o')}\nA> {_chunk('Hello world')}\n"
+             f"A> {FIRST_SESSION[2]}\nA> {_chunk('Do')}\nA> {_chunk('ne.')}" + LOADED + MORE)
+
+
+def _resume_and_send(s, path, prompt: str, reply: str) -> str:
+    async def go():
+        agent = Agent.resume(path, s.ref, program=sys.executable)
+        try:
+            agent.start()
+            await agent.ready()
+            assert (await agent.send(prompt)).text == reply
+            return content(agent.conversation)
+        finally:
+            await agent.close()
+
+    return run(go())
+
+
+def test_a_conversation_resumed_twice_keeps_its_history(tmp_path):
+    """Resume, send, resume again (each a new ``Agent.resume``, as a new kernel does):
+    every earlier message is shown once, whatever the number of resumes — in the view
+    rebuilt from the transcript and after the agent's ``session/load`` replay."""
+    s, path, before = _first_session(tmp_path, RELOADED, RELOADED_TWICE)
+    once = before + "\nyou: more\nagent: More."
+    assert _resume_and_send(s, path, "more", "More.") == once
+    assert content(Agent.resume(path, None, program=None).conversation) == once
+    twice = once + "\nyou: again\nagent: Again."
+    assert _resume_and_send(s, path, "again", "Again.") == twice
+    assert content(Agent.resume(path, None, program=None).conversation) == twice
+    s.assert_ok(runs=3)
+
+
+def test_a_replay_chunked_differently_from_the_live_stream_is_shown_once(tmp_path):
+    """The live stream said "Hello " + "world" and "Done."; the replay of ``session/load``
+    says "Hello world" and "Do" + "ne." (and the prompt in two pieces): recognised by
+    content, not by chunk boundaries."""
+    s, path, before = _first_session(tmp_path, RECHUNKED)
+    assert _resume_and_send(s, path, "more", "More.") == before + "\nyou: more\nagent: More."
+    s.assert_ok(runs=2)
+
+
+AFTER_RESTART = (f"{LOAD_INIT}\n{P_NEW_K.replace('s1', 's2')}\n" + P_PROMPT.replace('"s1"', '"s2"').replace('"go"', '"more"')
+                 + f"\nA> {_chunk('More.', 's2')}\n{END}")
+RELOAD_S2 = (f"{LOAD_INIT}\n" + LOAD.replace('"s1"', '"s2"') + f"A> {_user('more').replace('s1', 's2')}\n"
+             f"A> {_chunk('More.', 's2')}" + LOADED + AGAIN.replace('"s1"', '"s2"'))
+
+
+def test_a_conversation_restarted_then_resumed_keeps_what_came_before_the_restart(tmp_path):
+    """Restart starts a new process, session and transcript file; a later resume (a new
+    kernel) still shows the conversation from before the restart, once, and reloads the
+    newest session."""
+    s = Script(tmp_path, ORIGINAL, AFTER_RESTART, RELOAD_S2)
+
+    async def go():
+        agent = s.agent()
+        try:
+            assert (await agent.send("go")).text == "Hello worldDone."
+            await agent.restart()
+            assert (await agent.send("more")).text == "More."
+        finally:
+            await agent.close()
+        return agent.transcript.path
+
+    path = run(go())
+    history = "you: go\nagent: Hello world\n[tool] Read a.py (read, completed)\nagent: Done.\nyou: more\nagent: More."
+    assert content(Agent.resume(path, None, program=None).conversation) == history
+    assert _resume_and_send(s, path, "again", "Again.") == history + "\nyou: again\nagent: Again."
+    s.assert_ok(runs=3)
+    (load,) = [m for m in s.received(run=2) if m.get("method") == "session/load"]
+    assert load["params"]["sessionId"] == "s2"
+
+
 def test_resume_without_load_session_starts_a_new_one_and_says_so(tmp_path):
     s, path, before = _first_session(tmp_path, NO_LOAD)
 

@@ -301,3 +301,173 @@ def test_plan_detection_and_question_parsing():
         {"id": "q1", "question": "Go?", "options": ["y", "n"]}]
     assert visible_text("hello <escouade_question>{\"quest") == "hello"  # still streaming: hidden already
     assert answers_prompt([{"id": "a", "question": "Q?"}], {}) == "[escouade] The user answered your questions:\n- Q?\n  → (no answer)"
+
+
+# -- released agents' modes (issue 14): scripted agents over real pipes ------------------------------
+def _update(update: dict) -> str:
+    return "A> " + json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                                "params": {"sessionId": "s1", "update": update}}, separators=(",", ":"))
+
+
+def _modes(current: str, *ids: str) -> dict:
+    return {"currentModeId": current, "availableModes": [{"id": i, "name": i.title()} for i in ids]}
+
+
+def _scripted(tmp_path, session_result: dict, *lines: str, acp: dict, forbid=None):
+    from test_failure_cases import P_INIT, Script
+
+    new = ('C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":[]}}\n'
+           "A> " + json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1", **session_result}},
+                                  separators=(",", ":")))
+    return Script(tmp_path, "\n".join([P_INIT, new, *lines]), acp=acp, forbid=forbid)
+
+
+VIBE_LIKE = {"modes": {"default": "ask", "acceptEdits": "accept-edits", "bypassPermissions": "auto-approve"}}
+PROMPT = ('C> {"jsonrpc":"2.0","id":%d,"method":"session/prompt","params":{"sessionId":"s1",'
+          '"prompt":[{"type":"text","text":"%s"}]}}')
+ENDS = 'A> {"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn"}}'
+
+
+def test_the_mode_menus_show_the_agents_real_mode(tmp_path):
+    """vibe starts in accept-edits: the Mode menu and the squad say acceptEdits, not
+    "default"; the agent's own switches move them; a mode none maps to is said, and the
+    menu shows none (the client then answers nothing by itself)."""
+    from escouade_nb.core.conversation import Notice
+    from escouade_nb.widgets import AgentView
+    from escouade_nb.widgets.squad_view import agent_row
+    from test_failure_cases import until
+
+    s = _scripted(tmp_path, {"modes": _modes("accept-edits", "ask", "accept-edits", "auto-approve", "plan")},
+                  PROMPT % (2, "go"),
+                  _update({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}),
+                  ENDS % 2,
+                  PROMPT % (3, "again"),
+                  _update({"sessionUpdate": "current_mode_update", "currentModeId": "ask"}),
+                  ENDS % 3, acp=VIBE_LIKE)
+
+    async def go():
+        agent = s.agent()
+        try:
+            view = AgentView(agent)
+            await agent.ready()
+            assert agent.escouade_mode == "acceptEdits" and agent_row(agent)["mode"] == "acceptEdits"
+            await until(lambda: "escouade_mode" in view.controls.controls, 2, "the Mode menu")
+            await until(lambda: view.controls.controls["escouade_mode"].value == "acceptEdits", 2, "acceptEdits shown")
+            assert not [i for i in agent.conversation.items if isinstance(i, Notice)]
+            await agent.send("go")
+            assert agent.escouade_mode is None and not agent.controls.applies
+            assert agent_row(agent)["mode"] == "plan (its own)"
+            (notice,) = [i for i in agent.conversation.items if isinstance(i, Notice)]
+            assert "its own mode 'plan'" in notice.text and "none of Escouade's modes" in notice.text
+            await until(lambda: view.controls.controls["escouade_mode"].value is None, 2, "no Escouade mode shown")
+            await agent.send("again")
+            assert agent.escouade_mode == "default"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+def test_the_mode_menus_show_the_agents_real_mode_from_its_config_option(tmp_path):
+    """codex starts read-only, said by a config option of category ``mode``: the Mode menu
+    says readOnly, not "auto"."""
+    option = {"id": "mode", "name": "Approval", "category": "mode", "type": "select", "currentValue": "read-only",
+              "options": [{"value": v, "name": v} for v in ("read-only", "auto", "full-access")]}
+    s = _scripted(tmp_path, {"configOptions": [option]}, acp={
+        "modes": {"default": "auto", "bypassPermissions": "full-access"}, "readOnlyMode": "read-only"})
+
+    async def go():
+        agent = s.agent()
+        try:
+            await agent.ready()
+            assert agent.escouade_mode == "readOnly"
+            assert list(agent.escouade_modes()) == ["default", "bypassPermissions", "readOnly"]
+        finally:
+            await agent.close()
+
+    run(go())
+
+
+def test_escouade_modes_a_harness_cannot_switch_are_not_offered_as_if_they_worked(tmp_path):
+    """A goose-like agent (modes mapped in its manifest, none in its session, no
+    ``session/set_mode``): readOnly is not offered; acceptEdits is offered as applied by
+    the client alone, sends no ``session/set_mode``, and recognises a write by the
+    manifest's tools map (kind ``other``, title "Write")."""
+    call = {"toolCallId": "t1", "title": "Write", "kind": "other", "status": "pending",
+            "locations": [{"path": "$WS/notes.txt"}], "rawInput": {"path": "$WS/notes.txt", "content": "x"}}
+    s = _scripted(tmp_path, {}, PROMPT % (2, "write"),
+                  _update({"sessionUpdate": "tool_call", **call}),
+                  "A> " + json.dumps({"jsonrpc": "2.0", "id": 100, "method": "session/request_permission", "params": {
+                      "sessionId": "s1", "toolCall": {"toolCallId": "t1"},
+                      "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                                  {"optionId": "no", "name": "Deny", "kind": "reject_once"}]}}, separators=(",", ":")),
+                  'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"yes"}}}',
+                  ENDS % 2,
+                  acp={"modes": {"default": "approve", "acceptEdits": "smart_approve", "bypassPermissions": "auto"},
+                       "readOnlyMode": "chat", "tools": {"write": "Write", "shell": "Bash"}},
+                  forbid=[{"method": "session/set_mode"}, {"method": "session/set_config_option"}])
+
+    async def go():
+        agent = s.agent()
+        try:
+            assert "readOnly" in agent.escouade_modes()  # before a session: what the manifest maps
+            await agent.ready()
+            modes = agent.escouade_modes()
+            assert list(modes) == ["default", "acceptEdits", "bypassPermissions"]
+            assert "has no mode to switch" in modes["acceptEdits"]
+            assert await agent.set_escouade_mode("acceptEdits") and agent.escouade_mode == "acceptEdits"
+            turn = agent.send("write")
+            card = await agent.next_permission(timeout=5)
+            await turn
+            assert card.label == "Allowed once by the mode (accept edits)"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+def test_accept_edits_recognises_writes_by_the_manifests_tools_map(tmp_path):
+    """goose's writes arrive as ACP kind ``other``, titled "Write": Escouade's accept-edits
+    policy knows them by the manifest's ``tools`` map (as rule plugins do), not by the
+    ACP kind alone; a command of the same shape is still asked."""
+    def call(tcid: str, title: str) -> dict:
+        return {"toolCallId": tcid, "title": title, "kind": "other", "status": "pending",
+                "locations": [{"path": "$WS/notes.txt"}], "rawInput": {"path": "$WS/notes.txt"}}
+
+    def ask(rid: int, tcid: str) -> str:
+        return "A> " + json.dumps({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission", "params": {
+            "sessionId": "s1", "toolCall": {"toolCallId": tcid},
+            "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "no", "name": "Deny", "kind": "reject_once"}]}}, separators=(",", ":"))
+
+    s = _scripted(tmp_path, {"modes": _modes("approve", "approve", "smart_approve")},
+                  'C> {"jsonrpc":"2.0","id":2,"method":"session/set_mode","params":{"sessionId":"s1","modeId":"smart_approve"}}',
+                  'A> {"jsonrpc":"2.0","id":2,"result":{}}',
+                  PROMPT % (3, "write"), _update({"sessionUpdate": "tool_call", **call("t1", "Write")}), ask(100, "t1"),
+                  'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"yes"}}}',
+                  _update({"sessionUpdate": "tool_call", **call("t2", "shell")}), ask(101, "t2"),
+                  'C> {"jsonrpc":"2.0","id":101,"result":{"outcome":{"outcome":"selected","optionId":"no"}}}',
+                  ENDS % 3,
+                  acp={"modes": {"default": "approve", "acceptEdits": "smart_approve"},
+                       "tools": {"write": "Write", "shell": "Bash"}})
+
+    async def go():
+        agent = s.agent()
+        try:
+            await agent.ready()
+            assert await agent.set_escouade_mode("acceptEdits")
+            turn = agent.send("write")
+            write = await agent.next_permission(timeout=5)
+            shell = await agent.next_permission(timeout=5)
+            await asyncio.sleep(0.1)
+            assert write.label == "Allowed once by the mode (accept edits)"
+            assert shell.state == "pending"  # a command is not an edit: the user decides
+            shell.choose("reject_once")
+            await turn
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()

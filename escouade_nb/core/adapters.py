@@ -33,7 +33,26 @@ def codex_metadata_warning(conversation: Conversation, update: dict[str, Any]) -
     return {**update, "content": {**content, "text": rest}} if rest.strip() else None
 
 
-ADAPTERS: dict[str, list[Adapter]] = {"codex": [codex_metadata_warning]}
+_GEMINI_MODE = re.compile(r"\A\s*\[MODE_UPDATE\] (\S+)\s*\Z")
+
+
+def gemini_mode_update(conversation: Conversation, update: dict[str, Any]) -> dict[str, Any] | None:
+    """Gemini CLI (0.61) tells a change of its approval mode as reply text, a chunk of its
+    own: ``[MODE_UPDATE] autoEdit``. Show it as a notice and fold it as the
+    ``current_mode_update`` it means (its approval modes are its ACP mode ids), so the
+    mode menus move and no reply says it."""
+    content = update.get("content") or {}
+    if update.get("sessionUpdate") != "agent_message_chunk" or content.get("type") != "text":
+        return update
+    match = _GEMINI_MODE.match(content.get("text", ""))
+    if match is None:
+        return update
+    conversation.add_notice(f"The agent switched to its mode {match.group(1)!r} (it said so as "
+                            f"\"[MODE_UPDATE] {match.group(1)}\").")
+    return {"sessionUpdate": "current_mode_update", "currentModeId": match.group(1)}
+
+
+ADAPTERS: dict[str, list[Adapter]] = {"codex": [codex_metadata_warning], "gemini": [gemini_mode_update]}
 
 
 def adapt(harness_id: str, conversation: Conversation, update: Any) -> Any:

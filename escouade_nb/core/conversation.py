@@ -11,7 +11,9 @@ user chunks (grouped by ``messageId`` when the agent sends one), ``tool_call`` a
 given, replace the collection, as the spec says), ``plan`` (replaces the whole plan),
 ``available_commands_update``, ``current_mode_update``, ``config_option_update``,
 ``session_info_update`` and ``usage_update``, plus the SDK's unstable ``plan_update`` /
-``plan_removed``. Each update is validated with the SDK's own pydantic schema; an update
+``plan_removed``, and the kinds newer than the SDK (:mod:`.acp_v1_25`): ``notice`` (a
+:class:`Notice` of the agent) and ``compaction_update`` / ``compaction_summary_chunk`` (a
+:class:`Compaction` boundary). Each update is validated with the SDK's own pydantic schema; an update
 the schema does not know (a newer kind, an unknown content type) is kept raw as an
 :class:`Unknown` item rather than dropped. Items keep the wire dicts they were built
 from, so fields the SDK's models would drop are kept too.
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from acp import schema as acp_schema
 
+from . import acp_v1_25
 from .observers import Observers, Subscription
 
 log = logging.getLogger(__name__)
@@ -181,11 +184,35 @@ class Question(Item):
 
 @dataclass(eq=False)
 class Notice(Item):
-    """Something the client says in the conversation (agent exited, turn failed…)."""
+    """Something the client says in the conversation (agent exited, turn failed…), or,
+    with ``origin="agent"``, an ACP ``notice`` update of the agent (``text`` its title,
+    ``detail`` its description, ``severity`` as it came; ``level`` is it when one of the
+    three, else ``info``)."""
 
     level: Literal["info", "warning", "error"] = "info"
     text: str = ""
     detail: str = ""
+    origin: Literal["client", "agent"] = "client"
+    severity: str | None = None
+
+
+@dataclass(eq=False)
+class Compaction(Item):
+    """The agent summarised earlier context (ACP ``compaction_update`` /
+    ``compaction_summary_chunk``, upserted by ``compaction_id``): a boundary in the
+    conversation. ``status``: ``in_progress``, ``completed``, ``failed``, ``cancelled``
+    or another string; ``summary`` the summary's content blocks (wire dicts), ``error``
+    why it failed. The items before it stay: the agent's context no longer has them
+    verbatim."""
+
+    compaction_id: str = ""
+    status: str = "in_progress"
+    summary: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def summary_text(self) -> str:
+        return acp_v1_25.blocks_text(self.summary)
 
 
 @dataclass(eq=False)
@@ -222,10 +249,20 @@ def _validate(update: dict[str, Any]) -> str | None:
         if (isinstance(content, dict) and content.get("type") == "text" and len(content) == 2
                 and isinstance(content.get("text"), str)):
             return None
+    kind = update.get("sessionUpdate")
+    if kind in acp_v1_25.UPDATES:  # newer than the SDK's schema: our own models
+        error = acp_v1_25.validate_update(update)
+        return None if error is None else f"a {kind} update this client cannot read ({error})"
     try:
         acp_schema.SessionNotification.model_validate({"sessionId": "-", "update": update})
     except ValidationError as exc:
         first = exc.errors()[0]
+        if first["type"] == "union_tag_invalid":  # said readably, not as pydantic's list of tags
+            tag = (first.get("ctx") or {}).get("tag")
+            if len(first["loc"]) <= 1:
+                return f"an update of kind {tag!r} that this client does not know"
+            where = ".".join(str(p) for p in first["loc"][1:])
+            return f"{where}: a type this client does not know ({tag!r})"
         where = ".".join(str(p) for p in first["loc"][1:])
         return f"{where}: {first['msg']}" if where else first["msg"]
     return None
@@ -252,6 +289,8 @@ class Conversation:
         self.updated_at: str | None = None
         self.usage: dict[str, Any] | None = None
         self._messages: dict[tuple[str, str], Message] = {}
+        self._echo: tuple[Message, str, list[dict[str, Any]]] | None = None  # the prompt an agent may echo back
+        self.compactions: dict[str, Compaction] = {}
         self._ids = itertools.count(1)
         self.subscribers: Observers[[list[Change]]] = Observers("conversation")
 
@@ -332,6 +371,13 @@ class Conversation:
         elif kind == "usage_update":
             self.usage = {k: v for k, v in raw.items() if k != "sessionUpdate"}
             changes.append(Change("state", name="usage"))
+        elif kind == "notice":
+            severity = str(raw.get("severity"))
+            level = severity if severity in ("info", "warning", "error") else "info"
+            self._append(Notice(self._new_key("notice"), level=level, text=raw.get("title", ""),  # type: ignore[arg-type]
+                                detail=raw.get("description") or "", origin="agent", severity=severity), changes)
+        elif kind in ("compaction_update", "compaction_summary_chunk"):
+            self._compaction(raw, changes)
         else:  # a kind the SDK validates but we do not fold yet: keep it visible
             self._append(Unknown(self._new_key("unknown"), raw=raw, reason="not shown by this client"), changes)
         return self._emit(changes)
@@ -340,6 +386,8 @@ class Conversation:
         content = raw.get("content") or {}
         if content.get("type") == "text" and not content.get("text"):
             return  # an empty chunk says nothing: it must not make an empty "agent:" or "thinks…" item
+        if role == "user" and self._echoed(content):
+            return  # the agent echoes the prompt we sent (mistral-vibe): it is shown once, as sent
         message_id = raw.get("messageId")
         msg: Message | None = None
         if message_id is not None:
@@ -386,6 +434,24 @@ class Conversation:
         call.touch()
         return call
 
+    def _compaction(self, raw: dict[str, Any], changes: list[Change]) -> None:
+        cid = raw["compactionId"]
+        item = self.compactions.get(cid)
+        if item is None:  # the first update fixes its place in the timeline
+            item = self.compactions[cid] = Compaction(self._new_key("compaction"), compaction_id=cid)
+            self._append(item, changes)
+        else:
+            changes.append(Change("updated", item))
+        if raw["sessionUpdate"] == "compaction_summary_chunk":
+            item.summary.append(raw["content"])
+        else:
+            item.status = raw["status"]
+            if "summary" in raw:  # omitted = unchanged, null or [] = cleared
+                item.summary = list(raw["summary"] or [])
+            if "error" in raw:
+                item.error = raw["error"]
+        item.touch()
+
     def _plan(self, entries: list[dict[str, Any]], plan_id: str | None, markdown: str | None,
               changes: list[Change]) -> None:
         if self.plan is None or self.plan.removed:
@@ -403,20 +469,48 @@ class Conversation:
         """A new ACP session starts in this conversation (restart, resume): message ids
         are the agent's per session, so the old ones no longer name any message here."""
         self._messages.clear()
+        self._echo = None
+        self.compactions.clear()  # compaction ids too
         self.close_messages()
 
-    def add_user_message(self, blocks: Iterable[dict[str, Any]]) -> Message:
-        """Append the user's prompt (ACP content blocks as wire dicts)."""
+    def add_user_message(self, blocks: Iterable[dict[str, Any]],
+                         sent: Iterable[dict[str, Any]] | None = None) -> Message:
+        """Append the user's prompt (ACP content blocks as wire dicts). ``sent``: the
+        blocks that went on the wire, when more than ``blocks`` (a preamble): an agent that
+        echoes them back as ``user_message_chunk`` (mistral-vibe does, during the turn) is
+        folded into this message, however it chunks the text, until something else comes."""
         changes: list[Change] = []
         msg = Message(self._new_key("user"), role="user", closed=True)
+        blocks = list(blocks)
         for block in blocks:
             if block.get("type") == "text":
                 msg.parts.append(block.get("text", ""))
             else:
                 msg.blocks.append(block)
+        sent = blocks if sent is None else list(sent)
+        self._echo = (msg, "".join(b.get("text", "") for b in sent if b.get("type") == "text"),
+                      [b for b in sent if b.get("type") != "text"])
         self._append(msg, changes)
         self._emit(changes)
         return msg
+
+    def _echoed(self, content: dict[str, Any]) -> bool:
+        """Whether a ``user_message_chunk``'s ``content`` is the agent echoing the last
+        prompt (consumed from what is left of it); anything else ends the echo."""
+        if self._echo is None:
+            return False
+        msg, text, blocks = self._echo
+        if content.get("type") == "text":
+            wanted = str(content.get("text", "")).strip()
+            at = text.find(wanted) if wanted else 0
+            if at >= 0:
+                self._echo = (msg, text[at + len(wanted):], blocks)
+                return True
+        elif content in blocks:
+            blocks.remove(content)
+            return True
+        self._echo = None
+        return False
 
     def add_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> Permission:
         """Append a pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire

@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from .conversation import ToolCall
+from .tool_names import agent_tool_name, title_head
 
 PLAN_TOOLS = {"ExitPlanMode", "exit_plan_mode"}
 
@@ -37,21 +38,11 @@ QUESTIONS_PREAMBLE = (
 
 
 def tool_name(call: ToolCall | None) -> str | None:
-    """The agent's own name of the tool: ``_meta.<agent>.toolCall.toolName``, a
-    ``name`` field (ACP unstable), else the title before "·"."""
+    """The agent's own name of the tool (:func:`.tool_names.agent_tool_name`: the tool
+    call's stable ``name``, else ``_meta``'s), else the title before "·"."""
     if call is None:
         return None
-    for value in (call.meta or {}).values():
-        if isinstance(value, dict):
-            name = (value.get("toolCall") or {}).get("toolName") or value.get("toolName")
-            if isinstance(name, str) and name:
-                return name
-    name = (getattr(call, "extra", None) or {}).get("name")
-    if isinstance(name, str) and name:
-        return name
-    if call.title:
-        return call.title.split("·", 1)[0].strip() or None
-    return None
+    return agent_tool_name(call)[0] or title_head(call)
 
 
 def plan_of(call: ToolCall | None, tools: dict[str, str] | None = None) -> str | None:

@@ -10,7 +10,7 @@ import difflib
 import json
 from typing import Any
 
-from .conversation import Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from .conversation import Compaction, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
 from .plans import visible_text
 
 MAX_INPUT_CHARS = 2000
@@ -238,11 +238,37 @@ def render_item(item: Item, speaker: str = "agent") -> str:
     if isinstance(item, Question):
         return question_text(item)
     if isinstance(item, Notice):
-        text = f"[{item.level}] {item.text}"
+        text = f"[{speaker} {item.severity}] {item.text}" if item.origin == "agent" else f"[{item.level}] {item.text}"
         return text + ("\n" + _indent(item.detail) if item.detail else "")
+    if isinstance(item, Compaction):
+        return compaction_text(item)
     if isinstance(item, Unknown):
         return f"[unknown update {item.raw.get('sessionUpdate', '?')}] {item.reason}"
     return repr(item)
+
+
+COMPACTION_HEAD = {
+    "in_progress": "summarising earlier context…",
+    "completed": "earlier context summarised",
+    "failed": "summarising earlier context failed",
+    "cancelled": "summarising earlier context was cancelled",
+}
+"""The boundary line of a :class:`Compaction`, by status (another status is named)."""
+
+
+def compaction_head(item: Compaction) -> str:
+    """``"earlier context summarised"`` and the like (see :data:`COMPACTION_HEAD`)."""
+    return COMPACTION_HEAD.get(item.status, f"earlier context: {item.status}")
+
+
+def compaction_text(item: Compaction) -> str:
+    """``──── earlier context summarised ────`` then the summary (and error), indented."""
+    lines = [f"──── {compaction_head(item)} ────"]
+    if item.summary_text:
+        lines.append(_indent("summary: " + item.summary_text))
+    if item.error:
+        lines.append(_indent("error: " + item.error))
+    return "\n".join(lines)
 
 
 def question_text(q: Question) -> str:
@@ -263,6 +289,20 @@ def question_text(q: Question) -> str:
         lines.append(f"  → answered: {json.dumps(q.answer, ensure_ascii=False, sort_keys=True)}")
     else:
         lines.append(f"  → {q.state}d" if q.state == "decline" else "  → cancelled")
+    return "\n".join(lines)
+
+
+def sessions_text(agent: str, sessions: list[dict[str, Any]], next_cursor: str | None = None) -> str:
+    """A page of ACP ``session/list`` (``SessionInfo`` wire dicts) as lines: updated,
+    title, id; the cursor of the next page when there is one."""
+    if not sessions:
+        return f"{agent} has no sessions for this folder."
+    lines = [f"Sessions of {agent}:"]
+    for info in sessions:
+        lines.append(f"  {info.get('updatedAt') or '-':<22} {info.get('title') or '(untitled)':<40} "
+                     f"{info.get('sessionId')}")
+    if next_cursor:
+        lines.append(f"  … more: %escouade sessions {agent} --cursor {next_cursor}")
     return "\n".join(lines)
 
 

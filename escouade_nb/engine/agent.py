@@ -35,15 +35,17 @@ from ..manifest import HarnessRef
 from ..manifest.project import Project
 from ..wire.errors import AgentError, AgentExited, AuthRequired, running_loop
 from ..wire.process import StderrRing, kill_group_now
-from ..wire.session import START_TIMEOUT, AgentSession
+from ..wire.session import START_TIMEOUT, AgentSession, SessionPage
 from ..wire.transcript import Transcript
 from .cards import PermissionCard, Policy, QuestionCard
 from .controls import Controls
 from .kernel_access import context_blocks
 from .kernel_access import in_kernel as kernel_in_process
+from .launcher import launch_argv
 from .live import Live
 from .resume import ReplaySkip, resumed
 from .turns import Turn, TurnQueue
+from .worktree import Worktree
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,12 @@ class Agent:
     ``kernel_tools``: give the agent the kernel's MCP server (variables, cells,
     ``run_code`` behind a card; default: when running in a kernel); ``mcp``: which of
     your ``mcp.json`` servers it gets (None: all of them; ``[]``: none).
+    ``add_dirs``: more folders of the session (ACP ``additionalDirectories``, relative
+    ones against ``cwd``; a private project's fence takes them in). ``system_prompt``
+    (``system_prompt_mode`` ``"append"`` or ``"override"``): ACP ``systemPrompt`` where
+    the agent offers it, else sent before the first prompt. ``session_id``: one of the
+    agent's own sessions (:meth:`sessions`) to open instead of a new one (``session/load``
+    for its replay, else ``session/resume``; a new session, said so, when neither).
     Raises :class:`AgentError` for a mode the harness lacks, or an ``"fs": false``
     harness in a private project."""
 
@@ -75,7 +83,9 @@ class Agent:
                  policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
                  via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
                  env: dict[str, str] | None = None, kernel_tools: bool | None = None,
-                 mcp: Sequence[str] | None = None) -> None:
+                 mcp: Sequence[str] | None = None, add_dirs: Sequence[str | Path] = (),
+                 system_prompt: str | None = None, system_prompt_mode: str = "append",
+                 session_id: str | None = None) -> None:
         self.harness = harness
         self.program = program
         self.name = name or harness.short_id
@@ -89,6 +99,12 @@ class Agent:
         self._fs_override = fs
         self.kernel_tools = kernel_in_process() if kernel_tools is None else bool(kernel_tools)
         self.mcp: list[str] | None = None if mcp is None else list(mcp)
+        # ACP additionalDirectories (absolute; relative ones are against cwd): sent where offered, fenced in
+        self.add_dirs: list[Path] = [(self.cwd / d).resolve() for d in add_dirs]
+        if system_prompt_mode not in ("append", "override"):
+            raise AgentError(f"system_prompt_mode must be 'append' or 'override', not {system_prompt_mode!r}")
+        self.system_prompt = system_prompt  # the user's --system-prompt (ACP systemPrompt where offered)
+        self.system_prompt_mode = system_prompt_mode
         self.conversation = Conversation()
         self.status = AgentStatus.STARTING
         self.error: str | None = None
@@ -97,6 +113,7 @@ class Agent:
         self.turns = TurnQueue(self)
         self.live: Live | None = None
         self.transcript: Transcript | None = None
+        self.previous_transcript: Path | None = None  # the file before a restart (its header names it)
         self.auth_required: AuthRequired | None = None
         self.reads_refusal_messages = False
         self.last_activity: float | None = None  # wall-clock time of the last conversation change
@@ -106,8 +123,12 @@ class Agent:
         self._restart_task: asyncio.Task | None = None
         self._lifecycle = asyncio.Lock()  # restart and close, one at a time
         self._wake = asyncio.Event()
-        self._resume_id: str | None = None
+        self._resume_id: str | None = session_id  # one of the agent's own sessions to open (session/list)
         self._replay = ReplaySkip()
+        self.worktree: Worktree | None = None  # its own git worktree and branch (``--worktree``), if any
+        self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
+        self._primer: str | None = None  # a fork's conversation so far, sent along with its first prompt
+        self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -160,8 +181,9 @@ class Agent:
         return list(self.live.desk.questions) if self.live is not None else []
 
     @property
-    def escouade_mode(self) -> str:
-        """Escouade's mode the client applies (see :meth:`set_escouade_mode`)."""
+    def escouade_mode(self) -> str | None:
+        """Escouade's mode the agent is in (see :meth:`set_escouade_mode`): the agent's own
+        mode mapped back through the manifest; None when it is in a mode none maps to."""
         return self.controls.mode
 
     @property
@@ -189,8 +211,10 @@ class Agent:
 
     def argv(self) -> list[str]:
         """The command line: ``[*via, program, *acp.args]`` — ``via`` is a launcher
-        prefix such as ``ssh host`` or ``kubectl exec -i POD --`` (ACP is plain stdio)."""
-        return [*self.via, self.program, *self.harness.harness.acp.args]
+        prefix such as ``ssh host`` or ``kubectl exec -i POD --`` (ACP is plain stdio);
+        through ``ssh``, the remote command is quoted and wrapped so that ending the local
+        ``ssh`` ends the remote agent too (:mod:`.launcher`)."""
+        return launch_argv(self.via, [self.program, *self.harness.harness.acp.args])
 
     def terminal_snapshot(self, terminal_id: str) -> tuple[str, bool, Any] | None:
         """(output, truncated, exit status) of a terminal of the current session, or None."""
@@ -256,15 +280,61 @@ class Agent:
     def start(self) -> asyncio.Task:
         """Schedule the start on the running loop and return at once (a no-op while a
         process of this agent is running or starting)."""
+        if self._preparing is not None and not self._preparing.done():
+            return self._preparing  # it starts the agent when done (or fails it)
         if self._main_task is None:
             running_loop(f"starting agent {self.name!r}")  # NoEventLoop, said plainly, before anything changes
             if self.status is not AgentStatus.STARTING:
                 self.set_status(AgentStatus.STARTING)
             live = Live(self, resume=self._resume_id, replay=self._replay,
-                        mode=self._initial_mode if self._initial_mode is not None else self.controls.mode)
+                        mode=self._initial_mode if self._initial_mode is not None else self.controls.chosen)
             self.live, self._initial_mode, self._resume_id, self._replay = live, None, None, ReplaySkip()
             self._main_task = asyncio.get_running_loop().create_task(live.run(), name=f"escouade agent {self.name}")
         return self._main_task
+
+    def prepare_then_start(self, coro: Any, *, name: str) -> asyncio.Task:
+        """Run ``coro`` (the agent's preparation: its worktree made…) before the first
+        start: ``start()`` and ``ready()`` wait for it; then the agent starts, or, when it
+        raises, fails with its message (status ``failed``, one line in the conversation)."""
+        async def prepare() -> None:
+            try:
+                await coro
+            except Exception as exc:
+                self._preparing = None
+                self.fail_start(str(exc))
+                return
+            self._preparing = None
+            self.start()
+        self._preparing = task = asyncio.get_running_loop().create_task(prepare(), name=name)
+        task.add_done_callback(lambda _t: coro.close())  # cancelled before it began: never left un-awaited
+        return task
+
+    async def _restat_worktree(self) -> None:
+        """Re-count the worktree's diff stat; the views redraw their header."""
+        worktree = self.worktree
+        if worktree is None:
+            return
+        try:
+            await worktree.diffstat()
+        except Exception as exc:  # the worktree removed behind our back…: said once in the log
+            log.info("diff stat of %s: %s", self.name, exc)
+            return
+        self.notify_status()
+
+    def fork(self, name: str | None = None) -> Agent:
+        """A new agent of this harness carrying this conversation, in the squad
+        (:meth:`~.squad.Squad.fork`: ``session/fork`` where offered, else the conversation
+        as context of its first prompt); returned at once, starting."""
+        from .squad import get_squad
+        return get_squad().fork(self, name)
+
+    def fail_start(self, message: str) -> None:
+        """The start cannot happen (its worktree was refused…): ``failed``, saying why."""
+        self.error = message
+        self.conversation.add_notice(message, level="error")
+        if self.status is not AgentStatus.FAILED:
+            self.set_status(AgentStatus.FAILED)
+        self.wake_waiters()
 
     async def authenticate(self, method_id: str) -> Agent:
         """Sign in with one of the agent's ``authMethods`` (agent type: ACP
@@ -333,7 +403,8 @@ class Agent:
         for path in paths:
             if not path.is_file():
                 raise FileNotFoundError(f"no file to attach: {path}")
-        return self.turns.send(Turn(self, [*blocks(prompt), *context], attach=paths))
+        primer, self._primer = ([{"type": "text", "text": self._primer}] if self._primer else []), None
+        return self.turns.send(Turn(self, [*primer, *blocks(prompt), *context], attach=paths))
 
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card
@@ -355,6 +426,9 @@ class Agent:
             self.transcript.flush()
         self.conversation.settle_rejected()
         self.conversation.close_messages()
+        if self.worktree is not None and (self._restat is None or self._restat.done()):
+            self._restat = asyncio.get_running_loop().create_task(self._restat_worktree(),
+                                                                  name=f"escouade diff stat of {self.name}")
         if self.status in BUSY:
             waiting = self.live is not None and (self.live.desk.cards or self.live.desk.questions)
             self.set_status(AgentStatus.WAITING if waiting else AgentStatus.IDLE)
@@ -409,6 +483,26 @@ class Agent:
     async def set_model(self, model_id: str) -> bool:
         return await self.controls.set_model(model_id)
 
+    # -- the agent's own sessions (ACP session/list, session/delete) -------------------------------
+    async def sessions(self, cursor: str | None = None) -> SessionPage:
+        """One page of the agent's own sessions for its folder (ACP ``session/list``),
+        newest as the agent orders them: ``SessionPage(sessions, next_cursor)``, each
+        session ``{"sessionId", "cwd", "title"?, "updatedAt"?}``; pass ``next_cursor`` for
+        the next page (None: the last). Waits for the agent to be ready. ``AgentError``
+        when it does not offer ``session/list``; ``acp.RequestError`` when it refuses."""
+        return await (await self.ready_session()).list_sessions(cursor=cursor)
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete one of the agent's own sessions (ACP ``session/delete``; an unknown id
+        succeeds silently). ``AgentError`` when the agent does not offer it."""
+        await (await self.ready_session()).delete_session(session_id)
+
+    async def logout(self) -> None:
+        """Sign out of the agent (ACP ``logout``): its sessions may then ask for a sign-in
+        again. ``AgentError`` when it does not offer it (``agentCapabilities.auth.logout``)."""
+        await (await self.ready_session()).logout()
+        self.conversation.add_notice("Signed out (logout): the agent may ask you to sign in again.")
+
     # -- restart, resume, close --------------------------------------------------------------------
     async def restart(self) -> Agent:
         """Start a fresh process and session for this agent (after a crash, or to get
@@ -435,7 +529,9 @@ class Agent:
                 self.live = None
                 self.error = None
                 self.auth_required = None
-                self.transcript = None  # a new process, a new transcript
+                if self.transcript is not None:  # a new process, a new transcript, which names the one before
+                    self.previous_transcript = self.transcript.path
+                self.transcript = None
                 self.conversation.add_notice("Restarted: a new process and a new session.")
                 self.start()
             finally:
@@ -471,6 +567,9 @@ class Agent:
         """End the agent: close its stdin, terminate its process group, end every turn
         (the running one and the queued ones, with an error). After a restart under way."""
         async with self._lifecycle:
+            for task in (self._restat, self._preparing):  # a worktree being made: this agent will not start
+                if task is not None:
+                    task.cancel()
             await self._close_session()
             self.turns.close()
             if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):

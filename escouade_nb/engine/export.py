@@ -34,11 +34,12 @@ from typing import Any
 
 
 from .._version import __version__
-from ..core.conversation import Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from ..core.conversation import (Compaction, Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall,
+                                 Unknown)
 from ..core.notebook_diff import NotebookDiff, notebook_diff
 from ..core.plans import visible_text
-from ..core.render_text import (PLAN_MARK, answer_label, content_text, diff_lines, is_notebook_path, question_text,
-                                raw_output_text, terminal_text, tool_input_text)
+from ..core.render_text import (PLAN_MARK, answer_label, compaction_text, content_text, diff_lines, is_notebook_path,
+                                question_text, raw_output_text, terminal_text, tool_input_text)
 from ..permissions.request import mcp_tool_of
 
 __all__ = ["to_notebook", "notebook_cells", "run_code_of", "MAX_BLOCK"]
@@ -243,8 +244,11 @@ def notebook_cells(items: list[Item], *, speaker: str = "agent", agent_name: str
             out.markdown(key, f"**{speaker} asks:** {no_raw_html(item.message)}\n\n"
                               + fenced("\n".join(line.strip() for line in lines[1:])))
         elif isinstance(item, Notice):
-            text = f"> **{item.level}:** {no_raw_html(item.text)}"
+            label = f"{speaker} · {item.severity}" if item.origin == "agent" else item.level  # the agent's own notice
+            text = f"> **{no_raw_html(label)}:** {no_raw_html(item.text)}"
             out.markdown(key, text + ("\n\n" + fenced(_cut(item.detail)) if item.detail else ""))
+        elif isinstance(item, Compaction):
+            out.markdown(key, "---\n\n" + fenced(compaction_text(item)))
         elif isinstance(item, Unknown):
             out.markdown(key, f"*unknown update `{item.raw.get('sessionUpdate', '?')}`: {no_raw_html(item.reason)}*")
     return out.cells

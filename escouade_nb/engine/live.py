@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import acp
 
+from ..core import acp_v1_25
+from ..core import plans
 from ..core.adapters import adapt
 from ..core.status import AgentStatus
 from ..manifest import version_status
@@ -48,18 +50,24 @@ class Live:
         self.mode = mode
         self.ready = asyncio.Event()
         self.told_about_questions = False  # the questionsInText preamble, once per session
+        self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.harness.acp.questions_in_text else ""
         self.cancel_sent = False  # one session/cancel per Stop
         self.ended = False
         acp_spec = agent.harness.harness.acp
         env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})
         if agent.record and agent.transcript is None:
             agent.transcript = Transcript.new(agent.name, {
-                "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv()},
+                "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),
+                **({"worktree": agent.worktree.record()} if agent.worktree is not None else {}),
+                **({"previous": str(agent.previous_transcript)} if agent.previous_transcript is not None else {}),
+                **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),
+                **({"system_prompt": agent.system_prompt, "system_prompt_mode": agent.system_prompt_mode}
+                   if agent.system_prompt else {})},
                 on_error=agent.transcript_failed)
         self.desk = CardDesk(agent)
         client = EscouadeClient(cwd=agent.cwd, on_permission=self.desk.on_permission, on_update=self._fold,
                                 on_file_written=lambda path, old, new: self.workspace.file_written(path, old, new),
-                                fence=agent.fence, terminal_env=env, on_elicitation=self.desk.on_elicitation,
+                                fence=agent.fence, also=agent.add_dirs, terminal_env=env, on_elicitation=self.desk.on_elicitation,
                                 on_elicitation_complete=self.desk.on_elicitation_complete)
         self.workspace = Workspace(agent.conversation, agent.cwd, name=agent.name, fenced=agent.private,
                                    terminals=client.terminals)
@@ -98,7 +106,8 @@ class Live:
     async def _handshake(self) -> None:
         agent, session = self.agent, self.session
         try:
-            await session.initialize(capabilities(agent.uses_client_fs, terminal=True, questions=True))
+            await session.initialize(capabilities(agent.uses_client_fs, terminal=True, questions=True),
+                                     extra=acp_v1_25.client_capabilities(notices=True, compaction=True))
             self._check_version()
             ours = (session.agent_capabilities.get("_meta") or {}).get("escouade") or {}
             agent.reads_refusal_messages = bool(ours.get("refusalMessage"))
@@ -147,11 +156,22 @@ class Live:
             self.replay.active = True
 
         servers = await self.kernel.servers()
+        known = bool(conversation.items)  # the session's history, from the transcript
         try:
-            answer = await session.open(resume=resume, before_load=before_load, mcp_servers=servers)
+            answer = await session.open(resume=resume, before_load=before_load, mcp_servers=servers,
+                                        additional_directories=self.agent.add_dirs,
+                                        system_prompt=self._system_prompt(),
+                                        replay=not known)  # nothing of it here: load replays it
         finally:
             self.replay.done()
-        if session.loaded:
+        self._said_setup()
+        if session.resumed:
+            conversation.close_messages()
+            conversation.add_notice(f"Reattached to session {session.session_id} (session/resume: the conversation "
+                                    f"above is from the transcript)." if known else
+                                    f"Reattached to session {session.session_id} (session/resume: the agent does not "
+                                    f"replay it, so its earlier messages are not shown).")
+        elif session.loaded:
             conversation.add_notice(f"Reattached to session {session.session_id} (session/load).")
         else:
             if resume:
@@ -167,6 +187,45 @@ class Live:
         session.opened()
         self.kernel.opened()
 
+    def _system_prompt(self) -> acp_v1_25.SystemPrompt | None:
+        """ACP ``systemPrompt`` for the session setup where the agent offers it: the
+        questionsInText instruction and the user's ``--system-prompt`` (in its mode; an
+        ``override`` the agent does not offer is sent as ``append``). Else None: they go
+        before the first prompt (:meth:`take_preamble`)."""
+        agent, caps = self.agent, self.session.agent_capabilities
+        text = "".join(filter(None, [self._preamble if not self.told_about_questions else "", agent.system_prompt]))
+        if not text or not acp_v1_25.offers_system_prompt(caps):
+            return None
+        mode = agent.system_prompt_mode if agent.system_prompt else "append"
+        if mode == "override" and not acp_v1_25.offers_system_prompt(caps, "override"):
+            agent.conversation.add_notice(f"{agent.name} takes a system prompt to append only (no systemPrompt "
+                                          f"override): yours was appended.", level="warning")
+            mode = "append"
+        return acp_v1_25.SystemPrompt.text(text.strip(), mode)  # type: ignore[arg-type]
+
+    def _said_setup(self) -> None:
+        """After the session setup: what went in ``systemPrompt`` is not sent again; the
+        user's system prompt goes before the first prompt where none could be sent."""
+        agent, session = self.agent, self.session
+        if session.system_prompt_sent:
+            self.told_about_questions = True
+        elif agent.system_prompt:
+            self._preamble += agent.system_prompt.strip() + "\n\n"
+            agent.conversation.add_notice(f"{agent.name} takes no system prompt (no sessionCapabilities.systemPrompt):"
+                                          f" yours goes before your first prompt.", level="warning")
+        if agent.add_dirs and not session.additional_directories:
+            agent.conversation.add_notice(
+                f"{agent.name} does not take additional directories (no sessionCapabilities.additionalDirectories): "
+                f"{', '.join(map(str, agent.add_dirs))} were not given to it.", level="warning")
+
+    def take_preamble(self) -> str:
+        """What goes before the first prompt of this session, once: the questionsInText
+        instruction and the user's system prompt where no ``systemPrompt`` took them."""
+        if self.told_about_questions:
+            return ""
+        self.told_about_questions = True  # once per session: a restart tells the new one
+        return self._preamble
+
     async def session_ready(self) -> None:
         agent = self.agent
         if not self.current or self.session.closing:  # closed or replaced while it opened
@@ -177,8 +236,8 @@ class Live:
         self.ready.set()
         agent.set_status(AgentStatus.IDLE)
         agent.wake_waiters()
-        agent.controls.mode = "default"  # a new session starts in its default; say so until it takes ours
-        if self.mode not in (None, "default"):
+        agent.controls.session_opened()  # the menus show the agent's real mode, mapped back to Escouade's
+        if self.mode is not None and self.mode != agent.controls.mode and self.mode in agent.controls.escouade_modes():
             await agent.controls.set_escouade_mode(self.mode)
 
     async def authenticate(self, method_id: str) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.adapters import adapt
 from ..core.status import AgentStatus
 from ..manifest import Harness, HarnessRef, Manifest
 from ..wire import transcript as tr
@@ -22,26 +24,76 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 
+MESSAGE_CHUNKS = {"user_message_chunk": "user", "agent_message_chunk": "agent", "agent_thought_chunk": "thought"}
+
+
 def replay_key(update: Any) -> str:
-    """How an update replayed by ``session/load`` is recognised as one the transcript
-    already has: a message chunk by its role and content (agents replay them with or
-    without their ``messageId``), anything else whole."""
-    if isinstance(update, dict) and update.get("sessionUpdate") in (
-            "user_message_chunk", "agent_message_chunk", "agent_thought_chunk"):
+    """How an update replayed by ``session/load`` that is not a text chunk is recognised
+    as one the transcript already has: a message chunk by its role and content (agents
+    replay them with or without their ``messageId``), anything else whole."""
+    if isinstance(update, dict) and update.get("sessionUpdate") in MESSAGE_CHUNKS:
         return json.dumps([update["sessionUpdate"], update.get("content")], sort_keys=True)
     return json.dumps(update, sort_keys=True)
 
 
+def _chunk_text(update: Any) -> tuple[str, str] | None:
+    """``(role, text)`` of a text message chunk, else None."""
+    if not isinstance(update, dict) or update.get("sessionUpdate") not in MESSAGE_CHUNKS:
+        return None
+    content = update.get("content")
+    if not isinstance(content, dict) or content.get("type") != "text" or not isinstance(content.get("text"), str):
+        return None
+    return MESSAGE_CHUNKS[update["sessionUpdate"]], content["text"]
+
+
 class ReplaySkip:
     """The updates a reloaded session will replay that the conversation already has.
-    ``active`` only while ``session/load`` runs; :meth:`skip` consumes one match."""
+    ``active`` only while ``session/load`` runs; :meth:`skip` consumes one match.
 
-    def __init__(self, keys: collections.Counter[str] | None = None) -> None:
+    Text chunks are matched by content, not by chunk boundaries: per role (user, agent,
+    thought) the text the conversation has, in order, as one string; a replayed chunk is
+    skipped when its text comes next in it (surrounding whitespace aside), or further on
+    (the agent replays less than the transcript has), and that much is consumed. Other
+    updates (tool calls, plans, non-text content) are matched whole, by count."""
+
+    def __init__(self, keys: collections.Counter[str] | None = None,
+                 texts: dict[str, str] | None = None) -> None:
         self.keys: collections.Counter[str] = keys or collections.Counter()
+        self.texts: dict[str, str] = dict(texts or {})
         self.active = False
 
+    @classmethod
+    def of(cls, updates: Iterable[Any]) -> ReplaySkip:
+        """Expect ``updates`` (session/update payloads, in order, our prompts as
+        ``user_message_chunk``s) to be replayed."""
+        keys: collections.Counter[str] = collections.Counter()
+        texts: dict[str, list[str]] = {}
+        for update in updates:
+            chunk = _chunk_text(update)
+            if chunk is not None:
+                texts.setdefault(chunk[0], []).append(chunk[1])
+            elif update is not None:
+                keys[replay_key(update)] += 1
+        return cls(keys, {role: "".join(parts) for role, parts in texts.items()})
+
     def skip(self, update: Any) -> bool:
-        if not self.active or not self.keys:
+        if not self.active:
+            return False
+        chunk = _chunk_text(update)
+        if chunk is not None:
+            role, text = chunk
+            have = self.texts.get(role, "")
+            if not have:
+                return False
+            wanted = text.strip()
+            if not wanted:  # whitespace between messages: nothing to show twice
+                return True
+            at = have.find(wanted)
+            if at < 0:
+                return False
+            self.texts[role] = have[at + len(wanted):]
+            return True
+        if not self.keys:
             return False
         key = replay_key(update)
         if self.keys[key] > 0:
@@ -52,6 +104,7 @@ class ReplaySkip:
     def done(self) -> None:
         self.active = False
         self.keys.clear()
+        self.texts.clear()
 
 
 def missing_harness(harness_id: str) -> HarnessRef:
@@ -63,22 +116,41 @@ def missing_harness(harness_id: str) -> HarnessRef:
                       path=Path("(missing)"), source="extra")
 
 
+def expected_replay(records: list[tr.Record], session_id: str | None) -> Iterator[Any]:
+    """What the agent will replay when session ``session_id`` is reloaded, as the
+    conversation has it: that session's updates as they came (not those of a
+    ``session/load``'s replay, which repeat them), and our prompts as the agent's
+    ``user_message_chunk``s."""
+    loads: set[Any] = set()  # ids of session/load requests not answered yet
+    for r in records:
+        msg = r.msg or {}
+        params = msg.get("params") or {}
+        if r.kind == "out" and msg.get("method") == "session/load" and "id" in msg:
+            loads.add(msg["id"])
+        elif r.kind == "in" and "id" in msg and "method" not in msg:
+            loads.discard(msg["id"])
+        if params.get("sessionId") not in (None, session_id):
+            continue
+        if r.kind == "in" and msg.get("method") == "session/update" and not loads:
+            yield params.get("update")
+        elif r.kind == "out" and msg.get("method") == "session/prompt":
+            for block in params.get("prompt") or []:
+                yield {"sessionUpdate": "user_message_chunk", "content": block}
+
+
 def resumed(cls: type[Agent], transcript_path: Path, harness: HarnessRef | None, *, program: str | None,
             **kwargs: Any) -> Agent:
     """See :meth:`Agent.resume`."""
-    records = list(tr.read(transcript_path))
+    records = tr.history(transcript_path)  # from before any restart too
     head = tr.header(transcript_path) or {}
+    # what the session was set up with (--add-dir, --system-prompt) is set up again, unless given anew
+    setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode") if head.get(k) is not None}
     agent = cls(harness if harness is not None else missing_harness(head.get("harness", "?")),
-                program=program or "", name=head.get("agent"), cwd=head.get("cwd"), **kwargs)
-    info = tr.replay(iter(records), agent.conversation)
-    keys: collections.Counter[str] = collections.Counter(
-        replay_key((r.msg.get("params") or {}).get("update"))
-        for r in records if r.kind == "in" and (r.msg or {}).get("method") == "session/update")
-    keys.update(  # our prompts come back as the agent's user_message_chunk
-        replay_key({"sessionUpdate": "user_message_chunk", "content": block})
-        for r in records if r.kind == "out" and (r.msg or {}).get("method") == "session/prompt"
-        for block in (r.msg.get("params") or {}).get("prompt") or [])
-    agent._resume_from(transcript_path, info.get("session_id"), ReplaySkip(keys))
+                program=program or "", name=head.get("agent"), cwd=head.get("cwd"), **{**setup, **kwargs})
+    info = tr.replay(iter(records), agent.conversation,
+                     adapt=lambda update: adapt(agent.harness.short_id, agent.conversation, update))
+    agent._resume_from(transcript_path, info.get("session_id"), ReplaySkip.of(expected_replay(records,
+                                                                                             info.get("session_id"))))
     if harness is None:
         agent.mark(AgentStatus.HARNESS_MISSING, f"the harness {head.get('harness')!r} is not installed any more")
     else:

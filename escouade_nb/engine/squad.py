@@ -17,14 +17,15 @@ import atexit
 import html
 import logging
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .agent import Agent
+from .worktree import Worktree, WorktreeError, repository_of, safe_name
 from ..core.observers import Observers
-from ..core.status import NAME_FREE, NAME_REUSED
+from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
 from ..manifest.locate import read_version_async
 from ..permissions import RulePlugins
@@ -319,7 +320,10 @@ class Squad:
     def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
               private: bool = False, mode: str | None = None, via: str | list[str] | None = None,
               account: str | None = None, fs: bool | None = None, mcp: list[str] | None = None,
-              kernel_tools: bool | None = None) -> Agent:
+              kernel_tools: bool | None = None, worktree: bool | str = False,
+              worktree_base: str | None = None, add_dirs: Sequence[str | Path] = (),
+              system_prompt: str | None = None, system_prompt_mode: str = "append",
+              session_id: str | None = None) -> Agent:
         """Find ``harness`` (short or full id), locate its program, start an agent on
         the running loop and return it at once (status ``starting``). The program's
         version is read meanwhile (once per program file); a version outside the
@@ -332,13 +336,25 @@ class Squad:
         points at that account's own folder (:func:`account_dir`), so two accounts of a
         harness run side by side. ``mcp``: which of your ``mcp.json`` servers the agent
         gets (None: all; ``[]`` or ``["none"]``: none); ``kernel_tools``: the kernel's own
-        MCP server (default: when running in a kernel).
+        MCP server (default: when running in a kernel). ``worktree``: True (branch
+        ``escouade/<name>``) or a branch name: the agent works in its own git worktree off
+        the repository's ``HEAD`` (or ``worktree_base``), made before it starts
+        (:class:`~.worktree.Worktree`, ``agent.worktree``); git's refusals (a dirty index,
+        a branch taken) fail the agent with one line. ``add_dirs``: more folders of the
+        session (ACP ``additionalDirectories``, relative ones against ``cwd``; the fence of
+        a private project takes them in), sent where the agent offers it.
+        ``system_prompt`` (``system_prompt_mode`` ``"append"`` or ``"override"``): ACP
+        ``systemPrompt`` where the agent offers it, else before the first prompt.
+        ``session_id``: open that session of the agent's own (see :meth:`open_session`).
 
         Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
         or account the harness does not have), :class:`ProgramNotFound` (with the
         manifest's install command) — all checked by :meth:`check` — then
         :class:`~..wire.errors.NoEventLoop` where no event loop runs."""
         ref, folder, launcher, program = self.check(harness, cwd=cwd, name=name, via=via)
+        for extra in add_dirs:
+            if not (folder / extra).is_dir():
+                raise SquadError(f"--add-dir {extra}: no such folder ({(folder / extra).resolve()})")
         running_loop(f"starting an agent of {ref.short_id!r}")  # NoEventLoop (where it works) before anything is registered
         env: dict[str, str] = {}
         if account is not None:
@@ -346,12 +362,26 @@ class Squad:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
             env[ref.harness.account_var] = str(account_dir(ref, account))
         project = Project.for_folder(folder, private=private)
+        name = name or self._free_name(ref.short_id)
+        planned: Worktree | None = None
+        if worktree:
+            repo = repository_of(folder)
+            if repo is None:
+                raise SquadError(f"{folder} is not inside a git repository: --worktree needs one")
+            branch = worktree if isinstance(worktree, str) else None
+            planned = Worktree(repo, repo.parent / f"{repo.name}.worktrees" / safe_name(name),
+                               branch or f"escouade/{safe_name(name)}", worktree_base or "", name)
+            folder = planned.path / folder.resolve().relative_to(repo)  # the same subfolder, in the worktree
+            # the same project (its id, privacy), fenced to the worktree
+            project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private)
         self.rules.start_soon()  # the plugins that decide run before the first request
         try:
-            agent = Agent(ref, program=program, name=name or self._free_name(ref.short_id), cwd=folder,
+            agent = Agent(ref, program=program, name=name, cwd=folder,
                           policies=[self.rules.broker], mode=mode, via=launcher, fs=fs, project=project,
                           env=env, kernel_tools=kernel_tools,
-                          mcp=None if mcp is None else [m for m in mcp if m != "none"])
+                          mcp=None if mcp is None else [m for m in mcp if m != "none"],
+                          add_dirs=[folder / d for d in add_dirs], system_prompt=system_prompt,
+                          system_prompt_mode=system_prompt_mode, session_id=session_id)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
         self.agents[agent.name] = agent
@@ -363,8 +393,174 @@ class Squad:
                 agent.version_checked = True  # claimed until read: see _check_later
                 self._own(self._check_later(agent, program, ref.harness.version_args),
                           f"escouade version check of {agent.name}")
+        if planned is not None:
+            agent.prepare_then_start(self._make_worktree(agent, planned, worktree_base),
+                                     name=f"escouade worktree of {agent.name}")
         agent.start()
         return agent
+
+    async def _make_worktree(self, agent: Agent, planned: Worktree, base: str | None,
+                             parent: Worktree | None = None) -> None:
+        """``git worktree add`` for ``agent`` (off ``parent``'s branch for a fork), then
+        its first diff stat (what views show)."""
+        made = await Worktree.create(parent.path if parent else planned.repo, planned.agent, branch=planned.branch,
+                                     base=parent.branch if parent else base, path=planned.path)
+        if parent is not None:
+            made.base = parent.base  # a fork merges where its parent merges
+        agent.worktree = made
+        await made.diffstat()
+        agent.conversation.add_notice(f"Working in its own git worktree: {made.path}, branch {made.branch} "
+                                      f"(off {parent.branch if parent else made.base}).")
+
+    # -- one prompt to several agents, merges, forks -------------------------------------------------
+    def agent_for(self, name: str) -> Agent:
+        """The agent ``name`` if it runs (or starts), else a new agent of harness ``name``
+        (an ended one of that name is replaced). :class:`SquadError` for neither."""
+        agent = self.agents.get(name)
+        if agent is None or agent.status in ENDED:
+            agent = self.start(agent.harness.short_id if agent is not None else name,
+                               name=name if agent is not None else None)
+        return agent
+
+    def ask_soon(self, names: list[str], prompt: str, **send: Any) -> list[Any]:
+        """The same prompt to each agent of ``names`` (started when needed: see
+        :meth:`agent_for`), at once: the :class:`~.turns.Turn` of each, in order, running
+        concurrently (each agent runs its own turns). ``send``: :meth:`Agent.send`'s
+        keywords. :class:`SquadError` for a name that is neither an agent nor a harness,
+        or a name given twice."""
+        if len(set(names)) != len(names):
+            raise SquadError(f"an agent is named twice in {', '.join(names)}")
+        agents = [self.agent_for(n) for n in names]
+        return [a.send(prompt, **send) for a in agents]
+
+    def restat_soon(self, turns: list[Any], then: Callable[[], None] | None = None) -> asyncio.Task:
+        """Once every turn has ended, re-count the diff stat of the agents with a worktree
+        (a task of the squad's), then ``then()`` (a view redraws its comparison)."""
+        async def restat() -> None:
+            await asyncio.gather(*(t.wait() for t in turns), return_exceptions=True)
+            await asyncio.gather(*(self._restat(t.agent) for t in turns if t.agent.worktree is not None),
+                                 return_exceptions=True)
+            if then is not None:
+                then()
+        return self._own(restat(), "escouade diff stats after a prompt")
+
+    async def ask(self, names: list[str], prompt: str, **send: Any) -> list[Any]:
+        """:meth:`ask_soon`, then wait for every turn: the turns, in the order of
+        ``names``, each ended (a failed turn is returned with its ``error``, not raised)."""
+        turns = self.ask_soon(names, prompt, **send)
+        await asyncio.gather(*(t.wait() for t in turns), return_exceptions=True)
+        await asyncio.gather(*(self._restat(t.agent) for t in turns if t.agent.worktree is not None))
+        return turns
+
+    async def merge(self, name: str) -> Any:
+        """Merge agent ``name``'s worktree branch into its base (:meth:`Worktree.merge`)
+        and journal it; :class:`SquadError` when it has no worktree."""
+        agent = self.get(name)
+        wt = self._worktree_of(agent)
+        try:
+            result = await wt.merge()
+        except WorktreeError as exc:
+            raise SquadError(str(exc)) from None
+        self.rules.journal.add("worktrees", "Output", text=f"merge: {result}", agent=agent.name)
+        agent.conversation.add_notice(str(result), level="info" if result.ok else "warning")
+        await self._restat(agent)
+        return result
+
+    async def rebase(self, name: str) -> Any:
+        """Rebase agent ``name``'s worktree branch onto its base (:meth:`Worktree.rebase`)."""
+        agent = self.get(name)
+        try:
+            result = await self._worktree_of(agent).rebase()
+        except WorktreeError as exc:
+            raise SquadError(str(exc)) from None
+        agent.conversation.add_notice(str(result), level="info" if result.ok else "warning")
+        await self._restat(agent)
+        return result
+
+    async def discard(self, name: str, force: bool = False) -> None:
+        """Stop agent ``name`` and remove its worktree and branch
+        (:meth:`Worktree.discard`; refused with uncommitted changes unless ``force``), and
+        journal it."""
+        agent = self.get(name)
+        wt = self._worktree_of(agent)
+        try:
+            if not force and await wt.dirty():
+                await wt.discard()  # raises, saying which files
+            await agent.close()
+            await wt.discard(force=force)
+        except WorktreeError as exc:
+            raise SquadError(str(exc)) from None
+        self.rules.journal.add("worktrees", "Output", text=f"discard: {wt.branch} and {wt.path} removed",
+                               agent=agent.name)
+        agent.conversation.add_notice(f"Worktree {wt.path} and branch {wt.branch} removed.")
+        agent.worktree = None
+        agent.notify_status()
+
+    def _worktree_of(self, agent: Agent) -> Worktree:
+        if agent.worktree is None:
+            raise SquadError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
+        return agent.worktree
+
+    @staticmethod
+    async def _restat(agent: Agent) -> None:
+        if agent.worktree is not None and await agent.worktree.exists():
+            await agent.worktree.diffstat()
+        agent.notify_status()
+
+    def fork(self, parent: str | Agent, name: str | None = None) -> Agent:
+        """A new agent of ``parent``'s harness carrying its conversation, returned at once
+        (starting). Where the parent's session offers ``session/fork`` (unstable in ACP:
+        ``sessionCapabilities.fork``) and can be reloaded (``loadSession``), the parent's
+        agent forks its session and the new agent loads the fork; else the new agent gets a
+        new session and the conversation so far goes, as text, with its first prompt — its
+        conversation says which. With a worktree, the fork's branches from the parent's."""
+        source = self.get(parent) if isinstance(parent, str) else parent
+        name = name or self._free_name(f"{source.name}-fork")
+        if name in self.agents and self.agents[name].status not in NAME_FREE:
+            raise SquadError(f"an agent named {name!r} is already running; pick another --as")
+        if source.program is None or source.status in (AgentStatus.HARNESS_MISSING,):
+            raise SquadError(f"agent {source.name!r} cannot be forked: its harness is missing")
+        cwd, project = source.cwd, source.project
+        planned: Worktree | None = None
+        if source.worktree is not None:
+            wt = source.worktree
+            planned = Worktree(wt.repo, wt.repo.parent / f"{wt.repo.name}.worktrees" / safe_name(name),
+                               f"escouade/{safe_name(name)}", wt.base, name)
+            cwd = planned.path / source.cwd.relative_to(wt.path)
+            if project is not None:
+                project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private)
+        agent = Agent(source.harness, program=source.program, name=name, cwd=cwd, policies=list(source.policies),
+                      via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
+                      mcp=source.mcp)
+        self.agents[agent.name] = agent
+        agent.version_checked = True  # the parent's program: checked already
+        agent.prepare_then_start(self._prepare_fork(source, agent, planned), name=f"escouade fork of {source.name}")
+        agent.start()
+        return agent
+
+    async def _prepare_fork(self, source: Agent, agent: Agent, planned: Worktree | None) -> None:
+        from ..core.render_text import render_items
+        if planned is not None:
+            await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
+            await self._make_worktree(agent, planned, None, parent=source.worktree)
+        caps = source.agent_capabilities or {}
+        offers = (caps.get("sessionCapabilities") or {}).get("fork") is not None and caps.get("loadSession")
+        if offers and source.session is not None and source.session_id:
+            result = await source.session.request("session/fork", {"sessionId": source.session_id,
+                                                                   "cwd": str(agent.cwd), "mcpServers": []})
+            agent._resume_id = (result or {}).get("sessionId")
+            agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
+                                          f"conversation itself (session {agent._resume_id}).")
+            return
+        text = render_items(list(source.conversation.items), speaker=source.harness.harness.speaker
+                            or source.harness.harness.display_name)
+        agent._primer = (f"You are continuing a conversation another session of yours had with me (you are "
+                         f"{agent.name}, forked from {source.name}). Here it is, for context:\n\n{text}\n\n"
+                         f"--- end of the earlier conversation; my next message follows. ---")
+        why = "it offers no session/fork" if not offers else "its session is not running"
+        agent.conversation.add_notice(
+            f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "
+            f"conversation so far ({len(source.conversation.items)} items) goes, as text, with your first prompt.")
 
     def resumable(self) -> dict[str, Path]:
         """The newest transcript of each agent name that ran before (any kernel)."""
@@ -393,7 +589,19 @@ class Squad:
             raise ProgramNotFound(ref)
         cwd = head.get("cwd")
         project = Project.for_folder(Path(cwd)) if cwd and Path(cwd).is_dir() else None
+        recorded = head.get("worktree") if isinstance(head.get("worktree"), dict) else {}
+        if project is not None and recorded.get("repo") and Path(recorded["repo"]).is_dir():
+            repo_project = Project.for_folder(Path(recorded["repo"]))  # the repository's project, fenced to the worktree
+            project = Project(id=repo_project.id, name=repo_project.name, folder=project.folder,
+                              private=repo_project.private or project.private)
         agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
+        if isinstance(head.get("worktree"), dict):  # reattached: git still has it (or the view says it has gone)
+            try:
+                agent.worktree = Worktree.from_record(head["worktree"])
+            except KeyError:
+                pass
+            else:
+                self._own(self._restat(agent), f"escouade worktree of {agent.name}")
         self.agents[agent.name] = agent
         if ref is not None:
             agent.start()
@@ -436,6 +644,32 @@ class Squad:
                 then(written, None)
             return written
         return self._own(export(), f"escouade export {name}")
+
+    def open_session(self, name: str, session_id: str, *, as_name: str | None = None) -> Agent:
+        """Open one of agent ``name``'s own sessions (``%escouade sessions``, ACP
+        ``session/list``) in a new agent of the same harness, folder, privacy and
+        additional directories, named ``as_name`` (else a free name): ``session/load``
+        (its replay is the view) where offered, else ``session/resume``, else a new
+        session, said so. :class:`SquadError` as :meth:`start`."""
+        agent = self.get(name)
+        return self.start(agent.harness.id, cwd=agent.cwd, name=as_name, private=agent.private,
+                          add_dirs=list(agent.add_dirs), session_id=session_id)
+
+    def sessions_soon(self, name: str, then: Callable[[Any, BaseException | None], None], *,
+                      cursor: str | None = None) -> asyncio.Task:
+        """``agent.sessions(cursor)`` as a task of the squad's own, returned at once
+        (``%escouade sessions``); ``then(page, None)`` or ``then(None, error)`` when it
+        ends. :class:`SquadError` now for an unknown agent."""
+        agent = self.get(name)
+
+        async def listing() -> None:
+            try:
+                page = await agent.sessions(cursor=cursor)
+            except Exception as exc:
+                then(None, exc)
+                return
+            then(page, None)
+        return self._own(listing(), f"escouade sessions of {name}")
 
     async def aclose(self) -> None:
         """Cancel the squad's own tasks (version reads and their checks) and wait for

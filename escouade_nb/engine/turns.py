@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,6 @@ import acp
 import anyio
 from pydantic import ValidationError
 
-from ..core import plans
 from ..core.conversation import Item, Message, ToolCall
 from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, gate
 from ..core.status import ENDED, AgentStatus
@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 log = logging.getLogger(__name__)
+
+INSTANT_TURN = 0.25
+"""Seconds under which a turn that says nothing, right after a Stop, is taken for
+claude-agent-acp 0.23.1's bug (its next turn ends in ~5 ms, empty, and its replies come
+one turn late from then on): the conversation says so and points at Restart."""
 
 
 class Turn:
@@ -50,11 +55,18 @@ class Turn:
         self.error: AgentError | None = None
         self.cancelled_by_user = False
         self.status = "queued"
+        self.started: float | None = None  # time.monotonic() when it was sent to the agent
+        self.ended: float | None = None  # …and when it ended
         self._done = running_loop("agent.send()").create_future()  # NoEventLoop, said plainly, outside a loop
 
     @property
     def done(self) -> bool:
         return self._done.done()
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from its sending to its end (None until it ends, or when never sent)."""
+        return self.ended - self.started if self.started is not None and self.ended is not None else None
 
     @property
     def text(self) -> str:
@@ -69,6 +81,7 @@ class Turn:
             return
         self.stop_reason = stop_reason
         self.error = error
+        self.ended = time.monotonic()
         self.status = "failed" if error else (stop_reason or "done")
         self._done.set_result(None)
 
@@ -105,6 +118,7 @@ class TurnQueue:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.current: Turn | None = None
+        self.stopped_in: Any = None  # the Live whose last turn the user stopped (for the instant-turn check)
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
@@ -154,16 +168,17 @@ class TurnQueue:
         session = live.session
         self.current = turn
         turn.status = "running"
+        turn.started = time.monotonic()
         agent.set_status(AgentStatus.WORKING)
         turn.prompt, notices = gate(turn.prompt, agent.agent_capabilities.get("promptCapabilities") or {},
                                     who=agent.name)
         for notice in notices:
             agent.conversation.add_notice(notice, level="warning")
-        agent.conversation.add_user_message(turn.prompt)
         wire_prompt = turn.prompt
-        if agent.harness.harness.acp.questions_in_text and not live.told_about_questions:
-            live.told_about_questions = True  # once per session: a restart tells the new one
-            wire_prompt = [{"type": "text", "text": plans.QUESTIONS_PREAMBLE}, *turn.prompt]
+        preamble = live.take_preamble()  # questionsInText, --system-prompt: where no systemPrompt took them
+        if preamble:
+            wire_prompt = [{"type": "text", "text": preamble}, *turn.prompt]
+        agent.conversation.add_user_message(turn.prompt, sent=wire_prompt)
         try:
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
         except ConnectionError:
@@ -202,11 +217,32 @@ class TurnQueue:
             if response.stop_reason == "refusal":
                 agent.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "
                                               "your text is kept above.", level="warning")
+            self._instant_after_stop(turn, live, response.stop_reason)
             turn._finish(stop_reason=response.stop_reason)
         finally:
+            if turn.cancelled_by_user or turn.stop_reason == "cancelled":
+                self.stopped_in = live
+            elif turn.stop_reason is not None or turn.error is not None:
+                self.stopped_in = None
             self.current = None
             live.cancel_sent = False
             agent.turn_ended(turn)
+
+    def _instant_after_stop(self, turn: Turn, live: Any, stop_reason: str) -> None:
+        """A turn right after a Stop, on the same process, that ended at once with nothing
+        (no reply, no tool call): say that the agent did not answer this prompt and may now
+        be a turn behind, and that Restart starts afresh (claude-agent-acp 0.23.1 does this;
+        the manifest's ``$comment`` says so)."""
+        if self.stopped_in is not live or stop_reason == "cancelled" or turn.started is None:
+            return
+        elapsed = time.monotonic() - turn.started
+        if elapsed >= INSTANT_TURN or turn.text.strip() or turn.tool_calls:
+            return
+        self.agent.conversation.add_notice(
+            f"The agent ended this turn in {elapsed * 1000:.0f} ms with nothing, right after a Stop: it did not "
+            f"answer this prompt, and its next replies may come one turn late. Restart it (the Restart button, or "
+            f"`await agent.restart()`: a new process and session, the conversation above kept) to go on.",
+            level="warning")
 
     def cancel(self) -> None:
         """Stop the running turn (see :meth:`Agent.cancel`)."""

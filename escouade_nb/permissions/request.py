@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..core.notebook_diff import notebook_diff
+from ..core.tool_names import agent_tool_name, title_head
 from .protocol import AgentInfo, DecideParams, Family, ProjectInfo, RequestInfo, TicketInfo
 
 __all__ = [
@@ -130,36 +131,6 @@ def family_of(tool: str) -> Family:
     if tool.startswith("mcp__"):
         return "mcp"
     return FAMILIES.get(tool, "tool")
-
-
-def agent_tool_name(call: Any) -> tuple[str | None, str | None]:
-    """``(name, mcp_server)``: the agent's own name of the tool, from ``_meta`` or the
-    unstable ``name`` field, and the MCP server ``_meta`` names, if any."""
-    meta = getattr(call, "meta", None) or {}
-    if isinstance(meta, dict):
-        for value in meta.values():
-            if not isinstance(value, dict):
-                continue
-            for holder in (value.get("toolCall"), value):
-                if isinstance(holder, dict) and isinstance(holder.get("toolName"), str) and holder["toolName"]:
-                    server = holder.get("mcpServer") or holder.get("server")
-                    return holder["toolName"], server if isinstance(server, str) and server else None
-        for key in ("tool_name", "toolName"):
-            if isinstance(meta.get(key), str) and meta[key]:
-                return meta[key], None
-    name = (getattr(call, "extra", None) or {}).get("name")
-    if isinstance(name, str) and name:
-        return name, None
-    return None, None
-
-
-def _title_head(call: Any) -> str | None:
-    """The title before ``"·"`` (the whole title when it has none)."""
-    title = getattr(call, "title", None)
-    if isinstance(title, str):
-        head = title.split("·", 1)[0].strip()
-        return head or None
-    return None
 
 
 def _as_claude(name: str, server: str | None) -> str | None:
@@ -357,7 +328,7 @@ def normalise(call: Any, tools_map: Mapping[str, str] | None = None) -> Normalis
     whatever the agent calls it, its input the tool's arguments."""
     tools_map = dict(tools_map or {})
     name, server = agent_tool_name(call)
-    head = _title_head(call)
+    head = title_head(call)
     acp_kind = getattr(call, "kind", None)
     tool: str | None = None
     known = getattr(call, "mcp", None)

@@ -232,11 +232,20 @@ def _kernel_tools_badge(agent: Agent) -> str:
             f'{esc(label)}</span>')
 
 
+def _add_dirs_text(agent: Agent) -> str:
+    """`` · + DIR, DIR`` for the session's additional directories (``--add-dir``), or ``""``."""
+    dirs = getattr(agent, "add_dirs", None)
+    return f" · + {', '.join(map(str, dirs))}" if dirs else ""
+
+
 def status_line(agent: Agent) -> str:
     status = status_text(agent.status)
     if agent.status == AgentStatus.EXITED and agent.exit is not None:
         status += f" (code {agent.exit.code})"
     where = f" · via {' '.join(agent.via)}" if agent.via else ""
+    if getattr(agent, "worktree", None) is not None:
+        where += f" · {agent.worktree.header_text()}"
+    where += _add_dirs_text(agent)
     return f"{agent.name} · {agent.harness.harness.display_name}{where} · {status}"
 
 
@@ -314,6 +323,9 @@ class AgentView(FullText, Releasing, w.VBox):
         a = self.agent
         color = STATUS_COLOR.get(a.status, "#57606a")
         where = f" · via {' '.join(a.via)}" if a.via else ""
+        if getattr(a, "worktree", None) is not None:  # its branch and diff stat (redrawn when re-counted)
+            where += f" · {a.worktree.header_text()}"
+        where += _add_dirs_text(a)
         self.header.value = (f'<b>{esc(a.name)}</b> <span style="color:#57606a">· '
                              f'{esc(a.harness.harness.display_name)} · {esc(str(a.cwd))}{esc(where)}</span> '
                              f'<span style="color:{color};font-weight:600">{esc(status_text(a.status))}'

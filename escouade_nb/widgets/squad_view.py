@@ -13,7 +13,7 @@ from .agent_view import STATUS_COLOR, AgentView, _run, status_text
 from .render import esc
 from .views import FullText, Releasing, Throttle, close_tree, on_loop
 
-COLUMNS = ("agent", "harness", "folder", "mode", "status", "last activity", "tokens", "cost", "cards")
+COLUMNS = ("agent", "harness", "folder", "worktree", "mode", "status", "last activity", "tokens", "cost", "cards")
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -23,16 +23,28 @@ def _ago(t: float | None, now: float) -> str:
     return f"{s} s ago" if s < 60 else f"{s // 60} min ago" if s < 3600 else f"{s // 3600} h ago"
 
 
+def _worktree_cell(agent: Agent) -> str:
+    """Its branch (off which base) and the latest diff stat, or a dash without a worktree."""
+    wt = getattr(agent, "worktree", None)
+    if wt is None:
+        return "—"
+    return f"{wt.branch} (off {wt.base})" + (f": {wt.last_stat}" if wt.last_stat is not None else "")
+
+
 def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
     """One row of the squad table, as text (also the plain-text repr's source)."""
     now = time.time() if now is None else now
     usage = agent.conversation.usage or {}
     cost = usage.get("cost") or {}
-    mode = agent.escouade_mode if agent.escouade_mode != "default" else (agent.conversation.current_mode_id or "default")
+    mode = agent.escouade_mode if agent.escouade_mode not in ("default", None) else \
+        (agent.conversation.current_mode_id or "default")
+    if agent.escouade_mode is None:  # a mode of the agent's own that no Escouade mode maps to
+        mode = f"{agent.controls.agent_mode()} (its own)"
     return {
         "agent": agent.name,
         "harness": agent.harness.short_id,
         "folder": str(agent.cwd) + (f" via {agent.via}" if getattr(agent, "via", None) else ""),
+        "worktree": _worktree_cell(agent),
         "mode": mode,
         "status": status_text(agent.status),
         "last activity": _ago(agent.last_activity, now),
@@ -156,5 +168,6 @@ class SquadView(FullText, Releasing, w.VBox):
         for a in agents:
             r = agent_row(a, now)
             lines.append(f"  {r['agent']:<10} {r['harness']:<8} {r['status']:<16} mode={r['mode']} "
-                         f"cards={r['cards']} tokens={r['tokens']}")
+                         f"cards={r['cards']} tokens={r['tokens']}"
+                         + (f" worktree={r['worktree']}" if r["worktree"] != "—" else ""))
         return "\n".join(lines)

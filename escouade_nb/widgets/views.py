@@ -26,10 +26,11 @@ from typing import Any
 import ipywidgets as w
 
 from ..core import forms
-from ..core.conversation import Change, Conversation, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from ..core.conversation import (Change, Compaction, Conversation, Item, Message, Notice, Permission, Plan, Question,
+                                 ToolCall, Unknown)
 from ..core.observers import Subscription
 from ..core.plans import visible_text
-from ..core.render_text import answer_label, render_item, render_items
+from ..core.render_text import answer_label, compaction_head, render_item, render_items
 from .render import esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
 
 RENDERS_PER_SECOND = 20
@@ -622,14 +623,23 @@ class PlanView(_HTMLItemView):
 
 
 class NoticeView(_HTMLItemView):
-    """A notice of the client, or an update this client does not know (shown raw)."""
+    """A notice (the client's, or the agent's with its severity), a compaction boundary
+    (its summary folded under it), or an update this client does not know (shown raw)."""
 
     def html(self) -> str:
         item = self.item
         if isinstance(item, Notice):
             color = {"error": "#cf222e", "warning": "#bf8700"}.get(item.level, "#57606a")
             detail = pre(item.detail) if item.detail else ""
-            return f'<div style="color:{color}"><b>{esc(item.text)}</b></div>{detail}'
+            who = (f'{esc(self.speaker)} · {esc(item.severity)}: ') if item.origin == "agent" else ""
+            return f'<div style="color:{color}">{who}<b>{esc(item.text)}</b></div>{detail}'
+        if isinstance(item, Compaction):
+            color = "#cf222e" if item.status == "failed" else "#57606a"
+            line = (f'<div style="color:{color};border-top:1px dashed #8a8a8a;margin-top:6px;padding-top:2px">'
+                    f'<b>{esc(compaction_head(item))}</b></div>')
+            summary = (f'<details><summary>summary</summary>{pre(item.summary_text)}</details>'
+                       if item.summary_text else "")
+            return line + summary + (pre(item.error) if item.error else "")
         if isinstance(item, Unknown):
             return (f'<div style="color:#8a8a8a">Unknown update '
                     f'<code>{esc(item.raw.get("sessionUpdate", "?"))}</code>: {esc(item.reason)}</div>'

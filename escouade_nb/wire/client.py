@@ -12,7 +12,7 @@ implemented and wanted is advertised (:func:`capabilities`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +80,15 @@ class EscouadeClient:
     ``on_update`` takes a ``session/update`` ``update`` dict the transport did not
     intercept; ``on_file_written(path, old_text, new_text)`` is told of each write
     (``old_text`` ``None`` for a new file); ``fence`` (a private project's folder)
-    refuses fs paths outside it; ``terminal_env`` is the base environment of terminal
+    refuses fs paths outside it and outside the ``also`` folders (the session's
+    ``additionalDirectories``); ``terminal_env`` is the base environment of terminal
     commands (the agent's own; ``os.environ`` when ``None``). ``fs`` and ``terminals``
     are the :class:`FileSystem` and :class:`TerminalManager` behind the handlers."""
 
     def __init__(self, *, cwd: Path, on_permission: PermissionHandler,
                  on_update: Callable[[dict[str, Any]], None],
                  on_file_written: Callable[[Path, str | None, str], None] | None = None,
-                 fence: Path | None = None, terminal_env: Mapping[str, str] | None = None,
+                 fence: Path | None = None, also: Sequence[Path] = (), terminal_env: Mapping[str, str] | None = None,
                  on_elicitation: ElicitationHandler | None = None,
                  on_elicitation_complete: Callable[[str], None] | None = None) -> None:
         self.cwd = Path(cwd)
@@ -95,9 +96,12 @@ class EscouadeClient:
         self._on_update = on_update
         self._on_elicitation = on_elicitation
         self._on_elicitation_complete = on_elicitation_complete
-        self.fs = FileSystem(self.cwd, fence, on_write=on_file_written)
+        self.fs = FileSystem(self.cwd, fence, on_write=on_file_written, also=also)
         self.terminals = TerminalManager(self.cwd, env=terminal_env)
         self.extension_calls: list[tuple[str, dict[str, Any]]] = []
+        # the raw ``toolCall`` of permission requests by toolCallId (filled by the session's router):
+        # what the SDK's ToolCallUpdate drops (the stable ``name``) is put back from it
+        self.raw_tool_calls: dict[str, dict[str, Any]] = {}
 
     @property
     def fence(self) -> Path | None:
@@ -106,7 +110,10 @@ class EscouadeClient:
     # -- permissions --------------------------------------------------------------------
     async def request_permission(self, options: list[PermissionOption], session_id: str,
                                  tool_call: ToolCallUpdate, **kwargs: Any) -> RequestPermissionResponse:
-        outcome = await self._on_permission(_dump(tool_call), [_dump(o) for o in options])
+        wire = _dump(tool_call)
+        raw = self.raw_tool_calls.pop(str(wire.get("toolCallId", "")), None) or {}
+        wire.update({k: v for k, v in raw.items() if k not in wire})  # fields newer than the SDK's schema
+        outcome = await self._on_permission(wire, [_dump(o) for o in options])
         meta = outcome.get("_meta")  # e.g. who answered, a refusal message: ``_meta.escouade``
         if outcome.get("outcome") == "selected":
             return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=outcome["optionId"]),

@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,11 +227,14 @@ def notebook_problem(text: str) -> NotebookProblem | None:
 
 class FileSystem:
     """Serves ``fs/*`` for one session folder ``cwd``; ``fence`` (a private project's
-    folder) refuses every path outside it. See the module's documentation."""
+    folder) refuses every path outside it and outside the ``also`` folders (the
+    session's ``additionalDirectories``). See the module's documentation."""
 
-    def __init__(self, cwd: Path, fence: Path | None = None, *, on_write: OnWrite | None = None) -> None:
+    def __init__(self, cwd: Path, fence: Path | None = None, *, on_write: OnWrite | None = None,
+                 also: Sequence[Path] = ()) -> None:
         self.cwd = Path(os.path.abspath(cwd))
         self.fence = Path(os.path.realpath(fence)) if fence is not None else None
+        self.also = [Path(os.path.realpath(d)) for d in also]
         self.on_write = on_write
 
     # -- paths -----------------------------------------------------------------------------
@@ -249,7 +252,7 @@ class FileSystem:
         if not str(path):
             raise _error(path, "Empty path", "empty_path")
         real = Path(os.path.realpath(p if p.is_absolute() else self.cwd / p))
-        if self.fence is not None and not real.is_relative_to(self.fence):
+        if self.fence is not None and not any(real.is_relative_to(root) for root in (self.fence, *self.also)):
             raise FenceError(str(path), real, self.fence)
         return real
 

@@ -11,6 +11,8 @@ SDK sees it. The router decides, synchronously and in arrival order:
 * ``$/cancel_request`` (the agent withdraws a request it sent): ``withdrawn(tool_call_id)``
   is told when the request was a ``session/request_permission``, so its card is closed;
   a withdrawal that arrives before the card exists is remembered (:meth:`take_withdrawn`).
+* a ``session/request_permission``'s ``toolCall`` is kept as it came in ``tool_calls``
+  (by ``toolCallId``), for the fields the SDK's model drops (the stable ``name``).
 * a request naming another ``sessionId`` than ours (``fs/*``, ``terminal/*``, a permission)
   is refused with JSON-RPC invalid-params (``refuse(rpc_id, error)``) without handling it.
 
@@ -35,7 +37,7 @@ class Router:
     card and returns whether there was one (if not, the withdrawal is remembered)."""
 
     def __init__(self, *, fold: Callable[[Any], None], refuse: Callable[[Any, dict[str, Any]], None],
-                 withdrawn: Callable[[str], bool]) -> None:
+                 withdrawn: Callable[[str], bool], tool_calls: dict[str, dict[str, Any]] | None = None) -> None:
         self._fold = fold
         self._refuse = refuse
         self._withdrawn_cb = withdrawn
@@ -43,6 +45,7 @@ class Router:
         self._early: list[tuple[Any, Any]] = []
         self._permission_rpc: dict[Any, str] = {}  # JSON-RPC id -> toolCallId of permission requests
         self._withdrawn_early: set[str] = set()
+        self.tool_calls = tool_calls if tool_calls is not None else {}  # toolCallId -> a permission's raw toolCall
         self.dropped = 0  # updates for another session
 
     def intercept(self, message: dict[str, Any]) -> bool:
@@ -73,6 +76,7 @@ class Router:
         if method == "session/request_permission" and "id" in message:
             tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
             self._permission_rpc[message["id"]] = str(tool_call.get("toolCallId", ""))
+            self.tool_calls[str(tool_call.get("toolCallId", ""))] = tool_call  # as it came: the SDK drops ``name``
         return False
 
     def take_withdrawn(self, tool_call_id: str) -> bool:

@@ -11,9 +11,12 @@ then SIGTERM, then SIGKILL), the task group cancelled. A restart
 makes a new ``AgentSession``: nothing of a dead process can survive by construction.
 
 Inside: :meth:`initialize` (ACP ``initialize``; the protocol version is checked as it
-came on the wire), :meth:`open` (``session/new``, or ``session/load`` when resuming and
-the agent advertises ``loadSession``), :meth:`authenticate`, :meth:`request` (a method
-the SDK's typed API lacks, sent through our own transport), :meth:`close`.
+came on the wire), :meth:`open` (``session/new``, or ``session/resume`` / ``session/load``
+when resuming, as the agent offers), :meth:`authenticate`, :meth:`list_sessions`,
+:meth:`delete_session`, :meth:`set_config_option`, :meth:`request` (raw JSON-RPC through
+our own transport: what the SDK's typed API lacks or cannot carry — the models of
+:mod:`~..core.acp_v1_25` —, answers read with the SDK's models), :meth:`close`
+(``session/close`` first where offered).
 """
 
 from __future__ import annotations
@@ -25,13 +28,18 @@ import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import acp
 import anyio
-from acp.schema import ClientCapabilities, Implementation
+from acp.schema import (ClientCapabilities, Implementation, InitializeResponse, ListSessionsResponse,
+                        LoadSessionResponse, NewSessionResponse, ResumeSessionResponse,
+                        SetSessionConfigOptionBooleanRequest, SetSessionConfigOptionResponse,
+                        SetSessionConfigOptionSelectRequest)
 
 from .._version import __version__
+from ..core.acp_v1_25 import (CancelRequestNotification, DeleteSessionRequest, SystemPrompt, merge_capabilities, offers,
+                              offers_system_prompt)
 from .errors import AgentError, AuthRequired
 from .process import EOF_GRACE, StderrRing, drain, signal_group, spawn, terminate_group
 from .router import Router
@@ -41,6 +49,8 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT = 60.0
 """Seconds an agent has to answer ``initialize`` and ``session/new``."""
+CLOSE_TIMEOUT = 2.0
+"""Seconds an agent has to answer ``session/close`` before its process group is ended anyway."""
 
 
 class SessionClosed(Exception):
@@ -55,6 +65,15 @@ class ExitInfo:
     code: int | None
     stderr_tail: str
     expected: bool
+
+
+class SessionPage(NamedTuple):
+    """A page of ``session/list``: ``sessions`` as wire dicts (``sessionId``, ``cwd``,
+    ``title``?, ``updatedAt``? ISO 8601, ``additionalDirectories``?), and the cursor of
+    the next page (None: the last one)."""
+
+    sessions: list[dict[str, Any]]
+    next_cursor: str | None
 
 
 def dump(model: Any) -> dict[str, Any]:
@@ -87,7 +106,8 @@ class AgentSession:
         self.client = client
         self.start_timeout = start_timeout
         self.stderr = StderrRing()
-        self.router = Router(fold=fold, refuse=self._refuse, withdrawn=withdrawn)
+        self.router = Router(fold=fold, refuse=self._refuse, withdrawn=withdrawn,
+                             tool_calls=getattr(client, "raw_tool_calls", None))
         self._on_fatal = on_fatal
         self._on_models = on_models
         self._on_exit = on_exit
@@ -105,6 +125,10 @@ class AgentSession:
         self.closing = False
         self.fatal: str | None = None
         self.loaded = False  # the session was reattached with session/load
+        self.resumed = False  # … with session/resume (no replay)
+        self.additional_directories: list[str] = []  # sent on session setup (offered by the agent)
+        self.system_prompt_sent = False  # a systemPrompt went with the session setup
+        self._close_sent = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._ids = itertools.count(1)
@@ -193,8 +217,13 @@ class AgentSession:
     async def close(self) -> None:
         """Close stdin, give the agent :data:`~.process.EOF_GRACE` seconds to exit on end
         of input, then terminate the process group (SIGTERM, then SIGKILL); before the
-        spawn, it never starts."""
+        spawn, it never starts. First ``session/close`` when the agent offers it
+        (``sessionCapabilities.close``; at most :data:`CLOSE_TIMEOUT` seconds, once)."""
         self.closing = True
+        if self.session_id is not None and not self._close_sent and offers(self.agent_capabilities, "close"):
+            self._close_sent = True
+            with contextlib.suppress(Exception):  # an error or no answer: the process group ends anyway
+                await self.request("session/close", {"sessionId": self.session_id}, timeout=CLOSE_TIMEOUT)
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 await self.conn.close()
@@ -202,17 +231,24 @@ class AgentSession:
             await terminate_group(self.process, eof_grace=EOF_GRACE)
 
     # -- handshake ------------------------------------------------------------------------------
-    async def initialize(self, capabilities: ClientCapabilities) -> None:
-        """ACP ``initialize``. Raises :class:`AgentError` when the agent speaks another
-        protocol version, ``TimeoutError`` after ``start_timeout``."""
-        with anyio.fail_after(self.start_timeout):
-            init = await self.conn.initialize(
-                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=capabilities,
-                client_info=Implementation(name="escouade_nb", title="escouade_nb", version=__version__))
+    async def initialize(self, capabilities: ClientCapabilities, extra: Mapping[str, Any] | None = None) -> None:
+        """ACP ``initialize``, sent through our own transport so that ``extra`` client
+        capabilities the SDK's model lacks (:func:`~..core.acp_v1_25.client_capabilities`)
+        are advertised too; the answer is read with the SDK's model, and
+        ``agent_capabilities`` keeps what it would drop (``sessionCapabilities.systemPrompt``).
+        Raises :class:`AgentError` when the agent speaks another protocol version,
+        ``acp.RequestError`` on an error answer, ``TimeoutError`` after ``start_timeout``."""
+        caps = merge_capabilities(dump(capabilities), dict(extra or {}))
+        info = Implementation(name="escouade_nb", title="escouade_nb", version=__version__)
+        result = await self.request("initialize", {"protocolVersion": acp.PROTOCOL_VERSION, "clientCapabilities": caps,
+                                                   "clientInfo": dump(info)}, timeout=self.start_timeout)
         if self.protocol_error():
             raise AgentError(self.protocol_error())
+        init = InitializeResponse.model_validate(result)
         self.agent_info = dump(init.agent_info) if init.agent_info else None
-        self.agent_capabilities = dump(init.agent_capabilities) if init.agent_capabilities else {}
+        raw = (result or {}).get("agentCapabilities")
+        self.agent_capabilities = merge_capabilities(dump(init.agent_capabilities) if init.agent_capabilities else {},
+                                                     raw if isinstance(raw, dict) else {})
         self.auth_methods = [dump(m) for m in (init.auth_methods or [])]
 
     def protocol_error(self) -> str | None:
@@ -225,22 +261,48 @@ class AgentSession:
                 f"[{acp.PROTOCOL_VERSION}], so the connection was closed")
 
     async def open(self, *, resume: str | None = None, before_load: Callable[[], None] = lambda: None,
-                   mcp_servers: Sequence[Any] = ()) -> Any:
-        """``session/load`` of ``resume`` when given and the agent advertises
-        ``loadSession`` (``before_load()`` runs first: the replay folds afresh), else
-        ``session/new``. Returns the SDK's answer; ``self.loaded`` says which.
+                   mcp_servers: Sequence[Any] = (), additional_directories: Sequence[Path] = (),
+                   system_prompt: SystemPrompt | None = None, replay: bool = False) -> Any:
+        """Reattach to ``resume`` when given: ``session/resume`` when the agent offers it
+        (``sessionCapabilities.resume``: no replay, ``self.resumed``), else ``session/load``
+        when it advertises ``loadSession`` (``before_load()`` runs first: the replay folds
+        afresh; ``self.loaded``); else (or without ``resume``) ``session/new``. ``replay``:
+        the client has none of the session's history (a session of the agent's own list,
+        no transcript): ``session/load`` is preferred then, for its replay.
+        ``additional_directories`` (absolute) are sent only when the agent offers
+        ``sessionCapabilities.additionalDirectories`` (``self.additional_directories``
+        says what was sent), ``system_prompt`` only where it offers ``systemPrompt`` in
+        that mode (``self.system_prompt_sent``). Sent through our own transport, the
+        answer read with the SDK's model (``NewSessionResponse``…) and returned.
         Raises :class:`AuthRequired` on ACP's ``auth_required`` (-32000)."""
+        caps = self.agent_capabilities
+        extra: dict[str, Any] = {}
+        if additional_directories and offers(caps, "additionalDirectories"):
+            self.additional_directories = [str(d) for d in additional_directories]  # absolute (Agent resolved them)
+            extra["additionalDirectories"] = self.additional_directories
+        if system_prompt is not None and offers_system_prompt(caps, system_prompt.mode):  # type: ignore[arg-type]
+            extra["systemPrompt"] = system_prompt.wire()
+            self.system_prompt_sent = True
+        base = {"cwd": str(self.cwd), "mcpServers": list(mcp_servers)}
         try:
             with anyio.fail_after(self.start_timeout):
-                if resume and self.agent_capabilities.get("loadSession"):
+                if resume and offers(caps, "resume") and not (replay and caps.get("loadSession")):
+                    result = await self.request("session/resume", {"sessionId": resume, **base, **extra},
+                                                timeout=self.start_timeout)
+                    answer = ResumeSessionResponse.model_validate(result or {})
+                    self.resumed = True
+                    session_id = resume
+                elif resume and caps.get("loadSession"):
                     before_load()
-                    answer = await self.conn.load_session(cwd=str(self.cwd), session_id=resume,
-                                                          mcp_servers=list(mcp_servers))
+                    result = await self.request("session/load", {"sessionId": resume, **base, **extra},
+                                                timeout=self.start_timeout)
+                    answer = LoadSessionResponse.model_validate(result or {})
                     self.loaded = True
                     self.router.flush_early(resume)  # the replay came before the answer
                     session_id = resume
                 else:
-                    answer = await self.conn.new_session(cwd=str(self.cwd), mcp_servers=list(mcp_servers))
+                    result = await self.request("session/new", {**base, **extra}, timeout=self.start_timeout)
+                    answer = NewSessionResponse.model_validate(result)
                     session_id = answer.session_id
         except acp.RequestError as exc:
             if exc.code == acp.RequestError.auth_required().code:
@@ -257,11 +319,47 @@ class AgentSession:
         """ACP ``authenticate`` with one of the agent's ``authMethods``."""
         await self.conn.authenticate(method_id=method_id)
 
+    # -- the session lifecycle (session/list, session/delete) ------------------------------------
+    async def list_sessions(self, cursor: str | None = None, cwd: Path | None = None) -> SessionPage:
+        """One page of ``session/list`` for ``cwd`` (default: the session folder), read
+        with the SDK's model; ``AgentError`` when the agent does not offer it
+        (``sessionCapabilities.list``), ``acp.RequestError`` on an error answer."""
+        if not offers(self.agent_capabilities, "list"):
+            raise AgentError(f"agent {self.name!r} does not list its sessions (no sessionCapabilities.list)")
+        params = {"cwd": str(cwd or self.cwd), **({"cursor": cursor} if cursor is not None else {})}
+        page = ListSessionsResponse.model_validate(await self.request("session/list", params) or {})
+        return SessionPage([dump(info) for info in page.sessions], page.next_cursor)
+
+    async def delete_session(self, session_id: str) -> None:
+        """``session/delete`` (``AgentError`` when not offered: ``sessionCapabilities.delete``)."""
+        if not offers(self.agent_capabilities, "delete"):
+            raise AgentError(f"agent {self.name!r} cannot delete sessions (no sessionCapabilities.delete)")
+        await self.request("session/delete", DeleteSessionRequest(session_id=session_id).wire())
+
+    async def logout(self) -> None:
+        """ACP ``logout`` (params and result ``{}``); ``AgentError`` when the agent does not
+        offer it (``agentCapabilities.auth.logout``)."""
+        if not isinstance((self.agent_capabilities.get("auth") or {}).get("logout"), dict):
+            raise AgentError(f"agent {self.name!r} offers no logout (no agentCapabilities.auth.logout)")
+        await self.request("logout", {})
+
+    async def set_config_option(self, config_id: str, value: str | bool,
+                                timeout: float = 30.0) -> SetSessionConfigOptionResponse:
+        """``session/set_config_option`` (the SDK's request models: a ``bool`` is a boolean
+        option), through our own transport so that a request the user abandons (the
+        caller cancelled) is withdrawn with ``$/cancel_request``. Raises like :meth:`request`."""
+        cls = SetSessionConfigOptionBooleanRequest if isinstance(value, bool) else SetSessionConfigOptionSelectRequest
+        extra = {"type": "boolean"} if isinstance(value, bool) else {}
+        params = dump(cls(config_id=config_id, session_id=self.session_id, value=value, **extra))
+        result = await self.request("session/set_config_option", params, timeout=timeout)
+        return SetSessionConfigOptionResponse.model_validate(result or {})
+
     # -- requests the SDK's typed API lacks ------------------------------------------------------
     async def request(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> Any:
         """Send a JSON-RPC request through our own transport (ids ``escouade-N``, never
         the SDK's integers) and return its ``result``; raises ``acp.RequestError`` on an
-        error answer, ``ConnectionError`` if the agent is gone, ``TimeoutError``.
+        error answer, ``ConnectionError`` if the agent is gone, ``TimeoutError``. A request
+        abandoned (cancelled, or timed out) is withdrawn with ``$/cancel_request``.
         For methods the SDK's typed API does not have (``session/set_model``)."""
         if self.transport is None or not self.alive:
             raise ConnectionError(f"agent {self.name!r} is not running")
@@ -276,6 +374,9 @@ class AgentSession:
                         answer = await receive.receive()
                     except anyio.EndOfStream:
                         raise ConnectionError(f"agent {self.name!r} ended before answering {method}") from None
+        except (anyio.get_cancelled_exc_class(), TimeoutError):  # abandoned: the agent may stop working on it
+            self.start_soon(self._cancel_request, rid)
+            raise
         finally:
             self._requests.pop(rid, None)
             send.close()
@@ -284,12 +385,20 @@ class AgentSession:
             raise acp.RequestError(int(err.get("code", -32603)), str(err.get("message", "")), err.get("data"))
         return answer.get("result")
 
+    async def _cancel_request(self, rid: str) -> None:
+        """``$/cancel_request`` for our request ``rid`` (its late answer, if any, is dropped)."""
+        if self.transport is not None and self.alive and not self.closing:
+            with contextlib.suppress(Exception):
+                await self.transport.send({"jsonrpc": "2.0", "method": "$/cancel_request",
+                                           "params": CancelRequestNotification(request_id=rid).wire()})
+
     # -- incoming ------------------------------------------------------------------------------
     def _intercept(self, message: dict[str, Any]) -> bool:
         rid = message.get("id")
-        if isinstance(rid, str) and rid in self._requests and "method" not in message:
-            with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._requests[rid].send_nowait(message)
+        if isinstance(rid, str) and rid.startswith("escouade-") and "method" not in message:
+            if rid in self._requests:  # else the answer of an abandoned request: dropped
+                with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    self._requests[rid].send_nowait(message)
             return True
         return self.router.intercept(message)
 

@@ -314,6 +314,19 @@ def read(path: Path) -> Iterator[Record]:
                     continue
 
 
+def history(path: Path) -> list[Record]:
+    """The records of an agent's whole history up to the transcript ``path``: a restart
+    starts a new file whose header names the one before (``"previous"``), so the files
+    are read oldest first, following those links (a missing or looping link ends it)."""
+    chain: list[Path] = []
+    at: Path | None = path
+    while at is not None and at not in chain:
+        chain.append(at)
+        before = (header(at) or {}).get("previous")
+        at = Path(before) if isinstance(before, str) and Path(before).exists() else None
+    return [record for part in reversed(chain) for record in read(part)]
+
+
 def header(path: Path) -> dict[str, Any] | None:
     """The header record of a transcript (agent, harness id, cwd…), or None."""
     flush_all()
@@ -348,10 +361,12 @@ def latest(agent_name: str | None = None) -> dict[str, Path]:
     return {name: path for name, (_, path) in sorted(found.items())}
 
 
-def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, Any]:
-    """Rebuild ``conversation`` from a transcript's records: the agent's updates, the
-    prompts sent, the permission cards and how they were answered, exits. Returns what
-    the records say of the session: ``{"session_id", "agent_capabilities", ...}``."""
+def replay(records: Iterator[Record], conversation: Conversation,
+           adapt: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """Rebuild ``conversation`` from a transcript's records: the agent's updates (through
+    ``adapt`` when given: the harness's adapters, as live; None drops one), the prompts
+    sent, the permission cards and how they were answered, exits. Returns what the
+    records say of the session: ``{"session_id", "agent_capabilities", ...}``."""
     info: dict[str, Any] = {}
     cards: dict[Any, Any] = {}  # JSON-RPC id of a permission request -> its Permission
     records = list(records)
@@ -373,11 +388,16 @@ def replay(records: Iterator[Record], conversation: Conversation) -> dict[str, A
                 if loads:  # the agent's replay of a reloaded session: already in the records before
                     continue
                 if params.get("sessionId") in (None, *sessions) or not sessions:
-                    conversation.apply(params.get("update") or {})
+                    update = params.get("update") or {}
+                    update = adapt(update) if adapt is not None and isinstance(update, dict) else update
+                    if update is not None:
+                        conversation.apply(update)
             elif method == "session/request_permission" and "id" in msg:
                 cards[msg["id"]] = conversation.add_permission(params.get("toolCall") or {},
                                                                params.get("options") or [])
             elif isinstance(msg.get("result"), dict) and "sessionId" in msg["result"]:
+                if info.get("session_id") not in (None, msg["result"]["sessionId"]):
+                    conversation.new_session()  # a restart: message ids are the new session's
                 info["session_id"] = msg["result"]["sessionId"]
             elif isinstance(msg.get("result"), dict) and "agentCapabilities" in msg["result"]:
                 info["agent_capabilities"] = msg["result"]["agentCapabilities"]

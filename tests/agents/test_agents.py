@@ -149,6 +149,7 @@ class Bench:
             f"  'card_label': _card.label if _card else None, 'card_state': _card.state if _card else None,\n"
             f"  'buttons_disabled': [b.disabled for b in _pv.buttons] if _pv else None,\n"
             f"  'calls': calls[{name!r}],\n"
+            f"  'prompts': [i.text for i in agents[{name!r}].conversation.items if getattr(i, 'role', '') == 'user'],\n"
             f"  'tools': [{{'title': t.title, 'status': t.shown_status, 'content': t.content,\n"
             f"             'raw_output': t.raw_output, 'html': tool_body_html(t), 'diffs': t.diffs}}\n"
             f"            for t in _r.tool_calls]}}, default=str))")
@@ -224,6 +225,7 @@ def test_shell_allow_once(bench):
     assert r["stop"] == "end_turn"
     assert FINAL_PREFIX in r["text"]
     assert (work / "out.txt").read_text().strip() == "hello-from-agent"
+    assert r["prompts"] == [SHELL_PROMPT], r["prompts"]  # shown once, even by an agent that echoes it (vibe)
     asks, output = bench.expect.shell_card, bench.expect.output
     if asks == "terminal":  # asks (and shows the output) only when it runs through the client's terminal
         asks = "terminal/create" in r["calls"]
@@ -293,3 +295,40 @@ def test_write_file(bench):
     for method in bench.expect.write_calls:
         assert method in r["calls"], r["calls"]
     _all_loopback(bench.server, mark)
+
+
+def test_the_mode_menu_shows_the_agents_real_mode(bench):
+    """The Escouade mode shown is the agent's own current mode mapped back through the
+    manifest (vibe starts in accept-edits, codex read-only), or none, said in the
+    conversation; the squad's row says the same."""
+    name = f"{bench.harness}-mode"
+    bench.start(name)
+    bench.kernel.run(f"from escouade_nb.engine.controls import acp_mode_of\n"
+                     f"from escouade_nb.widgets.squad_view import agent_row\n"
+                     f"_a = agents[{name!r}]\n_menus = lambda: views_of(_a)[0].controls.controls")
+    wait_for(bench.kernel, "'escouade_mode' not in _menus() or _menus()['escouade_mode'].value == _a.escouade_mode", 5)
+    out = bench.kernel.run(
+        "print('MODE', json.dumps({'escouade': _a.escouade_mode, 'own': _a.controls.agent_mode(),\n"
+        "  'mapped': acp_mode_of(_a.harness, _a.escouade_mode) if _a.escouade_mode else None,\n"
+        "  'offered': list(_a.escouade_modes()), 'row': agent_row(_a)['mode'],\n"
+        "  'view': views_of(_a)[0].controls.controls['escouade_mode'].value\n"
+        "          if 'escouade_mode' in views_of(_a)[0].controls.controls else 'no menu',\n"
+        "  'notices': [i.text for i in _a.conversation.items if type(i).__name__ == 'Notice']}))")
+    mode = json.loads(out.text.split("MODE", 1)[1])
+    print(f"\n{bench.harness} mode: {mode}")
+    REPORT.setdefault(bench.harness, {})["mode"] = mode
+    expected = EXPECT_MODE.get(bench.harness, "default")
+    assert mode["escouade"] == expected, mode
+    if mode["own"] is not None and mode["escouade"] is not None and mode["offered"]:
+        assert mode["mapped"] == mode["own"], mode  # the menu says the agent's real mode
+    if mode["escouade"] is None:
+        assert any("none of Escouade's modes" in n for n in mode["notices"]), mode
+    if len(mode["offered"]) > 1:
+        assert mode["view"] == mode["escouade"], mode
+
+
+EXPECT_MODE: dict[str, str | None] = {
+    "mistral-vibe": "acceptEdits",  # vibe 3.0.2 starts in accept-edits
+    "codex": "readOnly",  # codex-acp 0.16 starts read-only
+}
+"""The Escouade mode each agent starts in, mapped from its own (``default`` when not listed)."""

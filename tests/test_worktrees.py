@@ -295,3 +295,55 @@ def test_a_private_worktree_agent_is_fenced_to_its_worktree(repo):
         finally:
             await closing(squad)
     run(go())
+
+
+def test_ask_three_agents_two_fake_one_goose_shaped_returns_three_turns(repo, tmp_path, monkeypatch):
+    """Two ``fake`` agents and the goose-shaped stand-in of the agents suite (a Python
+    script speaking goose's ACP wire, its model the suite's scripted model server), each
+    in its own worktree: one prompt, three turns, three rows in the comparison."""
+    import os
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from escouade_nb.engine.compare import comparison, comparison_text
+
+    sys.path.insert(0, str(Path(__file__).parent / "agents"))
+    try:
+        from model_server import ModelServer
+    finally:
+        sys.path.pop(0)
+    bin_dir = tmp_path / "bin"  # `goose` exists only on this test's PATH, as in tests/agents
+    bin_dir.mkdir()
+    (bin_dir / "goose").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
+                                   f"{shlex.quote(str(Path(__file__).parent / 'agents' / 'goose_like_agent.py'))} \"$@\"\n")
+    (bin_dir / "goose").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    with ModelServer() as server:
+        monkeypatch.setenv("OPENAI_HOST", server.url)
+        monkeypatch.setenv("GOOSE_MODE", "approve")
+        monkeypatch.setenv("GOOSE_MODEL", "fake-model")
+        monkeypatch.setenv("GOOSE_PATH_ROOT", str(tmp_path / "goose"))
+
+        async def go():
+            squad = Squad()
+            try:
+                for name, harness in (("one", "fake"), ("two", "fake"), ("g", "goose")):
+                    squad.start(harness, cwd=repo, name=name, worktree=True)
+                turns = await squad.ask(["one", "two", "g"], "hello squad")
+                assert [t.agent.name for t in turns] == ["one", "two", "g"]
+                assert [t.agent.harness.short_id for t in turns] == ["fake", "fake", "goose"]
+                assert all(t.stop_reason == "end_turn" and t.error is None for t in turns), [t.error for t in turns]
+                assert all("hello squad" in t.text for t in turns[:2])
+                assert turns[2].text == "Scripted reply."  # the model server's answer, through goose's wire
+                assert turns[2].agent.cwd == repo.parent / "proj.worktrees" / "g"
+                rows = comparison(turns, durations=False)
+                assert [(r["agent"], r["stop"], r["files changed"], r["cards"]) for r in rows] == [
+                    (n, "end_turn", "none", "none") for n in ("one", "two", "g")]
+                assert [line.split()[0] for line in comparison_text(turns, durations=False).splitlines()] == [
+                    "agent", "one", "two", "g"]
+            finally:
+                await closing(squad)
+        run(go())
+    assert any(r["path"].endswith("/chat/completions") for r in server.requests)  # goose asked the model here

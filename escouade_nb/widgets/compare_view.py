@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as w
 
 from ..engine.compare import comparison_html, comparison_text
 from ..engine.turns import Turn
-from .agent_view import TurnView
+from .agent_view import TurnView, status_line
 from .views import FullText, Releasing, close_tree
 
 
@@ -21,12 +23,19 @@ class CompareView(FullText, Releasing, w.VBox):
         self.add_class("escouade-compare")
         self.turns = list(turns)
         self.views = [TurnView(t, cell=None) for t in self.turns]
-        for view in self.views:
-            view.layout = w.Layout(flex="1 1 0", min_width="0", border_right="1px solid #d0d7de", padding="0 6px")
-        self.table = w.HTML()
-        self.children = [w.HBox(self.views, layout=w.Layout(width="100%")), self.table]
+        # each column headed by its agent (name, harness, worktree and diff stat, status): the
+        # turns alone do not say whose they are; below ~320 px a column wraps under the other
+        self.heads = [w.HTML(layout=w.Layout(padding="0 6px")) for _ in self.turns]
+        columns = []
+        for head, view in zip(self.heads, self.views):
+            head.add_class("escouade-compare-head")
+            columns.append(w.VBox([head, view], layout=w.Layout(
+                flex="1 1 320px", min_width="0", border_right="1px solid #d0d7de", padding="0 6px")))
+        self.table = w.HTML(layout=w.Layout(overflow="auto"))  # scrolls in a narrow window, never cut
+        self.children = [w.HBox(columns, layout=w.Layout(width="100%", flex_flow="row wrap")), self.table]
         for turn in self.turns:
             turn.add_done_callback(lambda _t: self.refresh())
+            self.hold(turn.agent.on_status.subscribe(lambda _a: self.refresh()))  # queued -> running
         self.refresh()
 
     def refresh(self) -> None:
@@ -35,6 +44,11 @@ class CompareView(FullText, Releasing, w.VBox):
         value = comparison_html(self.turns)
         if self.table.value != value:
             self.table.value = value
+        for head, turn in zip(self.heads, self.turns):
+            name = turn.agent.name  # status_line starts with it: bold, as a column's title
+            text = f"<b>{html.escape(name)}</b>{html.escape(status_line(turn.agent)[len(name):])}"
+            if head.value != text:
+                head.value = text
 
     def release(self) -> None:
         for view in self.views:

@@ -295,3 +295,43 @@ C> {{"jsonrpc":"2.0","id":105,"result":{{"outcome":{{"outcome":"selected","optio
     assert shown[0] == "[permission] ls: Allowed by you: Allow for this session"
     s.assert_ok()
 
+
+
+GRANT = """
+[P]
+A> {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call","toolCallId":"t1","title":"bash: npm test","kind":"execute","status":"pending","rawInput":{"command":"npm test"}}}}
+A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t1"},"options":[{"optionId":"once","name":"Allow once","kind":"allow_once"},{"optionId":"session","name":"Allow for remainder of this session","kind":"allow_always"},{"optionId":"no","name":"Deny","kind":"reject_once"}]}}
+C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"session"}}}
+A> {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call_update","toolCallId":"t1","status":"completed"}}}
+A> {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call","toolCallId":"t2","title":"bash: npm test -- -u","kind":"execute","status":"in_progress","rawInput":{"command":"npm test -- -u"}}}}
+A> {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call_update","toolCallId":"t2","status":"completed"}}}
+A> {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call","toolCallId":"t3","title":"Read notes.txt","kind":"read","status":"completed","rawInput":{"path":"notes.txt"}}}}
+A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
+"""
+
+
+def test_a_call_the_agent_ran_without_asking_after_an_earlier_grant_says_so(tmp_path):
+    """After "Allow for remainder of this session" on a command, the agent runs the next
+    command without asking (vibe, kimi, gemini, claude-agent, opencode and fast-agent do;
+    none says why): its tool card says which earlier answer let it, and nothing is said of a
+    call of another tool."""
+    s = Script(tmp_path, GRANT)
+
+    async def go():
+        agent = s.agent()
+        try:
+            turn = agent.send("go")
+            card = await agent.next_permission(timeout=10)
+            card.choose("session")
+            result = await turn
+            return {c.tool_call_id: c for c in result.tool_calls}
+        finally:
+            await agent.close()
+
+    calls = run(go())
+    s.assert_ok()
+    assert calls["t1"].not_asked is None  # it had its card
+    assert calls["t2"].not_asked == ("not asked: earlier in this session you chose \u201cAllow for remainder of this "
+                                     "session\u201d on \u201cbash: npm test\u201d")
+    assert calls["t3"].not_asked is None  # another tool: nothing claimed
+    assert "not asked: earlier in this session you chose" in render_item(calls["t2"])

@@ -332,3 +332,24 @@ EXPECT_MODE: dict[str, str | None] = {
     "codex": "readOnly",  # codex-acp 0.16 starts read-only
 }
 """The Escouade mode each agent starts in, mapped from its own (``default`` when not listed)."""
+
+
+def test_a_command_run_without_asking_after_a_grant_says_so(bench):
+    """Answer a command's card with the agent's "always" option, then ask for a command of
+    the same tool again: an agent that does not ask again (measured: vibe, kimi, gemini,
+    claude-agent, opencode, fast-agent) gets its tool card saying which earlier answer let it;
+    one that asks again (codex's prefix rule, goose) gets a card as usual."""
+    name = f"{bench.harness}-grant"
+    bench.start(name)
+    first = bench.turn(name, SHELL_PROMPT, "allow_always")
+    if first["options"] is None:
+        pytest.skip(f"{bench.harness} ran the command without asking at all")
+    assert first["card_state"] == "selected", first
+    second = bench.turn(name, SHELL_PROMPT + " (again)", "allow_once")
+    assert second["error"] is None, second["error"]
+    notes = json.loads(bench.kernel.run(
+        f"print(json.dumps([t.not_asked for t in turns[{name!r}].tool_calls]))").text)
+    if second["options"] is None:  # not asked: the card of the call says why, as far as the client knows
+        assert any(n and n.startswith("not asked: earlier in this session you chose") for n in notes), notes
+    else:
+        assert not any(notes), notes

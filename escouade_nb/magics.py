@@ -23,7 +23,6 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
-from .core.render_text import sessions_text
 from .core.status import ENDED, NAME_FREE
 from .engine.squad import ProgramNotFound, SquadError, get_squad
 from .wire.errors import NoEventLoop
@@ -314,9 +313,12 @@ class EscouadeMagics(Magics):
         handle = display({"text/plain": f"asking {agent.name} for its sessions…"}, raw=True, display_id=True)
 
         def done(page, error) -> None:
-            text = (sessions_text(agent.name, page.sessions, page.next_cursor) if error is None
-                    else f"escouade: {error}")
-            handle.update({"text/plain": text}, raw=True)
+            if error is not None:
+                handle.update({"text/plain": f"escouade: {error}"}, raw=True)
+                return
+            from .widgets.sessions_view import SessionsView  # rows that open, and delete where offered
+
+            handle.update(SessionsView(squad, agent, page))  # its text/plain: sessions_text
         squad.sessions_soon(agent.name, done, cursor=words[2] if len(words) == 3 else None)
         return None
 

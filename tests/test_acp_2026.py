@@ -594,3 +594,370 @@ def test_logout_where_offered(tmp_path):
 
     run(go())
     s.assert_ok()
+
+
+# -- subagent child sessions ---------------------------------------------------------------------
+INIT_SUBAGENTS = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
+                  '{"subagents":{}}}}')
+SUBAGENT = "\n".join([
+    INIT_SUBAGENTS, _init_result(), P_NEW, P_PROMPT,
+    _update('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Task: find the bug","kind":"other",'
+            '"status":"in_progress"}'),
+    # announced on the parent session, before anything carries the child's id
+    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","title":"explorer","description":"looks around",'
+            '"capabilities":{"cancel":{}},"state":{"state":"running"}}'),
+    _update('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Looking."}}', session="c1"),
+    _update('{"sessionUpdate":"tool_call","toolCallId":"c1-t1","title":"Read a.py","kind":"read",'
+            '"status":"pending"}', session="c1"),
+    # the child's own requests go through: a read, a permission
+    'A> {"jsonrpc":"2.0","id":102,"method":"fs/read_text_file","params":{"sessionId":"c1","path":"$WS/a.py"}}',
+    'C> {"jsonrpc":"2.0","id":102,"result":{"content":"x = 1\\n"}}',
+    'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"c1","toolCall":'
+    '{"toolCallId":"c1-t2","title":"Run pytest","kind":"execute","rawInput":{"command":"pytest"}},'
+    '"options":[{"optionId":"ok","name":"Allow once","kind":"allow_once"},'
+    '{"optionId":"no","name":"Reject","kind":"reject_once"}]}}',
+    'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}',
+    _update('{"sessionUpdate":"tool_call_update","toolCallId":"c1-t2","status":"in_progress"}', session="c1"),
+    _update('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Running the tests."}}',
+            session="c1"),
+    # a session nobody announced is still refused
+    'A> {"jsonrpc":"2.0","id":101,"method":"fs/read_text_file","params":{"sessionId":"zz","path":"$WS/a.py"}}',
+    'C> {"jsonrpc":"2.0","id":101,"error":{"code":-32602}}',
+    # the user stops the parent: its session/cancel, then the child's (it allows cancel)
+    'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}',
+    'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"c1"}}',
+    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","state":{"state":"idle","stopReason":"cancelled"}}'),
+    'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"cancelled"}}',
+])
+
+
+def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with_the_parent(tmp_path):
+    from escouade_nb.core.conversation import Message, Permission, Subagent
+    from escouade_nb.widgets import AgentView
+    from escouade_nb.widgets.squad_view import agent_row
+
+    s = Script(tmp_path, SUBAGENT)
+    (s.ws / "a.py").write_text("x = 1\n")
+    asked: list[str] = []
+
+    async def policy(card):  # as rule plugins are given it: the request names the subagent
+        asked.append(card.agent_name)
+
+    async def go():
+        agent = s.agent(policies=[policy])
+        try:
+            view = AgentView(agent)
+            turn = agent.send("go")
+            card = await agent.next_permission(timeout=10)
+            assert card.subagent is not None and card.subagent.session_id == "c1"
+            assert card.agent_name == "script › explorer"
+            # the card is in the subagent's nested conversation, not the parent's
+            assert card.permission in card.subagent.conversation.items
+            assert not any(isinstance(i, Permission) for i in agent.conversation.items)
+            await asyncio.sleep(0.1)  # the view's throttle
+            html = "".join(getattr(c, "value", "") for c in _walk(view))
+            assert "explorer" in html and "Run pytest" in html
+            (button,) = [b for b in _walk(view) if getattr(b, "description", None) == "Allow once"]
+            assert agent_row(agent)["subagents"] == "1 (1 running)"
+            button.click()  # answered in the nested view
+            assert card.state == "selected"
+            await until_text(agent, "Running the tests.")
+            agent.cancel()
+            result = await turn
+            await asyncio.sleep(0.1)
+            return agent, result, repr(view)
+        finally:
+            await agent.close()
+
+    agent, result, shown = run(go())
+    s.assert_ok()
+    assert result.stop_reason == "cancelled"
+    assert asked == ["script › explorer"]
+    conv = agent.conversation
+    (sub,) = conv.subagents.values()
+    assert isinstance(sub, Subagent) and sub.tool_call is conv.tool_calls["t1"] and sub not in conv.items
+    assert sub.state == "idle" and sub.stop_reason == "cancelled" and sub.cancelled
+    texts = [i.text for i in sub.conversation.items if isinstance(i, Message)]
+    assert texts == ["Looking.", "Running the tests."]
+    assert sub.conversation.tool_calls["c1-t2"].shown_status == "cancelled"
+    assert not any(isinstance(i, Message) and "Looking" in i.text for i in conv.items)
+    # the text repr: the nested conversation, indented under the parent's tool call
+    text = render_items(conv.items)
+    assert text == "\n".join([
+        "you: go",
+        "[tool] Task: find the bug (other, cancelled)",
+        "    ⤷ subagent explorer (idle, cancelled) — looks around",
+        "      agent: Looking.",
+        "      [tool] Read a.py (read, cancelled)",
+        "      [tool] Run pytest (execute, cancelled)",
+        "        input: pytest",
+        "      [permission] Run pytest: Allowed once by you",
+        "      agent: Running the tests.",
+    ])
+    assert "⤷ subagent explorer" in shown
+    assert agent_row(agent)["subagents"] == "1"
+    # a new kernel: the transcript rebuilds the nested conversation, the card in it
+    again = Agent.resume(agent.transcript.path, None, program=None)
+    (sub,) = again.conversation.subagents.values()
+    assert render_items(sub.conversation.items) == render_items(agent.conversation.subagents["c1"].conversation.items)
+
+
+async def until_text(agent, text, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not any(text in render_items(s.conversation.items) for s in agent.conversation.subagents.values()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {text!r}")
+        await asyncio.sleep(0.02)
+
+
+SUBAGENT_RULES = "\n".join([
+    INIT_SUBAGENTS, _init_result(), P_NEW, P_PROMPT,
+    _update('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Task","kind":"other","status":"in_progress"}'),
+    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","title":"tester","state":{"state":"running"}}'),
+    'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"c1","toolCall":'
+    '{"toolCallId":"c1-t1","title":"npm test","kind":"execute","rawInput":{"command":"npm test"}},'
+    '"options":[{"optionId":"ok","name":"Allow once","kind":"allow_once"},'
+    '{"optionId":"no","name":"Reject","kind":"reject_once"}]}}',
+    # the team's rule plugin allows it: the subagent is answered without the user
+    'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}',
+    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","state":{"state":"idle","stopReason":"end_turn"}}'),
+    END,
+])
+
+
+def test_a_subagents_request_reaches_rule_plugins_named_parent_child(tmp_path, monkeypatch):
+    """The real team-rules plugin decides a subagent's request; its journal names the
+    agent "parent › child" (what the broker sent as ``agent.name``)."""
+    from escouade_nb.engine.squad import Squad
+    from escouade_nb.manifest.project import Project
+    from escouade_nb.permissions.commands import plugins_command
+
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
+    s = Script(tmp_path, SUBAGENT_RULES)
+
+    async def go():
+        squad = Squad()
+        plugins_command(squad.rules, ["on", "team-rules", "--project", str(s.ws)])
+        squad.rules.start_soon()
+        agent = s.agent(policies=[squad.rules.broker], project=Project.for_folder(s.ws))
+        try:
+            assert (await agent.send("go")).stop_reason == "end_turn"
+            (perm,) = [i for i in agent.conversation.subagents["c1"].conversation.items if isinstance(i, Permission)]
+            return perm, [d.verdict.decision for d in squad.rules.broker.history], \
+                [e.agent for e in squad.rules.journal.entries(kind="Decision")]
+        finally:
+            await agent.close()
+            await squad.rules.aclose()
+
+    from escouade_nb.core.conversation import Permission
+
+    perm, verdicts, agents = run(go(), timeout=60)
+    s.assert_ok()
+    assert perm.answered_by == "Team rules via Escouade" and perm.option_id == "ok"
+    assert verdicts == ["allow"] and agents == ["script › tester"]
+
+
+# -- terminal sign-in -------------------------------------------------------------------------------
+INIT_AUTH = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
+             '{"auth":{"terminal":true}}}}')
+TERMINAL_AUTH = ('A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{},"authMethods":['
+                 '{"type":"terminal","id":"login","name":"Log in with a token","description":"asks for a token",'
+                 '"args":["login"],"env":{"LOGIN_MODE":"test"}}]}}')
+SIGNED_OUT = "\n".join([
+    INIT_AUTH, TERMINAL_AUTH, P_NEW, P_PROMPT,
+    'A> {"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"Authentication required"}}',
+    '!> {"wait_eof": 20}',  # the client runs the sign-in program itself: never authenticate
+])
+SIGNED_IN = "\n".join([
+    INIT_AUTH, TERMINAL_AUTH, P_NEW, P_PROMPT,  # reconnected; the refused prompt sent once more
+    _chunk("Signed in, going."), END,
+])
+
+
+def test_a_terminal_sign_in_answered_from_the_view_then_the_prompt_retried(tmp_path):
+    from escouade_nb.engine.agent import AuthRequired
+    from escouade_nb.widgets import AgentView
+
+    s = Script(tmp_path, SIGNED_OUT, SIGNED_IN, forbid=[{"method": "authenticate"}])
+
+    async def go():
+        agent = s.agent()
+        try:
+            view = AgentView(agent)
+            view.prompt.value = "go"
+            view.send_button.click()  # refused: the text goes back in the input
+            while agent.status != "sign-in":
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)
+            assert view.prompt.value == "go" and isinstance(agent.auth_required, AuthRequired)
+            await asyncio.sleep(0.1)
+            assert [b.description for b in view.sign_in.children] == ["Sign in: Log in with a token (terminal)"]
+            signing = asyncio.ensure_future(agent.authenticate("login"))
+            while agent.sign_in_job is None or "Paste your token" not in render_items(agent.conversation.items):
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)
+            shown = "".join(getattr(c, "value", "") for c in _walk(view))
+            assert "Paste your token" in shown  # its output, in the view
+            view.sign_in_box.value = "s3cret"
+            view.sign_in_send.click()  # answered from the view
+            await asyncio.wait_for(signing, 20)
+            retried = await agent.sign_in_retry
+            await asyncio.sleep(0.1)
+            assert view.prompt.value == ""  # sent again by the sign-in: not left to send twice
+            return agent, retried, view
+        finally:
+            await agent.close()
+
+    agent, retried, view = run(go(), timeout=40)
+    s.assert_ok(runs=2)
+    assert retried.text == "Signed in, going." and retried.stop_reason == "end_turn"
+    (login,) = [e for e in s.entries("login")]
+    assert login["line"] == "s3cret" and login["env"] == "test"  # the method's env, its stdin
+    text = render_items(agent.conversation.items)
+    assert "[tool] Sign in: Log in with a token (execute, completed)" in text
+    assert f"input: LOGIN_MODE=test {sys.executable} " in text and " login" in text
+    assert "  terminal sign-in-1: exited with code 0\n  Paste your token: \n  Signed in.\n" in text
+    assert "Signed in (Log in with a token): reconnecting." in text
+    assert not view.sign_in.children
+    with __import__("pytest").raises(Exception, match="no terminal sign-in"):
+        run(agent.sign_in_input("late"))
+
+
+def test_the_shipped_fake_agent_lists_its_sessions_and_answers_close(tmp_path, monkeypatch):
+    """``fake`` offers ``session/list`` and ``session/close`` (never ``loadSession``):
+    the session of a prompt is listed, titled by it; Stop sends ``session/close``, answered."""
+    from escouade_nb.engine.squad import Squad
+    from escouade_nb.wire import transcript as tr
+
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
+
+    async def go():
+        squad = Squad()
+        agent = squad.start("fake", cwd=tmp_path)
+        try:
+            await agent.ready()
+            assert agent.agent_capabilities["loadSession"] is False
+            assert agent.agent_capabilities["sessionCapabilities"] == {"list": {}, "close": {}}
+            await agent.send("hello there")
+            page = await agent.sessions()
+        finally:
+            await agent.close()
+            await squad.rules.aclose()
+        return agent, page
+
+    agent, page = run(go(), timeout=60)
+    (info,) = page.sessions
+    assert info["sessionId"] == agent.session_id and info["title"] == "hello there" and info["cwd"] == str(tmp_path)
+    assert page.next_cursor is None
+    records = list(tr.read(agent.transcript.path))
+    (close,) = [r.msg for r in records if r.kind == "out" and (r.msg or {}).get("method") == "session/close"]
+    assert close["params"] == {"sessionId": agent.session_id}
+    assert [r.msg.get("result") for r in records if r.kind == "in" and (r.msg or {}).get("id") == close["id"]] == [{}]
+
+
+LISTED = "\n".join([
+    INIT_ANY, _init_result('{"list":{},"delete":{}}', load=True),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY"}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+    'C> {"jsonrpc":"2.0","id":3,"method":"session/list","params":{"cwd":"$WS"}}',
+    'A> {"jsonrpc":"2.0","id":3,"result":{"sessions":[{"sessionId":"s1","cwd":"$WS","title":"Fix tests",'
+    '"updatedAt":"2026-10-01T09:00:00Z"},{"sessionId":"old","cwd":"$WS","title":"Old work"}]}}',
+    # Delete, then Keep: nothing sent; Delete, then Confirm: session/delete
+    'C> {"jsonrpc":"2.0","id":4,"method":"session/delete","params":{"sessionId":"old"}}',
+    'A> {"jsonrpc":"2.0","id":4,"result":{}}',
+    '!> {"wait_eof": 5}',
+])
+LISTED_OPEN = "\n".join([  # Open on the row of s1: a new agent on it (session/load: its replay is the view)
+    INIT_ANY, _init_result('{"list":{},"delete":{}}', load=True),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS"}}',
+    _update('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"fix the tests"}}'),
+    _chunk("Fixed."),
+    'A> {"jsonrpc":"2.0","id":1,"result":{}}',
+    '!> {"wait_eof": 5}',
+])
+
+
+def test_the_sessions_view_opens_a_row_and_deletes_one_once_confirmed(tmp_path, monkeypatch):
+    from escouade_nb.engine.squad import Squad
+    from escouade_nb.widgets.sessions_view import SessionsView
+
+    s = Script(tmp_path, LISTED, LISTED_OPEN, name="lister")
+    plugins = tmp_path / "plugins"
+    s.install(plugins)
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
+
+    async def go():
+        squad = Squad()
+        agent = squad.start("lister", cwd=s.ws)
+        opened = None
+        try:
+            await agent.ready()
+            page = await agent.sessions()
+            view = SessionsView(squad, agent, page)
+            view.rows["s1"].children[1].click()  # Open
+            (opened,) = view.opened
+            await opened.ready()
+            await asyncio.sleep(0.1)
+            assert opened.session_id == "s1" and opened.name != agent.name
+            assert "you: fix the tests" in render_items(opened.conversation.items)
+            assert f"(opened s1 as {opened.name})" in repr(view)
+            assert repr(view).splitlines()[1].split() == ["2026-10-01T09:00:00Z", "Fix", "tests", "s1"]
+
+            def buttons(sid):
+                return [b.description for b in view.rows[sid].children[1:]]
+
+            assert buttons("old") == ["Open", "Delete"]
+            view.rows["old"].children[2].click()  # Delete: asks first
+            assert buttons("old") == ["Confirm delete", "Keep"]
+            view.rows["old"].children[2].click()  # Keep
+            assert buttons("old") == ["Open", "Delete"] and "session/delete" not in str(s.received())
+            view.rows["old"].children[2].click()
+            assert await view.delete("old")  # what Confirm delete runs
+            assert view.deleted == {"old"} and "Old work" not in repr(view) and "(deleted old)" in repr(view)
+            assert "<s>Old work old</s>" in view.rows["old"].children[0].value
+            view.close()
+            assert opened.alive  # closing the list closes the view it opened, not the agent
+        finally:
+            for a in (agent, opened):
+                if a is not None:
+                    await a.close()
+            await squad.rules.aclose()
+
+    run(go())
+    s.assert_ok(runs=2)
+
+
+def test_closing_the_agent_ends_a_terminal_sign_in_under_way(tmp_path):
+    from escouade_nb.engine.agent import AuthRequired
+    from escouade_nb.wire.errors import AgentError
+    from test_failure_cases import alive
+
+    s = Script(tmp_path, SIGNED_OUT, forbid=[{"method": "authenticate"}])
+
+    async def go():
+        import pytest
+
+        agent = s.agent()
+        with pytest.raises(AuthRequired):
+            await agent.send("go")
+        signing = asyncio.ensure_future(agent.authenticate("login"))
+        while agent.sign_in_job is None or not agent.sign_in_job.running:
+            await asyncio.sleep(0.02)
+        pid = agent.sign_in_job._terminals.get(agent.sign_in_job._terminal_id).pid
+        assert alive(pid)
+        await agent.close()  # the program waits on stdin: it is ended, not left behind
+        with pytest.raises(AgentError, match="was stopped"):
+            await asyncio.wait_for(signing, 10)
+        assert not alive(pid) and agent.status == "closed" and agent.sign_in_job is None
+        return render_items(agent.conversation.items)
+
+    text = run(go())
+    s.assert_ok()
+    assert "Sign-in 'Log in with a token' stopped: the agent was closed" in text
+    assert "Restarted" not in text

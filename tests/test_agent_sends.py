@@ -177,3 +177,68 @@ def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(tmp_pa
 
     run(go())
     s.assert_ok()
+
+
+PNG_1PX = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+def _content(block: dict) -> str:
+    return json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
+        "sessionUpdate": "agent_message_chunk", "content": block}}}, separators=(",", ":"))
+
+
+def test_non_text_content_is_shown_for_what_it_is(tmp_path):
+    """Images, audio, resource links and embedded resources in a reply and a tool call:
+    an image inline (size-capped), an http link as a link, an embedded text as a collapsed
+    block, and the text repr says what each is — never the bare word ``image``."""
+    from escouade_nb.widgets import AgentView
+
+    blocks = [
+        {"type": "text", "text": "Here is the plot:"},
+        {"type": "image", "mimeType": "image/png", "data": PNG_1PX},
+        {"type": "audio", "mimeType": "audio/wav", "data": "UklGRiQAAABXQVZF"},
+        {"type": "resource_link", "uri": "https://example.org/report", "name": "report"},
+        {"type": "resource_link", "uri": "javascript:alert(1)", "name": "<b>evil</b>"},
+        {"type": "resource", "resource": {"uri": "file:///w/notes.md", "mimeType": "text/markdown",
+                                          "text": "# Notes\nline 2\n<script>x</script>"}},
+        {"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz48L3N2Zz4="},
+    ]
+    tool = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
+        "sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Screenshot", "kind": "other",
+        "status": "completed", "content": [{"type": "content", "content": blocks[1]}]}}}, separators=(",", ":"))
+    script = "\n".join([P_INIT, P_NEW, P_PROMPT, *[f"A> {_content(b)}" for b in blocks], f"A> {tool}",
+                        'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'])
+    s = Script(tmp_path, script)
+
+    async def go():
+        agent = s.agent()
+        try:
+            view = AgentView(agent)
+            result = await agent.send("go")
+            import asyncio
+            await asyncio.sleep(0.3)  # the throttled redraw
+            html = "".join(getattr(w, "value", "") for w in _walk(view))
+            return render_items(result.items), html
+        finally:
+            await agent.close()
+
+    text, html = run(go())
+    s.assert_ok()
+    assert "[image image/png, 70 B]" in text and "[audio audio/wav, 12 B]" in text
+    assert "[link report <https://example.org/report>]" in text
+    assert "[embedded text file:///w/notes.md (text/markdown, 3 lines)]\n# Notes" in text
+    assert " image " not in text.replace("[image", "")  # never the bare word
+    assert f'<img src="data:image/png;base64,{PNG_1PX}"' in html  # inline, in the reply and the tool card
+    assert html.count("<img ") == 2
+    assert '<audio controls src="data:audio/wav;base64,' in html
+    assert '<a href="https://example.org/report" target="_blank" rel="noopener noreferrer">report</a>' in html
+    assert "javascript:" not in html.replace("[link &lt;b&gt;evil&lt;/b&gt; &lt;javascript:alert(1)&gt;]", "")
+    assert "<b>evil</b>" not in html and "<script>x</script>" not in html  # text, never markup
+    assert "<details class=\"escouade-block\"><summary>[embedded text file:///w/notes.md" in html
+    assert "data:image/svg+xml" not in html  # an SVG can script: named, not shown
+
+
+def _walk(widget):
+    yield widget
+    for child in getattr(widget, "children", ()) or ():
+        yield from _walk(child)

@@ -1205,15 +1205,17 @@ def test_F15_agent_text_is_never_live_html(tmp_path):
 
 F11_TERMINAL = """
 C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{"fs":{"readTextFile":true,"writeTextFile":true}}}}
-A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{},"authMethods":[{"id":"login","name":"Log in from a terminal","type":"terminal","args":["--login"],"env":{"AGENT_LOGIN":"1"}}]}}
+A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{},"authMethods":[{"id":"login","name":"Log in from a terminal","type":"terminal","args":["login"],"env":{"AGENT_LOGIN":"1"}}]}}
 C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":[]}}
 A> {"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"Authentication required"}}
--- a terminal-type method is not called: its login command is shown; nothing is sent
+-- a terminal-type method is not called: the client runs the login command itself; nothing is sent
 !> {"quiet": 0.5}
 """
 
 
 def test_F11_terminal_sign_in_shows_the_login_command(tmp_path):
+    """The login command runs in a client terminal (shown); an empty answer makes it
+    fail (exit 3): said, and no restart (the whole success path: test_acp_2026.py)."""
     s = Script(tmp_path, F11_TERMINAL)
 
     async def go():
@@ -1221,9 +1223,14 @@ def test_F11_terminal_sign_in_shows_the_login_command(tmp_path):
         try:
             with pytest.raises(AuthRequired):
                 await agent.ready()
-            await agent.authenticate("login")
+            signing = asyncio.ensure_future(agent.authenticate("login"))
+            await until(lambda: agent.sign_in_job is not None and agent.sign_in_job.running, 10, "the sign-in")
+            await agent.sign_in_input("")
+            with pytest.raises(AgentError, match="exited with code 3"):
+                await signing
             text = render_items(agent.conversation.items)
-            assert f"AGENT_LOGIN=1 {sys.executable} {SCRIPT_AGENT} {s.scenario} --login" in text
+            assert f"AGENT_LOGIN=1 {sys.executable} {SCRIPT_AGENT} {s.scenario} login" in text
+            assert "[error] Sign-in 'Log in from a terminal' failed (exit code 3)" in text
             await asyncio.sleep(0.6)
         finally:
             await agent.close()

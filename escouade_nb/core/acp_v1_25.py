@@ -40,15 +40,22 @@ class _Wire(BaseModel):
 
 
 # -- client capabilities (opt-in update kinds) -------------------------------------------------
-def client_capabilities(*, notices: bool = True, compaction: bool = True) -> dict[str, Any]:
+def client_capabilities(*, notices: bool = True, compaction: bool = True, subagents: bool = False,
+                        auth_terminal: bool = False) -> dict[str, Any]:
     """The ``clientCapabilities`` keys this module adds, to merge into the SDK's:
-    ``{"session": {"notices": {}, "compaction": {}}}`` (each only when asked)."""
+    ``{"session": {"notices": {}, "compaction": {}}, "subagents": {}, "auth": {"terminal": true}}``
+    (each only when asked; ``auth.terminal``: the client runs terminal auth methods)."""
     session: dict[str, Any] = {}
     if notices:
         session["notices"] = {}
     if compaction:
         session["compaction"] = {}
-    return {"session": session} if session else {}
+    out: dict[str, Any] = {"session": session} if session else {}
+    if subagents:
+        out["subagents"] = {}
+    if auth_terminal:
+        out["auth"] = {"terminal": True}
+    return out
 
 
 def merge_capabilities(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -98,10 +105,31 @@ class CompactionSummaryChunk(_Wire):
     field_meta: dict[str, Any] | None = Field(default=None, alias="_meta")
 
 
+class SubagentUpdate(_Wire):
+    """``{"sessionUpdate": "subagent_update", "sessionId", "title"?, "description"?,
+    "capabilities"?, "state"?, "cwd"?, "additionalDirectories"?}``, sent on the PARENT
+    session: announces (first one) or patches a child session ``sessionId`` (omitted =
+    keep, ``null`` = clear). ``state``: ``{"state": "running"|"idle"|"requires_action"|
+    "unknown", "stopReason"?, "usage"?}``; ``capabilities.cancel`` (an object) allows
+    ``session/cancel`` on the child. Shapes from the unstable schema of npm
+    ``@agentclientprotocol/sdk`` 2.4.0 (stabilised 2026-11-20)."""
+
+    session_update: Literal["subagent_update"] = Field(alias="sessionUpdate")
+    session_id: str = Field(alias="sessionId", min_length=1)
+    title: str | None = None
+    description: str | None = None
+    capabilities: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+    cwd: str | None = None
+    additional_directories: list[str] | None = Field(default=None, alias="additionalDirectories")
+    field_meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
 UPDATES: dict[str, type[_Wire]] = {
     "notice": NoticeUpdate,
     "compaction_update": CompactionUpdate,
     "compaction_summary_chunk": CompactionSummaryChunk,
+    "subagent_update": SubagentUpdate,
 }
 """The ``sessionUpdate`` kinds of this module, by tag."""
 

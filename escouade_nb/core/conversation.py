@@ -95,6 +95,10 @@ class ToolCall(Item):
     placeholder: bool = False
     cancelled: bool = False
     mcp: tuple[str, str] | None = None
+    not_asked: str | None = None
+    """The client's note on a call the agent ran without asking, when earlier in this
+    session an option was chosen that lets it (the option's name, who chose it, on which
+    card): set by the client, not the agent; None otherwise."""
     """``(server, tool)`` when the client knows this call as a tool of an MCP server it
     gave the agent (whatever name the agent uses): set by the client, not the agent."""
     kernel_notebook: str | None = None
@@ -103,6 +107,9 @@ class ToolCall(Item):
     terminals: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The client's view of terminals embedded in ``content`` (``{"type": "terminal"}``),
     by terminal id: ``output``, ``truncated``, ``exit_code``, ``signal``, ``running``."""
+    subagents: list[Subagent] = field(default_factory=list)
+    """The child sessions (ACP ``subagent_update``) this call started, each with its own
+    nested :class:`Conversation`, in announcement order."""
 
     @property
     def shown_status(self) -> str:
@@ -216,6 +223,36 @@ class Compaction(Item):
 
 
 @dataclass(eq=False)
+class Subagent(Item):
+    """A child session of the agent (ACP ``subagent_update``, sent on the parent session):
+    ``session_id`` the child's, ``title``/``description`` as the agent patched them,
+    ``state`` (``running``, ``idle``, ``requires_action``, ``unknown``; None before any)
+    with ``stop_reason`` when idle, ``can_cancel`` (``capabilities.cancel``: the client
+    may send ``session/cancel`` for it). ``conversation`` folds the child's own updates.
+    ``tool_call``: the parent's call it runs under (its ``subagents`` list it), else None
+    and the subagent is an item of the parent conversation itself."""
+
+    session_id: str = ""
+    title: str | None = None
+    description: str | None = None
+    state: str | None = None
+    stop_reason: str | None = None
+    can_cancel: bool = False
+    cancelled: bool = False
+    conversation: Conversation = field(default_factory=lambda: Conversation())
+    tool_call: ToolCall | None = None
+
+    @property
+    def name(self) -> str:
+        """What cards and rule plugins call it: its title, else its session id."""
+        return self.title or self.session_id
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("running", "requires_action") and not self.cancelled
+
+
+@dataclass(eq=False)
 class Unknown(Item):
     """An update the SDK's schema does not know, kept as it came."""
 
@@ -291,6 +328,7 @@ class Conversation:
         self._messages: dict[tuple[str, str], Message] = {}
         self._echo: tuple[Message, str, list[dict[str, Any]]] | None = None  # the prompt an agent may echo back
         self.compactions: dict[str, Compaction] = {}
+        self.subagents: dict[str, Subagent] = {}  # child session id -> its subagent (ACP subagent_update)
         self._ids = itertools.count(1)
         self.subscribers: Observers[[list[Change]]] = Observers("conversation")
 
@@ -378,6 +416,8 @@ class Conversation:
                                 detail=raw.get("description") or "", origin="agent", severity=severity), changes)
         elif kind in ("compaction_update", "compaction_summary_chunk"):
             self._compaction(raw, changes)
+        elif kind == "subagent_update":
+            self._subagent(raw, changes)
         else:  # a kind the SDK validates but we do not fold yet: keep it visible
             self._append(Unknown(self._new_key("unknown"), raw=raw, reason="not shown by this client"), changes)
         return self._emit(changes)
@@ -451,6 +491,57 @@ class Conversation:
             if "error" in raw:
                 item.error = raw["error"]
         item.touch()
+
+    def _subagent(self, raw: dict[str, Any], changes: list[Change]) -> None:
+        """Announce or patch a child session. The first update places it under the
+        parent's tool call that links it (a ``{"type": "session", "sessionId"}`` content
+        item: not confirmed in the schemas read) or else the latest unfinished one (the
+        agent's Task tool runs while its subagent works); without either it is an item."""
+        sid = raw["sessionId"]
+        sub = self.subagents.get(sid)
+        if sub is None:
+            sub = self.subagents[sid] = Subagent(self._new_key("subagent"), session_id=sid)
+            sub.conversation.subscribe(lambda _changes, sub=sub: self._child_changed(sub))
+            call = next((c for c in reversed(list(self.tool_calls.values()))
+                         if any(x.get("type") == "session" and x.get("sessionId") == sid for x in c.content)), None)
+            if call is None:
+                call = next((c for c in reversed(list(self.tool_calls.values()))
+                             if c.status in _UNFINISHED and not c.cancelled), None)
+            if call is not None:
+                sub.tool_call = call
+                call.subagents.append(sub)
+                call.touch()
+                changes.append(Change("updated", call))
+            else:
+                self._append(sub, changes)
+        else:
+            changes.append(Change("updated", sub.tool_call or sub))
+        for wire, attr in (("title", "title"), ("description", "description")):
+            if wire in raw:
+                setattr(sub, attr, raw[wire])
+        if "capabilities" in raw:
+            sub.can_cancel = isinstance((raw["capabilities"] or {}).get("cancel"), dict)
+        if "state" in raw:
+            state = raw["state"] or {}
+            sub.state = state.get("state")
+            sub.stop_reason = state.get("stopReason") if sub.state == "idle" else None
+        sub.touch()
+        if sub.tool_call is not None:
+            sub.tool_call.touch()
+
+    def _child_changed(self, sub: Subagent) -> None:
+        """A child's conversation changed: the parent's item that draws it did too."""
+        sub.touch()
+        holder = sub.tool_call or sub
+        if holder is not sub:
+            holder.touch()
+        self._emit([Change("updated", holder)])
+
+    def apply_child(self, session_id: str, update: dict[str, Any] | BaseModel) -> list[Change] | None:
+        """Fold a ``session/update`` of child session ``session_id`` into its subagent's
+        conversation; None when no ``subagent_update`` announced that child."""
+        sub = self.subagents.get(session_id)
+        return None if sub is None else sub.conversation.apply(update)
 
     def _plan(self, entries: list[dict[str, Any]], plan_id: str | None, markdown: str | None,
               changes: list[Change]) -> None:
@@ -607,6 +698,11 @@ class Conversation:
         """Mark every unfinished tool call as cancelled (the user stopped the turn). A
         later status from the agent still shows."""
         changes: list[Change] = []
+        for sub in self.subagents.values():  # cancelling the parent cancels its children
+            sub.conversation.cancel_unfinished()
+            if sub.state not in ("idle",) and not sub.cancelled:
+                sub.cancelled = True
+                sub.touch()
         for call in self.tool_calls.values():
             if call.status in _UNFINISHED and not call.cancelled:
                 call.cancelled = True
@@ -641,6 +737,8 @@ class Conversation:
     def close_messages(self) -> None:
         """Freeze every open message (the turn ended)."""
         changes: list[Change] = []
+        for sub in self.subagents.values():
+            sub.conversation.close_messages()
         for item in self.items:
             if isinstance(item, Message) and not item.closed:
                 item.closed = True

@@ -10,7 +10,7 @@ import difflib
 import json
 from typing import Any
 
-from .conversation import Compaction, Item, Message, Notice, Permission, Plan, Question, ToolCall, Unknown
+from .conversation import Compaction, Item, Message, Notice, Permission, Plan, Question, Subagent, ToolCall, Unknown
 from .plans import visible_text
 
 MAX_INPUT_CHARS = 2000
@@ -136,14 +136,41 @@ def content_text(item: dict[str, Any], kernel_notebook: str | None = None) -> st
         return head + ("\n" + body if body else "")
     if kind == "terminal":
         return f"(terminal {item.get('terminalId')})"
-    if kind == "resource_link":
-        return f"(link {item.get('name') or ''} {item.get('uri', '')})".replace("  ", " ")
-    if kind == "resource":
-        res = item.get("resource") or {}
-        return f"(resource {res.get('uri', '')})"
-    if kind in ("image", "audio"):
-        return f"({kind} {item.get('mimeType', '')})"
+    if kind in ("resource_link", "resource", "image", "audio"):
+        return block_text(item)
     return f"({kind or 'unknown'} content)"
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MB"
+
+
+def blob_size(data: Any) -> int:
+    """Bytes of a base64 ``data``/``blob`` field (0 when absent)."""
+    if not isinstance(data, str):
+        return 0
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+def block_text(block: dict[str, Any]) -> str:
+    """A non-text ACP content block as text that says what it is: ``[image image/png,
+    12.3 KB]``, ``[audio …]``, ``[link NAME <URI>]``, ``[embedded text URI (mime, N
+    lines)]`` followed by the text, ``[embedded binary URI (mime, N B)]``."""
+    kind = block.get("type")
+    if kind in ("image", "audio"):
+        where = f" {block['uri']}" if isinstance(block.get("uri"), str) and block.get("uri") else ""
+        return f"[{kind} {block.get('mimeType') or '?'}, {_size(blob_size(block.get('data')))}{where}]"
+    if kind == "resource_link":
+        name = block.get("title") or block.get("name") or ""
+        size = f", {_size(block['size'])}" if isinstance(block.get("size"), int) else ""
+        mime = f", {block['mimeType']}" if block.get("mimeType") else ""
+        return f"[link {name} <{block.get('uri', '')}>{mime}{size}]".replace("[link  <", "[link <")
+    res = block.get("resource") or {}
+    uri, mime = res.get("uri", ""), res.get("mimeType") or "?"
+    if isinstance(res.get("text"), str):
+        text = res["text"]
+        return f"[embedded text {uri} ({mime}, {len(lines_of(text))} lines)]\n{cut(text)}"
+    return f"[embedded binary {uri} ({mime}, {_size(blob_size(res.get('blob')))})]"
 
 
 def is_notebook_path(path: Any) -> bool:
@@ -188,6 +215,8 @@ def raw_output_text(call: ToolCall) -> str:
 def tool_call_text(call: ToolCall) -> str:
     head = f"[tool] {call.title or call.tool_call_id} ({call.kind or 'other'}, {call.shown_status})"
     parts = [head]
+    if call.not_asked:
+        parts.append(_indent(call.not_asked))
     # a notebook's diff shows what is written, cell by cell: its JSON text as the input would not
     notebook = any(is_notebook_path(d.get("path")) for d in call.diffs)
     inp = "" if notebook else tool_input_text(call.raw_input)
@@ -200,7 +229,29 @@ def tool_call_text(call: ToolCall) -> str:
     out = raw_output_text(call)
     if out:
         parts.append(_indent("output: " + out))
+    for sub in call.subagents:  # its child sessions, each its nested conversation
+        parts.append(_indent(subagent_text(sub), "    "))
     return "\n".join(parts)
+
+
+def subagent_state(sub: Subagent) -> str:
+    """``running``, ``idle, end_turn``, ``cancelled``…: how a subagent stands."""
+    if sub.state == "idle":
+        return f"idle, {sub.stop_reason}" if sub.stop_reason else "idle"
+    if sub.cancelled:
+        return "cancelled"
+    return (sub.state or "announced").replace("_", " ")
+
+
+def subagent_head(sub: Subagent) -> str:
+    """``⤷ subagent NAME (STATE) — DESCRIPTION``."""
+    return f"⤷ subagent {sub.name} ({subagent_state(sub)})" + (f" — {sub.description}" if sub.description else "")
+
+
+def subagent_text(sub: Subagent, speaker: str = "agent") -> str:
+    """A subagent's head line, then its conversation indented by two spaces."""
+    body = render_items(sub.conversation.items, speaker)
+    return subagent_head(sub) + ("\n" + _indent(body) if body else "")
 
 
 def render_item(item: Item, speaker: str = "agent") -> str:
@@ -242,6 +293,8 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         return text + ("\n" + _indent(item.detail) if item.detail else "")
     if isinstance(item, Compaction):
         return compaction_text(item)
+    if isinstance(item, Subagent):  # one no tool call of the parent runs
+        return subagent_text(item, speaker)
     if isinstance(item, Unknown):
         return f"[unknown update {item.raw.get('sessionUpdate', '?')}] {item.reason}"
     return repr(item)

@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 
 from ..core import plans
-from ..core.conversation import Change, Conversation, Question
+from ..core.conversation import Change, Conversation, Question, ToolCall
 from ..core.observers import Observers
 from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
@@ -115,6 +115,9 @@ class Agent:
         self.transcript: Transcript | None = None
         self.previous_transcript: Path | None = None  # the file before a restart (its header names it)
         self.auth_required: AuthRequired | None = None
+        self.auth_prompt: list[dict[str, Any]] | None = None  # the prompt refused with auth_required (-32000)
+        self.sign_in_job: Any = None  # the terminal sign-in running (engine/sign_in.py), else None
+        self.sign_in_retry: Turn | None = None  # the refused prompt, sent again after a terminal sign-in
         self.reads_refusal_messages = False
         self.last_activity: float | None = None  # wall-clock time of the last conversation change
         self.version_checked = False  # the squad already compared the program's --version with ``tested``
@@ -272,6 +275,10 @@ class Agent:
         self.last_activity = time.time()
         if self.live is not None:
             self.live.workspace.changed(changes)
+            if self.live.desk.grants:
+                for change in changes:
+                    if isinstance(change.item, ToolCall):
+                        self.live.desk.note_unasked(change.item)
         turn = self.turns.current
         if turn is not None and not turn.done:
             turn.items.extend(c.item for c in changes if c.kind == "added" and c.item is not None)
@@ -338,21 +345,33 @@ class Agent:
 
     async def authenticate(self, method_id: str) -> Agent:
         """Sign in with one of the agent's ``authMethods`` (agent type: ACP
-        ``authenticate``), then retry the session once. A terminal-type method is not
-        called: its login command is shown to run, then ``restart()``. Raises
-        ``ValueError`` for a method it does not offer, :class:`AuthRequired` when still
-        not signed in, :class:`AgentError` when the sign-in fails."""
+        ``authenticate``), then retry the session once. A terminal-type method
+        (``{"type": "terminal", "args", "env"}``) is never called: the agent's own command
+        plus its ``args`` runs in a client terminal shown in the view (answer what it
+        reads with :meth:`sign_in_input`); on exit 0 the agent is restarted and the prompt
+        it refused is sent once more (``sign_in_retry``). Raises ``ValueError`` for a
+        method it does not offer, :class:`AuthRequired` when still not signed in,
+        :class:`AgentError` when the sign-in fails (a terminal program's non-zero exit)."""
         method = next((m for m in self.auth_methods if m.get("id") == method_id), None)
         if method is None:
             raise ValueError(f"no sign-in method {method_id!r}; the agent offers: "
                              f"{', '.join(m.get('id', '?') for m in self.auth_methods) or 'none'}")
         if method.get("type") == "terminal":
-            command = " ".join([*self.argv(), *(method.get("args") or [])])
-            env = " ".join(f"{k}={v}" for k, v in (method.get("env") or {}).items())
-            self.conversation.add_notice(f"Sign in from a terminal, then restart this agent: {env} {command}".strip())
+            if self.sign_in_job is not None:
+                raise AgentError(f"a sign-in of {self.name!r} is already running: answer it (sign_in_input)")
+            from .sign_in import sign_in_with_terminal
+
+            await sign_in_with_terminal(self, method)
             return self
         await self.live.authenticate(method_id)
         return self
+
+    async def sign_in_input(self, text: str) -> None:
+        """Answer the running terminal sign-in: ``text`` and a newline on its program's
+        stdin. :class:`AgentError` when no terminal sign-in runs."""
+        if self.sign_in_job is None:
+            raise AgentError(f"no terminal sign-in of {self.name!r} is running")
+        await self.sign_in_job.send(text)
 
     async def ready(self) -> Agent:
         """Wait until the session exists; raises :class:`AuthRequired` while the agent
@@ -565,7 +584,10 @@ class Agent:
 
     async def close(self) -> None:
         """End the agent: close its stdin, terminate its process group, end every turn
-        (the running one and the queued ones, with an error). After a restart under way."""
+        (the running one and the queued ones, with an error), and a terminal sign-in under
+        way (its program's group). After a restart under way."""
+        if self.sign_in_job is not None:
+            await self.sign_in_job.stop()  # its authenticate() then fails, saying so; no restart
         async with self._lifecycle:
             for task in (self._restat, self._preparing):  # a worktree being made: this agent will not start
                 if task is not None:
@@ -580,6 +602,8 @@ class Agent:
         """Kill the process group synchronously (interpreter exit), and its terminals."""
         if self.transcript is not None:
             self.transcript.flush()
+        if self.sign_in_job is not None:
+            self.sign_in_job.kill_now()
         session = self.session
         if session is None:
             return

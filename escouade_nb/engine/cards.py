@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core import forms, plans
-from ..core.conversation import Item, Permission, Question, ToolCall
+from ..core.conversation import Conversation, Item, Permission, Question, Subagent, ToolCall
 from ..core.render_text import answer_label, render_item
 from .kernel_access import SERVER
 
@@ -72,11 +72,26 @@ class PermissionCard(_Card):
     False and send nothing. Clicking a button on the card's view calls the same method.
     ``deny(by, message)`` refuses whatever the agent offered (``reject_once``, else
     ``cancelled``); ``label`` says what the answer was (see ``render_text.answer_label``).
+    ``subagent``: the child session (ACP subagent) that asks, else None; its card is an
+    item of the subagent's nested conversation, and ``agent_name`` is "parent › child".
     """
 
-    def __init__(self, agent: Agent, desk: CardDesk, permission: Permission) -> None:
+    def __init__(self, agent: Agent, desk: CardDesk, permission: Permission,
+                 subagent: Subagent | None = None) -> None:
         super().__init__(agent, desk, permission)
         self.permission = permission
+        self.subagent = subagent
+
+    @property
+    def conversation(self) -> Conversation:
+        """The conversation the card is in: the subagent's, else the agent's."""
+        return self.subagent.conversation if self.subagent is not None else self.agent.conversation
+
+    @property
+    def agent_name(self) -> str:
+        """Who asks: the agent's name, or "parent › child" for a subagent's request."""
+        name = self.agent.name or "agent"
+        return f"{name} › {self.subagent.name}" if self.subagent is not None else name
 
     @property
     def options(self) -> list[dict[str, Any]]:
@@ -142,7 +157,7 @@ class PermissionCard(_Card):
                 message: str | None, reply: str | None, denied: bool = False) -> bool:
         if self._future.done():
             return False
-        self.agent.conversation.resolve_permission(self.permission, outcome, option_id, by, message, denied=denied)
+        self.conversation.resolve_permission(self.permission, outcome, option_id, by, message, denied=denied)
         told = reply or message
         meta = {"by": by, **({"denied": True} if denied else {}), **({"message": told} if told else {})}
         self._future.set_result({"outcome": outcome, **({"optionId": option_id} if option_id else {}),
@@ -168,7 +183,7 @@ class PermissionCard(_Card):
         """Answer ``cancelled`` (the turn was stopped); False if already answered."""
         if self._future.done():
             return False
-        self.agent.conversation.resolve_permission(self.permission, "cancelled", None, why)
+        self.conversation.resolve_permission(self.permission, "cancelled", None, why)
         self._future.set_result({"outcome": "cancelled"})
         self._desk.settled(self)
         return True
@@ -233,6 +248,8 @@ class CardDesk:
         self._unhanded: dict[Kind, collections.deque[_Card]] = {
             "permission": collections.deque(), "question": collections.deque()}
         self.closed = False
+        self.asked: set[str] = set()  # tool call ids that had a permission card
+        self.grants: list[tuple[str, str, str, str]] = []  # (tool, option name, who, card title) of "always" answers
         self._forms_loading: asyncio.Future[None] | None = None  # jsonschema imported in a thread (forms.load)
 
     # -- handing out ------------------------------------------------------------------------
@@ -268,19 +285,32 @@ class CardDesk:
         card = self.new_card(tool_call, options)
         return await self.decide(card)
 
+    async def on_child_permission(self, session_id: str, tool_call: dict[str, Any],
+                                  options: list[dict[str, Any]]) -> dict[str, Any]:
+        """``session/request_permission`` of a child session (a subagent): a card in the
+        subagent's nested conversation, naming it; policies and the user answer it as any."""
+        sub = self.agent.conversation.subagents.get(session_id)
+        if sub is None:  # the router let it through, so it was announced: cannot happen
+            return {"outcome": "cancelled"}
+        return await self.decide(self.new_card(tool_call, options, subagent=sub))
+
     def new_card(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
-                 mcp: tuple[str, str] | None = None) -> PermissionCard:
+                 mcp: tuple[str, str] | None = None, subagent: Subagent | None = None) -> PermissionCard:
         """A pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire dict) with
-        ``options`` (``{optionId, name, kind}``); ``mcp`` notes the MCP tool it is."""
+        ``options`` (``{optionId, name, kind}``); ``mcp`` notes the MCP tool it is;
+        ``subagent``: the child session that asks (the card goes in its conversation)."""
         agent = self.agent
-        perm = agent.conversation.add_permission(tool_call, options)
+        conversation = subagent.conversation if subagent is not None else agent.conversation
+        perm = conversation.add_permission(tool_call, options)
+        if perm.tool_call is not None:
+            self.asked.add(perm.tool_call.tool_call_id)
         if perm.tool_call is not None:
             if mcp is not None:
                 perm.tool_call.mcp = mcp
             elif self.kernel is not None:
                 self.kernel.recognise(perm.tool_call)
         perm.plan = plans.plan_of(perm.tool_call, agent.harness.harness.acp.tools)
-        card = PermissionCard(agent, self, perm)
+        card = PermissionCard(agent, self, perm, subagent=subagent)
         self.cards.append(card)
         self._arrived("permission", card)
         return card
@@ -298,7 +328,7 @@ class CardDesk:
         elif self.session is not None and tcid and self.session.router.take_withdrawn(tcid):
             card.cancel("the agent withdrew it")
         elif perm.plan is None and policies:
-            agent.conversation.set_deciding(perm, True)
+            card.conversation.set_deciding(perm, True)
             await self._consult(card, policies)  # in this request's own task: it ends with it
         else:
             agent.cards_waiting()
@@ -315,7 +345,7 @@ class CardDesk:
             except Exception:
                 log.exception("permission policy %r failed; the user decides", policy)
         if card.state == "pending":
-            self.agent.conversation.set_deciding(card.permission, False)
+            card.conversation.set_deciding(card.permission, False)
             self.agent.cards_waiting()
 
     async def on_elicitation(self, message: str, mode: dict[str, Any]) -> dict[str, Any]:
@@ -362,12 +392,37 @@ class CardDesk:
     def settled(self, card: _Card) -> None:
         if isinstance(card, PermissionCard) and card in self.cards:
             self.cards.remove(card)
+            chosen = card.permission.chosen or {}
+            if chosen.get("kind") == "allow_always" and card.tool_call is not None:
+                self.grants.append((self._tool_of(card.tool_call), chosen.get("name") or "allow always",
+                                    card.permission.answered_by or "you", card.tool_call.title or ""))
         elif isinstance(card, QuestionCard) and card in self.questions:
             self.questions.remove(card)
             if card.question.mode == "text" and card.question.state == "accept":
                 self.agent.send(plans.answers_prompt(card.question.questions, card.question.answer or {}))
         if not self.cards and not self.questions:
             self.agent.cards_answered()
+
+    def _tool_of(self, call: ToolCall) -> str:
+        from ..permissions.request import normalise
+
+        return normalise(call, self.agent.harness.harness.acp.tools).tool
+
+    def note_unasked(self, call: ToolCall) -> None:
+        """A tool call that ended without a card of its own, of a tool an earlier card of
+        this session was answered "always" for: the call says so (``not_asked``). None of
+        the released agents says why it stopped asking (measured on the seven): this is
+        what the client knows, no more."""
+        if (not self.grants or call.not_asked is not None or call.tool_call_id in self.asked
+                or call.status not in ("completed", "failed")):
+            return
+        tool = self._tool_of(call)
+        for granted, option, who, title in self.grants:
+            if granted == tool:
+                call.not_asked = (f"not asked: earlier in this session {who} chose \u201c{option}\u201d"
+                                  + (f" on \u201c{title}\u201d" if title else ""))
+                self.agent.conversation.touch(call)
+                return
 
     def cancel_pending(self, why: str, *, text_questions: bool = True) -> None:
         """Answer every pending card ``cancelled`` (ACP requires it when a turn is

@@ -76,9 +76,10 @@ class Live:
         self.session = AgentSession(
             name=agent.name, argv=agent.argv(), cwd=agent.cwd, env=env, client=client, fold=self._fold,
             withdrawn=self.desk.withdrawn, on_fatal=self._on_fatal, on_models=agent.controls.set_models,
-            on_exit=lambda info: self.end(), start_timeout=agent.start_timeout,
+            on_exit=lambda info: self.end(), start_timeout=agent.start_timeout, fold_child=self._fold_child,
             line_observers=[transcript.wire_line] if transcript is not None else ())
         self.desk.session = self.session
+        client.on_child_permission = self.desk.on_child_permission
         self.kernel = KernelAccess(self)
         self.desk.kernel = self.kernel
 
@@ -107,7 +108,8 @@ class Live:
         agent, session = self.agent, self.session
         try:
             await session.initialize(capabilities(agent.uses_client_fs, terminal=True, questions=True),
-                                     extra=acp_v1_25.client_capabilities(notices=True, compaction=True))
+                                     extra=acp_v1_25.client_capabilities(notices=True, compaction=True, subagents=True,
+                                                                         auth_terminal=True))
             self._check_version()
             ours = (session.agent_capabilities.get("_meta") or {}).get("escouade") or {}
             agent.reads_refusal_messages = bool(ours.get("refusalMessage"))
@@ -269,6 +271,15 @@ class Live:
         update = adapt(self.agent.harness.short_id, conversation, update)
         if update is not None:
             conversation.apply(update if isinstance(update, dict) else {"value": update})
+
+    def _fold_child(self, session_id: str, update: Any) -> None:
+        """An update of a child session (a subagent): into its nested conversation."""
+        sub = self.agent.conversation.subagents.get(session_id)
+        if sub is None:
+            return
+        update = adapt(self.agent.harness.short_id, sub.conversation, update)
+        if update is not None:
+            sub.conversation.apply(update if isinstance(update, dict) else {"value": update})
 
     def _on_fatal(self, message: str) -> None:
         self.agent.conversation.add_notice(f"Transport error: {message.removeprefix('transport error: ')}; the "

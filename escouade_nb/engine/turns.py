@@ -188,6 +188,7 @@ class TurnQueue:
         except acp.RequestError as exc:
             if exc.code == acp.RequestError.auth_required().code:
                 agent.auth_required = AuthRequired(f"agent {agent.name!r}: {exc}", agent.auth_methods)
+                agent.auth_prompt = turn.prompt  # sent again after a terminal sign-in (engine/sign_in.py)
                 agent.conversation.add_notice("The agent asks you to sign in; your prompt was kept (turn.prompt)",
                                               level="warning", detail=str(agent.auth_required))
                 agent.set_status(AgentStatus.SIGN_IN)  # the view offers the sign-in methods
@@ -213,6 +214,11 @@ class TurnQueue:
             log.exception("prompt failed")
             turn._finish(error=AgentError(f"agent {agent.name!r}: {exc}"))
         else:
+            if session.closing and not turn.cancelled_by_user:
+                # closed during the turn: an agent offering session/close answers the prompt ``cancelled``
+                # (as if session/cancel had been sent); the turn ends as with one that does not
+                turn._finish(error=live.turn_error())
+                return
             agent.questions_from_text(turn)
             if response.stop_reason == "refusal":
                 agent.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "
@@ -256,9 +262,15 @@ class TurnQueue:
         live.cancel_sent = True
         session = live.session
 
+        # cancelling the parent cancels its running children: a session/cancel for each
+        # subagent that allows it (capabilities.cancel), after the parent's (ACP subagents)
+        children = [s.session_id for s in agent.conversation.subagents.values() if s.running and s.can_cancel]
+
         async def notify() -> None:
             try:
                 await session.conn.cancel(session_id=session.session_id)
+                for child in children:
+                    await session.conn.cancel(session_id=child)
             except ConnectionError:
                 pass
 

@@ -145,9 +145,10 @@ class Broker:
             request=RequestInfo(id=f"req_{uuid.uuid4().hex[:12]}", kind=norm.kind, tool=norm.tool, input=norm.input,
                                 **tool_call_fields(call)),
             project=ProjectInfo(**project.wire()),
-            agent=AgentInfo(id=self.agent_id(agent), name=agent.name or "agent"),
+            # a subagent's request names it: "parent › child" (PermissionCard.agent_name)
+            agent=AgentInfo(id=self.agent_id(agent), name=getattr(card, "agent_name", None) or agent.name or "agent"),
         )
-        await self.decide(card, norm, params, plugins, agent_name=agent.name, project_name=project.name)
+        await self.decide(card, norm, params, plugins, agent_name=params.agent.name, project_name=project.name)
 
     async def decide(self, card: PermissionRequest, norm: Normalised, params: DecideParams,
                      plugins: list[PluginProcess], *, agent_name: str = "", project_name: str = "") -> Decision:

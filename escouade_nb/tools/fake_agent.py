@@ -4,7 +4,9 @@ A real ACP agent program (agent side of the ``acp`` SDK, JSON-RPC over stdio)
 whose behaviour is fully deterministic, so the demo notebook and the tests can
 exercise every part of a client: streamed text, thoughts, plans, tool calls,
 permission requests, file edits through the client's ``fs/*`` methods,
-cancellation, a flood of stderr and a crash.
+cancellation, a flood of stderr and a crash. It offers ``session/list`` (its first
+prompt as the title, the time of its last one as ``updatedAt``) and ``session/close``
+over the sessions of its process; never ``loadSession`` (it keeps nothing on disk).
 
 The prompt's text picks a scenario (case-insensitive, first match wins):
 
@@ -84,6 +86,7 @@ if _is_the_program() and (_code := _answer_flags(sys.argv[1:])) is not None:
     raise SystemExit(_code)  # before the imports below: a --version costs an interpreter start, no more
 
 import asyncio  # noqa: E402  (the flags above are answered first, on purpose)
+import datetime  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -113,6 +116,9 @@ from acp.schema import (  # noqa: E402
     PermissionOption,
     PlanEntry,
     PromptResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionListCapabilities,
     ToolCallLocation,
     ToolCallUpdate,
 )
@@ -211,6 +217,8 @@ class _Session:
     messages: int = 0
     turns: int = 0
     mcp: dict[str, Any] = field(default_factory=dict)  # server name -> _McpLink (session/new|load's mcpServers)
+    title: str | None = None  # its first prompt (cut), for session/list
+    updated_at: str | None = None  # ISO 8601 UTC time of its last prompt, for session/list
 
     def next_tool_call_id(self) -> str:
         self.tool_calls += 1
@@ -334,8 +342,13 @@ class FakeAgent:
         return InitializeResponse(
             protocol_version=1,
             # our own extension: this agent reads a refusal message in the permission answer's _meta
+            # session/list and session/close over the sessions of this process (no loadSession: it keeps
+            # nothing on disk, so a listed session is opened in a new one)
             agent_capabilities=AgentCapabilities(load_session=False, field_meta={"escouade": {"refusalMessage": True}},
-                                                 mcp_capabilities=McpCapabilities(http=True, sse=False)),
+                                                 mcp_capabilities=McpCapabilities(http=True, sse=False),
+                                                 session_capabilities=SessionCapabilities(
+                                                     list=SessionListCapabilities(),
+                                                     close=SessionCloseCapabilities())),
             auth_methods=[],
             agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
         )
@@ -359,6 +372,25 @@ class FakeAgent:
         await self._connect_mcp(session, kwargs.get("mcp_servers"))
         return LoadSessionResponse(modes=self._modes_state(session), config_options=self._config_options(session))
 
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> Any:
+        """``session/list``: this process's sessions (of ``cwd`` when given), newest first,
+        one page (no cursor)."""
+        from acp.schema import ListSessionsResponse, SessionInfo
+
+        found = [s for s in self.sessions.values() if cwd is None or s.cwd == cwd]
+        found.sort(key=lambda s: s.updated_at or "", reverse=True)
+        return ListSessionsResponse(sessions=[SessionInfo(session_id=s.session_id, cwd=s.cwd, title=s.title,
+                                                          updated_at=s.updated_at) for s in found])
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> Any:
+        """``session/close``: its turn cancelled, the session forgotten (unknown: fine)."""
+        from acp.schema import CloseSessionResponse
+
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.cancel_event.set()
+        return CloseSessionResponse()
+
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self.sessions.get(session_id)
         if session is not None:
@@ -370,6 +402,10 @@ class FakeAgent:
             raise RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
         session.cancel_event = asyncio.Event()  # a fresh turn forgets an old cancel
         text = "\n".join(getattr(block, "text", "") for block in prompt if getattr(block, "type", None) == "text")
+        if session.title is None and text.strip():
+            first = text.strip().splitlines()[-1]  # after any preamble the client put first
+            session.title = first if len(first) <= 60 else first[:59] + "…"
+        session.updated_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         turn = _Turn(self, session)
         try:
             stop = await self._dispatch(turn, text)
@@ -1243,7 +1279,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def serve() -> None:
         try:
-            await acp.run_agent(agent)
+            await acp.run_agent(agent, use_unstable_protocol=True)  # session/close is routed as unstable
         finally:
             await agent.close_mcp()  # the stdio MCP servers it spawned end with it
 

@@ -334,18 +334,44 @@ class AgentView(FullText, Releasing, w.VBox):
         self.send_button.disabled = a.status not in CAN_SEND
         self.restart_button.disabled = a.status not in CAN_RESTART
         self.restart_button.layout.display = "" if a.status in CAN_RESTART else "none"
-        if a.status == AgentStatus.SIGN_IN and not self.sign_in.children:
-            buttons = []
-            for method in a.auth_methods:
-                b = w.Button(description=f"Sign in: {method.get('name') or method.get('id')}",
-                             tooltip=method.get("description") or "", layout=w.Layout(width="auto"))
-                b.on_click(on_loop(lambda _b, mid=method.get("id"): _run(a.authenticate(mid))))
-                buttons.append(b)
-            self.sign_in.children = buttons
-        elif a.status != AgentStatus.SIGN_IN and self.sign_in.children:
+        # the sign-in row: the methods while the agent asks, the input box while a terminal sign-in runs
+        wanted = "input" if getattr(a, "sign_in_job", None) is not None else \
+            "methods" if a.status == AgentStatus.SIGN_IN else None
+        if wanted != getattr(self, "_sign_in_shown", None):
+            self._sign_in_shown = wanted
             old, self.sign_in.children = self.sign_in.children, ()
             for b in old:
                 close_tree(b)
+            if wanted == "methods":
+                buttons = []
+                for method in a.auth_methods:
+                    terminal = method.get("type") == "terminal"  # runs the agent's own program, args in the tip
+                    tip = " ".join(filter(None, [method.get("description"), "(runs in a terminal: "
+                                                 + " ".join(method.get("args") or []) + ")" if terminal else ""]))
+                    b = w.Button(description=f"Sign in: {method.get('name') or method.get('id')}"
+                                             + (" (terminal)" if terminal else ""),
+                                 tooltip=tip, layout=w.Layout(width="auto"))
+                    b.on_click(on_loop(lambda _b, mid=method.get("id"): _run(a.authenticate(mid))))
+                    buttons.append(b)
+                self.sign_in.children = buttons
+            elif wanted == "input":
+                box = w.Text(placeholder="answer the sign-in program (its stdin)", layout=w.Layout(width="320px"))
+                send = w.Button(description="Send", layout=w.Layout(width="auto"),
+                                tooltip="Write this line to the sign-in program's stdin")
+
+                def answer(_b=None) -> None:
+                    text, box.value = box.value, ""
+                    _run(a.sign_in_input(text))
+
+                send.on_click(on_loop(answer))
+                self.sign_in_box, self.sign_in_send = box, send
+                self.sign_in.children = [box, send]
+        retry = getattr(a, "sign_in_retry", None)  # a terminal sign-in sent the refused prompt again
+        if retry is not None and retry is not getattr(self, "_retry_seen", None):
+            self._retry_seen = retry
+            sent = "".join(b.get("text", "") for b in retry.prompt if b.get("type") == "text")
+            if self.prompt.value.strip() == sent.strip():
+                self.prompt.value = ""  # kept when it was refused; sent now: not twice
 
     def __repr__(self) -> str:
         body = repr(self.transcript)

@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 
 from ..core.conversation import Plan, ToolCall
 from ..core.notebook_diff import NotebookDiff, notebook_diff
-from ..core.render_text import (PLAN_MARK, content_text, cut, diff_lines, is_notebook_path, raw_output_text,
+from ..core.render_text import (PLAN_MARK, blob_size, block_text, content_text, cut, diff_lines, is_notebook_path, raw_output_text,
                                 terminal_state, tool_input_text)
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
@@ -154,6 +154,41 @@ def code_html(code: str, language: str = "python") -> str:
     return f'<pre class="escouade-code" style="margin:2px 0;white-space:pre-wrap">{body}</pre>'
 
 
+INLINE_MEDIA_MAX = 4 * 1024 * 1024
+"""Images and audio bigger than this (bytes) are named, not shown inline."""
+_IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})  # no SVG: it can script
+
+
+def block_html(block: dict[str, Any]) -> str:
+    """A non-text ACP content block as safe HTML: an image inline (raster types, at most
+    :data:`INLINE_MEDIA_MAX`, height-capped), audio with controls, an http(s) link as a
+    link (``file://`` and others as their text: the browser could not open them), an
+    embedded text as a collapsed block; anything else as :func:`block_text` says."""
+    kind = block.get("type")
+    label = esc(block_text(block).split("\n", 1)[0])
+    data = block.get("data")
+    if kind in ("image", "audio") and isinstance(data, str) and blob_size(data) <= INLINE_MEDIA_MAX:
+        mime = str(block.get("mimeType") or "")
+        if kind == "image" and mime in _IMAGE_MIMES:
+            return (f'<div class="escouade-block"><img src="data:{esc(mime)};base64,{esc(data)}" alt="{label}" '
+                    f'title="{label}" style="max-width:100%;max-height:360px;border-radius:4px"></div>')
+        if kind == "audio" and mime.startswith("audio/"):
+            return (f'<div class="escouade-block"><audio controls src="data:{esc(mime)};base64,{esc(data)}" '
+                    f'title="{label}"></audio></div>')
+    if kind == "resource_link":
+        uri = str(block.get("uri") or "")
+        if uri.startswith(("http://", "https://")):
+            name = block.get("title") or block.get("name") or uri
+            return (f'<div class="escouade-block">🔗 <a href="{esc(uri)}" target="_blank" rel="noopener noreferrer">'
+                    f'{esc(name)}</a></div>')
+    if kind == "resource":
+        res = block.get("resource") or {}
+        if isinstance(res.get("text"), str):
+            return (f'<details class="escouade-block"><summary>{label}</summary>'
+                    f'{pre(cut(res["text"]))}</details>')
+    return f'<div class="escouade-block" style="color:#8a8a8a">{label}</div>'
+
+
 def tool_body_html(call: ToolCall) -> str:
     """The body of a tool card: input (unless a diff shows it), outputs, diffs, terminals.
     Code the kernel's ``run_code`` is given is shown highlighted, not as JSON."""
@@ -172,6 +207,8 @@ def tool_body_html(call: ToolCall) -> str:
         elif c.get("type") == "terminal":
             tid = str(c.get("terminalId"))
             parts.append(terminal_html(tid, call.terminals.get(tid)))
+        elif c.get("type") == "content" and (c.get("content") or {}).get("type") not in (None, "text"):
+            parts.append(block_html(c["content"]))
         else:
             parts.append(f'<div class="escouade-tool-output">{pre(cut(content_text(c)))}</div>')
     out = raw_output_text(call)
@@ -185,7 +222,9 @@ def tool_header_html(call: ToolCall) -> str:
     color = STATUS_COLOR.get(status, "#8a8a8a")
     return (f'<div class="escouade-tool-header"><span style="color:{color};font-weight:600">● {esc(status)}</span> '
             f'<b>{esc(call.title or call.tool_call_id)}</b> '
-            f'<span style="color:#8a8a8a">{esc(call.kind or "other")}</span></div>')
+            f'<span style="color:#8a8a8a">{esc(call.kind or "other")}</span>'
+            + (f'<div class="escouade-not-asked" style="color:#8a8a8a;font-size:11px">{esc(call.not_asked)}</div>'
+               if call.not_asked else "") + '</div>')
 
 
 def plan_html(plan: Plan) -> str:

@@ -13,7 +13,8 @@ from .agent_view import STATUS_COLOR, AgentView, _run, status_text
 from .render import esc
 from .views import FullText, Releasing, Throttle, close_tree, on_loop
 
-COLUMNS = ("agent", "harness", "folder", "worktree", "mode", "status", "last activity", "tokens", "cost", "cards")
+COLUMNS = ("agent", "harness", "folder", "worktree", "mode", "status", "last activity", "tokens", "cost", "cards",
+           "subagents")
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -29,6 +30,15 @@ def _worktree_cell(agent: Agent) -> str:
     if wt is None:
         return "—"
     return f"{wt.branch} (off {wt.base})" + (f": {wt.last_stat}" if wt.last_stat is not None else "")
+
+
+def _subagents_cell(agent: Agent) -> str:
+    """Its child sessions (ACP subagents): "2 (1 running)", "1", or a dash when none."""
+    subs = list(agent.conversation.subagents.values())
+    if not subs:
+        return "—"
+    running = sum(s.running for s in subs)
+    return f"{len(subs)} ({running} running)" if running else str(len(subs))
 
 
 def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
@@ -51,6 +61,7 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
         "tokens": f"{usage.get('used')}/{usage.get('size')}" if usage.get("used") is not None else "—",
         "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else "—",
         "cards": str(len(agent.pending_cards) + len(agent.pending_questions)),
+        "subagents": _subagents_cell(agent),
     }
 
 
@@ -169,5 +180,6 @@ class SquadView(FullText, Releasing, w.VBox):
             r = agent_row(a, now)
             lines.append(f"  {r['agent']:<10} {r['harness']:<8} {r['status']:<16} mode={r['mode']} "
                          f"cards={r['cards']} tokens={r['tokens']}"
-                         + (f" worktree={r['worktree']}" if r["worktree"] != "—" else ""))
+                         + (f" worktree={r['worktree']}" if r["worktree"] != "—" else "")
+                         + (f" subagents={r['subagents']}" if r["subagents"] != "—" else ""))
         return "\n".join(lines)

@@ -26,12 +26,12 @@ from typing import Any
 import ipywidgets as w
 
 from ..core import forms
-from ..core.conversation import (Change, Compaction, Conversation, Item, Message, Notice, Permission, Plan, Question,
+from ..core.conversation import (Change, Compaction, Conversation, Item, Message, Notice, Permission, Plan, Question, Subagent,
                                  ToolCall, Unknown)
 from ..core.observers import Subscription
 from ..core.plans import visible_text
-from ..core.render_text import answer_label, compaction_head, render_item, render_items
-from .render import esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
+from ..core.render_text import answer_label, compaction_head, render_item, render_items, subagent_head, subagent_text
+from .render import block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
 
 RENDERS_PER_SECOND = 20
 
@@ -322,7 +322,7 @@ class MessageView(ItemView):
     def draw(self) -> None:
         msg: Message = self.item
         text = msg.text
-        extra = "".join(pre(b.get("type", "content")) for b in msg.blocks)
+        extra = "".join(block_html(b) for b in msg.blocks)
         if msg.role == "user":
             self._tail.value = (f'<div style="background:var(--jp-layout-color2,#eef2f6);border-radius:6px;'
                                 f'padding:4px 8px;white-space:pre-wrap"><b>you</b>: {esc(text)}</div>{extra}')
@@ -360,17 +360,52 @@ class MessageView(ItemView):
 
 
 class ToolCallView(ItemView):
-    """A tool call card: status, title, kind, input, output, diff."""
+    """A tool call card: status, title, kind, input, output, diff; below it, the nested
+    conversation of each subagent the call started (``nest(subagent)`` makes its view)."""
 
-    def __init__(self, item: ToolCall, speaker: str = "agent") -> None:
+    def __init__(self, item: ToolCall, speaker: str = "agent",
+                 nest: Callable[[Subagent], ItemView] | None = None) -> None:
         super().__init__(item, speaker, layout=w.Layout(border="1px solid #d0d7de", padding="4px", margin="2px 0"))
         self.add_class("escouade-tool-call")
         self._html = w.HTML()
+        self._nest = nest
+        self.nested: dict[str, ItemView] = {}  # subagent key -> its view
         self.children = [self._html]
         self.redraw()
 
     def draw(self) -> None:
         self._html.value = tool_header_html(self.item) + tool_body_html(self.item)
+        if self._nest is not None and len(self.nested) < len(self.item.subagents):
+            for sub in self.item.subagents:
+                if sub.key not in self.nested:
+                    self.nested[sub.key] = self._nest(sub)
+            self.children = [self._html, *self.nested.values()]
+        for view in self.nested.values():
+            view.redraw()
+
+
+class SubagentView(ItemView):
+    """A subagent (ACP child session) as an indented block: its head line (name, state,
+    description), then its own conversation (a :class:`TranscriptView` of it, with its
+    cards answerable here; their speaker is "parent › child")."""
+
+    def __init__(self, item: Subagent, speaker: str, throttle: Throttle, on_choose_factory, handlers=None) -> None:
+        super().__init__(item, speaker, layout=w.Layout(margin="4px 0 2px 20px", padding="0 0 0 6px",
+                                                        border_left="3px solid #8250df"))
+        self.add_class("escouade-subagent")
+        self._head = w.HTML()
+        self.transcript = TranscriptView(item.conversation, throttle, speaker=f"{speaker} › {item.name}",
+                                         on_choose_factory=on_choose_factory, items=list(item.conversation.items),
+                                         handlers=handlers)
+        self.transcript.layout.max_height = None
+        self.children = [self._head, self.transcript]
+        self.redraw()
+
+    def draw(self) -> None:
+        self._head.value = f'<div style="color:#8250df"><b>{esc(subagent_head(self.item))}</b></div>'
+
+    def __repr__(self) -> str:
+        return subagent_text(self.item, self.speaker)
 
 
 class PermissionView(ItemView):
@@ -647,7 +682,8 @@ class NoticeView(_HTMLItemView):
         return pre(render_item(item, self.speaker))
 
 
-def view_for(item: Item, speaker: str, on_choose_factory, handlers=None) -> ItemView:
+def view_for(item: Item, speaker: str, on_choose_factory, handlers=None,
+             nest: Callable[[Subagent], ItemView] | None = None) -> ItemView:
     if isinstance(item, Permission) and item.plan is not None and handlers is not None:
         return PlanApprovalView(item, speaker, *handlers.plan(item))
     if isinstance(item, Question) and handlers is not None:
@@ -655,7 +691,9 @@ def view_for(item: Item, speaker: str, on_choose_factory, handlers=None) -> Item
     if isinstance(item, Message):
         return MessageView(item, speaker)
     if isinstance(item, ToolCall):
-        return ToolCallView(item, speaker)
+        return ToolCallView(item, speaker, nest)
+    if isinstance(item, Subagent) and nest is not None:  # one no tool call of the parent runs
+        return nest(item)
     if isinstance(item, Permission):
         return PermissionView(item, speaker, on_choose_factory(item))
     if isinstance(item, Plan):
@@ -705,7 +743,7 @@ class TranscriptView(Releasing, w.VBox):
             return
         later: set[str] = set()  # views behind: the rest at the next flush, not in this one
         if self._new:
-            fresh = [view_for(i, self.speaker, self._factory, self._handlers) for i in self._new]
+            fresh = [view_for(i, self.speaker, self._factory, self._handlers, self._nest) for i in self._new]
             self._new = []
             for v in fresh:
                 self._views[v.item.key] = v
@@ -720,6 +758,9 @@ class TranscriptView(Releasing, w.VBox):
         self._dirty |= later
         if self._dirty:
             self.throttle.request(self._flush)
+
+    def _nest(self, sub: Subagent) -> ItemView:
+        return SubagentView(sub, self.speaker, self.throttle, self._factory, self._handlers)
 
     def view_of(self, item: Item) -> ItemView:
         """The view drawn for ``item``; ``KeyError`` if not drawn (yet)."""

@@ -102,6 +102,11 @@ class EscouadeClient:
         # the raw ``toolCall`` of permission requests by toolCallId (filled by the session's router):
         # what the SDK's ToolCallUpdate drops (the stable ``name``) is put back from it
         self.raw_tool_calls: dict[str, dict[str, Any]] = {}
+        # child sessions (subagents) the router let through; their permission requests go to
+        # ``on_child_permission(session_id, tool_call, options)`` when given
+        self.child_sessions: set[str] = set()
+        self.on_child_permission: Callable[[str, dict[str, Any], list[dict[str, Any]]],
+                                           Awaitable[dict[str, Any]]] | None = None
 
     @property
     def fence(self) -> Path | None:
@@ -113,7 +118,10 @@ class EscouadeClient:
         wire = _dump(tool_call)
         raw = self.raw_tool_calls.pop(str(wire.get("toolCallId", "")), None) or {}
         wire.update({k: v for k, v in raw.items() if k not in wire})  # fields newer than the SDK's schema
-        outcome = await self._on_permission(wire, [_dump(o) for o in options])
+        if session_id in self.child_sessions and self.on_child_permission is not None:
+            outcome = await self.on_child_permission(session_id, wire, [_dump(o) for o in options])
+        else:
+            outcome = await self._on_permission(wire, [_dump(o) for o in options])
         meta = outcome.get("_meta")  # e.g. who answered, a refusal message: ``_meta.escouade``
         if outcome.get("outcome") == "selected":
             return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=outcome["optionId"]),

@@ -13,8 +13,11 @@ SDK sees it. The router decides, synchronously and in arrival order:
   a withdrawal that arrives before the card exists is remembered (:meth:`take_withdrawn`).
 * a ``session/request_permission``'s ``toolCall`` is kept as it came in ``tool_calls``
   (by ``toolCallId``), for the fields the SDK's model drops (the stable ``name``).
-* a request naming another ``sessionId`` than ours (``fs/*``, ``terminal/*``, a permission)
-  is refused with JSON-RPC invalid-params (``refuse(rpc_id, error)``) without handling it.
+* child sessions (ACP subagents): a ``subagent_update`` on our session announces a child
+  (its ``sessionId`` goes in ``children``); the child's own ``session/update``s are folded
+  with ``fold_child(session_id, update)`` and its requests (a permission, ``fs/*``,
+  ``terminal/*``) go on to the SDK like ours.
+* a request naming another ``sessionId`` than ours or a child's is refused with JSON-RPC invalid-params (``refuse(rpc_id, error)``) without handling it.
 
 Everything else goes on to the SDK's connection.
 """
@@ -37,8 +40,12 @@ class Router:
     card and returns whether there was one (if not, the withdrawal is remembered)."""
 
     def __init__(self, *, fold: Callable[[Any], None], refuse: Callable[[Any, dict[str, Any]], None],
-                 withdrawn: Callable[[str], bool], tool_calls: dict[str, dict[str, Any]] | None = None) -> None:
+                 withdrawn: Callable[[str], bool], tool_calls: dict[str, dict[str, Any]] | None = None,
+                 fold_child: Callable[[str, Any], None] = lambda session_id, update: None,
+                 children: set[str] | None = None) -> None:
         self._fold = fold
+        self._fold_child = fold_child
+        self.children = children if children is not None else set()  # child session ids (subagents)
         self._refuse = refuse
         self._withdrawn_cb = withdrawn
         self.session_id: str | None = None
@@ -57,7 +64,10 @@ class Router:
             if self.session_id is None:
                 self._early.append((session, params.get("update")))
             elif session in (None, self.session_id):
+                self._note_child(params.get("update"))
                 self._fold(params.get("update"))
+            elif session in self.children:
+                self._fold_child(session, params.get("update"))
             else:
                 self.dropped += 1
                 log.debug("dropped an update for unknown session %r", session)
@@ -69,7 +79,7 @@ class Router:
             return True
         if isinstance(method, str) and "id" in message and self.session_id is not None:
             session = params.get("sessionId")
-            if session is not None and session != self.session_id:
+            if session is not None and session != self.session_id and session not in self.children:
                 error = RequestError.invalid_params({"sessionId": session, "reason": f"unknown session {session!r}"})
                 self._refuse(message["id"], error.to_error_obj())
                 return True
@@ -78,6 +88,11 @@ class Router:
             self._permission_rpc[message["id"]] = str(tool_call.get("toolCallId", ""))
             self.tool_calls[str(tool_call.get("toolCallId", ""))] = tool_call  # as it came: the SDK drops ``name``
         return False
+
+    def _note_child(self, update: Any) -> None:
+        if isinstance(update, dict) and update.get("sessionUpdate") == "subagent_update" \
+                and isinstance(update.get("sessionId"), str) and update["sessionId"]:
+            self.children.add(update["sessionId"])
 
     def take_withdrawn(self, tool_call_id: str) -> bool:
         """Whether the agent already withdrew the permission request of ``tool_call_id``
@@ -99,7 +114,10 @@ class Router:
         early, self._early = self._early, []
         for session, update in early:
             if session in (None, session_id):
+                self._note_child(update)
                 self._fold(update)
+            elif session in self.children:
+                self._fold_child(session, update)
             else:
                 self.dropped += 1
                 log.debug("dropped an early update for session %r (ours is %r)", session, session_id)

@@ -90,6 +90,8 @@ class AgentSession:
     card of a permission request the agent withdrew. ``on_fatal(message)`` is told when
     the wire broke (a message too long to take: the agent is then stopped, rather than
     a silent hang); ``on_models(models)`` of the agent's raw ``models`` state (goose);
+    ``fold_child(session_id, update)`` takes the updates of a child session (a subagent
+    announced by a ``subagent_update``);
     ``on_exit(info)`` of the process's end, before :attr:`exited` is set."""
 
     def __init__(self, *, name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], client: Any,
@@ -97,6 +99,7 @@ class AgentSession:
                  on_fatal: Callable[[str], None] = lambda message: None,
                  on_models: Callable[[dict[str, Any]], None] = lambda models: None,
                  on_exit: Callable[[ExitInfo], None] = lambda info: None,
+                 fold_child: Callable[[str, Any], None] = lambda session_id, update: None,
                  line_observers: Sequence[Callable[[str, bytes], None]] = (),
                  start_timeout: float = START_TIMEOUT) -> None:
         self.name = name
@@ -107,7 +110,8 @@ class AgentSession:
         self.start_timeout = start_timeout
         self.stderr = StderrRing()
         self.router = Router(fold=fold, refuse=self._refuse, withdrawn=withdrawn,
-                             tool_calls=getattr(client, "raw_tool_calls", None))
+                             tool_calls=getattr(client, "raw_tool_calls", None), fold_child=fold_child,
+                             children=getattr(client, "child_sessions", None))
         self._on_fatal = on_fatal
         self._on_models = on_models
         self._on_exit = on_exit

@@ -16,7 +16,7 @@ Command shapes (real agents send both)
 
 Processes
     Each command runs in its own process group (``start_new_session``) with stdin from
-    ``/dev/null``; stdout and stderr go to one pipe, so the output interleaves as on a
+    ``/dev/null`` (a pipe for the client's own commands, ``create(stdin=True)``); stdout and stderr go to one pipe, so the output interleaves as on a
     console. Its environment is the manager's ``env`` (the agent's own environment;
     ``os.environ`` when not given) plus the request's ``env`` entries. ``cwd`` defaults
     to the session folder; a relative one is taken against it.
@@ -226,7 +226,7 @@ class TerminalManager:
                  max_running: int = MAX_RUNNING, max_kept: int = MAX_KEPT,
                  released_kept: int = RELEASED_KEPT,
                  default_output_byte_limit: int = DEFAULT_OUTPUT_BYTE_LIMIT,
-                 kill_grace: float = KILL_GRACE) -> None:
+                 kill_grace: float = KILL_GRACE, id_prefix: str = "term") -> None:
         self.cwd = Path(os.path.abspath(cwd))
         self.env = dict(env) if env is not None else None
         self.shell = shell
@@ -239,6 +239,7 @@ class TerminalManager:
         self._released: collections.OrderedDict[str, Terminal] = collections.OrderedDict()
         self._observers: Observers[[TerminalEvent]] = Observers("terminals")
         self._ids = itertools.count(1)
+        self._prefix = id_prefix  # terminal ids are PREFIX-N
         self._tg: TaskGroup | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -322,9 +323,11 @@ class TerminalManager:
 
     # -- terminal/create -----------------------------------------------------------------------
     async def create(self, command: str, args: list[str] | None = None, env: Iterable[Any] | None = None,
-                     cwd: str | None = None, output_byte_limit: int | None = None) -> str:
+                     cwd: str | None = None, output_byte_limit: int | None = None, *, stdin: bool = False) -> str:
         """Start a command; returns its terminal id. ``env`` holds ``{name, value}``
-        (dicts or ``acp.schema.EnvVariable``)."""
+        (dicts or ``acp.schema.EnvVariable``). ``stdin``: a pipe the client writes with
+        :meth:`write` (the client's own terminals: a sign-in program), else ``/dev/null``
+        (every ``terminal/create`` of an agent)."""
         if self._tg is None:
             raise RequestError(INTERNAL_ERROR, "Terminals are not available: the client's terminal manager is "
                                                "not running", {"command": command})
@@ -348,14 +351,15 @@ class TerminalManager:
             full_env[name] = value
         argv, shell = command_argv(command, args, shell=self.shell)
         try:
-            process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            process = await anyio.open_process(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, cwd=str(workdir), env=full_env,
                                                start_new_session=True)
         except OSError as exc:
             raise RequestError(INVALID_PARAMS, f"Cannot run {argv[0]!r}: {exc.strerror or exc}",
                                {"command": command, "args": list(args or [])}) from None
         limit = self.default_output_byte_limit if output_byte_limit is None else output_byte_limit
-        term = Terminal(id=f"term-{next(self._ids)}", command=command, args=list(args or []), argv=argv,
+        term = Terminal(id=f"{self._prefix}-{next(self._ids)}", command=command, args=list(args or []), argv=argv,
                         shell=shell, cwd=workdir, output_byte_limit=limit, process=process)
         self._terminals[term.id] = term
         self._tg.start_soon(self._run, term, name=f"terminal {term.id}")
@@ -426,6 +430,20 @@ class TerminalManager:
         await term.exited.wait()
         assert term.exit_status is not None
         return term.exit_status
+
+    async def write(self, terminal_id: str, data: bytes) -> None:
+        """Write ``data`` to the stdin of a command started with ``stdin=True``;
+        ``RequestError`` when it has none or has ended (its stdin closed)."""
+        term = self._live(terminal_id)
+        pipe = term.process.stdin if term.process is not None else None
+        if pipe is None or not term.running:
+            raise RequestError(INVALID_PARAMS, f"Terminal {terminal_id!r} takes no input"
+                               + ("" if pipe is None else " (its command ended)"), {"terminalId": terminal_id})
+        try:
+            await pipe.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise RequestError(INVALID_PARAMS, f"Terminal {terminal_id!r} closed its input: {exc}",
+                               {"terminalId": terminal_id}) from None
 
     async def kill(self, terminal_id: str) -> None:
         """``terminal/kill``: ends the command (its whole group); the terminal stays."""

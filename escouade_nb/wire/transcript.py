@@ -387,14 +387,17 @@ def replay(records: Iterator[Record], conversation: Conversation,
             if method == "session/update":
                 if loads:  # the agent's replay of a reloaded session: already in the records before
                     continue
-                if params.get("sessionId") in (None, *sessions) or not sessions:
+                if params.get("sessionId") in conversation.subagents:  # a child session (a subagent)
+                    conversation.apply_child(params["sessionId"], params.get("update") or {})
+                elif params.get("sessionId") in (None, *sessions) or not sessions:
                     update = params.get("update") or {}
                     update = adapt(update) if adapt is not None and isinstance(update, dict) else update
                     if update is not None:
                         conversation.apply(update)
             elif method == "session/request_permission" and "id" in msg:
-                cards[msg["id"]] = conversation.add_permission(params.get("toolCall") or {},
-                                                               params.get("options") or [])
+                child = conversation.subagents.get(params.get("sessionId"))  # a subagent's card is in its own
+                cards[msg["id"]] = (child.conversation if child is not None else conversation).add_permission(
+                    params.get("toolCall") or {}, params.get("options") or [])
             elif isinstance(msg.get("result"), dict) and "sessionId" in msg["result"]:
                 if info.get("session_id") not in (None, msg["result"]["sessionId"]):
                     conversation.new_session()  # a restart: message ids are the new session's

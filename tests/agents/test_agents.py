@@ -353,3 +353,53 @@ def test_a_command_run_without_asking_after_a_grant_says_so(bench):
         assert any(n and n.startswith("not asked: earlier in this session you chose") for n in notes), notes
     else:
         assert not any(notes), notes
+
+
+def test_the_session_lifecycle_where_offered(bench):
+    """Whichever of ``session/list``, ``session/close`` and ``session/resume`` the agent's
+    ``initialize`` offers (``sessionCapabilities``) is driven through the product: after a
+    prompt, ``agent.sessions()`` lists its session; closing the agent sends
+    ``session/close`` and the agent answers it; ``%escouade resume`` then reattaches with
+    ``session/resume`` (no replay). What each agent offered and did goes in the report."""
+    name = f"{bench.harness}-sessions"
+    k = bench.kernel
+    bench.start(name)
+    k.run(f"from escouade_nb.wire import transcript as _tr\n_a = agents[{name!r}]")
+    caps = json.loads(k.run("print(json.dumps(_a.agent_capabilities.get('sessionCapabilities') or {}))").text)
+    found: dict = {"offered": sorted(caps)}
+    REPORT.setdefault(bench.harness, {})["sessions"] = found
+    print(f"\n{bench.harness} sessionCapabilities: {sorted(caps)}")
+    if not {"list", "close", "resume"} & set(caps):
+        pytest.skip(f"{bench.harness} offers none of session/list, session/close, session/resume")
+    first = bench.turn(name, SHELL_PROMPT, "allow_once")  # the session has a turn: agents list only those
+    assert first["error"] is None, first["error"]
+    session_id = k.run("print(_a.session_id)").text.strip()
+    if "list" in caps:
+        out = k.run("try:\n    _p = await _a.sessions()\n"
+                    "    print('LIST', json.dumps({'ids': [s['sessionId'] for s in _p.sessions], 'error': None}))\n"
+                    "except Exception as e:\n    print('LIST', json.dumps({'ids': [], 'error': repr(e)}))",
+                    timeout=60)
+        listed = json.loads(out.text.split("LIST", 1)[1])
+        found["list"] = {"listed": session_id in listed["ids"], "count": len(listed["ids"]), "error": listed["error"]}
+        assert listed["error"] is None and session_id in listed["ids"], (session_id, listed)
+    k.run("await _a.close()", timeout=60)
+    out = k.run("_recs = list(_tr.read(_a.transcript.path))\n"
+                "_close = [r.msg for r in _recs if r.kind == 'out' and (r.msg or {}).get('method') == 'session/close']\n"
+                "_ans = [r.msg for r in _recs if r.kind == 'in' and _close and (r.msg or {}).get('id') == _close[0]['id']]\n"
+                "print('CLOSE', json.dumps({'sent': len(_close), 'answer': _ans[0] if _ans else None}))")
+    closed = json.loads(out.text.split("CLOSE", 1)[1])
+    found["close"] = closed
+    if "close" in caps:
+        assert closed["sent"] == 1 and closed["answer"] is not None and "result" in closed["answer"], closed
+    else:
+        assert closed["sent"] == 0, closed
+    if "resume" in caps:
+        out = k.run(f"_b = %escouade resume {name}\n"
+                    "try:\n    await _b.ready()\n    _err = None\nexcept Exception as e:\n    _err = repr(e)\n"
+                    "print('RESUME', json.dumps({'resumed': bool(_b.session and _b.session.resumed), "
+                    "'same': _b.session_id, 'error': _err}))\nagents['resumed-' + _b.name] = _b", timeout=120)
+        resumed = json.loads(out.text.split("RESUME", 1)[1])
+        found["resume"] = {"resumed": resumed["resumed"], "same_session": resumed["same"] == session_id,
+                           "error": resumed["error"]}
+        assert resumed["error"] is None and resumed["resumed"] and resumed["same"] == session_id, resumed
+    print(f"{bench.harness} sessions: {found}")

@@ -1,0 +1,151 @@
+"""A terminal sign-in: an ACP auth method of type ``terminal``, run by the client.
+
+For ``{"type": "terminal", "id", "name", "args"?, "env"?}`` the client runs the agent's
+OWN command (its argv, ``via`` launcher included) plus ``args``, with ``env`` (an object)
+over the agent's environment, in a terminal of its own: never ``authenticate``. Exit
+status 0 is success; the client then reconnects (a restart: a new process and
+``initialize``) and sends once more the prompt the agent refused with ``auth_required``.
+
+:class:`TerminalSignIn` is one such run. Its output is a tool card of the conversation
+(title "Sign in: NAME", the terminal embedded as ``{"type": "terminal"}`` content, live);
+what the program reads on stdin is written with :meth:`TerminalSignIn.send` (the agent's
+``sign_in_input(text)``, the view's text box). The run owns its terminal manager: a
+cancelled sign-in kills the program's process group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+from typing import TYPE_CHECKING, Any
+
+from ..wire.errors import AgentError
+from ..wire.process import agent_environment
+from ..wire.terminals import TerminalEvent, TerminalManager
+from .launcher import launch_argv
+
+if TYPE_CHECKING:
+    from ..core.conversation import ToolCall
+    from .agent import Agent
+
+_runs = itertools.count(1)
+
+
+class TerminalSignIn:
+    """One run of the terminal auth ``method`` (its wire dict) of ``agent``. ``argv``
+    and ``env`` are what runs; ``call`` the tool card showing it (after :meth:`run`
+    started); ``exit_code`` once it ended (negative: killed by that signal number)."""
+
+    def __init__(self, agent: Agent, method: dict[str, Any]) -> None:
+        self.agent = agent
+        self.method = method
+        acp = agent.harness.harness.acp
+        args = [str(a) for a in method.get("args") or []]
+        self.argv = launch_argv(agent.via, [agent.program, *acp.args, *args])
+        self.env = {**agent_environment(acp.remove_env or (), {**(acp.env or {}), **agent.extra_env}),
+                    **{str(k): str(v) for k, v in (method.get("env") or {}).items()}}
+        self.call: ToolCall | None = None
+        self.exit_code: int | None = None
+        self._terminals: TerminalManager | None = None
+        self._terminal_id: str | None = None
+        self.stopped = False  # ended by the agent's close()
+
+    @property
+    def running(self) -> bool:
+        return self._terminal_id is not None and self.exit_code is None
+
+    @property
+    def command_line(self) -> str:
+        extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in (self.method.get("env") or {}).items())
+        return (extra + " " if extra else "") + shlex.join(self.argv)
+
+    async def run(self) -> int:
+        """Run the program to its end; returns its exit code (0: signed in). ``OSError``
+        text and the like become :class:`AgentError` saying what could not run."""
+        conversation = self.agent.conversation
+        name = self.method.get("name") or self.method.get("id")
+        async with TerminalManager(self.agent.cwd, env=self.env, id_prefix="sign-in") as terminals:
+            self._terminals = terminals
+            try:
+                self._terminal_id = await terminals.create(self.argv[0], args=self.argv[1:], stdin=True)
+            except Exception as exc:  # acp.RequestError: the program cannot be run
+                conversation.add_notice(f"Sign-in {name!r} could not start", level="error", detail=str(exc))
+                raise AgentError(f"sign-in with {self.method.get('id')!r} could not start: {exc}") from None
+            tcid = f"escouade-sign-in-{next(_runs)}"
+            conversation.apply({"sessionUpdate": "tool_call", "toolCallId": tcid, "title": f"Sign in: {name}",
+                                "kind": "execute", "status": "in_progress",
+                                "rawInput": {"command": self.command_line},
+                                "content": [{"type": "terminal", "terminalId": self._terminal_id}]})
+            self.call = conversation.tool_calls[tcid]
+            watch = terminals.subscribe(self._event)
+            try:
+                status = await terminals.wait_for_exit(self._terminal_id)
+            finally:
+                watch.close()
+                self._store()
+            code = status.exit_code if status.exit_code is not None else -1  # killed by a signal
+            self.exit_code = code
+            conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": tcid,
+                                "status": "completed" if code == 0 else "failed"})
+            return code
+
+    async def send(self, text: str) -> None:
+        """Write ``text`` and a newline to the program's stdin. :class:`AgentError` when
+        it is not running."""
+        if not self.running or self._terminals is None or self._terminal_id is None:
+            raise AgentError("no terminal sign-in is running")
+        try:
+            await self._terminals.write(self._terminal_id, (text + "\n").encode())
+        except Exception as exc:  # acp.RequestError: its input is closed
+            raise AgentError(f"the sign-in program takes no more input: {exc}") from None
+
+    async def stop(self) -> None:
+        """End the program (its process group: SIGTERM, then SIGKILL): the agent is
+        closed. :meth:`run` then returns its status (not 0: no restart)."""
+        self.stopped = True
+        if self.running and self._terminals is not None and self._terminal_id is not None:
+            await self._terminals.kill(self._terminal_id)
+
+    def kill_now(self) -> None:
+        """SIGKILL the program's group at once (interpreter exit)."""
+        if self._terminals is not None:
+            self._terminals.kill_now()
+
+    def _event(self, event: TerminalEvent) -> None:
+        if event.terminal_id == self._terminal_id:
+            self._store()
+
+    def _store(self) -> None:
+        if self.call is None or self._terminals is None or self._terminal_id is None:
+            return
+        output, truncated, status = self._terminals.snapshot(self._terminal_id)
+        self.call.terminals[self._terminal_id] = {
+            "output": output, "truncated": truncated, "running": status is None,
+            "exit_code": getattr(status, "exit_code", None), "signal": getattr(status, "signal", None)}
+        self.agent.conversation.touch(self.call)
+
+
+async def sign_in_with_terminal(agent: Agent, method: dict[str, Any]) -> None:
+    """Run the terminal auth ``method``; on exit 0 restart ``agent`` (reconnect,
+    re-initialize) and send once more the prompt it refused for want of a sign-in
+    (``agent.sign_in_retry`` is that turn). :class:`AgentError` when the program fails."""
+    job = TerminalSignIn(agent, method)
+    agent.sign_in_job = job
+    agent.notify_status()  # the view shows the input box
+    try:
+        code = await job.run()
+    finally:
+        agent.sign_in_job = None
+        agent.notify_status()
+    name = method.get("name") or method.get("id")
+    if job.stopped:
+        agent.conversation.add_notice(f"Sign-in {name!r} stopped: the agent was closed", level="warning")
+        raise AgentError(f"sign-in with {method.get('id')!r} was stopped: agent {agent.name!r} was closed")
+    if code != 0:
+        agent.conversation.add_notice(f"Sign-in {name!r} failed (exit code {code})", level="error")
+        raise AgentError(f"sign-in with {method.get('id')!r} failed: {shlex.join(job.argv)} exited with code {code}")
+    agent.conversation.add_notice(f"Signed in ({name}): reconnecting.")
+    prompt, agent.auth_prompt = agent.auth_prompt, None
+    await agent.restart()
+    if prompt is not None:  # once: a new refusal keeps it again for the next sign-in
+        agent.sign_in_retry = agent.send(prompt)

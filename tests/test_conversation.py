@@ -818,10 +818,10 @@ def test_render_messages(conv: Conversation) -> None:
     conv.apply(chunk("agent", "Hello"))
     conv.apply(chunk("agent", {"type": "image", "data": "AA==", "mimeType": "image/png"}))
     user, thought, _, agent = conv.items
-    assert render_item(user) == "you: hi (link a.py file:///a.py)"
+    assert render_item(user) == "you: hi [link a.py <file:///a.py>]"
     assert render_item(thought, "fake") == "(fake thinks) hmm"
-    assert render_item(agent, "fake") == "fake: Hello (image image/png)"
-    assert render_item(agent) == "agent: Hello (image image/png)"
+    assert render_item(agent, "fake") == "fake: Hello [image image/png, 1 B]"
+    assert render_item(agent) == "agent: Hello [image image/png, 1 B]"
 
 
 def test_render_tool_call_with_new_file_diff(conv: Conversation) -> None:

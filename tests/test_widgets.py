@@ -19,6 +19,7 @@ from pathlib import Path
 import ipywidgets as w
 import pytest
 
+from test_failure_cases import until
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.status import AgentStatus
 from escouade_nb.engine.agent import Agent
@@ -58,14 +59,6 @@ def tree(widget: w.Widget) -> list[w.Widget]:
     for child in getattr(widget, "children", None) or ():
         out.extend(tree(child))
     return out
-
-
-async def until(predicate, timeout: float = 10, what: str = "the condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 # -- views let go ---------------------------------------------------------------------------------
@@ -396,7 +389,7 @@ def test_cancelled_update_kills_its_group(tmp_path):
 
     async def go():
         job = UpdateJob(ref, timeout=60, cwd=tmp_path)
-        await until(lambda: "pgid" in job.output, what="the update's first line")
+        await until(lambda: "pgid" in job.output, timeout=10, what="the update's first line")
         pgid = pgid_of(job.output)
         assert group_alive(pgid) and pgid in running_groups()
         job.cancel()
@@ -421,7 +414,7 @@ def test_update_view_shows_the_result_and_closing_it_cancels_the_run(tmp_path):
 
         view = UpdateView(slow, None, timeout=60)
         task = view.start()
-        await until(lambda: "pgid" in view.job.output, what="the update's first line")
+        await until(lambda: "pgid" in view.job.output, timeout=10, what="the update's first line")
         pgid = pgid_of(view.job.output)
         view.close()
         await task

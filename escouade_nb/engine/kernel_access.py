@@ -36,11 +36,11 @@ from ..core.conversation import ToolCall
 from ..manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from ..manifest.models import ManifestError
 from ..permissions.request import mcp_tool_of
+from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 
 if TYPE_CHECKING:
     from .agent import Agent
     from .cards import PermissionCard
-    from .kernel_server import Grant
     from .live import Live
 
 log = logging.getLogger(__name__)
@@ -63,17 +63,14 @@ RUN_OPTIONS = [
 
 def in_kernel() -> bool:
     """Whether an IPython shell with a user namespace runs in this process."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and getattr(shell, "user_ns", None) is not None
+    return getattr(ipython_shell(), "user_ns", None) is not None
 
 
 def user_namespace() -> tuple[Mapping[str, Any], frozenset[str]]:
     """The kernel's user namespace and IPython's own names in it (``user_ns_hidden``);
     ``({}, ∅)`` outside IPython."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    if shell is None or getattr(shell, "user_ns", None) is None:
+    shell = ipython_shell()
+    if getattr(shell, "user_ns", None) is None:
         return {}, frozenset()
     return shell.user_ns, frozenset(getattr(shell, "user_ns_hidden", {}) or ())
 
@@ -136,8 +133,6 @@ class KernelAccess:
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
         if self.agent.kernel_tools:
-            from .kernel_server import KernelServer  # the module is light: mcp is imported when it starts
-
             self._server_task = asyncio.get_running_loop().create_task(
                 KernelServer.shared(), name=f"escouade kernel server for {self.agent.name}")
 
@@ -261,8 +256,6 @@ class KernelAccess:
         """The card "Run code in the kernel" in the agent's conversation; returns when
         allowed, raises ``Refused`` with who refused and why. A cancelled call (the agent
         gave up on it) withdraws the card."""
-        from .kernel_server import Refused
-
         desk = self.live.desk
         if self.live.ended or desk.closed:
             raise Refused("the agent's session is over")
@@ -307,8 +300,6 @@ class KernelAccess:
     async def allow_read(self, tool: str, arguments: dict[str, Any]) -> None:
         """A read tool: allowed (the agent's own request, if any, went through the rule
         plugins already); the notebook file only inside a private project's fence."""
-        from .kernel_server import Refused
-
         fence = self.agent.fence
         path = arguments.get("path")
         if fence is not None and isinstance(path, str):
@@ -337,18 +328,9 @@ class KernelAccess:
         call = waiting.pop(0)
         if not waiting:
             del self._allowed[code]
-        text = _output_text(result)
+        text = run_result_text(result)
         conversation = self.agent.conversation
         conversation.add_tool_content(call, {"type": "content", "content": {"type": "text", "text": text}})
         if call.tool_call_id.startswith("escouade-run-code-"):
             call.status = "failed" if result.get("error") else "completed"
             conversation.touch(call)
-
-
-def _output_text(result: Mapping[str, Any]) -> str:
-    parts = []
-    for key, label in (("stdout", ""), ("stderr", "stderr:\n"), ("result", "→ "), ("error", "")):
-        value = result.get(key)
-        if value:
-            parts.append(f"{label}{value}".rstrip("\n"))
-    return "\n".join(parts) or "(no output)"

@@ -154,7 +154,7 @@ class Grant:
             self.on_connect.emit(self)
 
 
-def _ipython_shell() -> Any:
+def ipython_shell() -> Any:
     """The running IPython shell, without importing IPython when nobody did."""
     module = sys.modules.get("IPython")
     if module is None:
@@ -521,7 +521,7 @@ class KernelServer:
     def _user_ns(self) -> tuple[Mapping[str, Any], Container[str]]:
         if self._namespace is not None:
             return self._namespace, self._hidden
-        shell = _ipython_shell()
+        shell = ipython_shell()
         if shell is not None:
             return shell.user_ns, getattr(shell, "user_ns_hidden", ())
         if self._own_namespace is None:  # no kernel, no namespace given: one of its own, never __main__'s

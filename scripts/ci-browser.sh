@@ -11,18 +11,16 @@
 set -euo pipefail
 venv="${1:-${ESCOUADE_VENV:-.venv}}"
 
+# shellcheck source=as-root.sh
+. "$(dirname "$0")/as-root.sh"
 if [ ! -x /usr/bin/chromium ]; then
-    if [ "$(id -u)" = 0 ]; then
-        sudo=()
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo=(sudo)
-    else
+    if ! can_be_root; then
         echo "ci-browser: /usr/bin/chromium is missing and this user cannot run apt-get (not root, no sudo)" >&2
         exit 1
     fi
     export DEBIAN_FRONTEND=noninteractive
-    "${sudo[@]}" apt-get update -q
-    "${sudo[@]}" apt-get install -y -q chromium fonts-liberation fonts-dejavu-core
+    as_root apt-get update -q
+    as_root apt-get install -y -q chromium fonts-liberation fonts-dejavu-core
 fi
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

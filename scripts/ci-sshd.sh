@@ -7,11 +7,9 @@ set -euo pipefail
 if command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; then
     exit 0
 fi
-if [ "$(id -u)" = 0 ]; then
-    sudo=()
-elif command -v sudo >/dev/null 2>&1; then
-    sudo=(sudo)
-else
+# shellcheck source=as-root.sh
+. "$(dirname "$0")/as-root.sh"
+if ! can_be_root; then
     echo "ci-sshd: sshd is missing and this user cannot run apt-get (not root, no sudo)" >&2
     exit 1
 fi
@@ -19,10 +17,10 @@ export DEBIAN_FRONTEND=noninteractive
 policy=/usr/sbin/policy-rc.d
 made_policy=0
 if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
-    "${sudo[@]}" chmod +x "$policy"
+    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+    as_root chmod +x "$policy"
     made_policy=1
 fi
-"${sudo[@]}" apt-get install -y -q openssh-server || { "${sudo[@]}" apt-get update -q && "${sudo[@]}" apt-get install -y -q openssh-server; }
-[ "$made_policy" = 1 ] && "${sudo[@]}" rm -f "$policy"
+as_root apt-get install -y -q openssh-server || { as_root apt-get update -q && as_root apt-get install -y -q openssh-server; }
+[ "$made_policy" = 1 ] && as_root rm -f "$policy"
 exit 0

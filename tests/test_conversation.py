@@ -250,6 +250,42 @@ def test_add_user_message_is_closed_and_splits_blocks(conv: Conversation) -> Non
     assert conv.items[1].text == "replayed"  # type: ignore[attr-defined]
 
 
+def test_a_message_knows_when_its_first_and_latest_chunks_came(conv: Conversation, monkeypatch) -> None:
+    import time
+
+    now = iter([100.0, 101.5, 103.0, 104.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(now))  # the fold reads the clock once a chunk
+    conv.clock = time.monotonic
+    conv.apply(chunk("thought", "Let me "))
+    (thought,) = conv.items
+    assert (thought.first_at, thought.last_at, thought.duration) == (100.0, 100.0, 0.0)
+    conv.apply(chunk("thought", "think."))
+    conv.apply({"sessionUpdate": "agent_thought_chunk", "content": {"type": "image", "mimeType": "image/png",
+                                                                     "data": "AA=="}})
+    assert (thought.first_at, thought.last_at, thought.duration) == (100.0, 103.0, 3.0)  # "thought for 3 s"
+    conv.apply(chunk("agent", "42"))
+    assert conv.items[1].first_at == 104.0 and thought.last_at == 103.0  # another message: its own times
+    user = conv.add_user_message([text("q")])  # built otherwise: no times
+    assert (user.first_at, user.last_at, user.duration) == (None, None, None)
+    assert Message("m").duration is None
+
+
+def test_a_replayed_message_keeps_its_transcripts_times() -> None:
+    import time
+
+    from escouade_nb.wire.transcript import Record, replay
+
+    def rec(t: float, update: dict[str, Any]) -> Record:
+        return Record(t=t, kind="in", msg={"jsonrpc": "2.0", "method": "session/update",
+                                           "params": {"sessionId": "s1", "update": update}})
+    conv = Conversation()
+    replay(iter([rec(1000.0, chunk("thought", "hm")), rec(1004.5, chunk("thought", " ok")),
+                 rec(1005.0, chunk("agent", "done"))]), conv)
+    thought, reply = conv.items
+    assert thought.duration == pytest.approx(4.5) and reply.duration == 0.0
+    assert conv.clock is time.monotonic  # the live clock again after the replay
+
+
 def test_add_user_message_closes_the_previous_agent_message_only_at_close(conv: Conversation) -> None:
     conv.apply(chunk("agent", "a"))
     conv.add_user_message([text("q")])

@@ -152,3 +152,92 @@ def test_a_shipped_rule_plugin_is_off_until_turned_on_and_private_projects_stay_
     assert state_before == "pending"
     assert running == []  # nothing was started for nobody
     assert "team-rules" in listing and "off (shipped: off until turned on)" in listing
+
+
+def test_which_rule_plugins_guard_an_agent_and_how_to_guard_one_started_elsewhere(scratch: Path, tmp_path: Path):
+    """Issue 16: ``plugins on`` says which project (folder) it applied to and which running
+    agents it leaves unguarded; ``agent.rules_guarding()`` / ``agent.rules_hint()`` tell a
+    view, and the hint's command, run as given, guards the agent started with ``--cwd``."""
+    import shlex
+
+    elsewhere = tmp_path / "other project"  # a space: the command quotes it
+    elsewhere.mkdir()
+
+    async def main():
+        squad = Squad()
+        here = squad.start("fake", cwd=scratch, name="here")
+        away = squad.start("fake", cwd=elsewhere, name="away")
+        try:
+            await here.ready()
+            await away.ready()
+            pid = squad.rules.find("team-rules")
+            before_on = (here.rules_guarding(), here.rules_hint())
+            on = plugins_command(squad.rules, ["on", "team-rules", "--project", str(scratch)], [here, away])
+            processes = dict(squad.rules.host.processes)
+            guards = {a.name: (a.rules_guarding(), a.rules_hint()) for a in (here, away)}
+            assert squad.rules.host.processes == processes  # asking starts and makes nothing
+            hint = away.rules_hint()
+            command = hint.split("`")[1]  # as a user would paste it
+            assert command.startswith("%escouade plugins on team-rules --project ")
+            plugins_command(squad.rules, shlex.split(command)[2:])
+            after = away.rules_guarding()
+            turn = away.send("run rm -rf build")
+            card = await away.next_permission(timeout=20)
+            await settle(card)
+            await turn
+            off = plugins_command(squad.rules, ["off", "team-rules", "--project", str(scratch)], [here, away])
+            return pid, before_on, repr(on), on._repr_html_(), guards, hint, after, card, repr(off), here.rules_guarding()
+        finally:
+            await here.close()
+            await away.close()
+            await squad.rules.aclose()
+
+    pid, before_on, on, on_html, guards, hint, after, card, off, here_after_off = \
+        asyncio.run(asyncio.wait_for(main(), 90))
+    guarded = [(pid, "Team rules")]
+    # shipped team-rules is off until turned on: nobody is guarded, and the hint says how, for its folder
+    assert before_on[0] == []
+    assert before_on[1] == (f"No rule plugin guards project work ({scratch.resolve()}): `%escouade plugins on "
+                            f"team-rules --project {scratch.resolve()}` turns Team rules on for it")
+    lines = on.splitlines()
+    assert lines[0] == (f"team-rules turned on for project work ({scratch.resolve()}) only: it guards the agents "
+                        f"working there; for another folder: `%escouade plugins on team-rules --project DIR`")
+    assert lines[1] == (f"  not guarded by it: agent away in {elsewhere.resolve()} — `%escouade plugins on team-rules "
+                        f"--project {shlex.quote(str(elsewhere.resolve()))}`")
+    assert lines[2].startswith("Rule plugins for project work")
+    assert f"turned on for project work ({scratch.resolve()}) only" in on_html
+    assert guards["here"] == (guarded, None)
+    assert guards["away"][0] == [] and "other project" in guards["away"][1]
+    assert after == guarded and [tuple(g) for g in after] == guarded and after[0].name == "Team rules"
+    assert card.label == "Denied by Team rules via Escouade — no rm -rf here"  # the hint's command guards it
+    assert off.splitlines()[0] == f"team-rules turned off for project work ({scratch.resolve()}) only"
+    assert here_after_off == []
+
+
+def test_rules_guarding_is_side_effect_free_and_a_worktree_agent_is_pointed_at_its_own_project(scratch: Path):
+    from types import SimpleNamespace
+
+    from escouade_nb.engine.agent import Agent
+    from escouade_nb.manifest.project import project_id
+
+    repo, wt = scratch / "repo", scratch / "repo.worktrees" / "w"
+    (repo / "sub").mkdir(parents=True)
+    (wt / "sub").mkdir(parents=True)
+
+    async def main():
+        squad = Squad()
+        squad.rules.host.refresh()
+        ref = squad.find("fake")
+        project = Project(id=project_id(repo / "sub"), name="sub", folder=wt)  # as Squad.start makes it
+        agent = Agent(ref, program="unused", cwd=wt / "sub", project=project, policies=[squad.rules.broker])
+        agent.worktree = SimpleNamespace(path=wt, repo=repo)
+        bare = Agent(ref, program="unused", cwd=scratch)  # not the squad's: no rule plugins at all
+        procs = dict(squad.rules.host.processes)
+        out = agent.rules_guarding(), agent.rules_hint(), agent.project_folder, bare.rules_guarding(), bare.rules_hint()
+        assert squad.rules.host.processes == procs  # nothing made, nothing started
+        return out
+
+    guarding, hint, folder, bare_guarding, bare_hint = asyncio.run(main())
+    assert guarding == [] and folder == (repo / "sub").resolve()
+    assert f"--project {(repo / 'sub').resolve()}`" in hint  # the folder whose project it is, not the worktree
+    assert bare_guarding == [] and bare_hint.startswith("No rule plugin answers ")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -69,10 +70,22 @@ class Message(Item):
     parts: list[str] = field(default_factory=list)
     blocks: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
+    first_at: float | None = None
+    """``time.monotonic()`` when its first chunk was folded (None: built otherwise, e.g. our prompt)."""
+    last_at: float | None = None
+    """``time.monotonic()`` when its latest chunk was folded (None as ``first_at``)."""
 
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from its first chunk to its latest ("thought for 3 s"); None until both
+        times are known (a message not built from chunks)."""
+        if self.first_at is None or self.last_at is None:
+            return None
+        return self.last_at - self.first_at
 
 
 @dataclass(eq=False)
@@ -187,6 +200,10 @@ class Question(Item):
     elicitation_id: str | None = None
     state: QuestionState = "pending"
     answer: dict[str, Any] | None = None
+
+
+STOPPED_BY_YOU = "Stopped by you"
+"""The notice (level info) that ends a turn the user stopped (it ended ``cancelled``)."""
 
 
 @dataclass(eq=False)
@@ -331,6 +348,9 @@ class Conversation:
         self.subagents: dict[str, Subagent] = {}  # child session id -> its subagent (ACP subagent_update)
         self._ids = itertools.count(1)
         self.subscribers: Observers[[list[Change]]] = Observers("conversation")
+        # when a chunk is folded (Message.first_at / last_at): the monotonic clock; a replay
+        # of a transcript sets the record's own time instead (see wire/transcript.replay)
+        self.clock: Callable[[], float] = time.monotonic
 
     # -- subscription -------------------------------------------------------------
     def subscribe(self, fn: Callable[[list[Change]], None]) -> Subscription:
@@ -447,6 +467,9 @@ class Conversation:
             msg.parts.append(content.get("text", ""))
         else:
             msg.blocks.append(content)
+        msg.last_at = now = self.clock()
+        if msg.first_at is None:
+            msg.first_at = now
         msg.touch()
 
     def _upsert_tool_call(self, raw: dict[str, Any], changes: list[Change], announced: bool) -> ToolCall:

@@ -32,7 +32,7 @@ from ..core.observers import Observers
 from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
 from ..manifest import HarnessRef
-from ..manifest.project import Project
+from ..manifest.project import Project, project_id
 from ..wire.errors import AgentError, AgentExited, AuthRequired, running_loop
 from ..wire.process import StderrRing, kill_group_now
 from ..wire.session import START_TIMEOUT, AgentSession, SessionPage
@@ -458,6 +458,45 @@ class Agent:
         (:meth:`.kernel_access.KernelAccess.policy`), then the mode."""
         kernel = self.live.kernel.policy if self.live is not None and self.live.kernel.server_names else None
         return [*self.policies, *([kernel] if kernel else []), *([self.controls.policy] if self.controls.applies else [])]
+
+    # -- rule plugins ------------------------------------------------------------------------------------
+    @property
+    def project_folder(self) -> Path:
+        """The folder that is this agent's project for rule plugins (what ``%escouade
+        plugins on PLUGIN --project DIR`` takes): its project's folder, or, for an agent in a
+        worktree, the folder in the repository it was started from (its project's id)."""
+        project = self.project or Project.for_folder(self.cwd)
+        candidates = [project.folder, self.cwd]
+        if self.worktree is not None and self.cwd.is_relative_to(self.worktree.path):
+            candidates += [self.worktree.repo / self.cwd.relative_to(self.worktree.path), self.worktree.repo]
+        return next((Path(c) for c in candidates if project_id(c) == project.id), Path(project.folder))
+
+    def rules_guarding(self) -> list[tuple[str, str]]:
+        """The rule plugins that answer this agent's permissions, ``[(plugin id, display
+        name), …]`` (each a ``RuleGuard`` named tuple: ``.id``, ``.name``): those on for its
+        project (its folder), granted and runnable, of the policies that know rule plugins
+        (the squad's broker). Cheap and side-effect free (no plugin started): for views."""
+        project = self.project or Project.for_folder(self.cwd)
+        out: list[tuple[str, str]] = []
+        for policy in self.policies:
+            guarding = getattr(policy, "guarding", None)
+            if callable(guarding):
+                out += [g for g in guarding(project) if g not in out]
+        return out
+
+    def rules_hint(self) -> str | None:
+        """None when a rule plugin guards this agent (:meth:`rules_guarding`); else one line
+        saying how to turn one on for its own project — ``%escouade plugins on PLUGIN
+        --project FOLDER``, its folder, which may not be the kernel's."""
+        project = self.project or Project.for_folder(self.cwd)
+        hints = [p.hint for p in self.policies if callable(getattr(p, "hint", None))
+                 and callable(getattr(p, "guarding", None))]
+        if not hints:
+            return (f"No rule plugin answers {self.name}'s permissions: it was started without them "
+                    f"(the squad's agents have them: `%escouade NAME`)")
+        folder = self.project_folder
+        said = [hint(project, folder) for hint in hints]
+        return None if None in said else said[0]
 
     async def next_permission(self, timeout: float | None = None) -> PermissionCard:
         """The next permission card of this agent not handed out yet (waits for one).

@@ -107,6 +107,19 @@ class ReplaySkip:
         self.texts.clear()
 
 
+def resumable_text(found: Iterable[tr.Summary]) -> str:
+    """What ``%escouade resume`` prints: per agent, its name, when its transcript was last
+    written (local time), its first prompt, and the transcript's path."""
+    found = list(found)
+    if not found:
+        return "No transcript to resume from."
+    lines = ["Resumable agents:"]
+    for s in found:
+        prompt = f"“{s.first_prompt}”" if s.first_prompt is not None else "(no prompt)"
+        lines.append(f"  {s.name:<14} {s.written_text}  {prompt}  {s.path}")
+    return "\n".join(lines)
+
+
 def missing_harness(harness_id: str) -> HarnessRef:
     """A stand-in for a harness whose manifest has gone (its agents stay readable)."""
     plugin, _, short = harness_id.rpartition(":")

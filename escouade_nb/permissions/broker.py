@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from pydantic import ValidationError
@@ -45,7 +45,7 @@ from .request import Normalised, normalise, tool_call_fields
 from .states import PluginStates
 from .verdict import Answer, Tally, Verdict
 
-__all__ = ["BUDGET", "FIRST_BUDGET", "DecideResult", "Decision", "Broker", "RulePlugins",
+__all__ = ["BUDGET", "FIRST_BUDGET", "DecideResult", "Decision", "Broker", "RuleGuard", "RulePlugins",
            "card_by", "agent_message"]
 
 BUDGET = 0.5
@@ -66,6 +66,19 @@ def agent_message(plugin_name: str, decision: str, message: str | None) -> str:
     """What the agent is told: ``"Refused by Team rules through Escouade: no rm -rf here"``."""
     verb = "Refused" if decision == "deny" else "Allowed"
     return f"{verb} by {plugin_name} through Escouade" + (f": {message}" if message else ".")
+
+
+class RuleGuard(NamedTuple):
+    """A rule plugin that answers an agent's permissions: its manifest ``id`` and its
+    display ``name`` (a tuple ``(id, name)``)."""
+
+    id: str
+    name: str
+
+
+def _on_command(plugin: str, folder: Path) -> str:
+    import shlex
+    return f"%escouade plugins on {plugin} --project {shlex.quote(str(folder))}"
 
 
 @dataclass
@@ -114,6 +127,38 @@ class Broker:
                 proc = self.host.processes[pid] = PluginProcess(spec, self.journal)
             out.append(proc)
         return out
+
+    def guarding(self, project: Project) -> list[RuleGuard]:
+        """The rule plugins that answer permissions for ``project`` (granted, on for it,
+        runnable), by id — what :meth:`plugins_for` asks, without its side effects: no
+        process made or started, no rescan of the plugin folders (a stat of the settings
+        file at most)."""
+        return [RuleGuard(pid, spec.name) for pid, spec in sorted(self.host.specs.items())
+                if spec.argv is not None and self.states.is_on(pid, project, default=spec.default_on)]
+
+    def hint(self, project: Project, folder: Path | None = None) -> str | None:
+        """None when a rule plugin guards ``project``; else one line saying how to turn
+        one on for it: ``%escouade plugins on PLUGIN --project FOLDER`` (``folder``: the
+        folder that is that project, default its own), ``grant`` first for a plugin whose
+        permission was taken back. Side-effect free, as :meth:`guarding`."""
+        if self.guarding(project):
+            return None
+        folder = Path(folder or project.folder)
+        where = f"No rule plugin guards project {project.name} ({folder})"
+        if self.states.error:
+            return f"{where}: the rule plugins' settings file is broken ({self.states.error})"
+        usable = {pid: spec for pid, spec in sorted(self.host.specs.items()) if spec.argv is not None}
+        if not usable:
+            return f"{where}: no rule plugin is installed (`%escouade plugins` lists them)"
+        if len(usable) == 1:
+            (pid, spec), = usable.items()
+            on = _on_command(spec.folder.name, folder)
+            if not self.states.granted(pid):
+                return (f"{where}: {spec.name}'s permission to decide was taken back; "
+                        f"`%escouade plugins grant {spec.folder.name}`, then `{on}`")
+            return f"{where}: `{on}` turns {spec.name} on for it"
+        names = ", ".join(spec.folder.name for spec in usable.values())
+        return f"{where}: `{_on_command('PLUGIN', folder)}` turns one on for it (rule plugins: {names})"
 
     def agent_id(self, agent: PermissionAgent) -> str:
         """A stable id of ``agent`` for this kernel (a uuid, the same for each request)."""
@@ -374,12 +419,15 @@ class PluginsListing:
     """What ``%escouade plugins`` shows: the rule plugins, whether each decides for the
     project, why, and its process."""
 
-    def __init__(self, project: Project, rows: list[PluginRow], settings: Path, errors: list[str]) -> None:
+    def __init__(self, project: Project, rows: list[PluginRow], settings: Path, errors: list[str],
+                 note: str | None = None) -> None:
         self.project, self.rows, self.settings, self.errors = project, rows, settings, errors
+        self.note = note  # what ``plugins on|off`` did, and to which project (its first lines)
 
     def __repr__(self) -> str:
         p = self.project
-        lines = [f"Rule plugins for project {p.name} ({p.folder}){' — private' if p.private else ''}:"]
+        lines = [*(self.note.splitlines() if self.note else []),
+                 f"Rule plugins for project {p.name} ({p.folder}){' — private' if p.private else ''}:"]
         if not self.rows:
             lines.append("  none found")
         for r in self.rows:
@@ -401,7 +449,8 @@ class PluginsListing:
             f"<td>{'granted' if r.granted else taken_back}</td>"
             f"<td>{e(r.process)}</td></tr>" for r in self.rows)
         errors = "".join(f"<li style='color:#cf222e'>{e(x)}</li>" for x in self.errors)
-        return (f"<b>Rule plugins</b> for project <b>{e(p.name)}</b> <code>{e(str(p.folder))}</code>"
+        note = "".join(f"<div>{e(line)}</div>" for line in (self.note or "").splitlines())
+        return (f"{note}<b>Rule plugins</b> for project <b>{e(p.name)}</b> <code>{e(str(p.folder))}</code>"
                 f"{' <i>(private)</i>' if p.private else ''}"
                 f"<table><tr><th>plugin</th><th>name</th><th>decides here</th><th>permission</th><th>process</th></tr>"
                 f"{rows}</table>{'<ul>' + errors + '</ul>' if errors else ''}"
@@ -425,7 +474,7 @@ def _why(states: PluginStates, pid: str, spec: PluginSpec, project: Project) -> 
     return default, origin
 
 
-def listing(rules: RulePlugins, project: Project) -> PluginsListing:
+def listing(rules: RulePlugins, project: Project, note: str | None = None) -> PluginsListing:
     rules.host.refresh()
     rows = []
     for pid in sorted(rules.host.specs):
@@ -438,4 +487,4 @@ def listing(rules: RulePlugins, project: Project) -> PluginsListing:
     errors = [e for e in rules.host.errors if e]
     if rules.states.error:
         errors.append(rules.states.error)
-    return PluginsListing(project, rows, rules.states.path, errors)
+    return PluginsListing(project, rows, rules.states.path, errors, note)

@@ -4,15 +4,18 @@ A :class:`CommandError` is a usage error (one line)."""
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..manifest.project import Project
 from .broker import PluginsListing, RulePlugins, listing
 from .journal import Entry, Journal
 
 PLUGINS_USAGE = """  %escouade plugins                         rule plugins: on/off for this project, permission, process
-  %escouade plugins on|off PLUGIN [--project DIR]   turn a plugin on/off for a project (default: here)
+  %escouade plugins on|off PLUGIN [--project DIR]   turn a plugin on/off for a project, a folder (default: here)
   %escouade plugins revoke|grant PLUGIN     take back (or give again) its permission to decide
   %escouade journal [PLUGIN]                the rule plugins' journal (decisions), with a filter"""
 
@@ -33,9 +36,12 @@ def _project(words: list[str]) -> tuple[list[str], Project]:
     return words, Project.for_folder(Path.cwd())
 
 
-def plugins_command(rules: RulePlugins, words: list[str]) -> PluginsListing:
+def plugins_command(rules: RulePlugins, words: list[str], agents: Iterable[Any] = ()) -> PluginsListing:
     """``[]`` lists; ``on|off PLUGIN [--project DIR]``; ``revoke|grant PLUGIN``.
-    Returns the listing to display."""
+    Returns the listing to display; after ``on|off`` it first says which project (folder)
+    that was for, and, of ``agents`` (the running ones: ``name``, ``cwd``, ``project``,
+    ``project_folder``), those the plugin turned on does not guard, with the command that
+    would."""
     words, project = _project(list(words))
     if not words:
         return listing(rules, project)
@@ -44,14 +50,37 @@ def plugins_command(rules: RulePlugins, words: list[str]) -> PluginsListing:
         raise CommandError(f"unknown plugins action {action!r}: on, off, revoke or grant")
     if len(rest) != 1:
         raise CommandError(f"plugins {action} takes one plugin name")
+    note = None
     try:
         if action in ("on", "off"):
-            rules.turn(rest[0], action == "on", project)
+            pid = rules.turn(rest[0], action == "on", project)
+            note = _turned(rules, pid, action == "on", project, agents)
         else:
             rules.grant(rest[0], action == "grant")
     except LookupError as exc:
         raise CommandError(str(exc).strip("'\"")) from None
-    return listing(rules, project)
+    return listing(rules, project, note)
+
+
+def _turned(rules: RulePlugins, pid: str, on: bool, project: Project, agents: Iterable[Any]) -> str:
+    """What ``plugins on|off`` says first: the project (folder) it applied to, and the
+    running agents elsewhere that the plugin does not guard (a project is a folder: an
+    agent started with ``--cwd`` elsewhere is another project)."""
+    spec = rules.host.specs.get(pid)
+    short = spec.folder.name if spec is not None else pid
+    head = f"{short} turned {'on' if on else 'off'} for project {project.name} ({project.folder}) only"
+    if not on:
+        return head
+    lines = [f"{head}: it guards the agents working there; for another folder: "
+             f"`%escouade plugins on {short} --project DIR`"]
+    for agent in agents:
+        theirs = getattr(agent, "project", None) or Project.for_folder(agent.cwd)
+        if any(g.id == pid for g in rules.broker.guarding(theirs)):
+            continue
+        folder = getattr(agent, "project_folder", None) or theirs.folder
+        lines.append(f"  not guarded by it: agent {agent.name} in {folder} — "
+                     f"`%escouade plugins on {short} --project {shlex.quote(str(folder))}`")
+    return "\n".join(lines)
 
 
 @dataclass

@@ -31,12 +31,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..core.conversation import Conversation
+from ..core.conversation import STOPPED_BY_YOU, Conversation
 
 MAX_BYTES = 20 * 1024 * 1024
 """A transcript file is rotated past this size (bytes)."""
@@ -361,6 +362,139 @@ def latest(agent_name: str | None = None) -> dict[str, Path]:
     return {name: path for name, (_, path) in sorted(found.items())}
 
 
+HEAD_BYTES = 256 * 1024
+"""How much of a transcript file's beginning :func:`summaries` reads for its first prompt
+(``initialize`` and the session setup come before it): never the whole of a big file."""
+CHAIN_MAX = 20
+"""At most this many files of an agent's history (restarts) are looked at for its first prompt."""
+PROMPT_CHARS = 60
+"""A listed first prompt is cut to this many characters (then "…")."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``%escouade resume`` lists of an agent's newest transcript: its ``name``, the
+    file (``path``), ``written`` (its last write, epoch seconds) and ``first_prompt`` (the
+    text of the first prompt of its history, on one line, cut to :data:`PROMPT_CHARS`; None
+    when none is in the files' heads)."""
+
+    name: str
+    path: Path
+    written: float
+    first_prompt: str | None
+
+    @property
+    def written_text(self) -> str:
+        """``written`` in local time, ``2026-12-01 14:03``."""
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.written))
+
+
+def _header_of(path: Path) -> dict[str, Any] | None:
+    """:func:`header` without writing what is queued first (safe in any thread)."""
+    for part in [path, *sorted(path.parent.glob(path.name + ".*"))]:
+        try:
+            with open(part, encoding="utf-8", errors="replace") as fh:
+                first = json.loads(fh.readline(HEAD_BYTES))
+        except (OSError, ValueError):
+            continue
+        if isinstance(first, dict) and first.get("kind") == "header":
+            return first
+    return None
+
+
+def _oldest_first(path: Path) -> list[Path]:
+    """The rotated parts of ``path`` (``.3`` … ``.1``), then ``path``: as :func:`read`."""
+    parts = [p for p in path.parent.glob(path.name + ".*") if p.suffix[1:].isdigit()]
+    return [*sorted(parts, key=lambda p: -int(p.suffix[1:])), path]
+
+
+def _prompt_text(prompt: Any, head: dict[str, Any]) -> str | None:
+    """The user's own words of a ``session/prompt``'s blocks, on one line: its text
+    blocks, without what escouade_nb put before them (the questionsInText instruction and
+    a ``--system-prompt`` where no ``systemPrompt`` took it; a fork's conversation so far),
+    unless nothing else is left."""
+    texts = [b["text"] for b in prompt or [] if isinstance(b, dict) and b.get("type") == "text"
+             and isinstance(b.get("text"), str) and b["text"].strip()]
+    system = (head.get("system_prompt") or "").strip()
+
+    def ours(text: str) -> bool:
+        return (text.startswith("[escouade] ") or (bool(system) and text.strip().endswith(system))
+                or text.rstrip().endswith("--- end of the earlier conversation; my next message follows. ---"))
+    own = [t for t in texts if not ours(t)] or texts
+    if not own:
+        return None
+    line = " ".join(" ".join(own).split())
+    return line if len(line) <= PROMPT_CHARS else line[:PROMPT_CHARS - 1].rstrip() + "…"
+
+
+def first_prompt(path: Path, *, limit: int = HEAD_BYTES) -> str | None:
+    """The first prompt of the agent's history up to transcript ``path`` (its text on one
+    line, cut; see :class:`Summary`), looking at most ``limit`` bytes into each file, oldest
+    file first (a restart's file names the one before: ``"previous"``). Writes nothing
+    queued first: safe in a thread."""
+    chain: list[Path] = []
+    at: Path | None = path
+    while at is not None and at not in chain and len(chain) < CHAIN_MAX:
+        chain.append(at)
+        before = (_header_of(at) or {}).get("previous")
+        at = Path(before) if isinstance(before, str) and Path(before).exists() else None
+    head = _header_of(path) or {}
+    for file in reversed(chain):
+        for part in _oldest_first(file):
+            try:
+                with open(part, "rb") as fh:
+                    left = limit
+                    while left > 0:  # line by line: it stops at the first prompt, usually a few KB in
+                        line = fh.readline(left)
+                        if not line:
+                            break
+                        left -= len(line)
+                        text = _prompt_of(line, head)
+                        if text is not None:
+                            return text
+            except OSError:
+                continue
+    return None
+
+
+def _prompt_of(line: bytes, head: dict[str, Any]) -> str | None:
+    """The prompt text of a transcript line that is a ``session/prompt`` we sent, else None."""
+    if b'"session/prompt"' not in line:
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None  # a line cut at the limit, or a bad one
+    msg = rec.get("msg") if isinstance(rec, dict) else None
+    if isinstance(msg, dict) and rec.get("kind") == "out" and msg.get("method") == "session/prompt":
+        return _prompt_text((msg.get("params") or {}).get("prompt"), head)
+    return None
+
+
+def summaries(folder: Path | None = None) -> list[Summary]:
+    """The newest transcript of each agent name in ``folder`` (default
+    :func:`transcripts_dir`), by name, with its last write time and first prompt. Reads
+    each file's first line, and the head of the newest ones up to their first prompt
+    (:func:`first_prompt`, :data:`HEAD_BYTES` at most a file): bounded whatever the files'
+    sizes. Writes nothing queued first: safe in a thread (``Squad.resumable_soon``)."""
+    folder = transcripts_dir() if folder is None else folder
+    if not folder.is_dir():
+        return []
+    found: dict[str, tuple[float, Path]] = {}
+    for path in folder.glob("*.jsonl"):
+        head = _header_of(path)
+        if head is None:
+            continue
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        name = str(head.get("agent", ""))
+        if name not in found or mtime > found[name][0]:
+            found[name] = (mtime, path)
+    return [Summary(name, path, mtime, first_prompt(path)) for name, (mtime, path) in sorted(found.items())]
+
+
 def replay(records: Iterator[Record], conversation: Conversation,
            adapt: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Rebuild ``conversation`` from a transcript's records: the agent's updates (through
@@ -375,8 +509,13 @@ def replay(records: Iterator[Record], conversation: Conversation,
     sessions |= {r.msg["result"]["sessionId"] for r in records if r.kind == "in" and isinstance(r.msg, dict)
                  and isinstance(r.msg.get("result"), dict) and "sessionId" in r.msg["result"]}
     loads: set[Any] = set()  # ids of session/load requests not answered yet
+    prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
+    # a chunk's time (Message.first_at / last_at) is its record's, on the monotonic clock's scale
+    stamp, base, clock = [0.0], time.monotonic() - time.time(), conversation.clock
+    conversation.clock = lambda: stamp[0]
     for rec in records:
         msg = rec.msg or {}
+        stamp[0] = rec.t + base
         if rec.kind == "header":
             info.update({k: v for k, v in rec.model_extra.items()} if rec.model_extra else {})
         elif rec.kind == "in":
@@ -384,6 +523,9 @@ def replay(records: Iterator[Record], conversation: Conversation,
             params = msg.get("params") or {}
             if "id" in msg and "method" not in msg:
                 loads.discard(msg["id"])
+                stopped = prompts.pop(msg["id"], False)
+                if stopped and (msg.get("result") or {}).get("stopReason") == "cancelled":
+                    conversation.add_notice(STOPPED_BY_YOU)  # as live: the turn the user stopped (engine/turns.py)
             if method == "session/update":
                 if loads:  # the agent's replay of a reloaded session: already in the records before
                     continue
@@ -407,6 +549,11 @@ def replay(records: Iterator[Record], conversation: Conversation,
         elif rec.kind == "out":
             if msg.get("method") == "session/load" and "id" in msg:
                 loads.add(msg["id"])
+            if msg.get("method") == "session/prompt" and "id" in msg:
+                prompts[msg["id"]] = False
+            elif msg.get("method") == "session/cancel" and \
+                    (msg.get("params") or {}).get("sessionId") not in conversation.subagents:
+                prompts = dict.fromkeys(prompts, True)  # the user's Stop (the only session/cancel sent)
             if msg.get("method") == "session/prompt":
                 conversation.add_user_message((msg.get("params") or {}).get("prompt") or [])
             elif "id" in msg and msg["id"] in cards and isinstance(msg.get("result"), dict):
@@ -428,6 +575,7 @@ def replay(records: Iterator[Record], conversation: Conversation,
                                         detail=data.get("stderr_tail", ""))
             elif rec.event == "session":
                 info["session_id"] = data.get("session_id")
+    conversation.clock = clock
     for perm in cards.values():  # a card never answered before the kernel went away
         if perm.state == "pending":
             conversation.resolve_permission(perm, "cancelled", None, "the kernel restarted")

@@ -171,12 +171,9 @@ class EscouadeMagics(Magics):
             _show(SquadView(squad))
             return None
         if words[0] == "resume":
-            if len(words) == 1:
-                found = {n: p for n, p in squad.resumable().items()
-                         if n not in squad.agents or squad.agents[n].status in NAME_FREE}
-                print("Resumable agents:" if found else "No transcript to resume from.")
-                for name, path in found.items():
-                    print(f"  {name:<14} {path}")
+            if len(words) == 1:  # name, last write, first prompt (each file's head only: bounded reads)
+                from .engine.resume import resumable_text
+                print(resumable_text(squad.resumable_summaries()))
                 return None
             if len(words) == 4 and words[2] == "--session":  # one of the agent's own sessions (session/list)
                 self._need_loop()
@@ -212,7 +209,8 @@ class EscouadeMagics(Magics):
         if words[0] in ("plugins", "journal"):
             try:
                 if words[0] == "plugins":
-                    display(plugins_command(squad.rules, words[1:]))  # a listing: its own text and HTML
+                    running = [a for a in squad.agents.values() if a.status not in ENDED]  # on: those it misses
+                    display(plugins_command(squad.rules, words[1:], running))  # a listing: its own text and HTML
                 else:
                     from .widgets.journal_view import JournalView
                     query = journal_command(squad.rules, words[1:])

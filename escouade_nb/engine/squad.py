@@ -38,6 +38,28 @@ READING = "reading"
 """The status of a listing row whose version is being read."""
 
 
+class AgentTable(dict):
+    """The squad's agents by name (a ``dict``); ``on_change`` is told (no argument) when
+    one is set or removed, so a squad view sees agents come and go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_change: Observers[[]] = Observers("squad agents")
+
+    def __setitem__(self, name: str, agent: Agent) -> None:
+        super().__setitem__(name, agent)
+        self.on_change.emit()
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self.on_change.emit()
+
+    def pop(self, name: str, *default: Any) -> Any:
+        out = super().pop(name, *default)
+        self.on_change.emit()
+        return out
+
+
 class SquadError(Exception):
     """A request the squad cannot carry out; the message is one line for the user."""
 
@@ -131,7 +153,7 @@ class Squad:
     """All agents of this process, by name."""
 
     def __init__(self) -> None:
-        self.agents: dict[str, Agent] = {}
+        self.agents: AgentTable = AgentTable()
         self._versions: dict[tuple, str | None] = {}  # (program, args, mtime, size) -> version read
         self._reads: dict[tuple, asyncio.Task] = {}  # the same key -> its read in flight
         self._tasks: dict[asyncio.Task, bool] = {}  # the squad's own tasks -> whether aclose() cancels it
@@ -566,6 +588,34 @@ class Squad:
         """The newest transcript of each agent name that ran before (any kernel)."""
         from ..wire import transcript
         return transcript.latest()
+
+    def resumable_summaries(self) -> list[Any]:
+        """:func:`~..wire.transcript.summaries` (name, path, last write, first prompt) of
+        the agents that can be resumed: those not running in this kernel (``%escouade
+        resume``). What this process has queued is written first. It reads each file's
+        first line and the newest files' heads up to their first prompt (256 KiB at most
+        each): :meth:`resumable_soon` reads them in a thread instead."""
+        from ..wire import transcript
+        transcript.flush_all()
+        return self._not_running(transcript.summaries())
+
+    def _not_running(self, found: list[Any]) -> list[Any]:
+        return [s for s in found if s.name not in self.agents or self.agents[s.name].status in NAME_FREE]
+
+    def resumable_soon(self, then: Callable[[list[Any] | None, BaseException | None], None]) -> asyncio.Task:
+        """:meth:`resumable_summaries` read in a thread (many or big transcripts never hold
+        the loop), as a task of the squad's own; ``then(summaries, None)`` or ``then(None,
+        error)`` on the loop when read (for a view; ``%escouade resume`` prints at once)."""
+        from ..wire import transcript
+
+        async def read() -> None:
+            try:
+                found = await asyncio.to_thread(transcript.summaries)
+            except Exception as exc:
+                then(None, exc)
+                return
+            then(self._not_running(found), None)
+        return self._own(read(), "escouade resumable transcripts")
 
     def resume(self, name: str) -> Agent:
         """Rebuild agent ``name`` from its newest transcript and reattach it (see

@@ -20,7 +20,7 @@ import acp
 import anyio
 from pydantic import ValidationError
 
-from ..core.conversation import Item, Message, ToolCall
+from ..core.conversation import STOPPED_BY_YOU, Item, Message, ToolCall
 from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, gate
 from ..core.status import ENDED, AgentStatus
 from ..wire.errors import AgentError, AuthRequired, running_loop
@@ -121,12 +121,22 @@ class TurnQueue:
         self.stopped_in: Any = None  # the Live whose last turn the user stopped (for the instant-turn check)
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
+        self._sent: list[Turn] = []  # turns sent, pruned to those still queued (see queued)
 
     def send(self, turn: Turn) -> Turn:
         task = asyncio.get_running_loop().create_task(self._run(turn), name=f"escouade turn {self.agent.name}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        self._sent.append(turn)
+        if self.current is not None and not self.current.done:  # it waits: views show it queued
+            self.agent.notify_status()
         return turn
+
+    @property
+    def queued(self) -> list[Turn]:
+        """The turns sent but not started yet, oldest first."""
+        self._sent = [t for t in self._sent if t.status == "queued" and not t.done]
+        return list(self._sent)
 
     @property
     def tasks(self) -> frozenset[asyncio.Task]:
@@ -224,6 +234,8 @@ class TurnQueue:
                 agent.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "
                                               "your text is kept above.", level="warning")
             self._instant_after_stop(turn, live, response.stop_reason)
+            if response.stop_reason == "cancelled" and turn.cancelled_by_user:
+                agent.conversation.add_notice(STOPPED_BY_YOU)  # the turn's last item (a resume rebuilds it too)
             turn._finish(stop_reason=response.stop_reason)
         finally:
             if turn.cancelled_by_user or turn.stop_reason == "cancelled":

@@ -16,6 +16,7 @@ One :class:`Workspace` per session (it holds that session's written paths and te
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +147,12 @@ class Workspace:
         if snap is None:
             return False
         output, truncated, status = snap
-        state = {"output": output, "truncated": truncated, "running": status is None,
+        try:
+            term = self.terminals.get(terminal_id)
+            command = term.command if term.shell else shlex.join([term.command, *term.args])
+        except Exception:
+            command = None
+        state = {"output": output, "truncated": truncated, "running": status is None, "command": command,
                  "exit_code": getattr(status, "exit_code", None), "signal": getattr(status, "signal", None)}
         if call.terminals.get(terminal_id) == state:
             return False

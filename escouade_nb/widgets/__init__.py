@@ -1,8 +1,8 @@
-"""ipywidgets views: they subscribe to model changes with tokens, render throttled and let
-go on ``close()``; they never speak ACP nor run a process."""
+"""The views: the agent, turn and squad views are one anywidget model each (front-end in
+the top-level ``widgets/``); journal, sessions, comparison and update views are ipywidgets.
+They subscribe to model changes with tokens and let go on ``close()``; they never speak ACP
+nor run a process."""
 
 from .agent_view import AgentView, TurnView, current_cell, throttle_for, views_of
-from .views import MessageView, PermissionView, PlanView, ToolCallView, TranscriptView
 
-__all__ = ["AgentView", "TurnView", "TranscriptView", "MessageView", "ToolCallView", "PermissionView", "PlanView",
-           "throttle_for", "views_of", "current_cell"]
+__all__ = ["AgentView", "TurnView", "throttle_for", "views_of", "current_cell"]

@@ -1,31 +1,39 @@
-"""The live view of one agent (header, transcript, prompt box) and of one turn.
+"""The live view of one agent (header, conversation, cards pinned by the prompt box) and
+of one turn: one widget model each (:class:`~.front.FrontView`), drawn by
+``widgets/escouade.js``.
 
-The module's registries hold no view alive: ``_throttles`` maps an agent (weakly) to
-its throttle, which holds a view only while one of its redraws is pending (a closed view
-drops its own); ``_views`` maps an agent (weakly) to a weak set of its open views (a
-view leaves it when closed); the tasks clicks start belong to :data:`.views.clicks`.
+The module's registry holds no view alive: ``_views`` maps an agent (weakly) to a weak
+set of its open views (a view leaves it when closed); the tasks clicks start belong to
+:data:`.views.clicks`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import weakref
 from collections.abc import Callable
+from typing import Any
 
-import ipywidgets as w
 
-from ..core.conversation import Item, Permission
+from ..core.conversation import Item, Permission, Question
+from ..core.render_text import render_items
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, AgentStatus
 from ..engine.agent import Agent, AuthRequired, Turn
+from .feed import Feed
+from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
-from .views import current_run, shown_in_cell, FullText, PermissionView, Releasing, Throttle, TranscriptView, clicks, close_tree, on_loop
+from .views import Throttle, clicks, current_run, shown_in_cell
 
 _serials = itertools.count()
+CLOSE_AFTER = 1.5
+"""Seconds between a turn's end (its cell's output made static) and its widget's close."""
 
 STATUS_TEXT = {s.value: s.text for s in AgentStatus}
 """The words shown for each status (from :attr:`AgentStatus.text`)."""
-STATUS_COLOR = {AgentStatus.WAITING: "#bf8700", AgentStatus.EXITED: "#cf222e", AgentStatus.FAILED: "#cf222e",
-                AgentStatus.WORKING: "#1f6feb"}
+STATUS_TONE = {AgentStatus.WAITING: "waiting", AgentStatus.EXITED: "failed", AgentStatus.FAILED: "failed",
+               AgentStatus.WORKING: "in_progress", AgentStatus.STARTING: "pending", AgentStatus.SIGN_IN: "waiting"}
+"""The colour class (``esc-st-TONE``) of each status."""
 
 
 def status_text(status: str) -> str:
@@ -33,8 +41,8 @@ def status_text(status: str) -> str:
     return STATUS_TEXT.get(status, str(status))
 
 
-_throttles: weakref.WeakKeyDictionary[Agent, Throttle] = weakref.WeakKeyDictionary()
 _views: weakref.WeakKeyDictionary[Agent, weakref.WeakSet] = weakref.WeakKeyDictionary()
+_throttles: weakref.WeakKeyDictionary[Agent, Throttle] = weakref.WeakKeyDictionary()
 
 
 def views_of(agent: Agent) -> list[AgentView]:
@@ -43,158 +51,17 @@ def views_of(agent: Agent) -> list[AgentView]:
 
 
 def throttle_for(agent: Agent) -> Throttle:
-    """One throttle per agent, shared by all its views (≤ 20 redraws a second)."""
+    """One throttle per agent for the views still drawn with ipywidgets (≤ 20 redraws a second)."""
     t = _throttles.get(agent)
     if t is None:
         t = _throttles[agent] = Throttle()
     return t
 
 
-class CardHandlers:
-    """What the buttons of plan and question cards do, for one agent."""
-
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-
-    def _card(self, perm: Permission):
-        return next((c for c in self.agent.pending_cards if c.permission is perm), None)
-
-    def plan(self, perm: Permission):
-        def approve() -> None:
-            card = self._card(perm)
-            if card is not None:
-                card.approve()
-
-        def keep_planning(feedback: str) -> None:
-            card = self._card(perm)
-            if card is not None:
-                card.keep_planning(feedback)
-        return approve, keep_planning
-
-    def question(self, question):
-        def answer(action: str, content) -> None:
-            card = next((c for c in self.agent.pending_questions if c.question is question), None)
-            if card is None:
-                return
-            if action == "accept":
-                card.accept(content)
-            elif action == "decline":
-                card.decline()
-            else:
-                card.cancel()
-        return answer
-
-
 def _run(coro) -> None:
-    """Run a coroutine from a widget callback on the running loop; its owner is
+    """Run a coroutine from a front-end action on the running loop; its owner is
     :data:`.views.clicks` (an operation of the agent, not cancelled with the view)."""
     clicks.start(coro)
-
-
-class ControlsView(Releasing, w.HBox):
-    """The agent's dials: Escouade's mode, the agent's own mode, its config options
-    (select, grouped select, boolean) and the model. Changing one calls the agent at
-    once; the agent's own updates move them. A dial whose choices did not change is
-    updated in place (same widget), so a frontend never loses the one it holds."""
-
-    def __init__(self, agent: Agent, throttle: Throttle) -> None:
-        super().__init__(layout=w.Layout(flex_flow="row wrap"))
-        self.add_class("escouade-controls")
-        self.agent = agent
-        self.throttle = throttle
-        self.controls: dict[str, w.Widget] = {}
-        self._shapes: dict[str, tuple] = {}
-        self._syncing = False
-        self.hold(agent.conversation.subscribe(self._on_changes))
-        self.hold(agent.on_status.subscribe(self._on_status))
-        self.redraws_on(throttle, self.rebuild)
-        self.rebuild()
-
-    def _on_status(self, _agent: Agent) -> None:
-        self.throttle.request(self.rebuild)
-
-    def _on_changes(self, changes) -> None:
-        if any(c.kind == "state" and c.name in ("mode", "config_options", "models") for c in changes):
-            self.throttle.request(self.rebuild)
-
-    def _wanted(self) -> dict[str, tuple]:
-        """key -> (kind, label, options, value, setter) for every dial to show now."""
-        from ..engine.controls import flatten_options
-        a = self.agent
-        conv = a.conversation
-        out: dict[str, tuple] = {}
-        modes = a.escouade_modes()
-        if len(modes) > 1:
-            out["escouade_mode"] = ("select", "Mode", tuple((_mode_label(m, t), m) for m, t in modes.items()),
-                                    a.escouade_mode, a.set_escouade_mode)
-        if conv.modes and not any(o.get("category") == "mode" for o in conv.config_options):
-            choices = tuple((m.get("name") or m.get("id"), m.get("id")) for m in conv.modes.get("availableModes") or [])
-            out["agent_mode"] = ("select", "Agent mode", choices, conv.current_mode_id, a.set_mode)
-        for option in conv.config_options:
-            oid = option.get("id")
-            setter = (lambda v, oid=oid: a.set_config_option(oid, v))
-            if option.get("type") == "boolean":
-                out[f"config:{oid}"] = ("bool", option.get("name") or oid, (), bool(option.get("currentValue")), setter)
-            elif option.get("type") == "select":
-                pairs = tuple((label, value) for value, label in flatten_options(option.get("options") or []))
-                out[f"config:{oid}"] = ("select", option.get("name") or oid, pairs, option.get("currentValue"), setter)
-        if not any(o.get("category") == "model" for o in conv.config_options):
-            current, choices = a.model_choices()
-            if choices:
-                out["model"] = ("select", "Model", tuple((label, mid) for mid, label in choices), current, a.set_model)
-        return out
-
-    def rebuild(self) -> None:
-        if self.closed:
-            return
-        wanted = self._wanted()
-        disabled = self.agent.status in CONTROLS_OFF
-        controls: dict[str, w.Widget] = {}
-        self._syncing = True
-        try:
-            for key, (kind, label, options, value, setter) in wanted.items():
-                shape = (kind, label, options)
-                widget = self.controls.get(key)
-                if widget is None or self._shapes.get(key) != shape:
-                    if widget is not None:
-                        close_tree(widget)
-                    widget = self._make(key, kind, label, options)
-                    self._shapes[key] = shape
-                if kind == "select":
-                    widget.value = value if value in [v for _, v in options] else None
-                else:
-                    widget.value = bool(value)
-                widget.disabled = disabled
-                controls[key] = widget
-            for key, widget in self.controls.items():
-                if key not in controls:
-                    close_tree(widget)
-                    self._shapes.pop(key, None)
-        finally:
-            self._syncing = False
-        self.controls = controls
-        if tuple(self.children) != tuple(controls.values()):
-            self.children = tuple(controls.values())
-
-    def _make(self, key: str, kind: str, label: str, options: tuple) -> w.Widget:
-        if kind == "bool":
-            widget = w.Checkbox(description=label, indent=False, layout=w.Layout(width="auto"))
-        else:
-            widget = w.Dropdown(options=list(options), value=None, description=label,
-                                style={"description_width": "initial"}, layout=w.Layout(width="auto"))
-        widget.observe(on_loop(lambda ch, key=key: self._changed(key, ch["new"])), names="value")
-        return widget
-
-    def _changed(self, key: str, value) -> None:
-        if self._syncing or value is None:
-            return
-        entry = self._wanted().get(key)
-        if entry is None or entry[3] == value:
-            return
-        _run(entry[4](value))
-
-    def __repr__(self) -> str:
-        return " ".join(f"{getattr(c, 'description', k)}={c.value!r}" for k, c in self.controls.items())
 
 
 def _mode_label(mode: str, meaning: str, width: int = 70) -> str:
@@ -202,15 +69,34 @@ def _mode_label(mode: str, meaning: str, width: int = 70) -> str:
     return label if len(label) <= width else label[:width - 1] + "…"
 
 
-def _chooser(agent: Agent) -> Callable[[Permission], Callable[[str], None]]:
-    def factory(perm: Permission) -> Callable[[str], None]:
-        def choose(option_id: str) -> None:
-            for card in agent.pending_cards:
-                if card.permission is perm:
-                    card.choose(option_id, by="you")
-                    return
-        return choose
-    return factory
+def control_specs(agent: Agent) -> dict[str, tuple]:
+    """key -> (kind, label, options, value, setter) for every dial the agent offers now:
+    Escouade's mode, the agent's own mode, its config options (select, grouped select,
+    boolean) and the model; ``options`` are (label, value) pairs, ``setter(value)`` a
+    coroutine."""
+    from ..engine.controls import flatten_options
+    conv = agent.conversation
+    out: dict[str, tuple] = {}
+    modes = agent.escouade_modes()
+    if len(modes) > 1:
+        out["escouade_mode"] = ("select", "Mode", tuple((_mode_label(m, t), m) for m, t in modes.items()),
+                                agent.escouade_mode, agent.set_escouade_mode)
+    if conv.modes and not any(o.get("category") == "mode" for o in conv.config_options):
+        choices = tuple((m.get("name") or m.get("id"), m.get("id")) for m in conv.modes.get("availableModes") or [])
+        out["agent_mode"] = ("select", "Agent mode", choices, conv.current_mode_id, agent.set_mode)
+    for option in conv.config_options:
+        oid = option.get("id")
+        setter = (lambda v, oid=oid: agent.set_config_option(oid, v))
+        if option.get("type") == "boolean":
+            out[f"config:{oid}"] = ("bool", option.get("name") or oid, (), bool(option.get("currentValue")), setter)
+        elif option.get("type") == "select":
+            pairs = tuple((label, value) for value, label in flatten_options(option.get("options") or []))
+            out[f"config:{oid}"] = ("select", option.get("name") or oid, pairs, option.get("currentValue"), setter)
+    if not any(o.get("category") == "model" for o in conv.config_options):
+        current, choices = agent.model_choices()
+        if choices:
+            out["model"] = ("select", "Model", tuple((label, mid) for mid, label in choices), current, agent.set_model)
+    return out
 
 
 _KERNEL_TOOLS = {
@@ -222,188 +108,375 @@ _KERNEL_TOOLS = {
 }
 
 
-def _kernel_tools_badge(agent: Agent) -> str:
-    """What the agent has of the kernel's MCP server, with the reason as a tooltip."""
-    state, why = agent.kernel_tools_state
-    if state == "off":
-        return ""
-    label, tip = _KERNEL_TOOLS.get(state, (state, ""))
-    return (f' <span class="escouade-kernel-tools" title="{esc(why or tip)}" style="color:#57606a">· '
-            f'{esc(label)}</span>')
-
-
-def _add_dirs_text(agent: Agent) -> str:
-    """`` · + DIR, DIR`` for the session's additional directories (``--add-dir``), or ``""``."""
+def _where(agent: Agent) -> str:
+    """`` · via …``, the worktree and the additional directories, or ``""``."""
+    where = f" · via {' '.join(agent.via)}" if agent.via else ""
+    if getattr(agent, "worktree", None) is not None:
+        where += f" · {agent.worktree.header_text()}"
     dirs = getattr(agent, "add_dirs", None)
-    return f" · + {', '.join(map(str, dirs))}" if dirs else ""
+    if dirs:
+        where += f" · + {', '.join(map(str, dirs))}"
+    return where
 
 
 def status_line(agent: Agent) -> str:
     status = status_text(agent.status)
     if agent.status == AgentStatus.EXITED and agent.exit is not None:
         status += f" (code {agent.exit.code})"
-    where = f" · via {' '.join(agent.via)}" if agent.via else ""
-    if getattr(agent, "worktree", None) is not None:
-        where += f" · {agent.worktree.header_text()}"
-    where += _add_dirs_text(agent)
-    return f"{agent.name} · {agent.harness.harness.display_name}{where} · {status}"
+    return f"{agent.name} · {agent.harness.harness.display_name}{_where(agent)} · {status}"
 
 
-class AgentView(FullText, Releasing, w.VBox):
-    """Header (name, harness, status, Stop), the transcript, a prompt box with Send.
-    ``close()`` lets go of the agent: its subscriptions, its redraws, every widget."""
+def _prompt_text(turn: Turn) -> str:
+    return "".join(b.get("text", "") for b in turn.prompt if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _rules(agent: Agent) -> tuple[list[str], str | None]:
+    """(names of the rule plugins guarding the agent, a hint when none do)."""
+    guarding = getattr(agent, "rules_guarding", None)
+    names: list[str] = []
+    hint = None
+    try:
+        if callable(guarding):
+            names = [str(n[1] if isinstance(n, tuple) else n) for n in guarding()]
+            hint_of = getattr(agent, "rules_hint", None)
+            hint = hint_of() if callable(hint_of) and not names else None
+        else:
+            names = [str(getattr(p, "name", None) or getattr(p, "plugin", None) or p) for p in agent.policies]
+    except Exception:
+        names = []
+    return names, hint
+
+
+class CardActions:
+    """What the front-end's card buttons do, for one agent: find the live card of the
+    item the button names and answer it (``by="you"``)."""
+
+    def __init__(self, agent: Agent, feed: Feed) -> None:
+        self.agent = agent
+        self.feed = feed
+
+    def _card(self, perm: Permission):
+        return next((c for c in self.agent.pending_cards if c.permission is perm), None)
+
+    def bind(self, actions: dict[str, Callable[[dict], Any]]) -> None:
+        actions.update(choose=self.choose, approve=self.approve, keep=self.keep,
+                       answer=self.answer, decline=self.answer, cancel_q=self.answer)
+
+    def choose(self, msg: dict) -> None:
+        perm = self.feed.find(str(msg.get("key")))
+        card = self._card(perm) if isinstance(perm, Permission) else None
+        if card is not None and perm.state == "pending":
+            card.choose(str(msg.get("value")), by="you")
+
+    def approve(self, msg: dict) -> None:
+        perm = self.feed.find(str(msg.get("key")))
+        card = self._card(perm) if isinstance(perm, Permission) else None
+        if card is not None:
+            card.approve()
+
+    def keep(self, msg: dict) -> None:
+        perm = self.feed.find(str(msg.get("key")))
+        card = self._card(perm) if isinstance(perm, Permission) else None
+        if card is not None:
+            card.keep_planning(str((msg.get("fields") or {}).get("feedback") or msg.get("value") or ""))
+
+    def answer(self, msg: dict) -> None:
+        question = self.feed.find(str(msg.get("key")))
+        if not isinstance(question, Question) or question.state != "pending":
+            return
+        card = next((c for c in self.agent.pending_questions if c.question is question), None)
+        if card is None:
+            return
+        act = msg.get("act")
+        if act == "decline":
+            card.decline()
+        elif act == "cancel_q":
+            card.cancel()
+        else:
+            try:
+                values = self.feed.form_values(question, msg.get("fields") or {})
+                card.accept(values)
+            except ValueError as exc:  # not what the schema asks for: said under the form, nothing sent
+                self.feed.form_error(question, str(exc))
+
+
+class ConversationView(FrontView):
+    """Base of the agent and turn views: a :class:`~.feed.Feed` of the conversation,
+    a head (``head()``, re-sent when it changes) and the card actions."""
+
+    def __init__(self, agent: Agent, *, kind: str, accept: Callable[[Item], bool] | None = None,
+                 speaker: str | None = None) -> None:
+        super().__init__(kind=kind)
+        self.agent = agent
+        self.speaker = speaker or agent.harness.harness.speaker or agent.harness.harness.display_name
+        self.feed = Feed(agent.conversation, speaker=self.speaker, accept=accept)
+        self.feed.on_ops = self.push
+        self.hold(self.feed.close)
+        self._head_sent: dict | None = None
+        CardActions(agent, self.feed).bind(self.actions)
+        self.hold(agent.on_status.subscribe(self._head_changed))
+        self.hold(agent.conversation.subscribe(self._state_changed))
+        self._serial = next(_serials)
+
+    def head(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _head_changed(self, *_args: Any) -> None:
+        self.push([], 0, True)
+
+    def _state_changed(self, changes) -> None:
+        if any(c.kind == "state" for c in changes):
+            self.push([], 0, True)
+
+    def collect(self) -> tuple[list, bool]:
+        ops, _size, more = self.feed.ops()
+        head = self.head()
+        if head != self._head_sent:
+            self._head_sent = head
+            ops.append(["hd", head])
+        return ops, more
+
+    def state(self) -> dict[str, Any]:
+        head = self._head_sent = self.head()
+        return {"head": head, "items": self.feed.snapshot_items()}
+
+    @property
+    def items(self) -> list[Item]:
+        return list(self.feed.items)
+
+    def card_html(self, card) -> str:
+        """The HTML the front-end shows for a card (a :class:`~escouade_nb.agent.PermissionCard`,
+        a QuestionCard or the item): the card of its tool call when it has one."""
+        item = getattr(card, "permission", None) or getattr(card, "question", None) or card
+        if isinstance(item, Permission) and item.tool_call is not None and self.feed.find(
+                self.feed.key(item.tool_call)) is not None:
+            item = item.tool_call
+        return self.feed.render(item)[0]
+
+    def press(self, card, act: str = "choose", value: Any = None, **fields: Any) -> Any:
+        """Do what a click on ``card``'s button does (``act``: ``choose`` with an
+        ``optionId``, ``approve``, ``keep`` with ``feedback=``, ``answer`` with the
+        form's fields, ``decline``, ``cancel_q``) — the message the front-end sends."""
+        item = getattr(card, "permission", None) or getattr(card, "question", None) or card
+        message = {"k": "act", "act": act, "key": self.feed.key(item), "value": value}
+        if fields:
+            message["fields"] = fields
+        return self.act(message)
+
+    # -- static forms -------------------------------------------------------------------------------
+    def static_body(self) -> str:
+        shown = {id(i) for i in self.feed.items}
+        feed = Feed(self.agent.conversation, speaker=self.speaker, accept=lambda i: id(i) in shown, interactive=False)
+        try:
+            items = "".join(f'<div class="esc-item esc-i-{m.get("c", "x")}"{" hidden" if m.get("h") else ""}>{h}</div>'
+                            for _k, h, m in feed.snapshot_items())
+        finally:
+            feed.close()
+        return items
+
+class AgentView(ConversationView):
+    """Header (name, harness, folder, status, session title, usage, the rule plugins
+    guarding it, its menus), the conversation, the cards waiting for you pinned by the
+    prompt box. ``close()`` lets go of the agent."""
 
     def __init__(self, agent: Agent) -> None:
-        super().__init__(layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
-        self.add_class("escouade-agent")
-        self.agent = agent
-        self.throttle = throttle_for(agent)
-        speaker = agent.harness.harness.speaker or agent.harness.harness.display_name
-        self.header = w.HTML()
-        self.header.add_class("escouade-status")
-        self.stop_button = w.Button(description="Stop", icon="stop", tooltip="Cancel the running turn",
-                                    layout=w.Layout(width="auto", flex="0 0 auto"))
-        self.stop_button.on_click(on_loop(lambda _b: agent.cancel()))
-        self.stop_button.add_class("escouade-stop")
-        self.restart_button = w.Button(description="Restart", icon="refresh",
-                                       tooltip="Start a new process and session for this agent",
-                                       layout=w.Layout(width="auto", flex="0 0 auto"))
-        self.restart_button.on_click(on_loop(lambda _b: _run(agent.restart())))
-        self.restart_button.add_class("escouade-restart")
-        self.sign_in = w.HBox()
-        self.transcript = TranscriptView(agent.conversation, self.throttle, speaker=speaker,
-                                         on_choose_factory=_chooser(agent), items=list(agent.conversation.items),
-                                         handlers=CardHandlers(agent))
-        self.controls = ControlsView(agent, self.throttle)
-        self.prompt = w.Textarea(placeholder=f"Message {agent.name}…",
-                                 layout=w.Layout(width="auto", flex="1 1 auto", height="60px"))
-        self.send_button = w.Button(description="Send", button_style="primary",
-                                    layout=w.Layout(width="auto", flex="0 0 auto"))
-        self.send_button.on_click(on_loop(lambda _b: self._send_prompt()))
-        self.send_button.add_class("escouade-send")
-        self.prompt.add_class("escouade-prompt")
-        self.children = [w.HBox([self.header, w.HBox([self.stop_button, self.restart_button])],
-                                layout=w.Layout(justify_content="space-between")),
-                         self.controls, self.sign_in, self.transcript, w.HBox([self.prompt, self.send_button])]
-        self.hold(agent.on_status.subscribe(self._on_status))
-        self.redraws_on(self.throttle, self._draw_header)
-        self._serial = next(_serials)
+        super().__init__(agent, kind="agent")
+        self.prompt_value = ""
+        self.actions.update(send=self._act_send, stop=self._act_stop, restart=self._act_restart,
+                            close_agent=self._act_close_agent, set=self._act_set, sign_in=self._act_sign_in,
+                            sign_in_input=self._act_sign_in_input)
         _views.setdefault(agent, weakref.WeakSet()).add(self)
-        self._draw_header()
+        self._retry_seen = None
+        self.hold(agent.on_status.subscribe(self._retry))
 
     def release(self) -> None:
         views = _views.get(self.agent)
         if views is not None:
             views.discard(self)
 
-    def card_view(self, card) -> PermissionView:
-        """The view of a :class:`~escouade_nb.agent.PermissionCard` (or Permission) in
-        this transcript; ``KeyError`` until the throttled redraw has drawn it."""
-        perm = getattr(card, "permission", card)
-        return self.transcript.view_of(perm)
-
-    def _send_prompt(self) -> None:
-        text = self.prompt.value.strip()
-        if text:
-            self.prompt.value = ""
-            turn = self.agent.send(text)
-            turn.add_done_callback(lambda _t: self._keep_refused(turn, text))
+    # -- actions ---------------------------------------------------------------------------------------
+    def _act_send(self, msg: dict) -> Turn | None:
+        text = str(msg.get("text") or "").strip()
+        if not text:
+            return None
+        self.prompt_value = ""
+        turn = self.agent.send(text)
+        turn.add_done_callback(lambda _t: self._keep_refused(turn, text))
+        return turn
 
     def _keep_refused(self, turn: Turn, text: str) -> None:
-        """A prompt the agent would not take until you sign in goes back in the input."""
-        if isinstance(turn.error, AuthRequired) and not self.closed and not self.prompt.value:
-            self.prompt.value = text
+        """A prompt the agent would not take until you sign in goes back in the box."""
+        if isinstance(turn.error, AuthRequired) and not self.closed:
+            self.prompt_value = text
+            self.push([["pv", text]], 0, True)
 
-    def _on_status(self, agent: Agent) -> None:
-        self.throttle.request(self._draw_header)
-
-    def _draw_header(self) -> None:
-        if self.closed:
-            return
-        a = self.agent
-        color = STATUS_COLOR.get(a.status, "#57606a")
-        where = f" · via {' '.join(a.via)}" if a.via else ""
-        if getattr(a, "worktree", None) is not None:  # its branch and diff stat (redrawn when re-counted)
-            where += f" · {a.worktree.header_text()}"
-        where += _add_dirs_text(a)
-        self.header.value = (f'<b>{esc(a.name)}</b> <span style="color:#57606a">· '
-                             f'{esc(a.harness.harness.display_name)} · {esc(str(a.cwd))}{esc(where)}</span> '
-                             f'<span style="color:{color};font-weight:600">{esc(status_text(a.status))}'
-                             f'</span>{_kernel_tools_badge(a)}')
-        self.stop_button.disabled = a.status not in BUSY
-        self.send_button.disabled = a.status not in CAN_SEND
-        self.restart_button.disabled = a.status not in CAN_RESTART
-        self.restart_button.layout.display = "" if a.status in CAN_RESTART else "none"
-        # the sign-in row: the methods while the agent asks, the input box while a terminal sign-in runs
-        wanted = "input" if getattr(a, "sign_in_job", None) is not None else \
-            "methods" if a.status == AgentStatus.SIGN_IN else None
-        if wanted != getattr(self, "_sign_in_shown", None):
-            self._sign_in_shown = wanted
-            old, self.sign_in.children = self.sign_in.children, ()
-            for b in old:
-                close_tree(b)
-            if wanted == "methods":
-                buttons = []
-                for method in a.auth_methods:
-                    terminal = method.get("type") == "terminal"  # runs the agent's own program, args in the tip
-                    tip = " ".join(filter(None, [method.get("description"), "(runs in a terminal: "
-                                                 + " ".join(method.get("args") or []) + ")" if terminal else ""]))
-                    b = w.Button(description=f"Sign in: {method.get('name') or method.get('id')}"
-                                             + (" (terminal)" if terminal else ""),
-                                 tooltip=tip, layout=w.Layout(width="auto"))
-                    b.on_click(on_loop(lambda _b, mid=method.get("id"): _run(a.authenticate(mid))))
-                    buttons.append(b)
-                self.sign_in.children = buttons
-            elif wanted == "input":
-                box = w.Text(placeholder="answer the sign-in program (its stdin)", layout=w.Layout(width="320px"))
-                send = w.Button(description="Send", layout=w.Layout(width="auto"),
-                                tooltip="Write this line to the sign-in program's stdin")
-
-                def answer(_b=None) -> None:
-                    text, box.value = box.value, ""
-                    _run(a.sign_in_input(text))
-
-                send.on_click(on_loop(answer))
-                self.sign_in_box, self.sign_in_send = box, send
-                self.sign_in.children = [box, send]
-        retry = getattr(a, "sign_in_retry", None)  # a terminal sign-in sent the refused prompt again
-        if retry is not None and retry is not getattr(self, "_retry_seen", None):
+    def _retry(self, _agent: Agent) -> None:
+        retry = getattr(self.agent, "sign_in_retry", None)  # a terminal sign-in sent the refused prompt again
+        if retry is not None and retry is not self._retry_seen:
             self._retry_seen = retry
             sent = "".join(b.get("text", "") for b in retry.prompt if b.get("type") == "text")
-            if self.prompt.value.strip() == sent.strip():
-                self.prompt.value = ""  # kept when it was refused; sent now: not twice
+            if self.prompt_value.strip() == sent.strip():
+                self.prompt_value = ""  # kept when it was refused; sent now: not twice
+                self.push([["pv", ""]], 0, True)
+
+    def _act_stop(self, _msg: dict) -> None:
+        self.agent.cancel()
+
+    def _act_restart(self, _msg: dict) -> None:
+        if self.agent.status in CAN_RESTART:
+            _run(self.agent.restart())
+
+    def _act_close_agent(self, _msg: dict) -> None:
+        _run(self.agent.close())
+
+    def _act_set(self, msg: dict) -> None:
+        spec = control_specs(self.agent).get(str(msg.get("key")))
+        value = msg.get("value")
+        if spec is None or value is None or spec[3] == value:
+            return
+        if spec[0] == "select" and value not in [v for _, v in spec[2]]:
+            return
+        _run(spec[4](bool(value) if spec[0] == "bool" else value))
+
+    def _act_sign_in(self, msg: dict) -> None:
+        _run(self.agent.authenticate(str(msg.get("value"))))
+
+    def _act_sign_in_input(self, msg: dict) -> None:
+        _run(self.agent.sign_in_input(str(msg.get("text") or "")))
+
+    # -- what the head shows ---------------------------------------------------------------------------
+    def head(self) -> dict[str, Any]:
+        a = self.agent
+        conv = a.conversation
+        status = a.status
+        text = status_text(status)
+        if status == AgentStatus.EXITED and a.exit is not None:
+            text += f" (code {a.exit.code})"
+        usage = conv.usage or {}
+        cost = usage.get("cost") or {}
+        state, why = a.kernel_tools_state
+        tools = None
+        if state != "off":
+            label, tip = _KERNEL_TOOLS.get(state, (state, ""))
+            tools = [label, why or tip]
+        rules, hint = _rules(a)
+        disabled = status in CONTROLS_OFF
+        controls = [{"key": key, "kind": kind, "label": label, "options": [[str(lb), v] for lb, v in options],
+                     "value": value, "disabled": disabled}
+                    for key, (kind, label, options, value, _setter) in control_specs(a).items()]
+        sign_in = None
+        if getattr(a, "sign_in_job", None) is not None:
+            sign_in = {"input": True}
+        elif status == AgentStatus.SIGN_IN:
+            sign_in = {"methods": [
+                {"id": m.get("id"), "label": f"Sign in: {m.get('name') or m.get('id')}"
+                 + (" (terminal)" if m.get("type") == "terminal" else ""),
+                 "tip": " ".join(filter(None, [m.get("description"), "(runs in a terminal: " + " ".join(
+                     m.get("args") or []) + ")" if m.get("type") == "terminal" else ""]))}
+                for m in a.auth_methods]}
+        return {
+            "name": a.name, "harness": a.harness.harness.display_name, "folder": str(a.cwd), "where": _where(a),
+            "status": str(status), "status_text": text, "tone": STATUS_TONE.get(status, "idle"),
+            "title": conv.title, "placeholder": f"Message {a.name}… (Enter sends, Shift+Enter: new line, / commands)",
+            "usage": {"used": usage.get("used"), "size": usage.get("size"),
+                      "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else None}
+            if usage else None,
+            "rules": rules, "rules_hint": hint, "tools": tools, "controls": controls,
+            "can": {"stop": status in BUSY, "send": status in CAN_SEND, "restart": status in CAN_RESTART},
+            "sign_in": sign_in,
+            "queued": [_prompt_text(t) for t in a.turns.queued],
+            "commands": [{"name": c.get("name"), "description": c.get("description") or "",
+                          "hint": ((c.get("input") or {}).get("hint") or "")} for c in conv.commands
+                         if isinstance(c, dict) and c.get("name")],
+        }
+
+    def state(self) -> dict[str, Any]:
+        out = super().state()
+        out["prompt"] = self.prompt_value
+        return out
+
+    def card_view(self, card) -> str:
+        """The HTML of a card in this view (kept for scripts: see :meth:`card_html`)."""
+        return self.card_html(card)
+
+    # -- saved forms ----------------------------------------------------------------------------------------
+    def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        a = self.agent
+        name = esc(a.name)
+        html = (f'<div class="esc-saved" style="font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;'
+                f'padding:4px 8px;border:1px dashed #8a8a8a;border-radius:4px;color:#555">'
+                f'<b>{name}</b> · {esc(a.harness.harness.display_name)} — the live view of this agent was here. '
+                f'Its conversation is kept in its transcript: <code>%escouade resume {name}</code> brings it back '
+                f'(the finished turns of <code>%%escouade</code> cells stay in their outputs).</div>{HIDE_ORPHAN}')
+        return {"text/plain": "", "text/html": html}  # the widget's own text/plain follows: the whole repr
 
     def __repr__(self) -> str:
-        body = repr(self.transcript)
+        body = render_items(self.feed.items, self.speaker)
         return status_line(self.agent) + ("\n" + body if body else "")
 
 
-class TurnView(FullText, Releasing, w.VBox):
-    """The items of one turn (its prompt, replies, tool calls, cards), live.
+class TurnView(ConversationView):
+    """The items of one turn (its prompt, replies, tool calls, cards), live, with its
+    status and Stop. When the turn ends, its cell's output becomes static: the companion
+    output is replaced by the finished turn (escaped HTML and the whole plain text) and
+    the widget closes — a saved notebook, nbconvert and GitHub show the turn.
 
     ``cell``: the id of the notebook cell that shows it (:func:`current_cell`); a new
     TurnView of the same cell (the cell was run again, its old output is gone) closes
-    this one, so a re-run ``%%escouade`` cell does not leave a view listening forever."""
+    this one."""
 
     def __init__(self, turn: Turn, *, cell: str | None = None) -> None:
-        super().__init__()
-        self.add_class("escouade-turn")
         self.turn = turn
+        super().__init__(turn.agent, kind="turn", accept=self._accept,
+                         speaker=turn.agent.harness.harness.speaker or turn.agent.name)
         self.cell = cell
-        agent = turn.agent
-        self.transcript = TranscriptView(agent.conversation, throttle_for(agent),
-                                         speaker=agent.harness.harness.speaker or agent.name,
-                                         accept=self._accept, on_choose_factory=_chooser(agent),
-                                         items=list(turn.items), handlers=CardHandlers(agent))
-        self.children = [self.transcript]
+        self.actions.update(stop=self._act_stop)
         shown_in_cell(self, cell)
+        turn.add_done_callback(self._ended)
 
     def _accept(self, item: Item) -> bool:
         return any(i is item for i in reversed(self.turn.items))
 
+    def _act_stop(self, _msg: dict) -> None:
+        if self.agent.turns.current is self.turn and not self.turn.done:
+            self.agent.cancel()
+
+    def _ended(self, _turn: Turn) -> None:
+        self.push([], 0, True)
+        if self._companion is not None and not self.closed:
+            self.update_companion(final=True)
+            # closed a moment later: a front-end still creating the model would report it failed
+            asyncio.get_running_loop().call_later(CLOSE_AFTER, self.close)
+
+    def head(self) -> dict[str, Any]:
+        t = self.turn
+        status = t.status
+        tone = {"queued": "pending", "running": "in_progress", "end_turn": "completed", "done": "completed",
+                "cancelled": "cancelled", "failed": "failed"}.get(status, "idle")
+        words = {"queued": "queued", "running": "working…", "end_turn": "done", "cancelled": "stopped",
+                 "failed": "failed"}.get(status, status)
+        if t.error is not None:
+            words = f"failed: {t.error}"
+        return {"name": self.agent.name, "status": status, "status_text": words, "tone": tone,
+                "can": {"stop": not t.done and status == "running"}, "took": t.duration}
+
+    def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        if not final:
+            return {"text/plain": "",  # the widget's own text/plain follows
+                    "text/html": f'<div class="esc-saved" style="font-size:12px;color:#555">'
+                                 f'{esc(self.agent.name)}: turn {esc(self.turn.status)}</div>{HIDE_ORPHAN}'}
+        head = self.head()
+        took = f" · {head['took']:.1f} s" if (head.get("took") or 0) >= 0.1 else ""
+        body = (f'<div class="esc-view esc-turn esc-saved"><div class="esc-head"><div class="esc-head-row">'
+                f'<div class="esc-head-main"><b>{esc(self.agent.name)}</b> '
+                f'<span class="esc-status esc-st-{esc(head["tone"])}">● {esc(head["status_text"])}</span>'
+                f'<span class="esc-dim">{esc(took)}</span></div></div></div>'
+                f'<div class="esc-transcript esc-static-transcript">{self.static_body()}</div></div>')
+        return {"text/plain": repr(self), "text/html": static_page(body) + HIDE_ORPHAN}
+
     def __repr__(self) -> str:
-        return f"{self.turn.agent.name}: turn {self.turn.status}" + (
-            "\n" + repr(self.transcript) if self.transcript.items else "")
+        body = render_items(self.feed.items, self.speaker)
+        return f"{self.turn.agent.name}: turn {self.turn.status}" + ("\n" + body if body else "")
 
 
 def current_cell() -> str | None:

@@ -17,7 +17,9 @@ from .views import FullText, Releasing, Throttle, on_loop
 KINDS = ["Decision", "Start", "Crash", "Error", "Output", "Stop"]
 ALL = "All"
 MAX_SHOWN = 500
-_COLOURS = {"allowed": "#1a7f37", "refused": "#cf222e", "did not decide": "#9a6700"}
+_COLOURS = {"allowed": "var(--jp-success-color0, #1b5e20)", "refused": "var(--jp-error-color0, #b71c1c)",
+            "did not decide": "var(--jp-warn-color0, #e65100)"}
+_DIM = "var(--jp-ui-font-color1, rgba(0,0,0,.87));opacity:.8"  # theme colours only (light, dark)
 
 
 class JournalView(FullText, Releasing, w.VBox):
@@ -28,7 +30,8 @@ class JournalView(FullText, Releasing, w.VBox):
 
     def __init__(self, journal: Journal, plugin: str | None = None, kind: str | None = "Decision",
                  text: str = "", since: datetime | None = None, names: dict[str, str] | None = None) -> None:
-        super().__init__(layout=w.Layout(border="1px solid #d0d7de", padding="6px", margin="4px 0"))
+        super().__init__(layout=w.Layout(border="1px solid var(--jp-border-color2, #e0e0e0)", padding="6px",
+                                         margin="4px 0"))
         self.add_class("escouade-journal")
         self.journal = journal
         self.since = since
@@ -76,14 +79,14 @@ class JournalView(FullText, Releasing, w.VBox):
         shown = entries[-MAX_SHOWN:]
         rows = []
         for e in shown:
-            colour = _COLOURS.get(e.verdict or "", "#57606a")
-            who = "" if self.plugin else f"<span style='color:#8a8a8a'>{esc(self.names.get(e.plugin, e.plugin))}</span>  "
+            colour = _COLOURS.get(e.verdict or "", "var(--jp-ui-font-color1, rgba(0,0,0,.87))")
+            who = "" if self.plugin else f"<span style='color:{_DIM}'>{esc(self.names.get(e.plugin, e.plugin))}</span>  "
             rows.append(f"<div style='white-space:pre-wrap;font-family:monospace'>"
-                        f"<span style='color:#8a8a8a'>{esc(e.clock())}</span>  {who}<b>{esc(e.kind)}</b>  "
+                        f"<span style='color:{_DIM}'>{esc(e.clock())}</span>  {who}<b>{esc(e.kind)}</b>  "
                         f"<span style='color:{colour}'>{esc(e.body())}</span></div>")
-        self.body.value = "".join(rows) or "<i style='color:#8a8a8a'>No entries.</i>"
+        self.body.value = "".join(rows) or f"<i style='color:{_DIM}'>No entries.</i>"
         more = f" (the last {MAX_SHOWN} shown)" if len(entries) > MAX_SHOWN else ""
-        self.count.value = f"<small style='color:#8a8a8a'>{len(entries)} entries{more}</small>"
+        self.count.value = f"<small style='color:{_DIM}'>{len(entries)} entries{more}</small>"
 
     def text(self) -> str:
         return journal_text(self.entries(), self.plugin, self.names)

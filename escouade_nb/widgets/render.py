@@ -1,29 +1,50 @@
 """HTML fragments for the views. Everything the agent sends is escaped here: agent text
 is rendered as markdown with raw HTML turned off (so ``<script>`` shows as text) and
-markdown-it's link check refuses ``javascript:`` and ``data:`` URLs."""
+markdown-it's link check refuses ``javascript:`` and ``data:`` URLs; code is highlighted by
+Pygments (its token classes, coloured by the front-end's stylesheet from JupyterLab's
+editor theme variables). No colour is written here: every fragment carries ``esc-``
+classes that ``widgets/escouade.css`` styles from JupyterLab's theme variables (with
+fallbacks for a page outside JupyterLab: nbconvert, GitHub), so the dark theme and a
+live theme switch need nothing from Python.
+"""
 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from markdown_it import MarkdownIt
 
 from ..core.conversation import Plan, ToolCall
 from ..core.notebook_diff import NotebookDiff, notebook_diff
-from ..core.render_text import (PLAN_MARK, blob_size, block_text, content_text, cut, diff_lines, is_notebook_path, raw_output_text,
-                                terminal_state, tool_input_text)
+from ..core.render_text import (PLAN_MARK, blob_size, block_text, content_text, cut, diff_lines, is_notebook_path,
+                                raw_output_text, terminal_state, tool_input_text)
 
-_md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(["table", "strikethrough"])
 
-STATUS_COLOR = {
-    "pending": "#8a8a8a", "in_progress": "#1f6feb", "completed": "#1a7f37", "failed": "#cf222e",
-    "cancelled": "#8a8a8a",
-}
-_DIFF_CLASS = {"+": "add", "-": "del", "@": "hunk"}
+def _highlight_fence(code: str, lang: str, _attrs: str) -> str:
+    """markdown-it's ``highlight`` hook: a fenced block with a language Pygments knows is
+    highlighted (escaped by Pygments), else ``""`` (markdown-it escapes it)."""
+    if not lang:
+        return ""
+    try:
+        from pygments.lexers import get_lexer_by_name
+        from pygments.util import ClassNotFound
+        try:
+            lexer = get_lexer_by_name(lang.split()[0])
+        except ClassNotFound:
+            return ""
+        return _pygments(code, lexer, f"language-{esc(lang.split()[0])}")
+    except Exception:  # a lexer bug must not lose the reply: markdown-it escapes it instead
+        return ""
+
+
+_md = MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight_fence}).enable(
+    ["table", "strikethrough"])
+
 MAX_DIFF_ROWS = 400
 """A diff shows at most this many lines, then says how many more there are."""
-MONO = "font-family:var(--jp-code-font-family,monospace);font-size:12px"
+_DIFF_CLASS = {"+": "add", "-": "del", "@": "hunk"}
 
 
 def esc(text: Any) -> str:
@@ -31,8 +52,8 @@ def esc(text: Any) -> str:
 
 
 def markdown(text: str) -> str:
-    """Markdown to HTML with raw HTML escaped."""
-    return f'<div style="line-height:1.5">{_md.render(text)}</div>'
+    """Markdown to HTML with raw HTML escaped, fenced code highlighted."""
+    return f'<div class="esc-md">{_md.render(text)}</div>'
 
 
 def split_frozen(text: str, max_tail: int = 4096) -> int:
@@ -59,29 +80,24 @@ def split_frozen(text: str, max_tail: int = 4096) -> int:
     return cut_at
 
 
-def pre(text: str, style: str = "") -> str:
-    return (f'<pre style="{MONO};line-height:1.4;white-space:pre-wrap;margin:2px 0;padding:4px 6px;'
-            f'background:var(--jp-layout-color2,#f6f8fa);border-radius:4px;{style}">{esc(text)}</pre>')
+def pre(text: str, cls: str = "") -> str:
+    return f'<pre class="esc-pre{" " + cls if cls else ""}">{esc(text)}</pre>'
 
 
 def _diff_rows(lines: list[tuple[str, str]], budget: int) -> list[str]:
     rows = []
     for tag, line in lines[:budget]:  # a huge diff must not freeze the kernel or the browser
-        color = {"+": "#e6ffec", "-": "#ffebe9", "@": "#ddf4ff"}.get(tag, "transparent")
         sign = {"@": "", " ": " "}.get(tag, tag)
-        rows.append(f'<div class="escouade-diff-{_DIFF_CLASS.get(tag, "ctx")}" '
-                    f'style="background:{color};white-space:pre-wrap">{esc(sign + line)}</div>')
+        rows.append(f'<div class="esc-diff-{_DIFF_CLASS.get(tag, "ctx")}">{esc(sign + line)}</div>')
     return rows
 
 
 def _more(hidden: int) -> str:
-    return f'<div class="escouade-diff-more" style="color:#8a8a8a">… {hidden} more lines</div>' if hidden > 0 else ""
+    return f'<div class="esc-diff-more">… {hidden} more lines</div>' if hidden > 0 else ""
 
 
-def _diff_box(head: str, body: str, cls: str = "escouade-diff") -> str:
-    return (f'<div class="{cls}" style="{MONO};line-height:1.4;border:1px solid #d0d7de;'
-            f'border-radius:4px;margin:2px 0">'
-            f'<div style="padding:2px 6px;background:#f6f8fa;border-bottom:1px solid #d0d7de">{head}</div>{body}</div>')
+def _diff_box(head: str, body: str, cls: str = "esc-diff") -> str:
+    return f'<div class="{cls}"><div class="esc-diff-head">{head}</div>{body}</div>'
 
 
 def diff_html(item: dict[str, Any], kernel_notebook: str | None = None) -> str:
@@ -95,14 +111,10 @@ def diff_html(item: dict[str, Any], kernel_notebook: str | None = None) -> str:
         nb = notebook_diff(old, item.get("newText", ""), path)
         if nb.error is None:
             return notebook_diff_html(nb, kernel_notebook=path == kernel_notebook)
-        why = (f'<div class="escouade-notebook-fallback" style="padding:2px 6px;color:#57606a">'
-               f'not shown cell by cell: {esc(nb.error)}</div>')
+        why = f'<div class="esc-notebook-fallback esc-dim">not shown cell by cell: {esc(nb.error)}</div>'
     lines = diff_lines(old, item.get("newText", ""), path)
     head = f'{"new file" if old is None else "edit"} <b>{esc(path)}</b>'
     return _diff_box(head, why + "".join(_diff_rows(lines, MAX_DIFF_ROWS)) + _more(len(lines) - MAX_DIFF_ROWS))
-
-
-_CELL_COLOR = {"added": "#1a7f37", "removed": "#cf222e", "changed": "#9a6700", "unchanged": "#57606a"}
 
 
 def notebook_diff_html(nb: NotebookDiff, *, kernel_notebook: bool = False) -> str:
@@ -110,48 +122,112 @@ def notebook_diff_html(nb: NotebookDiff, *, kernel_notebook: bool = False) -> st
     block per touched cell (heading, source diff, details), then the notebook's own
     changes; at most :data:`MAX_DIFF_ROWS` source lines in all."""
     head = (f'{"new notebook" if nb.new_file else "notebook"} <b>{esc(nb.path)}</b> '
-            f'<span style="color:#57606a">{esc(nb.summary())}</span>')
+            f'<span class="esc-dim">{esc(nb.summary())}</span>')
     if kernel_notebook:
-        head += ('<div class="escouade-kernel-notebook" style="color:#bf8700;font-weight:600">'
-                 'this is the notebook you are in</div>')
+        head += '<div class="esc-kernel-notebook esc-warn">this is the notebook you are in</div>'
     blocks = []
     budget = MAX_DIFF_ROWS
     hidden = 0
     for cell in nb.cells:
-        color = _CELL_COLOR["changed" if cell.moved and cell.kind == "unchanged" else cell.kind]
+        kind = "changed" if cell.moved and cell.kind == "unchanged" else cell.kind
         rows = _diff_rows(list(cell.source), budget)
         budget -= len(rows)
         hidden += len(cell.source) - len(rows)
         if cell.kind in ("added", "removed") and not cell.source:
-            rows.append('<div style="color:#8a8a8a">(empty)</div>')
-        details = (f'<div class="escouade-cell-details" style="color:#57606a">{esc("; ".join(cell.details))}</div>'
+            rows.append('<div class="esc-dim">(empty)</div>')
+        details = (f'<div class="esc-cell-details esc-dim">{esc("; ".join(cell.details))}</div>'
                    if cell.details else "")
-        blocks.append(f'<div class="escouade-cell escouade-cell-{cell.kind}" style="border-top:1px solid #d0d7de;'
-                      f'padding:1px 0"><div style="padding:0 6px;color:{color};font-weight:600">'
+        blocks.append(f'<div class="esc-cell esc-cell-{cell.kind}"><div class="esc-cell-head esc-cell-{kind}">'
                       f'{esc(cell.heading())}</div>{"".join(rows)}{details}</div>')
-    notes = "".join(f'<div style="padding:0 6px;color:#57606a;border-top:1px solid #d0d7de">{esc(p)}</div>'
-                    for p in nb.metadata)
-    return _diff_box(head, "".join(blocks) + _more(hidden) + notes, "escouade-diff escouade-notebook-diff")
+    notes = "".join(f'<div class="esc-cell esc-dim">{esc(p)}</div>' for p in nb.metadata)
+    return _diff_box(head, "".join(blocks) + _more(hidden) + notes, "esc-diff esc-notebook-diff")
 
 
-def terminal_html(terminal_id: str, term: dict | None) -> str:
-    """A terminal embedded in a tool call: its live output and, once it ended, how."""
+# -- ANSI colours (SGR) of terminal output ------------------------------------------------------
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+_OTHER_ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[A-Za-ln-z]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][A-Za-z0-9]|[=>])")
+
+
+def ansi_html(text: str) -> str:
+    """Terminal output with its SGR colours (ECMA-48 ``ESC [ … m``: bold, the 8 colours
+    and their bright forms, foreground and background; 256-colour and RGB codes are
+    read and dropped) as escaped text in ``esc-fg-N`` / ``esc-bg-N`` / ``esc-bold``
+    spans; other escape sequences (cursor moves, titles) are removed."""
+    text = _OTHER_ESCAPES.sub("", text)
+    out: list[str] = []
+    fg: int | None = None
+    bg: int | None = None
+    bold = False
+    pos = 0
+
+    def emit(chunk: str) -> None:
+        if not chunk:
+            return
+        classes = [c for c in (f"esc-fg-{fg}" if fg is not None else "", f"esc-bg-{bg}" if bg is not None else "",
+                               "esc-bold" if bold else "") if c]
+        out.append(f'<span class="{" ".join(classes)}">{esc(chunk)}</span>' if classes else esc(chunk))
+
+    for m in _SGR.finditer(text):
+        emit(text[pos:m.start()])
+        pos = m.end()
+        codes = [int(c) if c.isdigit() else 0 for c in m.group(1).split(";")] if m.group(1) else [0]
+        i = 0
+        while i < len(codes):
+            c = codes[i]
+            if c == 0:
+                fg = bg = None
+                bold = False
+            elif c == 1:
+                bold = True
+            elif c == 22:
+                bold = False
+            elif 30 <= c <= 37:
+                fg = c - 30
+            elif 90 <= c <= 97:
+                fg = c - 90 + 8
+            elif c == 39:
+                fg = None
+            elif 40 <= c <= 47:
+                bg = c - 40
+            elif 100 <= c <= 107:
+                bg = c - 100 + 8
+            elif c == 49:
+                bg = None
+            elif c in (38, 48) and i + 1 < len(codes):  # 256-colour (5;n) or RGB (2;r;g;b): not shown
+                i += 2 if codes[i + 1] == 5 else 4
+            i += 1
+    emit(text[pos:])
+    return "".join(out)
+
+
+def terminal_html(terminal_id: str, term: dict | None, command: str | None = None) -> str:
+    """A terminal embedded in a tool call: ``$ command args``, its live output (ANSI
+    colours shown), and once it ended, how. The terminal id is only a tooltip."""
+    command = (term or {}).get("command") or command
+    head = f'<span class="esc-term-cmd">$ {esc(command)}</span>' if command else '<span class="esc-term-cmd">$</span>'
     if term is None:
-        return pre(f"(terminal {terminal_id})")
-    head = f'<div style="color:#57606a;font-size:11px">terminal {esc(terminal_id)} · {esc(terminal_state(term))}' \
-           f'{" · output truncated (newest kept)" if term.get("truncated") else ""}</div>'
-    return f'<div class="escouade-terminal">{head}{pre(cut(term.get("output", ""), 8000))}</div>'
+        return f'<div class="esc-terminal" title="terminal {esc(terminal_id)}">{head}</div>'
+    state = terminal_state(term)
+    tail = (f'<span class="esc-term-state esc-dim">{esc(state)}'
+            f'{" · output truncated (newest kept)" if term.get("truncated") else ""}</span>')
+    output = cut(term.get("output", ""), 8000)
+    body = f'<pre class="esc-pre esc-term-out">{ansi_html(output)}</pre>' if output else ""
+    return f'<div class="esc-terminal" title="terminal {esc(terminal_id)}">{head} {tail}{body}</div>'
+
+
+def _pygments(code: str, lexer: Any, extra: str = "") -> str:
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+
+    body = highlight(code, lexer, HtmlFormatter(nowrap=True))
+    return f'<pre class="esc-pre esc-code {extra}">{body}</pre>'
 
 
 def code_html(code: str, language: str = "python") -> str:
-    """``code`` highlighted by Pygments (inline styles: no stylesheet needed; escaped)."""
-    from pygments import highlight
-    from pygments.formatters import HtmlFormatter
+    """``code`` highlighted by Pygments (token classes; escaped by Pygments)."""
     from pygments.lexers import get_lexer_by_name
 
-    formatter = HtmlFormatter(noclasses=True, nowrap=True, style="default")
-    body = highlight(cut(code), get_lexer_by_name(language), formatter)
-    return f'<pre class="escouade-code" style="margin:2px 0;white-space:pre-wrap">{body}</pre>'
+    return _pygments(cut(code), get_lexer_by_name(language))
 
 
 INLINE_MEDIA_MAX = 4 * 1024 * 1024
@@ -162,80 +238,104 @@ _IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", 
 def block_html(block: dict[str, Any]) -> str:
     """A non-text ACP content block as safe HTML: an image inline (raster types, at most
     :data:`INLINE_MEDIA_MAX`, height-capped), audio with controls, an http(s) link as a
-    link (``file://`` and others as their text: the browser could not open them), an
-    embedded text as a collapsed block; anything else as :func:`block_text` says."""
+    link, a ``file://`` link as a link the front-end opens in JupyterLab (its path in
+    ``data-open``), an embedded text as a collapsed block; anything else as
+    :func:`block_text` says."""
     kind = block.get("type")
     label = esc(block_text(block).split("\n", 1)[0])
     data = block.get("data")
     if kind in ("image", "audio") and isinstance(data, str) and blob_size(data) <= INLINE_MEDIA_MAX:
         mime = str(block.get("mimeType") or "")
         if kind == "image" and mime in _IMAGE_MIMES:
-            return (f'<div class="escouade-block"><img src="data:{esc(mime)};base64,{esc(data)}" alt="{label}" '
-                    f'title="{label}" style="max-width:100%;max-height:360px;border-radius:4px"></div>')
+            return (f'<div class="esc-block"><img class="esc-img" src="data:{esc(mime)};base64,{esc(data)}" '
+                    f'alt="{label}" title="{label}"></div>')
         if kind == "audio" and mime.startswith("audio/"):
-            return (f'<div class="escouade-block"><audio controls src="data:{esc(mime)};base64,{esc(data)}" '
+            return (f'<div class="esc-block"><audio controls src="data:{esc(mime)};base64,{esc(data)}" '
                     f'title="{label}"></audio></div>')
     if kind == "resource_link":
         uri = str(block.get("uri") or "")
+        name = block.get("title") or block.get("name") or uri
         if uri.startswith(("http://", "https://")):
-            name = block.get("title") or block.get("name") or uri
-            return (f'<div class="escouade-block">🔗 <a href="{esc(uri)}" target="_blank" rel="noopener noreferrer">'
+            return (f'<div class="esc-block">🔗 <a href="{esc(uri)}" target="_blank" rel="noopener noreferrer">'
                     f'{esc(name)}</a></div>')
+        if uri.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            path = unquote(urlparse(uri).path)
+            return (f'<div class="esc-block">📄 <a class="esc-open" href="#" data-open="{esc(path)}" '
+                    f'title="{esc(path)}">{esc(name)}</a></div>')
     if kind == "resource":
         res = block.get("resource") or {}
         if isinstance(res.get("text"), str):
-            return (f'<details class="escouade-block"><summary>{label}</summary>'
-                    f'{pre(cut(res["text"]))}</details>')
-    return f'<div class="escouade-block" style="color:#8a8a8a">{label}</div>'
+            return f'<details class="esc-block"><summary>{label}</summary>{pre(cut(res["text"]))}</details>'
+    return f'<div class="esc-block esc-dim">{label}</div>'
 
 
-def tool_body_html(call: ToolCall) -> str:
-    """The body of a tool card: input (unless a diff shows it), outputs, diffs, terminals.
-    Code the kernel's ``run_code`` is given is shown highlighted, not as JSON."""
+def _terminal_command(call: ToolCall) -> str | None:
+    """``command args`` from a tool call's raw input, when it carries one."""
+    raw = call.raw_input if isinstance(call.raw_input, dict) else {}
+    cmd = raw.get("command")
+    if isinstance(cmd, list):
+        return " ".join(map(str, cmd))
+    if isinstance(cmd, str):
+        args = raw.get("args")
+        return " ".join([cmd, *map(str, args)]) if isinstance(args, list) else cmd
+    return None
+
+
+def tool_body_html(call: ToolCall, *, show_input: bool = True) -> str:
+    """The body of a tool card: input (unless a diff or a terminal shows it), outputs,
+    diffs, terminals. Code the kernel's ``run_code`` is given is shown highlighted, not as
+    JSON; a terminal as ``$ command args`` with its output."""
     parts = []
     code = call.raw_input.get("code") if isinstance(call.raw_input, dict) else None
+    terminal = any(c.get("type") == "terminal" for c in call.content)
     if call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
-        parts.append(f'<div class="escouade-tool-input">{code_html(code)}</div>')
-        inp = ""
-    else:
-        inp = "" if call.diffs else tool_input_text(call.raw_input)  # a diff already shows what is written
-    if inp:
-        parts.append(f'<div class="escouade-tool-input">{pre(inp)}</div>')
+        parts.append(f'<div class="esc-tool-input">{code_html(code)}</div>')
+    elif show_input and not call.diffs and not terminal:  # a diff or a terminal already shows it
+        inp = tool_input_text(call.raw_input)
+        if inp:
+            if "\n" in inp or len(inp) > 120:
+                parts.append(f'<details class="esc-tool-input"><summary>input</summary>{pre(inp)}</details>')
+            else:
+                parts.append(f'<div class="esc-tool-input">{pre(inp)}</div>')
     for c in call.content:
         if c.get("type") == "diff":
             parts.append(diff_html(c, call.kernel_notebook))
         elif c.get("type") == "terminal":
             tid = str(c.get("terminalId"))
-            parts.append(terminal_html(tid, call.terminals.get(tid)))
+            parts.append(terminal_html(tid, call.terminals.get(tid), _terminal_command(call)))
         elif c.get("type") == "content" and (c.get("content") or {}).get("type") not in (None, "text"):
             parts.append(block_html(c["content"]))
         else:
-            parts.append(f'<div class="escouade-tool-output">{pre(cut(content_text(c)))}</div>')
+            parts.append(f'<div class="esc-tool-output">{pre(cut(content_text(c)))}</div>')
     out = raw_output_text(call)
     if out:
-        parts.append(f'<div class="escouade-tool-output">{pre(out)}</div>')
+        parts.append(f'<div class="esc-tool-output">{pre(out)}</div>')
     return "".join(parts)
 
 
-def tool_header_html(call: ToolCall) -> str:
+def tool_header_html(call: ToolCall, status_word: str | None = None, tone: str | None = None) -> str:
+    """The head line of a tool card: ``● status`` (``status_word`` when the card knows
+    better than the agent's status: "rejected by you"), title, kind, and the client's
+    note when it ran without asking."""
     status = call.shown_status
-    color = STATUS_COLOR.get(status, "#8a8a8a")
-    return (f'<div class="escouade-tool-header"><span style="color:{color};font-weight:600">● {esc(status)}</span> '
-            f'<b>{esc(call.title or call.tool_call_id)}</b> '
-            f'<span style="color:#8a8a8a">{esc(call.kind or "other")}</span>'
-            + (f'<div class="escouade-not-asked" style="color:#8a8a8a;font-size:11px">{esc(call.not_asked)}</div>'
-               if call.not_asked else "") + '</div>')
+    word = status_word or {"in_progress": "running", "pending": "pending"}.get(status, status)
+    return (f'<div class="esc-tool-header"><span class="esc-status esc-st-{esc(tone or status)}">● {esc(word)}</span> '
+            f'<b class="esc-title">{esc(call.title or "a tool call")}</b> '
+            f'<span class="esc-kind esc-dim" title="{esc(call.tool_call_id)}">{esc(call.kind or "other")}</span>'
+            + (f'<div class="esc-not-asked esc-dim">{esc(call.not_asked)}</div>' if call.not_asked else "") + '</div>')
 
 
 def plan_html(plan: Plan) -> str:
     rows = []
     for e in plan.entries:
         mark = {"[ ]": "☐", "[~]": "◐", "[x]": "☑"}.get(PLAN_MARK.get(e.get("status"), ""), "?")
-        style = "text-decoration:line-through;color:#8a8a8a" if e.get("status") == "completed" else ""
-        rows.append(f'<li style="list-style:none;{style}">{mark} {esc(e.get("content", ""))}'
-                    f' <span style="color:#8a8a8a;font-size:11px">{esc(e.get("priority", ""))}</span></li>')
-    body = f'<ul style="margin:2px 0;padding-left:8px">{"".join(rows)}</ul>'
+        done = " esc-done" if e.get("status") == "completed" else ""
+        rows.append(f'<li class="esc-plan-entry{done}">{mark} {esc(e.get("content", ""))}'
+                    f' <span class="esc-dim esc-small">{esc(e.get("priority", ""))}</span></li>')
+    body = f'<ul class="esc-plan-list">{"".join(rows)}</ul>' if rows else ""
     if plan.markdown:
         body += markdown(plan.markdown)
     title = "Plan" + (" (removed)" if plan.removed else "")
-    return f'<div class="escouade-plan"><b>{title}</b>{body}</div>'
+    return f'<div class="esc-plan"><b>{title}</b>{body}</div>'

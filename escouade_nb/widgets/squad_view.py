@@ -1,17 +1,24 @@
-"""The squad view (``%escouade squad``): one row per agent of the kernel, live."""
+"""The squad view (``%escouade squad``): one aligned table, a row per agent of the kernel,
+live; per row Open, Cancel turn, Restart and Stop agent (the last two confirmed in the
+browser); the oldest card waiting for you across the squad, answerable in place (its keys
+act after a 500 ms settle, as Escouade's overview does). One widget model."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import ipywidgets as w
+import traitlets
 
+from ..core.conversation import Permission
 from ..core.observers import Subscription
+from ..core.status import BUSY, CAN_RESTART, ENDED
 from ..engine.agent import Agent
 from ..engine.squad import Squad
-from .agent_view import STATUS_COLOR, AgentView, _run, status_text
-from .render import esc
-from .views import FullText, Releasing, Throttle, close_tree, on_loop
+from .agent_view import STATUS_TONE, AgentView, CardActions, _run, status_text
+from .feed import Feed
+from .front import HIDE_ORPHAN, FrontView
 
 COLUMNS = ("agent", "harness", "folder", "worktree", "mode", "status", "last activity", "tokens", "cost", "cards",
            "subagents")
@@ -65,110 +72,158 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
     }
 
 
-class SquadView(FullText, Releasing, w.VBox):
-    """A table of the squad's agents — name, harness, folder, mode, status, last
-    activity, tokens and cost when reported, pending cards — with Open, Stop and Restart
-    buttons per agent. Redrawn at most ``RENDERS_PER_SECOND`` times a second.
+class SquadView(FrontView):
+    """The squad's table and its oldest pending card (see the module). It listens to
+    each agent it shows and lets go of an agent that left the squad; ``close()`` lets go
+    of all of them and closes the agent view it opened."""
 
-    It listens to each agent it shows and lets go of an agent that left the squad;
-    ``close()`` lets go of all of them and closes the agent view it opened."""
+    opened = traitlets.Instance(w.Widget, allow_none=True).tag(sync=True, **w.widget_serialization)
 
     def __init__(self, squad: Squad) -> None:
-        super().__init__(layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
-        self.add_class("escouade-squad")
+        super().__init__(kind="squad")
         self.squad = squad
-        self.throttle = Throttle()
-        self.table = w.VBox()
-        self.opened = w.Output()
         self.opened_view: AgentView | None = None
         self._watched: dict[Agent, tuple[Subscription, Subscription]] = {}
-        self._rows: dict[Agent, tuple[w.HTML, w.HBox]] = {}
-        self._header = w.HTML()
-        self.children = [w.HTML("<b>Squad</b>"), self.table, self.opened]
-        self.redraws_on(self.throttle, self.refresh)
-        self.refresh()
+        self._sent: dict | None = None
+        self._card_cache: tuple | None = None
+        self._first_seen: dict[tuple[int, str], float] = {}  # (agent, card key) -> when first seen pending
+        self.actions.update(open=self._act_open, cancel=self._act_cancel, stop=self._act_stop, restart=self._act_restart,
+                            choose=self._card_act, approve=self._card_act, keep=self._card_act,
+                            answer=self._card_act, decline=self._card_act, cancel_q=self._card_act)
+        on_change = getattr(squad.agents, "on_change", None)  # an AgentTable (a plain dict in some tests)
+        if on_change is not None:
+            self.hold(on_change.subscribe(self._urgent))
+        self._watch_all()
 
+    # -- following the squad --------------------------------------------------------------------------
     def _changed(self, *_args) -> None:
-        self.throttle.request(self.refresh)
+        self.push([], 0, False)
 
-    def _watch(self, agent: Agent) -> None:
-        if agent not in self._watched:
-            self._watched[agent] = (agent.on_status.subscribe(self._changed),
-                                    agent.conversation.subscribe(self._changed))
+    def _urgent(self, *_args) -> None:
+        self.push([], 0, True)
 
-    def _forget(self, agents: list[Agent]) -> list[w.HBox]:
-        """Let go of the agents no longer in the squad: their subscriptions now; their
-        rows are returned, to close once out of the table."""
+    def _watch_all(self) -> list[Agent]:
+        agents = list(self.squad.agents.values())
         keep = {id(a) for a in agents}
         for agent in [a for a in self._watched if id(a) not in keep]:
             for sub in self._watched.pop(agent):
                 sub.close()
-        return [self._rows.pop(a)[1] for a in [a for a in self._rows if id(a) not in keep]]
-
-    def _buttons(self, agent: Agent) -> w.HBox:
-        open_b = w.Button(description="Open", layout=w.Layout(width="auto"), tooltip=f"Show {agent.name}'s view")
-        stop_b = w.Button(description="Stop", layout=w.Layout(width="auto"), tooltip=f"Stop {agent.name}")
-        restart_b = w.Button(description="Restart", layout=w.Layout(width="auto"), tooltip=f"Restart {agent.name}")
-
-        def open_view(_b) -> None:
-            if self.closed:
-                return
-            self.opened.clear_output()
-            if self.opened_view is not None:
-                self.opened_view.close()
-            self.opened_view = view = AgentView(agent)
-            with self.opened:
-                from IPython.display import display
-                display(view)
-
-        open_b.on_click(on_loop(open_view))
-        stop_b.on_click(on_loop(lambda _b: _run(agent.close())))
-        restart_b.on_click(on_loop(lambda _b: _run(agent.restart())))
-        return w.HBox([open_b, stop_b, restart_b])
-
-    def refresh(self) -> None:
-        if self.closed:
-            return
-        now = time.time()
-        head = "".join(f"<th style='text-align:left;padding:0 8px'>{c}</th>" for c in COLUMNS)
-        rows = []
-        agents = list(self.squad.agents.values())
-        gone = self._forget(agents)
         for agent in agents:
-            self._watch(agent)
-            row = agent_row(agent, now)
-            color = STATUS_COLOR.get(agent.status, "#57606a")
-            cells = "".join(
-                f"<td style='padding:0 8px;{'color:' + color + ';font-weight:600' if c == 'status' else ''}'>"
-                f"{esc(row[c])}</td>" for c in COLUMNS)
-            if agent not in self._rows:  # by agent, not name: a new agent of the same name gets its own buttons
-                html = w.HTML()
-                self._rows[agent] = (html, w.HBox([html, self._buttons(agent)]))
-            html, box = self._rows[agent]
-            value = f"<table class='escouade-squad-row'><tr>{cells}</tr></table>"
-            if html.value != value:
-                html.value = value
-            rows.append(box)
-        header = f"<table><tr>{head}</tr></table>" if rows else "<i>No agents yet.</i>"
-        if self._header.value != header:
-            self._header.value = header
-        children = (self._header, *rows)
-        if tuple(self.table.children) != children:
-            self.table.children = children
-        for box in gone:
-            close_tree(box)
+            if agent not in self._watched:
+                self._watched[agent] = (agent.on_status.subscribe(self._urgent),
+                                        agent.conversation.subscribe(self._changed))
+        return agents
+
+    def collect(self) -> tuple[list, bool]:
+        table = self.table()
+        if table == self._sent:
+            return [], False
+        self._sent = table
+        return [["sq", table]], False
+
+    def state(self) -> dict[str, Any]:
+        self._sent = table = self.table()
+        return table
+
+    def table(self) -> dict[str, Any]:
+        """The rows (text cells, status tone, last activity as epoch seconds, what can be
+        done) and the oldest pending card across the squad (its HTML, escaped)."""
+        if self.closed:
+            return self._sent or {"columns": list(COLUMNS), "rows": [], "pending": None}
+        agents = self._watch_all()
+        now = time.time()
+        rows = []
+        for agent in agents:
+            cells = agent_row(agent, now)
+            cells["last activity"] = ""  # the browser counts it from "at" (no message a second)
+            rows.append({"name": agent.name, "cells": cells, "tone": STATUS_TONE.get(agent.status, "idle"),
+                         "at": agent.last_activity, "cards": len(agent.pending_cards) + len(agent.pending_questions),
+                         "can": {"cancel": agent.status in BUSY and agent.turns.current is not None,
+                                 "restart": agent.status in CAN_RESTART, "stop": agent.status not in ENDED}})
+        return {"columns": list(COLUMNS), "rows": rows, "pending": self._oldest_card(agents)}
+
+    def _oldest_card(self, agents: list[Agent]) -> dict[str, Any] | None:
+        """The card that has waited longest across the squad (by when this view first saw
+        it pending), with its HTML and how many wait in all."""
+        now = time.monotonic()
+        pending: dict[tuple[int, str], tuple[Agent, Any]] = {}
+        for agent in agents:
+            for item in [c.permission for c in agent.pending_cards] + [q.question for q in agent.pending_questions]:
+                pending[(id(agent), item.key)] = (agent, item)
+        self._first_seen = {k: self._first_seen.get(k, now) for k in pending}
+        if not pending:
+            self._card_cache = None
+            return None
+        count = len(pending)
+        oldest = min(pending, key=lambda k: (self._first_seen[k], k[1]))
+        agent, item = pending[oldest]
+        cache_key = (id(agent), item.key, item.version)
+        if self._card_cache is None or self._card_cache[0] != cache_key:
+            feed = Feed(agent.conversation, speaker=agent.harness.harness.speaker or agent.name,
+                        accept=lambda i, it=item: i is it)
+            try:
+                html = feed.render(item)[0]
+            finally:
+                feed.close()
+            self._card_cache = (cache_key, html)
+        return {"agent": agent.name, "key": item.key, "html": self._card_cache[1], "count": count}
+
+    # -- actions ------------------------------------------------------------------------------------------
+    def _agent(self, msg: dict) -> Agent | None:
+        return self.squad.agents.get(str(msg.get("name")))
+
+    def _act_open(self, msg: dict) -> None:
+        agent = self._agent(msg)
+        if agent is None:
+            return
+        if self.opened_view is not None and self.opened_view.agent is agent and not self.opened_view.closed:
+            return
+        if self.opened_view is not None:
+            self.opened_view.close()
+        self.opened_view = AgentView(agent)
+        self.opened = self.opened_view
+
+    def _act_cancel(self, msg: dict) -> None:
+        agent = self._agent(msg)
+        if agent is not None:
+            agent.cancel()
+
+    def _act_stop(self, msg: dict) -> None:
+        agent = self._agent(msg)
+        if agent is not None:
+            _run(agent.close())
+
+    def _act_restart(self, msg: dict) -> None:
+        agent = self._agent(msg)
+        if agent is not None and agent.status in CAN_RESTART:
+            _run(agent.restart())
+
+    def _card_act(self, msg: dict) -> None:
+        agent = self._agent(msg)
+        if agent is None:
+            return
+        feed = Feed(agent.conversation, accept=lambda i: isinstance(i, (Permission,)) or hasattr(i, "schema"))
+        try:
+            CardActions(agent, feed).bind(actions := {})
+            fn = actions.get(str(msg.get("act")))
+            if fn is not None:
+                fn(msg)
+        finally:
+            feed.close()
 
     def release(self) -> None:
         for subs in self._watched.values():
             for sub in subs:
                 sub.close()
         self._watched.clear()
-        for _html, box in self._rows.values():
-            close_tree(box)  # its buttons hold the agent
-        self._rows.clear()
         if self.opened_view is not None:
             self.opened_view.close()
             self.opened_view = None
+
+    def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        return {"text/plain": "",  # the widget's own text/plain follows: the whole table
+                "text/html": '<div class="esc-saved" style="font-size:12px;color:#555">The squad view was here '
+                             '(live while its kernel runs: <code>%escouade squad</code>).</div>' + HIDE_ORPHAN}
 
     def __repr__(self) -> str:
         agents = list(self.squad.agents.values())

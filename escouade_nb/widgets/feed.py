@@ -1,0 +1,568 @@
+"""A conversation as the front-end's items: what each item shows (escaped HTML) and the
+ops that bring a view from what it has to what the conversation holds.
+
+An item is ``[key, html, meta]``; ``meta`` holds ``c`` (its class: ``msg``, ``tool``,
+``card``, ``plan``, ``note``, ``sub``), ``p`` (1 while it waits for the user: the
+front-end pins it), ``t`` (its one-line title, for the pin), ``h`` (1: drawn inside another
+item, so not shown on its own — a permission inside its tool call's card).
+
+Ops (applied in order by ``widgets/escouade.js``):
+
+- ``["it", key, html, meta]`` — the item whole: replaced where it is, or appended;
+- ``["tx", key, text]`` — text appended to a streaming message's tail (shown as text);
+- ``["fz", key, html, n]`` — rendered blocks appended to a message, and the first ``n``
+  UTF-16 units of its tail dropped (the raw text they replace).
+
+A streaming agent message sends each settled part once, as HTML, and only the part still
+growing as raw text, so a reply costs about its own size whatever its length (a 60 KB
+code block is sent as text while it grows and highlighted once, when it closes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..core import forms
+from ..core.conversation import (Change, Compaction, Conversation, Item, Message, Notice, Permission, Plan, Question,
+                                 Subagent, ToolCall, Unknown)
+from ..core.plans import QUESTION_OPEN, visible_text
+from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
+from .render import block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
+
+FREEZE_BUDGET = 6 * 1024
+"""Characters of markdown one message renders per batch (about 2 ms): a burst bigger
+than this is rendered over several batches, so none holds the kernel's loop for long."""
+
+
+def utf16_len(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units (what a JavaScript string counts)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _who(answered_by: str | None) -> str:
+    """Who answered, in the card's words: a rule plugin without its " via Escouade"."""
+    who = answered_by or ""
+    return who[:-len(" via Escouade")] if who.endswith(" via Escouade") else who
+
+
+def _rejected(perm: Permission) -> bool:
+    kind = str((perm.chosen or {}).get("kind", ""))
+    return perm.denied or kind.startswith("reject")
+
+
+def tool_status(call: ToolCall, perm: Permission | None) -> tuple[str | None, str | None]:
+    """(word, tone) a tool card shows when its permission says more than the agent's
+    status: a call that failed because it was refused says who refused it ("rejected by
+    you", "refused by Team rules"), a plan sent back says so; (None, None) otherwise."""
+    if perm is None:
+        return None, None
+    if perm.state == "pending":
+        return ("deciding…", "pending") if perm.deciding else ("waiting for you", "waiting")
+    if perm.plan is not None and not str((perm.chosen or {}).get("kind", "")).startswith("allow") \
+            and perm.state != "cancelled":
+        return "sent back", "info"
+    if perm.state == "cancelled" and call.shown_status in ("pending", "in_progress", "cancelled", "failed"):
+        return "cancelled", "cancelled"
+    if _rejected(perm) and call.shown_status in ("failed", "pending", "in_progress", "cancelled"):
+        who = _who(perm.answered_by)
+        return ("rejected by you" if who == "you" else f"refused by {who}" if who else "refused"), "refused"
+    return None, None
+
+
+def _answer_tone(perm: Permission) -> str:
+    if perm.state == "cancelled":
+        return "cancelled"
+    return "refused" if _rejected(perm) else "completed"
+
+
+class Feed:
+    """The items of one conversation as the front-end shows them, kept in step.
+
+    ``accept(item)`` filters which items appear (a turn's view shows its own);
+    ``speaker`` names the agent in cards; ``agent`` gives what the cards' actions need
+    (None: cards drawn without their buttons — a static copy). ``on_ops(ops, size,
+    urgent)`` receives what changed (the view's :class:`~.front.Outbox`)."""
+
+    def __init__(self, conversation: Conversation, *, speaker: str = "agent",
+                 accept: Callable[[Item], bool] | None = None, interactive: bool = True,
+                 prefix: str = "") -> None:
+        self.conversation = conversation
+        self.speaker = speaker
+        self.accept = accept or (lambda item: True)
+        self.interactive = interactive
+        self.prefix = prefix
+        self.items: list[Item] = []  # shown, in order (hidden ones too)
+        self._keys: dict[str, Item] = {}
+        self._stream: dict[str, list[int]] = {}  # message key -> [frozen_upto, sent_upto] (characters)
+        self._dirty: dict[str, Item] = {}
+        self._perm_of: dict[int, Permission] = {}  # id(tool call) -> its permission (latest)
+        self._nested: dict[str, tuple[Feed, Any]] = {}  # subagent key -> (its feed, its subscription)
+        self._owner: dict[str, str] = {}  # subagent key -> the key of the item that draws it
+        self._form_errors: dict[str, str] = {}
+        self._pending = 0
+        self._seen: dict[str, int] = {}  # message key -> its length at the last change (the nudge's size)
+        self.on_ops: Callable[[list, int, bool], None] | None = None
+        self._sub = conversation.subscribe(self._on_changes)
+        for item in list(conversation.items):
+            if self.accept(item):
+                self._add(item)
+
+    def close(self) -> None:
+        self._sub.close()
+        for feed, _ in self._nested.values():
+            feed.close()
+        self._nested.clear()
+        self.on_ops = None
+
+    # -- keys -------------------------------------------------------------------------------------
+    def key(self, item: Item) -> str:
+        return self.prefix + item.key
+
+    def find(self, key: str) -> Item | None:
+        """The item (of this conversation or a nested subagent's) a front-end key names."""
+        item = self._keys.get(key)
+        if item is not None:
+            return item
+        for feed, _ in self._nested.values():
+            item = feed.find(key)
+            if item is not None:
+                return item
+        return None
+
+    def owner_conversation(self, key: str) -> Conversation | None:
+        if key in self._keys:
+            return self.conversation
+        for feed, _ in self._nested.values():
+            conv = feed.owner_conversation(key)
+            if conv is not None:
+                return conv
+        return None
+
+    # -- following the conversation ------------------------------------------------------------------
+    def _add(self, item: Item) -> None:
+        self.items.append(item)
+        self._keys[self.key(item)] = item
+        if isinstance(item, Permission) and item.tool_call is not None:
+            self._perm_of[id(item.tool_call)] = item
+
+    def _on_changes(self, changes: list[Change]) -> None:
+        urgent = False
+        for change in changes:
+            item = change.item
+            if item is None:
+                continue
+            key = self.key(item)
+            if change.kind == "added":
+                if not self.accept(item):
+                    continue
+                self._add(item)
+                urgent = True
+            elif key not in self._keys:
+                continue
+            if isinstance(item, (Permission, Question)):
+                urgent = True
+            self._dirty[key] = item
+            if isinstance(item, Message) and key in self._stream:
+                n = len(item.text)
+                self._pending += max(0, n - max(self._seen.get(key, 0), self._stream[key][1]))
+                self._seen[key] = n
+            if isinstance(item, Permission) and item.tool_call is not None:
+                call_key = self.key(item.tool_call)
+                if call_key in self._keys:
+                    self._dirty[call_key] = item.tool_call
+            if isinstance(item, Message) and item.closed:
+                urgent = urgent or item.role == "thought"
+        if self._dirty and self.on_ops is not None:
+            pending, self._pending = self._pending, 0
+            self.on_ops([], pending, urgent)  # a nudge: the view collects with :meth:`ops` when it flushes
+
+    def _nested_changed(self, sub_key: str) -> None:
+        owner = self._owner.get(sub_key)
+        item = self._keys.get(owner) if owner else None
+        if item is not None:
+            self._dirty[owner] = item
+            if self.on_ops is not None:
+                self.on_ops([], 0, True)
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._dirty) or any(f.dirty for f, _ in self._nested.values())
+
+    def ops(self) -> tuple[list, int, bool]:
+        """(ops, their size in characters, more to do) since the last call: items drawn
+        anew, text appended, blocks frozen. ``more`` is true when a message is behind
+        (more settled markdown than :data:`FREEZE_BUDGET`): call again soon."""
+        ops: list = []
+        size = 0
+        more = False
+        dirty, self._dirty = self._dirty, {}
+        for key, item in dirty.items():
+            if isinstance(item, Message) and item.role == "thought" and key in self._stream and not item.closed:
+                sent = self._stream[key][1]
+                if len(item.text) >= sent:
+                    if len(item.text) > sent:
+                        ops.append(["tx", key, item.text[sent:]])
+                        size += len(item.text) - sent
+                        self._stream[key][1] = len(item.text)
+                    continue
+            if isinstance(item, Message) and item.role == "agent" and key in self._stream:
+                stream_ops, behind = self._stream_ops(key, item)
+                if stream_ops is not None:
+                    ops.extend(stream_ops)
+                    size += sum(len(o[2]) for o in stream_ops)
+                    if behind:
+                        self._dirty[key] = item
+                        more = True
+                    continue
+            html, meta = self.render(item)
+            ops.append(["it", key, html, meta])
+            size += len(html)
+        for feed, _ in self._nested.values():  # a nested conversation redraws its owner (see render)
+            feed._dirty.clear()
+        return ops, size, more
+
+    # -- streaming messages --------------------------------------------------------------------------
+    def _stream_ops(self, key: str, msg: Message) -> tuple[list | None, bool]:
+        """The ops that bring a streaming agent message up to date, or (None, False) when
+        it must be drawn whole (its text changed before what was sent, non-text blocks)."""
+        state = self._stream[key]
+        frozen, sent = state
+        raw = msg.text
+        if msg.blocks or QUESTION_OPEN in raw:
+            return None, False
+        text = raw
+        if len(text) < sent:
+            return None, False
+        settled = len(text) if msg.closed else split_frozen(text)
+        cut_at, behind = settled, False
+        if settled - frozen > FREEZE_BUDGET:
+            budget_cut = split_frozen(text[:frozen + FREEZE_BUDGET] + ("\n\n" if msg.closed else ""))
+            if frozen < budget_cut < settled:
+                cut_at, behind = budget_cut, True
+        # the front-end's tail always holds text[frozen:sent] as raw text, its blocks text[:frozen]
+        ops: list = []
+        if cut_at > frozen:
+            dropped = utf16_len(text[frozen:min(sent, cut_at)]) if sent > frozen else 0
+            ops.append(["fz", key, markdown(text[frozen:cut_at]), dropped])
+            state[0] = frozen = cut_at
+            state[1] = sent = max(sent, cut_at)  # settled text not sent yet goes as HTML only
+        if not behind and len(text) > sent:  # behind: the rest waits for the next batches' blocks
+            ops.append(["tx", key, text[sent:]])
+            state[1] = len(text)
+        return ops, behind
+
+    # -- what an item shows ------------------------------------------------------------------------------
+    def snapshot_items(self) -> list:
+        """Every item as ``[key, html, meta]`` (a late view's state); streaming messages
+        restart from what is settled."""
+        out = []
+        for item in self.items:
+            html, meta = self.render(item)
+            out.append([self.key(item), html, meta])
+        return out
+
+    def render(self, item: Item) -> tuple[str, dict[str, Any]]:
+        """(HTML, meta) of ``item`` as the front-end shows it now."""
+        if isinstance(item, Message):
+            return self._message(item)
+        if isinstance(item, ToolCall):
+            return self._tool(item)
+        if isinstance(item, Permission):
+            call = item.tool_call
+            if call is not None and self.key(call) in self._keys and self._perm_of.get(id(call)) is item:
+                return "", {"c": "perm", "h": 1}
+            return self._standalone_permission(item)
+        if isinstance(item, Question):
+            return self._question(item)
+        if isinstance(item, Plan):
+            return plan_html(item), {"c": "plan"}
+        if isinstance(item, Subagent):
+            return self._subagent(item, self.key(item)), {"c": "sub"}
+        return self._note(item), {"c": "note"}
+
+    def _message(self, msg: Message) -> tuple[str, dict[str, Any]]:
+        key = self.key(msg)
+        extra = "".join(block_html(b) for b in msg.blocks)
+        if msg.role == "user":
+            return (f'<div class="esc-msg esc-user"><div class="esc-who">you</div>'
+                    f'<div class="esc-user-text">{esc(msg.text)}</div>{extra}</div>', {"c": "msg"})
+        if msg.role == "thought":
+            if msg.closed:
+                took = getattr(msg, "duration", None)
+                head = (f"{self.speaker} thought for {round(took)} s" if took and took >= 1 else
+                        f"{self.speaker} thought for under a second" if took is not None else f"{self.speaker} thought")
+                self._stream.pop(key, None)
+            else:
+                head = f"{self.speaker} thinks…"
+                self._stream[key] = [0, len(msg.text)]
+            return (f'<details class="esc-thought"><summary>{esc(head)}</summary>'
+                    f'<div class="esc-thought-text esc-tail">{esc(msg.text)}</div></details>', {"c": "msg"})
+        text = msg.text
+        if msg.blocks or QUESTION_OPEN in text:
+            self._stream.pop(key, None)
+            return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{markdown(visible_text(text))}</div>'
+                    f'<div class="esc-tail"></div>{extra}</div>', {"c": "msg"})
+        state = self._stream.get(key)
+        if state is None or len(text) < state[1]:  # drawn the first time: what is settled as blocks
+            state = self._stream[key] = [len(text) if msg.closed else split_frozen(text), len(text)]
+        frozen, sent = state  # a late view gets what the others have: blocks text[:frozen], tail up to sent
+        blocks = markdown(text[:frozen]) if frozen else ""
+        return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{blocks}</div>'
+                f'<div class="esc-tail">{esc(text[frozen:sent])}</div></div>', {"c": "msg"})
+
+    def _buttons(self, perm: Permission) -> str:
+        if not self.interactive:
+            return ""
+        out = []
+        for option in perm.options:
+            kind = str(option.get("kind", ""))
+            tone = "allow" if kind.startswith("allow") else "reject" if kind.startswith("reject") else "other"
+            out.append(f'<button class="esc-btn esc-{tone}" data-act="choose" data-key="{esc(self.key(perm))}" '
+                       f'data-value="{esc(option.get("optionId"))}" title="{esc(kind)}">'
+                       f'{esc(option.get("name") or option.get("optionId"))}</button>')
+        return f'<div class="esc-actions">{"".join(out)}</div>'
+
+    def _ask(self, perm: Permission) -> str:
+        """The permission part of a card: the question and the agent's options while
+        pending; one line saying who answered once settled."""
+        if perm.state != "pending":
+            tone = _answer_tone(perm)
+            mark = {"completed": "✓", "refused": "✕", "cancelled": "–"}[tone]
+            return f'<div class="esc-answer esc-ans-{tone}">{mark} {esc(answer_label(perm))}</div>'
+        deciding = (' <span class="esc-dim">deciding… (rule plugins are answering)</span>'
+                    if perm.deciding else "")
+        return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
+                f'<b>{esc(self.speaker)}</b> asks permission{deciding}</div>{self._buttons(perm)}</div>')
+
+    def _plan_ask(self, perm: Permission) -> str:
+        body = f'<div class="esc-plan-text">{markdown(perm.plan or "")}</div>'
+        if perm.state != "pending":
+            tone = _answer_tone(perm) if perm.state == "cancelled" else (
+                "completed" if str((perm.chosen or {}).get("kind", "")).startswith("allow") else "info")
+            return (f'<details class="esc-plan-done"><summary class="esc-answer esc-ans-{tone}">'
+                    f'{esc(answer_label(perm))}</summary>{body}</details>')
+        controls = ""
+        if self.interactive:
+            k = esc(self.key(perm))
+            controls = (f'<textarea class="esc-feedback" data-field="feedback" rows="2" '
+                        f'placeholder="What should change? (sent to the agent as is)"></textarea>'
+                        f'<div class="esc-actions"><button class="esc-btn esc-allow" data-act="approve" data-key="{k}">'
+                        f'Approve</button><button class="esc-btn esc-other" data-act="keep" data-key="{k}">'
+                        f'Keep planning</button></div>')
+        return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
+                f'<b>{esc(self.speaker)}</b> presents a plan</div>{body}{controls}</div>')
+
+    def _tool(self, call: ToolCall) -> tuple[str, dict[str, Any]]:
+        perm = self._perm_of.get(id(call))
+        if perm is not None and self.key(perm) not in self._keys:
+            perm = None
+        word, tone = tool_status(call, perm)
+        pending = perm is not None and perm.state == "pending"
+        if perm is not None and perm.plan is not None:
+            body = ""  # the plan is the card: not its raw input again
+            ask = self._plan_ask(perm)
+        else:
+            body = tool_body_html(call)
+            ask = self._ask(perm) if perm is not None else ""
+        nested = "".join(self._subagent(sub, self.key(call)) for sub in call.subagents)
+        cls = "esc-card esc-tool" + (" esc-pending" if pending else "")
+        html = f'<div class="{cls}">{tool_header_html(call, word, tone)}{body}{ask}{nested}</div>'
+        return html, {"c": "tool", "p": 1 if pending else 0, "t": call.title or "a tool call"}
+
+    def _standalone_permission(self, perm: Permission) -> tuple[str, dict[str, Any]]:
+        call = perm.tool_call
+        title = (call.title if call else None) or "a tool"
+        pending = perm.state == "pending"
+        if perm.plan is not None:
+            ask = self._plan_ask(perm)
+            head = ""
+        else:
+            ask = self._ask(perm)
+            head = (tool_header_html(call, *tool_status(call, perm)) + tool_body_html(call)) if call is not None else \
+                f'<div class="esc-tool-header"><b>{esc(title)}</b></div>'
+        cls = "esc-card esc-permission" + (" esc-pending" if pending else "")
+        return f'<div class="{cls}">{head}{ask}</div>', {"c": "card", "p": 1 if pending else 0, "t": title}
+
+    def _question(self, q: Question) -> tuple[str, dict[str, Any]]:
+        key = esc(self.key(q))
+        link = ""
+        if q.url:
+            link = (f'<div><a href="{esc(q.url)}" target="_blank" rel="noopener noreferrer">{esc(q.url)}</a></div>'
+                    if q.url.startswith(("https://", "http://")) else pre(q.url))
+        head = f'<div class="esc-ask-q"><b>{esc(self.speaker)}</b> asks: {esc(q.message)}</div>{link}'
+        if q.state != "pending":
+            lines = render_item(q).splitlines()
+            answer = "✓ answered" if q.state == "accept" and q.answer else (
+                esc(lines[-1].strip()) if lines else esc(q.state))
+            fields = ""
+            if q.answer:
+                fields = "".join(f'<div><span class="esc-dim">{esc(forms.field_label(q.schema, k) if q.schema else k)}'
+                                 f'</span>: {esc(v)}</div>' for k, v in q.answer.items())
+                fields = f'<div class="esc-form-answer">{fields}</div>'
+            tone = "completed" if q.state == "accept" else "cancelled"
+            return (f'<div class="esc-card esc-question">{head}<div class="esc-answer esc-ans-{tone}">{answer}</div>'
+                    f'{fields}</div>', {"c": "card"})
+        body = self._form(q) if self.interactive else ""
+        error = self._form_errors.get(self.key(q))
+        err = f'<div class="esc-error">{esc(error)}</div>' if error else ""
+        return (f'<div class="esc-card esc-question esc-pending" data-key="{key}">'
+                f'<div class="esc-ask" data-key="{key}">{head}{body}{err}</div></div>',
+                {"c": "card", "p": 1, "t": q.message or "a question"})
+
+    def _form(self, q: Question) -> str:
+        key = esc(self.key(q))
+        rows = []
+        if q.mode == "form":
+            specs = dict((q.schema or {}).get("properties") or {})
+            required = set(forms.required(q.schema))
+            for name, spec in specs.items():
+                rows.append(_field_html(name, spec, name in required))
+            buttons = [("answer", "Submit", "allow"), ("decline", "Decline", "other"), ("cancel", "Cancel", "other")]
+        elif q.mode == "url":
+            buttons = [("answer", "Done", "allow"), ("decline", "Decline", "other"), ("cancel", "Cancel", "other")]
+        else:
+            for item in q.questions:
+                spec = {"title": item.get("question"), "type": "string"}
+                if item.get("options"):
+                    spec["enum"] = list(item["options"])
+                rows.append(_field_html(str(item.get("id")), spec, False))
+            buttons = [("answer", "Send", "allow")]
+        acts = "".join(f'<button class="esc-btn esc-{tone}" data-act="{act}" data-key="{key}">{label}</button>'
+                       for act, label, tone in buttons)
+        return f'<div class="esc-form">{"".join(rows)}</div><div class="esc-actions">{acts}</div>'
+
+    def _subagent(self, sub: Subagent, owner_key: str) -> str:
+        skey = self.key(sub)
+        nested = self._nested.get(skey)
+        if nested is None:
+            feed = Feed(sub.conversation, speaker=f"{self.speaker} › {sub.name}", interactive=self.interactive,
+                        prefix=skey + "/")
+            feed.on_ops = lambda *_a, k=skey: self._nested_changed(k)
+            self._nested[skey] = nested = (feed, None)
+        self._owner[skey] = owner_key
+        feed = nested[0]
+        inner = "".join(f'<div class="esc-item esc-i-{m.get("c", "x")}" data-key="{esc(k)}"'
+                        f'{" hidden" if m.get("h") else ""}>{h}</div>' for k, h, m in feed.snapshot_items())
+        return (f'<div class="esc-subagent"><div class="esc-sub-head">{esc(subagent_head(sub))}</div>'
+                f'{inner}</div>')
+
+    def _note(self, item: Item) -> str:
+        if isinstance(item, Notice):
+            detail = pre(item.detail) if item.detail else ""
+            who = f'{esc(self.speaker)} · {esc(item.severity)}: ' if item.origin == "agent" else ""
+            return f'<div class="esc-notice esc-lvl-{esc(item.level)}">{who}<b>{esc(item.text)}</b>{detail}</div>'
+        if isinstance(item, Compaction):
+            summary = (f'<details><summary>summary</summary>{pre(item.summary_text)}</details>'
+                       if item.summary_text else "")
+            return (f'<div class="esc-compaction esc-cst-{esc(item.status)}"><b>{esc(compaction_head(item))}</b>'
+                    f'{summary}{pre(item.error) if item.error else ""}</div>')
+        if isinstance(item, Unknown):
+            import json
+
+            return (f'<div class="esc-notice esc-dim">Unknown update <code>{esc(item.raw.get("sessionUpdate", "?"))}'
+                    f'</code>: {esc(item.reason)}<details><summary>raw</summary>'
+                    f'{pre(json.dumps(item.raw, indent=1, default=str)[:2000])}</details></div>')
+        return pre(render_item(item, self.speaker))
+
+    # -- answers from the front-end -------------------------------------------------------------------------
+    def form_values(self, q: Question, fields: dict[str, Any]) -> dict[str, Any]:
+        """The answer to question ``q`` from the front-end's ``fields`` (name -> the text
+        typed, the index of the choice made, a list of indexes, or a bool), each as its
+        schema's type. Fields the user did not give are left out (never invented);
+        ``ValueError`` naming a field whose text is not of its type."""
+        out: dict[str, Any] = {}
+        if q.mode == "form":
+            specs = dict((q.schema or {}).get("properties") or {})
+        else:
+            specs = {str(i.get("id")): ({"type": "string", "enum": list(i["options"])} if i.get("options")
+                                        else {"type": "string"}) for i in q.questions}
+        for name, value in (fields or {}).items():
+            spec = specs.get(name)
+            if spec is None:
+                continue
+            choices = _choices(spec)
+            if spec.get("type") == "array":
+                options = _choices(spec.get("items") or {})
+                out[name] = [options[int(i)][1] for i in value or [] if 0 <= int(i) < len(options)]
+            elif choices:
+                if value in (None, ""):
+                    continue
+                index = int(value)
+                if 0 <= index < len(choices):
+                    out[name] = choices[index][1]
+            elif spec.get("type") == "boolean":
+                if value in ("yes", True):
+                    out[name] = True
+                elif value in ("no", False):
+                    out[name] = False
+            elif q.mode == "form":
+                if value in (None, ""):
+                    continue
+                out[name] = forms.parse_text(name, spec, str(value))
+            else:
+                out[name] = str(value)
+        return out
+
+    def form_error(self, q: Question, message: str | None) -> None:
+        """Show (or clear, with None) an error under question ``q``'s form."""
+        key = self.key(q)
+        if message is None:
+            self._form_errors.pop(key, None)
+        else:
+            self._form_errors[key] = message
+        self._dirty[key] = q
+        if self.on_ops is not None:
+            self.on_ops([], 0, True)
+
+
+def _choices(spec: dict) -> list[tuple[str, Any]]:
+    """(label, value) of an enum (``enum`` with ``enumNames``, or ``oneOf``/``anyOf`` consts)."""
+    if spec.get("enum"):
+        values = list(spec["enum"])
+        titles = spec.get("enumNames") or []
+        return list(zip(map(str, titles), values)) if len(titles) == len(values) else [(str(v), v) for v in values]
+    consts = [o for o in spec.get("oneOf") or spec.get("anyOf") or [] if isinstance(o, dict) and "const" in o]
+    return [(str(o.get("title", o["const"])), o["const"]) for o in consts]
+
+
+_PLACEHOLDER = {"integer": "an integer", "number": "a number", "email": "name@example.com", "uri": "https://…",
+                "date": "YYYY-MM-DD", "date-time": "YYYY-MM-DDThh:mm:ssZ"}
+
+
+def _field_html(name: str, spec: dict, required: bool) -> str:
+    """One form field, showing the schema's ``default`` when it has one and nothing
+    otherwise (no invented value): a menu with no choice made, yes/no with none picked,
+    an empty text box. ``data-required`` marks what Submit waits for; ``data-default``
+    a value shown that counts as given."""
+    label = esc((spec.get("title") or name) + (" *" if required else ""))
+    attrs = f'data-field="{esc(name)}"' + (' data-required="1"' if required else "")
+    default = spec.get("default")
+    kind = spec.get("type", "string")
+    choices = _choices(spec)
+    help_ = f'<span class="esc-dim esc-small">{esc(spec["description"])}</span>' if spec.get("description") else ""
+    if kind == "array":
+        options = _choices(spec.get("items") or {})
+        chosen = set(map(str, default or ()))
+        opts = "".join(f'<option value="{i}"{" selected" if str(v) in chosen else ""}>{esc(label_)}</option>'
+                       for i, (label_, v) in enumerate(options))
+        extra = ' data-default="1"' if default else ""
+        return f'<label class="esc-field"><span>{label}</span><select multiple {attrs}{extra}>{opts}</select>{help_}</label>'
+    if choices:
+        index = next((i for i, (_l, v) in enumerate(choices) if v == default), None)
+        opts = '<option value="">—</option>' + "".join(
+            f'<option value="{i}"{" selected" if i == index else ""}>{esc(label_)}</option>'
+            for i, (label_, _v) in enumerate(choices))
+        extra = ' data-default="1"' if index is not None else ""
+        return f'<label class="esc-field"><span>{label}</span><select {attrs}{extra}>{opts}</select>{help_}</label>'
+    if kind == "boolean":
+        value = "yes" if default is True else "no" if default is False else ""
+        opts = "".join(f'<option value="{v}"{" selected" if v == value else ""}>{t}</option>'
+                       for v, t in (("", "—"), ("yes", "yes"), ("no", "no")))
+        extra = ' data-default="1"' if value else ""
+        return f'<label class="esc-field"><span>{label}</span><select {attrs}{extra}>{opts}</select>{help_}</label>'
+    placeholder = esc(spec.get("description") or _PLACEHOLDER.get(spec.get("format") or kind, ""))
+    value = "" if default is None else esc(default)
+    extra = ' data-default="1"' if default is not None else ""
+    return (f'<label class="esc-field"><span>{label}</span><input type="text" {attrs}{extra} value="{value}" '
+            f'placeholder="{placeholder}"></label>')

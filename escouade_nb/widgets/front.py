@@ -1,0 +1,318 @@
+"""The views' one widget model: an anywidget whose front-end is ``widgets/escouade.js``.
+
+One model per view, never one per item. Python keeps the state and renders what must be
+safe (escaped HTML, :mod:`.render`); the browser does layout, scrolling, focus and keys.
+Between them, custom messages (``widgets/README.md`` has the protocol):
+
+- to the browser: ``{"k": "snap", "seq": S, "rid": R, "state": {...}}`` — the whole state,
+  answering a view that asked (a view that renders late, a page reload); and
+  ``{"k": "ops", "seq": S, "ops": [...]}`` — what changed since ``S - 1``, batched by an
+  :class:`Outbox` (see :data:`FLUSH_BYTES`, :data:`FLUSH_WAIT`). A message whose JSON is
+  bigger than :data:`DEFLATE_OVER` bytes travels deflated in a binary buffer (``"z": 1``).
+  A view drops ops it already has (``seq`` ≤ its snapshot's) and asks again on a gap.
+- from the browser: ``{"k": "snap?", "rid": R}`` and the user's actions
+  (``{"k": "act", "act": NAME, ...}``), dispatched to :meth:`FrontView.on_act`.
+
+Synced traits are few and small (``kind``; the squad's ``opened``): a trait is re-sent
+whole on every change, so nothing that grows lives in one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import anywidget
+import traitlets
+
+from .._resources import shipped_dir
+
+log = logging.getLogger(__name__)
+
+FLUSH_BYTES = 1536
+"""Pending text (bytes of ops) that sends a batch at once (a custom message costs ~620
+bytes of envelope: fewer, fuller messages are what bounds the traffic)."""
+FLUSH_WAIT = 0.35
+"""Seconds at most between a change and the batch that carries it (s)."""
+FLUSH_SOON = 0.03
+"""Seconds before a batch carrying something to act on goes (a card, a new item, a
+status), so that it shows at once (s)."""
+DEFLATE_OVER = 600
+"""A message whose JSON is longer than this (bytes) is sent deflated in a buffer."""
+
+
+@functools.cache
+def front_end() -> tuple[str, str]:
+    """(ES module, stylesheet) of the views, read once from the shipped ``widgets/``
+    folder (:func:`.._resources.shipped_dir`). ``FileNotFoundError`` naming the file
+    when the install lacks it."""
+    folder = shipped_dir("widgets")
+    return (folder / "escouade.js").read_text(encoding="utf-8"), (folder / "escouade.css").read_text(encoding="utf-8")
+
+
+def on_loop(fn: Callable) -> Callable:
+    """Bind a front-end callback to the event loop that builds the view (the kernel's).
+
+    JupyterLab ≥ 4.6 may send widget messages over a kernel subshell, and ipykernel then
+    runs the callback on that subshell's thread and loop. Agents live on the kernel's main
+    loop, so the callback is handed to it with ``call_soon_threadsafe``; on that loop
+    already, it runs at once. Outside any loop (a plain script) ``fn`` is returned as is."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return fn
+
+    def call(*args, **kwargs):
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            fn(*args, **kwargs)
+        else:
+            loop.call_soon_threadsafe(functools.partial(fn, *args, **kwargs))
+    return call
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class Outbox:
+    """Batches a view's ops into few messages: :meth:`push` adds ops, or only says that
+    ``size`` more bytes wait to be collected (``urgent`` ones go within
+    :data:`FLUSH_SOON`); a batch leaves when :data:`FLUSH_BYTES` are pending or
+    :data:`FLUSH_WAIT` after the oldest pending change. Outside a running loop every push
+    is sent at once (a script, a synchronous test)."""
+
+    def __init__(self, send: Callable[[list], None]) -> None:
+        self._send = send
+        self.ops: list = []
+        self.size = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = float("inf")
+
+    def push_soon(self) -> None:
+        """Ask for a batch within :data:`FLUSH_SOON` (the sender has something to collect)."""
+        self.push([], 0, True)
+
+    def push(self, ops: list, size: int = 0, urgent: bool = False) -> None:
+        self.ops.extend(ops)
+        self.size += size or 64 * len(ops)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        if self.size >= FLUSH_BYTES:
+            self.flush()
+            return
+        due = loop.time() + (FLUSH_SOON if urgent else FLUSH_WAIT)
+        if due < self._due:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._due = due
+            self._handle = loop.call_at(due, self.flush)
+
+    def flush(self) -> None:
+        """Send now what is pending (the sender adds what it collects at this moment:
+        ``send`` is called even with no op pushed)."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = None
+        self._due = float("inf")
+        ops, self.ops, self.size = self.ops, [], 0
+        self._send(ops)
+
+    def drop(self) -> None:
+        """Forget what is pending (the view closed, or a snapshot carries it)."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = None
+        self._due = float("inf")
+        self.ops, self.size = [], 0
+
+
+class FrontView(anywidget.AnyWidget):
+    """Base of the views: the message protocol, the batching, the actions.
+
+    Subclasses give ``state()`` (a JSON-able dict: the whole view, for a snapshot),
+    push ops with :meth:`push`, and register actions with ``self.actions[NAME] = fn``
+    (``fn(message)``). ``close()`` ends what the view holds (``hold(token)``) and drops
+    what is pending."""
+
+    _esm, _css = front_end()  # read once, when the views are imported (anywidget takes them from the class)
+    kind = traitlets.Unicode("").tag(sync=True)
+    """``agent``, ``turn`` or ``squad``: which front-end the module draws."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._closed = False  # before the widget opens: ipywidgets' __del__ closes a half-built one
+        self._companion = None
+        super().__init__(**kwargs)
+        self.seq = 0
+        self.sent_messages = 0
+        self.sent_bytes = 0
+        self.outbox = Outbox(self._send_ops)
+        self.actions: dict[str, Callable[[dict], Any]] = {}
+        self._held: list[Callable[[], object]] = []
+        self._closed = False
+        self.on_msg(on_loop(self._on_message))
+
+    # -- to the browser --------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def push(self, ops: list, size: int = 0, urgent: bool = False) -> None:
+        if not self._closed:
+            self.outbox.push(ops, size, urgent)
+
+    def collect(self) -> tuple[list, bool]:
+        """(ops, more) gathered when a batch leaves: what changed since the last one
+        (overridden; ``more``: call again soon, something is behind)."""
+        return [], False
+
+    def _send_ops(self, ops: list) -> None:
+        if self._closed:
+            return
+        more_ops, more = self.collect()
+        ops = ops + more_ops
+        if ops:
+            self.seq += 1
+            self._deliver({"k": "ops", "seq": self.seq, "ops": ops})
+        if more:
+            self.outbox.push_soon()
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        text = dumps(message)
+        data = text.encode("utf-8")
+        if len(data) > DEFLATE_OVER:
+            packed = zlib.compress(data, 6)
+            head = {"k": message["k"], "seq": message["seq"], "z": 1}
+            self.send(head, [packed])
+            self.sent_bytes += len(packed) + 40
+        else:
+            self.send(message)
+            self.sent_bytes += len(data)
+        self.sent_messages += 1
+
+    def snapshot(self, rid: Any = None) -> None:
+        """Send what is pending (the views already shown need it), then the whole state
+        for the view that asked (request id ``rid``) at that sequence number."""
+        self.outbox.flush()
+        self._deliver({"k": "snap", "seq": self.seq, "rid": rid, "state": self.state()})
+
+    # -- from the browser ------------------------------------------------------------------------
+    def _on_message(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
+        if self._closed or not isinstance(content, dict):
+            return
+        if content.get("k") == "snap?":
+            self.snapshot(content.get("rid"))
+            return
+        if content.get("k") == "act":
+            self.act(content)
+
+    def act(self, message: dict[str, Any]) -> Any:
+        """Do what the front-end asks (``message["act"]`` names it): the same call a
+        click in the browser makes, for scripts and tests. Unknown actions are ignored
+        (logged); an action that raises is logged, the view goes on."""
+        fn = self.actions.get(str(message.get("act")))
+        if fn is None:
+            log.warning("%s: unknown action %r", type(self).__name__, message.get("act"))
+            return None
+        try:
+            return fn(message)
+        except Exception:
+            log.exception("%s: action %r failed", type(self).__name__, message.get("act"))
+            return None
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    def hold(self, token: Callable[[], object]) -> Callable[[], object]:
+        self._held.append(token)
+        return token
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def release(self) -> None:
+        """What a view lets go of besides its tokens (overridden)."""
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.outbox.drop()
+        for token in self._held:
+            try:
+                token()
+            except Exception:
+                log.exception("releasing a subscription of %s", type(self).__name__)
+        self._held.clear()
+        try:
+            self.release()
+        except Exception:
+            log.exception("closing %s", type(self).__name__)
+        layout = getattr(self, "layout", None)
+        super().close()
+        if layout is not None:
+            layout.close()
+
+    # -- outside a live front-end ------------------------------------------------------------------
+    def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        """The static output shown before the widget: ``text/html`` saying what the view
+        was (hidden by the live view; seen in a notebook reopened without its kernel, in
+        nbconvert and on GitHub), ``text/plain`` empty until a last form (``final``: a
+        finished turn's whole text) — the widget's own ``text/plain`` follows it. Both
+        deterministic (nbval compares them). Overridden."""
+        return {"text/plain": "", "text/html": f'<div class="esc-saved">{self.kind} view</div>{HIDE_ORPHAN}'}
+
+    def _ipython_display_(self) -> None:
+        """Two outputs: the static companion (:meth:`companion_bundle`, kept to update it),
+        then the widget itself."""
+        from IPython.display import display
+
+        self._companion = display(self.companion_bundle(), raw=True, display_id=True)
+        data, meta = self._repr_mimebundle_()
+        display(data, metadata=meta, raw=True)
+
+    def update_companion(self, final: bool = False) -> None:
+        """Redraw the companion output (nothing if the view was not displayed)."""
+        if self._companion is not None:
+            self._companion.update(self.companion_bundle(final), raw=True)
+
+    def _repr_mimebundle_(self, **kwargs: Any):
+        """The widget, plus a deterministic ``text/plain`` (the whole plain-text repr:
+        nbval, nbconvert, text front-ends) — never ``<… object at 0x…>``."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        if data:
+            data["text/plain"] = repr(self)
+        return data, meta
+
+
+HIDE_ORPHAN = ('<style>.jp-OutputArea-child:has(.esc-saved)+.jp-OutputArea-child '
+               '.jp-OutputArea-output:not(:has(*)){display:none}</style>')
+"""A rule for companions: it hides the "Error displaying widget: model not found" that
+JupyterLab shows for the widget output after a companion when the kernel holding the model
+is gone (that output then holds text only, no element)."""
+
+
+@functools.cache
+def _static_css() -> str:
+    """The stylesheet without comments and runs of spaces (it is inlined in every static
+    output)."""
+    import re
+
+    css = re.sub(r"/\*.*?\*/", "", front_end()[1], flags=re.S)
+    return re.sub(r"\s*\n\s*", "", re.sub(r"[ \t]{2,}", " ", css))
+
+
+def static_page(body: str) -> str:
+    """``body`` wrapped for a static output: the stylesheet inlined, in a root element the
+    stylesheet scopes to."""
+    return f'<div class="esc-root esc-static"><style>{_static_css()}</style>{body}</div>'

@@ -1,0 +1,279 @@
+"""The views' wire to the front-end: the ops a conversation turns into rebuild exactly what it
+holds, cost about a reply's own size, reach a late view as one snapshot, and say honestly who
+answered; one widget model per view, none per item. The browser side is tests/browser."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import re
+import zlib
+
+from ipywidgets.widgets.widget import _instances  # the live widget models of this process
+import pytest
+
+from escouade_nb.core.conversation import Conversation
+from escouade_nb.widgets import front
+from escouade_nb.widgets.feed import Feed, tool_status, utf16_len
+
+
+class Page:
+    """What the front-end keeps of an agent or turn view, by the rules of widgets/escouade.js:
+    items by key; a message's blocks (HTML) and tail (text, counted in UTF-16 units)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict] = {}
+
+    def apply(self, ops: list) -> None:
+        for op in ops:
+            kind, key = op[0], op[1]
+            if kind == "it":
+                blocks = re.search(r'<div class="esc-blocks">(.*?)</div><div class="esc-tail">(.*?)</div>', op[2], re.S)
+                self.items[key] = {"html": op[2], "meta": op[3],
+                                   "blocks": blocks.group(1) if blocks else "",
+                                   "tail": html.unescape(blocks.group(2)) if blocks else ""}
+            elif kind == "tx":
+                self.items[key]["tail"] += op[2]
+            elif kind == "fz":
+                item = self.items[key]
+                item["blocks"] += op[2]
+                tail16 = item["tail"].encode("utf-16-le")[2 * op[3]:]
+                item["tail"] = tail16.decode("utf-16-le")
+
+    def text(self, key: str) -> str:
+        """The message as a person reads it: its blocks' text, then its tail."""
+        item = self.items[key]
+        blocks = html.unescape(re.sub(r"<[^>]+>", "", item["blocks"]))
+        return blocks + item["tail"]
+
+
+def chunks(text: str, size: int):
+    for i in range(0, len(text), size):
+        yield text[i:i + size]
+
+
+def stream(conv: Conversation, text: str, size: int = 20, every: int = 1) -> tuple[Feed, Page, list]:
+    """Stream ``text`` into ``conv`` in chunks, collecting ops every ``every`` chunks."""
+    feed = Feed(conv, speaker="fake")
+    page = Page()
+    sent: list = []
+    for n, piece in enumerate(chunks(text, size)):
+        conv.apply({"sessionUpdate": "agent_message_chunk", "messageId": "m1",
+                    "content": {"type": "text", "text": piece}})
+        if n % every == 0:
+            ops, _size, more = feed.ops()
+            while True:
+                page.apply(ops)
+                sent.extend(ops)
+                if not more:
+                    break
+                ops, _size, more = feed.ops()
+    conv.close_messages()
+    while True:
+        ops, _size, more = feed.ops()
+        page.apply(ops)
+        sent.extend(ops)
+        if not more:
+            break
+    return feed, page, sent
+
+
+PROSE = ("Streaming replies are drawn as they come. " * 8 + "\n\n") * 12 + "A last line with emoji 🙂 and «quotes»."
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+|[🙂«»]", text)
+
+
+@pytest.mark.parametrize("size,every", [(1, 1), (20, 1), (20, 7), (5000, 1)])
+def test_streamed_reply_is_rebuilt_exactly_whatever_the_pace(size, every):
+    conv = Conversation()
+    feed, page, _ = stream(conv, PROSE, size, every)
+    key = feed.key(conv.items[0])
+    assert words(page.text(key)) == words(PROSE)
+    assert page.items[key]["tail"] == ""  # closed: all of it rendered as markdown
+    assert "<p>" in page.items[key]["blocks"]
+
+
+def test_a_burst_bigger_than_the_budget_is_rendered_over_several_batches():
+    conv = Conversation()
+    text = ("word " * 30 + "\n\n") * 200  # ~31 KB in one chunk
+    feed = Feed(conv)
+    page = Page()
+    conv.apply({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi.\n\n"}})
+    page.apply(feed.ops()[0])
+    conv.apply({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+    batches = 0
+    more = True
+    while more:
+        ops, _size, more = feed.ops()
+        page.apply(ops)
+        batches += 1
+        assert sum(len(o[2]) for o in ops if o[0] == "fz") < 12_000  # a budget's worth of HTML per batch
+    assert batches > 3
+    assert words(page.text(feed.key(conv.items[0]))) == words("Hi.\n\n" + text)
+
+
+def test_a_long_code_block_is_sent_as_text_once_then_highlighted_once():
+    conv = Conversation()
+    code = "```python\n" + "".join(f"def f{i}(x):\n    return x * {i}  # square-ish\n" for i in range(1500)) + "```\n"
+    feed, page, sent = stream(conv, code, 20, 5)
+    raw = sum(len(o[2]) for o in sent if o[0] == "tx")
+    frozen = [o for o in sent if o[0] == "fz"]
+    assert len(code) - 100 <= raw <= len(code)  # the growing block: each character at most once as text
+    assert len(frozen) == 1 and 'class="k"' in frozen[0][2]  # highlighted by Pygments, once, when it closed
+    assert "def" in page.text(feed.key(conv.items[0]))
+
+
+def test_utf16_drop_counts_astral_characters_as_javascript_does():
+    assert utf16_len("a🙂b") == 4
+    conv = Conversation()
+    feed, page, _ = stream(conv, "🙂" * 50 + "\n\n" + "🙂 end", 3, 1)
+    assert page.text(feed.key(conv.items[0])).replace("\n", "") == "🙂" * 50 + "🙂 end"
+
+
+def test_a_late_view_gets_what_the_others_have():
+    conv = Conversation()
+    feed = Feed(conv)
+    live = Page()
+    for piece in chunks(PROSE[:900], 20):
+        conv.apply({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": piece}})
+        live.apply(feed.ops()[0])
+    late = Page()
+    late.apply([["it", k, h, m] for k, h, m in feed.snapshot_items()])  # what a snapshot carries
+    key = feed.key(conv.items[0])
+    assert late.items[key]["tail"] == live.items[key]["tail"]
+    for piece in chunks(PROSE[900:], 20):  # then both follow the same ops
+        conv.apply({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": piece}})
+        ops = feed.ops()[0]
+        live.apply(ops)
+        late.apply(ops)
+    assert words(late.text(key)) == words(live.text(key)) == words(PROSE)
+
+
+def test_agent_html_is_escaped_and_links_checked():
+    conv = Conversation()
+    evil = "<script>alert(1)</script> <img src=x onerror=alert(2)> [x](javascript:alert(3))\n\n"
+    feed, page, _ = stream(conv, evil, 7)
+    blocks = page.items[feed.key(conv.items[0])]["blocks"]
+    assert "<script>" not in blocks and "&lt;script&gt;" in blocks
+    assert "<img" not in blocks and 'href="javascript' not in blocks
+
+
+def edit_card(conv: Conversation):
+    conv.apply({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Edit notes.txt", "kind": "edit",
+                "status": "pending", "content": [{"type": "diff", "path": "/w/notes.txt", "oldText": "a\n",
+                                                  "newText": "a\nb\n"}]})
+    return conv.add_permission({"toolCallId": "c1"}, [
+        {"optionId": "allow", "name": "Allow once", "kind": "allow_once"},
+        {"optionId": "reject", "name": "Reject", "kind": "reject_once"}])
+
+
+def test_a_permission_is_drawn_inside_its_tool_call_card_once():
+    conv = Conversation()
+    perm = edit_card(conv)
+    feed = Feed(conv, speaker="fake")
+    items = {k: (h, m) for k, h, m in feed.snapshot_items()}
+    tool_html, tool_meta = items[feed.key(conv.tool_calls["c1"])]
+    assert items[feed.key(perm)] == ("", {"c": "perm", "h": 1})  # not on its own
+    assert tool_meta["p"] == 1 and tool_html.count("esc-diff-add") == 1  # the diff once
+    assert "waiting for you" in tool_html and 'data-act="choose"' in tool_html and "Allow once" in tool_html
+    conv.resolve_permission(perm, "selected", "reject", answered_by="you")
+    conv.apply({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "failed"})
+    ops = dict((o[1], o) for o in feed.ops()[0])
+    tool_html = ops[feed.key(conv.tool_calls["c1"])][2]
+    assert "rejected by you" in tool_html and "● failed" not in tool_html
+    assert "data-act" not in tool_html  # answered: one line, no buttons
+    assert "Rejected by you" in re.sub(r"<[^>]+>", "", tool_html)
+
+
+def test_status_words_say_who_refused():
+    conv = Conversation()
+    perm = edit_card(conv)
+    conv.resolve_permission(perm, "selected", "reject", answered_by="Team rules via Escouade",
+                            message="rm is not allowed", denied=True)
+    call = conv.tool_calls["c1"]
+    call.status = "failed"
+    assert tool_status(call, perm) == ("refused by Team rules", "refused")
+    call.status = "completed"
+    assert tool_status(call, perm) == (None, None)  # it ran: the agent's own status
+
+
+def test_an_answered_form_shows_its_fields():
+    from escouade_nb.core.conversation import Question
+
+    conv = Conversation()
+    q = conv.add_question(Question("", message="Which database?", mode="form", schema={
+        "type": "object", "properties": {"db": {"type": "string", "title": "Database", "enum": ["sqlite", "pg"]},
+                                         "n": {"type": "integer", "title": "Replicas"}}, "required": ["db"]}))
+    feed = Feed(conv)
+    assert feed.form_values(q, {"db": "1", "n": "3"}) == {"db": "pg", "n": 3}
+    with pytest.raises(ValueError, match="not an integer"):
+        feed.form_values(q, {"db": "0", "n": "three"})
+    conv.resolve_question(q, "accept", {"db": "pg", "n": 3})
+    html_ = feed.render(q)[0]
+    text = re.sub(r"<[^>]+>", " ", html_)
+    assert "Database" in text and "pg" in text and "Replicas" in text and "{" not in text
+
+
+def test_outbox_batches_a_stream_and_sends_a_card_at_once():
+    async def go():
+        sent: list[list] = []
+        box = front.Outbox(lambda ops: sent.append(ops))
+        for _ in range(50):  # 50 small pushes within a batch window
+            box.push([["tx", "k", "x" * 20]], 20)
+            await asyncio.sleep(0.001)
+        assert sent == []  # nothing yet: under FLUSH_BYTES and FLUSH_WAIT
+        box.push([["it", "card", "<b>card</b>", {"p": 1}]], 0, urgent=True)
+        await asyncio.sleep(front.FLUSH_SOON + 0.05)
+        assert len(sent) == 1 and len(sent[0]) == 51  # one message carried them all
+        box.push([["tx", "k", "y" * (front.FLUSH_BYTES + 1)]], front.FLUSH_BYTES + 1)
+        assert len(sent) == 2  # enough text waiting: it leaves at once
+    asyncio.run(go())
+
+
+def test_big_messages_travel_deflated():
+    class Probe(front.FrontView):
+        def state(self):
+            return {"items": [["k", "<p>" + "hello " * 2000 + "</p>", {}]]}
+
+    view = Probe(kind="agent")
+    out: list = []
+    view.send = lambda content, buffers=None: out.append((content, buffers))
+    view.snapshot("r1")
+    content, buffers = out[-1]
+    assert content == {"k": "snap", "seq": 0, "z": 1}
+    assert json.loads(zlib.decompress(bytes(buffers[0])))["state"]["items"][0][0] == "k"
+    assert view.sent_bytes < 2_000  # 12 KB of HTML, deflated
+    view.close()
+    assert view.comm is None
+
+
+def test_one_widget_model_per_view_none_per_item(tmp_path):
+    from test_widgets import fake_agent  # the real fake agent
+    from escouade_nb.widgets import AgentView, TurnView
+
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        before = set(_instances)
+        view = AgentView(agent)
+        opened = set(_instances) - before
+        turn = agent.send("edit notes.txt")
+        card = await agent.next_permission(timeout=10)
+        tv = TurnView(turn)
+        await asyncio.sleep(0.1)
+        view.press(card, "choose", "allow_once")
+        await turn
+        await agent.send("plan")
+        await asyncio.sleep(0.5)
+        now = set(_instances) - before
+        assert len(opened) == 2  # the view and its layout
+        assert len(now) == 4  # ... and the turn view's two: nothing per item, per card, per turn
+        assert "Allowed once by you" in repr(view) and "Allowed once by you" in repr(tv)
+        for v in (view, tv):
+            v.close()
+        assert set(_instances) - before == set()
+        await agent.close()
+    asyncio.run(asyncio.wait_for(go(), 60))

@@ -1,0 +1,634 @@
+// escouade_nb's views in the browser: one anywidget model per view (agent, turn, squad).
+// Python sends escaped HTML for items and JSON for the rest (see widgets/README.md);
+// this module does layout, scrolling, focus and keys. Text from Python that is not
+// already escaped HTML is only ever set with textContent.
+
+const AT_BOTTOM = 8; // px: "at the bottom" for stick-to-bottom
+const SETTLE_MS = 500; // a card's keys act only after it has been in place this long
+const REVEAL_FRAMES = 14; // streamed text is revealed over about this many frames (~230 ms)
+
+function h(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+async function inflate(buffer) {
+  const bytes = buffer instanceof DataView ? new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength)
+    : new Uint8Array(buffer.buffer || buffer);
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+  return await new Response(stream).text();
+}
+
+// One message channel per view: snapshots and ordered, de-duplicated ops.
+class Channel {
+  constructor(model, apply) {
+    this.model = model;
+    this.apply = apply;
+    this.seq = -1;
+    this.rid = Math.random().toString(36).slice(2);
+    this.chain = Promise.resolve();
+    this.onmsg = (msg, buffers) => {
+      this.chain = this.chain.then(async () => {
+        const m = msg && msg.z ? JSON.parse(await inflate(buffers[0])) : msg;
+        this.receive(m);
+      }).catch((e) => console.error("escouade view:", e));
+    };
+    model.on("msg:custom", this.onmsg);
+    this.ask();
+  }
+  ask() { this.model.send({ k: "snap?", rid: this.rid }); }
+  receive(m) {
+    if (!m) return;
+    if (m.k === "snap") {
+      if (m.rid !== this.rid && this.seq >= 0) return; // another view's catch-up
+      this.seq = m.seq;
+      this.apply({ snap: m.state });
+    } else if (m.k === "ops") {
+      if (this.seq < 0 || m.seq <= this.seq) return; // before our snapshot, or already in it
+      if (m.seq > this.seq + 1) { this.seq = -1; this.ask(); return; } // a gap: catch up
+      this.seq = m.seq;
+      this.apply({ ops: m.ops });
+    }
+  }
+  send(content) { this.model.send(content); }
+  close() { this.model.off("msg:custom", this.onmsg); }
+}
+
+// -- the file links of the conversation --------------------------------------------------------
+function pageConfig() {
+  try { return JSON.parse(document.getElementById("jupyter-config-data").textContent); } catch { return {}; }
+}
+
+function openPath(path) {
+  const cfg = pageConfig();
+  const root = (cfg.serverRoot || cfg.rootUri || "").replace(/^file:\/\//, "").replace(/\/$/, "");
+  if (root && path.startsWith(root + "/")) {
+    const rel = path.slice(root.length + 1);
+    const app = window.jupyterapp;
+    if (app && app.commands) { app.commands.execute("docmanager:open", { path: rel }); return true; }
+    const base = (cfg.baseUrl || "/").replace(/\/?$/, "/");
+    window.open(base + "lab/tree/" + rel.split("/").map(encodeURIComponent).join("/"), "_blank", "noopener");
+    return true;
+  }
+  return false;
+}
+
+// -- fields of a card ------------------------------------------------------------------------------
+function collectFields(scope) {
+  const out = {};
+  const missing = [];
+  for (const f of scope.querySelectorAll("[data-field]")) {
+    const name = f.dataset.field;
+    const given = f.dataset.touched === "1" || f.dataset.default === "1" || f.tagName === "TEXTAREA";
+    let value;
+    if (f.tagName === "SELECT" && f.multiple) value = [...f.selectedOptions].map((o) => o.value);
+    else value = f.value;
+    const empty = value === "" || (Array.isArray(value) && value.length === 0);
+    if (f.dataset.required === "1" && (empty || !given)) {
+      const label = f.closest("label");
+      missing.push(label ? label.firstElementChild.textContent.replace(/ \*$/, "") : name);
+    }
+    if (given && !empty) out[name] = value;
+  }
+  return { fields: out, missing };
+}
+
+// -- the conversation (agent and turn views) --------------------------------------------------------
+class ConversationUI {
+  constructor(model, el, kind) {
+    this.model = model;
+    this.kind = kind;
+    this.items = new Map(); // key -> element
+    this.html = new Map(); // key -> html last set (to keep a pinned clone while unchanged)
+    this.newCount = 0;
+    this.head = null;
+    this.root = h("div", { class: `esc-view esc-${kind}` });
+    this.headEl = h("div", { class: "esc-head" });
+    this.signIn = h("div", { class: "esc-signin" });
+    this.transcript = h("div", { class: "esc-transcript" });
+    this.scroll = h("div", { class: "esc-scroll" }, this.transcript);
+    this.newBtn = h("button", { class: "esc-new", hidden: true, onclick: () => this.toBottom() });
+    this.pins = h("div", { class: "esc-pins", "aria-live": "polite" });
+    this.queued = h("div", { class: "esc-queued" });
+    this.root.append(this.headEl, this.signIn, h("div", { class: "esc-scroll-wrap" }, this.scroll, this.newBtn),
+      this.pins, this.queued);
+    if (kind === "agent") this.root.append(this.composer());
+    el.append(this.root);
+    this.scroll.addEventListener("scroll", () => { if (this.atBottom()) this.clearNew(); });
+    this.root.addEventListener("click", (e) => this.click(e));
+    this.root.addEventListener("input", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
+    this.root.addEventListener("change", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
+    this.root.addEventListener("keydown", (e) => {
+      if (e.key === "Escape" && this.head && this.head.can && this.head.can.stop) {
+        e.preventDefault(); e.stopPropagation(); this.act({ act: "stop" });
+      }
+    });
+    this.channel = new Channel(model, (m) => this.apply(m));
+  }
+
+  act(content) { this.channel.send({ k: "act", ...content }); }
+
+  atBottom() { const s = this.scroll; return s.scrollHeight - s.scrollTop - s.clientHeight < AT_BOTTOM; }
+  toBottom() { this.scroll.scrollTop = this.scroll.scrollHeight; this.clearNew(); }
+  clearNew() { this.newCount = 0; this.newText = false; this.newBtn.hidden = true; }
+
+  apply(m) {
+    const follow = this.atBottom();
+    let added = 0;
+    let grew = false;
+    if (m.snap) {
+      if (this.pending) this.pending.clear();
+      this.transcript.replaceChildren();
+      this.items.clear();
+      this.html.clear();
+      for (const [key, html, meta] of m.snap.items) this.upsert(key, html, meta);
+      this.setHead(m.snap.head);
+      if (m.snap.prompt !== undefined && this.box && !this.box.value) this.box.value = m.snap.prompt;
+    } else {
+      for (const op of m.ops) {
+        const [t, key] = op;
+        if (t === "it") { if (this.upsert(key, op[2], op[3])) added++; }
+        else if (t === "tx") { this.append(key, op[2]); grew = true; }
+        else if (t === "fz") { this.freeze(key, op[2], op[3]); grew = true; }
+        else if (t === "hd") this.setHead(op[1]);
+        else if (t === "pv" && this.box) { this.box.value = op[1]; }
+      }
+    }
+    this.drawPins();
+    if (m.snap || follow) { this.scroll.scrollTop = this.scroll.scrollHeight; }
+    else if (added || grew) {
+      this.newCount += added;
+      this.newText = this.newText || grew;
+      this.newBtn.hidden = false;
+      this.newBtn.textContent = this.newCount ? `${this.newCount} new ↓` : "new text ↓";
+    }
+  }
+
+  upsert(key, html, meta) {
+    meta = meta || {};
+    if (this.pending) this.pending.delete(key); // drawn whole: what waited to be revealed is in it
+    let node = this.items.get(key);
+    const fresh = !node;
+    if (fresh) {
+      node = h("div", { "data-key": key });
+      this.items.set(key, node);
+      this.transcript.append(node);
+    }
+    node.className = `esc-item esc-i-${meta.c || "x"}`;
+    node.hidden = !!meta.h;
+    node.dataset.p = meta.p ? "1" : "0";
+    node.dataset.title = meta.t || "";
+    if (this.html.get(key) !== html) {
+      node.innerHTML = html; // escaped by Python (widgets/render.py)
+      this.html.set(key, html);
+    }
+    return fresh && !meta.h;
+  }
+
+  tail(key) { const n = this.items.get(key); return n && n.querySelector(".esc-tail"); }
+
+  // Streamed text arrives in batches (a few a second); it is revealed over the next frames,
+  // so a reply reads as a stream, not in jumps. Anything else touching the item flushes it.
+  append(key, text) {
+    this.pending = this.pending || new Map();
+    this.pending.set(key, (this.pending.get(key) || "") + text);
+    if (!this.revealing) { this.revealing = true; requestAnimationFrame(() => this.revealFrame()); }
+  }
+
+  revealFrame() {
+    const follow = this.atBottom();
+    for (const [key, text] of this.pending) {
+      let n = Math.max(3, Math.ceil(text.length / REVEAL_FRAMES));
+      if (n < text.length && /[\uD800-\uDBFF]/.test(text[n - 1])) n++; // never split a surrogate pair
+      const t = this.tail(key);
+      if (t) t.append(text.slice(0, n));
+      if (n >= text.length) this.pending.delete(key); else this.pending.set(key, text.slice(n));
+    }
+    if (follow) this.scroll.scrollTop = this.scroll.scrollHeight;
+    if (this.pending.size) requestAnimationFrame(() => this.revealFrame());
+    else this.revealing = false;
+  }
+
+  flushReveal(key) {
+    if (!this.pending || !this.pending.has(key)) return;
+    const t = this.tail(key);
+    if (t) t.append(this.pending.get(key));
+    this.pending.delete(key);
+  }
+
+  freeze(key, html, drop) {
+    this.flushReveal(key);
+    const n = this.items.get(key);
+    if (!n) return;
+    const blocks = n.querySelector(".esc-blocks");
+    if (blocks) blocks.insertAdjacentHTML("beforeend", html); // escaped by Python
+    const t = n.querySelector(".esc-tail");
+    if (t && drop) t.textContent = t.textContent.slice(drop);
+  }
+
+  // -- what waits for you, pinned by the prompt box ----------------------------------------------
+  drawPins() {
+    const pending = [...this.transcript.querySelectorAll(':scope > .esc-item[data-p="1"]')];
+    for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) if (n !== pending[0]) n.classList.remove("esc-pinned");
+    if (!pending.length) { this.pins.replaceChildren(); this.pinKey = null; return; }
+    const first = pending[0];
+    first.classList.add("esc-pinned"); // its question and buttons show in the pin only (not twice)
+    const key = first.dataset.key;
+    const html = this.html.get(key);
+    if (this.pinKey === key && this.pinHtml === html && this.pins.firstChild) {
+      this.pinCount.textContent = this.countText(pending.length);
+      return;
+    }
+    this.pinKey = key;
+    this.pinHtml = html;
+    const ask = first.querySelector(".esc-ask");
+    const card = ask ? ask.cloneNode(true) : h("div", { text: first.dataset.title });
+    this.pinCount = h("span", { class: "esc-pin-count", text: this.countText(pending.length) });
+    const jump = h("button", { class: "esc-link", text: "show in conversation ↑", onclick: () => this.jumpTo(key) });
+    this.pins.replaceChildren(h("div", { class: "esc-pin" },
+      h("div", { class: "esc-pin-head" }, this.pinCount, h("b", { class: "esc-pin-title", text: first.dataset.title }), jump),
+      card));
+  }
+
+  countText(n) { return n === 1 ? "⚑ waiting for you:" : `⚑ ${n} waiting for you — the oldest:`; }
+
+  jumpTo(key) {
+    const node = this.items.get(key);
+    if (!node) return;
+    this.scroll.scrollTop = node.offsetTop - this.transcript.offsetTop - 8;
+    node.classList.add("esc-flash");
+    setTimeout(() => node.classList.remove("esc-flash"), 1200);
+  }
+
+  click(e) {
+    const open = e.target.closest("[data-open]");
+    if (open) { e.preventDefault(); if (!openPath(open.dataset.open)) open.title = open.dataset.open + " (outside the server's folder)"; return; }
+    const btn = e.target.closest("button[data-act]");
+    if (!btn || btn.disabled) return;
+    const act = btn.dataset.act;
+    const scope = btn.closest(".esc-ask") || btn.closest(".esc-item") || this.root;
+    const content = { act, key: btn.dataset.key || null, value: btn.dataset.value || null };
+    if (scope.querySelector("[data-field]")) {
+      const { fields, missing } = collectFields(scope);
+      if (act === "answer" && missing.length) {
+        let note = scope.querySelector(".esc-missing");
+        if (!note) { note = h("div", { class: "esc-missing esc-error" }); scope.append(note); }
+        note.textContent = "To fill in: " + missing.join(", ");
+        return;
+      }
+      content.fields = fields;
+    }
+    for (const b of scope.querySelectorAll("button[data-act]")) b.disabled = true; // once: the answer redraws it
+    this.act(content);
+    if (this.box) this.box.focus();
+  }
+
+  // -- the head ---------------------------------------------------------------------------------------
+  setHead(head) {
+    this.head = head;
+    if (!head) return;
+    this.root.dataset.agent = head.name;
+    this.root.dataset.status = head.status;
+    const status = h("span", { class: `esc-status esc-st-${head.tone}`, text: "● " + head.status_text });
+    const main = h("div", { class: "esc-head-main" }, h("b", { class: "esc-name", text: head.name }));
+    if (head.harness) main.append(h("span", { class: "esc-dim", text: ` · ${head.harness}` }));
+    main.append(" ", status);
+    if (head.took) main.append(h("span", { class: "esc-dim", text: ` · ${head.took.toFixed(1)} s` }));
+    if (head.title) main.append(h("span", { class: "esc-session-title", text: head.title, title: "session title" }));
+    const side = h("div", { class: "esc-head-side" });
+    if (head.usage && (head.usage.used !== undefined && head.usage.used !== null)) {
+      const pct = head.usage.size ? Math.min(100, Math.round(100 * head.usage.used / head.usage.size)) : null;
+      const meter = h("span", { class: "esc-usage", title: `context: ${head.usage.used} of ${head.usage.size ?? "?"} tokens` + (head.usage.cost ? ` · cost ${head.usage.cost}` : "") });
+      if (pct !== null) meter.append(h("span", { class: "esc-meter" }, h("span", { class: "esc-meter-fill", style: `width:${pct}%` })));
+      meter.append(h("span", { text: `${fmt(head.usage.used)}${head.usage.size ? " / " + fmt(head.usage.size) : ""} tokens` + (head.usage.cost ? ` · ${head.usage.cost}` : "") }));
+      side.append(meter);
+    }
+    const inHead = (c) => c.key === "escouade_mode" || c.key === "model" || (c.key === "agent_mode" && !(head.controls || []).some((d) => d.key === "escouade_mode"));
+    for (const c of head.controls || []) if (inHead(c)) side.append(this.control(c));
+    if (head.can && head.can.stop) side.append(h("button", { class: "esc-btn esc-stop", title: "Cancel the running turn (Esc)", text: "■ Stop", onclick: () => this.act({ act: "stop" }) }));
+    if (this.kind === "agent") side.append(this.menu(head, (head.controls || []).filter((c) => !inHead(c))));
+    const sub = h("div", { class: "esc-head-sub esc-dim" });
+    if (head.folder !== undefined) sub.append(h("span", { class: "esc-folder", text: head.folder + (head.where || ""), title: head.folder }));
+    if (head.rules !== undefined) {
+      sub.append(head.rules.length
+        ? h("span", { class: "esc-rules", text: ` · guarded by ${head.rules.join(", ")}`, title: "rule plugins answering this agent's permissions first" })
+        : h("span", { class: "esc-rules esc-none", text: " · no rule plugins" + (head.rules_hint ? ` (${head.rules_hint})` : ""), title: head.rules_hint || "" }));
+    }
+    if (head.tools) sub.append(h("span", { class: "esc-tools", text: ` · ${head.tools[0]}`, title: head.tools[1] }));
+    this.headEl.replaceChildren(h("div", { class: "esc-head-row" }, main, side), ...(sub.childNodes.length ? [sub] : []));
+    this.drawSignIn(head.sign_in);
+    this.queued.replaceChildren(...(head.queued || []).map((t) => h("div", { class: "esc-queued-item", title: t }, h("span", { class: "esc-badge", text: "queued" }), h("span", { text: " " + t }))));
+    if (this.box) {
+      this.box.placeholder = head.placeholder || "";
+      this.sendBtn.disabled = !(head.can && head.can.send);
+    }
+  }
+
+  control(c) {
+    if (c.kind === "bool") {
+      const box = h("input", { type: "checkbox", disabled: c.disabled });
+      box.checked = !!c.value;
+      box.addEventListener("change", () => this.act({ act: "set", key: c.key, value: box.checked }));
+      return h("label", { class: "esc-control" }, box, h("span", { text: " " + c.label }));
+    }
+    const sel = h("select", { disabled: c.disabled, "aria-label": c.label, title: c.label });
+    if (!c.options.some(([, v]) => v === c.value)) sel.append(h("option", { value: "", text: `${c.label}: —` }));
+    for (const [label, value] of c.options) {
+      const o = h("option", { value: JSON.stringify(value), text: label });
+      if (value === c.value) o.selected = true;
+      sel.append(o);
+    }
+    sel.addEventListener("change", () => { if (sel.value) this.act({ act: "set", key: c.key, value: JSON.parse(sel.value) }); });
+    return h("label", { class: "esc-control" }, h("span", { class: "esc-dim", text: c.label + " " }), sel);
+  }
+
+  menu(head, controls) {
+    const confirmBox = h("div", { class: "esc-confirm", hidden: true });
+    const ask = (question, label, act) => {
+      confirmBox.replaceChildren(h("span", { text: question + " " }),
+        h("button", { class: "esc-btn esc-reject", text: label, onclick: () => { confirmBox.hidden = true; details.open = false; this.act({ act }); } }),
+        h("button", { class: "esc-btn esc-other", text: "Cancel", onclick: () => { confirmBox.hidden = true; } }));
+      confirmBox.hidden = false;
+    };
+    const items = h("div", { class: "esc-menu-items" });
+    for (const c of controls) items.append(h("div", { class: "esc-menu-control" }, this.control(c)));
+    if (head.can && head.can.restart) items.append(h("button", { class: "esc-menu-item", text: "Restart…", title: "Start a new process and session for this agent", onclick: () => ask(`Restart ${head.name}? A new process and session start; this conversation stays above.`, "Restart", "restart") }));
+    if (!["exited", "closed", "failed"].includes(head.status)) items.append(h("button", { class: "esc-menu-item", text: "Stop agent…", title: "End the agent's process", onclick: () => ask(`Stop ${head.name}'s process?`, "Stop agent", "close_agent") }));
+    items.append(h("div", { class: "esc-menu-note esc-dim", text: head.folder + (head.where || "") }));
+    const details = h("details", { class: "esc-menu" }, h("summary", { title: "More: other settings, Restart, Stop agent", text: "⋯" }), items, confirmBox);
+    if (this.menuOpen) details.open = true;
+    details.addEventListener("toggle", () => { this.menuOpen = details.open; });
+    return details;
+  }
+
+  drawSignIn(s) {
+    const shape = JSON.stringify(s || null);
+    if (shape === this.signInShape) return;
+    this.signInShape = shape;
+    this.signIn.replaceChildren();
+    if (!s) return;
+    if (s.methods) for (const m of s.methods) this.signIn.append(h("button", { class: "esc-btn esc-other", text: m.label, title: m.tip, onclick: () => this.act({ act: "sign_in", value: m.id }) }));
+    if (s.input) {
+      const box = h("input", { type: "text", class: "esc-signin-input", placeholder: "answer the sign-in program (its stdin)", "data-lm-suppress-shortcuts": "true" });
+      const go = () => { this.act({ act: "sign_in_input", text: box.value }); box.value = ""; };
+      box.addEventListener("keydown", (e) => { e.stopPropagation(); if (e.key === "Enter") { e.preventDefault(); go(); } });
+      this.signIn.append(box, h("button", { class: "esc-btn esc-other", text: "Send", title: "Write this line to the sign-in program's stdin", onclick: go }));
+    }
+  }
+
+  // -- the prompt box ---------------------------------------------------------------------------------
+  composer() {
+    this.box = h("textarea", { class: "esc-box", rows: 2, "data-lm-suppress-shortcuts": "true", "aria-label": "Prompt" });
+    this.complete = h("div", { class: "esc-complete", hidden: true, role: "listbox" });
+    this.sendBtn = h("button", { class: "esc-btn esc-send", text: "Send", title: "Send (Enter)", onclick: () => this.sendPrompt() });
+    this.box.addEventListener("keydown", (e) => this.keys(e));
+    this.box.addEventListener("input", () => this.suggest());
+    return h("div", { class: "esc-composer" }, h("div", { class: "esc-box-wrap" }, this.complete, this.box), this.sendBtn);
+  }
+
+  sendPrompt() {
+    const text = this.box.value;
+    if (!text.trim() || this.sendBtn.disabled) return;
+    this.act({ act: "send", text });
+    this.box.value = "";
+    this.hideComplete();
+    this.box.focus();
+  }
+
+  keys(e) {
+    e.stopPropagation(); // the notebook's shortcuts never see keys typed here (with data-lm-suppress-shortcuts)
+    const open = !this.complete.hidden;
+    if (open && (e.key === "ArrowDown" || e.key === "ArrowUp")) {
+      e.preventDefault();
+      const n = this.choices.length;
+      this.choice = (this.choice + (e.key === "ArrowDown" ? 1 : n - 1)) % n;
+      this.drawComplete();
+      return;
+    }
+    if (open && (e.key === "Tab" || (e.key === "Enter" && !e.shiftKey))) {
+      e.preventDefault();
+      this.pick(this.choices[this.choice]);
+      return;
+    }
+    if (e.key === "Escape") {
+      e.preventDefault();
+      if (open) this.hideComplete();
+      else if (this.head && this.head.can && this.head.can.stop) this.act({ act: "stop" });
+      return;
+    }
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.sendPrompt(); }
+  }
+
+  suggest() {
+    const v = this.box.value;
+    const m = /^\/(\S*)$/.exec(v);
+    const commands = (this.head && this.head.commands) || [];
+    if (!m || !commands.length) { this.hideComplete(); return; }
+    this.choices = commands.filter((c) => c.name.startsWith(m[1]));
+    if (!this.choices.length) { this.hideComplete(); return; }
+    this.choice = 0;
+    this.complete.hidden = false;
+    this.drawComplete();
+  }
+
+  drawComplete() {
+    this.complete.replaceChildren(...this.choices.map((c, i) => h("div", {
+      class: "esc-complete-item" + (i === this.choice ? " esc-chosen" : ""), role: "option",
+      onmousedown: (e) => { e.preventDefault(); this.pick(c); },
+    }, h("b", { text: "/" + c.name }), h("span", { class: "esc-dim", text: " " + (c.description || "") + (c.hint ? ` (${c.hint})` : "") }))));
+  }
+
+  pick(c) { this.box.value = "/" + c.name + " "; this.hideComplete(); this.box.focus(); }
+  hideComplete() { this.complete.hidden = true; this.choices = []; }
+
+  close() { this.channel.close(); }
+}
+
+function fmt(n) { return n >= 10000 ? Math.round(n / 1000) + "k" : String(n); }
+
+// -- the squad ---------------------------------------------------------------------------------------
+class SquadUI {
+  constructor(model, el) {
+    this.model = model;
+    this.root = h("div", { class: "esc-view esc-squad", tabindex: "0" });
+    this.headEl = h("div", { class: "esc-head" });
+    this.table = h("table", { class: "esc-squad-table" });
+    this.pending = h("div", { class: "esc-squad-pending" });
+    this.opened = h("div", { class: "esc-squad-opened" });
+    this.root.append(this.headEl, h("div", { class: "esc-table-wrap" }, this.table), this.pending, this.opened);
+    el.append(this.root);
+    this.root.addEventListener("click", (e) => this.click(e));
+    this.root.addEventListener("keydown", (e) => this.keys(e));
+    this.timer = setInterval(() => this.tick(), 1000);
+    this.channel = new Channel(model, (m) => this.apply(m));
+    this.onOpened = () => this.showOpened();
+    model.on("change:opened", this.onOpened);
+    this.showOpened();
+  }
+
+  act(content) { this.channel.send({ k: "act", ...content }); }
+
+  apply(m) {
+    const state = m.snap || (m.ops || []).filter((o) => o[0] === "sq").map((o) => o[1]).pop();
+    if (state) this.draw(state);
+  }
+
+  draw(s) {
+    this.state = s;
+    const waiting = s.rows.reduce((n, r) => n + r.cards, 0);
+    this.headEl.replaceChildren(h("div", { class: "esc-head-main" }, h("b", { text: "Squad" }), h("span", { class: "esc-dim", text: ` · ${s.rows.length} agent${s.rows.length === 1 ? "" : "s"}` + (waiting ? ` · ${waiting} waiting for you` : "") })));
+    if (!s.rows.length) { this.table.replaceChildren(h("caption", { text: "No agents yet." })); }
+    else {
+      // a column no agent has anything in (worktree, subagents…) is left out
+      const columns = s.columns.filter((c) => c === "agent" || c === "status" || s.rows.some((r) => r.cells[c] && r.cells[c] !== "—" || c === "last activity"));
+      const head = h("tr", {}, ...columns.map((c) => h("th", { text: c })), h("th", { text: "" }));
+      const rows = s.rows.map((r) => {
+        const tr = h("tr", { "data-agent": r.name });
+        for (const c of columns) {
+          const td = h("td", { class: `esc-col-${c.replace(/\s+/g, "-")}` });
+          if (c === "status") td.append(h("span", { class: `esc-status esc-st-${r.tone}`, text: "● " + r.cells[c] }));
+          else if (c === "last activity") { td.dataset.at = r.at ?? ""; td.textContent = ago(r.at); }
+          else td.textContent = r.cells[c];
+          tr.append(td);
+        }
+        const acts = h("td", { class: "esc-row-actions" },
+          h("button", { class: "esc-btn esc-other", text: "Open", title: `Show ${r.name}'s view`, "data-row": "open", "data-agent": r.name }));
+        if (r.can.cancel) acts.append(h("button", { class: "esc-btn esc-other", text: "Cancel turn", title: `Cancel ${r.name}'s running turn`, "data-row": "cancel", "data-agent": r.name }));
+        if (r.can.restart) acts.append(h("button", { class: "esc-btn esc-other", text: "Restart…", "data-row": "restart", "data-agent": r.name }));
+        if (r.can.stop) acts.append(h("button", { class: "esc-btn esc-reject", text: "Stop agent…", title: `End ${r.name}'s process`, "data-row": "stop", "data-agent": r.name }));
+        tr.append(acts);
+        return tr;
+      });
+      this.table.replaceChildren(h("thead", {}, head), h("tbody", {}, ...rows));
+    }
+    const p = s.pending;
+    if (!p) { this.pending.replaceChildren(); this.pendingKey = null; return; }
+    const key = p.agent + "/" + p.key;
+    if (this.pendingKey === key && this.pendingHtml === p.html) return;
+    if (this.pendingKey !== key) this.since = performance.now();
+    this.pendingKey = key;
+    this.pendingHtml = p.html;
+    const card = h("div", { class: "esc-squad-card", "data-agent": p.agent });
+    card.innerHTML = p.html; // escaped by Python (widgets/render.py)
+    const buttons = [...card.querySelectorAll("button[data-act]")];
+    buttons.forEach((b, i) => { b.disabled = true; if (i < 9) b.prepend(h("kbd", { text: String(i + 1) }), " "); });
+    setTimeout(() => { if (this.pendingKey === key) buttons.forEach((b) => { b.disabled = false; }); }, SETTLE_MS);
+    this.pending.replaceChildren(h("div", { class: "esc-pin-head" },
+      h("span", { class: "esc-pin-count", text: `⚑ ${p.count} waiting for you — the oldest, ${p.agent}'s:` })), card);
+  }
+
+  tick() {
+    for (const td of this.table.querySelectorAll("td[data-at]")) td.textContent = ago(td.dataset.at === "" ? null : Number(td.dataset.at));
+  }
+
+  click(e) {
+    const row = e.target.closest("button[data-row]");
+    if (row) {
+      const name = row.dataset.agent;
+      const what = row.dataset.row;
+      if (what === "open") return this.open(name);
+      if (what === "cancel") return this.act({ act: "cancel", name });
+      const tr = row.closest("tr");
+      const words = what === "stop" ? `Stop ${name}'s process?` : `Restart ${name}?`;
+      this.confirm(tr, words, what === "stop" ? "Stop agent" : "Restart", () => this.act({ act: what, name }));
+      return;
+    }
+    const btn = e.target.closest("button[data-act]");
+    if (!btn || btn.disabled) return;
+    const card = btn.closest(".esc-squad-card");
+    const scope = btn.closest(".esc-ask") || card;
+    const content = { act: btn.dataset.act, key: btn.dataset.key, value: btn.dataset.value || null, name: card.dataset.agent };
+    if (scope.querySelector("[data-field]")) content.fields = collectFields(scope).fields;
+    for (const b of card.querySelectorAll("button[data-act]")) b.disabled = true;
+    this.act(content);
+  }
+
+  confirm(tr, words, label, go) {
+    const old = this.table.querySelector(".esc-confirm-row");
+    if (old) old.remove();
+    const cols = tr.children.length;
+    const row = h("tr", { class: "esc-confirm-row" }, h("td", { colspan: cols },
+      h("span", { text: words + " " }),
+      h("button", { class: "esc-btn esc-reject", text: label, onclick: () => { row.remove(); go(); } }),
+      h("button", { class: "esc-btn esc-other", text: "Cancel", onclick: () => row.remove() })));
+    tr.after(row);
+  }
+
+  keys(e) {
+    if (!/^[1-9]$/.test(e.key) || e.target.closest("input, textarea, select")) return;
+    if (!this.pendingKey || performance.now() - this.since < SETTLE_MS) return;
+    const buttons = [...this.pending.querySelectorAll("button[data-act]")];
+    const b = buttons[Number(e.key) - 1];
+    if (b && !b.disabled) { e.preventDefault(); e.stopPropagation(); b.click(); }
+  }
+
+  open(name) {
+    const views = [...document.querySelectorAll(".esc-view.esc-agent")].filter((v) => v.dataset.agent === name && !this.root.contains(v));
+    if (views.length) {
+      const v = views[0];
+      v.scrollIntoView({ block: "start", behavior: "smooth" });
+      v.classList.add("esc-flash");
+      setTimeout(() => v.classList.remove("esc-flash"), 1200);
+      return;
+    }
+    this.act({ act: "open", name });
+  }
+
+  async showOpened() {
+    const ref = this.model.get("opened");
+    const id = typeof ref === "string" && ref.startsWith("IPY_MODEL_") ? ref.slice(10) : null;
+    if (id === this.openedId) return;
+    this.openedId = id;
+    if (this.openedView) { this.openedView.remove(); this.openedView = null; }
+    this.opened.replaceChildren();
+    if (!id) return;
+    try {
+      const manager = this.model.widget_manager;
+      const child = await manager.get_model(id);
+      const view = await manager.create_view(child);
+      this.openedView = view;
+      this.opened.append(view.el);
+    } catch (err) {
+      this.opened.append(h("div", { class: "esc-dim", text: `The view of this agent could not be shown here: ${err}` }));
+    }
+  }
+
+  close() { clearInterval(this.timer); this.channel.close(); this.model.off("change:opened", this.onOpened); if (this.openedView) this.openedView.remove(); }
+}
+
+function ago(t) {
+  if (t === null || t === undefined || Number.isNaN(t)) return "—";
+  const s = Math.max(0, Math.floor(Date.now() / 1000 - t));
+  return s < 60 ? `${s} s ago` : s < 3600 ? `${Math.floor(s / 60)} min ago` : `${Math.floor(s / 3600)} h ago`;
+}
+
+// The static companion output before a view's says what was there when the kernel is gone:
+// hidden while the view is live (looked for once the view is in the page).
+function hideCompanion(el, tries = 20) {
+  const child = el.closest(".jp-OutputArea-child");
+  if (!child) { if (tries > 0) setTimeout(() => hideCompanion(el, tries - 1), 50); return null; }
+  const before = child.previousElementSibling;
+  if (before && before.querySelector(".esc-saved")) { before.classList.add("esc-companion-hidden"); el.escCompanion = before; }
+  return before;
+}
+
+function render({ model, el }) {
+  el.classList.add("esc-root");
+  const kind = model.get("kind");
+  const ui = kind === "squad" ? new SquadUI(model, el) : new ConversationUI(model, el, kind);
+  hideCompanion(el);
+  return () => {
+    ui.close();
+    if (el.escCompanion) el.escCompanion.classList.remove("esc-companion-hidden");
+  };
+}
+
+export default { render };

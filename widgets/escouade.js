@@ -110,7 +110,8 @@ class ConversationUI {
     this.html = new Map(); // key -> html last set (to keep a pinned clone while unchanged)
     this.newCount = 0;
     this.head = null;
-    this.root = h("div", { class: `esc-view esc-${kind}` });
+    // keys typed anywhere in the view (prompt, card fields) are the view's, not the notebook's shortcuts
+    this.root = h("div", { class: `esc-view esc-${kind}`, "data-lm-suppress-shortcuts": "true" });
     this.headEl = h("div", { class: "esc-head" });
     this.signIn = h("div", { class: "esc-signin" });
     this.transcript = h("div", { class: "esc-transcript" });
@@ -129,7 +130,7 @@ class ConversationUI {
     this.root.addEventListener("keydown", (e) => {
       if (e.key === "Escape" && this.head && this.head.can && this.head.can.stop) {
         e.preventDefault(); e.stopPropagation(); this.act({ act: "stop" });
-      }
+      } else if (e.target.closest("input, textarea, select")) e.stopPropagation();
     });
     this.channel = new Channel(model, (m) => this.apply(m));
   }

@@ -11,6 +11,10 @@ over the sessions of its process; never ``loadSession`` (it keeps nothing on dis
 The prompt's text picks a scenario (case-insensitive, first match wins):
 
 ==================  ======================================================
+``stream N of W at R/s``  N chunks of W characters of prose (words, a blank line every ~400
+                    characters), R chunks a second (a model's pace); honours cancel. Checked first
+``stream code N at R/s``  one fenced ``python`` block of about N bytes (plain Python lines) in
+                    ~20-byte chunks, R a second; honours cancel. Checked first
 ``crash``           two chunks, a few stderr lines, then ``os._exit(3)``
 ``flood``           2 MiB of stderr, then a short reply
 ``slow``            50 ``tick N`` chunks, 0.1 s apart; honours cancel
@@ -147,6 +151,26 @@ SLOW_DELAY = 0.1
 CHUNK_WIDTH = 40
 
 _CHUNKS_RE = re.compile(r"chunks\s+(\d+)(?:\s+of\s+(\d+))?", re.IGNORECASE)
+_RATE = r"\s+at\s+(\d+(?:\.\d+)?)\s*/\s*s\b"
+_STREAM_RE = re.compile(r"\bstream\s+(\d+)\s+of\s+(\d+)" + _RATE, re.IGNORECASE)
+_STREAM_CODE_RE = re.compile(r"\bstream\s+code\s+(\d+)" + _RATE, re.IGNORECASE)
+CODE_CHUNK = 20
+# words for the ``stream`` scenarios' prose and code, most frequent first (drawn Zipf-like from a
+# seeded generator, so the text compresses about as well as English or Python does, ~3x with zlib)
+_WORDS = tuple("""the of and to a in is that for it as with was on be by this are from or at an not have which
+but we can all one has their more when will there been if would its so what about into other only out new some
+time these two may then do first any like now such our over also after most where through way between many
+well being because those while should each just very under both last same since during without another might
+agent notebook cell kernel data frame column row value plot trend result model test file function change run
+summary table index series chart error output input reader writer token window buffer session prompt reply
+branch commit review patch build cache query schema record field report metric sample batch epoch weight layer
+shape array vector matrix graph node edge path folder module package version config option flag mode card
+reads writes shows loads keeps drops finds checks counts sorts joins splits merges groups filters maps plots
+fast slow large small early late clear short long new old simple careful empty full open closed stable""".split())
+_CODE_VERBS = ("load", "parse", "scale", "merge", "split", "count", "filter", "render", "check", "build", "read",
+               "write", "group", "sort", "clean", "score", "fetch", "store", "update", "compare")
+_CODE_NOUNS = ("rows", "frame", "values", "records", "batch", "table", "cells", "tokens", "paths", "items",
+               "scores", "labels", "columns", "samples", "weights", "options", "results", "entries")
 _RUN_RE = re.compile(r"\brun\s+(.+)", re.IGNORECASE)
 # A token "looks like a file name" when it ends in a dot and an extension.
 _FILE_RE = re.compile(r"^[\w./\\~-]*\w\.[A-Za-z0-9]{1,10}$")
@@ -179,6 +203,78 @@ def _chunk_text(i: int, width: int = CHUNK_WIDTH) -> str:
     characters, default 40, ending in a newline."""
     head = f"{i:05d} "
     return (head + "x" * width)[: width - 1] + "\n"
+
+
+def _prose(size: int) -> str:
+    """``size`` characters of prose: words and spaces, sentences of 6–18 words, a blank line
+    every ~400 characters (so a markdown view sees paragraphs). Deterministic."""
+    import random
+
+    rng = random.Random(size)
+    weights = [1 / (rank + 1) for rank in range(len(_WORDS))]
+    out: list[str] = []
+    total = para = 0
+    while total < size:
+        words = rng.choices(_WORDS, weights, k=rng.randint(6, 18))
+        if len(words) > 9 and rng.random() < 0.4:
+            words[rng.randint(3, len(words) - 3)] += ","
+        sentence = " ".join(words).capitalize() + "."
+        para += len(sentence) + 1
+        if para >= 400:
+            sentence += "\n\n"
+            para = 0
+        else:
+            sentence += " "
+        out.append(sentence)
+        total += len(sentence)
+    return "".join(out)[:size]
+
+
+def _python_code(size: int) -> str:
+    """About ``size`` bytes (ASCII) of plain Python that compiles: small functions of varied
+    names, arguments and bodies, then comment lines up to the size, in a fenced ``python``
+    block (the fence counts). Deterministic."""
+    import random
+
+    rng = random.Random(size)
+    head, tail = "```python\n", "```\n"
+    room = size - len(head) - len(tail)
+    parts: list[str] = []
+    while True:
+        verb, (noun, other) = rng.choice(_CODE_VERBS), rng.sample(_CODE_NOUNS, 2)
+        name, limit, scale = f"{verb}_{noun}", rng.randint(2, 500), round(rng.uniform(0.1, 9.9), 2)
+        shape = rng.randrange(3)
+        if shape == 0:
+            body = (f"    result = []\n"
+                    f"    for index, item in enumerate({noun}):\n"
+                    f"        if item is not None and index < {limit}:\n"
+                    f"            result.append(item * {scale})\n"
+                    f"    return result\n")
+        elif shape == 1:
+            body = (f"    seen = {{}}\n"
+                    f"    for key, {other[:-1]} in {noun}.items():\n"
+                    f"        seen.setdefault(key, []).append({other[:-1]})\n"
+                    f"    return {{k: len(v) for k, v in seen.items() if len(v) > {limit % 7}}}\n")
+        else:
+            body = (f"    total = sum(x for x in {noun} if x > {scale})\n"
+                    f"    if total > {limit}:\n"
+                    f"        raise ValueError(f\"{verb} {noun}: {{total}} > {limit}\")\n"
+                    f"    return total / max(1, len({noun}))\n")
+        doc = " ".join(rng.choices(_WORDS, k=rng.randint(5, 14))).capitalize()
+        note = " ".join(rng.choices(_WORDS, k=rng.randint(4, 10)))
+        block = (f"def {name}({noun}, {other}=None):\n"
+                 f"    \"\"\"{doc}.\"\"\"\n"
+                 f"    # {note}\n"
+                 f"{body}\n\n")
+        if len(block) > room:
+            break
+        parts.append(block)
+        room -= len(block)
+    while room >= 3:
+        line = ("# " + " ".join(rng.choices(_WORDS, k=12)))[: min(room, 64) - 1].rstrip() + "\n"
+        parts.append(line)
+        room -= len(line)
+    return head + "".join(parts) + tail
 
 
 def find_file_name(text: str) -> str:
@@ -358,6 +454,15 @@ class FakeAgent:
         session_id = f"fake-session-{self._session_counter}"
         session = self.sessions[session_id] = _Session(session_id=session_id, cwd=cwd)
         await self._connect_mcp(session, kwargs.get("mcp_servers"))
+
+        async def advertise() -> None:  # the slash commands it offers, once the client has the session
+            from acp.schema import AvailableCommand, AvailableCommandsUpdate
+            await asyncio.sleep(0.05)
+            await self.conn.session_update(session_id, AvailableCommandsUpdate(
+                session_update="available_commands_update", available_commands=[
+                    AvailableCommand(name="plan", description="Present a plan to approve"),
+                    AvailableCommand(name="test", description="Run the tests")]))
+        self.advertising = asyncio.ensure_future(advertise())  # held: the task is not collected
         return NewSessionResponse(session_id=session_id, modes=self._modes_state(session),
                                   config_options=self._config_options(session))
 
@@ -420,6 +525,17 @@ class FakeAgent:
     # -- scenarios --------------------------------------------------------
     async def _dispatch(self, turn: _Turn, text: str) -> str:
         low = text.lower()
+        m = _STREAM_CODE_RE.search(text)  # first: no other scenario may take these words
+        if m:
+            code = _python_code(int(m.group(1)))
+            return await self._paced(turn, [code[i:i + CODE_CHUNK] for i in range(0, len(code), CODE_CHUNK)],
+                                     float(m.group(2)))
+        m = _STREAM_RE.search(text)
+        if m:
+            count, width = int(m.group(1)), max(1, int(m.group(2)))
+            prose = _prose(count * width)
+            return await self._paced(turn, [prose[i * width:(i + 1) * width] for i in range(count)],
+                                     float(m.group(3)))
         special = await self._dispatch_mcp(turn, text)  # before ``run CMD``: ``run code`` is MCP
         if special is not None:
             return special
@@ -480,6 +596,19 @@ class FakeAgent:
             await turn.say(f"tick {n} ")
             if n < SLOW_TICKS:
                 await turn.sleep(SLOW_DELAY)
+        return "end_turn"
+
+    async def _paced(self, turn: _Turn, parts: list[str], rate: float) -> str:
+        """Send ``parts`` as chunks of one message, ``rate`` a second (on a schedule, so the
+        sends' own time does not slow the pace); a cancel ends it at the next chunk."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for i, part in enumerate(parts):
+            if i and rate > 0:
+                wait = start + i / rate - loop.time()
+                if wait > 0:
+                    await turn.sleep(wait)
+            await turn.say(part)  # checks the cancel
         return "end_turn"
 
     async def _chunks(self, turn: _Turn, count: int, width: int = CHUNK_WIDTH) -> str:

@@ -42,6 +42,16 @@ def _highlight_fence(code: str, lang: str, _attrs: str) -> str:
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight_fence}).enable(
     ["table", "strikethrough"])
 
+
+def _link_open(self, tokens, idx, options, env):
+    """A link opens in a new tab, never in place of the notebook (nor with its opener)."""
+    tokens[idx].attrSet("target", "_blank")
+    tokens[idx].attrSet("rel", "noopener noreferrer")
+    return self.renderToken(tokens, idx, options, env)
+
+
+_md.add_render_rule("link_open", _link_open)
+
 MAX_DIFF_ROWS = 400
 """A diff shows at most this many lines, then says how many more there are."""
 _DIFF_CLASS = {"+": "add", "-": "del", "@": "hunk"}

@@ -404,7 +404,7 @@ class AgentView(ConversationView):
         a = self.agent
         name = esc(a.name)
         html = (f'<div class="esc-saved" style="font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;'
-                f'padding:4px 8px;border:1px dashed #8a8a8a;border-radius:4px;color:#555">'
+                f'padding:4px 8px;border:1px dashed var(--jp-border-color1,#8a8a8a);border-radius:4px;color:var(--jp-ui-font-color1,#333)">'
                 f'<b>{name}</b> · {esc(a.harness.harness.display_name)} — the live view of this agent was here. '
                 f'Its conversation is kept in its transcript: <code>%escouade resume {name}</code> brings it back '
                 f'(the finished turns of <code>%%escouade</code> cells stay in their outputs).</div>{HIDE_ORPHAN}')
@@ -463,7 +463,7 @@ class TurnView(ConversationView):
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
         if not final:
             return {"text/plain": "",  # the widget's own text/plain follows
-                    "text/html": f'<div class="esc-saved" style="font-size:12px;color:#555">'
+                    "text/html": f'<div class="esc-saved" style="font-size:12px;color:var(--jp-ui-font-color1,#333)">'
                                  f'{esc(self.agent.name)}: turn {esc(self.turn.status)}</div>{HIDE_ORPHAN}'}
         head = self.head()
         took = f" · {head['took']:.1f} s" if (head.get("took") or 0) >= 0.1 else ""

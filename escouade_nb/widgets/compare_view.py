@@ -30,7 +30,7 @@ class CompareView(FullText, Releasing, w.VBox):
         for head, view in zip(self.heads, self.views):
             head.add_class("escouade-compare-head")
             columns.append(w.VBox([head, view], layout=w.Layout(
-                flex="1 1 320px", min_width="0", border_right="1px solid #d0d7de", padding="0 6px")))
+                flex="1 1 320px", min_width="0", border_right="1px solid var(--jp-border-color2, #e0e0e0)", padding="0 6px")))
         self.table = w.HTML(layout=w.Layout(overflow="auto"))  # scrolls in a narrow window, never cut
         self.children = [w.HBox(columns, layout=w.Layout(width="100%", flex_flow="row wrap")), self.table]
         for turn in self.turns:

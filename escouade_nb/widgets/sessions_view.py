@@ -27,7 +27,7 @@ class SessionsView(FullText, Releasing, w.VBox):
     ``opened`` the agents opened here; ``note`` what the last action said."""
 
     def __init__(self, squad: Any, agent: Any, page: Any) -> None:
-        super().__init__(layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
+        super().__init__(layout=w.Layout(border="1px solid var(--jp-border-color2, #d0d7de)", padding="6px"))
         self.add_class("escouade-sessions")
         self.squad, self.agent, self.page = squad, agent, page
         self.can_delete = offers(agent.agent_capabilities, "delete")
@@ -40,7 +40,7 @@ class SessionsView(FullText, Releasing, w.VBox):
         self._opened_view: AgentView | None = None
         for info in page.sessions:
             self.rows[info["sessionId"]] = self._row(info)
-        more = (f"<div style='color:#57606a'>more: <code>%escouade sessions {esc(agent.name)} --cursor "
+        more = (f"<div style='color:var(--jp-ui-font-color1,#333);opacity:.8'>more: <code>%escouade sessions {esc(agent.name)} --cursor "
                 f"{esc(page.next_cursor)}</code></div>" if page.next_cursor else "")
         head = w.HTML(f"<b>Sessions of {esc(agent.name)}</b>" if page.sessions else
                       f"{esc(agent.name)} has no sessions for this folder.")
@@ -49,7 +49,7 @@ class SessionsView(FullText, Releasing, w.VBox):
     def _row(self, info: dict[str, Any]) -> w.HBox:
         sid = info["sessionId"]
         label = w.HTML(f"<code>{esc(info.get('updatedAt') or '-')}</code> {esc(info.get('title') or '(untitled)')} "
-                       f"<span style='color:#57606a'>{esc(sid)}</span>")
+                       f"<span style='color:var(--jp-ui-font-color1,#333);opacity:.8'>{esc(sid)}</span>")
         open_b = w.Button(description="Open", layout=w.Layout(width="auto"),
                           tooltip=f"Open session {sid} in a new agent ({self.agent.harness.short_id})")
         open_b.on_click(on_loop(lambda _b: self.open_session(sid)))
@@ -113,7 +113,7 @@ class SessionsView(FullText, Releasing, w.VBox):
 
     def _say(self, text: str) -> None:
         self.note = text
-        self._note.value = f"<div style='color:#57606a'>{esc(text)}</div>"
+        self._note.value = f"<div style='color:var(--jp-ui-font-color1,#333);opacity:.8'>{esc(text)}</div>"
 
     def release(self) -> None:
         if self._opened_view is not None:

@@ -222,7 +222,7 @@ class SquadView(FrontView):
 
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
         return {"text/plain": "",  # the widget's own text/plain follows: the whole table
-                "text/html": '<div class="esc-saved" style="font-size:12px;color:#555">The squad view was here '
+                "text/html": '<div class="esc-saved" style="font-size:12px;color:var(--jp-ui-font-color1,#333)">The squad view was here '
                              '(live while its kernel runs: <code>%escouade squad</code>).</div>' + HIDE_ORPHAN}
 
     def __repr__(self) -> str:

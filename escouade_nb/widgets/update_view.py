@@ -23,7 +23,7 @@ class UpdateView(FullText, Releasing, w.VBox):
     :class:`~escouade_nb.engine.harness_update.UpdateResult` once done."""
 
     def __init__(self, ref: HarnessRef, before: str | None, *, timeout: float = UPDATE_TIMEOUT) -> None:
-        super().__init__(layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
+        super().__init__(layout=w.Layout(border="1px solid var(--jp-border-color2, #d0d7de)", padding="6px"))
         self.ref = ref
         self.before = before
         self.timeout = timeout

@@ -184,8 +184,8 @@ def test_a_permission_is_drawn_inside_its_tool_call_card_once():
     ops = dict((o[1], o) for o in feed.ops()[0])
     tool_html = ops[feed.key(conv.tool_calls["c1"])][2]
     assert "rejected by you" in tool_html and "● failed" not in tool_html
-    assert "data-act" not in tool_html  # answered: one line, no buttons
-    assert "Rejected by you" in re.sub(r"<[^>]+>", "", tool_html)
+    assert "data-act" not in tool_html  # answered: no buttons, and no line repeating the head's words
+    assert "Rejected by you" not in re.sub(r"<[^>]+>", "", tool_html)
 
 
 def test_status_words_say_who_refused():

@@ -321,7 +321,8 @@ class ConversationUI {
     if (head.rules !== undefined) {
       sub.append(head.rules.length
         ? h("span", { class: "esc-rules", text: ` · guarded by ${head.rules.join(", ")}`, title: "rule plugins answering this agent's permissions first" })
-        : h("span", { class: "esc-rules esc-none", text: " · no rule plugins" + (head.rules_hint ? ` (${head.rules_hint})` : ""), title: head.rules_hint || "" }));
+        : h("span", { class: "esc-rules esc-none", title: head.rules_hint || "" }, " · no rule plugins",
+          ...(/`([^`]+)`/.test(head.rules_hint || "") ? [" — ", h("code", { text: /`([^`]+)`/.exec(head.rules_hint)[1] })] : [])));
     }
     if (head.tools) sub.append(h("span", { class: "esc-tools", text: ` · ${head.tools[0]}`, title: head.tools[1] }));
     this.headEl.replaceChildren(h("div", { class: "esc-head-row" }, main, side), ...(sub.childNodes.length ? [sub] : []));

@@ -365,6 +365,8 @@ class Feed:
         else:
             body = tool_body_html(call)
             ask = self._ask(perm) if perm is not None else ""
+            if word and perm is not None and perm.state != "pending" and answer_label(perm).casefold() == word.casefold():
+                ask = ""  # the head's "rejected by you" says all the answer line would
         nested = "".join(self._subagent(sub, self.key(call)) for sub in call.subagents)
         cls = "esc-card esc-tool" + (" esc-pending" if pending else "")
         html = f'<div class="{cls}">{tool_header_html(call, word, tone)}{body}{ask}{nested}</div>'

@@ -130,6 +130,11 @@ def _prompt_text(turn: Turn) -> str:
     return "".join(b.get("text", "") for b in turn.prompt if isinstance(b, dict) and b.get("type") == "text")
 
 
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _rules(agent: Agent) -> tuple[list[str], str | None]:
     """(names of the rule plugins guarding the agent, a hint when none do)."""
     guarding = getattr(agent, "rules_guarding", None)
@@ -464,7 +469,9 @@ class TurnView(ConversationView):
         if not final:
             return {"text/plain": "",  # the widget's own text/plain follows
                     "text/html": f'<div class="esc-saved" style="font-size:12px;color:var(--jp-ui-font-color1,#333)">'
-                                 f'{esc(self.agent.name)}: turn {esc(self.turn.status)}</div>{HIDE_ORPHAN}'}
+                                 f'<b>{esc(self.agent.name)}</b>, prompted: “{esc(_cut(_prompt_text(self.turn), 200))}” '
+                                 f'— the turn shows here once it has ended (in JupyterLab or Notebook 7)</div>'
+                                 f'{HIDE_ORPHAN}'}
         head = self.head()
         took = f" · {head['took']:.1f} s" if (head.get("took") or 0) >= 0.1 else ""
         body = (f'<div class="esc-view esc-turn esc-saved"><div class="esc-head"><div class="esc-head-row">'

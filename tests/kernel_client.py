@@ -11,6 +11,8 @@ from typing import Any
 
 from jupyter_client.manager import KernelManager
 
+from view_helpers import buttons_of  # noqa: F401 (the kernel tests read cards with it)
+
 
 @dataclass
 class Result:
@@ -128,3 +130,12 @@ def update_message(kernel: "Kernel", model_id: str, state: dict) -> None:
     msg = kernel.kc.session.msg("comm_msg", {"comm_id": model_id,
                                              "data": {"method": "update", "state": state, "buffer_paths": []}})
     kernel.kc.shell_channel.send(msg)
+
+
+def act(kernel: "Kernel", model_id: str, content: dict) -> None:
+    """Send the message the views' front-end (``widgets/escouade.js``) sends when the user
+    acts: a click on a card's button, Stop, a menu's choice (``{"act": NAME, ...}``)."""
+    msg = kernel.kc.session.msg("comm_msg", {"comm_id": model_id,
+                                             "data": {"method": "custom", "content": {"k": "act", **content}}})
+    kernel.kc.shell_channel.send(msg)
+

@@ -17,6 +17,7 @@ from escouade_nb.core.conversation import Compaction, Notice, Unknown
 from escouade_nb.core.render_text import render_item, render_items
 from escouade_nb.engine.agent import Agent
 from test_failure_cases import P_NEW, P_PROMPT, Script, run
+from view_helpers import buttons_of, html_shown
 
 INIT_2026 = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
              '{"fs":{"readTextFile":true,"writeTextFile":true},"session":{"notices":{},"compaction":{}}}}}')
@@ -67,12 +68,12 @@ def test_notices_and_compaction_are_advertised_shown_and_replayed(tmp_path):
             view = AgentView(agent)
             result = await agent.send("go")
             assert result.stop_reason == "end_turn"
-            await asyncio.sleep(0.1)  # the view's throttle
-            return agent.transcript.path, agent.conversation, repr(view), view
+            await asyncio.sleep(0.1)
+            return agent.transcript.path, agent.conversation, repr(view), "".join(html_shown(view))
         finally:
             await agent.close()
 
-    path, conv, shown, view = run(go())
+    path, conv, shown, html = run(go())
     s.assert_ok()
     init = s.received()[0]
     assert init["params"]["clientCapabilities"]["session"] == {"configOptions": {"boolean": {}}, "notices": {}, "compaction": {}}
@@ -93,7 +94,6 @@ def test_notices_and_compaction_are_advertised_shown_and_replayed(tmp_path):
     assert "Input tag" not in text and "expected tags" not in text
     # the view: its text repr, and the HTML of the boundary and of the notice
     assert "earlier context summarised" in shown and "Rate limit close" in shown
-    html = "".join(getattr(c, "value", "") for c in _walk(view))
     assert "earlier context summarised" in html and "<details><summary>summary</summary>" in html
     assert "Scripted · warning: <b>Rate limit close</b>" in html and "Input tag" not in html
 
@@ -109,12 +109,6 @@ def test_notices_and_compaction_are_advertised_shown_and_replayed(tmp_path):
         == render_items([i for i in conv.items if not isinstance(i, Notice) or i.origin == "agent"])
     (replayed,) = [i for i in again.conversation.items if isinstance(i, Compaction)]
     assert replayed.summary_text == "Kept: the failing test in test_a.py."
-
-
-def _walk(widget):
-    yield widget
-    for child in getattr(widget, "children", ()):
-        yield from _walk(child)
 
 
 def test_compaction_upsert_patches_and_failed():
@@ -654,12 +648,12 @@ def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with
             # the card is in the subagent's nested conversation, not the parent's
             assert card.permission in card.subagent.conversation.items
             assert not any(isinstance(i, Permission) for i in agent.conversation.items)
-            await asyncio.sleep(0.1)  # the view's throttle
-            html = "".join(getattr(c, "value", "") for c in _walk(view))
+            await asyncio.sleep(0.1)
+            html = "".join(html_shown(view))
             assert "explorer" in html and "Run pytest" in html
-            (button,) = [b for b in _walk(view) if getattr(b, "description", None) == "Allow once"]
+            (button,) = [b for b in buttons_of(html) if b["label"] == "Allow once"]
             assert agent_row(agent)["subagents"] == "1 (1 running)"
-            button.click()  # answered in the nested view
+            view.act({"k": "act", **button})  # answered in the nested view
             assert card.state == "selected"
             await until_text(agent, "Running the tests.")
             agent.cancel()
@@ -693,6 +687,7 @@ def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with
         "        input: pytest",
         "      [permission] Run pytest: Allowed once by you",
         "      agent: Running the tests.",
+        "[info] Stopped by you",  # the turn the user stopped ends on this marker
     ])
     assert "⤷ subagent explorer" in shown
     assert agent_row(agent)["subagents"] == "1"
@@ -787,26 +782,26 @@ def test_a_terminal_sign_in_answered_from_the_view_then_the_prompt_retried(tmp_p
         agent = s.agent()
         try:
             view = AgentView(agent)
-            view.prompt.value = "go"
-            view.send_button.click()  # refused: the text goes back in the input
+            view.act({"k": "act", "act": "send", "text": "go"})  # refused: the text goes back in the input
             while agent.status != "sign-in":
                 await asyncio.sleep(0.02)
             await asyncio.sleep(0.1)
-            assert view.prompt.value == "go" and isinstance(agent.auth_required, AuthRequired)
+            assert view.prompt_value == "go" and isinstance(agent.auth_required, AuthRequired)
             await asyncio.sleep(0.1)
-            assert [b.description for b in view.sign_in.children] == ["Sign in: Log in with a token (terminal)"]
+            methods = view.head()["sign_in"]["methods"]
+            assert [m["label"] for m in methods] == ["Sign in: Log in with a token (terminal)"]
             signing = asyncio.ensure_future(agent.authenticate("login"))
             while agent.sign_in_job is None or "Paste your token" not in render_items(agent.conversation.items):
                 await asyncio.sleep(0.02)
             await asyncio.sleep(0.1)
-            shown = "".join(getattr(c, "value", "") for c in _walk(view))
+            shown = "".join(html_shown(view))
             assert "Paste your token" in shown  # its output, in the view
-            view.sign_in_box.value = "s3cret"
-            view.sign_in_send.click()  # answered from the view
+            assert view.head()["sign_in"] == {"input": True}  # the box to answer it
+            view.act({"k": "act", "act": "sign_in_input", "text": "s3cret"})  # answered from the view
             await asyncio.wait_for(signing, 20)
             retried = await agent.sign_in_retry
             await asyncio.sleep(0.1)
-            assert view.prompt.value == ""  # sent again by the sign-in: not left to send twice
+            assert view.prompt_value == ""  # sent again by the sign-in: not left to send twice
             return agent, retried, view
         finally:
             await agent.close()
@@ -821,7 +816,7 @@ def test_a_terminal_sign_in_answered_from_the_view_then_the_prompt_retried(tmp_p
     assert f"input: LOGIN_MODE=test {sys.executable} " in text and " login" in text
     assert "  terminal sign-in-1: exited with code 0\n  Paste your token: \n  Signed in.\n" in text
     assert "Signed in (Log in with a token): reconnecting." in text
-    assert not view.sign_in.children
+    assert view.head()["sign_in"] is None
     with __import__("pytest").raises(Exception, match="no terminal sign-in"):
         run(agent.sign_in_input("late"))
 

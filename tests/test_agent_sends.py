@@ -192,6 +192,7 @@ def test_non_text_content_is_shown_for_what_it_is(tmp_path):
     an image inline (size-capped), an http link as a link, an embedded text as a collapsed
     block, and the text repr says what each is — never the bare word ``image``."""
     from escouade_nb.widgets import AgentView
+    from view_helpers import html_shown
 
     blocks = [
         {"type": "text", "text": "Here is the plot:"},
@@ -216,8 +217,8 @@ def test_non_text_content_is_shown_for_what_it_is(tmp_path):
             view = AgentView(agent)
             result = await agent.send("go")
             import asyncio
-            await asyncio.sleep(0.3)  # the throttled redraw
-            html = "".join(getattr(w, "value", "") for w in _walk(view))
+            await asyncio.sleep(0.3)
+            html = "".join(html_shown(view))
             return render_items(result.items), html
         finally:
             await agent.close()
@@ -228,17 +229,50 @@ def test_non_text_content_is_shown_for_what_it_is(tmp_path):
     assert "[link report <https://example.org/report>]" in text
     assert "[embedded text file:///w/notes.md (text/markdown, 3 lines)]\n# Notes" in text
     assert " image " not in text.replace("[image", "")  # never the bare word
-    assert f'<img src="data:image/png;base64,{PNG_1PX}"' in html  # inline, in the reply and the tool card
+    assert html.count(f'<img class="esc-img" src="data:image/png;base64,{PNG_1PX}"') == 2  # in the reply and the tool card
     assert html.count("<img ") == 2
     assert '<audio controls src="data:audio/wav;base64,' in html
     assert '<a href="https://example.org/report" target="_blank" rel="noopener noreferrer">report</a>' in html
     assert "javascript:" not in html.replace("[link &lt;b&gt;evil&lt;/b&gt; &lt;javascript:alert(1)&gt;]", "")
     assert "<b>evil</b>" not in html and "<script>x</script>" not in html  # text, never markup
-    assert "<details class=\"escouade-block\"><summary>[embedded text file:///w/notes.md" in html
+    assert "<details class=\"esc-block\"><summary>[embedded text file:///w/notes.md" in html
     assert "data:image/svg+xml" not in html  # an SVG can script: named, not shown
 
 
-def _walk(widget):
-    yield widget
-    for child in getattr(widget, "children", ()) or ():
-        yield from _walk(child)
+def test_a_turn_the_user_stopped_ends_on_a_marker_live_and_after_a_resume(tmp_path, monkeypatch):
+    """Issue 16: a turn ended ``cancelled`` by the user's Stop gets the notice "Stopped by
+    you" (info) as its last item; a turn that ends by itself does not; a resume rebuilds it."""
+    from escouade_nb.core.conversation import STOPPED_BY_YOU, Notice
+    from escouade_nb.engine.agent import Agent
+    from escouade_nb.engine.squad import Squad
+    from test_failure_cases import until
+
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
+    work = tmp_path / "work"
+    work.mkdir()
+
+    async def go():
+        squad = Squad()
+        agent = squad.start("fake", cwd=work, name="stopped")
+        try:
+            turn = agent.send("slow")
+            await until(lambda: "tick" in turn.text, 10, "the first tick")
+            agent.cancel()
+            stopped = await turn
+            after = await agent.send("hello")
+            return agent, stopped, after, render_items(agent.conversation.items)
+        finally:
+            await agent.close()
+            await squad.rules.aclose()
+
+    agent, stopped, after, shown = run(go())
+    assert stopped.stop_reason == "cancelled" and stopped.cancelled_by_user
+    last = stopped.items[-1]
+    assert isinstance(last, Notice) and (last.text, last.level) == (STOPPED_BY_YOU, "info")
+    assert not any(isinstance(i, Notice) and i.text == STOPPED_BY_YOU for i in after.items)
+    assert shown.count("[info] Stopped by you") == 1
+    assert shown.index("[info] Stopped by you") < shown.index("you: hello")  # at the end of the stopped turn
+    again = Agent.resume(agent.transcript.path, None, program=None)  # a new kernel: from the transcript
+    assert render_items(again.conversation.items).count("[info] Stopped by you") == 1
+    assert render_items(again.conversation.items).splitlines()[:3] == shown.splitlines()[:3]

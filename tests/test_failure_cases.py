@@ -36,6 +36,7 @@ from escouade_nb.engine.agent import Agent, AgentError, AgentExited, AuthRequire
 from escouade_nb.core.conversation import Notice, Unknown
 from escouade_nb.manifest import HarnessRef, load_manifest
 from escouade_nb.core.render_text import render_item, render_items
+from view_helpers import buttons_of, html_shown, record
 
 SCRIPT_AGENT = Path(__file__).resolve().parent / "fixtures" / "script_agent.py"
 
@@ -231,23 +232,22 @@ def test_F01_pending_permission_is_answered_cancelled_on_stop(tmp_path):
             view = AgentView(agent)
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)
-            await until(lambda: card.permission.key in view.transcript._views, what="the card's view")
-            pv = view.card_view(card)
-            assert [b.description for b in pv.buttons] == ["Allow once", "Reject"]
-            assert not any(b.disabled for b in pv.buttons)
+            await until(lambda: view.feed.find(view.feed.key(card.permission)) is not None, what="the card's view")
+            assert [b["label"] for b in buttons_of(view.card_html(card))] == ["Allow once", "Reject"]
+            assert view.head()["can"]["stop"]
             stopped = time.time()
-            view.stop_button.click()  # the user presses Stop
+            view.act({"k": "act", "act": "stop"})  # the user presses Stop
             await until(lambda: responses_to(s.received(), 100), 1.0, "the answer to 100 within 1 s")
             answered_at = next(e["t"] for e in s.entries() if json.loads(e["line"]).get("id") == 100)
             assert answered_at - stopped < 1.0
             result = await turn
             assert result.stop_reason == "cancelled" and result.cancelled_by_user
-            await asyncio.sleep(0.1)  # the throttled redraw
-            # the card is inert: disabled, labelled cancelled; a click sends nothing
+            await asyncio.sleep(0.1)
+            # the card is inert: no buttons, labelled cancelled; a click (a stale page) sends nothing
             assert card.state == "cancelled" and card.label.startswith("Cancelled")
-            assert all(b.disabled for b in pv.buttons)
-            assert "Cancelled" in pv._answer.value
-            pv.buttons[0].click()
+            html = view.card_html(card)
+            assert buttons_of(html) == [] and "esc-ans-cancelled" in html and "Cancelled" in html
+            view.press(card, "choose", "ok")
             assert card.choose("ok") is False
             await asyncio.sleep(0.2)
             # the update after the cancel still applies: t1 failed
@@ -446,7 +446,7 @@ A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
 
 
 def test_F04_new_file_diff_renders(tmp_path):
-    from escouade_nb.widgets.views import ToolCallView
+    from escouade_nb.widgets import AgentView
 
     s = Script(tmp_path, F04)
     ws = s.ws
@@ -463,16 +463,17 @@ def test_F04_new_file_diff_renders(tmp_path):
             assert render_item(w1).splitlines()[1:] == [
                 f"  new file {ws}/hello.py", "  +print('hi')", "  +print('bye')"]
             assert render_item(w2).splitlines()[1:] == [f"  new file {ws}/notes.md", "  +a"]
+            view = AgentView(agent)
             for call, added in ((w1, 2), (w2, 1)):
-                html = ToolCallView(call)._html.value
-                assert html.count('class="escouade-diff-add"') == added
-                assert 'class="escouade-diff-del"' not in html and "new file" in html
+                html = view.card_html(call)
+                assert html.count('class="esc-diff-add"') == added
+                assert 'class="esc-diff-del"' not in html and "new file" in html
             # a huge diff renders fast and is capped
             started = time.perf_counter()
-            big = ToolCallView(w3)._html.value
+            big = view.card_html(w3)
             text = render_item(w3)
             assert time.perf_counter() - started < 2.0
-            rows = big.count('class="escouade-diff-')
+            rows = len(re.findall(r'class="esc-diff-(?:add|del|hunk|ctx)"', big))
             assert 0 < rows <= 401
             assert re.search(r"… \d+ more lines", big), big[-300:]
             assert len(text) < 5000
@@ -546,7 +547,7 @@ def test_F06_one_session_cancel_and_the_turn_is_cancelled(tmp_path):
             turn = agent.send("go")
             await until(lambda: "b1" in agent.conversation.tool_calls, 10, "b1")
             stopped = time.time()
-            view.stop_button.click()
+            view.act({"k": "act", "act": "stop"})
             agent.cancel()  # a double click on Stop
             # at once, b1 is shown cancelled by the client
             assert agent.conversation.tool_calls["b1"].shown_status == "cancelled"
@@ -731,10 +732,11 @@ def test_F09_terminal_output_truncation_and_exit_status(tmp_path):
             assert sleeper.output_byte_limit <= 1 << 20  # the client's own ceiling when none is asked
             # the tool cards that embed the terminals show how they ended
             calls = agent.conversation.tool_calls
-            await asyncio.sleep(0.1)  # the throttled redraw
-            first = view.transcript.view_of(calls["r1"])._html.value
+            await asyncio.sleep(0.1)
+            drawn = {key: html for key, html, _meta in view.state()["items"]}
+            first = drawn[view.feed.key(calls["r1"])]
             assert "END" in first and re.search(r"exit(ed)?( with)?( code)?:? 7\b", first, re.I), first
-            second = view.transcript.view_of(calls["r2"])._html.value
+            second = drawn[view.feed.key(calls["r2"])]
             assert re.search(r"killed by SIG(TERM|KILL)", second), second
         finally:
             await agent.close()
@@ -787,27 +789,28 @@ def test_F10_mode_switch_is_reflected(tmp_path):
             view = AgentView(agent)
             await agent.ready()
             conv = agent.conversation
-            await until(lambda: "agent_mode" in view.controls.controls, 2, "the mode dropdown")
-            dropdown = view.controls.controls["agent_mode"]
+            def dropdown() -> dict | None:  # the menu the view's head shows
+                return next((c for c in view.head()["controls"] if c["key"] == "agent_mode"), None)
+            await until(lambda: dropdown() is not None, 2, "the mode dropdown")
             # exactly the modes the agent advertised, no invented "default"
-            assert [value for _, value in dropdown.options] == ["ask", "code", "plan"]
-            assert [label for label, _ in dropdown.options] == ["Ask", "Code", "Plan"]
-            assert dropdown.value == "ask"
-            dropdown.value = "code"  # the user picks Code
+            assert [value for _, value in dropdown()["options"]] == ["ask", "code", "plan"]
+            assert [label for label, _ in dropdown()["options"]] == ["Ask", "Code", "Plan"]
+            assert dropdown()["value"] == "ask" and not dropdown()["disabled"]
+            view.act({"k": "act", "act": "set", "key": "agent_mode", "value": "code"})  # the user picks Code
             await until(lambda: any(m.get("method") == "session/set_mode" for m in s.received()), 2, "set_mode")
             assert conv.current_mode_id == "code"  # shown at once
             await until(lambda: len(s.entries("out")) >= 3, 2, "the set_mode answer")  # init, new, set_mode
             await asyncio.sleep(0.1)
-            assert conv.current_mode_id == "code" and dropdown.value == "code"
+            assert conv.current_mode_id == "code" and dropdown()["value"] == "code"
             assert not [i for i in conv.items if isinstance(i, Notice)]  # no timeout, no error
             result = await agent.send("go")
             assert result.stop_reason == "end_turn"
             await asyncio.sleep(0.1)
-            assert conv.current_mode_id == "plan" and dropdown.value == "plan"  # the agent's own switch
-            dropdown.value = "ask"  # refused by this agent
+            assert conv.current_mode_id == "plan" and dropdown()["value"] == "plan"  # the agent's own switch
+            view.act({"k": "act", "act": "set", "key": "agent_mode", "value": "ask"})  # refused by this agent
             await until(lambda: any(isinstance(i, Notice) for i in conv.items), 2, "the refusal")
             await asyncio.sleep(0.1)
-            assert conv.current_mode_id == "plan" and dropdown.value == "plan"
+            assert conv.current_mode_id == "plan" and dropdown()["value"] == "plan"
             (notice,) = [i for i in conv.items if isinstance(i, Notice)]
             assert "ask" in notice.text and "Invalid mode" in notice.text
             await asyncio.sleep(0.3)
@@ -866,27 +869,27 @@ def test_F11_auth_required_leads_to_authenticate_and_one_retry(tmp_path):
             assert [m["id"] for m in agent.auth_methods] == ["api-key", "browser"]
             assert agent.status == "sign-in"
             await asyncio.sleep(0.1)
-            assert [b.description for b in view.sign_in.children] == ["Sign in: Use API key",
-                                                                       "Sign in: Log in with browser"]
+            assert [m["label"] for m in view.head()["sign_in"]["methods"]] == ["Sign in: Use API key",
+                                                                                "Sign in: Log in with browser"]
             await agent.authenticate("api-key")  # session/new is retried once
             assert agent.session_id == "s1" and agent.status == "idle"
             await asyncio.sleep(0.1)
-            assert not view.sign_in.children
+            assert view.head()["sign_in"] is None
             # -32000 for a prompt: the text stays in the input, the chooser is shown
-            view.prompt.value = "go"
-            view.send_button.click()
+            view.act({"k": "act", "act": "send", "text": "go"})
+            assert view.prompt_value == ""  # sent: the box empties
             await until(lambda: agent.status == "sign-in", 5, "the sign-in state")
             await asyncio.sleep(0.1)
-            assert view.prompt.value == "go"
-            assert len(view.sign_in.children) == 2
+            assert view.prompt_value == "go" and view.state()["prompt"] == "go"
+            assert len(view.head()["sign_in"]["methods"]) == 2
             await agent.authenticate("browser")  # the session goes on: no new one
             assert agent.session_id == "s1" and agent.status == "idle"
-            view.send_button.click()
+            view.act({"k": "act", "act": "send", "text": view.prompt_value})
             await until(lambda: any(isinstance(i, Notice) and i.level == "error" for i in agent.conversation.items),
                         5, "the usage-limit error")
             await asyncio.sleep(0.1)
             # -32603 with data is an error, not a sign-in prompt
-            assert agent.status == "idle" and not view.sign_in.children
+            assert agent.status == "idle" and view.head()["sign_in"] is None
             (error,) = [i for i in agent.conversation.items if isinstance(i, Notice) and i.level == "error"]
             assert "usage limit reached" in error.detail
             await asyncio.sleep(0.3)
@@ -1144,21 +1147,6 @@ class _Markup(html.parser.HTMLParser):
     handle_startendtag = handle_starttag
 
 
-def _html_values(widget) -> list[str]:
-    import ipywidgets as w
-
-    out, stack, seen = [], [widget], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, (w.HTML, w.HTMLMath)):
-            out.append(x.value)
-        stack.extend(getattr(x, "children", ()) or ())
-    return out
-
-
 def test_F15_agent_text_is_never_live_html(tmp_path):
     from escouade_nb.widgets import AgentView
     from escouade_nb.widgets.agent_view import TurnView
@@ -1169,11 +1157,16 @@ def test_F15_agent_text_is_never_live_html(tmp_path):
         agent = s.agent()
         try:
             view = AgentView(agent)
+            sent = record(view)
             turn = agent.send("go")
             turn_view = TurnView(turn)
+            turn_sent = record(turn_view)
             await turn
-            await asyncio.sleep(0.2)  # the throttled redraws
-            values = _html_values(view) + _html_values(turn_view)
+            await asyncio.sleep(0.5)  # the batches went (FLUSH_WAIT)
+            assert sent and turn_sent
+            # what the browser puts in the page: the items' HTML (snapshot and ops), the saved forms
+            values = (html_shown(view, sent) + html_shown(turn_view, turn_sent)
+                      + [view.static_body(), turn_view.static_body()])
         finally:
             await agent.close()
         whole = "\n".join(values)
@@ -1189,9 +1182,10 @@ def test_F15_agent_text_is_never_live_html(tmp_path):
             for raw in ("<img", "<script", "<iframe", "<svg"):
                 assert raw not in value.lower()
         # the good parts still render: a link, bold, the fenced block as escaped code
-        assert '<a href="https://example.org">ok</a>' in whole
+        assert re.search(r'<a href="https://example\.org"( [a-z]+="[^"]*")*>ok</a>', whole)
         assert "<strong>bold</strong>" in whole
-        assert "&lt;script&gt;alert(3)&lt;/script&gt;" in whole and '<code class="language-html">' in whole
+        highlighted = re.sub(r"</?span[^>]*>", "", whole)  # the code block is highlighted: spans around tokens
+        assert "&lt;script&gt;alert(3)&lt;/script&gt;" in highlighted and "language-html" in whole
         assert "javascript:" not in re.sub(r"\[docs\]\(javascript:alert\(2\)\)", "", whole)
         # the tool title as plain text
         assert "&lt;b onmouseover=alert(4)&gt;Read&lt;/b&gt; a.py" in whole

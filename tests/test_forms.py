@@ -13,7 +13,8 @@ import json
 import pytest
 from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, run, until
 
-from escouade_nb.widgets.views import QuestionView
+from escouade_nb.widgets import AgentView
+from view_helpers import buttons_of, form_fields
 
 SCHEMA = {
     "type": "object", "title": "Deploy", "required": ["name", "replicas"],
@@ -87,28 +88,30 @@ def test_the_form_blocks_submit_until_required_fields_are_filled_and_sends_only_
     async def go():
         agent = s.agent()
         try:
+            view = AgentView(agent)
             turn = agent.send("go")
             q = await agent.next_question(timeout=10)
-            answers = []
-            view = QuestionView(q.question, on_answer=lambda action, content: answers.append(
-                (action, content)) or q.accept(content))
             try:
-                inputs = view.inputs
+                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
+                card = view.card_html(q)
                 # nothing invented: empty boxes, no choice made, no yes/no pressed; defaults shown as given
-                assert [inputs[n].value for n in ("name", "replicas", "ratio", "color", "confirm")] == [
-                    "", "2", "", None, False]
-                assert view.submit.disabled and "To fill in: Name" in view._status.value
-                inputs["name"].value = "web"
-                assert not view.submit.disabled and view.missing() == []
-                inputs["ratio"].value = "abc"  # typed: parsed as the schema's number when submitted
-                view.submit.click()
-                assert answers == [] and "field 'ratio': 'abc' is not a number" in html.unescape(view._status.value)
-                inputs["ratio"].value = "0.5"
-                view.submit.click()
-                assert answers == [("accept", {"name": "web", "replicas": 2, "ratio": 0.5})]
+                shown, missing = form_fields(card)
+                assert shown == {"replicas": "2"}, shown  # confirm shows "no" (its default) but is not given
+                assert 'data-field="name" data-required="1"' in card and 'data-field="replicas" data-required="1"' in card
+                assert missing == ["Name"]  # Submit is blocked (the front-end says "To fill in: Name")
+                fields, missing = form_fields(card, {"name": "web"})
+                assert missing == [] and fields == {"name": "web", "replicas": "2"}
+                submit = next(b for b in buttons_of(card) if b["label"] == "Submit")
+                fields, _ = form_fields(card, {"name": "web", "ratio": "abc"})  # typed: parsed as a number
+                view.act({"k": "act", "act": submit["act"], "key": submit["key"], "fields": fields})
+                assert q.state == "pending"  # nothing sent
+                assert "field 'ratio': 'abc' is not a number" in html.unescape(view.card_html(q))
+                fields, _ = form_fields(card, {"name": "web", "ratio": "0.5"})
+                view.act({"k": "act", "act": submit["act"], "key": submit["key"], "fields": fields})
                 await until(lambda: q.state == "accept", 5, "the answer")
-                view.redraw()  # as its transcript view does on the change
-                assert view.submit.disabled and all(i.disabled for i in inputs.values())  # settled
+                assert q.question.answer == {"name": "web", "replicas": 2, "ratio": 0.5}
+                settled = view.card_html(q)
+                assert buttons_of(settled) == [] and "data-field" not in settled  # settled: no form left
             finally:
                 view.close()
             assert (await turn).stop_reason == "end_turn"
@@ -125,15 +128,46 @@ def test_an_emptied_required_field_blocks_submit_again(tmp_path):
     async def go():
         agent = s.agent()
         try:
+            view = AgentView(agent)
             turn = agent.send("go")
             q = await agent.next_question(timeout=10)
-            view = QuestionView(q.question, on_answer=lambda action, content: q.decline())
             try:
-                view.inputs["name"].value = "web"
-                view.inputs["replicas"].value = ""  # the default cleared: nothing given
-                assert view.submit.disabled and view.missing() == ["replicas"]
-                assert "To fill in: Replicas" in view._status.value
-                view.decline_button.click()
+                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
+                card = view.card_html(q)
+                _, missing = form_fields(card, {"name": "web", "replicas": ""})  # the default cleared: nothing given
+                assert missing == ["Replicas"]  # the front-end says "To fill in: Replicas"
+                decline = next(b for b in buttons_of(card) if b["label"] == "Decline")
+                view.act({"k": "act", "act": decline["act"], "key": decline["key"]})
+            finally:
+                view.close()
+            assert (await turn).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
+def test_every_button_of_a_form_does_what_it_says_and_cancel_cancels_it(tmp_path):
+    """The buttons the form's card shows name actions the view has (a click on one the
+    view does not know would do nothing); Cancel answers ``cancel``."""
+    s = Script(tmp_path, _asks({"action": "cancel"}))
+
+    async def go():
+        agent = s.agent()
+        try:
+            view = AgentView(agent)
+            turn = agent.send("go")
+            q = await agent.next_question(timeout=10)
+            try:
+                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
+                buttons = buttons_of(view.card_html(q))
+                assert [b["label"] for b in buttons] == ["Submit", "Decline", "Cancel"]
+                unknown = [b["act"] for b in buttons if b["act"] not in view.actions]
+                assert unknown == [], f"buttons no action answers: {unknown}"
+                cancel = buttons[2]
+                view.act({"k": "act", "act": cancel["act"], "key": cancel["key"]})
+                await until(lambda: q.state == "cancel", 5, "the cancel")
             finally:
                 view.close()
             assert (await turn).stop_reason == "end_turn"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kernel_client import Kernel, process_alive, wait_for
+from kernel_client import Kernel, act, buttons_of, process_alive, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -40,26 +40,28 @@ def test_click_message_answers_the_agent(kernel):
     kernel.run("demo = %escouade fake --as clicker\nawait demo.ready()\n"
                "sent = []\ndemo.transport.observers.append(lambda d, m: d == 'out' and sent.append(m))\n"
                "turn = demo.send('edit notes.txt')\ncard = await demo.next_permission(timeout=10)")
-    # the card's view exists once the throttled redraw ran
-    wait_for(kernel, "card.permission.key in views_of(demo)[0].transcript._views")
-    ids = kernel.run("pv = views_of(demo)[0].card_view(card)\n"
-                     "print(json.dumps({b.description: b.model_id for b in pv.buttons}))").text
-    buttons = json.loads(ids)
+    # the card is in the view: its buttons are what the front-end shows
+    wait_for(kernel, "views_of(demo)[0].feed.find(views_of(demo)[0].feed.key(card.permission)) is not None")
+    info = json.loads(kernel.run("view = views_of(demo)[0]\n"
+                                 "print(json.dumps([view.model_id, view.card_html(card)]))").text)
+    model_id, buttons = info[0], {b["label"]: b for b in buttons_of(info[1])}
     assert list(buttons) == ["Allow once", "Always allow", "Reject"]
-    kernel.click(buttons["Allow once"])
+    press = buttons["Allow once"]
+    act(kernel, model_id, {"act": press["act"], "key": press["key"], "value": press["value"]})  # the user clicks
     wait_for(kernel, "turn.done")
     out = kernel.run("r = await turn\nprint(r.stop_reason, '|', r.text)\n"
                      "print([m['result'] for m in sent if 'result' in m and 'outcome' in (m['result'] or {})])\n"
-                     "print(card.label)\nprint([b.disabled for b in pv.buttons])\n"
+                     "print(card.label)\nprint('buttons left:', 'data-act' in view.card_html(card))\n"
                      "print(open('notes.txt').read())").text
     assert "end_turn | Edited notes.txt." in out
     assert ("[{'outcome': {'optionId': 'allow-once', 'outcome': 'selected'}, '_meta': {'escouade': {'by': 'you'}}}]"
             in out)
     assert "Allowed once by you" in out
-    assert "[True, True, True]" in out
+    assert "buttons left: False" in out  # the answered card shows its answer, no buttons
     assert "Edited by the fake agent." in out
-    # a second click sends nothing more
-    kernel.click(buttons["Reject"])
+    # a second click (a stale page) sends nothing more
+    press = buttons["Reject"]
+    act(kernel, model_id, {"act": press["act"], "key": press["key"], "value": press["value"]})
     time.sleep(0.3)
     again = kernel.run("print(len([m for m in sent if 'result' in m and 'outcome' in (m['result'] or {})]))").text
     assert again.strip() == "1"
@@ -69,22 +71,23 @@ def test_cancel_while_card_pending(kernel):
     kernel.run("demo = %escouade fake --as canceller\nawait demo.ready()\n"
                "sent = []\ndemo.transport.observers.append(lambda d, m: d == 'out' and sent.append(m))\n"
                "turn = demo.send('run npm test')\ncard = await demo.next_permission(timeout=10)")
-    wait_for(kernel, "card.permission.key in views_of(demo)[0].transcript._views")
-    kernel.run("pv = views_of(demo)[0].card_view(card)\nstop = views_of(demo)[0].stop_button")
-    stop_id = kernel.run("print(stop.model_id)").text.strip()
-    kernel.click(stop_id)  # the user presses Stop
+    wait_for(kernel, "views_of(demo)[0].feed.find(views_of(demo)[0].feed.key(card.permission)) is not None")
+    kernel.run("view = views_of(demo)[0]")
+    assert kernel.run("print(view.head()['can']['stop'])").text.strip() == "True"
+    stop_id = kernel.run("print(view.model_id)").text.strip()
+    act(kernel, stop_id, {"act": "stop"})  # the user presses Stop
     wait_for(kernel, "turn.done")
     out = kernel.run(
         "r = await turn\nprint('stop:', r.stop_reason)\n"
         "print('methods:', [m.get('method') for m in sent if 'method' in m])\n"
         "print('answers:', [m['result'] for m in sent if 'result' in m and 'outcome' in (m['result'] or {})])\n"
         "await asyncio.sleep(0.2)\n"
-        "print('card:', card.label, [b.disabled for b in pv.buttons])\n"
+        "print('card:', card.label, 'data-act' in view.card_html(card))\n"
         "print('tool:', r.tool_calls[0].shown_status)").text
     assert "stop: cancelled" in out
     assert "'session/cancel'" in out
     assert "answers: [{'outcome': {'outcome': 'cancelled'}}]" in out
-    assert "card: Cancelled (you stopped the turn) [True, True, True]" in out
+    assert "card: Cancelled (you stopped the turn) False" in out  # no button left
     assert "tool: failed" in out  # the agent's own update after the cancel is applied
 
 
@@ -162,41 +165,38 @@ def test_kernel_shutdown_leaves_no_agent(tmp_path):
 
 
 def test_mode_dropdown_plan_card_and_question_form(kernel):
-    from kernel_client import update_message
-
     kernel.run("demo = %escouade fake --as dials\nawait demo.ready()\nawait asyncio.sleep(0.3)\n"
                "view = views_of(demo)[0]")
-    ids = json.loads(kernel.run(
-        "print(json.dumps({k: [c.model_id, [o[1] for o in c.options] if hasattr(c, 'options') else None] "
-        "for k, c in view.controls.controls.items()}))").text)
+    head = json.loads(kernel.run("print(json.dumps([view.model_id, view.head()['controls']]))").text)
+    model_id = head[0]
+    ids = {c["key"]: [o[1] for o in c["options"]] for c in head[1]}
     assert list(ids) == ["escouade_mode", "agent_mode", "config:sandbox", "config:model", "config:verbose"]
-    mode_id, modes = ids["escouade_mode"]
+    modes = ids["escouade_mode"]
     assert modes == ["default", "acceptEdits", "bypassPermissions", "readOnly"]
-    update_message(kernel, mode_id, {"index": modes.index("acceptEdits")})  # the user picks a mode
+    act(kernel, model_id, {"act": "set", "key": "escouade_mode", "value": "acceptEdits"})  # the user picks a mode
     wait_for(kernel, "demo.escouade_mode == 'acceptEdits' and demo.conversation.current_mode_id == 'accept-edits'")
-    sandbox_id, values = ids["config:sandbox"]
-    update_message(kernel, sandbox_id, {"index": values.index("full-access")})
+    assert "full-access" in ids["config:sandbox"]
+    act(kernel, model_id, {"act": "set", "key": "config:sandbox", "value": "full-access"})
     wait_for(kernel, "next(o for o in demo.conversation.config_options if o['id'] == 'sandbox')['currentValue']"
                      " == 'full-access'")
     # a plan to approve: the card's Approve button
     kernel.run("turn = demo.send('present plan')\ncard = await demo.next_permission(timeout=10)")
-    wait_for(kernel, "card.permission.key in view.transcript._views")
-    approve = kernel.run("pv = view.card_view(card)\nprint(type(pv).__name__, pv.approve_button.model_id)").text.split()
-    assert approve[0] == "PlanApprovalView"
-    kernel.click(approve[1])
+    wait_for(kernel, "view.feed.find(view.feed.key(card.permission)) is not None")
+    buttons = {b["label"]: b for b in buttons_of(json.loads(kernel.run(
+        "print(json.dumps(view.card_html(card)))").text))}
+    assert list(buttons) == ["Approve", "Keep planning"]
+    act(kernel, model_id, {"act": buttons["Approve"]["act"], "key": buttons["Approve"]["key"]})
     wait_for(kernel, "turn.done")
     assert "Plan approved" in kernel.run("print((await turn).text, card.label)").text
     # a question: fill the form as a person would, then Submit
     kernel.run("turn = demo.send('ask me')\nq = await demo.next_question(timeout=10)")
-    wait_for(kernel, "q.question.key in view.transcript._views")
-    form = json.loads(kernel.run(
-        "qv = view.transcript.view_of(q.question)\n"
-        "print(json.dumps({k: w.model_id for k, w in qv.inputs.items()} | {'submit': qv.submit.model_id}))").text)
-    update_message(kernel, form["database"], {"index": 0})
-    update_message(kernel, form["replicas"], {"value": "4"})  # typed: sent as the schema's integer
-    update_message(kernel, form["note"], {"value": "be quick"})
-    time.sleep(0.3)
-    kernel.click(form["submit"])
+    wait_for(kernel, "view.feed.find(view.feed.key(q.question)) is not None")
+    html = json.loads(kernel.run("print(json.dumps(view.card_html(q)))").text)
+    assert all(f'data-field="{name}"' in html for name in ("database", "replicas", "note"))
+    submit = next(b for b in buttons_of(html) if b["label"] == "Submit")
+    # what the front-end collects: the choice's index, the text typed (untouched fields not sent)
+    act(kernel, model_id, {"act": submit["act"], "key": submit["key"],
+                           "fields": {"database": "0", "replicas": "4", "note": "be quick"}})
     wait_for(kernel, "turn.done")
     out = kernel.run("print((await turn).text)").text
     assert out.strip() == "You chose: database=postgres, note=be quick, replicas=4"  # migrate untouched: not sent

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import Kernel, wait_for
+from kernel_client import Kernel, act, buttons_of, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -94,10 +94,12 @@ def test_run_code_shows_one_card_clicked_allow_and_the_output_reaches_the_agent(
     assert "Run code in the kernel | {'code': 'total = df.revenue.sum()\\nprint(\"total:\", total)'}" in out
     assert "['Run', 'Run without asking again in this session', \"Don't run\"]" in out
     assert out.strip().endswith("1")  # exactly one card: the agent's own request was folded into it
-    wait_for(kernel, "card.permission.key in views_of(a)[0].transcript._views")
-    ids = json.loads(kernel.run("pv = views_of(a)[0].card_view(card)\n"
-                                "print(json.dumps({b.description: b.model_id for b in pv.buttons}))").text)
-    kernel.click(ids["Run"])
+    wait_for(kernel, "views_of(a)[0].feed.find(views_of(a)[0].feed.key(card.permission)) is not None")
+    model_id, html = json.loads(kernel.run("view = views_of(a)[0]\n"
+                                           "print(json.dumps([view.model_id, view.card_html(card)]))").text)
+    buttons = {b["label"]: b for b in buttons_of(html)}
+    assert list(buttons) == ["Run", "Run without asking again in this session", "Don't run"]
+    act(kernel, model_id, {"act": "choose", "key": buttons["Run"]["key"], "value": buttons["Run"]["value"]})
     wait_for(kernel, "t.done", timeout=30)
     out = kernel.run("r = await t\nprint(r.stop_reason, '|', r.text)\nprint(card.label)\nprint(total)\n"
                      "print(repr(views_of(a)[0]))").text

@@ -17,7 +17,8 @@ import pytest
 from escouade_nb.engine.agent import Agent, AgentError, AgentExited
 from escouade_nb.core.conversation import Notice
 from escouade_nb.core.render_text import render_items
-from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, _html_values, alive, run, steps_of, until
+from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run, steps_of, until
+from view_helpers import buttons_of, html_shown
 
 END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
 LOAD_INIT = P_INIT.replace('"loadSession":false', '"loadSession":true')
@@ -75,7 +76,8 @@ def test_exit_is_shown_cards_and_tool_calls_closed_and_restart_works(tmp_path):
             view = AgentView(agent)
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)
-            await until(lambda: card.permission.key in view.transcript._views, 2, "the card's view")
+            await until(lambda: view.feed.find(view.feed.key(card.permission)) is not None, 2, "the card's view")
+            assert buttons_of(view.card_html(card))
             first_pid = agent.pid
             with pytest.raises(AgentExited) as err:
                 await turn
@@ -83,15 +85,15 @@ def test_exit_is_shown_cards_and_tool_calls_closed_and_restart_works(tmp_path):
             await asyncio.sleep(0.1)
             assert agent.status == "exited" and agent.exit.code == 5 and not alive(first_pid)
             assert card.state == "cancelled" and card.label == "Cancelled (agent exited)"
-            assert all(b.disabled for b in view.card_view(card).buttons)
+            assert buttons_of(view.card_html(card)) == []  # inert: its answer, no button
             assert agent.conversation.tool_calls["t1"].shown_status == "cancelled"
             assert not agent.pending_cards
             shown = repr(view)
             assert shown.splitlines()[0].endswith("exited (code 5)")
-            html = "\n".join(_html_values(view))
+            html = "\n".join(html_shown(view))
             assert "Agent exited with code 5" in html and "boom: the model went away" in html
-            assert not view.restart_button.disabled and view.restart_button.layout.display != "none"
-            view.restart_button.click()  # a fresh process and session
+            assert view.head()["can"]["restart"] and not view.head()["can"]["stop"]
+            view.act({"k": "act", "act": "restart"})  # a fresh process and session
             await until(lambda: agent.status == "idle", 10, "the restarted agent")
             assert agent.pid != first_pid and alive(agent.pid)
             result = await agent.send("hello")
@@ -431,7 +433,9 @@ def test_resume_with_the_harness_gone_keeps_the_conversation_readable(tmp_path):
         view = AgentView(agent)
         shown = repr(view)
         assert "Harness missing" in shown and "script: Hello world" in shown
-        assert view.send_button.disabled
+        assert not view.head()["can"]["send"] and not view.head()["can"]["restart"]
+        assert view.head()["status_text"] == "Harness missing"
+        view.close()
 
     run(go())
     assert s.statuses() == [{"run": 0, "status": "ok", "why": ""}]  # nothing was started again

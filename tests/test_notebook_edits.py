@@ -132,7 +132,7 @@ def test_new_notebook_and_not_a_notebook_fall_back_to_the_text_diff() -> None:
         assert text.splitlines()[:2] == ["diff x.ipynb", f"(not shown cell by cell: {why})"]
         assert any(line.startswith(("+", "-")) for line in text.splitlines()[2:])  # today's text diff
         html = diff_html({"type": "diff", "path": "x.ipynb", "oldText": old, "newText": new})
-        assert "not shown cell by cell" in html and "escouade-notebook-diff" not in html
+        assert "not shown cell by cell" in html and "esc-notebook-diff" not in html
     # a .json file is a text diff, whatever it holds
     assert content_text({"type": "diff", "path": "x.json", "oldText": None, "newText": new}).startswith(
         "new file x.json\n+{")
@@ -260,7 +260,7 @@ def run(coro, timeout: float = 60):
 
 
 def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypatch) -> None:
-    from escouade_nb.widgets.views import PermissionView, ToolCallView
+    from escouade_nb.widgets import AgentView
 
     target = tmp_path / "analysis.ipynb"
     target.write_text(nb_text([md("title", "# Sales"), code("load", "df = load()", [STREAM], 3)],
@@ -272,6 +272,7 @@ def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypat
         agent = fake(tmp_path)
         try:
             await agent.ready()
+            view = AgentView(agent)
             turn = agent.send("write notebook analysis.ipynb")
             card = await agent.next_permission(timeout=15)
             text = repr(card)
@@ -287,8 +288,8 @@ def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypat
                 "    cell 3 (markdown, id fake-added-1) added",
                 "      +Added by the fake agent.",
             ]
-            html = PermissionView(card.permission)._head.value
-            assert "escouade-notebook-diff" in html and "this is the notebook you are in" in html
+            html = view.card_html(card)  # the permission, inside its tool call's card
+            assert "esc-notebook-diff" in html and "esc-pending" in html and "this is the notebook you are in" in html
             assert "cell 2 (code, id load) changed" in html and "&quot;nbformat&quot;" not in html
             assert card.tool_call.kernel_notebook == str(target)
             card.choose("allow_once")
@@ -296,9 +297,10 @@ def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypat
             assert result.text == ("Wrote notebook analysis.ipynb: changed cell load and cleared its outputs, "
                                    "added cell fake-added-1.")
             assert notebook_problem(target.read_text()) is None
-            tool_html = ToolCallView(card.tool_call)._html.value
-            assert tool_html.count('class="escouade-cell escouade-cell-') == 2
-            assert "{" not in tool_html.split("escouade-notebook-diff")[1]  # no JSON shown
+            tool_html = view.card_html(card.tool_call)
+            assert tool_html.count('class="esc-cell esc-cell-') == 2
+            assert "{" not in tool_html.split("esc-notebook-diff")[1]  # no JSON shown
+            view.close()
             # another notebook of the folder: cell by cell, but not "the notebook you are in"
             turn = agent.send("write notebook other.ipynb")
             card = await agent.next_permission(timeout=15)

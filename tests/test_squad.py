@@ -69,7 +69,7 @@ def test_squad_view_lists_agents(kernel):
     assert re.search(r"one\s+fake\s+idle\s+mode=ask cards=0", out)
     assert re.search(r"two\s+fake\s+waiting for you\s+mode=ask cards=1", out)
     shown = kernel.run("%escouade squad").text
-    assert shown.startswith("Squad:")
+    assert shown.lstrip().startswith("Squad:")  # after the companion output (no text of its own)
 
 
 def test_update_command_shown_then_run(kernel):
@@ -103,7 +103,8 @@ def test_resume_after_kernel_restart(tmp_path, monkeypatch):
     k = Kernel(tmp_path)
     try:
         listing = k.run("%load_ext escouade_nb\n%escouade resume").text
-        assert re.search(r"keeper\s+\S+keeper-\S+\.jsonl", listing)
+        # its name, when its transcript was last written, its first prompt, the file (issue 16)
+        assert re.search(r"keeper\s+\d{4}-\d\d-\d\d \d\d:\d\d  “hello from before”  \S+keeper-\S+\.jsonl", listing)
         out = k.run("import asyncio\na = %escouade resume keeper\nawait a.ready()\n"
                     "from escouade_nb.core.render_text import render_items\nprint(render_items(a.conversation.items))\n"
                     "print('STATUS', a.status)\nr = await a.send('hello after')\nprint('AFTER', r.stop_reason)").text

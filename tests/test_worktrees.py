@@ -235,6 +235,8 @@ def test_side_by_side_view_compares_the_turns_and_the_squad_view_shows_worktrees
             assert status_line(squad.agents["x"]) == "x · Fake · worktree escouade/x (off main) · 1 file changed, +1 -0 · idle"
             squad_view = SquadView(squad)
             assert "worktree=escouade/y (off main): 1 file changed, +1 -0" in repr(squad_view)
+            cells = {r["name"]: r["cells"] for r in squad_view.table()["rows"]}
+            assert cells["y"]["worktree"] == "escouade/y (off main): 1 file changed, +1 -0"
             squad_view.close()
             view.close()
         finally:

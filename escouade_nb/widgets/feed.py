@@ -420,9 +420,9 @@ class Feed:
             required = set(forms.required(q.schema))
             for name, spec in specs.items():
                 rows.append(_field_html(name, spec, name in required))
-            buttons = [("answer", "Submit", "allow"), ("decline", "Decline", "other"), ("cancel", "Cancel", "other")]
+            buttons = [("answer", "Submit", "allow"), ("decline", "Decline", "other"), ("cancel_q", "Cancel", "other")]
         elif q.mode == "url":
-            buttons = [("answer", "Done", "allow"), ("decline", "Decline", "other"), ("cancel", "Cancel", "other")]
+            buttons = [("answer", "Done", "allow"), ("decline", "Decline", "other"), ("cancel_q", "Cancel", "other")]
         else:
             for item in q.questions:
                 spec = {"title": item.get("question"), "type": "string"}
@@ -536,7 +536,8 @@ def _field_html(name: str, spec: dict, required: bool) -> str:
     """One form field, showing the schema's ``default`` when it has one and nothing
     otherwise (no invented value): a menu with no choice made, yes/no with none picked,
     an empty text box. ``data-required`` marks what Submit waits for; ``data-default``
-    a value shown that counts as given."""
+    a required field's shown default, which counts as given (an optional field counts only
+    once touched: no value the user did not give is sent)."""
     label = esc((spec.get("title") or name) + (" *" if required else ""))
     attrs = f'data-field="{esc(name)}"' + (' data-required="1"' if required else "")
     default = spec.get("default")
@@ -548,23 +549,23 @@ def _field_html(name: str, spec: dict, required: bool) -> str:
         chosen = set(map(str, default or ()))
         opts = "".join(f'<option value="{i}"{" selected" if str(v) in chosen else ""}>{esc(label_)}</option>'
                        for i, (label_, v) in enumerate(options))
-        extra = ' data-default="1"' if default else ""
+        extra = ' data-default="1"' if default and required else ""
         return f'<label class="esc-field"><span>{label}</span><select multiple {attrs}{extra}>{opts}</select>{help_}</label>'
     if choices:
         index = next((i for i, (_l, v) in enumerate(choices) if v == default), None)
         opts = '<option value="">—</option>' + "".join(
             f'<option value="{i}"{" selected" if i == index else ""}>{esc(label_)}</option>'
             for i, (label_, _v) in enumerate(choices))
-        extra = ' data-default="1"' if index is not None else ""
+        extra = ' data-default="1"' if index is not None and required else ""
         return f'<label class="esc-field"><span>{label}</span><select {attrs}{extra}>{opts}</select>{help_}</label>'
     if kind == "boolean":
         value = "yes" if default is True else "no" if default is False else ""
         opts = "".join(f'<option value="{v}"{" selected" if v == value else ""}>{t}</option>'
                        for v, t in (("", "—"), ("yes", "yes"), ("no", "no")))
-        extra = ' data-default="1"' if value else ""
+        extra = ' data-default="1"' if value and required else ""
         return f'<label class="esc-field"><span>{label}</span><select {attrs}{extra}>{opts}</select>{help_}</label>'
     placeholder = esc(spec.get("description") or _PLACEHOLDER.get(spec.get("format") or kind, ""))
     value = "" if default is None else esc(default)
-    extra = ' data-default="1"' if default is not None else ""
+    extra = ' data-default="1"' if default is not None and required else ""
     return (f'<label class="esc-field"><span>{label}</span><input type="text" {attrs}{extra} value="{value}" '
             f'placeholder="{placeholder}"></label>')

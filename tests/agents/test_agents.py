@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from agent_configs import AGENTS, DROP, SUITE_TOKEN
-from kernel_client import Kernel, wait_for
+from kernel_client import Kernel, act, buttons_of, wait_for
 from model_server import FINAL_PREFIX, SHELL_COMMAND, WRITE_TEXT
 
 pytestmark = pytest.mark.agents
@@ -130,12 +130,16 @@ class Bench:
         clicked = None
         if options is not None:
             assert answer is not None, f"unexpected permission card: {options}"
-            wait_for(k, f"cards[{name!r}].permission.key in views_of(agents[{name!r}])[0].transcript._views")
-            ids = json.loads(k.run(f"print(json.dumps([b.model_id for b in "
-                                   f"views_of(agents[{name!r}])[0].card_view(cards[{name!r}]).buttons]))").text)
+            wait_for(k, f"views_of(agents[{name!r}])[0].feed.find("
+                        f"views_of(agents[{name!r}])[0].feed.key(cards[{name!r}].permission)) is not None")
+            model_id, html = json.loads(k.run(f"_v = views_of(agents[{name!r}])[0]\n"
+                                              f"print(json.dumps([_v.model_id, _v.card_html(cards[{name!r}])]))").text)
+            buttons = [b for b in buttons_of(html) if b["act"] == "choose"]
+            assert [b["value"] for b in buttons] == [o.get("optionId") for o in options], (buttons, options)
             index = next(i for i, o in enumerate(options) if o.get("kind") == answer)
             clicked = options[index]
-            k.click(ids[index])  # the message a browser sends for a click
+            press = buttons[index]
+            act(k, model_id, {"act": "choose", "key": press["key"], "value": press["value"]})  # a browser's click
         wait_for(k, f"turns[{name!r}].done", timeout=TURN_TIMEOUT)
         res = k.run(
             f"_r = turns[{name!r}]\n"
@@ -143,11 +147,11 @@ class Bench:
             f"_err = None\n"
             f"try:\n    await _r\nexcept Exception as e:\n    _err = str(e)\n"
             f"await asyncio.sleep(0.3)\n"  # late updates (after the prompt's answer)
-            f"_pv = views_of(agents[{name!r}])[0].card_view(_card) if _card else None\n"
+            f"_html = views_of(agents[{name!r}])[0].card_html(_card) if _card else None\n"
             f"print('RESULT', json.dumps({{'stop': _r.stop_reason, 'error': _err, 'text': _r.text,\n"
             f"  'secs': ends.get({name!r}),\n"
             f"  'card_label': _card.label if _card else None, 'card_state': _card.state if _card else None,\n"
-            f"  'buttons_disabled': [b.disabled for b in _pv.buttons] if _pv else None,\n"
+            f"  'buttons_left': 'data-act=' in _html if _card else None,\n"
             f"  'calls': calls[{name!r}],\n"
             f"  'prompts': [i.text for i in agents[{name!r}].conversation.items if getattr(i, 'role', '') == 'user'],\n"
             f"  'tools': [{{'title': t.title, 'status': t.shown_status, 'content': t.content,\n"
@@ -235,7 +239,7 @@ def test_shell_allow_once(bench):
         # "Allowed once by you", or with the option's own name: "Allowed by you: Yes, proceed" (codex)
         assert r["card_state"] == "selected" and r["card_label"].startswith("Allowed") \
             and " by you" in r["card_label"], r["card_label"]
-        assert r["buttons_disabled"] and all(r["buttons_disabled"])
+        assert r["buttons_left"] is False  # the answered card shows its answer, no button
     else:
         assert r["options"] is None
     assert r["tools"], "no tool call shown"
@@ -291,7 +295,7 @@ def test_write_file(bench):
     if bench.expect.write_diff:
         diffs = [d for t in r["tools"] for d in t["diffs"]]
         assert diffs and diffs[0]["path"] == str(target) and WRITE_TEXT.strip() in diffs[0]["newText"], r["tools"]
-        assert "escouade-diff" in "".join(t["html"] for t in r["tools"])
+        assert "esc-diff" in "".join(t["html"] for t in r["tools"])
     for method in bench.expect.write_calls:
         assert method in r["calls"], r["calls"]
     _all_loopback(bench.server, mark)
@@ -305,14 +309,14 @@ def test_the_mode_menu_shows_the_agents_real_mode(bench):
     bench.start(name)
     bench.kernel.run(f"from escouade_nb.engine.controls import acp_mode_of\n"
                      f"from escouade_nb.widgets.squad_view import agent_row\n"
-                     f"_a = agents[{name!r}]\n_menus = lambda: views_of(_a)[0].controls.controls")
-    wait_for(bench.kernel, "'escouade_mode' not in _menus() or _menus()['escouade_mode'].value == _a.escouade_mode", 5)
+                     f"_a = agents[{name!r}]\n"
+                     f"_menus = lambda: {{c['key']: c for c in views_of(_a)[0].head()['controls']}}")
+    wait_for(bench.kernel, "'escouade_mode' not in _menus() or _menus()['escouade_mode']['value'] == _a.escouade_mode", 5)
     out = bench.kernel.run(
         "print('MODE', json.dumps({'escouade': _a.escouade_mode, 'own': _a.controls.agent_mode(),\n"
         "  'mapped': acp_mode_of(_a.harness, _a.escouade_mode) if _a.escouade_mode else None,\n"
         "  'offered': list(_a.escouade_modes()), 'row': agent_row(_a)['mode'],\n"
-        "  'view': views_of(_a)[0].controls.controls['escouade_mode'].value\n"
-        "          if 'escouade_mode' in views_of(_a)[0].controls.controls else 'no menu',\n"
+        "  'view': _menus()['escouade_mode']['value'] if 'escouade_mode' in _menus() else 'no menu',\n"
         "  'notices': [i.text for i in _a.conversation.items if type(i).__name__ == 'Notice']}))")
     mode = json.loads(out.text.split("MODE", 1)[1])
     print(f"\n{bench.harness} mode: {mode}")

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from agent_configs import AGENTS, DROP, SUITE_TOKEN
-from kernel_client import wait_for
+from kernel_client import act, buttons_of, wait_for
 from model_server import FINAL_PREFIX
 from test_agents import REPORT, TURN_TIMEOUT, AgentKernel
 
@@ -177,10 +177,11 @@ def test_run_code_one_card_clicked_run_and_the_output_reaches_the_model(agent, m
     assert card["options"] == ["Run", "Run without asking again in this session", "Don't run"]
     assert card["pending"] == 1  # exactly one card: the agent's own request was answered without one
     assert "kt_total" not in kernel.run("print(list(globals()))").text  # not run before the click
-    wait_for(kernel, "card.permission.key in views_of(a)[0].transcript._views")
-    ids = json.loads(kernel.run("pv = views_of(a)[0].card_view(card)\n"
-                                "print(json.dumps({b.description: b.model_id for b in pv.buttons}))").text)
-    kernel.click(ids["Run"])  # the message a browser sends for a click
+    wait_for(kernel, "views_of(a)[0].feed.find(views_of(a)[0].feed.key(card.permission)) is not None")
+    model_id, html = json.loads(kernel.run("_v = views_of(a)[0]\n"
+                                           "print(json.dumps([_v.model_id, _v.card_html(card)]))").text)
+    run_button = next(b for b in buttons_of(html) if b["label"] == "Run")
+    act(kernel, model_id, {"act": "choose", "key": run_button["key"], "value": run_button["value"]})  # a click
     wait_for(kernel, "t.done", timeout=TURN_TIMEOUT)
     out = kernel.run(
         "r = await t\n"

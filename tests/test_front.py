@@ -257,6 +257,7 @@ def test_one_widget_model_per_view_none_per_item(tmp_path):
     async def go():
         agent = fake_agent(tmp_path)
         await agent.ready()
+        front.shared_layout()  # the one Layout all views share (made once per kernel)
         before = set(_instances)
         view = AgentView(agent)
         opened = set(_instances) - before
@@ -269,8 +270,8 @@ def test_one_widget_model_per_view_none_per_item(tmp_path):
         await agent.send("plan")
         await asyncio.sleep(0.5)
         now = set(_instances) - before
-        assert len(opened) == 2  # the view and its layout
-        assert len(now) == 4  # ... and the turn view's two: nothing per item, per card, per turn
+        assert len(opened) == 1  # the view, and no Layout of its own
+        assert len(now) == 2  # ... and the turn view: nothing per item, per card, per turn
         assert "Allowed once by you" in repr(view) and "Allowed once by you" in repr(tv)
         for v in (view, tv):
             v.close()

@@ -88,11 +88,11 @@ def test_closed_views_are_collected_and_release_their_subscriptions(tmp_path):
             assert len(agent.conversation.subscribers) > subs and len(agent.on_status) > status_subs
             for view in shown:
                 parts = tree(view)
-                assert len(parts) == 2  # one model per view, and its layout
-                refs.extend(weakref.ref(x) for x in parts)
+                assert parts == [view, front.shared_layout()]  # one model per view; the Layout all views share
+                refs.append(weakref.ref(view))
                 view.close()
                 assert view.closed and nothing_pending(view)
-                assert all(x.comm is None for x in parts)  # the model and its layout closed
+                assert view.comm is None and front.shared_layout().comm is not None  # closed; the shared one kept
             del shown, view, parts
         assert views_of(agent) == []
         gc.collect()

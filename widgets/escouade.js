@@ -5,7 +5,7 @@
 
 const AT_BOTTOM = 8; // px: "at the bottom" for stick-to-bottom
 const SETTLE_MS = 500; // a card's keys act only after it has been in place this long
-const REVEAL_FRAMES = 14; // streamed text is revealed over about this many frames (~230 ms)
+const REVEAL_FRAMES = 24; // streamed text is revealed over about this many frames (~400 ms, a batch's time)
 
 function h(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -123,7 +123,10 @@ class ConversationUI {
       this.pins, this.queued);
     if (kind === "agent") this.root.append(this.composer());
     el.append(this.root);
-    this.scroll.addEventListener("scroll", () => { if (this.atBottom()) this.clearNew(); });
+    // whether the view follows the conversation: read when the user (or we) scroll, never in a
+    // frame that writes (no forced layout per frame, however many views stream at once)
+    this.following = true;
+    this.scroll.addEventListener("scroll", () => { this.following = this.atBottom(); if (this.following) this.clearNew(); });
     this.root.addEventListener("click", (e) => this.click(e));
     this.root.addEventListener("input", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
     this.root.addEventListener("change", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
@@ -138,11 +141,40 @@ class ConversationUI {
   act(content) { this.channel.send({ k: "act", ...content }); }
 
   atBottom() { const s = this.scroll; return s.scrollHeight - s.scrollTop - s.clientHeight < AT_BOTTOM; }
-  toBottom() { this.scroll.scrollTop = this.scroll.scrollHeight; this.clearNew(); }
+  toBottom() { this.scroll.scrollTop = 1e9; this.following = true; this.clearNew(); } // clamped by the browser
   clearNew() { this.newCount = 0; this.newText = false; this.newBtn.hidden = true; }
 
+  // Messages are applied once a frame, all that came since the last one: one layout read and
+  // one scroll per frame, however many batches a fast stream brings.
   apply(m) {
-    const follow = this.atBottom();
+    this.inbox = this.inbox || [];
+    this.inbox.push(m);
+    if (!this.framed) { this.framed = true; requestAnimationFrame(() => this.applyFrame()); }
+  }
+
+  applyFrame() {
+    this.framed = false;
+    const inbox = this.inbox;
+    this.inbox = [];
+    const follow = this.following;
+    let added = 0;
+    let grew = false;
+    let snap = false;
+    for (const m of inbox) {
+      const r = this.applyOne(m);
+      added += r.added; grew = grew || r.grew; snap = snap || !!m.snap;
+    }
+    this.drawPins();
+    if (snap || follow) { this.scroll.scrollTop = 1e9; this.following = true; }
+    else if (added || grew) {
+      this.newCount += added;
+      this.newText = this.newText || grew;
+      this.newBtn.hidden = false;
+      this.newBtn.textContent = this.newCount ? `${this.newCount} new ↓` : "new text ↓";
+    }
+  }
+
+  applyOne(m) {
     let added = 0;
     let grew = false;
     if (m.snap) {
@@ -163,14 +195,7 @@ class ConversationUI {
         else if (t === "pv" && this.box) { this.box.value = op[1]; }
       }
     }
-    this.drawPins();
-    if (m.snap || follow) { this.scroll.scrollTop = this.scroll.scrollHeight; }
-    else if (added || grew) {
-      this.newCount += added;
-      this.newText = this.newText || grew;
-      this.newBtn.hidden = false;
-      this.newBtn.textContent = this.newCount ? `${this.newCount} new ↓` : "new text ↓";
-    }
+    return { added, grew };
   }
 
   upsert(key, html, meta) {
@@ -205,7 +230,7 @@ class ConversationUI {
   }
 
   revealFrame() {
-    const follow = this.atBottom();
+    const follow = this.following;
     for (const [key, text] of this.pending) {
       let n = Math.max(3, Math.ceil(text.length / REVEAL_FRAMES));
       if (n < text.length && /[\uD800-\uDBFF]/.test(text[n - 1])) n++; // never split a surrogate pair
@@ -213,7 +238,7 @@ class ConversationUI {
       if (t) t.append(text.slice(0, n));
       if (n >= text.length) this.pending.delete(key); else this.pending.set(key, text.slice(n));
     }
-    if (follow) this.scroll.scrollTop = this.scroll.scrollHeight;
+    if (follow) this.scroll.scrollTop = 1e9;
     if (this.pending.size) requestAnimationFrame(() => this.revealFrame());
     else this.revealing = false;
   }

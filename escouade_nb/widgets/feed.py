@@ -101,7 +101,7 @@ class Feed:
         self._owner: dict[str, str] = {}  # subagent key -> the key of the item that draws it
         self._form_errors: dict[str, str] = {}
         self._pending = 0
-        self._seen: dict[str, int] = {}  # message key -> its length at the last change (the nudge's size)
+        self._seen: dict[str, int] = {}  # message key -> its parts counted so far (the nudge's size)
         self.on_ops: Callable[[list, int, bool], None] | None = None
         self._sub = conversation.subscribe(self._on_changes)
         for item in list(conversation.items):
@@ -163,10 +163,10 @@ class Feed:
             if isinstance(item, (Permission, Question)):
                 urgent = True
             self._dirty[key] = item
-            if isinstance(item, Message) and key in self._stream:
-                n = len(item.text)
-                self._pending += max(0, n - max(self._seen.get(key, 0), self._stream[key][1]))
-                self._seen[key] = n
+            if isinstance(item, Message) and key in self._stream:  # the new parts' text only (not .text: a join)
+                seen = self._seen.get(key, len(item.parts))
+                self._pending += sum(len(p) for p in item.parts[seen:])
+                self._seen[key] = len(item.parts)
             if isinstance(item, Permission) and item.tool_call is not None:
                 call_key = self.key(item.tool_call)
                 if call_key in self._keys:

@@ -34,11 +34,12 @@ from .._resources import shipped_dir
 
 log = logging.getLogger(__name__)
 
-FLUSH_BYTES = 1536
+FLUSH_BYTES = 3000
 """Pending text (bytes of ops) that sends a batch at once (a custom message costs ~620
 bytes of envelope: fewer, fuller messages are what bounds the traffic)."""
-FLUSH_WAIT = 0.35
-"""Seconds at most between a change and the batch that carries it (s)."""
+FLUSH_WAIT = 0.5
+"""Seconds at most between a change and the batch that carries it (s); the front-end
+reveals streamed text over the next frames, so the reply still reads as a stream."""
 FLUSH_SOON = 0.03
 """Seconds before a batch carrying something to act on goes (a card, a new item, a
 status), so that it shows at once (s)."""
@@ -77,6 +78,20 @@ def on_loop(fn: Callable) -> Callable:
         else:
             loop.call_soon_threadsafe(functools.partial(fn, *args, **kwargs))
     return call
+
+
+_shared_layout = None
+
+
+def shared_layout():
+    """The one ipywidgets ``Layout`` every view uses (the views style themselves in CSS): a
+    view adds one widget model, not two. Made on first use; never closed by a view."""
+    global _shared_layout
+    if _shared_layout is None or _shared_layout.comm is None:
+        import ipywidgets
+
+        _shared_layout = ipywidgets.Layout()
+    return _shared_layout
 
 
 def dumps(value: Any) -> str:
@@ -153,6 +168,7 @@ class FrontView(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         self._closed = False  # before the widget opens: ipywidgets' __del__ closes a half-built one
         self._companion = None
+        kwargs.setdefault("layout", shared_layout())  # one model per view: no Layout model of its own
         super().__init__(**kwargs)
         self.seq = 0
         self.sent_messages = 0
@@ -259,7 +275,7 @@ class FrontView(anywidget.AnyWidget):
             log.exception("closing %s", type(self).__name__)
         layout = getattr(self, "layout", None)
         super().close()
-        if layout is not None:
+        if layout is not None and layout is not _shared_layout:
             layout.close()
 
     # -- outside a live front-end ------------------------------------------------------------------

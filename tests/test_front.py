@@ -278,3 +278,28 @@ def test_one_widget_model_per_view_none_per_item(tmp_path):
         assert set(_instances) - before == set()
         await agent.close()
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_plain_paragraphs_shortcut_gives_markdown_its_exact_html():
+    """Prose without a mark skips markdown-it's parse: the HTML must be byte for byte what
+    markdown-it gives (random prose with Unicode spaces, quotes, digits, list-like words)."""
+    import random
+
+    from escouade_nb.widgets import render
+
+    rng = random.Random(7)
+    words = ["alpha", "Gamma", "delta,", "eps.", "2024", "x-y", "über", '"quoted"', "it's", "a+b", "100%", "(paren)",
+             "http://x.org/a", "x=y", "🙂", "$5", "@me", "?", "^", "\u00a0nbsp", "\u3000", "\u2028ls", "\x0bvt", "\x85",
+             "1)", "2.", "-x", "+y", "=z", ">q", "*b*", "_i_", "`c`", "&amp;", "<b>", "[l](u)"]
+    plain = 0
+    for _ in range(3000):
+        lines = [rng.choice(["", " ", "\u00a0"]) if rng.random() < 0.15 else
+                 " " * rng.choice([0, 0, 1, 3, 4]) + " ".join(rng.choice(words) for _ in range(rng.randint(1, 7)))
+                 + rng.choice(["", " ", "  "]) for _ in range(rng.randint(1, 6))]
+        text = "\n".join(lines) + rng.choice(["", "\n", "\n\n"])
+        fast = render._plain_paragraphs(text)
+        if fast is not None:
+            plain += 1
+            assert fast == render._md.render(text), repr(text)
+    assert plain > 80  # the shortcut was taken often enough to mean something
+    assert render.markdown("One.\n\nTwo \"q\".\n\n") == '<div class="esc-md"><p>One.</p>\n<p>Two &quot;q&quot;.</p>\n</div>'

@@ -101,6 +101,7 @@ class Feed:
         self._owner: dict[str, str] = {}  # subagent key -> the key of the item that draws it
         self._form_errors: dict[str, str] = {}
         self._pending = 0
+        self._behind: set[str] = set()  # messages drawn in part (a burst): more to freeze
         self._seen: dict[str, int] = {}  # message key -> its parts counted so far (the nudge's size)
         self.on_ops: Callable[[list, int, bool], None] | None = None
         self._sub = conversation.subscribe(self._on_changes)
@@ -218,6 +219,10 @@ class Feed:
             html, meta = self.render(item)
             ops.append(["it", key, html, meta])
             size += len(html)
+            if key in self._behind:  # drawn in part: the next batches freeze the rest
+                self._behind.discard(key)
+                self._dirty[key] = item
+                more = True
         for feed, _ in self._nested.values():  # a nested conversation redraws its owner (see render)
             feed._dirty.clear()
         return ops, size, more
@@ -305,7 +310,13 @@ class Feed:
                     f'<div class="esc-tail"></div>{extra}</div>', {"c": "msg"})
         state = self._stream.get(key)
         if state is None or len(text) < state[1]:  # drawn the first time: what is settled as blocks
-            state = self._stream[key] = [len(text) if msg.closed else split_frozen(text), len(text)]
+            settled = len(text) if msg.closed else split_frozen(text)
+            cut_at = split_frozen(text[:FREEZE_BUDGET] + "\n\n") if settled > FREEZE_BUDGET else settled
+            if 0 < cut_at < settled:  # a burst came before the first batch: a budget's worth now, the rest next
+                state = self._stream[key] = [cut_at, cut_at]
+                self._behind.add(key)
+            else:
+                state = self._stream[key] = [settled, len(text)]
         frozen, sent = state  # a late view gets what the others have: blocks text[:frozen], tail up to sent
         blocks = markdown(text[:frozen]) if frozen else ""
         return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{blocks}</div>'

@@ -239,10 +239,12 @@ class Feed:
         text = raw
         if len(text) < sent:
             return None, False
-        settled = len(text) if msg.closed else split_frozen(text)
+        # text[:frozen] is settled and ends outside a fence: only what follows is scanned (a
+        # long reply is not read whole at every batch)
+        settled = len(text) if msg.closed else frozen + split_frozen(text[frozen:])
         cut_at, behind = settled, False
         if settled - frozen > FREEZE_BUDGET:
-            budget_cut = split_frozen(text[:frozen + FREEZE_BUDGET] + ("\n\n" if msg.closed else ""))
+            budget_cut = frozen + split_frozen(text[frozen:frozen + FREEZE_BUDGET] + ("\n\n" if msg.closed else ""))
             if frozen < budget_cut < settled:
                 cut_at, behind = budget_cut, True
         # the front-end's tail always holds text[frozen:sent] as raw text, its blocks text[:frozen]

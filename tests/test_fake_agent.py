@@ -49,6 +49,7 @@ class RecordingClient:
         # answer: an option id, "cancelled", or "wait" (resolve ``self.pending`` yourself)
         self.answer = answer
         self.updates: list[Any] = []
+        self.commands: list[Any] = []
         self.permissions: list[tuple[Any, list[Any]]] = []
         self.reads: list[str] = []
         self.writes: list[tuple[str, str]] = []
@@ -66,6 +67,9 @@ class RecordingClient:
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer))
 
     async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
+        if getattr(update, "session_update", None) == "available_commands_update":
+            self.commands.append(update)  # sent once after session/new: kept apart from the turns' updates
+            return
         self.updates.append(update)
 
     async def read_text_file(self, session_id: str, path: str, line=None, limit=None, **kw: Any):
@@ -196,7 +200,21 @@ def test_chunks_n(tmp_path: Path) -> None:
             assert len(chunks) == 137 == len(client.updates) - 1  # + the usage report
             assert all(len(c.content.text) == 40 for c in chunks)
             assert len({c.message_id for c in chunks}) == 1
-            assert sum(1 for m in wire if m.get("method") == "session/update") == 138
+            assert sum(1 for m in wire if m.get("method") == "session/update"
+                       and m["params"]["update"].get("sessionUpdate") != "available_commands_update") == 138
+
+    run(main())
+
+
+def test_available_commands_after_session_new(tmp_path: Path) -> None:
+    async def main() -> None:
+        client = RecordingClient()
+        async with agent_session(client, tmp_path) as (_conn, _p, _i, _sid, _w):
+            deadline = time.monotonic() + 5
+            while not client.commands and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert [[(c.name, c.description) for c in u.available_commands] for u in client.commands] == [
+                [("plan", "Present a plan to approve"), ("test", "Run the tests")]]
 
     run(main())
 
@@ -487,5 +505,43 @@ def test_earlier_keywords_still_win(tmp_path: Path) -> None:
             # "write" without "outside" is still the edit scenario (behind a permission)
             await conn.prompt(session_id=sid, prompt=prompt_of("write todo.md"))
             assert len(client.permissions) == 1 and client.text() == "Edited todo.md."
+
+    run(main())
+
+
+def test_stream_paced(tmp_path: Path) -> None:
+    """``stream N of W at R/s``: N prose chunks of W characters at R a second, paragraphs;
+    ``stream code N at R/s``: one fenced python block of about N bytes in ~20-byte chunks."""
+    async def main() -> None:
+        client = RecordingClient()
+        async with agent_session(client, tmp_path) as (conn, _p, _i, sid, _w):
+            t0 = time.monotonic()
+            resp = await conn.prompt(session_id=sid, prompt=prompt_of("stream 60 of 20 at 100/s"))
+            elapsed = time.monotonic() - t0
+            assert resp.stop_reason == "end_turn"
+            chunks = [c.content.text for c in client.of(AgentMessageChunk)]
+            assert len(chunks) == 60 and all(len(c) == 20 for c in chunks)
+            assert 0.5 <= elapsed < 2.0  # 59 gaps of 10 ms
+            text = "".join(chunks)
+            assert " " in text and set(text) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ., \n")
+            client.updates.clear()
+            resp = await conn.prompt(session_id=sid, prompt=prompt_of("stream 40 of 25 at 2000/s"))
+            assert "\n\n" in "".join(c.content.text for c in client.of(AgentMessageChunk))  # paragraphs
+            client.updates.clear()
+            resp = await conn.prompt(session_id=sid, prompt=prompt_of("stream code 2000 at 1000/s"))
+            assert resp.stop_reason == "end_turn"
+            parts = [c.content.text for c in client.of(AgentMessageChunk)]
+            code = "".join(parts)
+            assert code.startswith("```python\ndef ") and code.endswith("```\n") and 1900 <= len(code) <= 2000
+            assert max(map(len, parts)) == 20 and len(parts) == -(-len(code) // 20)
+            compile(code.split("\n", 1)[1].rsplit("```", 1)[0], "<stream code>", "exec")
+            # honours cancel like ``slow``
+            client.updates.clear()
+            task = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=prompt_of("stream 1000 of 20 at 50/s")))
+            while len(client.of(AgentMessageChunk)) < 3:
+                await asyncio.sleep(0.02)
+            await conn.cancel(session_id=sid)
+            resp = await asyncio.wait_for(task, 2)
+            assert resp.stop_reason == "cancelled" and len(client.of(AgentMessageChunk)) < 10
 
     run(main())

@@ -79,16 +79,21 @@ def test_the_widget_filters_and_follows(tmp_path: Path):
     text = repr(view)
     assert text.splitlines()[0] == "Journal of Team rules, Decision entries:"
     assert "refused Bash rm -rf build (2 ms): no" in text and "started" not in text
-    j.add("dev.x.a", "Decision", verdict="allowed", tool="Bash", target="npm test", delay_ms=1)
-    view._throttle.flush()
-    assert "allowed Bash npm test" in view.body.value
-    view.filter.value = "npm"
+    sent: list = []
+    view.send = lambda content, buffers=None: sent.append(content)
+    j.add("dev.x.a", "Decision", verdict="allowed", tool="Bash", target="npm test", delay_ms=1)  # followed: appended
+    assert [op[1]["body"] for m in sent for op in m["ops"] if op[0] == "je"] == ["allowed Bash npm test (1 ms)"]
+    j.add("dev.x.a", "Start", "started again")  # not a Decision: not shown
+    assert sum(op[0] == "je" for m in sent for op in m["ops"]) == 1
+    view.act({"k": "act", "act": "filter", "plugin": "dev.x.a", "kind": "Decision", "text": "npm"})  # the text box
     assert [e.target for e in view.entries()] == ["npm test"]
-    view.kind_menu.value = "All"
-    view.filter.value = ""
-    assert len(view.entries()) == 3
-    view.plugin_menu.value = ""
+    rows = [op[1]["rows"] for m in sent for op in m["ops"] if op[0] == "jr"][-1]
+    assert [r["body"] for r in rows] == ["allowed Bash npm test (1 ms)"]
+    view.set_filter(kind="All", text="")
+    assert len(view.entries()) == 4
+    view.act({"k": "act", "act": "filter", "plugin": "", "kind": "All", "text": ""})  # the plugin menu: all
     assert repr(view).startswith("Journal of all plugins:")
+    assert view.state()["all_plugins"] and view.state()["plugins"] == [["Team rules", "dev.x.a"]]
     view.close()
 
 

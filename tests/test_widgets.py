@@ -257,12 +257,14 @@ def test_journal_view_close_stops_listening(tmp_path):
 
     journal = Journal(tmp_path / "journal")
     view = JournalView(journal)
-    parts = [weakref.ref(x) for x in tree(view)]
-    assert "Journal of all plugins" in repr(view)
+    assert tree(view) == [view, front.shared_layout()]  # one model
+    ref = weakref.ref(view)
+    assert "Journal of all plugins" in repr(view) and len(journal._observers) == 1
     view.close()
+    assert len(journal._observers) == 0
     del view
     gc.collect()
-    assert all(r() is None for r in parts)
+    assert ref() is None
 
 
 # -- the throttle merges (the ipywidgets views) -----------------------------------------------------

@@ -1,95 +1,113 @@
-"""The rule plugins' journal as a widget: a plugin menu, a kind menu (``Decision`` by
+"""The rule plugins' journal as a view: a plugin menu, a kind menu (``Decision`` by
 default) and a text filter over the plain-text lines; new entries appear as they are
-written (redrawn at most ``RENDERS_PER_SECOND`` times a second). Its ``repr`` is the
-same lines as plain text."""
+written. One widget model (:class:`~.front.FrontView`, drawn by ``widgets/escouade.js``):
+the browser sends the filter, Python filters and sends the rows (text only, set with
+``textContent``); a new entry that matches is appended, never the whole list again. Its
+``repr`` is the same lines as plain text."""
 
 from __future__ import annotations
 
 from datetime import datetime
-
-import ipywidgets as w
+from typing import Any
 
 from ..permissions.commands import journal_repr, journal_text
 from ..permissions.journal import Entry, Journal
-from .render import esc
-from .views import FullText, Releasing, Throttle, on_loop
+from .front import HIDE_ORPHAN, FrontView
 
 KINDS = ["Decision", "Start", "Crash", "Error", "Output", "Stop"]
 ALL = "All"
 MAX_SHOWN = 500
-_COLOURS = {"allowed": "var(--jp-success-color0, #1b5e20)", "refused": "var(--jp-error-color0, #b71c1c)",
-            "did not decide": "var(--jp-warn-color0, #e65100)"}
-_DIM = "var(--jp-ui-font-color1, rgba(0,0,0,.87));opacity:.8"  # theme colours only (light, dark)
+"""The browser shows at most the newest this many entries (the count says how many match)."""
 
 
-class JournalView(FullText, Releasing, w.VBox):
+class JournalView(FrontView):
     """``JournalView(journal, plugin=None, kind="Decision", text="", since=None, names=None)``:
     ``plugin`` an id (None: all plugins); ``since`` hides older entries; ``names`` maps
-    plugin ids to the names shown in the menu. ``close()`` stops listening to the journal
-    and closes the menus and the filter."""
+    plugin ids to the names shown in the menu. :meth:`set_filter` is what the menus and the
+    text box do; ``close()`` stops listening to the journal."""
 
     def __init__(self, journal: Journal, plugin: str | None = None, kind: str | None = "Decision",
                  text: str = "", since: datetime | None = None, names: dict[str, str] | None = None) -> None:
-        super().__init__(layout=w.Layout(border="1px solid var(--jp-border-color2, #e0e0e0)", padding="6px",
-                                         margin="4px 0"))
-        self.add_class("escouade-journal")
+        super().__init__(kind="journal")
         self.journal = journal
         self.since = since
         self.names = dict(names or {})
-        plugins = sorted(set(journal.plugins()) | ({plugin} if plugin else set()))
-        self.plugin_menu = w.Dropdown(options=[("All plugins", "")] + [(self.names.get(p, p), p) for p in plugins],
-                                      value=plugin or "", description="Plugin", layout=w.Layout(width="auto"))
-        self.kind_menu = w.Dropdown(options=[ALL, *KINDS], value=kind or ALL, description="Show",
-                                    layout=w.Layout(width="auto"))
-        self.filter = w.Text(value=text, placeholder="filter (e.g. Bash, refused, rm -rf)", description="Filter",
-                             continuous_update=True)
-        self.body = w.HTML()
-        self.count = w.HTML()
-        self._throttle = Throttle()
-        for control in (self.plugin_menu, self.kind_menu, self.filter):
-            control.observe(on_loop(lambda _change: self._throttle.request(self.redraw)), names="value")
+        self.plugin = plugin or None
+        self.kind_shown = kind or None
+        self.text_filter = text
+        self._plugins = sorted(set(journal.plugins()) | ({plugin} if plugin else set()))
+        self._count = len(self.entries())
+        self.actions["filter"] = self._act_filter
         self.hold(journal.subscribe(self._on_entry))
-        self.redraws_on(self._throttle, self.redraw)
-        self.children = [w.HBox([self.plugin_menu, self.kind_menu, self.filter]), self.body, self.count]
-        self.redraw()
 
+    # -- the filter ---------------------------------------------------------------------------------
     @property
-    def plugin(self) -> str | None:
-        return self.plugin_menu.value or None
+    def kind_filter(self) -> str | None:
+        return self.kind_shown
 
-    @property
-    def kind(self) -> str | None:
-        return None if self.kind_menu.value == ALL else self.kind_menu.value
+    def set_filter(self, *, plugin: str | None | type = ..., kind: str | None | type = ...,
+                   text: str | type = ...) -> None:
+        """Change what is shown (``plugin`` None or ``""``: all plugins; ``kind`` None or
+        ``"All"``: every kind) and send the rows anew."""
+        if plugin is not ...:
+            self.plugin = plugin or None
+        if kind is not ...:
+            self.kind_shown = None if kind in (None, "", ALL) else kind
+        if text is not ...:
+            self.text_filter = text or ""
+        self._count = len(self.entries())
+        self.push([["jr", self.state()]], 0, True)
+
+    def _act_filter(self, msg: dict) -> None:
+        plugin = msg.get("plugin")
+        kind = msg.get("kind")
+        self.set_filter(plugin=str(plugin) if plugin else None, kind=str(kind) if kind else None,
+                        text=str(msg.get("text") or ""))
 
     def entries(self) -> list[Entry]:
-        return self.journal.entries(self.plugin, self.kind, self.filter.value.strip() or None, self.since)
+        return self.journal.entries(self.plugin, self.kind_shown, self.text_filter.strip() or None, self.since)
+
+    def _matches(self, e: Entry) -> bool:
+        if self.plugin and e.plugin != self.plugin:
+            return False
+        if self.kind_shown and e.kind != self.kind_shown:
+            return False
+        if self.since is not None and e.time < self.since:
+            return False
+        needle = self.text_filter.strip().casefold()
+        return not needle or needle in e.text().casefold()
+
+    def _row(self, e: Entry) -> dict[str, Any]:
+        return {"clock": e.clock(), "plugin": self.names.get(e.plugin, e.plugin), "kind": e.kind, "body": e.body(),
+                "verdict": e.verdict or ""}
 
     def _on_entry(self, entry: Entry) -> None:
         if self.closed:
             return
-        if entry.plugin not in [v for _, v in self.plugin_menu.options]:
-            self.plugin_menu.options = [*self.plugin_menu.options, (self.names.get(entry.plugin, entry.plugin),
-                                                                    entry.plugin)]
-        self._throttle.request(self.redraw)
+        if entry.plugin not in self._plugins:
+            self._plugins = sorted({*self._plugins, entry.plugin})
+            self.push([["jp", self._menu()]], 0, True)
+        if self._matches(entry):
+            self._count += 1
+            self.push([["je", self._row(entry), self._count]], 64, True)
 
-    def redraw(self) -> None:
-        if self.closed:
-            return
-        entries = self.entries()
-        shown = entries[-MAX_SHOWN:]
-        rows = []
-        for e in shown:
-            colour = _COLOURS.get(e.verdict or "", "var(--jp-ui-font-color1, rgba(0,0,0,.87))")
-            who = "" if self.plugin else f"<span style='color:{_DIM}'>{esc(self.names.get(e.plugin, e.plugin))}</span>  "
-            rows.append(f"<div style='white-space:pre-wrap;font-family:monospace'>"
-                        f"<span style='color:{_DIM}'>{esc(e.clock())}</span>  {who}<b>{esc(e.kind)}</b>  "
-                        f"<span style='color:{colour}'>{esc(e.body())}</span></div>")
-        self.body.value = "".join(rows) or f"<i style='color:{_DIM}'>No entries.</i>"
-        more = f" (the last {MAX_SHOWN} shown)" if len(entries) > MAX_SHOWN else ""
-        self.count.value = f"<small style='color:{_DIM}'>{len(entries)} entries{more}</small>"
+    # -- what the browser gets ------------------------------------------------------------------------
+    def _menu(self) -> list[list[str]]:
+        return [[self.names.get(p, p), p] for p in self._plugins]
+
+    def state(self) -> dict[str, Any]:
+        shown = self.entries()
+        return {"plugins": self._menu(), "kinds": [ALL, *KINDS], "plugin": self.plugin or "",
+                "kind": self.kind_shown or ALL, "text": self.text_filter, "all_plugins": not self.plugin,
+                "rows": [self._row(e) for e in shown[-MAX_SHOWN:]], "count": len(shown), "max": MAX_SHOWN}
+
+    def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        return {"text/plain": "", "text/html": '<div class="esc-saved" style="font-size:12px;'
+                'color:var(--jp-ui-font-color1,#333)">The journal view was here (live while its kernel runs: '
+                '<code>%escouade journal</code>).</div>' + HIDE_ORPHAN}
 
     def text(self) -> str:
         return journal_text(self.entries(), self.plugin, self.names)
 
     def __repr__(self) -> str:
-        return journal_repr(self.entries(), self.plugin, self.kind, self.names, self.filter.value.strip())
+        return journal_repr(self.entries(), self.plugin, self.kind_shown, self.names, self.text_filter.strip())

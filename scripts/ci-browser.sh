@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the browser suite (tests/browser) needs on a fresh Debian machine:
 #   - Debian's chromium (apt) and fonts for legible screenshots, unless /usr/bin/chromium is there;
-#   - Python playwright and JupyterLab into the given virtual environment (created if missing).
+#   - Python playwright, JupyterLab and Notebook 7 into the given virtual environment (created if missing).
 # Playwright drives /usr/bin/chromium; it never downloads a browser (no `playwright install`).
 #
 #   bash scripts/ci-browser.sh VENV        # e.g. bash scripts/ci-browser.sh "$ESCOUADE_VENV"
@@ -24,10 +24,10 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "playwright>=1.45,<2" "jupyterlab>=4,<5"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "playwright>=1.45,<2" "jupyterlab>=4,<5" "notebook>=7,<8"
 
 /usr/bin/chromium --version 2>/dev/null | sed 's/^/ci-browser: /'
 "$venv/bin/python" - <<'EOF'
 from importlib.metadata import version
-print(f"ci-browser: playwright {version('playwright')}, jupyterlab {version('jupyterlab')}")
+print(f"ci-browser: playwright {version('playwright')}, jupyterlab {version('jupyterlab')}, notebook {version('notebook')}")
 EOF

@@ -127,6 +127,11 @@ class ConversationUI {
     // frame that writes (no forced layout per frame, however many views stream at once)
     this.following = true;
     this.scroll.addEventListener("scroll", () => { this.following = this.atBottom(); if (this.following) this.clearNew(); });
+    // a narrower window (or a card's details opening) reflows the transcript: a view that was
+    // following stays at the bottom
+    this.resized = new ResizeObserver(() => { if (this.following) this.scroll.scrollTop = 1e9; });
+    this.resized.observe(this.scroll);
+    this.resized.observe(this.transcript);
     this.root.addEventListener("click", (e) => this.click(e));
     this.root.addEventListener("input", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
     this.root.addEventListener("change", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
@@ -476,7 +481,7 @@ class ConversationUI {
   pick(c) { this.box.value = "/" + c.name + " "; this.hideComplete(); this.box.focus(); }
   hideComplete() { this.complete.hidden = true; this.choices = []; }
 
-  close() { this.channel.close(); }
+  close() { this.channel.close(); this.resized.disconnect(); }
 }
 
 function fmt(n) { return n >= 10000 ? Math.round(n / 1000) + "k" : String(n); }
@@ -539,7 +544,8 @@ class SquadUI {
     const p = s.pending;
     if (!p) { this.pending.replaceChildren(); this.pendingKey = null; return; }
     const key = p.agent + "/" + p.key;
-    if (this.pendingKey === key && this.pendingHtml === p.html) return;
+    const count = `⚑ ${p.count} waiting for you` + (p.count > 1 ? ` — the oldest, ${p.agent}'s:` : `, ${p.agent}'s:`);
+    if (this.pendingKey === key && this.pendingHtml === p.html) { if (this.pendingCount) this.pendingCount.textContent = count; return; }
     if (this.pendingKey !== key) this.since = performance.now();
     this.pendingKey = key;
     this.pendingHtml = p.html;
@@ -548,8 +554,8 @@ class SquadUI {
     const buttons = [...card.querySelectorAll("button[data-act]")];
     buttons.forEach((b, i) => { b.disabled = true; if (i < 9) b.prepend(h("kbd", { text: String(i + 1) }), " "); });
     setTimeout(() => { if (this.pendingKey === key) buttons.forEach((b) => { b.disabled = false; }); }, SETTLE_MS);
-    this.pending.replaceChildren(h("div", { class: "esc-pin-head" },
-      h("span", { class: "esc-pin-count", text: `⚑ ${p.count} waiting for you — the oldest, ${p.agent}'s:` })), card);
+    this.pendingCount = h("span", { class: "esc-pin-count", text: count });
+    this.pending.replaceChildren(h("div", { class: "esc-pin-head" }, this.pendingCount), card);
   }
 
   tick() {

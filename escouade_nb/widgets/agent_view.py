@@ -32,7 +32,9 @@ CLOSE_AFTER = 1.5
 STATUS_TEXT = {s.value: s.text for s in AgentStatus}
 """The words shown for each status (from :attr:`AgentStatus.text`)."""
 STATUS_TONE = {AgentStatus.WAITING: "waiting", AgentStatus.EXITED: "failed", AgentStatus.FAILED: "failed",
-               AgentStatus.WORKING: "in_progress", AgentStatus.STARTING: "pending", AgentStatus.SIGN_IN: "waiting"}
+               AgentStatus.WORKING: "in_progress", AgentStatus.STARTING: "pending", AgentStatus.SIGN_IN: "waiting",
+               AgentStatus.CLOSED: "cancelled", AgentStatus.RESUMABLE: "pending",
+               AgentStatus.HARNESS_MISSING: "failed"}
 """The colour class (``esc-st-TONE``) of each status."""
 
 

@@ -55,7 +55,8 @@ CHROMIUM_ARGS = [
 ]
 # The pictures shown in the README: with ESCOUADE_BROWSER_UPDATE_DOCS=1 the suite copies them to docs/.
 DOCS = HERE.parent.parent / "docs"
-DOCS_SHOTS = ("agent-view", "permission-card", "plan-approval", "journal", "kernel-tools", "orchestration")
+DOCS_SHOTS = ("agent-view", "agent-view-dark", "permission-card", "plan-approval", "journal", "kernel-tools",
+              "orchestration")
 DOCS_MAX_BYTES = 300_000
 MARK = "ESCOUADE_BROWSER_SUITE"  # environment marker of every process the suite starts
 RUN_ID = uuid.uuid4().hex[:12]
@@ -450,33 +451,30 @@ class Notebook:
 
     # -- the agent view ------------------------------------------------------------------------
     def agent_view(self, cell: int):
-        view = self.output(cell).locator(".escouade-agent")
+        view = self.output(cell).locator(".esc-view.esc-agent")
         view.wait_for(timeout=30_000)
         return view
 
     @staticmethod
     def stop_button(view):
-        """The header's Stop (the view's first row)."""
-        return view.locator(":scope > .widget-hbox").first.locator("button", has_text="Stop")
+        """The head's Stop (shown while a turn runs)."""
+        return view.locator(".esc-head .esc-stop")
 
-    def send(self, view, text: str, typed: bool = True) -> None:
-        """Type the prompt in the view's box (a Textarea, in the view's last row) and
-        press Send."""
-        row = view.locator(":scope > .widget-hbox:has(textarea)").last
-        box = row.locator("textarea")
+    def send(self, view, text: str, typed: bool = True, key: str | None = None) -> None:
+        """Type the prompt in the view's box and send it: press Send, or ``key`` (``"Enter"``)."""
+        box = view.locator("textarea.esc-box")
         box.click()
         if typed:
             box.press_sequentially(text, delay=5)
         else:
             box.fill(text)
-        # A person pauses between the last key and the click. Without the pause the kernel can
-        # read the box before its last update: JupyterLab 4.6 sends widget messages tagged for a
-        # subshell, so the update and the click may be handled on different threads.
-        self.page.wait_for_timeout(300)
-        row.locator("button", has_text="Send").click()
+        if key:
+            box.press(key)
+        else:
+            view.locator(".esc-composer .esc-send").click()
 
     def status(self, view) -> str:
-        return view.locator(".escouade-status").inner_text()
+        return view.locator(".esc-head .esc-head-main .esc-status").inner_text()
 
     def wait_status(self, view, word: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout

@@ -117,13 +117,16 @@ def test_a_burst_bigger_than_the_budget_is_rendered_over_several_batches():
 
 def test_a_long_code_block_is_sent_as_text_once_then_highlighted_once():
     conv = Conversation()
-    code = "```python\n" + "".join(f"def f{i}(x):\n    return x * {i}  # square-ish\n" for i in range(1500)) + "```\n"
+    code = "```python\n" + "".join(f"def f{i}(x):\n    return x * {i}  # square-ish\n" for i in range(400)) + "```\n"
     feed, page, sent = stream(conv, code, 20, 5)
     raw = sum(len(o[2]) for o in sent if o[0] == "tx")
     frozen = [o for o in sent if o[0] == "fz"]
     assert len(code) - 100 <= raw <= len(code)  # the growing block: each character at most once as text
     assert len(frozen) == 1 and 'class="k"' in frozen[0][2]  # highlighted by Pygments, once, when it closed
     assert "def" in page.text(feed.key(conv.items[0]))
+    from escouade_nb.widgets.render import HIGHLIGHT_MAX, markdown
+    huge = "```python\n" + "x = 1\n" * (HIGHLIGHT_MAX // 6 + 1) + "```\n"
+    assert '<span' not in markdown(huge) and "x = 1" in markdown(huge)  # too big to highlight: escaped
 
 
 def test_utf16_drop_counts_astral_characters_as_javascript_does():

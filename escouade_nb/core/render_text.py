@@ -360,4 +360,14 @@ def sessions_text(agent: str, sessions: list[dict[str, Any]], next_cursor: str |
 
 
 def render_items(items: list[Item], speaker: str = "agent") -> str:
-    return "\n".join(render_item(i, speaker) for i in items)
+    """The items as plain text, one after the other; an item that cannot be drawn (an
+    agent's value no renderer expected) says so in its place, the others are kept."""
+    return "\n".join(safe_render_item(i, speaker) for i in items)
+
+
+def safe_render_item(item: Item, speaker: str = "agent") -> str:
+    """:func:`render_item`, or a line saying the item could not be drawn, and why."""
+    try:
+        return render_item(item, speaker)
+    except Exception as exc:  # noqa: BLE001 - the text of a conversation must never fail whole
+        return f"[{type(item).__name__.lower()} {item.key}: not drawn ({type(exc).__name__}: {exc})]"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
 from .views import Throttle, clicks, current_run, shown_in_cell
 
+log = logging.getLogger(__name__)
 _serials = itertools.count()
 CLOSE_AFTER = 1.5
 """Seconds between a turn's end (its cell's output made static) and its widget's close."""
@@ -177,13 +179,13 @@ class CardActions:
 
     def approve(self, msg: dict) -> None:
         perm = self.feed.find(str(msg.get("key")))
-        card = self._card(perm) if isinstance(perm, Permission) else None
-        if card is not None:
+        card = self._card(perm) if isinstance(perm, Permission) and perm.plan is not None else None
+        if card is not None:  # a plan's card only: Approve is not a way to allow another tool
             card.approve()
 
     def keep(self, msg: dict) -> None:
         perm = self.feed.find(str(msg.get("key")))
-        card = self._card(perm) if isinstance(perm, Permission) else None
+        card = self._card(perm) if isinstance(perm, Permission) and perm.plan is not None else None
         if card is not None:
             card.keep_planning(str((msg.get("fields") or {}).get("feedback") or msg.get("value") or ""))
 
@@ -205,6 +207,10 @@ class CardActions:
                 card.accept(values)
             except ValueError as exc:  # not what the schema asks for: said under the form, nothing sent
                 self.feed.form_error(question, str(exc))
+            except Exception as exc:  # noqa: BLE001 - a schema the validator cannot read: said, card kept
+                log.warning("form of %s not checked", question.key, exc_info=True)
+                self.feed.form_error(question, f"the form could not be checked ({type(exc).__name__}: {exc}); "
+                                               "Decline or Cancel answer it")
 
 
 class ConversationView(FrontView):
@@ -235,16 +241,28 @@ class ConversationView(FrontView):
         if any(c.kind == "state" for c in changes):
             self.push([], 0, True)
 
+    def safe_head(self) -> dict[str, Any]:
+        """:meth:`head`, or the name and status alone when an agent's value breaks it."""
+        try:
+            return self.head()
+        except Exception as exc:  # noqa: BLE001 - the head must not take the view down
+            log.warning("%s: head not drawn", self.agent.name, exc_info=True)
+            status = str(self.agent.status)
+            return {"name": self.agent.name, "status": status, "status_text": f"{status_text(status)} "
+                    f"(part of the head could not be drawn: {type(exc).__name__})", "tone": "failed",
+                    "can": {"stop": self.agent.status in BUSY, "send": self.agent.status in CAN_SEND,
+                            "restart": self.agent.status in CAN_RESTART}}
+
     def collect(self) -> tuple[list, bool]:
         ops, _size, more = self.feed.ops()
-        head = self.head()
+        head = self.safe_head()
         if head != self._head_sent:
             self._head_sent = head
             ops.append(["hd", head])
         return ops, more
 
     def state(self) -> dict[str, Any]:
-        head = self._head_sent = self.head()
+        head = self._head_sent = self.safe_head()
         return {"head": head, "items": self.feed.snapshot_items()}
 
     @property
@@ -265,7 +283,7 @@ class ConversationView(FrontView):
         ``optionId``, ``approve``, ``keep`` with ``feedback=``, ``answer`` with the
         form's fields, ``decline``, ``cancel_q``) — the message the front-end sends."""
         item = getattr(card, "permission", None) or getattr(card, "question", None) or card
-        message = {"k": "act", "act": act, "key": self.feed.key(item), "value": value}
+        message = {"k": "act", "act": act, "key": self.feed.key_of(item) or self.feed.key(item), "value": value}
         if fields:
             message["fields"] = fields
         return self.act(message)
@@ -392,9 +410,9 @@ class AgentView(ConversationView):
             "can": {"stop": status in BUSY, "send": status in CAN_SEND, "restart": status in CAN_RESTART},
             "sign_in": sign_in,
             "queued": [_prompt_text(t) for t in a.turns.queued],
-            "commands": [{"name": c.get("name"), "description": c.get("description") or "",
-                          "hint": ((c.get("input") or {}).get("hint") or "")} for c in conv.commands
-                         if isinstance(c, dict) and c.get("name")],
+            "commands": [{"name": c["name"], "description": str(c.get("description") or ""),
+                          "hint": str((c.get("input") if isinstance(c.get("input"), dict) else {}).get("hint") or "")}
+                         for c in conv.commands if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]],
         }
 
     def state(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ code block is sent as text while it grows and highlighted once, when it closes).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,14 +31,31 @@ from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
 from .render import block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
 
+log = logging.getLogger(__name__)
+
 FREEZE_BUDGET = 6 * 1024
 """Characters of markdown one message renders per batch (about 2 ms): a burst bigger
 than this is rendered over several batches, so none holds the kernel's loop for long."""
 
 
 def utf16_len(text: str) -> int:
-    """Length of ``text`` in UTF-16 code units (what a JavaScript string counts)."""
-    return len(text.encode("utf-16-le")) // 2
+    """Length of ``text`` in UTF-16 code units (what a JavaScript string counts; a lone
+    surrogate, sent as U+FFFD, counts one)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def not_drawn(item: Item, exc: Exception) -> str:
+    """What shows in place of an item that could not be drawn: why, and its raw form."""
+    import dataclasses
+    import json
+
+    try:
+        raw = json.dumps({k: v for k, v in dataclasses.asdict(item).items() if k != "conversation"},
+                         default=str, indent=1)[:4000]
+    except Exception:  # noqa: BLE001
+        raw = repr(item)[:4000]
+    return (f'<div class="esc-notice esc-lvl-error">This {esc(type(item).__name__.lower())} could not be drawn '
+            f'({esc(type(exc).__name__)}: {esc(exc)}).<details><summary>raw</summary>{pre(raw)}</details></div>')
 
 
 def _who(answered_by: str | None) -> str:
@@ -131,6 +149,25 @@ class Feed:
                 return item
         return None
 
+    def key_of(self, item: Item) -> str | None:
+        """The front-end key of ``item`` here or in a nested subagent's feed (None if not shown)."""
+        key = self.key(item)
+        if self._keys.get(key) is item:
+            return key
+        for feed, _ in self._nested.values():
+            key = feed.key_of(item)
+            if key is not None:
+                return key
+        return None
+
+    def waiting(self) -> bool:
+        """Whether a card of this feed (or of a nested subagent's) waits for the user."""
+        return any(isinstance(i, (Permission, Question)) and i.state == "pending" for i in self.items) or any(
+            f.waiting() for f, _ in self._nested.values())
+
+    def _nested_waiting(self, subs: list[Subagent]) -> bool:
+        return any(self._nested[self.key(s)][0].waiting() for s in subs if self.key(s) in self._nested)
+
     def owner_conversation(self, key: str) -> Conversation | None:
         if key in self._keys:
             return self.conversation
@@ -199,33 +236,38 @@ class Feed:
         more = False
         dirty, self._dirty = self._dirty, {}
         for key, item in dirty.items():
-            if isinstance(item, Message) and item.role == "thought" and key in self._stream and not item.closed:
-                sent = self._stream[key][1]
-                if len(item.text) >= sent:
-                    if len(item.text) > sent:
-                        ops.append(["tx", key, item.text[sent:]])
-                        size += len(item.text) - sent
-                        self._stream[key][1] = len(item.text)
-                    continue
-            if isinstance(item, Message) and item.role == "agent" and key in self._stream:
-                stream_ops, behind = self._stream_ops(key, item)
-                if stream_ops is not None:
-                    ops.extend(stream_ops)
-                    size += sum(len(o[2]) for o in stream_ops)
-                    if behind:
-                        self._dirty[key] = item
-                        more = True
-                    continue
-            html, meta = self.render(item)
-            ops.append(["it", key, html, meta])
-            size += len(html)
-            if key in self._behind:  # drawn in part: the next batches freeze the rest
-                self._behind.discard(key)
+            try:
+                item_ops, item_size, behind = self._item_ops(key, item)
+            except Exception as exc:  # noqa: BLE001 - drawn as "not drawn"; the batch goes on
+                log.warning("item %s not drawn", key, exc_info=True)
+                self._stream.pop(key, None)
+                item_ops, item_size, behind = [["it", key, not_drawn(item, exc), {"c": "note"}]], 0, False
+            ops.extend(item_ops)
+            size += item_size
+            if behind:
                 self._dirty[key] = item
                 more = True
         for feed, _ in self._nested.values():  # a nested conversation redraws its owner (see render)
             feed._dirty.clear()
         return ops, size, more
+
+    def _item_ops(self, key: str, item: Item) -> tuple[list, int, bool]:
+        """(ops, size, behind) that bring one item up to date: text appended to a streaming
+        thought or reply, settled blocks frozen, or the item drawn whole."""
+        if isinstance(item, Message) and item.role == "thought" and key in self._stream and not item.closed:
+            sent = self._stream[key][1]
+            text = item.text
+            if len(text) >= sent:
+                self._stream[key][1] = len(text)
+                return ([["tx", key, text[sent:]]] if len(text) > sent else []), len(text) - sent, False
+        if isinstance(item, Message) and item.role == "agent" and key in self._stream:
+            stream_ops, behind = self._stream_ops(key, item)
+            if stream_ops is not None:
+                return stream_ops, sum(len(o[2]) for o in stream_ops), behind
+        html, meta = self.render(item)
+        behind = key in self._behind  # drawn in part (a burst): the next batches freeze the rest
+        self._behind.discard(key)
+        return [["it", key, html, meta]], len(html), behind
 
     # -- streaming messages --------------------------------------------------------------------------
     def _stream_ops(self, key: str, msg: Message) -> tuple[list | None, bool]:
@@ -270,7 +312,15 @@ class Feed:
         return out
 
     def render(self, item: Item) -> tuple[str, dict[str, Any]]:
-        """(HTML, meta) of ``item`` as the front-end shows it now."""
+        """(HTML, meta) of ``item`` as the front-end shows it now; an item that cannot be
+        drawn (an agent's value no renderer expected) shows why, and its raw form."""
+        try:
+            return self._render(item)
+        except Exception as exc:  # noqa: BLE001 - one item must not take the view down
+            log.warning("item %s not drawn", item.key, exc_info=True)
+            return not_drawn(item, exc), {"c": "note"}
+
+    def _render(self, item: Item) -> tuple[str, dict[str, Any]]:
         if isinstance(item, Message):
             return self._message(item)
         if isinstance(item, ToolCall):
@@ -285,7 +335,8 @@ class Feed:
         if isinstance(item, Plan):
             return plan_html(item), {"c": "plan"}
         if isinstance(item, Subagent):
-            return self._subagent(item, self.key(item)), {"c": "sub"}
+            html = self._subagent(item, self.key(item))
+            return html, {"c": "sub", "p": 1 if self._nested_waiting([item]) else 0, "t": item.name}
         return self._note(item), {"c": "note"}
 
     def _message(self, msg: Message) -> tuple[str, dict[str, Any]]:
@@ -381,6 +432,7 @@ class Feed:
             if word and perm is not None and perm.state != "pending" and answer_label(perm).casefold() == word.casefold():
                 ask = ""  # the head's "rejected by you" says all the answer line would
         nested = "".join(self._subagent(sub, self.key(call)) for sub in call.subagents)
+        pending = pending or self._nested_waiting(call.subagents)  # a subagent's card is pinned with its parent call
         cls = "esc-card esc-tool" + (" esc-pending" if pending else "")
         html = f'<div class="{cls}">{tool_header_html(call, word, tone)}{body}{ask}{nested}</div>'
         return html, {"c": "tool", "p": 1 if pending else 0, "t": call.title or "a tool call"}
@@ -418,7 +470,14 @@ class Feed:
             tone = "completed" if q.state == "accept" else "cancelled"
             return (f'<div class="esc-card esc-question">{head}<div class="esc-answer esc-ans-{tone}">{answer}</div>'
                     f'{fields}</div>', {"c": "card"})
-        body = self._form(q) if self.interactive else ""
+        try:
+            body = self._form(q) if self.interactive else ""
+        except Exception as exc:  # noqa: BLE001 - a schema no form can show: it can still be declined
+            log.warning("form of %s not drawn", q.key, exc_info=True)
+            acts = "".join(f'<button class="esc-btn esc-other" data-act="{a}" data-key="{key}">{t}</button>'
+                           for a, t in (("decline", "Decline"), ("cancel_q", "Cancel")))
+            body = (f'<div class="esc-error">The form could not be drawn ({esc(type(exc).__name__)}: {esc(exc)}).'
+                    f'</div><div class="esc-actions">{acts}</div>')
         error = self._form_errors.get(self.key(q))
         err = f'<div class="esc-error">{esc(error)}</div>' if error else ""
         return (f'<div class="esc-card esc-question esc-pending" data-key="{key}">'
@@ -466,11 +525,13 @@ class Feed:
         if isinstance(item, Notice):
             detail = pre(item.detail) if item.detail else ""
             who = f'{esc(self.speaker)} · {esc(item.severity)}: ' if item.origin == "agent" else ""
-            return f'<div class="esc-notice esc-lvl-{esc(item.level)}">{who}<b>{esc(item.text)}</b>{detail}</div>'
+            level = item.level if item.level in ("info", "warning", "error") else "info"
+            return f'<div class="esc-notice esc-lvl-{level}">{who}<b>{esc(item.text)}</b>{detail}</div>'
         if isinstance(item, Compaction):
             summary = (f'<details><summary>summary</summary>{pre(item.summary_text)}</details>'
                        if item.summary_text else "")
-            return (f'<div class="esc-compaction esc-cst-{esc(item.status)}"><b>{esc(compaction_head(item))}</b>'
+            status = item.status if item.status in ("in_progress", "completed", "failed", "cancelled") else "other"
+            return (f'<div class="esc-compaction esc-cst-{status}"><b>{esc(compaction_head(item))}</b>'
                     f'{summary}{pre(item.error) if item.error else ""}</div>')
         if isinstance(item, Unknown):
             import json
@@ -482,53 +543,58 @@ class Feed:
 
     # -- answers from the front-end -------------------------------------------------------------------------
     def form_values(self, q: Question, fields: dict[str, Any]) -> dict[str, Any]:
-        """The answer to question ``q`` from the front-end's ``fields`` (name -> the text
-        typed, the index of the choice made, a list of indexes, or a bool), each as its
-        schema's type. Fields the user did not give are left out (never invented);
-        ``ValueError`` naming a field whose text is not of its type."""
-        out: dict[str, Any] = {}
-        if q.mode == "form":
-            specs = dict((q.schema or {}).get("properties") or {})
-        else:
-            specs = {str(i.get("id")): ({"type": "string", "enum": list(i["options"])} if i.get("options")
-                                        else {"type": "string"}) for i in q.questions}
-        for name, value in (fields or {}).items():
-            spec = specs.get(name)
-            if spec is None:
-                continue
-            choices = _choices(spec)
-            if spec.get("type") == "array":
-                options = _choices(spec.get("items") or {})
-                out[name] = [options[int(i)][1] for i in value or [] if 0 <= int(i) < len(options)]
-            elif choices:
-                if value in (None, ""):
-                    continue
-                index = int(value)
-                if 0 <= index < len(choices):
-                    out[name] = choices[index][1]
-            elif spec.get("type") == "boolean":
-                if value in ("yes", True):
-                    out[name] = True
-                elif value in ("no", False):
-                    out[name] = False
-            elif q.mode == "form":
-                if value in (None, ""):
-                    continue
-                out[name] = forms.parse_text(name, spec, str(value))
-            else:
-                out[name] = str(value)
-        return out
+        """:func:`form_values` (kept as a method for the views' callers)."""
+        return form_values(q, fields)
 
     def form_error(self, q: Question, message: str | None) -> None:
         """Show (or clear, with None) an error under question ``q``'s form."""
-        key = self.key(q)
+        key = self.key_of(q) or self.key(q)
         if message is None:
             self._form_errors.pop(key, None)
         else:
             self._form_errors[key] = message
-        self._dirty[key] = q
+        self._dirty[self.key(q)] = q
         if self.on_ops is not None:
             self.on_ops([], 0, True)
+
+
+def form_values(q: Question, fields: dict[str, Any]) -> dict[str, Any]:
+    """The answer to question ``q`` from the front-end's ``fields`` (name -> the text
+    typed, the index of the choice made, a list of indexes, or a bool), each as its
+    schema's type. Fields the user did not give are left out (never invented);
+    ``ValueError`` naming a field whose text is not of its type."""
+    out: dict[str, Any] = {}
+    if q.mode == "form":
+        specs = dict((q.schema or {}).get("properties") or {})
+    else:
+        specs = {str(i.get("id")): ({"type": "string", "enum": list(i["options"])} if i.get("options")
+                                    else {"type": "string"}) for i in q.questions}
+    for name, value in (fields or {}).items():
+        spec = specs.get(name)
+        if spec is None:
+            continue
+        choices = _choices(spec)
+        if spec.get("type") == "array":
+            options = _choices(spec.get("items") or {})
+            out[name] = [options[int(i)][1] for i in value or [] if 0 <= int(i) < len(options)]
+        elif choices:
+            if value in (None, ""):
+                continue
+            index = int(value)
+            if 0 <= index < len(choices):
+                out[name] = choices[index][1]
+        elif spec.get("type") == "boolean":
+            if value in ("yes", True):
+                out[name] = True
+            elif value in ("no", False):
+                out[name] = False
+        elif q.mode == "form":
+            if value in (None, ""):
+                continue
+            out[name] = forms.parse_text(name, spec, str(value))
+        else:
+            out[name] = str(value)
+    return out
 
 
 def _choices(spec: dict) -> list[tuple[str, Any]]:

@@ -94,8 +94,22 @@ def shared_layout():
     return _shared_layout
 
 
+def is_shared(widget: Any) -> bool:
+    """Whether ``widget`` is the :func:`shared_layout` (which no view may close)."""
+    return widget is not None and widget is _shared_layout
+
+
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone UTF-16 surrogate (half of a pair an agent split) becomes
+    U+FFFD and a pair split in two code points is joined, rather than failing the send."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8")
 
 
 class Outbox:
@@ -195,17 +209,28 @@ class FrontView(anywidget.AnyWidget):
     def _send_ops(self, ops: list) -> None:
         if self._closed:
             return
-        more_ops, more = self.collect()
+        try:
+            more_ops, more = self.collect()
+        except Exception:  # a bug (or an agent's value no renderer expected) must not end the view
+            log.exception("%s: collecting what changed failed", type(self).__name__)
+            more_ops, more = [], False
         ops = ops + more_ops
         if ops:
-            self.seq += 1
-            self._deliver({"k": "ops", "seq": self.seq, "ops": ops})
+            try:
+                self._deliver({"k": "ops", "seq": self.seq + 1, "ops": ops})
+                self.seq += 1  # counted once sent: a failed send leaves no gap the views would trip on
+            except Exception:
+                log.exception("%s: sending a batch failed", type(self).__name__)
         if more:
             self.outbox.push_soon()
 
     def _deliver(self, message: dict[str, Any]) -> None:
         text = dumps(message)
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate from an agent: sent as U+FFFD
+            data = utf8(text)
+            message = json.loads(data)
         if len(data) > DEFLATE_OVER:
             packed = zlib.compress(data, 6)
             head = {"k": message["k"], "seq": message["seq"], "z": 1}
@@ -220,7 +245,10 @@ class FrontView(anywidget.AnyWidget):
         """Send what is pending (the views already shown need it), then the whole state
         for the view that asked (request id ``rid``) at that sequence number."""
         self.outbox.flush()
-        self._deliver({"k": "snap", "seq": self.seq, "rid": rid, "state": self.state()})
+        try:
+            self._deliver({"k": "snap", "seq": self.seq, "rid": rid, "state": self.state()})
+        except Exception:
+            log.exception("%s: a snapshot failed", type(self).__name__)
 
     # -- from the browser ------------------------------------------------------------------------
     def _on_message(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
@@ -236,6 +264,8 @@ class FrontView(anywidget.AnyWidget):
         """Do what the front-end asks (``message["act"]`` names it): the same call a
         click in the browser makes, for scripts and tests. Unknown actions are ignored
         (logged); an action that raises is logged, the view goes on."""
+        if self._closed:
+            return None
         fn = self.actions.get(str(message.get("act")))
         if fn is None:
             log.warning("%s: unknown action %r", type(self).__name__, message.get("act"))
@@ -299,7 +329,10 @@ class FrontView(anywidget.AnyWidget):
     def update_companion(self, final: bool = False) -> None:
         """Redraw the companion output (nothing if the view was not displayed)."""
         if self._companion is not None:
-            self._companion.update(self.companion_bundle(final), raw=True)
+            try:
+                self._companion.update(self.companion_bundle(final), raw=True)
+            except Exception:
+                log.exception("%s: its saved form could not be updated", type(self).__name__)
 
     def _repr_mimebundle_(self, **kwargs: Any):
         """The widget, plus a deterministic ``text/plain`` (the whole plain-text repr:

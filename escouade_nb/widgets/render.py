@@ -25,7 +25,7 @@ from ..core.render_text import (PLAN_MARK, blob_size, block_text, content_text, 
 def _highlight_fence(code: str, lang: str, _attrs: str) -> str:
     """markdown-it's ``highlight`` hook: a fenced block with a language Pygments knows is
     highlighted (escaped by Pygments), else ``""`` (markdown-it escapes it)."""
-    if not lang:
+    if not lang or len(code) > HIGHLIGHT_MAX:
         return ""
     try:
         from pygments.lexers import get_lexer_by_name
@@ -52,6 +52,28 @@ def _link_open(self, tokens, idx, options, env):
 
 _md.add_render_rule("link_open", _link_open)
 
+
+def _image(self, tokens, idx, options, env):
+    """An image of the reply shows inline only from a ``data:`` URL (markdown-it allows
+    raster types only): a remote one would be fetched by the browser on its own — a way
+    out for what the agent read — so it is a link to click instead."""
+    token = tokens[idx]
+    src = token.attrGet("src") or ""
+    if src.startswith("data:image/"):
+        return self.image(tokens, idx, options, env)
+    alt = self.renderInlineAsText(token.children or [], options, env) or "image"
+    return (f'<a href="{esc(src)}" target="_blank" rel="noopener noreferrer" class="esc-remote-image" '
+            f'title="{esc(src)}">🖼 {esc(alt)}</a>')
+
+
+_md.add_render_rule("image", _image)
+
+HIGHLIGHT_MAX = 20_000
+"""A fenced block longer than this (characters) is shown escaped, not highlighted (Pygments
+on 60 KB holds the loop ~0.2 s)."""
+
+TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed", "cancelled"})
+"""ACP's tool call statuses (and ``cancelled``, the client's): the only ones given a style."""
 MAX_DIFF_ROWS = 400
 """A diff shows at most this many lines, then says how many more there are."""
 _DIFF_CLASS = {"+": "add", "-": "del", "@": "hunk"}
@@ -359,7 +381,9 @@ def tool_header_html(call: ToolCall, status_word: str | None = None, tone: str |
     better than the agent's status: "rejected by you"), title, kind, and the client's
     note when it ran without asking."""
     status = call.shown_status
-    word = status_word or {"in_progress": "running", "pending": "pending"}.get(status, status)
+    word = status_word or {"in_progress": "running"}.get(status, str(status))
+    if status not in TOOL_STATUSES:  # an agent's own word is shown as it is, but styled as nothing known
+        status = "other"
     return (f'<div class="esc-tool-header"><span class="esc-status esc-st-{esc(tone or status)}">● {esc(word)}</span> '
             f'<b class="esc-title">{esc(call.title or "a tool call")}</b> '
             f'<span class="esc-kind esc-dim" title="{esc(call.tool_call_id)}">{esc(call.kind or "other")}</span>'

@@ -11,14 +11,18 @@ from typing import Any
 import ipywidgets as w
 import traitlets
 
-from ..core.conversation import Permission
+import logging
+
+from ..core.conversation import Conversation
 from ..core.observers import Subscription
 from ..core.status import BUSY, CAN_RESTART, ENDED
 from ..engine.agent import Agent
 from ..engine.squad import Squad
-from .agent_view import STATUS_TONE, AgentView, CardActions, _run, status_text
-from .feed import Feed
+from .agent_view import STATUS_TONE, AgentView, _run, status_text
+from .feed import Feed, form_values
 from .front import HIDE_ORPHAN, FrontView
+
+log = logging.getLogger(__name__)
 
 COLUMNS = ("agent", "harness", "folder", "worktree", "mode", "status", "last activity", "tokens", "cost", "cards",
            "subagents")
@@ -157,16 +161,17 @@ class SquadView(FrontView):
         count = len(pending)
         oldest = min(pending, key=lambda k: (self._first_seen[k], k[1]))
         agent, item = pending[oldest]
-        cache_key = (id(agent), item.key, item.version)
+        cache_key = (id(agent), id(item), item.version)
         if self._card_cache is None or self._card_cache[0] != cache_key:
-            feed = Feed(agent.conversation, speaker=agent.harness.harness.speaker or agent.name,
-                        accept=lambda i, it=item: i is it)
+            # drawn on its own, its buttons keyed by the card itself: a subagent's card has a key
+            # of its own conversation's, which may be a parent card's too
+            feed = Feed(Conversation(), speaker=agent.harness.harness.speaker or agent.name, prefix=f"c{id(item)}/")
             try:
                 html = feed.render(item)[0]
             finally:
                 feed.close()
             self._card_cache = (cache_key, html)
-        return {"agent": agent.name, "key": item.key, "html": self._card_cache[1], "count": count}
+        return {"agent": agent.name, "key": f"c{id(item)}/{item.key}", "html": self._card_cache[1], "count": count}
 
     # -- actions ------------------------------------------------------------------------------------------
     def _agent(self, msg: dict) -> Agent | None:
@@ -199,17 +204,36 @@ class SquadView(FrontView):
             _run(agent.restart())
 
     def _card_act(self, msg: dict) -> None:
+        """A button of the squad's pending card: the card is found by the token its keys
+        carry (``c<id>/…``) among the agent's pending cards, never by an item key alone."""
         agent = self._agent(msg)
-        if agent is None:
+        key = str(msg.get("key") or "")
+        if agent is None or not key.startswith("c") or "/" not in key:
             return
-        feed = Feed(agent.conversation, accept=lambda i: isinstance(i, (Permission,)) or hasattr(i, "schema"))
-        try:
-            CardActions(agent, feed).bind(actions := {})
-            fn = actions.get(str(msg.get("act")))
-            if fn is not None:
-                fn(msg)
-        finally:
-            feed.close()
+        token = key[1:].split("/", 1)[0]
+        act = str(msg.get("act"))
+        for card in agent.pending_cards:
+            if str(id(card.permission)) == token and card.permission.state == "pending":
+                if act == "choose":
+                    card.choose(str(msg.get("value")), by="you")
+                elif act == "approve" and card.permission.plan is not None:
+                    card.approve()
+                elif act == "keep" and card.permission.plan is not None:
+                    card.keep_planning(str((msg.get("fields") or {}).get("feedback") or ""))
+                return
+        for card in agent.pending_questions:
+            q = card.question
+            if str(id(q)) == token and q.state == "pending":
+                if act == "decline":
+                    card.decline()
+                elif act == "cancel_q":
+                    card.cancel()
+                elif act == "answer":
+                    try:
+                        card.accept(form_values(q, msg.get("fields") or {}))
+                    except Exception as exc:  # noqa: BLE001 - said where the card is drawn in full
+                        log.warning("squad view: %s's form not sent: %s", agent.name, exc)
+                return
 
     def release(self) -> None:
         for subs in self._watched.values():

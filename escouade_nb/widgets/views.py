@@ -103,7 +103,9 @@ class Throttle:
 def close_tree(widget: w.Widget) -> None:
     """Close ``widget`` and every widget below it (children, layout, style). A
     :class:`Releasing` view below is closed through its own ``close()``."""
-    if isinstance(widget, Releasing):
+    from .front import FrontView
+
+    if isinstance(widget, (Releasing, FrontView)):  # a view closes what is its own (not the shared Layout)
         widget.close()
         return
     for child in tuple(getattr(widget, "children", None) or ()):
@@ -115,9 +117,11 @@ def close_tree(widget: w.Widget) -> None:
 
 def _close_parts(widget: w.Widget) -> None:
     """A widget's own layout and style are widgets too (made when it opened)."""
+    from .front import is_shared
+
     for part in ("layout", "style"):
         value = getattr(widget, part, None)
-        if isinstance(value, w.Widget):
+        if isinstance(value, w.Widget) and not is_shared(value):
             value.close()
 
 

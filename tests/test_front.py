@@ -14,7 +14,7 @@ from ipywidgets.widgets.widget import _instances  # the live widget models of th
 import pytest
 
 from escouade_nb.core.conversation import Conversation
-from escouade_nb.widgets import front
+from escouade_nb.widgets import front, render
 from escouade_nb.widgets.feed import Feed, tool_status, utf16_len
 
 
@@ -306,3 +306,24 @@ def test_plain_paragraphs_shortcut_gives_markdown_its_exact_html():
             assert fast == render._md.render(text), repr(text)
     assert plain > 80  # the shortcut was taken often enough to mean something
     assert render.markdown("One.\n\nTwo \"q\".\n\n") == '<div class="esc-md"><p>One.</p>\n<p>Two &quot;q&quot;.</p>\n</div>'
+
+
+@pytest.mark.parametrize("size", [7, 300, 100_000])
+def test_streaming_never_cuts_where_the_rendering_would_change(size):
+    """A long table stays one table, a fence holding ``` stays one code block, a long log
+    line is never broken inside a word — whatever the chunking (one burst included)."""
+    table = "| file | lines | state |\n|---|---|---|\n" + "".join(f"| src/m{i}.py | {i} | ok |\n" for i in range(200))
+    fence = "````markdown\nHere is code:\n```python\nx = 1\n```\n````\n\n"
+    log = "".join(f"log line {i:04d} of a long run without a blank line\n" for i in range(600))
+    for text in (table + "\nAfter the table.\n", fence + "Then prose.\n", log):
+        conv = Conversation()
+        feed, page, _ = stream(conv, text, size)
+        blocks = page.items[feed.key(conv.items[0])]["blocks"]
+        whole = render.markdown(text)
+        if text.startswith("|"):
+            assert blocks.count("<tr>") == 201 == whole.count("<tr>")
+        elif text.startswith("````"):
+            assert blocks.count("<pre") == 1 and "<h1" not in blocks and "Then prose" in blocks
+        else:
+            assert "line 0312 of" in html.unescape(re.sub(r"<[^>]+>", "", blocks))  # no word split at a cut
+            assert words(page.text(feed.key(conv.items[0]))) == words(text)

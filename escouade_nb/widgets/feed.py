@@ -286,7 +286,7 @@ class Feed:
         settled = len(text) if msg.closed else frozen + split_frozen(text[frozen:])
         cut_at, behind = settled, False
         if settled - frozen > FREEZE_BUDGET:
-            budget_cut = frozen + split_frozen(text[frozen:frozen + FREEZE_BUDGET] + ("\n\n" if msg.closed else ""))
+            budget_cut = frozen + split_frozen(text[frozen:frozen + FREEZE_BUDGET])  # at a line end inside it
             if frozen < budget_cut < settled:
                 cut_at, behind = budget_cut, True
         # the front-end's tail always holds text[frozen:sent] as raw text, its blocks text[:frozen]
@@ -364,7 +364,7 @@ class Feed:
         state = self._stream.get(key)
         if state is None or len(text) < state[1]:  # drawn the first time: what is settled as blocks
             settled = len(text) if msg.closed else split_frozen(text)
-            cut_at = split_frozen(text[:FREEZE_BUDGET] + "\n\n") if settled > FREEZE_BUDGET else settled
+            cut_at = split_frozen(text[:FREEZE_BUDGET]) if settled > FREEZE_BUDGET else settled
             if 0 < cut_at < settled:  # a burst came before the first batch: a budget's worth now, the rest next
                 state = self._stream[key] = [cut_at, cut_at]
                 self._behind.add(key)

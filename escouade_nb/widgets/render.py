@@ -117,25 +117,44 @@ def markdown(text: str) -> str:
     return f'<div class="esc-md">{_md.render(text) if body is None else body}</div>'
 
 
+_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")
+_NOT_A_LINE_CUT = re.compile(r"^(?: |\t|\||>|[-+*] |\d{1,9}[.)] )|\|")
+"""A line after which a paragraph may not be cut: indented (code, a list item's own lines),
+a table's, a quote's, a list item's."""
+
+
 def split_frozen(text: str, max_tail: int = 4096) -> int:
     """Where the settled part of a streaming markdown text ends: after the last blank
     line that is not inside a fenced code block — text before it renders the same
-    whatever arrives next. When the still-growing tail would exceed ``max_tail``
-    characters with no such line (one endless paragraph), it is cut at its last line
-    end outside a fence instead, so a long reply is never re-sent whole."""
+    whatever arrives next. Fences are told as CommonMark does (a closing fence is of the
+    opener's character, at least as long, with nothing after it). When the still-growing
+    tail would exceed ``max_tail`` characters with no such line (one endless paragraph),
+    it is cut at its last line end outside a fence instead, but never inside a table, a
+    list, a quote or indented code — so a long reply is never re-sent whole."""
     cut_at = 0
     line_cut = 0
-    in_fence = False
+    fence: str | None = None  # the opening fence's run (``` or ~~~~), while inside one
     pos = 0
     for line in text.splitlines(keepends=True):
-        if line.lstrip().startswith(("```", "~~~")):
-            in_fence = not in_fence
         pos += len(line)
-        if in_fence or not line.endswith("\n") or pos >= len(text):
+        bare = line.rstrip("\r\n")
+        if fence is None:
+            m = _FENCE_OPEN.match(bare)
+            if m:
+                fence = m.group(1)
+                continue
+        else:
+            stripped = bare.strip(" ")
+            if stripped and stripped == stripped[0] * len(stripped) and stripped[0] == fence[0] \
+                    and len(stripped) >= len(fence) and len(bare) - len(bare.lstrip(" ")) <= 3:
+                fence = None
             continue
-        line_cut = pos
-        if line.strip() == "":
+        if not line.endswith("\n") or pos >= len(text):
+            continue
+        if bare.strip() == "":
             cut_at = pos
+        elif not _NOT_A_LINE_CUT.search(bare):
+            line_cut = pos
     if len(text) - cut_at > max_tail and line_cut > cut_at:
         return line_cut
     return cut_at

@@ -29,12 +29,15 @@ class Page:
         for op in ops:
             kind, key = op[0], op[1]
             if kind == "it":
-                blocks = re.search(r'<div class="esc-blocks">(.*?)</div><div class="esc-tail">(.*?)</div>', op[2], re.S)
+                blocks = re.search(r'<div class="esc-blocks">(.*?)</div><div class="esc-tail">(.*?)</div><div class="esc-extra">',
+                                   op[2], re.S)
                 self.items[key] = {"html": op[2], "meta": op[3],
                                    "blocks": blocks.group(1) if blocks else "",
                                    "tail": html.unescape(blocks.group(2)) if blocks else ""}
             elif kind == "tx":
                 self.items[key]["tail"] += op[2]
+            elif kind == "ex":
+                self.items[key]["html"] += op[2]
             elif kind == "fz":
                 item = self.items[key]
                 item["blocks"] += op[2]
@@ -327,3 +330,22 @@ def test_streaming_never_cuts_where_the_rendering_would_change(size):
         else:
             assert "line 0312 of" in html.unescape(re.sub(r"<[^>]+>", "", blocks))  # no word split at a cut
             assert words(page.text(feed.key(conv.items[0]))) == words(text)
+
+
+def test_an_image_mid_reply_is_sent_once_and_the_text_keeps_streaming():
+    conv = Conversation()
+    feed = Feed(conv)
+    page = Page()
+    sent: list = []
+    image = {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo" * 2000}
+    for n, piece in enumerate(chunks(PROSE * 3, 40)):
+        conv.apply({"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": {"type": "text", "text": piece}})
+        if n == 3:
+            conv.apply({"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": image})
+        ops = feed.ops()[0]
+        page.apply(ops)
+        sent.extend(ops)
+    key = feed.key(conv.items[0])
+    assert sum(o[2].count("data:image/png") for o in sent if o[0] in ("it", "ex")) == 1  # the image once
+    assert sum(o[0] == "it" for o in sent) == 1  # and the message never drawn whole again
+    assert words(page.text(key)) == words(PROSE * 3)

@@ -82,6 +82,26 @@ function openPath(path) {
 }
 
 // -- fields of a card ------------------------------------------------------------------------------
+function fieldsOf(root) {
+  const out = new Map();
+  for (const f of root.querySelectorAll("[data-field]")) {
+    if (f.dataset.touched !== "1" && f.tagName !== "TEXTAREA") continue;
+    out.set(f.dataset.field, f.multiple ? [...f.selectedOptions].map((o) => o.value) : f.value);
+  }
+  return out;
+}
+
+function restoreFields(root, typed) {
+  if (!typed || !typed.size) return;
+  for (const f of root.querySelectorAll("[data-field]")) {
+    if (!typed.has(f.dataset.field)) continue;
+    const v = typed.get(f.dataset.field);
+    if (f.multiple) for (const o of f.options) o.selected = v.includes(o.value);
+    else f.value = v;
+    if (f.tagName !== "TEXTAREA" || v) f.dataset.touched = "1";
+  }
+}
+
 function collectFields(scope) {
   const out = {};
   const missing = [];
@@ -196,6 +216,7 @@ class ConversationUI {
         if (t === "it") { if (this.upsert(key, op[2], op[3])) added++; }
         else if (t === "tx") { this.append(key, op[2]); grew = true; }
         else if (t === "fz") { this.freeze(key, op[2], op[3]); grew = true; }
+        else if (t === "ex") { const x = this.items.get(key)?.querySelector(".esc-extra"); if (x) x.insertAdjacentHTML("beforeend", op[2]); grew = true; } // escaped by Python
         else if (t === "hd") this.setHead(op[1]);
         else if (t === "pv" && this.box) { this.box.value = op[1]; }
       }
@@ -218,7 +239,9 @@ class ConversationUI {
     node.dataset.p = meta.p ? "1" : "0";
     node.dataset.title = meta.t || "";
     if (this.html.get(key) !== html) {
+      const typed = fieldsOf(node);
       node.innerHTML = html; // escaped by Python (widgets/render.py)
+      restoreFields(node, typed); // what you typed in a card survives its redraw (an error under the form…)
       this.html.set(key, html);
     }
     return fresh && !meta.h;
@@ -278,10 +301,13 @@ class ConversationUI {
       this.pinCount.textContent = this.countText(pending.length);
       return;
     }
+    const typed = this.pins.firstChild ? fieldsOf(this.pins) : null;
+    const sameCard = this.pinKey === key;
     this.pinKey = key;
     this.pinHtml = html;
     const ask = first.querySelector(".esc-ask");
     const card = ask ? ask.cloneNode(true) : h("div", { text: first.dataset.title });
+    if (typed && sameCard) restoreFields(card, typed);
     this.pinCount = h("span", { class: "esc-pin-count", text: this.countText(pending.length) });
     const jump = h("button", { class: "esc-link", text: "show in conversation ↑", onclick: () => this.jumpTo(key) });
     this.pins.replaceChildren(h("div", { class: "esc-pin" },
@@ -596,7 +622,7 @@ class SquadUI {
   }
 
   keys(e) {
-    if (!/^[1-9]$/.test(e.key) || e.target.closest("input, textarea, select")) return;
+    if (!/^[1-9]$/.test(e.key) || e.target.closest("input, textarea, select, .esc-squad-opened")) return;
     if (!this.pendingKey || performance.now() - this.since < SETTLE_MS) return;
     const buttons = [...this.pending.querySelectorAll("button[data-act]")];
     const b = buttons[Number(e.key) - 1];

@@ -274,12 +274,12 @@ class Feed:
         """The ops that bring a streaming agent message up to date, or (None, False) when
         it must be drawn whole (its text changed before what was sent, non-text blocks)."""
         state = self._stream[key]
-        frozen, sent = state
+        frozen, sent = state[0], state[1]
         raw = msg.text
-        if msg.blocks or QUESTION_OPEN in raw:
+        if QUESTION_OPEN in raw:
             return None, False
         text = raw
-        if len(text) < sent:
+        if len(text) < sent or len(msg.blocks) < state[2]:
             return None, False
         # text[:frozen] is settled and ends outside a fence: only what follows is scanned (a
         # long reply is not read whole at every batch)
@@ -299,6 +299,9 @@ class Feed:
         if not behind and len(text) > sent:  # behind: the rest waits for the next batches' blocks
             ops.append(["tx", key, text[sent:]])
             state[1] = len(text)
+        if len(msg.blocks) > state[2]:  # non-text blocks (an image…) after the text: each sent once
+            ops.append(["ex", key, "".join(block_html(b) for b in msg.blocks[state[2]:])])
+            state[2] = len(msg.blocks)
         return ops, behind
 
     # -- what an item shows ------------------------------------------------------------------------------
@@ -353,27 +356,29 @@ class Feed:
                 self._stream.pop(key, None)
             else:
                 head = f"{self.speaker} thinks…"
-                self._stream[key] = [0, len(msg.text)]
+                self._stream[key] = [0, len(msg.text), 0]
             return (f'<details class="esc-thought"><summary>{esc(head)}</summary>'
                     f'<div class="esc-thought-text esc-tail">{esc(msg.text)}</div></details>', {"c": "msg"})
         text = msg.text
-        if msg.blocks or QUESTION_OPEN in text:
+        if QUESTION_OPEN in text:
             self._stream.pop(key, None)
             return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{markdown(visible_text(text))}</div>'
-                    f'<div class="esc-tail"></div>{extra}</div>', {"c": "msg"})
+                    f'<div class="esc-tail"></div><div class="esc-extra">{extra}</div></div>', {"c": "msg"})
         state = self._stream.get(key)
         if state is None or len(text) < state[1]:  # drawn the first time: what is settled as blocks
             settled = len(text) if msg.closed else split_frozen(text)
             cut_at = split_frozen(text[:FREEZE_BUDGET]) if settled > FREEZE_BUDGET else settled
             if 0 < cut_at < settled:  # a burst came before the first batch: a budget's worth now, the rest next
-                state = self._stream[key] = [cut_at, cut_at]
+                state = self._stream[key] = [cut_at, cut_at, len(msg.blocks)]
                 self._behind.add(key)
             else:
-                state = self._stream[key] = [settled, len(text)]
-        frozen, sent = state  # a late view gets what the others have: blocks text[:frozen], tail up to sent
+                state = self._stream[key] = [settled, len(text), len(msg.blocks)]
+        frozen, sent, shown = state  # a late view gets what the others have: blocks text[:frozen], tail up to sent
         blocks = markdown(text[:frozen]) if frozen else ""
+        extra = "".join(block_html(b) for b in msg.blocks[:shown])
         return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{blocks}</div>'
-                f'<div class="esc-tail">{esc(text[frozen:sent])}</div></div>', {"c": "msg"})
+                f'<div class="esc-tail">{esc(text[frozen:sent])}</div><div class="esc-extra">{extra}</div></div>',
+                {"c": "msg"})
 
     def _buttons(self, perm: Permission) -> str:
         if not self.interactive:

@@ -112,6 +112,10 @@ class SquadView(FrontView):
         for agent in [a for a in self._watched if id(a) not in keep]:
             for sub in self._watched.pop(agent):
                 sub.close()
+        if self.opened_view is not None and id(self.opened_view.agent) not in keep:  # it left the squad
+            self.opened_view.close()
+            self.opened_view = None
+            self.opened = None
         for agent in agents:
             if agent not in self._watched:
                 self._watched[agent] = (agent.on_status.subscribe(self._urgent),

@@ -409,11 +409,16 @@ class ConversationUI {
   }
 
   menu(head, controls) {
+    // the head is redrawn when the agent's state changes: the menu keeps its open state and
+    // a question it was asking (read from the page, not from events that may come later)
+    const before = this.headEl.querySelector(".esc-menu");
+    const wasOpen = before ? before.open : false;
     const confirmBox = h("div", { class: "esc-confirm", hidden: true });
     const ask = (question, label, act) => {
+      this.confirming = { question, label, act };
       confirmBox.replaceChildren(h("span", { text: question + " " }),
-        h("button", { class: "esc-btn esc-reject", text: label, onclick: () => { confirmBox.hidden = true; details.open = false; this.act({ act }); } }),
-        h("button", { class: "esc-btn esc-other", text: "Cancel", onclick: () => { confirmBox.hidden = true; } }));
+        h("button", { class: "esc-btn esc-reject", text: label, onclick: () => { this.confirming = null; confirmBox.hidden = true; details.open = false; this.act({ act }); } }),
+        h("button", { class: "esc-btn esc-other", text: "Cancel", onclick: () => { this.confirming = null; confirmBox.hidden = true; } }));
       confirmBox.hidden = false;
     };
     const items = h("div", { class: "esc-menu-items" });
@@ -422,8 +427,10 @@ class ConversationUI {
     if (!["exited", "closed", "failed"].includes(head.status)) items.append(h("button", { class: "esc-menu-item", text: "Stop agent…", title: "End the agent's process", onclick: () => ask(`Stop ${head.name}'s process?`, "Stop agent", "close_agent") }));
     items.append(h("div", { class: "esc-menu-note esc-dim", text: head.folder + (head.where || "") }));
     const details = h("details", { class: "esc-menu" }, h("summary", { title: "More: other settings, Restart, Stop agent", text: "⋯" }), items, confirmBox);
-    if (this.menuOpen) details.open = true;
-    details.addEventListener("toggle", () => { this.menuOpen = details.open; });
+    if (wasOpen) details.open = true;
+    const c = this.confirming;
+    if (c && wasOpen && ((c.act === "restart" && head.can && head.can.restart) || c.act === "close_agent")) ask(c.question, c.label, c.act);
+    else this.confirming = null;
     return details;
   }
 
@@ -566,6 +573,9 @@ class SquadUI {
         return tr;
       });
       this.table.replaceChildren(h("thead", {}, head), h("tbody", {}, ...rows));
+      const c = this.confirming;
+      const tr = c && this.table.querySelector(`tbody tr[data-agent="${CSS.escape(c.name)}"]`);
+      if (tr) this.confirm(tr, c.words, c.label, c.go); else this.confirming = null;
     }
     const p = s.pending;
     if (!p) { this.pending.replaceChildren(); this.pendingKey = null; return; }
@@ -613,11 +623,12 @@ class SquadUI {
   confirm(tr, words, label, go) {
     const old = this.table.querySelector(".esc-confirm-row");
     if (old) old.remove();
+    this.confirming = { name: tr.dataset.agent, words, label, go }; // kept across the table's redraws
     const cols = tr.children.length;
     const row = h("tr", { class: "esc-confirm-row" }, h("td", { colspan: cols },
       h("span", { text: words + " " }),
-      h("button", { class: "esc-btn esc-reject", text: label, onclick: () => { row.remove(); go(); } }),
-      h("button", { class: "esc-btn esc-other", text: "Cancel", onclick: () => row.remove() })));
+      h("button", { class: "esc-btn esc-reject", text: label, onclick: () => { this.confirming = null; row.remove(); go(); } }),
+      h("button", { class: "esc-btn esc-other", text: "Cancel", onclick: () => { this.confirming = null; row.remove(); } })));
     tr.after(row);
   }
 

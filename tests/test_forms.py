@@ -44,6 +44,31 @@ A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
 """
 
 
+def with_form(tmp_path, answer: dict, body) -> None:
+    """The scripted agent asks the form (its client must answer ``answer``); ``body(view, q)``
+    (a coroutine) answers it through an agent view as the browser would, once its card is
+    drawn; the turn must end and the agent's script be met exactly."""
+    s = Script(tmp_path, _asks(answer))
+
+    async def go():
+        agent = s.agent()
+        try:
+            view = AgentView(agent)
+            turn = agent.send("go")
+            q = await agent.next_question(timeout=10)
+            try:
+                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
+                await body(view, q)
+            finally:
+                view.close()
+            assert (await turn).stop_reason == "end_turn"
+        finally:
+            await agent.close()
+
+    run(go())
+    s.assert_ok()
+
+
 def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(tmp_path):
     good = {"name": "web", "replicas": 3, "ratio": 1, "color": "green", "email": "ops@example.com",
             "day": "2026-03-01"}
@@ -83,96 +108,51 @@ def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(tmp_path)
 def test_the_form_blocks_submit_until_required_fields_are_filled_and_sends_only_what_was_touched(tmp_path):
     # replicas is required and shows the schema's default (2): given as shown; the optional
     # fields the user did not touch (ratio, color, email, day; confirm shows its default) are left out
-    s = Script(tmp_path, _asks({"action": "accept", "content": {"name": "web", "replicas": 2, "ratio": 0.5}}))
+    async def body(view, q):
+        card = view.card_html(q)
+        # nothing invented: empty boxes, no choice made, no yes/no pressed; defaults shown as given
+        shown, missing = form_fields(card)
+        assert shown == {"replicas": "2"}, shown  # confirm shows "no" (its default) but is not given
+        assert 'data-field="name" data-required="1"' in card and 'data-field="replicas" data-required="1"' in card
+        assert missing == ["Name"]  # Submit is blocked (the front-end says "To fill in: Name")
+        fields, missing = form_fields(card, {"name": "web"})
+        assert missing == [] and fields == {"name": "web", "replicas": "2"}
+        submit = next(b for b in buttons_of(card) if b["label"] == "Submit")
+        fields, _ = form_fields(card, {"name": "web", "ratio": "abc"})  # typed: parsed as a number
+        view.act({"k": "act", "act": submit["act"], "key": submit["key"], "fields": fields})
+        assert q.state == "pending"  # nothing sent
+        assert "field 'ratio': 'abc' is not a number" in html.unescape(view.card_html(q))
+        fields, _ = form_fields(card, {"name": "web", "ratio": "0.5"})
+        view.act({"k": "act", "act": submit["act"], "key": submit["key"], "fields": fields})
+        await until(lambda: q.state == "accept", 5, "the answer")
+        assert q.question.answer == {"name": "web", "replicas": 2, "ratio": 0.5}
+        settled = view.card_html(q)
+        assert buttons_of(settled) == [] and "data-field" not in settled  # settled: no form left
 
-    async def go():
-        agent = s.agent()
-        try:
-            view = AgentView(agent)
-            turn = agent.send("go")
-            q = await agent.next_question(timeout=10)
-            try:
-                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
-                card = view.card_html(q)
-                # nothing invented: empty boxes, no choice made, no yes/no pressed; defaults shown as given
-                shown, missing = form_fields(card)
-                assert shown == {"replicas": "2"}, shown  # confirm shows "no" (its default) but is not given
-                assert 'data-field="name" data-required="1"' in card and 'data-field="replicas" data-required="1"' in card
-                assert missing == ["Name"]  # Submit is blocked (the front-end says "To fill in: Name")
-                fields, missing = form_fields(card, {"name": "web"})
-                assert missing == [] and fields == {"name": "web", "replicas": "2"}
-                submit = next(b for b in buttons_of(card) if b["label"] == "Submit")
-                fields, _ = form_fields(card, {"name": "web", "ratio": "abc"})  # typed: parsed as a number
-                view.act({"k": "act", "act": submit["act"], "key": submit["key"], "fields": fields})
-                assert q.state == "pending"  # nothing sent
-                assert "field 'ratio': 'abc' is not a number" in html.unescape(view.card_html(q))
-                fields, _ = form_fields(card, {"name": "web", "ratio": "0.5"})
-                view.act({"k": "act", "act": submit["act"], "key": submit["key"], "fields": fields})
-                await until(lambda: q.state == "accept", 5, "the answer")
-                assert q.question.answer == {"name": "web", "replicas": 2, "ratio": 0.5}
-                settled = view.card_html(q)
-                assert buttons_of(settled) == [] and "data-field" not in settled  # settled: no form left
-            finally:
-                view.close()
-            assert (await turn).stop_reason == "end_turn"
-        finally:
-            await agent.close()
-
-    run(go())
-    s.assert_ok()
+    with_form(tmp_path, {"action": "accept", "content": {"name": "web", "replicas": 2, "ratio": 0.5}}, body)
 
 
 def test_an_emptied_required_field_blocks_submit_again(tmp_path):
-    s = Script(tmp_path, _asks({"action": "decline"}))
+    async def body(view, q):
+        card = view.card_html(q)
+        _, missing = form_fields(card, {"name": "web", "replicas": ""})  # the default cleared: nothing given
+        assert missing == ["Replicas"]  # the front-end says "To fill in: Replicas"
+        decline = next(b for b in buttons_of(card) if b["label"] == "Decline")
+        view.act({"k": "act", "act": decline["act"], "key": decline["key"]})
 
-    async def go():
-        agent = s.agent()
-        try:
-            view = AgentView(agent)
-            turn = agent.send("go")
-            q = await agent.next_question(timeout=10)
-            try:
-                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
-                card = view.card_html(q)
-                _, missing = form_fields(card, {"name": "web", "replicas": ""})  # the default cleared: nothing given
-                assert missing == ["Replicas"]  # the front-end says "To fill in: Replicas"
-                decline = next(b for b in buttons_of(card) if b["label"] == "Decline")
-                view.act({"k": "act", "act": decline["act"], "key": decline["key"]})
-            finally:
-                view.close()
-            assert (await turn).stop_reason == "end_turn"
-        finally:
-            await agent.close()
-
-    run(go())
-    s.assert_ok()
+    with_form(tmp_path, {"action": "decline"}, body)
 
 
 def test_every_button_of_a_form_does_what_it_says_and_cancel_cancels_it(tmp_path):
     """The buttons the form's card shows name actions the view has (a click on one the
     view does not know would do nothing); Cancel answers ``cancel``."""
-    s = Script(tmp_path, _asks({"action": "cancel"}))
+    async def body(view, q):
+        buttons = buttons_of(view.card_html(q))
+        assert [b["label"] for b in buttons] == ["Submit", "Decline", "Cancel"]
+        unknown = [b["act"] for b in buttons if b["act"] not in view.actions]
+        assert unknown == [], f"buttons no action answers: {unknown}"
+        cancel = buttons[2]
+        view.act({"k": "act", "act": cancel["act"], "key": cancel["key"]})
+        await until(lambda: q.state == "cancel", 5, "the cancel")
 
-    async def go():
-        agent = s.agent()
-        try:
-            view = AgentView(agent)
-            turn = agent.send("go")
-            q = await agent.next_question(timeout=10)
-            try:
-                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
-                buttons = buttons_of(view.card_html(q))
-                assert [b["label"] for b in buttons] == ["Submit", "Decline", "Cancel"]
-                unknown = [b["act"] for b in buttons if b["act"] not in view.actions]
-                assert unknown == [], f"buttons no action answers: {unknown}"
-                cancel = buttons[2]
-                view.act({"k": "act", "act": cancel["act"], "key": cancel["key"]})
-                await until(lambda: q.state == "cancel", 5, "the cancel")
-            finally:
-                view.close()
-            assert (await turn).stop_reason == "end_turn"
-        finally:
-            await agent.close()
-
-    run(go())
-    s.assert_ok()
+    with_form(tmp_path, {"action": "cancel"}, body)

@@ -168,15 +168,6 @@ class Feed:
     def _nested_waiting(self, subs: list[Subagent]) -> bool:
         return any(self._nested[self.key(s)][0].waiting() for s in subs if self.key(s) in self._nested)
 
-    def owner_conversation(self, key: str) -> Conversation | None:
-        if key in self._keys:
-            return self.conversation
-        for feed, _ in self._nested.values():
-            conv = feed.owner_conversation(key)
-            if conv is not None:
-                return conv
-        return None
-
     # -- following the conversation ------------------------------------------------------------------
     def _add(self, item: Item) -> None:
         self.items.append(item)

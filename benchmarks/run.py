@@ -46,22 +46,9 @@ BLAST = [sys.executable, str(HERE / "blast_agent.py")]
 
 
 async def _ingest_sdk(n: int) -> float:
-    import acp
+    from sdk_ingest import ingest_sdk  # beside this script; views.py runs the same text in kernels
 
-    class NoOp:
-        async def session_update(self, session_id, update, **kw):
-            return None
-
-        async def request_permission(self, *a, **kw):
-            raise RuntimeError("not expected")
-
-    async with acp.spawn_agent_process(NoOp(), *BLAST, transport_kwargs={"stderr": subprocess.DEVNULL,
-                                                                          "limit": 50 * 2**20}) as (conn, _proc):
-        await conn.initialize(protocol_version=1)
-        session = await conn.new_session(cwd=tempfile.gettempdir(), mcp_servers=[])
-        t0 = time.perf_counter()
-        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(f"blast {n}")])
-        return time.perf_counter() - t0
+    return await ingest_sdk(n, BLAST, tempfile.gettempdir())
 
 
 async def _ingest_ours(n: int) -> float:
@@ -74,10 +61,10 @@ async def _ingest_ours(n: int) -> float:
                      path=HERE / "blast_agent.py", source="extra")
     agent = Agent(ref, program=BLAST[0], cwd=tempfile.mkdtemp(), record=True)
     await agent.ready()
-    view = AgentView(agent)  # the whole client: fold, transcript, throttled views (comms are no-ops outside a kernel)
+    view = AgentView(agent)  # the whole client: fold, transcript, its view's batches (comms are no-ops outside a kernel)
     t0 = time.perf_counter()
     await agent.send(f"blast {n}")
-    view.throttle.flush()
+    view.outbox.flush()
     elapsed = time.perf_counter() - t0
     await agent.close()
     return elapsed

@@ -88,27 +88,8 @@ async def _memory(x, turns):
     tracemalloc.stop()
     print("RESULT", json.dumps({"bytes": used, "items": len(x.conversation.items) - n0}))
 
-async def _ingest_sdk(n, argv):
-    """run.py's bare-SDK ingest, in this kernel: the blast agent, a no-op client."""
-    import acp
-
-    class NoOp:
-        async def session_update(self, session_id, update, **kw):
-            return None
-
-        async def request_permission(self, *a, **kw):
-            raise RuntimeError("not expected")
-
-    async with acp.spawn_agent_process(NoOp(), *argv, transport_kwargs={"stderr": subprocess.DEVNULL,
-                                                                         "limit": 50 * 2**20}) as (conn, _p):
-        await conn.initialize(protocol_version=1)
-        s = await conn.new_session(cwd=os.getcwd(), mcp_servers=[])
-        t0 = time.perf_counter()
-        await conn.prompt(session_id=s.session_id, prompt=[acp.text_block(f"blast {n}")])
-        return time.perf_counter() - t0
-
 async def _ingest_sdk3(n, argv):
-    return statistics.median([await _ingest_sdk(n, argv) for _ in range(3)])
+    return statistics.median([await ingest_sdk(n, argv, None) for _ in range(3)])
 
 async def _ingest(x, n):
     t0 = time.perf_counter()
@@ -261,7 +242,7 @@ def new_kernel(scratch: Path, label: str) -> tuple[Kernel, Path]:
     ws = scratch / f"ws-{label}"
     ws.mkdir()
     k = Kernel(ws)
-    k.run(KERNEL_SETUP, timeout=120)
+    k.run(KERNEL_SETUP + "\n" + (HERE / "sdk_ingest.py").read_text(), timeout=120)  # ingest_sdk(), as run.py has it
     return k, ws
 
 

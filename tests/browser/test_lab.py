@@ -656,7 +656,8 @@ def test_reload_catches_up_and_keeps_streaming(nb):
     reply = replies(view).last
     reply.get_by_text("tick", exact=False).wait_for()
     first = len(re.findall(r"tick \d+", reply.inner_text()))
-    eventually(lambda: len(re.findall(r"tick \d+", reply.inner_text())) > first + 3, "more ticks after the reload")
+    # more ticks arrive after the reload — unless the reply ended while the page reloaded (a slow machine)
+    eventually(lambda: len(re.findall(r"tick \d+", reply.inner_text())) > min(first + 3, 49), "more ticks after the reload")
     reply.get_by_text("tick 50", exact=False).wait_for(timeout=15_000)
     nb.wait_status(view, "idle")
     ticks = [int(t) for t in re.findall(r"tick (\d+)", reply.inner_text())]

@@ -176,6 +176,20 @@ class Feed:
             self._perm_of[id(item.tool_call)] = item
 
     def _on_changes(self, changes: list[Change]) -> None:
+        if len(changes) == 1 and changes[0].kind == "updated" and type(changes[0].item) is Message:
+            msg = changes[0].item  # the hot path: one more chunk of a message this feed shows
+            key = self.prefix + msg.key
+            if key not in self._keys:
+                return
+            self._dirty[key] = msg
+            size = 0
+            if key in self._stream:
+                seen = self._seen.get(key, len(msg.parts))
+                size = sum(len(p) for p in msg.parts[seen:])
+                self._seen[key] = len(msg.parts)
+            if self.on_ops is not None:
+                self.on_ops([], size, False)
+            return
         urgent = False
         for change in changes:
             item = change.item

@@ -131,8 +131,11 @@ class Outbox:
         self.push([], 0, True)
 
     def push(self, ops: list, size: int = 0, urgent: bool = False) -> None:
-        self.ops.extend(ops)
+        if ops:
+            self.ops.extend(ops)
         self.size += size or 64 * len(ops)
+        if self._handle is not None and not urgent and self.size < FLUSH_BYTES:
+            return  # a batch is due already: the common case while a reply streams (per chunk)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

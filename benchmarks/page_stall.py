@@ -6,6 +6,7 @@ anywidget front-end, commit 8addebc, checked out in a temporary worktree).
     python benchmarks/page_stall.py                   # this checkout vs the baseline, 3 runs each
     python benchmarks/page_stall.py --base /tmp/tree  # another baseline tree (PYTHONPATH of the kernel)
     python benchmarks/page_stall.py --runs 1
+    python benchmarks/page_stall.py --pace 100          # a fast model's pace (20 s a run)
 
 In the page, a PerformanceObserver records long tasks (≥ 50 ms, the browser's own measure) and a
 requestAnimationFrame loop records the longest gap between frames; both from the prompt's
@@ -46,8 +47,9 @@ CELLS = [
     "a3 = %escouade fake --as a3 --cwd {w}\n",
     "await a1.ready(); await a2.ready(); await a3.ready()\nprint('ready')",
 ]
-RUN = ("import asyncio\nturns = [a.send('chunks 2000 of 20') for a in (a1, a2, a3)]\n"
-       "await asyncio.gather(*turns)\nprint('streamed', [t.stop_reason for t in turns])")
+def run_cell(prompt: str) -> str:
+    return (f"import asyncio\nturns = [a.send({prompt!r}) for a in (a1, a2, a3)]\n"
+            "await asyncio.gather(*turns)\nprint('streamed', [t.stop_reason for t in turns])")
 
 PROBE = """() => {
   window.__stall = {long: 0, gap: 0, count: 0};
@@ -61,7 +63,7 @@ PROBE = """() => {
 }"""
 
 
-def measure(conftest, browser, tree: Path, runs: int) -> list[dict]:
+def measure(conftest, browser, tree: Path, runs: int, prompt: str) -> list[dict]:
     out = []
     for n in range(runs):
         base = Path(tempfile.mkdtemp(prefix="escouade-page-stall-"))
@@ -80,7 +82,7 @@ def measure(conftest, browser, tree: Path, runs: int) -> list[dict]:
 
             nb = nbformat.v4.new_notebook()
             nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-            nb.cells = [nbformat.v4.new_code_cell(c) for c in CELLS + [RUN]]
+            nb.cells = [nbformat.v4.new_code_cell(c) for c in CELLS + [run_cell(prompt)]]
             nbformat.write(nb, str(lab.root / "stall.ipynb"))
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             page = context.new_page()
@@ -126,6 +128,8 @@ def main() -> int:
     p.add_argument("--base", type=Path, help=f"the baseline tree (default: a worktree of {BASE_COMMIT})")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", type=Path)
+    p.add_argument("--pace", type=int, default=0,
+                   help="chunks a second per agent (the fake's 'stream' scenario); 0: as fast as it can")
     args = p.parse_args()
     conftest = _conftest()
     reason = conftest.missing()
@@ -145,14 +149,16 @@ def main() -> int:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=conftest.CHROMIUM, headless=True, args=conftest.CHROMIUM_ARGS)
             try:
-                new = measure(conftest, browser, args.tree, args.runs)
-                old = measure(conftest, browser, base, args.runs)
+                prompt = f"stream 2000 of 20 at {args.pace}/s" if args.pace else "chunks 2000 of 20"
+                new = measure(conftest, browser, args.tree, args.runs, prompt)
+                old = measure(conftest, browser, base, args.runs, prompt)
             finally:
                 browser.close()
     finally:
         if made is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(made)], capture_output=True)
-    print("| measure (3 agents × 2,000 chunks, views displayed) | this tree | baseline (same run) | goal |")
+    pace = f"{args.pace} chunks/s each" if args.pace else "as fast as the agent writes"
+    print(f"| measure (3 agents × 2,000 chunks, {pace}, views displayed) | this tree | baseline (same run) | goal |")
     print("| --- | --- | --- | --- |")
     print(f"| longest long task in the page | {summary(new, 'long')} | {summary(old, 'long')} | ≤ 100 ms |")
     print(f"| longest gap between frames | {summary(new, 'gap')} | {summary(old, 'gap')} | |")

@@ -308,6 +308,7 @@ def test_plain_paragraphs_shortcut_gives_markdown_its_exact_html():
             plain += 1
             assert fast == render._md.render(text), repr(text)
     assert plain > 80  # the shortcut was taken often enough to mean something
+    assert render._plain_paragraphs("a\x00b") is None  # markdown-it writes U+FFFD for it: its own parse
     assert render.markdown("One.\n\nTwo \"q\".\n\n") == '<div class="esc-md"><p>One.</p>\n<p>Two &quot;q&quot;.</p>\n</div>'
 
 

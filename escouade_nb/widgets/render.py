@@ -83,7 +83,7 @@ def esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-_NOT_PLAIN = re.compile(r'[\\`*_\[\]<>!&#|~]|(?![ \n])\s|^ {0,3}(?:[-+*>=#]|\d{1,9}[.)])|^ {4}| {2,}$',
+_NOT_PLAIN = re.compile(r'[\\`*_\[\]<>!&#|~\x00]|(?![ \n])\s|^ {0,3}(?:[-+*>=#]|\d{1,9}[.)])|^ {4}| {2,}$',
                         re.M)
 """What makes a block more than plain paragraphs for CommonMark: inline marks, escapes,
 entities, raw HTML, a line that opens a list, quote, heading, rule or code block, a hard

@@ -15,7 +15,7 @@ import pytest
 
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.widgets import front, render
-from escouade_nb.widgets.feed import Feed, tool_status, utf16_len
+from escouade_nb.widgets.feed import Feed, form_values, tool_status, utf16_len
 
 
 class Page:
@@ -214,9 +214,9 @@ def test_an_answered_form_shows_its_fields():
         "type": "object", "properties": {"db": {"type": "string", "title": "Database", "enum": ["sqlite", "pg"]},
                                          "n": {"type": "integer", "title": "Replicas"}}, "required": ["db"]}))
     feed = Feed(conv)
-    assert feed.form_values(q, {"db": "1", "n": "3"}) == {"db": "pg", "n": 3}
+    assert form_values(q, {"db": "1", "n": "3"}) == {"db": "pg", "n": 3}
     with pytest.raises(ValueError, match="not an integer"):
-        feed.form_values(q, {"db": "0", "n": "three"})
+        form_values(q, {"db": "0", "n": "three"})
     conv.resolve_question(q, "accept", {"db": "pg", "n": 3})
     html_ = feed.render(q)[0]
     text = re.sub(r"<[^>]+>", " ", html_)
@@ -350,3 +350,27 @@ def test_an_image_mid_reply_is_sent_once_and_the_text_keeps_streaming():
     assert sum(o[2].count("data:image/png") for o in sent if o[0] in ("it", "ex")) == 1  # the image once
     assert sum(o[0] == "it" for o in sent) == 1  # and the message never drawn whole again
     assert words(page.text(key)) == words(PROSE * 3)
+
+
+def test_a_subagents_question_is_pinned_with_its_owner_and_its_form_error_shown_there():
+    """A subagent's pending question marks the item that draws it as waiting (the pin), its
+    key is found through the parent's feed, and an error under its form redraws that item —
+    never a stray item of the parent's keyed like the child's."""
+    from escouade_nb.core.conversation import Question
+
+    conv = Conversation()
+    conv.apply({"sessionUpdate": "subagent_update", "sessionId": "c1", "title": "explorer"})
+    sub = conv.subagents["c1"]
+    feed = Feed(conv, speaker="fake")
+    feed.snapshot_items()  # drawn once: its nested feed exists
+    q = sub.conversation.add_question(Question("", message="Which file?", mode="form", schema={
+        "type": "object", "properties": {"n": {"type": "integer", "title": "Count"}}}))
+    ops = feed.ops()[0]
+    (owner,) = [o for o in ops if o[0] == "it"]
+    assert owner[1] == feed.key(sub) and owner[3]["p"] == 1 and "Which file?" in owner[2]
+    key = feed.key_of(q)
+    assert key == f"{feed.key(sub)}/{q.key}" and feed.find(key) is q
+    feed.form_error(q, "field 'n': 'x' is not an integer")
+    ops = feed.ops()[0]
+    assert [o[1] for o in ops if o[0] == "it"] == [feed.key(sub)]
+    assert "is not an integer" in html.unescape(ops[0][2])

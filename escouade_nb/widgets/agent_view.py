@@ -21,7 +21,7 @@ from ..core.conversation import Item, Permission, Question
 from ..core.render_text import render_items
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, AgentStatus
 from ..engine.agent import Agent, AuthRequired, Turn
-from .feed import Feed
+from .feed import Feed, form_values, item_html
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
 from .views import Throttle, clicks, current_run, shown_in_cell
@@ -158,11 +158,15 @@ def _rules(agent: Agent) -> tuple[list[str], str | None]:
 
 class CardActions:
     """What the front-end's card buttons do, for one agent: find the live card of the
-    item the button names and answer it (``by="you"``)."""
+    item the button names (``find(key)``: the item a button's key names, or None) and
+    answer it (``by="you"``). ``form_error(question, text)`` says why a form's answer was
+    not sent (None: logged only). One copy for the agent, turn and squad views."""
 
-    def __init__(self, agent: Agent, feed: Feed) -> None:
+    def __init__(self, agent: Agent, find: Callable[[str], Item | None],
+                 form_error: Callable[[Question, str], None] | None = None) -> None:
         self.agent = agent
-        self.feed = feed
+        self.find = find
+        self.form_error = form_error or (lambda q, text: log.warning("form of %s not sent: %s", q.key, text))
 
     def _card(self, perm: Permission):
         return next((c for c in self.agent.pending_cards if c.permission is perm), None)
@@ -171,26 +175,34 @@ class CardActions:
         actions.update(choose=self.choose, approve=self.approve, keep=self.keep,
                        answer=self.answer, decline=self.answer, cancel_q=self.answer)
 
+    def dispatch(self, msg: dict) -> None:
+        """Run the card action ``msg["act"]`` names (nothing for another act)."""
+        actions: dict[str, Callable[[dict], Any]] = {}
+        self.bind(actions)
+        fn = actions.get(str(msg.get("act")))
+        if fn is not None:
+            fn(msg)
+
     def choose(self, msg: dict) -> None:
-        perm = self.feed.find(str(msg.get("key")))
+        perm = self.find(str(msg.get("key")))
         card = self._card(perm) if isinstance(perm, Permission) else None
         if card is not None and perm.state == "pending":
             card.choose(str(msg.get("value")), by="you")
 
     def approve(self, msg: dict) -> None:
-        perm = self.feed.find(str(msg.get("key")))
+        perm = self.find(str(msg.get("key")))
         card = self._card(perm) if isinstance(perm, Permission) and perm.plan is not None else None
         if card is not None:  # a plan's card only: Approve is not a way to allow another tool
             card.approve()
 
     def keep(self, msg: dict) -> None:
-        perm = self.feed.find(str(msg.get("key")))
+        perm = self.find(str(msg.get("key")))
         card = self._card(perm) if isinstance(perm, Permission) and perm.plan is not None else None
         if card is not None:
             card.keep_planning(str((msg.get("fields") or {}).get("feedback") or msg.get("value") or ""))
 
     def answer(self, msg: dict) -> None:
-        question = self.feed.find(str(msg.get("key")))
+        question = self.find(str(msg.get("key")))
         if not isinstance(question, Question) or question.state != "pending":
             return
         card = next((c for c in self.agent.pending_questions if c.question is question), None)
@@ -203,14 +215,14 @@ class CardActions:
             card.cancel()
         else:
             try:
-                values = self.feed.form_values(question, msg.get("fields") or {})
+                values = form_values(question, msg.get("fields") or {})
                 card.accept(values)
             except ValueError as exc:  # not what the schema asks for: said under the form, nothing sent
-                self.feed.form_error(question, str(exc))
+                self.form_error(question, str(exc))
             except Exception as exc:  # noqa: BLE001 - a schema the validator cannot read: said, card kept
                 log.warning("form of %s not checked", question.key, exc_info=True)
-                self.feed.form_error(question, f"the form could not be checked ({type(exc).__name__}: {exc}); "
-                                               "Decline or Cancel answer it")
+                self.form_error(question, f"the form could not be checked ({type(exc).__name__}: {exc}); "
+                                          "Decline or Cancel answer it")
 
 
 class ConversationView(FrontView):
@@ -226,7 +238,7 @@ class ConversationView(FrontView):
         self.feed.on_ops = self.push
         self.hold(self.feed.close)
         self._head_sent: dict | None = None
-        CardActions(agent, self.feed).bind(self.actions)
+        CardActions(agent, self.feed.find, self.feed.form_error).bind(self.actions)
         self.hold(agent.on_status.subscribe(self._head_changed))
         self.hold(agent.conversation.subscribe(self._state_changed))
         self._serial = next(_serials)
@@ -293,8 +305,7 @@ class ConversationView(FrontView):
         shown = {id(i) for i in self.feed.items}
         feed = Feed(self.agent.conversation, speaker=self.speaker, accept=lambda i: id(i) in shown, interactive=False)
         try:
-            items = "".join(f'<div class="esc-item esc-i-{m.get("c", "x")}"{" hidden" if m.get("h") else ""}>{h}</div>'
-                            for _k, h, m in feed.snapshot_items())
+            items = "".join(item_html(k, h, m) for k, h, m in feed.snapshot_items())
         finally:
             feed.close()
         return items

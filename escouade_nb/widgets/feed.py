@@ -11,7 +11,8 @@ Ops (applied in order by ``widgets/escouade.js``):
 - ``["it", key, html, meta]`` — the item whole: replaced where it is, or appended;
 - ``["tx", key, text]`` — text appended to a streaming message's tail (shown as text);
 - ``["fz", key, html, n]`` — rendered blocks appended to a message, and the first ``n``
-  UTF-16 units of its tail dropped (the raw text they replace).
+  UTF-16 units of its tail dropped (the raw text they replace);
+- ``["ex", key, html]`` — non-text blocks (an image…) appended after a message's text.
 
 A streaming agent message sends each settled part once, as HTML, and only the part still
 growing as raw text, so a reply costs about its own size whatever its length (a 60 KB
@@ -58,15 +59,26 @@ def not_drawn(item: Item, exc: Exception) -> str:
             f'({esc(type(exc).__name__)}: {esc(exc)}).<details><summary>raw</summary>{pre(raw)}</details></div>')
 
 
+def item_html(key: str, html: str, meta: dict[str, Any]) -> str:
+    """An item as the front-end wraps it (``widgets/escouade.js`` builds the same element):
+    for a subagent's nested items and for static copies."""
+    return (f'<div class="esc-item esc-i-{esc(meta.get("c", "x"))}" data-key="{esc(key)}"'
+            f'{" hidden" if meta.get("h") else ""}>{html}</div>')
+
+
 def _who(answered_by: str | None) -> str:
     """Who answered, in the card's words: a rule plugin without its " via Escouade"."""
     who = answered_by or ""
     return who[:-len(" via Escouade")] if who.endswith(" via Escouade") else who
 
 
+def _chosen_kind(perm: Permission) -> str:
+    """The kind of the option chosen on ``perm`` (``""`` when none was)."""
+    return str((perm.chosen or {}).get("kind", ""))
+
+
 def _rejected(perm: Permission) -> bool:
-    kind = str((perm.chosen or {}).get("kind", ""))
-    return perm.denied or kind.startswith("reject")
+    return perm.denied or _chosen_kind(perm).startswith("reject")
 
 
 def tool_status(call: ToolCall, perm: Permission | None) -> tuple[str | None, str | None]:
@@ -77,8 +89,7 @@ def tool_status(call: ToolCall, perm: Permission | None) -> tuple[str | None, st
         return None, None
     if perm.state == "pending":
         return ("deciding…", "pending") if perm.deciding else ("waiting for you", "waiting")
-    if perm.plan is not None and not str((perm.chosen or {}).get("kind", "")).startswith("allow") \
-            and perm.state != "cancelled":
+    if perm.plan is not None and not _chosen_kind(perm).startswith("allow") and perm.state != "cancelled":
         return "sent back", "info"
     if perm.state == "cancelled" and call.shown_status in ("pending", "in_progress", "cancelled", "failed"):
         return "cancelled", "cancelled"
@@ -98,9 +109,10 @@ class Feed:
     """The items of one conversation as the front-end shows them, kept in step.
 
     ``accept(item)`` filters which items appear (a turn's view shows its own);
-    ``speaker`` names the agent in cards; ``agent`` gives what the cards' actions need
-    (None: cards drawn without their buttons — a static copy). ``on_ops(ops, size,
-    urgent)`` receives what changed (the view's :class:`~.front.Outbox`)."""
+    ``speaker`` names the agent in cards; ``interactive`` False draws cards without their
+    buttons and fields (a static copy); ``prefix`` starts every key (a subagent's feed).
+    ``on_ops(ops, size, urgent)`` is nudged when something changed (the view collects
+    with :meth:`ops` when its batch leaves)."""
 
     def __init__(self, conversation: Conversation, *, speaker: str = "agent",
                  accept: Callable[[Item], bool] | None = None, interactive: bool = True,
@@ -112,10 +124,10 @@ class Feed:
         self.prefix = prefix
         self.items: list[Item] = []  # shown, in order (hidden ones too)
         self._keys: dict[str, Item] = {}
-        self._stream: dict[str, list[int]] = {}  # message key -> [frozen_upto, sent_upto] (characters)
+        self._stream: dict[str, list[int]] = {}  # message key -> [frozen_upto, sent_upto, blocks shown]
         self._dirty: dict[str, Item] = {}
         self._perm_of: dict[int, Permission] = {}  # id(tool call) -> its permission (latest)
-        self._nested: dict[str, tuple[Feed, Any]] = {}  # subagent key -> (its feed, its subscription)
+        self._nested: dict[str, Feed] = {}  # subagent key -> its conversation's feed
         self._owner: dict[str, str] = {}  # subagent key -> the key of the item that draws it
         self._form_errors: dict[str, str] = {}
         self._pending = 0
@@ -129,7 +141,7 @@ class Feed:
 
     def close(self) -> None:
         self._sub.close()
-        for feed, _ in self._nested.values():
+        for feed in self._nested.values():
             feed.close()
         self._nested.clear()
         self.on_ops = None
@@ -143,30 +155,34 @@ class Feed:
         item = self._keys.get(key)
         if item is not None:
             return item
-        for feed, _ in self._nested.values():
+        for feed in self._nested.values():
             item = feed.find(key)
             if item is not None:
                 return item
         return None
 
+    def _owner_of(self, item: Item) -> Feed | None:
+        """The feed that shows ``item``: this one, or a nested subagent's (None: not shown)."""
+        if self._keys.get(self.key(item)) is item:
+            return self
+        for feed in self._nested.values():
+            owner = feed._owner_of(item)
+            if owner is not None:
+                return owner
+        return None
+
     def key_of(self, item: Item) -> str | None:
         """The front-end key of ``item`` here or in a nested subagent's feed (None if not shown)."""
-        key = self.key(item)
-        if self._keys.get(key) is item:
-            return key
-        for feed, _ in self._nested.values():
-            key = feed.key_of(item)
-            if key is not None:
-                return key
-        return None
+        owner = self._owner_of(item)
+        return owner.key(item) if owner is not None else None
 
     def waiting(self) -> bool:
         """Whether a card of this feed (or of a nested subagent's) waits for the user."""
         return any(isinstance(i, (Permission, Question)) and i.state == "pending" for i in self.items) or any(
-            f.waiting() for f, _ in self._nested.values())
+            f.waiting() for f in self._nested.values())
 
     def _nested_waiting(self, subs: list[Subagent]) -> bool:
-        return any(self._nested[self.key(s)][0].waiting() for s in subs if self.key(s) in self._nested)
+        return any(self._nested[self.key(s)].waiting() for s in subs if self.key(s) in self._nested)
 
     # -- following the conversation ------------------------------------------------------------------
     def _add(self, item: Item) -> None:
@@ -182,13 +198,8 @@ class Feed:
             if key not in self._keys:
                 return
             self._dirty[key] = msg
-            size = 0
-            if key in self._stream:
-                seen = self._seen.get(key, len(msg.parts))
-                size = sum(len(p) for p in msg.parts[seen:])
-                self._seen[key] = len(msg.parts)
             if self.on_ops is not None:
-                self.on_ops([], size, False)
+                self.on_ops([], self._grown(key, msg), False)
             return
         urgent = False
         for change in changes:
@@ -206,10 +217,8 @@ class Feed:
             if isinstance(item, (Permission, Question)):
                 urgent = True
             self._dirty[key] = item
-            if isinstance(item, Message) and key in self._stream:  # the new parts' text only (not .text: a join)
-                seen = self._seen.get(key, len(item.parts))
-                self._pending += sum(len(p) for p in item.parts[seen:])
-                self._seen[key] = len(item.parts)
+            if isinstance(item, Message):
+                self._pending += self._grown(key, item)
             if isinstance(item, Permission) and item.tool_call is not None:
                 call_key = self.key(item.tool_call)
                 if call_key in self._keys:
@@ -220,6 +229,15 @@ class Feed:
             pending, self._pending = self._pending, 0
             self.on_ops([], pending, urgent)  # a nudge: the view collects with :meth:`ops` when it flushes
 
+    def _grown(self, key: str, msg: Message) -> int:
+        """Characters a streaming message gained since the last change seen (the new
+        parts' text only: ``Message.text`` is a join), the size a nudge announces."""
+        if key not in self._stream:
+            return 0
+        seen = self._seen.get(key, len(msg.parts))
+        self._seen[key] = len(msg.parts)
+        return sum(len(p) for p in msg.parts[seen:])
+
     def _nested_changed(self, sub_key: str) -> None:
         owner = self._owner.get(sub_key)
         item = self._keys.get(owner) if owner else None
@@ -227,10 +245,6 @@ class Feed:
             self._dirty[owner] = item
             if self.on_ops is not None:
                 self.on_ops([], 0, True)
-
-    @property
-    def dirty(self) -> bool:
-        return bool(self._dirty) or any(f.dirty for f, _ in self._nested.values())
 
     def ops(self) -> tuple[list, int, bool]:
         """(ops, their size in characters, more to do) since the last call: items drawn
@@ -252,7 +266,7 @@ class Feed:
             if behind:
                 self._dirty[key] = item
                 more = True
-        for feed, _ in self._nested.values():  # a nested conversation redraws its owner (see render)
+        for feed in self._nested.values():  # a nested conversation redraws its owner (see render)
             feed._dirty.clear()
         return ops, size, more
 
@@ -349,8 +363,8 @@ class Feed:
 
     def _message(self, msg: Message) -> tuple[str, dict[str, Any]]:
         key = self.key(msg)
-        extra = "".join(block_html(b) for b in msg.blocks)
         if msg.role == "user":
+            extra = "".join(block_html(b) for b in msg.blocks)
             return (f'<div class="esc-msg esc-user"><div class="esc-who">you</div>'
                     f'<div class="esc-user-text">{esc(msg.text)}</div>{extra}</div>', {"c": "msg"})
         if msg.role == "thought":
@@ -367,6 +381,7 @@ class Feed:
         text = msg.text
         if QUESTION_OPEN in text:
             self._stream.pop(key, None)
+            extra = "".join(block_html(b) for b in msg.blocks)
             return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{markdown(visible_text(text))}</div>'
                     f'<div class="esc-tail"></div><div class="esc-extra">{extra}</div></div>', {"c": "msg"})
         state = self._stream.get(key)
@@ -413,7 +428,7 @@ class Feed:
         body = f'<div class="esc-plan-text">{markdown(perm.plan or "")}</div>'
         if perm.state != "pending":
             tone = _answer_tone(perm) if perm.state == "cancelled" else (
-                "completed" if str((perm.chosen or {}).get("kind", "")).startswith("allow") else "info")
+                "completed" if _chosen_kind(perm).startswith("allow") else "info")
             return (f'<details class="esc-plan-done"><summary class="esc-answer esc-ans-{tone}">'
                     f'{esc(answer_label(perm))}</summary>{body}</details>')
         controls = ""
@@ -518,16 +533,13 @@ class Feed:
 
     def _subagent(self, sub: Subagent, owner_key: str) -> str:
         skey = self.key(sub)
-        nested = self._nested.get(skey)
-        if nested is None:
-            feed = Feed(sub.conversation, speaker=f"{self.speaker} › {sub.name}", interactive=self.interactive,
-                        prefix=skey + "/")
+        feed = self._nested.get(skey)
+        if feed is None:
+            feed = self._nested[skey] = Feed(sub.conversation, speaker=f"{self.speaker} › {sub.name}",
+                                             interactive=self.interactive, prefix=skey + "/")
             feed.on_ops = lambda *_a, k=skey: self._nested_changed(k)
-            self._nested[skey] = nested = (feed, None)
         self._owner[skey] = owner_key
-        feed = nested[0]
-        inner = "".join(f'<div class="esc-item esc-i-{m.get("c", "x")}" data-key="{esc(k)}"'
-                        f'{" hidden" if m.get("h") else ""}>{h}</div>' for k, h, m in feed.snapshot_items())
+        inner = "".join(item_html(k, h, m) for k, h, m in feed.snapshot_items())
         return (f'<div class="esc-subagent"><div class="esc-sub-head">{esc(subagent_head(sub))}</div>'
                 f'{inner}</div>')
 
@@ -552,20 +564,18 @@ class Feed:
         return pre(render_item(item, self.speaker))
 
     # -- answers from the front-end -------------------------------------------------------------------------
-    def form_values(self, q: Question, fields: dict[str, Any]) -> dict[str, Any]:
-        """:func:`form_values` (kept as a method for the views' callers)."""
-        return form_values(q, fields)
-
     def form_error(self, q: Question, message: str | None) -> None:
-        """Show (or clear, with None) an error under question ``q``'s form."""
-        key = self.key_of(q) or self.key(q)
+        """Show (or clear, with None) an error under question ``q``'s form — in the feed
+        that shows it (a subagent's question in its nested feed, which redraws its owner)."""
+        owner = self._owner_of(q) or self
+        key = owner.key(q)
         if message is None:
-            self._form_errors.pop(key, None)
+            owner._form_errors.pop(key, None)
         else:
-            self._form_errors[key] = message
-        self._dirty[self.key(q)] = q
-        if self.on_ops is not None:
-            self.on_ops([], 0, True)
+            owner._form_errors[key] = message
+        owner._dirty[key] = q
+        if owner.on_ops is not None:
+            owner.on_ops([], 0, True)
 
 
 def form_values(q: Question, fields: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from ..core.observers import Subscription
 from ..core.status import BUSY, CAN_RESTART, ENDED
 from ..engine.agent import Agent
 from ..engine.squad import Squad
-from .agent_view import STATUS_TONE, AgentView, _run, status_text
-from .feed import Feed, form_values
+from .agent_view import STATUS_TONE, AgentView, CardActions, _run, status_text
+from .feed import Feed
 from .front import HIDE_ORPHAN, FrontView
 
 log = logging.getLogger(__name__)
@@ -211,33 +211,17 @@ class SquadView(FrontView):
         """A button of the squad's pending card: the card is found by the token its keys
         carry (``c<id>/…``) among the agent's pending cards, never by an item key alone."""
         agent = self._agent(msg)
-        key = str(msg.get("key") or "")
-        if agent is None or not key.startswith("c") or "/" not in key:
-            return
+        if agent is not None:
+            CardActions(agent, lambda key: self._pending_item(agent, key)).dispatch(msg)
+
+    @staticmethod
+    def _pending_item(agent: Agent, key: str):
+        """The pending permission or question a ``c<id>/…`` key of this view names, or None."""
+        if not key.startswith("c") or "/" not in key:
+            return None
         token = key[1:].split("/", 1)[0]
-        act = str(msg.get("act"))
-        for card in agent.pending_cards:
-            if str(id(card.permission)) == token and card.permission.state == "pending":
-                if act == "choose":
-                    card.choose(str(msg.get("value")), by="you")
-                elif act == "approve" and card.permission.plan is not None:
-                    card.approve()
-                elif act == "keep" and card.permission.plan is not None:
-                    card.keep_planning(str((msg.get("fields") or {}).get("feedback") or ""))
-                return
-        for card in agent.pending_questions:
-            q = card.question
-            if str(id(q)) == token and q.state == "pending":
-                if act == "decline":
-                    card.decline()
-                elif act == "cancel_q":
-                    card.cancel()
-                elif act == "answer":
-                    try:
-                        card.accept(form_values(q, msg.get("fields") or {}))
-                    except Exception as exc:  # noqa: BLE001 - said where the card is drawn in full
-                        log.warning("squad view: %s's form not sent: %s", agent.name, exc)
-                return
+        items = [c.permission for c in agent.pending_cards] + [q.question for q in agent.pending_questions]
+        return next((i for i in items if str(id(i)) == token), None)
 
     def release(self) -> None:
         for subs in self._watched.values():

@@ -11,7 +11,7 @@ Between them, custom messages (``widgets/README.md`` has the protocol):
   bigger than :data:`DEFLATE_OVER` bytes travels deflated in a binary buffer (``"z": 1``).
   A view drops ops it already has (``seq`` ≤ its snapshot's) and asks again on a gap.
 - from the browser: ``{"k": "snap?", "rid": R}`` and the user's actions
-  (``{"k": "act", "act": NAME, ...}``), dispatched to :meth:`FrontView.on_act`.
+  (``{"k": "act", "act": NAME, ...}``), dispatched by :meth:`FrontView.act`.
 
 Synced traits are few and small (``kind``; the squad's ``opened``): a trait is re-sent
 whole on every change, so nothing that grows lives in one.
@@ -154,11 +154,8 @@ class Outbox:
     def flush(self) -> None:
         """Send now what is pending (the sender adds what it collects at this moment:
         ``send`` is called even with no op pushed)."""
-        if self._handle is not None:
-            self._handle.cancel()
-        self._handle = None
-        self._due = float("inf")
-        ops, self.ops, self.size = self.ops, [], 0
+        ops = self.ops
+        self.drop()
         self._send(ops)
 
     def drop(self) -> None:
@@ -180,7 +177,7 @@ class FrontView(anywidget.AnyWidget):
 
     _esm, _css = front_end()  # read once, when the views are imported (anywidget takes them from the class)
     kind = traitlets.Unicode("").tag(sync=True)
-    """``agent``, ``turn`` or ``squad``: which front-end the module draws."""
+    """``agent``, ``turn``, ``squad`` or ``journal``: which front-end the module draws."""
 
     def __init__(self, **kwargs: Any) -> None:
         self._closed = False  # before the widget opens: ipywidgets' __del__ closes a half-built one
@@ -193,7 +190,6 @@ class FrontView(anywidget.AnyWidget):
         self.outbox = Outbox(self._send_ops)
         self.actions: dict[str, Callable[[dict], Any]] = {}
         self._held: list[Callable[[], object]] = []
-        self._closed = False
         self.on_msg(on_loop(self._on_message))
 
     # -- to the browser --------------------------------------------------------------------------
@@ -308,7 +304,7 @@ class FrontView(anywidget.AnyWidget):
             log.exception("closing %s", type(self).__name__)
         layout = getattr(self, "layout", None)
         super().close()
-        if layout is not None and layout is not _shared_layout:
+        if layout is not None and not is_shared(layout):
             layout.close()
 
     # -- outside a live front-end ------------------------------------------------------------------

@@ -374,3 +374,25 @@ def test_a_subagents_question_is_pinned_with_its_owner_and_its_form_error_shown_
     ops = feed.ops()[0]
     assert [o[1] for o in ops if o[0] == "it"] == [feed.key(sub)]
     assert "is not an integer" in html.unescape(ops[0][2])
+
+
+def test_the_squad_counts_a_parent_card_and_a_subagent_card_with_the_same_key():
+    """Both wait, both count; the oldest is shown, its buttons keyed by the card itself."""
+    from types import SimpleNamespace
+
+    from escouade_nb.widgets.squad_view import SquadView
+
+    parent, child = Conversation(), Conversation()
+    p1 = edit_card(parent)
+    p2 = edit_card(child)
+    assert p1.key == p2.key  # each conversation counts its own keys
+    agent = SimpleNamespace(name="a", harness=SimpleNamespace(harness=SimpleNamespace(speaker="A")),
+                            pending_cards=[SimpleNamespace(permission=p1), SimpleNamespace(permission=p2)],
+                            pending_questions=[])
+    view = SquadView(SimpleNamespace(agents={}))
+    try:
+        card = view._oldest_card([agent])
+        assert card["count"] == 2 and card["key"] == f"c{id(p1)}/{p1.key}"
+        assert SquadView._pending_item(agent, f"c{id(p2)}/{p2.key}") is p2
+    finally:
+        view.close()

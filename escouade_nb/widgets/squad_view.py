@@ -90,7 +90,7 @@ class SquadView(FrontView):
         self._watched: dict[Agent, tuple[Subscription, Subscription]] = {}
         self._sent: dict | None = None
         self._card_cache: tuple | None = None
-        self._first_seen: dict[tuple[int, str], float] = {}  # (agent, card key) -> when first seen pending
+        self._first_seen: dict[int, float] = {}  # id of a pending card's item -> when first seen pending
         self.actions.update(open=self._act_open, cancel=self._act_cancel, stop=self._act_stop, restart=self._act_restart,
                             choose=self._card_act, approve=self._card_act, keep=self._card_act,
                             answer=self._card_act, decline=self._card_act, cancel_q=self._card_act)
@@ -154,16 +154,19 @@ class SquadView(FrontView):
         """The card that has waited longest across the squad (by when this view first saw
         it pending), with its HTML and how many wait in all."""
         now = time.monotonic()
-        pending: dict[tuple[int, str], tuple[Agent, Any]] = {}
+        # by the card itself: a subagent's card has a key of its own conversation's, which
+        # may be a parent card's too (both wait, both count)
+        pending: dict[int, tuple[Agent, Any]] = {}
         for agent in agents:
             for item in [c.permission for c in agent.pending_cards] + [q.question for q in agent.pending_questions]:
-                pending[(id(agent), item.key)] = (agent, item)
+                pending[id(item)] = (agent, item)
         self._first_seen = {k: self._first_seen.get(k, now) for k in pending}
         if not pending:
             self._card_cache = None
             return None
         count = len(pending)
-        oldest = min(pending, key=lambda k: (self._first_seen[k], k[1]))
+        order = {k: n for n, k in enumerate(pending)}
+        oldest = min(pending, key=lambda k: (self._first_seen[k], order[k]))
         agent, item = pending[oldest]
         cache_key = (id(agent), id(item), item.version)
         if self._card_cache is None or self._card_cache[0] != cache_key:

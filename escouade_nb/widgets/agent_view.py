@@ -239,8 +239,7 @@ class ConversationView(FrontView):
         self.hold(self.feed.close)
         self._head_sent: dict | None = None
         CardActions(agent, self.feed.find, self.feed.form_error).bind(self.actions)
-        self.hold(agent.on_status.subscribe(self._head_changed))
-        self.hold(agent.conversation.subscribe(self._state_changed))
+        self.hold(agent.on_status.subscribe(self._head_changed))  # the conversation's state: the feed nudges
         self._serial = next(_serials)
 
     def head(self) -> dict[str, Any]:  # pragma: no cover - overridden
@@ -248,10 +247,6 @@ class ConversationView(FrontView):
 
     def _head_changed(self, *_args: Any) -> None:
         self.push([], 0, True)
-
-    def _state_changed(self, changes) -> None:
-        if any(c.kind == "state" for c in changes):
-            self.push([], 0, True)
 
     def safe_head(self) -> dict[str, Any]:
         """:meth:`head`, or the name and status alone when an agent's value breaks it."""
@@ -277,14 +272,10 @@ class ConversationView(FrontView):
         head = self._head_sent = self.safe_head()
         return {"head": head, "items": self.feed.snapshot_items()}
 
-    @property
-    def items(self) -> list[Item]:
-        return list(self.feed.items)
-
     def card_html(self, card) -> str:
         """The HTML the front-end shows for a card (a :class:`~escouade_nb.agent.PermissionCard`,
         a QuestionCard or the item): the card of its tool call when it has one."""
-        item = getattr(card, "permission", None) or getattr(card, "question", None) or card
+        item = _item_of(card)
         if isinstance(item, Permission) and item.tool_call is not None and self.feed.find(
                 self.feed.key(item.tool_call)) is not None:
             item = item.tool_call
@@ -294,7 +285,7 @@ class ConversationView(FrontView):
         """Do what a click on ``card``'s button does (``act``: ``choose`` with an
         ``optionId``, ``approve``, ``keep`` with ``feedback=``, ``answer`` with the
         form's fields, ``decline``, ``cancel_q``) — the message the front-end sends."""
-        item = getattr(card, "permission", None) or getattr(card, "question", None) or card
+        item = _item_of(card)
         message = {"k": "act", "act": act, "key": self.feed.key_of(item) or self.feed.key(item), "value": value}
         if fields:
             message["fields"] = fields
@@ -309,6 +300,13 @@ class ConversationView(FrontView):
         finally:
             feed.close()
         return items
+
+
+def _item_of(card) -> Item:
+    """The conversation item of a card (a PermissionCard's permission, a QuestionCard's
+    question), or ``card`` itself when it is one."""
+    return getattr(card, "permission", None) or getattr(card, "question", None) or card
+
 
 class AgentView(ConversationView):
     """Header (name, harness, folder, status, session title, usage, the rule plugins
@@ -430,10 +428,6 @@ class AgentView(ConversationView):
         out = super().state()
         out["prompt"] = self.prompt_value
         return out
-
-    def card_view(self, card) -> str:
-        """The HTML of a card in this view (kept for scripts: see :meth:`card_html`)."""
-        return self.card_html(card)
 
     # -- saved forms ----------------------------------------------------------------------------------------
     def companion_bundle(self, final: bool = False) -> dict[str, str]:

@@ -111,8 +111,8 @@ class Feed:
     ``accept(item)`` filters which items appear (a turn's view shows its own);
     ``speaker`` names the agent in cards; ``interactive`` False draws cards without their
     buttons and fields (a static copy); ``prefix`` starts every key (a subagent's feed).
-    ``on_ops(ops, size, urgent)`` is nudged when something changed (the view collects
-    with :meth:`ops` when its batch leaves)."""
+    ``on_ops(ops, size, urgent)`` is nudged when something changed, the session's state
+    too (the view collects with :meth:`ops`, and its head, when its batch leaves)."""
 
     def __init__(self, conversation: Conversation, *, speaker: str = "agent",
                  accept: Callable[[Item], bool] | None = None, interactive: bool = True,
@@ -201,10 +201,11 @@ class Feed:
             if self.on_ops is not None:
                 self.on_ops([], self._grown(key, msg), False)
             return
-        urgent = False
+        urgent = state = False
         for change in changes:
             item = change.item
             if item is None:
+                state = state or change.kind == "state"  # modes, options, commands, title, usage: the head
                 continue
             key = self.key(item)
             if change.kind == "added":
@@ -225,9 +226,9 @@ class Feed:
                     self._dirty[call_key] = item.tool_call
             if isinstance(item, Message) and item.closed:
                 urgent = urgent or item.role == "thought"
-        if self._dirty and self.on_ops is not None:
+        if (self._dirty or state) and self.on_ops is not None:
             pending, self._pending = self._pending, 0
-            self.on_ops([], pending, urgent)  # a nudge: the view collects with :meth:`ops` when it flushes
+            self.on_ops([], pending, urgent or state)  # a nudge: the view collects when its batch leaves
 
     def _grown(self, key: str, msg: Message) -> int:
         """Characters a streaming message gained since the last change seen (the new

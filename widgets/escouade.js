@@ -81,6 +81,27 @@ function openPath(path) {
   return false;
 }
 
+// -- a card's buttons --------------------------------------------------------------------------------
+// The act a card's button sends (its key, value and the card's fields), or null when the
+// form still misses a required field (said under it). Its buttons are then off: the answer
+// redraws the card. One copy for the agent, turn and squad views.
+function cardAct(btn, scope) {
+  const act = btn.dataset.act;
+  const content = { act, key: btn.dataset.key || null, value: btn.dataset.value || null };
+  if (scope.querySelector("[data-field]")) {
+    const { fields, missing } = collectFields(scope);
+    if (act === "answer" && missing.length) {
+      let note = scope.querySelector(".esc-missing");
+      if (!note) { note = h("div", { class: "esc-missing esc-error" }); scope.append(note); }
+      note.textContent = "To fill in: " + missing.join(", ");
+      return null;
+    }
+    content.fields = fields;
+  }
+  for (const b of scope.querySelectorAll("button[data-act]")) b.disabled = true;
+  return content;
+}
+
 // -- fields of a card ------------------------------------------------------------------------------
 function fieldsOf(root) {
   const out = new Map();
@@ -330,20 +351,8 @@ class ConversationUI {
     if (open) { e.preventDefault(); if (!openPath(open.dataset.open)) open.title = open.dataset.open + " (outside the server's folder)"; return; }
     const btn = e.target.closest("button[data-act]");
     if (!btn || btn.disabled) return;
-    const act = btn.dataset.act;
-    const scope = btn.closest(".esc-ask") || btn.closest(".esc-item") || this.root;
-    const content = { act, key: btn.dataset.key || null, value: btn.dataset.value || null };
-    if (scope.querySelector("[data-field]")) {
-      const { fields, missing } = collectFields(scope);
-      if (act === "answer" && missing.length) {
-        let note = scope.querySelector(".esc-missing");
-        if (!note) { note = h("div", { class: "esc-missing esc-error" }); scope.append(note); }
-        note.textContent = "To fill in: " + missing.join(", ");
-        return;
-      }
-      content.fields = fields;
-    }
-    for (const b of scope.querySelectorAll("button[data-act]")) b.disabled = true; // once: the answer redraws it
+    const content = cardAct(btn, btn.closest(".esc-ask") || btn.closest(".esc-item") || this.root);
+    if (!content) return;
     this.act(content);
     if (this.box) this.box.focus();
   }
@@ -613,11 +622,8 @@ class SquadUI {
     const btn = e.target.closest("button[data-act]");
     if (!btn || btn.disabled) return;
     const card = btn.closest(".esc-squad-card");
-    const scope = btn.closest(".esc-ask") || card;
-    const content = { act: btn.dataset.act, key: btn.dataset.key, value: btn.dataset.value || null, name: card.dataset.agent };
-    if (scope.querySelector("[data-field]")) content.fields = collectFields(scope).fields;
-    for (const b of card.querySelectorAll("button[data-act]")) b.disabled = true;
-    this.act(content);
+    const content = cardAct(btn, btn.closest(".esc-ask") || card);
+    if (content) this.act({ ...content, name: card.dataset.agent });
   }
 
   confirm(tr, words, label, go) {

@@ -49,7 +49,6 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the real-kernel driver used by the tests
 sys.path.insert(0, str(HERE))
 
-COMM_TYPES = ("comm_open", "comm_msg", "comm_close")
 SECTION = "## Views (issue 16)"
 
 FULL = dict(runs=3, prose=(1000, 20, 100), code=(60000, 400), code_slow=(60000, 100), cpu_chunks=2000,
@@ -128,8 +127,8 @@ class Kernel:
             n += memoryview(buf).nbytes
         return n
 
-    def comm(self, msg: dict) -> dict:
-        c = {"type": msg["msg_type"], "bytes": self.size(msg), "at": time.monotonic()}
+    def comm(self, msg: dict, at: float) -> dict:
+        c = {"type": msg["msg_type"], "bytes": self.size(msg), "at": at}
         if msg["msg_type"] == "comm_open":  # which model: for the views' authors
             state = ((msg["content"].get("data") or {}).get("state") or {})
             c["model"] = state.get("_model_name") or msg["content"].get("target_name")
@@ -139,35 +138,11 @@ class Kernel:
         """Execute ``code``; (its text output, the comm messages from now until ``after`` s
         after the cell's end, whatever their parent). Raises on an error in the cell."""
         self.sent = time.monotonic()
-        msg_id = self.kc.execute(code)
-        comms: list[dict] = []
-        text, error = "", None
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            kind = msg["msg_type"]
-            if kind in COMM_TYPES:
-                comms.append(self.comm(msg))
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            content = msg["content"]
-            if kind == "status" and content["execution_state"] == "idle":
-                break
-            if kind == "stream":
-                text += content["text"]
-            elif kind == "error":
-                error = f"{content['ename']}: {content['evalue']}"
-        end = time.monotonic() + after
-        while time.monotonic() < end:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=max(0.01, end - time.monotonic()))
-            except Exception:
-                break
-            if msg["msg_type"] in COMM_TYPES:
-                comms.append(self.comm(msg))
-        if error:
-            raise RuntimeError(f"cell failed: {error}\n{text[-2000:]}\n--- cell:\n{code}")
-        return text, comms
+        res = self.k.run(code, timeout=timeout, allow_error=True)  # the tests' client: it keeps every comm message
+        comms = res.comms + (self.k.drain_iopub(after).comms if after > 0 else [])
+        if res.error:
+            raise RuntimeError(f"cell failed: {res.error}\n{res.text[-2000:]}\n--- cell:\n{code}")
+        return res.text, [self.comm(msg, at) for at, msg in comms]
 
     def result(self, code: str, **kw: Any) -> tuple[Any, list[dict]]:
         text, comms = self.run(code, **kw)

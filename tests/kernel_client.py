@@ -1,5 +1,5 @@
 """A real IPython kernel driven the way a frontend drives it (jupyter_client): execute
-cells, read iopub, send widget click messages."""
+cells, read iopub, send the messages a view's front-end sends (``act``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ class Result:
     comm_msgs: int = 0  # comm_open + comm_msg on iopub during the cell, whatever their parent
     comm_bytes: int = 0
     messages: list[dict[str, Any]] = field(default_factory=list)
+    comms: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (read at, comm_open/msg/close)
 
 
 class Kernel:
@@ -44,9 +45,7 @@ class Kernel:
         while True:
             msg = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
             kind = msg["msg_type"]
-            if kind in ("comm_open", "comm_msg"):
-                res.comm_msgs += 1
-                res.comm_bytes += len(self.kc.session.pack(msg["content"]))
+            self._count_comm(res, msg)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             res.messages.append(msg)
@@ -72,17 +71,18 @@ class Kernel:
                 msg = self.kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
             except Exception:
                 break
-            if msg["msg_type"] in ("comm_open", "comm_msg"):
-                res.comm_msgs += 1
-                res.comm_bytes += len(self.kc.session.pack(msg["content"]))
+            self._count_comm(res, msg)
             res.messages.append(msg)
         return res
 
-    def click(self, model_id: str) -> None:
-        """Send the exact message a browser sends when a Button is clicked."""
-        msg = self.kc.session.msg("comm_msg", {"comm_id": model_id,
-                                               "data": {"method": "custom", "content": {"event": "click"}}})
-        self.kc.shell_channel.send(msg)
+    def _count_comm(self, res: Result, msg: dict[str, Any]) -> None:
+        """A widget message on iopub, whatever its parent: counted and kept (with when it was read)."""
+        kind = msg["msg_type"]
+        if kind in ("comm_open", "comm_msg"):
+            res.comm_msgs += 1
+            res.comm_bytes += len(self.kc.session.pack(msg["content"]))
+        if kind in ("comm_open", "comm_msg", "comm_close"):
+            res.comms.append((time.monotonic(), msg))
 
     def shutdown(self) -> None:
         try:

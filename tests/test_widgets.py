@@ -32,7 +32,6 @@ from escouade_nb.widgets.squad_view import SquadView
 from escouade_nb.widgets.update_view import UpdateView
 from escouade_nb.widgets import front
 from escouade_nb.widgets.feed import Feed
-from escouade_nb.widgets.views import Throttle
 
 
 def run(coro, timeout: float = 60):
@@ -265,31 +264,6 @@ def test_journal_view_close_stops_listening(tmp_path):
     del view
     gc.collect()
     assert ref() is None
-
-
-# -- the throttle merges (the ipywidgets views) -----------------------------------------------------
-def test_throttle_runs_a_bound_method_once_per_flush():
-    class Redraws:
-        def __init__(self) -> None:
-            self.calls = 0
-
-        def redraw(self) -> None:
-            self.calls += 1
-
-    async def go():
-        a, b = Redraws(), Redraws()
-        throttle = Throttle()
-        for _ in range(1000):
-            throttle.request(a.redraw)  # a fresh bound method each time
-            throttle.request(b.redraw)
-        assert throttle.pending == 2
-        await asyncio.sleep(0.1)
-        assert (a.calls, b.calls, throttle.flushes) == (1, 1, 1)
-        throttle.request(a.redraw)
-        throttle.cancel(a.redraw)
-        await asyncio.sleep(0.1)
-        assert a.calls == 1 and throttle.pending == 0
-    run(go())
 
 
 def count_sends(view) -> list:

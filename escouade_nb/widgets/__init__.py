@@ -3,6 +3,6 @@ the top-level ``widgets/``); journal, sessions, comparison and update views are 
 They subscribe to model changes with tokens and let go on ``close()``; they never speak ACP
 nor run a process."""
 
-from .agent_view import AgentView, TurnView, current_cell, throttle_for, views_of
+from .agent_view import AgentView, TurnView, current_cell, views_of
 
-__all__ = ["AgentView", "TurnView", "throttle_for", "views_of", "current_cell"]
+__all__ = ["AgentView", "TurnView", "views_of", "current_cell"]

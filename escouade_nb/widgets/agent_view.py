@@ -24,7 +24,7 @@ from ..engine.agent import Agent, AuthRequired, Turn
 from .feed import Feed, form_values, item_html
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
-from .views import Throttle, clicks, current_run, shown_in_cell
+from .views import clicks, current_run, shown_in_cell
 
 log = logging.getLogger(__name__)
 _serials = itertools.count()
@@ -46,20 +46,11 @@ def status_text(status: str) -> str:
 
 
 _views: weakref.WeakKeyDictionary[Agent, weakref.WeakSet] = weakref.WeakKeyDictionary()
-_throttles: weakref.WeakKeyDictionary[Agent, Throttle] = weakref.WeakKeyDictionary()
 
 
 def views_of(agent: Agent) -> list[AgentView]:
     """The open :class:`AgentView` s shown for ``agent`` (oldest first)."""
     return sorted((v for v in _views.get(agent, ()) if not v.closed), key=lambda v: v._serial)
-
-
-def throttle_for(agent: Agent) -> Throttle:
-    """One throttle per agent for the views still drawn with ipywidgets (≤ 20 redraws a second)."""
-    t = _throttles.get(agent)
-    if t is None:
-        t = _throttles[agent] = Throttle()
-    return t
 
 
 def _run(coro) -> None:

@@ -1,13 +1,12 @@
-"""What every view shares: the throttle, the releasing of subscriptions, the cell that
-shows a view, the owner of the tasks a click starts — and the pieces of the views still
-drawn with ipywidgets (journal, sessions, comparison, update), which subscribe to the
-models with tokens and redraw throttled (at most ``RENDERS_PER_SECOND`` a second). The
-agent, turn and squad views are one anywidget model each (:mod:`.front`).
+"""What every view shares: the releasing of subscriptions, the cell that shows a view, the
+owner of the tasks a click starts — and the pieces of the views still drawn with ipywidgets
+(sessions, comparison, update), which subscribe to the models with tokens. The agent, turn,
+squad and journal views are one anywidget model each (:mod:`.front`).
 
 Views let go: each keeps the :class:`~escouade_nb.core.observers.Subscription` tokens of
-what it listens to (:class:`Releasing`), and its ``close()`` ends them, drops its pending
-redraws and closes every widget below it (ipywidgets' ``Box.close()`` closes only the box,
-and a child left open stays in ipywidgets' registry with the callbacks that hold the view).
+what it listens to (:class:`Releasing`), and its ``close()`` ends them and closes every
+widget below it (ipywidgets' ``Box.close()`` closes only the box, and a child left open
+stays in ipywidgets' registry with the callbacks that hold the view).
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ import ipywidgets as w
 from ..core.observers import Subscription
 from .front import on_loop
 
-__all__ = ["on_loop", "Throttle", "Releasing", "FullText", "close_tree", "current_run", "shown_in_cell",
+__all__ = ["on_loop", "Releasing", "FullText", "close_tree", "current_run", "shown_in_cell",
            "Tasks", "clicks"]
-
-RENDERS_PER_SECOND = 20
 
 log = logging.getLogger(__name__)
 
@@ -40,64 +37,6 @@ class FullText:
         if bundle:
             bundle["text/plain"] = repr(self)
         return bundle
-
-
-class Throttle:
-    """Coalesces redraws: ``request(fn)`` runs each distinct ``fn`` once, at most
-    ``RENDERS_PER_SECOND`` times a second, on the running loop (immediately when no
-    loop runs, e.g. in a plain script or a synchronous test).
-
-    Requests are keyed by ``fn`` itself: a bound method is a fresh object at every
-    ``self.refresh``, but bound methods of one object and function compare (and hash)
-    equal, so 2,000 requests between two flushes run it once. ``cancel(fn)`` drops a
-    pending request (a closed view's)."""
-
-    def __init__(self, rate: float = RENDERS_PER_SECOND) -> None:
-        self.interval = 1.0 / rate
-        self._pending: dict[Callable[[], None], None] = {}  # an ordered set: first request first
-        self._handle: asyncio.TimerHandle | None = None
-        self._last = 0.0
-        self.flushes = 0
-
-    def request(self, fn: Callable[[], None]) -> None:
-        self._pending.setdefault(fn, None)
-        if self._handle is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        delay = max(0.0, self._last + self.interval - loop.time())
-        self._handle = loop.call_later(delay, self.flush)
-
-    def cancel(self, fn: Callable[[], None]) -> None:
-        """Forget a pending request of ``fn`` (nothing if there is none)."""
-        self._pending.pop(fn, None)
-        if not self._pending and self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    @property
-    def pending(self) -> int:
-        """How many distinct redraws wait for the next flush."""
-        return len(self._pending)
-
-    def flush(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._handle = None
-        pending, self._pending = self._pending, {}
-        try:
-            self._last = asyncio.get_running_loop().time()
-        except RuntimeError:
-            pass
-        self.flushes += 1
-        for fn in pending:
-            try:
-                fn()
-            except Exception:  # one failing view does not stop the others' redraws
-                log.exception("a view's redraw failed")
 
 
 def close_tree(widget: w.Widget) -> None:
@@ -128,16 +67,12 @@ def _close_parts(widget: w.Widget) -> None:
 class Releasing:
     """Mixin for a view (before the ipywidgets base): ``hold(token)`` keeps a
     subscription's token (a :class:`~escouade_nb.core.observers.Subscription`, or any
-    call that ends one), ``redraws_on(throttle, fn)`` a redraw it may request;
-    ``close()`` ends the subscriptions, drops the pending redraws, closes every widget
-    below and then the view itself. Closing twice is a no-op; ``closed`` tells."""
+    call that ends one); ``close()`` ends the subscriptions, closes every widget below
+    and then the view itself. Closing twice is a no-op; ``closed`` tells."""
 
     def hold(self, token: Subscription | Callable[[], object]) -> Subscription | Callable[[], object]:
         self.__dict__.setdefault("_held", []).append(token)
         return token
-
-    def redraws_on(self, throttle: Throttle, fn: Callable[[], None]) -> None:
-        self.__dict__.setdefault("_redraws", []).append((throttle, fn))
 
     @property
     def closed(self) -> bool:
@@ -149,8 +84,6 @@ class Releasing:
         self.__dict__["_closed"] = True
         for token in self.__dict__.pop("_held", ()):
             token()
-        for throttle, fn in self.__dict__.pop("_redraws", ()):
-            throttle.cancel(fn)
         try:
             self.release()
         except Exception:  # e.g. closed by ipywidgets' __del__ after a failed __init__

@@ -89,7 +89,7 @@ def test_run_code_shows_one_card_clicked_allow_and_the_output_reaches_the_agent(
     kernel, _, _ = setup
     kernel.run("t = a.send('run code total = df.revenue.sum()\\nprint(\"total:\", total)')\n"
                "card = await next_open(a)")
-    out = kernel.run("print(card.tool_call.title, '|', card.tool_call.raw_input, '|', "
+    out = kernel.run("print(card.request.title, '|', card.request.raw_input, '|', "
                      "[o['name'] for o in card.options])\nprint(len(a.pending_cards))").text
     assert "Run code in the kernel | {'code': 'total = df.revenue.sum()\\nprint(\"total:\", total)'}" in out
     assert "['Run', 'Run without asking again in this session', \"Don't run\"]" in out
@@ -115,7 +115,8 @@ def test_run_code_denied_by_a_rule_plugin_and_the_agent_told(setup):
                      "print([(i.answered_by, i.message) for i in r.items if type(i).__name__ == 'Permission'])\n"
                      "print('forbidden' in globals())").text
     assert "no such code from agents in this notebook" in out.splitlines()[0]
-    assert "failed" in out.splitlines()[0]
+    # the agent's own request was the card (folded by identity): refused there, it never called the server
+    assert "did not call mcp__escouade__run_code: permission refused" in out.splitlines()[0]
     assert "('Kernel rules via Escouade', 'no such code from agents in this notebook')" in out
     assert out.strip().endswith("False")  # never ran
 

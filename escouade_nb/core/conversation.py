@@ -21,6 +21,7 @@ from, so fields the SDK's models would drop are kept too.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import time
@@ -114,6 +115,10 @@ class ToolCall(Item):
     card): set by the client, not the agent; None otherwise."""
     """``(server, tool)`` when the client knows this call as a tool of an MCP server it
     gave the agent (whatever name the agent uses): set by the client, not the agent."""
+    asked: ToolCall | None = None
+    """What the latest permission card of this call asked (its frozen
+    :attr:`Permission.request`): the title, kind and input a view and the text show for the
+    call, whatever the agent updated since. Set by the client, not the agent."""
     kernel_notebook: str | None = None
     """The ``path`` of this call's diff that is the notebook the kernel runs (its cards
     say so), else None: set by the client, not the agent."""
@@ -152,6 +157,21 @@ class Plan(Item):
 PermissionState = Literal["pending", "selected", "cancelled"]
 
 
+def frozen_request(call: ToolCall, **fields: Any) -> ToolCall:
+    """A detached deep copy of what ``call`` asks — tool call id, title, kind, ``rawInput``,
+    content, locations, ``_meta``, the client's notes (``mcp``, ``kernel_notebook``) —
+    with ``fields`` replacing some: the frozen :attr:`Permission.request`. It is in no
+    conversation's ``tool_calls``, so no update of the agent reaches it."""
+    snap = ToolCall(call.key, tool_call_id=call.tool_call_id, title=call.title, kind=call.kind,
+                    status=call.status, content=copy.deepcopy(call.content),
+                    locations=copy.deepcopy(call.locations), raw_input=copy.deepcopy(call.raw_input),
+                    meta=copy.deepcopy(call.meta), extra=copy.deepcopy(call.extra), placeholder=call.placeholder,
+                    mcp=call.mcp, kernel_notebook=call.kernel_notebook)
+    for name, value in fields.items():
+        setattr(snap, name, value)
+    return snap
+
+
 @dataclass(eq=False)
 class Permission(Item):
     """A ``session/request_permission`` of the agent. ``options`` are the agent's own
@@ -162,9 +182,17 @@ class Permission(Item):
     the user is called when it turns false with the card still pending. ``plan`` holds
     the plan's markdown when the request is a plan to approve (ExitPlanMode).
     ``denied``: the answer was a refusal (a rule plugin's, a policy's: ``PermissionCard.deny``),
-    sent as the agent's ``reject_once`` option or, when it offered none, as ``cancelled``."""
+    sent as the agent's ``reject_once`` option or, when it offered none, as ``cancelled``.
+
+    ``tool_call`` is the live call (the agent's later updates change it: its status, its
+    output); ``request`` is what was asked, frozen when the card was made — the call's
+    title, kind, ``rawInput``, content and locations as they stood then, as a detached
+    :class:`ToolCall` no update reaches. Cards, rule plugins and the mode decide on, and
+    views draw, ``request``: nothing the agent sends after asking changes what the user
+    is asked to approve."""
 
     tool_call: ToolCall | None = None
+    request: ToolCall | None = None
     options: list[dict[str, Any]] = field(default_factory=list)
     deciding: bool = False
     plan: str | None = None
@@ -626,13 +654,18 @@ class Conversation:
         self._echo = None
         return False
 
-    def add_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> Permission:
+    def add_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
+                       request: ToolCall | None = None) -> Permission:
         """Append a pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire
         dict; an unknown ``toolCallId`` creates a placeholder tool call, and fields it
-        carries update the call)."""
+        carries update the call). ``request``: what the card asks, when the client made
+        it (a kernel tool's card shows the arguments its server received); else the call
+        as it stands now, frozen (:func:`frozen_request`)."""
         changes: list[Change] = []
         call = self._upsert_tool_call(tool_call, changes, announced=False)
-        perm = Permission(self._new_key("permission"), tool_call=call, options=list(options))
+        perm = Permission(self._new_key("permission"), tool_call=call, options=list(options),
+                          request=request if request is not None else frozen_request(call))
+        call.asked = perm.request
         self._append(perm, changes)
         self._emit(changes)
         return perm

@@ -213,13 +213,17 @@ def raw_output_text(call: ToolCall) -> str:
 
 
 def tool_call_text(call: ToolCall) -> str:
-    head = f"[tool] {call.title or call.tool_call_id} ({call.kind or 'other'}, {call.shown_status})"
+    """A tool call as text: its title, kind and input as its permission card asked them
+    (:attr:`ToolCall.asked`, frozen) when it had one, else as the agent sent them; then
+    its status, contents and output as they are now."""
+    named = call.asked or call
+    head = f"[tool] {named.title or call.tool_call_id} ({named.kind or 'other'}, {call.shown_status})"
     parts = [head]
     if call.not_asked:
         parts.append(_indent(call.not_asked))
     # a notebook's diff shows what is written, cell by cell: its JSON text as the input would not
     notebook = any(is_notebook_path(d.get("path")) for d in call.diffs)
-    inp = "" if notebook else tool_input_text(call.raw_input)
+    inp = "" if notebook else tool_input_text(named.raw_input)
     if inp:
         parts.append(_indent("input: " + inp))
     for c in call.content:
@@ -266,7 +270,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
     if isinstance(item, ToolCall):
         return tool_call_text(item)
     if isinstance(item, Permission):
-        call = item.tool_call
+        call = item.request or item.tool_call  # what was asked, frozen
         title = (call.title if call else None) or (call.tool_call_id if call else "a tool")
         options = " ".join(f"[{o.get('name', o.get('optionId'))}]" for o in item.options)
         if item.plan is not None:
@@ -276,6 +280,9 @@ def render_item(item: Item, speaker: str = "agent") -> str:
             return f"[plan to approve]\n{plan}  {answer_label(item)}"
         notebooks = "".join("\n" + _indent(cut(content_text(d, call.kernel_notebook)))
                             for d in (call.diffs if call else []) if is_notebook_path(d.get("path")))
+        code = call.raw_input.get("code") if call is not None and isinstance(call.raw_input, dict) else None
+        if call is not None and call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
+            notebooks += "\n" + _indent(code)  # the code asked to run, whole
         if item.state == "pending":
             return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + notebooks
         return f"[permission] {title}: {answer_label(item)}" + notebooks

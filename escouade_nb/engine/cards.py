@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..core import forms, plans
 from ..core.conversation import Conversation, Item, Permission, Question, Subagent, ToolCall
 from ..core.render_text import answer_label, render_item
-from .kernel_access import SERVER
 
 if TYPE_CHECKING:
     from ..wire.session import AgentSession
@@ -99,7 +98,14 @@ class PermissionCard(_Card):
 
     @property
     def tool_call(self) -> ToolCall | None:
+        """The live tool call (the agent's updates change it)."""
         return self.permission.tool_call
+
+    @property
+    def request(self) -> ToolCall | None:
+        """What the card asks, frozen when it was made (:attr:`Permission.request`): what
+        the policies decide on and the views show."""
+        return self.permission.request
 
     @property
     def state(self) -> str:
@@ -261,27 +267,23 @@ class CardDesk:
     # -- arrivals ------------------------------------------------------------------------------
     async def on_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> dict[str, Any]:
         """``session/request_permission``: a card; the policies, then the user, answer it.
-        The agent's own request to run code through the kernel's MCP server is answered
-        "allow once" without a card: the kernel's server asks itself, with the code it is
-        given (one card per call, see :mod:`.kernel_access`)."""
+
+        The agent's own request to run code through the kernel's MCP server is folded
+        with the server's call only when it provably asks for it — named as our server's
+        ``run_code`` on a whole field and stating arguments that fit the tool's schema
+        (:meth:`.KernelAccess.identify`): its card then shows that code, whole, and an
+        allowance lets exactly that code run once when the server receives it (no second
+        card). Anything else — a title that merely names a kernel tool, arguments that do
+        not fit — is a normal request."""
         kernel = self.kernel
         if kernel is not None and not self.closed:
             probe = ToolCall("", tool_call_id=str(tool_call.get("toolCallId", "")), title=tool_call.get("title"),
                              kind=tool_call.get("kind"), raw_input=tool_call.get("rawInput"),
                              meta=tool_call.get("_meta"), content=list(tool_call.get("content") or []))
-            if kernel.recognise(probe) == (SERVER, "run_code"):
-                allow = next((o for o in options if o.get("kind") == "allow_once"), None) or \
-                    next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
-                if allow is not None:
-                    known = self.agent.conversation.tool_calls.get(probe.tool_call_id)
-                    if known is not None:
-                        known.mcp = probe.mcp
-                    else:  # the call is known from this request only: note it, so the server's card finds it
-                        self.agent.conversation.apply({"sessionUpdate": "tool_call", **tool_call})
-                        self.agent.conversation.tool_calls[probe.tool_call_id].mcp = probe.mcp
-                    return {"outcome": "selected", "optionId": allow["optionId"],
-                            "_meta": {"escouade": {"by": "escouade_nb", "message": "the kernel's server asks the "
-                                                                                  "user itself"}}}
+            known = self.agent.conversation.tool_calls.get(probe.tool_call_id)
+            found = kernel.identify(probe, known)
+            if found is not None and found[0] == "run_code":
+                return await kernel.agent_asks_run_code(tool_call, options, found[1]["code"])
         card = self.new_card(tool_call, options)
         return await self.decide(card)
 
@@ -295,21 +297,26 @@ class CardDesk:
         return await self.decide(self.new_card(tool_call, options, subagent=sub))
 
     def new_card(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
-                 mcp: tuple[str, str] | None = None, subagent: Subagent | None = None) -> PermissionCard:
+                 mcp: tuple[str, str] | None = None, subagent: Subagent | None = None,
+                 request: ToolCall | None = None) -> PermissionCard:
         """A pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire dict) with
         ``options`` (``{optionId, name, kind}``); ``mcp`` notes the MCP tool it is;
-        ``subagent``: the child session that asks (the card goes in its conversation)."""
+        ``subagent``: the child session that asks (the card goes in its conversation);
+        ``request``: what the card asks when the client states it (a kernel tool's card:
+        the arguments its server received), else the call as it stands, frozen."""
         agent = self.agent
         conversation = subagent.conversation if subagent is not None else agent.conversation
-        perm = conversation.add_permission(tool_call, options)
-        if perm.tool_call is not None:
-            self.asked.add(perm.tool_call.tool_call_id)
-        if perm.tool_call is not None:
+        perm = conversation.add_permission(tool_call, options, request=request)
+        call, asked = perm.tool_call, perm.request
+        if call is not None:
+            self.asked.add(call.tool_call_id)
             if mcp is not None:
-                perm.tool_call.mcp = mcp
-            elif self.kernel is not None:
-                self.kernel.recognise(perm.tool_call)
-        perm.plan = plans.plan_of(perm.tool_call, agent.harness.harness.acp.tools)
+                call.mcp = mcp
+            elif self.kernel is not None and request is None:
+                self.kernel.recognise(call)
+            if asked is not None and request is None:  # the client's notes, made on the live call
+                asked.mcp, asked.kernel_notebook = call.mcp, call.kernel_notebook
+        perm.plan = plans.plan_of(asked, agent.harness.harness.acp.tools)
         card = PermissionCard(agent, self, perm, subagent=subagent)
         self.cards.append(card)
         self._arrived("permission", card)
@@ -393,9 +400,10 @@ class CardDesk:
         if isinstance(card, PermissionCard) and card in self.cards:
             self.cards.remove(card)
             chosen = card.permission.chosen or {}
-            if chosen.get("kind") == "allow_always" and card.tool_call is not None:
-                self.grants.append((self._tool_of(card.tool_call), chosen.get("name") or "allow always",
-                                    card.permission.answered_by or "you", card.tool_call.title or ""))
+            asked = card.request or card.tool_call
+            if chosen.get("kind") == "allow_always" and asked is not None:
+                self.grants.append((self._tool_of(asked), chosen.get("name") or "allow always",
+                                    card.permission.answered_by or "you", asked.title or ""))
         elif isinstance(card, QuestionCard) and card in self.questions:
             self.questions.remove(card)
             if card.question.mode == "text" and card.question.state == "accept":

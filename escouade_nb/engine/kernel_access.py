@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..core.conversation import ToolCall
+from ..core.conversation import ToolCall, frozen_request
 from ..manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from ..manifest.models import ManifestError
-from ..permissions.request import mcp_tool_of
+from ..permissions.request import mcp_arguments_of, mcp_tool_of
 from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 
 if TYPE_CHECKING:
@@ -49,6 +50,17 @@ SERVER = "escouade"
 """The kernel's MCP server's name in ``mcpServers`` (its tools are ``mcp__escouade__*``)."""
 KERNEL_TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code")
 READ_TOOLS = frozenset(KERNEL_TOOLS) - {"run_code"}
+TOOL_ARGUMENTS: dict[str, tuple[dict[str, tuple[type, ...]], frozenset[str]]] = {
+    "list_variables": ({"include_all": (bool,)}, frozenset()),
+    "inspect_variable": ({"name": (str,), "rows": (int,), "attributes": (bool,)}, frozenset({"name"})),
+    "notebook_cells": ({"start": (int, type(None)), "end": (int, type(None)), "source": (str,)}, frozenset()),
+    "run_code": ({"code": (str,)}, frozenset({"code"})),
+}
+"""Each kernel tool's arguments (the input schemas of :mod:`.kernel_server`): name ->
+accepted types, and the required names. A request states a kernel tool's arguments only
+when one of its candidates (:func:`~..permissions.request.mcp_arguments_of`) fits this
+whole: no other key, every type right, nothing required missing."""
+RUN_TITLE = "Run code in the kernel"
 CONNECT_GRACE = 20.0
 """Seconds after ``session/new`` within which an agent given the kernel's server is
 expected to connect to it; after that the conversation says it did not (a wrong token or
@@ -59,6 +71,30 @@ RUN_OPTIONS = [
     {"optionId": "dont-run", "name": "Don't run", "kind": "reject_once"},
 ]
 """The options of a "Run code in the kernel" card (the kernel's own, not the agent's)."""
+
+
+def fits(tool: str, arguments: Mapping[str, Any]) -> bool:
+    """Whether ``arguments`` are a whole, valid input of the kernel tool ``tool``
+    (:data:`TOOL_ARGUMENTS`; a bool is not an int here)."""
+    spec = TOOL_ARGUMENTS.get(tool)
+    if spec is None or not isinstance(arguments, Mapping):
+        return False
+    types, required = spec
+    if not required <= set(arguments) or not set(arguments) <= set(types):
+        return False
+    for name, value in arguments.items():
+        if isinstance(value, bool) and bool not in types[name]:
+            return False
+        if not isinstance(value, types[name]):
+            return False
+    return True
+
+
+def run_request(call: ToolCall, code: str) -> ToolCall:
+    """The frozen request of a "Run code in the kernel" card: ``call``'s id, our title,
+    kind ``execute``, the exact ``code`` as ``rawInput`` — nothing else of the agent's."""
+    return frozen_request(call, title=RUN_TITLE, kind="execute", raw_input={"code": code}, content=[],
+                          locations=[], meta=None, extra={}, mcp=(SERVER, "run_code"), kernel_notebook=None)
 
 
 def in_kernel() -> bool:
@@ -130,6 +166,7 @@ class KernelAccess:
         self.allow_all_runs = False  # the user chose "run without asking again in this session"
         self._runs = 0
         self._allowed: dict[str, list[ToolCall]] = {}  # run_code calls allowed, by code, until they ran
+        self._approved: list[tuple[str, PermissionCard]] = []  # the agent's own run_code requests allowed, unused
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
         if self.agent.kernel_tools:
@@ -239,13 +276,85 @@ class KernelAccess:
     # -- the agent's own permission requests --------------------------------------------------
     def recognise(self, call: ToolCall) -> tuple[str, str] | None:
         """``(server, tool)`` when ``call`` is a tool of a server this session was given
-        (noted on the call, for rule plugins), else None."""
+        (noted on the call as ``call.mcp``, for rule plugins), else None. For the kernel's
+        own server this is :meth:`identify` (the arguments must fit); the user's servers
+        are told by name (:func:`~..permissions.request.mcp_tool_of`)."""
         if not self.server_names:
             return None
-        found = mcp_tool_of(call, self.server_names)
+        found: tuple[str, str] | None = None
+        if SERVER in self.server_names:
+            mine = self.identify(call, self.agent.conversation.tool_calls.get(call.tool_call_id))
+            if mine is not None:
+                found = (SERVER, mine[0])
+        if found is None:
+            others = {name: tools for name, tools in self.server_names.items() if name != SERVER}
+            found = mcp_tool_of(call, others) if others else None
         if found is not None:
             call.mcp = found
         return found
+
+    def identify(self, call: Any, known: ToolCall | None = None) -> tuple[str, dict[str, Any]] | None:
+        """``(tool, arguments)`` when ``call`` provably asks for a tool of the kernel's
+        server: named as ours on a whole field (by the request itself, or by ``known``, the
+        agent's own announced call with the request's id — mistral-vibe's requests carry
+        only the id) and stating arguments that fit the tool whole (:func:`fits`: from the
+        request, else from ``known``). None otherwise — a request is matched by what it
+        asks for, never by words in its title."""
+        if SERVER not in self.server_names:
+            return None
+        ours = {SERVER: KERNEL_TOOLS}
+        found = mcp_tool_of(call, ours)
+        if found is None and known is not None:
+            found = mcp_tool_of(known, ours)
+        if found is None or found[1] not in KERNEL_TOOLS:
+            return None
+        tool = found[1]
+        for source in (call, known):
+            if source is None:
+                continue
+            for arguments in mcp_arguments_of(source, tool):
+                if fits(tool, arguments):
+                    return tool, arguments
+        return None
+
+    async def agent_asks_run_code(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
+                                  code: str) -> dict[str, Any]:
+        """The agent's own permission request, provably for ``run_code`` of this session's
+        grant with ``code``: one card, the same as the server's own — "Run code in the
+        kernel", the code whole, *Run* / *Run without asking again in this session* /
+        *Don't run* — decided by the policies, then the user; the answer reaches the agent
+        as its own option of that kind (an allowance as its ``allow_once``: the agent is
+        never told "always"). Allowed, exactly this code may run once when the server
+        receives it (:meth:`ask_run_code` takes the allowance: no second card)."""
+        desk = self.live.desk
+        known = self.agent.conversation.tool_calls.get(str(tool_call.get("toolCallId", "")))
+        wire = {"toolCallId": tool_call.get("toolCallId")} if known is not None else tool_call
+        call = known if known is not None else ToolCall("", tool_call_id=str(tool_call.get("toolCallId", "")))
+        card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "run_code"), request=run_request(call, code))
+        if self.allow_all_runs:
+            card.choose("run-session", by="you (earlier, for this session)")
+        answer = await desk.decide(card)
+        if self._allowed_by(card, answer):
+            self._approved.append((code, card))
+            option = next((o for o in options if o.get("kind") == "allow_once"), None) or \
+                next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
+            if option is not None:
+                return {**answer, "optionId": option["optionId"]}
+            return {"outcome": "cancelled", "_meta": answer.get("_meta")}  # nothing to say yes with
+        refuse = next((o for o in options if o.get("kind") == "reject_once"), None)
+        if answer.get("outcome") == "selected" and refuse is not None:
+            return {**answer, "optionId": refuse["optionId"]}
+        return {"outcome": "cancelled", "_meta": answer.get("_meta")}
+
+    def _allowed_by(self, card: PermissionCard, answer: dict[str, Any]) -> bool:
+        """Whether ``answer`` allows; "run without asking again" chosen by you lets every
+        later run of this session through."""
+        chosen = card.permission.chosen or {}
+        if answer.get("outcome") != "selected" or not str(chosen.get("kind", "")).startswith("allow"):
+            return False
+        if chosen.get("kind") == "allow_always" and card.permission.answered_by == "you":
+            self.allow_all_runs = True
+        return True
 
     # -- the kernel server's owner (ToolOwner) -------------------------------------------------
     @property
@@ -253,20 +362,30 @@ class KernelAccess:
         return self.agent.name
 
     async def ask_run_code(self, code: str) -> None:
-        """The card "Run code in the kernel" in the agent's conversation; returns when
-        allowed, raises ``Refused`` with who refused and why. A cancelled call (the agent
-        gave up on it) withdraws the card."""
+        """Returns when the server may run ``code``, raises ``Refused`` with who refused
+        and why. An allowance of the agent's own request for exactly this code (made by
+        :meth:`agent_asks_run_code`) is used once; else the card "Run code in the kernel"
+        — the code as the server received it, whole and frozen — in the agent's own tool
+        call when it announced one for exactly this code, else on a call of its own. A
+        cancelled call (the agent gave up on it) withdraws the card."""
         desk = self.live.desk
         if self.live.ended or desk.closed:
             raise Refused("the agent's session is over")
+        for i, (approved, card) in enumerate(self._approved):
+            if approved == code:
+                del self._approved[i]
+                if card.tool_call is not None:
+                    self._allowed.setdefault(code, []).append(card.tool_call)
+                return
         self._runs += 1
-        call = self._agent_call()
-        tool_call = {
-            "toolCallId": call.tool_call_id if call is not None else f"escouade-run-code-{self._runs}",
-            "title": "Run code in the kernel", "kind": "execute", "status": "pending",
-            "rawInput": {"code": code},  # the card shows it highlighted (the text repr: as input)
-        }
-        card = desk.new_card(tool_call, RUN_OPTIONS, mcp=(SERVER, "run_code"))
+        call = self._agent_call(code)
+        if call is not None:
+            wire: dict[str, Any] = {"toolCallId": call.tool_call_id}  # the agent's call keeps its own fields
+        else:
+            call = ToolCall("", tool_call_id=f"escouade-run-code-{self._runs}-{secrets.token_hex(6)}")
+            wire = {"toolCallId": call.tool_call_id, "title": RUN_TITLE, "kind": "execute", "status": "pending",
+                    "rawInput": {"code": code}}
+        card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "run_code"), request=run_request(call, code))
         if self.allow_all_runs:
             card.choose("run-session", by="you (earlier, for this session)")
         try:
@@ -274,10 +393,7 @@ class KernelAccess:
         except asyncio.CancelledError:
             card.cancel("the agent gave up on the call")
             raise
-        chosen = card.permission.chosen or {}
-        if answer.get("outcome") == "selected" and chosen.get("kind", "").startswith("allow"):
-            if chosen.get("kind") == "allow_always" and card.permission.answered_by == "you":
-                self.allow_all_runs = True
+        if self._allowed_by(card, answer):
             if card.tool_call is not None:
                 self._allowed.setdefault(code, []).append(card.tool_call)
             return
@@ -287,13 +403,18 @@ class KernelAccess:
             raise Refused(f"the call was cancelled ({message or 'the turn was stopped'}); the code was not run")
         raise Refused(f"denied by {who}{': ' + message if message else ''}; the code was not run")
 
-    def _agent_call(self) -> ToolCall | None:
-        """The agent's own tool call for this ``run_code``, when it announced one (the
-        newest unfinished call known as ``mcp__escouade__run_code`` without a card yet)."""
+    def _agent_call(self, code: str) -> ToolCall | None:
+        """The agent's own tool call for this ``run_code``, when it announced one: the
+        newest unfinished call that provably asks our server's ``run_code`` with exactly
+        ``code`` (:meth:`identify`) and has no card yet."""
         for call in reversed(list(self.agent.conversation.tool_calls.values())):
-            if call.mcp == (SERVER, "run_code") and call.status in (None, "pending", "in_progress") \
-                    and not call.extra.get("escouade_card"):
+            if call.status not in (None, "pending", "in_progress") or call.extra.get("escouade_card") \
+                    or call.tool_call_id in self.live.desk.asked:
+                continue
+            found = self.identify(call)
+            if found is not None and found[0] == "run_code" and found[1].get("code") == code:
                 call.extra["escouade_card"] = True
+                call.mcp = (SERVER, "run_code")
                 return call
         return None
 
@@ -310,10 +431,11 @@ class KernelAccess:
 
     async def policy(self, card: PermissionCard) -> None:
         """The permission policy after the rule plugins (whose denial comes first and
-        wins): the agent's own request for a read tool of the kernel's server is allowed
-        once, by escouade_nb — reading the kernel is what the server is for."""
-        call = card.tool_call
-        if call is None or call.mcp is None or call.mcp[0] != SERVER or call.mcp[1] not in READ_TOOLS:
+        wins): the agent's own request for a read tool of the kernel's server — provably
+        one (:meth:`identify`, noted on the frozen request) — is allowed once, by
+        escouade_nb: reading the kernel is what the server is for."""
+        asked = card.request
+        if asked is None or asked.mcp is None or asked.mcp[0] != SERVER or asked.mcp[1] not in READ_TOOLS:
             return
         option = next((o for o in card.options if o.get("kind") == "allow_once"), None)
         if option is not None and card.state == "pending":

@@ -36,6 +36,7 @@ The wire models of the params (:class:`DecideParams` and its parts) are those of
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Callable, Collection, Mapping
@@ -49,7 +50,7 @@ from .protocol import AgentInfo, DecideParams, Family, ProjectInfo, RequestInfo,
 __all__ = [
     "CLAUDE_TOOLS", "FAMILIES", "KIND_TOOLS", "PLAN_TOOLS", "QUESTION_TOOLS", "MAX_TEXT", "MAX_KEY_TEXT",
     "Family", "Normalised", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo", "DecideParams",
-    "agent_tool_name", "normalise", "family_of", "cut_input", "target_of", "tool_call_fields", "mcp_tool_of",
+    "agent_tool_name", "normalise", "family_of", "cut_input", "target_of", "tool_call_fields", "mcp_tool_of", "mcp_arguments_of",
 ]
 
 MAX_TEXT = 2000
@@ -163,15 +164,20 @@ def _texts_of(call: Any) -> list[str]:
 
 
 def mcp_tool_of(call: Any, servers: Mapping[str, Collection[str]]) -> tuple[str, str] | None:
-    """``(server, tool)`` when the tool call is a call of a tool of one of ``servers`` —
-    the MCP servers this client gave the agent, by name, each with the tool names known
-    of it (empty when unknown) — else None. Each agent names an MCP tool its own way
-    (measured on the released agents, ``reference/mcp-in-the-kernel.md`` §4):
-    ``mcp__S__T`` (claude-agent), ``mcp_S_T`` (gemini's model), ``T (S MCP Server)``
-    (gemini's title), ``S_T`` (opencode), ``S__T`` (fast-agent's model), ``S/T``
-    (fast-agent's title, codex's ``Tool: S/T``), codex's approval (``rawInput.server_name``
-    and ``run tool "T"`` in its text), and a bare ``T`` or ``T: {...}`` (kimi) — a bare
-    name only when it is a known tool of exactly one server."""
+    """``(server, tool)`` when the tool call names a tool of one of ``servers`` — the MCP
+    servers this client gave the agent, by name, each with the tool names known of it
+    (empty when unknown) — else None. Each agent names an MCP tool its own way (measured
+    on the released agents, ``reference/mcp-in-the-kernel.md`` §4): ``mcp__S__T``
+    (claude-agent), ``mcp_S_T`` (gemini's model), ``T (S MCP Server)`` (gemini's title),
+    ``S_T`` (opencode), ``S__T`` (fast-agent's model), ``S/T`` (fast-agent's title, codex's
+    ``Tool: S/T``), ``mcp_S.T`` (mistral-vibe), codex's approval (``rawInput.server_name``
+    and its own sentence ``Allow the S MCP server to run tool "T"?``), and a bare ``T`` or
+    ``T: {json}`` (kimi) — a bare name only when it is a known tool of exactly one server.
+
+    A name is matched on the WHOLE field (the agent's tool name, the title, a text
+    content), never on its first word: a shell request titled ``run_code || touch x`` names
+    no tool. This says what the call is called; whether it provably asks for that tool
+    with valid arguments is the caller's check (:func:`mcp_arguments_of`)."""
     raw = _raw(call)
     texts = _texts_of(call)
     for server, tools in servers.items():
@@ -181,15 +187,15 @@ def mcp_tool_of(call: Any, servers: Mapping[str, Collection[str]]) -> tuple[str,
             if isinstance(tool, str) and tool:
                 return server, tool
             for text in texts:
-                m = re.search(r'run tool "([^"]+)"', text)
+                m = re.fullmatch(rf'Allow the {s} MCP server to run tool "([^"]+)"\?.*', text.strip(), re.DOTALL)
                 if m:
                     return server, m.group(1)
-        patterns = (rf"^mcp__{s}__(\w[\w.-]*)$", rf"^mcp_{s}_(\w[\w.-]*)$", rf"^(\w[\w.-]*) \({s} MCP Server\)$",
-                    rf"^(?:Tool: )?{s}/(\w[\w.-]*)$", rf"^{s}__(\w[\w.-]*)$", rf"^{s}_(\w[\w.-]*)$")
+        patterns = (rf"mcp__{s}__(\w[\w.-]*)", rf"mcp_{s}[_.](\w[\w-]*)", rf"(\w[\w.-]*) \({s} MCP Server\)",
+                    rf"(?:Tool: )?{s}/(\w[\w.-]*)", rf"{s}__(\w[\w.-]*)", rf"{s}_(\w[\w.-]*)")
         for text in texts:
             head = text.strip()
             for pattern in patterns:
-                m = re.match(pattern, head)
+                m = re.fullmatch(pattern, head)
                 if m and (not tools or m.group(1) in tools):
                     return server, m.group(1)
     owners: dict[str, list[str]] = {}
@@ -197,10 +203,53 @@ def mcp_tool_of(call: Any, servers: Mapping[str, Collection[str]]) -> tuple[str,
         for tool in tools:
             owners.setdefault(tool, []).append(server)
     for text in texts:
-        head = re.split(r"[:(\s]", text.strip(), maxsplit=1)[0]
-        if len(owners.get(head, ())) == 1:
-            return owners[head][0], head
+        head = text.strip()
+        name, _, rest = head.partition(":")
+        if rest and _json_object(rest) is None:
+            continue  # "T: …" only when what follows is the call's JSON arguments (kimi)
+        if len(owners.get(name, ())) == 1:
+            return owners[name][0], name
     return None
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """``text`` parsed as one JSON object, else None."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def mcp_arguments_of(call: Any, tool: str) -> list[dict[str, Any]]:
+    """Every place the tool call states the arguments of its MCP tool ``tool``, each as a
+    dict, most specific first: codex's approval (``rawInput.request._meta.tool_params``),
+    ``rawInput.arguments`` beside ``server``/``tool`` (codex's call), ``rawInput`` itself,
+    the JSON after ``T:`` in the title (kimi), a text content that is one JSON object
+    (gemini). Nothing is inferred: a caller that needs the arguments checks them against
+    the tool's own schema and takes only a candidate that fits whole."""
+    raw = _raw(call)
+    out: list[dict[str, Any]] = []
+    request = raw.get("request")
+    meta = request.get("_meta") if isinstance(request, dict) else None
+    if isinstance(meta, dict) and isinstance(meta.get("tool_params"), dict):
+        out.append(dict(meta["tool_params"]))
+    if isinstance(raw.get("arguments"), dict) and ("server" in raw or "server_name" in raw):
+        out.append(dict(raw["arguments"]))
+    if isinstance(getattr(call, "raw_input", None), dict):
+        out.append(dict(raw))
+    title = getattr(call, "title", None)
+    if isinstance(title, str) and title.strip().startswith(f"{tool}:"):
+        parsed = _json_object(title.strip()[len(tool) + 1:])
+        if parsed is not None:
+            out.append(parsed)
+    for c in getattr(call, "content", None) or []:
+        inner = c.get("content") if isinstance(c, dict) else None
+        if isinstance(inner, dict) and isinstance(inner.get("text"), str):
+            parsed = _json_object(inner["text"].strip())
+            if parsed is not None:
+                out.append(parsed)
+    return out
 
 
 def _mcp_arguments(call: Any) -> dict[str, Any]:

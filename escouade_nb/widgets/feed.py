@@ -30,7 +30,8 @@ from ..core.conversation import (Change, Compaction, Conversation, Item, Message
                                  Subagent, ToolCall, Unknown)
 from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
-from .render import block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html, tool_header_html
+from .render import (asked_body_html, block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html,
+                     tool_header_html)
 
 log = logging.getLogger(__name__)
 
@@ -452,27 +453,33 @@ class Feed:
         if perm is not None and perm.plan is not None:
             body = ""  # the plan is the card: not its raw input again
             ask = self._plan_ask(perm)
-        else:
-            body = tool_body_html(call)
-            ask = self._ask(perm) if perm is not None else ""
-            if word and perm is not None and perm.state != "pending" and answer_label(perm).casefold() == word.casefold():
+        elif perm is not None:
+            asked = perm.request or call
+            body = asked_body_html(call, asked, perm.state != "pending")
+            ask = self._ask(perm)
+            if word and perm.state != "pending" and answer_label(perm).casefold() == word.casefold():
                 ask = ""  # the head's "rejected by you" says all the answer line would
+        else:  # no card shown here: what its card asked (if it had one), then what it did
+            body, ask = (asked_body_html(call, call.asked, True) if call.asked is not None else tool_body_html(call)), ""
         nested = "".join(self._subagent(sub, self.key(call)) for sub in call.subagents)
         pending = pending or self._nested_waiting(call.subagents)  # a subagent's card is pinned with its parent call
         cls = "esc-card esc-tool" + (" esc-pending" if pending else "")
-        html = f'<div class="{cls}">{tool_header_html(call, word, tone)}{body}{ask}{nested}</div>'
-        return html, {"c": "tool", "p": 1 if pending else 0, "t": call.title or "a tool call"}
+        asked = perm.request if perm is not None else call.asked
+        html = f'<div class="{cls}">{tool_header_html(call, word, tone, asked)}{body}{ask}{nested}</div>'
+        return html, {"c": "tool", "p": 1 if pending else 0, "t": (asked or call).title or "a tool call"}
 
     def _standalone_permission(self, perm: Permission) -> tuple[str, dict[str, Any]]:
         call = perm.tool_call
-        title = (call.title if call else None) or "a tool"
+        asked = perm.request or call
+        title = (asked.title if asked else None) or "a tool"
         pending = perm.state == "pending"
         if perm.plan is not None:
             ask = self._plan_ask(perm)
             head = ""
         else:
             ask = self._ask(perm)
-            head = (tool_header_html(call, *tool_status(call, perm)) + tool_body_html(call)) if call is not None else \
+            head = (tool_header_html(call, *tool_status(call, perm), asked)
+                    + asked_body_html(call, asked or call, not pending)) if call is not None else \
                 f'<div class="esc-tool-header"><b>{esc(title)}</b></div>'
         cls = "esc-card esc-permission" + (" esc-pending" if pending else "")
         return f'<div class="{cls}">{head}{ask}</div>', {"c": "card", "p": 1 if pending else 0, "t": title}

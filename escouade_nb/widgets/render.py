@@ -310,6 +310,20 @@ def code_html(code: str, language: str = "python") -> str:
     return _pygments(cut(code), get_lexer_by_name(language))
 
 
+def run_code_html(code: str) -> str:
+    """The code a "Run code in the kernel" card asks to run: ALL of it — never cut, what
+    is approved is what runs — highlighted (escaped, not highlighted, past
+    :data:`HIGHLIGHT_MAX` characters), in a box that scrolls past about 24 lines, under a
+    line giving its size (lines, characters)."""
+    from pygments.lexers import get_lexer_by_name
+
+    lines = code.count("\n") + (0 if code.endswith("\n") or not code else 1)
+    size = (f'<div class="esc-code-size esc-dim esc-small">the whole code: {lines:,} line{"s" if lines != 1 else ""}'
+            f', {len(code):,} character{"s" if len(code) != 1 else ""}</div>')
+    body = _pygments(code, get_lexer_by_name("python")) if len(code) <= HIGHLIGHT_MAX else pre(code, "esc-code")
+    return f'{size}<div class="esc-code-all">{body}</div>'
+
+
 INLINE_MEDIA_MAX = 4 * 1024 * 1024
 """Images and audio bigger than this (bytes) are named, not shown inline."""
 _IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})  # no SVG: it can script
@@ -363,23 +377,30 @@ def _terminal_command(call: ToolCall) -> str | None:
     return None
 
 
-def tool_body_html(call: ToolCall, *, show_input: bool = True) -> str:
+def tool_body_html(call: ToolCall, *, show_input: bool = True, content: list[dict[str, Any]] | None = None,
+                   outputs: bool = True) -> str:
     """The body of a tool card: input (unless a diff or a terminal shows it), outputs,
-    diffs, terminals. Code the kernel's ``run_code`` is given is shown highlighted, not as
-    JSON; a terminal as ``$ command args`` with its output."""
+    diffs, terminals. Code the kernel's ``run_code`` is given is shown whole and
+    highlighted (:func:`run_code_html`), not as JSON; a terminal as ``$ command args`` with
+    its output. ``content`` draws those items instead of ``call.content``; ``outputs``
+    False leaves out ``rawOutput``."""
     parts = []
+    items = call.content if content is None else content
     code = call.raw_input.get("code") if isinstance(call.raw_input, dict) else None
     terminal = any(c.get("type") == "terminal" for c in call.content)
-    if call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
-        parts.append(f'<div class="esc-tool-input">{code_html(code)}</div>')
-    elif show_input and not call.diffs and not terminal:  # a diff or a terminal already shows it
+    diffs = any(c.get("type") == "diff" for c in call.content)
+    if not show_input:
+        pass
+    elif call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
+        parts.append(f'<div class="esc-tool-input">{run_code_html(code)}</div>')
+    elif not diffs and not terminal:  # a diff or a terminal already shows it
         inp = tool_input_text(call.raw_input)
         if inp:
             if "\n" in inp or len(inp) > 120:
                 parts.append(f'<details class="esc-tool-input"><summary>input</summary>{pre(inp)}</details>')
             else:
                 parts.append(f'<div class="esc-tool-input">{pre(inp)}</div>')
-    for c in call.content:
+    for c in items:
         if c.get("type") == "diff":
             parts.append(diff_html(c, call.kernel_notebook))
         elif c.get("type") == "terminal":
@@ -389,23 +410,39 @@ def tool_body_html(call: ToolCall, *, show_input: bool = True) -> str:
             parts.append(block_html(c["content"]))
         else:
             parts.append(f'<div class="esc-tool-output">{pre(cut(content_text(c)))}</div>')
-    out = raw_output_text(call)
+    out = raw_output_text(call) if outputs else ""
     if out:
         parts.append(f'<div class="esc-tool-output">{pre(out)}</div>')
     return "".join(parts)
 
 
-def tool_header_html(call: ToolCall, status_word: str | None = None, tone: str | None = None) -> str:
+def asked_body_html(call: ToolCall, asked: ToolCall, answered: bool) -> str:
+    """The body of a tool card that carries a permission: what was asked — ``asked``, the
+    frozen request (its input or code, diffs, texts) — then the terminals it runs (ours:
+    their output is the client's), and, once ``answered``, what the live ``call``
+    reported since (outputs, diffs the request did not have, its ``rawOutput``). While
+    the card waits, nothing the agent sent after asking is drawn."""
+    body = tool_body_html(asked, content=[c for c in asked.content if c.get("type") != "terminal"], outputs=False)
+    later = [c for c in call.content if c.get("type") == "terminal" or (answered and c not in asked.content)]
+    if later or answered:
+        body += tool_body_html(call, show_input=False, content=later, outputs=answered)
+    return body
+
+
+def tool_header_html(call: ToolCall, status_word: str | None = None, tone: str | None = None,
+                     asked: ToolCall | None = None) -> str:
     """The head line of a tool card: ``● status`` (``status_word`` when the card knows
-    better than the agent's status: "rejected by you"), title, kind, and the client's
-    note when it ran without asking."""
+    better than the agent's status: "rejected by you"), title, kind — those of ``asked``,
+    the frozen request, when the card carries a permission — and the client's note when
+    it ran without asking."""
+    named = asked if asked is not None else call
     status = call.shown_status
     word = status_word or {"in_progress": "running"}.get(status, str(status))
     if status not in TOOL_STATUSES:  # an agent's own word is shown as it is, but styled as nothing known
         status = "other"
     return (f'<div class="esc-tool-header"><span class="esc-status esc-st-{esc(tone or status)}">● {esc(word)}</span> '
-            f'<b class="esc-title">{esc(call.title or "a tool call")}</b> '
-            f'<span class="esc-kind esc-dim" title="{esc(call.tool_call_id)}">{esc(call.kind or "other")}</span>'
+            f'<b class="esc-title">{esc(named.title or "a tool call")}</b> '
+            f'<span class="esc-kind esc-dim" title="{esc(call.tool_call_id)}">{esc(named.kind or "other")}</span>'
             + (f'<div class="esc-not-asked esc-dim">{esc(call.not_asked)}</div>' if call.not_asked else "") + '</div>')
 
 

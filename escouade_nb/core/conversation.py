@@ -114,6 +114,10 @@ class ToolCall(Item):
     card): set by the client, not the agent; None otherwise."""
     """``(server, tool)`` when the client knows this call as a tool of an MCP server it
     gave the agent (whatever name the agent uses): set by the client, not the agent."""
+    kernel_run: dict[str, Any] | None = None
+    """How a call of the kernel's ``run_code`` ended, when the kernel's server served it:
+    ``{"status": "ok"|"error"|"refused"|"cancelled"|"busy", "chars": int, "by": str|None}``
+    (see :mod:`escouade_nb.wire.kernel_calls`); set by the client, not the agent."""
     kernel_notebook: str | None = None
     """The ``path`` of this call's diff that is the notebook the kernel runs (its cards
     say so), else None: set by the client, not the agent."""

@@ -109,8 +109,11 @@ def run_code_of(call: ToolCall) -> str | None:
 
 
 def _ran(call: ToolCall, cards: list[Permission]) -> bool:
-    """Whether a ``run_code`` call ran: a card of it allowed (when it had cards), and
-    the call not cancelled."""
+    """Whether a ``run_code`` call ran: as the kernel's server said when it served it
+    (``call.kernel_run``), else a card of it allowed (when it had cards) and the call not
+    cancelled."""
+    if call.kernel_run is not None:
+        return call.kernel_run.get("status") in ("ok", "error")
     if call.shown_status == "cancelled":
         return False
     if cards:
@@ -257,7 +260,7 @@ def notebook_cells(items: list[Item], *, speaker: str = "agent", agent_name: str
 def _run_code_cells(out: _Cells, call: ToolCall, code: str, cards: list[Permission], agent_name: str | None) -> None:
     key = call.key
     if not _ran(call, cards):
-        out.markdown(key, f"**run_code** · *{call.shown_status}, not run* — the code the agent asked to run:\n\n"
+        out.markdown(key, f"**run_code** · *{_not_run(call, cards)}* — the code the agent asked to run:\n\n"
                           + fenced(_cut(code), "python"))
         return
     meta = {"escouade": {"run_code": True, "toolCallId": call.tool_call_id,
@@ -269,8 +272,32 @@ def _run_code_cells(out: _Cells, call: ToolCall, code: str, cards: list[Permissi
     if raw:
         shown.append(raw)
     body = "\n".join(shown) or "(no output shown)"
-    out.markdown(f"{key}-output", f"**output** of the code above, when the agent ran it (*{call.shown_status}*):\n\n"
+    run = call.kernel_run
+    how = call.shown_status if run is None else (
+        f"{'ran' if run.get('status') == 'ok' else 'raised an error'}, {run.get('chars', 0):,} characters; "
+        f"{no_raw_html(_answered(cards))}")
+    out.markdown(f"{key}-output", f"**output** of the code above, when the agent ran it (*{how}*):\n\n"
                                   + fenced(_cut(body)))
+
+
+_NOT_RUN = {"refused": "refused", "cancelled": "cancelled", "busy": "not run: the kernel was busy"}
+
+
+def _answered(cards: list[Permission]) -> str:
+    """Who answered a ``run_code``'s last card, as the card says it (``Allowed once by you``)."""
+    return answer_label(cards[-1]) if cards else "no card"
+
+
+def _not_run(call: ToolCall, cards: list[Permission]) -> str:
+    """Why a ``run_code`` did not run, in a few words: refused (by whom), cancelled, busy."""
+    run = call.kernel_run
+    if run is None:
+        return f"{call.shown_status}, not run"
+    status = str(run.get("status"))
+    why = _NOT_RUN.get(status, status)
+    if status in ("refused", "cancelled") and cards:
+        why = answer_label(cards[-1])
+    return no_raw_html(f"{why}, not run")
 
 
 def _title_cell(title: str, agent: Mapping[str, Any], when: datetime.datetime) -> str:

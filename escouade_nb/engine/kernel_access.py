@@ -36,6 +36,7 @@ from ..core.conversation import ToolCall
 from ..manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from ..manifest.models import ManifestError
 from ..permissions.request import mcp_tool_of
+from .kernel_record import KernelRecord
 from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ class KernelAccess:
         self._allowed: dict[str, list[ToolCall]] = {}  # run_code calls allowed, by code, until they ran
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
+        self.record = KernelRecord(self.agent)  # every call on record: transcript and journal
         if self.agent.kernel_tools:
             self._server_task = asyncio.get_running_loop().create_task(
                 KernelServer.shared(), name=f"escouade kernel server for {self.agent.name}")
@@ -267,6 +269,7 @@ class KernelAccess:
             "rawInput": {"code": code},  # the card shows it highlighted (the text repr: as input)
         }
         card = desk.new_card(tool_call, RUN_OPTIONS, mcp=(SERVER, "run_code"))
+        self.record.card(card, code)
         if self.allow_all_runs:
             card.choose("run-session", by="you (earlier, for this session)")
         try:
@@ -274,6 +277,8 @@ class KernelAccess:
         except asyncio.CancelledError:
             card.cancel("the agent gave up on the call")
             raise
+        finally:
+            self.record.answered(card)
         chosen = card.permission.chosen or {}
         if answer.get("outcome") == "selected" and chosen.get("kind", "").startswith("allow"):
             if chosen.get("kind") == "allow_always" and card.permission.answered_by == "you":
@@ -334,3 +339,7 @@ class KernelAccess:
         if call.tool_call_id.startswith("escouade-run-code-"):
             call.status = "failed" if result.get("error") else "completed"
             conversation.touch(call)
+
+    def tool_done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:
+        """The kernel's server ended a call (see ``ToolOwner``): on record."""
+        self.record.done(tool, arguments, status, text)

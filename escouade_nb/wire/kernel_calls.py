@@ -49,6 +49,9 @@ OUTPUT_MAX = 20_000
 """Characters of a result's text written (its whole length is ``chars``)."""
 DETAIL_MAX = 2_000
 """Characters of a failed read's error text written."""
+PASSED_BY = "escouade_nb"
+"""Who answers the agent's own ``run_code`` request, passed on to the kernel's server
+(``engine/cards.py``): a request answered so, with a ``card`` line of its id after it, is folded."""
 RAN = ("ok", "error")
 """The ``result`` statuses of a ``run_code`` whose code ran."""
 
@@ -78,6 +81,19 @@ def _request_id(rec: Any) -> str | None:
     return str(call.get("toolCallId", "")) if isinstance(call, dict) else None
 
 
+def _key(rpc_id: Any) -> str:
+    return repr(rpc_id)
+
+
+def _passed_on(rec: Any) -> bool:
+    """Whether a record is our answer to a permission request passed on to the kernel's
+    server (``_meta.escouade.by == "escouade_nb"``: the agent cannot write our answers)."""
+    msg = getattr(rec, "msg", None) or {}
+    result = msg.get("result") if getattr(rec, "kind", None) == "out" and "id" in msg else None
+    meta = ((result.get("_meta") or {}).get("escouade") or {}) if isinstance(result, dict) else {}
+    return isinstance(meta, dict) and meta.get("by") == PASSED_BY
+
+
 def _card_id(rec: Any) -> str | None:
     data = getattr(rec, "data", None) or {}
     if getattr(rec, "kind", None) == "event" and getattr(rec, "event", None) == EVENT and data.get("phase") == "card":
@@ -89,12 +105,14 @@ class KernelReplay:
     """The ``run_code`` cards of a transcript's records, rebuilt as they read live.
 
     Live, the agent's own permission request for ``run_code`` gets no card (it is
-    answered at once: the kernel's server asks with its own card). So a request whose
-    tool call id is that of a ``card`` line further on (before another request of that id)
-    is :meth:`folded`: its tool call is noted, no card; the ``card`` line makes the card."""
+    answered at once, by ``escouade_nb``: the kernel's server asks with its own card). So
+    such a request whose tool call id is that of a ``card`` line further on (before another
+    request of that id) is :meth:`folded`: its tool call is noted, no card; the ``card``
+    line makes the card."""
 
     def __init__(self, records: Sequence[Any]) -> None:
         self._folded: set[int] = set()
+        passed = {_key(r.msg["id"]) for r in records if _passed_on(r)}
         ahead: set[str] = set()  # ids of card lines not claimed by a request yet, reading backwards
         for i in range(len(records) - 1, -1, -1):
             card = _card_id(records[i])
@@ -102,7 +120,7 @@ class KernelReplay:
                 ahead.add(card)
                 continue
             asked = _request_id(records[i])
-            if asked is not None and asked in ahead:
+            if asked is not None and asked in ahead and _key(records[i].msg["id"]) in passed:
                 ahead.discard(asked)
                 self._folded.add(i)
         self.cards: dict[str, Permission] = {}  # tool call id -> the card rebuilt (the newest of that id)

@@ -139,7 +139,7 @@ def test_run_code_becomes_a_code_cell_that_runs_again(tmp_path: Path) -> None:
     assert code.metadata["escouade"] == {"run_code": True, "toolCallId": "rc1", "agent": "claude"}
     assert cells[4][1] == "**output** of the code above, when the agent ran it (*completed*):\n\n```\n42\n```"
     assert cells[5][1].startswith("**Claude asks permission** · mcp__escouade__run_code — **Rejected by you**")
-    assert cells[6][1] == ("**run_code** · *failed, not run* — the code the agent asked to run:\n\n"
+    assert cells[6][1] == ("**run_code** · *Rejected by you, not run* — the code the agent asked to run:\n\n"
                            "```python\nimport shutil; shutil.rmtree('/')\n```")
     assert cells[7][1] == "The total is 42."
     # the notebook runs again: the code cell's output is the agent's

@@ -119,6 +119,10 @@ class ToolCall(Item):
     """What the latest permission card of this call asked (its frozen
     :attr:`Permission.request`): the title, kind and input a view and the text show for the
     call, whatever the agent updated since. Set by the client, not the agent."""
+    kernel_run: dict[str, Any] | None = None
+    """How a call of the kernel's ``run_code`` ended, when the kernel's server served it:
+    ``{"status": "ok"|"error"|"refused"|"cancelled"|"busy", "chars": int, "by": str|None}``
+    (see :mod:`escouade_nb.wire.kernel_calls`); set by the client, not the agent."""
     kernel_notebook: str | None = None
     """The ``path`` of this call's diff that is the notebook the kernel runs (its cards
     say so), else None: set by the client, not the agent."""

@@ -98,10 +98,11 @@ def _quote(text: str) -> str:
 def run_code_of(call: ToolCall) -> str | None:
     """The code of a call of the kernel's ``run_code`` tool (``call.mcp`` set by the
     client, or the agent's own name for it: ``mcp__escouade__run_code``, …), else None."""
-    mcp = call.mcp or mcp_tool_of(call, {_KERNEL_SERVER: ("run_code",)})
+    asked = call.asked or call  # what its card asked, frozen, when it had one: the code that was approved
+    mcp = asked.mcp or call.mcp or mcp_tool_of(call, {_KERNEL_SERVER: ("run_code",)})
     if mcp != (_KERNEL_SERVER, "run_code"):
         return None
-    raw = call.raw_input if isinstance(call.raw_input, dict) else {}
+    raw = asked.raw_input if isinstance(asked.raw_input, dict) else {}
     for args in (raw, raw.get("arguments")):
         if isinstance(args, dict) and isinstance(args.get("code"), str):
             return args["code"]
@@ -109,8 +110,11 @@ def run_code_of(call: ToolCall) -> str | None:
 
 
 def _ran(call: ToolCall, cards: list[Permission]) -> bool:
-    """Whether a ``run_code`` call ran: a card of it allowed (when it had cards), and
-    the call not cancelled."""
+    """Whether a ``run_code`` call ran: as the kernel's server said when it served it
+    (``call.kernel_run``), else a card of it allowed (when it had cards) and the call not
+    cancelled."""
+    if call.kernel_run is not None:
+        return call.kernel_run.get("status") in ("ok", "error")
     if call.shown_status == "cancelled":
         return False
     if cards:
@@ -157,9 +161,10 @@ def _diff_md(item: Mapping[str, Any], kernel_notebook: str | None) -> list[str]:
 
 
 def _tool_md(call: ToolCall, *, input_shown: bool = True) -> str:
-    parts = [f"**tool** · {no_raw_html(call.title or call.tool_call_id)} · *{call.kind or 'other'}, "
+    named = call.asked or call  # its title, kind and input as its card asked them (frozen), if it had one
+    parts = [f"**tool** · {no_raw_html(named.title or call.tool_call_id)} · *{named.kind or 'other'}, "
              f"{call.shown_status}*"]
-    inp = "" if call.diffs or not input_shown else tool_input_text(call.raw_input)
+    inp = "" if call.diffs or not input_shown else tool_input_text(named.raw_input)
     if inp:
         parts.append(fenced(_cut(inp)))
     for c in call.content:
@@ -179,7 +184,7 @@ def _tool_md(call: ToolCall, *, input_shown: bool = True) -> str:
 
 
 def _permission_md(perm: Permission, speaker: str) -> str:
-    call = perm.tool_call
+    call = perm.request or perm.tool_call  # what was asked, frozen
     title = no_raw_html((call.title if call else None) or (call.tool_call_id if call else "a tool"))
     if perm.plan is not None:
         return f"**{speaker} presents a plan to approve**\n\n{no_raw_html(perm.plan)}\n\n**{answer_label(perm)}**"
@@ -257,7 +262,7 @@ def notebook_cells(items: list[Item], *, speaker: str = "agent", agent_name: str
 def _run_code_cells(out: _Cells, call: ToolCall, code: str, cards: list[Permission], agent_name: str | None) -> None:
     key = call.key
     if not _ran(call, cards):
-        out.markdown(key, f"**run_code** · *{call.shown_status}, not run* — the code the agent asked to run:\n\n"
+        out.markdown(key, f"**run_code** · *{_not_run(call, cards)}* — the code the agent asked to run:\n\n"
                           + fenced(_cut(code), "python"))
         return
     meta = {"escouade": {"run_code": True, "toolCallId": call.tool_call_id,
@@ -269,8 +274,35 @@ def _run_code_cells(out: _Cells, call: ToolCall, code: str, cards: list[Permissi
     if raw:
         shown.append(raw)
     body = "\n".join(shown) or "(no output shown)"
-    out.markdown(f"{key}-output", f"**output** of the code above, when the agent ran it (*{call.shown_status}*):\n\n"
+    run = call.kernel_run
+    how = call.shown_status if run is None else (
+        f"{'ran' if run.get('status') == 'ok' else 'raised an error'}, {run.get('chars', 0):,} characters; "
+        f"{no_raw_html(_answered(cards))}")
+    out.markdown(f"{key}-output", f"**output** of the code above, when the agent ran it (*{how}*):\n\n"
                                   + fenced(_cut(body)))
+
+
+_NOT_RUN = {"refused": "refused", "cancelled": "cancelled", "busy": "not run: the kernel was busy"}
+
+
+def _answered(cards: list[Permission]) -> str:
+    """Who answered a ``run_code``'s last card, as the card says it (``Allowed once by you``)."""
+    return answer_label(cards[-1]) if cards else "no card"
+
+
+def _not_run(call: ToolCall, cards: list[Permission]) -> str:
+    """Why a ``run_code`` did not run, in a few words: refused (by whom), cancelled, busy."""
+    run = call.kernel_run
+    if run is None:  # the server never received it: refused on the agent's own request, or never called
+        last = cards[-1] if cards else None
+        if last is not None and last.state != "pending" and not (last.chosen or {}).get("kind", "").startswith("allow"):
+            return no_raw_html(f"{answer_label(last)}, not run")
+        return f"{call.shown_status}, not run"
+    status = str(run.get("status"))
+    why = _NOT_RUN.get(status, status)
+    if status in ("refused", "cancelled") and cards:
+        why = answer_label(cards[-1])
+    return no_raw_html(f"{why}, not run")
 
 
 def _title_cell(title: str, agent: Mapping[str, Any], when: datetime.datetime) -> str:

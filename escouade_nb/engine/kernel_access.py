@@ -37,6 +37,7 @@ from ..core.conversation import ToolCall, frozen_request
 from ..manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from ..manifest.models import ManifestError
 from ..permissions.request import mcp_arguments_of, mcp_tool_of
+from .kernel_record import KernelRecord
 from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ class KernelAccess:
         self._approved: list[tuple[str, PermissionCard]] = []  # the agent's own run_code requests allowed, unused
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
+        self.record = KernelRecord(self.agent)  # every call on record: transcript and journal
         if self.agent.kernel_tools:
             self._server_task = asyncio.get_running_loop().create_task(
                 KernelServer.shared(), name=f"escouade kernel server for {self.agent.name}")
@@ -331,9 +333,13 @@ class KernelAccess:
         wire = {"toolCallId": tool_call.get("toolCallId")} if known is not None else tool_call
         call = known if known is not None else ToolCall("", tool_call_id=str(tool_call.get("toolCallId", "")))
         card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "run_code"), request=run_request(call, code))
+        self.record.card(card, code, request=True)
         if self.allow_all_runs:
             card.choose("run-session", by="you (earlier, for this session)")
-        answer = await desk.decide(card)
+        try:
+            answer = await desk.decide(card)
+        finally:
+            self.record.answered(card)
         if self._allowed_by(card, answer):
             self._approved.append((code, card))
             option = next((o for o in options if o.get("kind") == "allow_once"), None) or \
@@ -386,6 +392,7 @@ class KernelAccess:
             wire = {"toolCallId": call.tool_call_id, "title": RUN_TITLE, "kind": "execute", "status": "pending",
                     "rawInput": {"code": code}}
         card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "run_code"), request=run_request(call, code))
+        self.record.card(card, code)
         if self.allow_all_runs:
             card.choose("run-session", by="you (earlier, for this session)")
         try:
@@ -393,6 +400,8 @@ class KernelAccess:
         except asyncio.CancelledError:
             card.cancel("the agent gave up on the call")
             raise
+        finally:
+            self.record.answered(card)
         if self._allowed_by(card, answer):
             if card.tool_call is not None:
                 self._allowed.setdefault(code, []).append(card.tool_call)
@@ -456,3 +465,7 @@ class KernelAccess:
         if call.tool_call_id.startswith("escouade-run-code-"):
             call.status = "failed" if result.get("error") else "completed"
             conversation.touch(call)
+
+    def tool_done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:
+        """The kernel's server ended a call (see ``ToolOwner``): on record."""
+        self.record.done(tool, arguments, status, text)

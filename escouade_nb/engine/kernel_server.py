@@ -119,7 +119,11 @@ class ToolOwner(Protocol):
     ``allow_read(tool, arguments)`` has the same contract for the read tools (an owner
     without it allows every read); a ``notebook_cells`` that reads the notebook file has
     that file in ``arguments["path"]`` (so a private project's fence can be applied). ``ran_code(code, result)`` is told the result dict of
-    each run (``{"stdout", "stderr", "result", "error"}``)."""
+    each run (``{"stdout", "stderr", "result", "error"}``). ``tool_done(tool, arguments,
+    status, text)`` (optional) is told how every call ended, in the call's own task: ``status``
+    ``"ok"``, ``"error"`` (a run whose code raised, or a tool that failed), ``"refused"``,
+    ``"cancelled"`` or ``"busy"`` (not run: the kernel was busy); ``text`` is what the
+    model read (the result, or the error)."""
 
     name: str
 
@@ -166,7 +170,13 @@ def ipython_shell() -> Any:
 
 
 class _Failure(Exception):
-    """A tool's anticipated failure; its text goes to the model as a ToolError."""
+    """A tool's anticipated failure; its text goes to the model as a ToolError.
+    ``status`` is what the owner's ``tool_done`` is told: ``"error"``, ``"refused"``,
+    ``"cancelled"`` (the owner's consent was cancelled) or ``"busy"`` (not run)."""
+
+    def __init__(self, message: str, status: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Capture(io.TextIOBase):
@@ -515,7 +525,7 @@ class KernelServer:
         blocked = self.blocked_for()
         if blocked > self.busy_limit:
             raise _Failure(f"the kernel was busy running a cell for {blocked:.0f} s; the call was not run — "
-                           "call it again")
+                           "call it again", "busy")
 
     # -- the namespace --------------------------------------------------------------------
     def _user_ns(self) -> tuple[Mapping[str, Any], Container[str]]:
@@ -595,7 +605,8 @@ class KernelServer:
         for fn in (list_variables, inspect_variable, notebook_cells, run_code):
             mcp.add_tool(fn, structured_output=False)
 
-    async def _call(self, tool: str, arguments: dict, impl: Callable[[], Awaitable[str]]) -> str:
+    async def _call(self, tool: str, arguments: dict,
+                    impl: Callable[[], Awaitable[str | tuple[str, str]]]) -> str:
         """One tool call: who called (the request's grant), the owner's consent for reads,
         the tool, and every failure as a ToolError the model reads."""
         ToolError = self._tool_error
@@ -603,19 +614,36 @@ class KernelServer:
         if grant is None or self._grants.get(grant.token) is not grant:
             raise ToolError("this call carries no live grant of the kernel's MCP server")
         grant.calls += 1
+        status, text = "cancelled", ""
         try:
             if tool != "run_code":
                 allow = getattr(grant.owner, "allow_read", None)
                 if callable(allow):
                     await self._consent(allow(tool, arguments))
-            return await impl()
+            answer = await impl()
+            text, status = answer if isinstance(answer, tuple) else (answer, "ok")
+            return text
         except _Failure as exc:
-            raise ToolError(str(exc)) from None
+            status, text = exc.status, str(exc)
+            raise ToolError(text) from None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.debug("kernel MCP tool %s failed", tool, exc_info=True)
-            raise ToolError(f"{tool} failed: {type(exc).__name__}: {exc}") from None
+            status, text = "error", f"{tool} failed: {type(exc).__name__}: {exc}"
+            raise ToolError(text) from None
+        finally:
+            self._tell_done(grant.owner, tool, arguments, status, text)
+
+    @staticmethod
+    def _tell_done(owner: Any, tool: str, arguments: dict, status: str, text: str) -> None:
+        """The owner's ``tool_done`` (optional), told how a call ended; never raises."""
+        done = getattr(owner, "tool_done", None)
+        if callable(done):
+            try:
+                done(tool, arguments, status, text)
+            except Exception:
+                log.exception("kernel MCP server: %s.tool_done failed", getattr(owner, "name", owner))
 
     @staticmethod
     async def _consent(ask: Awaitable[None]) -> None:
@@ -624,12 +652,12 @@ class KernelServer:
         try:
             await ask
         except Refused as exc:
-            raise _Failure(f"refused: {exc.message}") from None
+            raise _Failure(f"refused: {exc.message}", "refused") from None
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # the MCP request itself was cancelled
-            raise _Failure("refused: the permission request was cancelled") from None
+            raise _Failure("refused: the permission request was cancelled", "cancelled") from None
 
     async def _list_variables(self, include_all: bool) -> str:
         ns, hidden = self._user_ns()
@@ -708,7 +736,8 @@ class KernelServer:
                 lines += ["--- outputs ---", c["outputs"].rstrip("\n")]
         return "\n".join(lines)
 
-    async def _run_code(self, code: str) -> str:
+    async def _run_code(self, code: str) -> tuple[str, str]:
+        """Ask, run, tell the owner: ``(text the model reads, "ok" | "error")``."""
         grant = _CALLER.get()
         owner = grant.owner  # type: ignore[union-attr]
         self._check_busy()
@@ -721,7 +750,7 @@ class KernelServer:
                 told(code, result)
             except Exception:
                 log.exception("kernel MCP server: %s.ran_code failed", getattr(owner, "name", owner))
-        return run_result_text(result)
+        return run_result_text(result), "error" if result.get("error") else "ok"
 
     async def _execute(self, code: str) -> dict[str, Any]:
         """Run ``code`` in the user namespace on the loop: ``{"stdout", "stderr",

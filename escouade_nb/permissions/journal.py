@@ -10,6 +10,12 @@ Read as plain text (:meth:`Entry.text`), a decision is one line::
     14:03:12  Decision  refused Bash rm -rf build (2 ms): no rm -rf here
     14:05:40  Decision  allowed Bash npm test (1 ms)
     14:07:02  Decision  did not decide Bash cargo build: no answer in time; the user is asked
+
+The kernel's tools have a journal of their own, ``kernel-tools``: one ``Answer`` a call,
+whoever answered it (rule plugin or not)::
+
+    14:08:30  Answer  allowed mcp__escouade__run_code total = df.revenue.sum() by you
+    14:09:02  Answer  refused mcp__escouade__run_code import shutil by Team rules via Escouade: not here
 """
 
 from __future__ import annotations
@@ -35,8 +41,8 @@ JOURNAL_ENV = "ESCOUADE_NB_JOURNAL_DIR"
 KEEP = 2000
 """Entries kept in memory per plugin (the file keeps everything)."""
 
-Kind = Literal["Decision", "Start", "Stop", "Crash", "Error", "Output"]
-Verdict = Literal["allowed", "refused", "did not decide"]
+Kind = Literal["Decision", "Answer", "Start", "Stop", "Crash", "Error", "Output"]
+Verdict = Literal["allowed", "refused", "did not decide", "cancelled"]
 
 
 def _on_a_loop() -> bool:
@@ -61,7 +67,13 @@ class Entry(BaseModel):
     ``target`` (what it aimed at), ``delay_ms`` (None without an answer), ``message``
     (the plugin's), ``reason`` (why it did not decide), ``applied`` (False when the
     answer came after the card was settled), ``then`` (what happened to the request
-    when this plugin did not settle it: the user is asked, another plugin decided…)."""
+    when this plugin did not settle it: the user is asked, another plugin decided…).
+    An ``Answer`` is how a call of the kernel's tools was answered, whoever answered it
+    (journal ``kernel-tools``, :mod:`escouade_nb.engine.kernel_record`): ``verdict``
+    (``allowed``, ``refused``, ``cancelled``), ``tool``, ``target``, ``by`` (who decided:
+    ``you``, a rule plugin's ``NAME via Escouade``, ``escouade_nb``…; None for a
+    cancellation), ``message`` (a refusal's, or why it was cancelled), ``request_id`` (the
+    card's tool call id)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
@@ -77,6 +89,7 @@ class Entry(BaseModel):
     reason: str | None = None
     applied: bool | None = None
     then: str | None = None
+    by: str | None = None
     request_id: str | None = None
     agent: str | None = None
     project: str | None = None
@@ -86,9 +99,12 @@ class Entry(BaseModel):
 
     def body(self) -> str:
         """The line without its time and kind."""
+        aim = " ".join(x for x in (self.tool, self.target) if x)
+        if self.kind == "Answer":
+            line = f"{self.verdict} {aim}" + (f" by {self.by}" if self.by else "")
+            return line + (f": {self.message}" if self.message else "")
         if self.kind != "Decision":
             return self.text_ or ""
-        aim = " ".join(x for x in (self.tool, self.target) if x)
         delay = f" ({max(1, math.ceil(self.delay_ms))} ms)" if self.delay_ms is not None else ""
         line = f"{self.verdict} {aim}{delay}"
         if self.verdict == "did not decide":

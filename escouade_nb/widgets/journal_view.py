@@ -14,7 +14,7 @@ from ..permissions.commands import journal_repr, journal_text
 from ..permissions.journal import Entry, Journal
 from .front import HIDE_ORPHAN, FrontView
 
-KINDS = ["Decision", "Start", "Crash", "Error", "Output", "Stop"]
+KINDS = ["Decision", "Answer", "Start", "Crash", "Error", "Output", "Stop"]
 ALL = "All"
 MAX_SHOWN = 500
 """The browser shows at most the newest this many entries (the count says how many match)."""

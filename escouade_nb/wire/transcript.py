@@ -38,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..core.conversation import STOPPED_BY_YOU, Conversation
+from . import kernel_calls
 
 MAX_BYTES = 20 * 1024 * 1024
 """A transcript file is rotated past this size (bytes)."""
@@ -499,11 +500,13 @@ def replay(records: Iterator[Record], conversation: Conversation,
            adapt: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Rebuild ``conversation`` from a transcript's records: the agent's updates (through
     ``adapt`` when given: the harness's adapters, as live; None drops one), the prompts
-    sent, the permission cards and how they were answered, exits. Returns what the
+    sent, the permission cards and how they were answered (the kernel's ``run_code`` cards
+    from escouade_nb's own lines: :mod:`.kernel_calls`), exits. Returns what the
     records say of the session: ``{"session_id", "agent_capabilities", ...}``."""
     info: dict[str, Any] = {}
     cards: dict[Any, Any] = {}  # JSON-RPC id of a permission request -> its Permission
     records = list(records)
+    kernel = kernel_calls.KernelReplay(records)  # the kernel's run_code cards, from our own lines
     # the sessions this agent had: an update for any other one was dropped live, so it is here too
     sessions = {(r.data or {}).get("session_id") for r in records if r.kind == "event" and r.event == "session"}
     sessions |= {r.msg["result"]["sessionId"] for r in records if r.kind == "in" and isinstance(r.msg, dict)
@@ -513,7 +516,7 @@ def replay(records: Iterator[Record], conversation: Conversation,
     # a chunk's time (Message.first_at / last_at) is its record's, on the monotonic clock's scale
     stamp, base, clock = [0.0], time.monotonic() - time.time(), conversation.clock
     conversation.clock = lambda: stamp[0]
-    for rec in records:
+    for index, rec in enumerate(records):
         msg = rec.msg or {}
         stamp[0] = rec.t + base
         if rec.kind == "header":
@@ -536,6 +539,9 @@ def replay(records: Iterator[Record], conversation: Conversation,
                     update = adapt(update) if adapt is not None and isinstance(update, dict) else update
                     if update is not None:
                         conversation.apply(update)
+            elif method == "session/request_permission" and "id" in msg and kernel.folded(index) \
+                    and params.get("sessionId") not in conversation.subagents:
+                kernel.note_call(conversation, params.get("toolCall") or {})  # live: no card, the server's is the one
             elif method == "session/request_permission" and "id" in msg:
                 child = conversation.subagents.get(params.get("sessionId"))  # a subagent's card is in its own
                 cards[msg["id"]] = (child.conversation if child is not None else conversation).add_permission(
@@ -575,8 +581,10 @@ def replay(records: Iterator[Record], conversation: Conversation,
                                         detail=data.get("stderr_tail", ""))
             elif rec.event == "session":
                 info["session_id"] = data.get("session_id")
+            elif rec.event == kernel_calls.EVENT:
+                kernel.apply(conversation, data)
     conversation.clock = clock
-    for perm in cards.values():  # a card never answered before the kernel went away
+    for perm in [*cards.values(), *kernel.unanswered()]:  # a card never answered before the kernel went away
         if perm.state == "pending":
             conversation.resolve_permission(perm, "cancelled", None, "the kernel restarted")
     conversation.cancel_unfinished()

@@ -1,0 +1,189 @@
+"""The durable record of each call of the kernel's MCP tools: :class:`KernelRecord`.
+
+Whatever decided — you, "run without asking again", a rule plugin, a cancellation,
+escouade_nb for a read — every call of the kernel's server is written down twice:
+
+* in the agent's transcript, lines of escouade_nb's own (:mod:`..wire.kernel_calls`): the
+  ``run_code`` card when it is made (the code whole), its answer, the call's result
+  (status, size, the text the model read); a read in one line. ``%escouade resume``
+  rebuilds the card from them as it read live;
+* in the journal, under :data:`JOURNAL_ID`: one ``Answer`` entry per decision, naming who
+  decided (``by``), whether or not a rule plugin is installed.
+
+The engine calls three methods, at three points of a call; none blocks (the transcript
+and the journal write in their own threads) and none raises into the caller:
+:meth:`KernelRecord.card` once the ``run_code`` card exists, before it is answered;
+:meth:`KernelRecord.answered` once it is settled (whatever settled it, a cancellation
+too); :meth:`KernelRecord.done` when the kernel's server ends any call (its
+``ToolOwner.tool_done``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..permissions.journal import Journal
+from ..permissions.request import target_of
+from ..wire import kernel_calls
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .cards import PermissionCard
+
+log = logging.getLogger(__name__)
+
+JOURNAL_ID = "kernel-tools"
+"""The journal's name for the kernel's tools' decisions (a file ``kernel-tools.jsonl``
+beside the rule plugins' own)."""
+SERVER = "escouade"
+READ_BY = "escouade_nb"
+"""Who allows the kernel's read tools (reading the kernel is what its server is for)."""
+
+
+def journal_of(agent: Agent) -> Journal | None:
+    """The journal of ``agent``'s squad: that of its first policy holding one (the
+    squad's rule-plugin broker, which every squad agent has); None outside a squad."""
+    for policy in agent.policies:
+        journal = getattr(policy, "journal", None)
+        if isinstance(journal, Journal):
+            return journal
+    return None
+
+
+@dataclass
+class _Open:
+    """A ``run_code`` card made and its call not ended yet."""
+
+    card: PermissionCard
+    code: str
+    asked_at: float
+
+
+class KernelRecord:
+    """The record of one agent's kernel-tool calls (see the module). A call's lines are
+    tied by the asyncio task that serves it (the MCP request's): :meth:`card`,
+    :meth:`answered` and :meth:`done` of one call run in that task."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._open: dict[asyncio.Task | None, _Open] = {}
+
+    # -- the three points -------------------------------------------------------------------
+    def card(self, card: PermissionCard, code: str, request: bool = False) -> None:
+        """The ``run_code`` card ``card`` was made for ``code`` (call it before it is answered:
+        the line marks the card's place in the conversation); ``request``: the card is the
+        agent's own permission request, folded (see :mod:`..wire.kernel_calls`)."""
+        try:
+            call = card.request or card.tool_call
+            self._open[_task()] = _Open(card, code, time.time())
+            self._write({"phase": "card", "request": request, "call": call.tool_call_id if call else None,
+                         "server": SERVER, "tool": "run_code", "title": call.title if call else None,
+                         "kind": call.kind if call else None,
+                         "options": [{k: o.get(k) for k in ("optionId", "name", "kind")} for o in card.options],
+                         "arguments": kernel_calls.code_fields(code)})
+        except Exception:
+            log.exception("the kernel-tool record of a card failed")
+
+    def answered(self, card: PermissionCard) -> None:
+        """``card`` was settled (or is being withdrawn): its answer, in the transcript and the
+        journal. A card still pending is left to :meth:`done`."""
+        try:
+            perm = card.permission
+            if perm.state == "pending":
+                return
+            opened = self._open.get(_task())
+            chosen = perm.chosen or {}
+            call_id = perm.tool_call.tool_call_id if perm.tool_call else None
+            self._write({"phase": "answer", "call": call_id, "tool": "run_code", "outcome": perm.state,
+                         "option_id": perm.option_id, "option_kind": chosen.get("kind"), "option_name": chosen.get("name"),
+                         "answered_by": perm.answered_by, "message": perm.message, "denied": perm.denied,
+                         "asked_at": round(opened.asked_at, 3) if opened else None})
+            code = opened.code if opened else str(((perm.tool_call.raw_input if perm.tool_call else None) or {})
+                                                  .get("code", ""))
+            if perm.state == "selected" and not perm.denied and str(chosen.get("kind", "")).startswith("allow"):
+                verdict, by, message = "allowed", perm.answered_by or "you", perm.message
+            elif perm.state == "selected" or perm.denied:
+                verdict, by, message = "refused", perm.answered_by or "you", perm.message
+            else:  # cancelled: answered_by says why
+                verdict, by, message = "cancelled", None, perm.answered_by or perm.message
+            self._journal(verdict, "run_code", {"code": code}, by, message, call_id)
+        except Exception:
+            log.exception("the kernel-tool record of an answer failed")
+
+    def done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:
+        """The kernel's server ended a call of ``tool``: ``status`` ``ok``, ``error``,
+        ``refused``, ``cancelled`` or ``busy``; ``text`` what the model read."""
+        try:
+            if tool == "run_code":
+                self._run_done(arguments, status, text)
+                return
+            allowed = status not in ("refused", "cancelled")
+            self._write({"phase": "read", "tool": tool, "arguments": _short(arguments), "status": status,
+                         "allowed_by": READ_BY if allowed else None, **kernel_calls.output_fields(text),
+                         **({"detail": text[:kernel_calls.DETAIL_MAX]} if status != "ok" else {})}, output=False)
+            self._journal("allowed" if allowed else "refused" if status == "refused" else "cancelled", tool,
+                          arguments, READ_BY if status != "cancelled" else None,
+                          None if allowed else text[:kernel_calls.DETAIL_MAX], None)
+        except Exception:
+            log.exception("the kernel-tool record of a call's end failed")
+
+    # -- inside -----------------------------------------------------------------------------
+    def _run_done(self, arguments: dict[str, Any], status: str, text: str) -> None:
+        code = str(arguments.get("code", ""))
+        opened = self._open.pop(_task(), None)
+        if opened is None:  # a card made in another task than the call's end: by its code then
+            key = next((k for k, o in self._open.items() if o.code == code), _NONE)
+            if key is not _NONE:
+                opened = self._open.pop(key)
+        if opened is None:  # no card was made (the kernel was busy first)
+            self._write({"phase": "result", "call": None, "tool": "run_code", "status": status,
+                         "arguments": kernel_calls.code_fields(code), **kernel_calls.output_fields(text)})
+            return
+        perm = opened.card.permission
+        if status == "refused" and perm.state == "cancelled" and not perm.denied:
+            status = "cancelled"
+        if perm.state == "pending":  # the call ended before an answer (the request was cancelled)
+            self.answered(opened.card)
+        call = perm.tool_call
+        self._write({"phase": "result", "call": call.tool_call_id if call else None, "tool": "run_code",
+                     "status": status, **kernel_calls.output_fields(text)})
+        if call is not None:
+            call.kernel_run = {"status": status, "chars": len(text), "by": perm.answered_by}
+
+    def _write(self, data: dict[str, Any], output: bool = True) -> None:
+        transcript = self.agent.transcript
+        if not output:
+            data.pop("output", None)
+            data.pop("output_cut", None)
+        if transcript is not None:
+            transcript.event(kernel_calls.EVENT, **data)
+
+    def _journal(self, verdict: str, tool: str, arguments: dict[str, Any], by: str | None, message: str | None,
+                 call_id: str | None) -> None:
+        journal = journal_of(self.agent)
+        if journal is None:
+            return
+        name = f"mcp__{SERVER}__{tool}"
+        project = self.agent.project
+        journal.add(JOURNAL_ID, "Answer", verdict=verdict, tool=name, target=target_of(name, arguments) or None,
+                    by=by, message=message, request_id=call_id, agent=self.agent.name,
+                    project=getattr(project, "name", None))
+
+
+_NONE = object()
+
+
+def _task() -> asyncio.Task | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+def _short(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A read's arguments as written: strings cut to 1,000 characters."""
+    return {k: (v[:1000] if isinstance(v, str) else v) for k, v in arguments.items()}

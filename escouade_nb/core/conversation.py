@@ -162,7 +162,9 @@ class Permission(Item):
     the user is called when it turns false with the card still pending. ``plan`` holds
     the plan's markdown when the request is a plan to approve (ExitPlanMode).
     ``denied``: the answer was a refusal (a rule plugin's, a policy's: ``PermissionCard.deny``),
-    sent as the agent's ``reject_once`` option or, when it offered none, as ``cancelled``."""
+    sent as the agent's ``reject_once`` option or, when it offered none, as ``cancelled``.
+    ``note``: why the policies left it to the user when that is worth saying (a request
+    too large for rule plugins to judge whole), shown on the card while it waits."""
 
     tool_call: ToolCall | None = None
     options: list[dict[str, Any]] = field(default_factory=list)
@@ -173,6 +175,7 @@ class Permission(Item):
     answered_by: str | None = None
     message: str | None = None
     denied: bool = False
+    note: str | None = None
 
     @property
     def chosen(self) -> dict[str, Any] | None:

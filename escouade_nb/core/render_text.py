@@ -277,7 +277,8 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         notebooks = "".join("\n" + _indent(cut(content_text(d, call.kernel_notebook)))
                             for d in (call.diffs if call else []) if is_notebook_path(d.get("path")))
         if item.state == "pending":
-            return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + notebooks
+            note = f" ({item.note})" if item.note and not item.deciding else ""
+            return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + note + notebooks
         return f"[permission] {title}: {answer_label(item)}" + notebooks
     if isinstance(item, Plan):
         lines = ["[plan]" + (" (removed)" if item.removed else "")]

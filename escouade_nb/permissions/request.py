@@ -521,5 +521,5 @@ def target_of(tool: str, input: Mapping[str, Any], limit: int = 120) -> str:
             if isinstance(value, str) and value:
                 text = value
                 break
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    head = " ".join(text[: limit * 16].split())  # a head: a long text is never split whole (its size is unbounded)
+    return head if len(head) <= limit and len(text) <= limit * 16 else head[: limit - 1] + "…"

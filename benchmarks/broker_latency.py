@@ -1,6 +1,6 @@
 """The broker's added latency: 1,000 permission decisions with 3 fast rule plugins.
 
-    python benchmarks/broker_latency.py [--decisions 1000] [--plugins 3]
+    python benchmarks/broker_latency.py [--decisions 1000] [--plugins 3] [--sizes 100,100000]
 
 Three real plugin processes (a few lines of Python that answer ``allow`` at once) are
 started by the host, as the squad does. Then, in the same run:
@@ -14,7 +14,10 @@ started by the host, as the squad does. Then, in the same run:
 * **broker: policy returned** — the same, plus the journal (3 JSON lines).
 
 The difference between the broker's figures and the plugin round trip is what the
-broker adds. Not a test: it prints a table.
+broker adds. ``--sizes`` repeats the broker's figures with the request's command that
+many characters long (rule plugins get every field whole: a 100 KB field is sent, and
+read by each plugin, whole), and prints each against the first as a ratio. Not a test:
+it prints a table.
 """
 
 from __future__ import annotations
@@ -52,9 +55,12 @@ OPTIONS = [{"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"
 
 
 class Card:
-    def __init__(self, n: int, project: Project) -> None:
+    def __init__(self, n: int, project: Project, size: int = 0) -> None:
+        command = f"npm test -- --shard {n}"
+        if size:
+            command = (command + " # " + "x" * size)[:size]
         self.tool_call = ToolCall(f"t{n}", tool_call_id=f"c{n}", title=f"Run npm test {n}", kind="execute",
-                                  raw_input={"command": f"npm test -- --shard {n}"})
+                                  raw_input={"command": command})
         self.permission = Permission(f"p{n}", tool_call=self.tool_call, options=list(OPTIONS))
         self.options = self.permission.options
 
@@ -84,7 +90,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def main(decisions: int, plugins: int) -> None:
+async def main(decisions: int, plugins: int, sizes: list[int]) -> None:
     with tempfile.TemporaryDirectory(prefix="escouade-bench-") as tmp:
         root = Path(tmp)
         for i in range(plugins):
@@ -112,16 +118,20 @@ async def main(decisions: int, plugins: int) -> None:
                 t0 = time.perf_counter()
                 await procs[0].call("permissions/decide", params)
                 direct.append((time.perf_counter() - t0) * 1000)
-            settled, total, per_plugin = [], [], []
-            for n in range(decisions):
-                card = Card(n, project)
-                t0 = time.perf_counter()
-                await rules.broker(card)
-                t1 = time.perf_counter()
-                assert card.permission.option_id == "allow-once", card.permission.state
-                settled.append((card.settled_at - t0) * 1000)
-                total.append((t1 - t0) * 1000)
-                per_plugin.extend(a.delay_ms for a in rules.broker.history[-1].answers.values())
+            by_size = {}
+            for size in [0, *sizes]:
+                settled, total, per_plugin = [], [], []
+                for n in range(decisions):
+                    card = Card(n, project, size)
+                    t0 = time.perf_counter()
+                    await rules.broker(card)
+                    t1 = time.perf_counter()
+                    assert card.permission.option_id == "allow-once", card.permission.state
+                    settled.append((card.settled_at - t0) * 1000)
+                    total.append((t1 - t0) * 1000)
+                    per_plugin.extend(a.delay_ms for a in rules.broker.history[-1].answers.values())
+                by_size[size] = (settled, total, per_plugin)
+            settled, total, per_plugin = by_size.pop(0)
         finally:
             await rules.aclose()
 
@@ -137,11 +147,23 @@ async def main(decisions: int, plugins: int) -> None:
         print(f"{label:44} {pct(values, .5):8.3f} {pct(values, .99):8.3f} {statistics.fmean(values):8.3f}")
     print(f"{'broker adds (settled − round trip), p50/p99':44} {pct(settled, .5) - pct(direct, .5):8.3f} "
           f"{pct(settled, .99) - pct(direct, .99):8.3f}")
+    if by_size:
+        base = sizes[0]
+        print(f"\nthe command {', '.join(f'{s:,}' for s in sizes)} characters long (sent whole to each plugin)")
+        print(f"{'':44} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'p50 ×':>7}")
+        for size, (s_settled, s_total, s_per) in by_size.items():
+            for label, values in ((f"{size:,} chars: per plugin", s_per), (f"{size:,} chars: card settled", s_settled),
+                                  (f"{size:,} chars: policy returned", s_total)):
+                ratio = pct(values, .5) / pct({"per": by_size[base][2], "car": by_size[base][0],
+                                               "pol": by_size[base][1]}[label.split(": ")[1][:3]], .5)
+                print(f"{label:44} {pct(values, .5):8.3f} {pct(values, .99):8.3f} {statistics.fmean(values):8.3f} "
+                      f"{ratio:7.2f}")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--decisions", type=int, default=1000)
     ap.add_argument("--plugins", type=int, default=3)
+    ap.add_argument("--sizes", default="", help="command lengths to compare, e.g. 100,100000 (first: the base)")
     args = ap.parse_args()
-    asyncio.run(main(args.decisions, args.plugins))
+    asyncio.run(main(args.decisions, args.plugins, [int(x) for x in args.sizes.split(",") if x]))

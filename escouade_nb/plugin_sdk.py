@@ -21,6 +21,16 @@ ask), and ``shutdown`` by exiting. An exception in your function answers a JSON-
 (Escouade counts it as ask). While your code runs, ``print`` goes to stderr: stdout is
 the wire.
 
+Every field of ``req.input`` comes whole (the whole code, command, file content) and
+``req.sizes`` says each one's length in characters, by path (``{"input.code": 2113}``).
+Only a request over :data:`~escouade_nb.permissions.protocol.MAX_REQUEST` bytes has its
+longest texts cut, named in ``req.truncated`` (``req.whole`` is False): Escouade then
+honours no allowance of it (a denial still counts) — do not allow on part of a text
+either::
+
+    if not req.whole:
+        return ask("too large to judge whole")
+
 :func:`split_commands` cuts a shell line into its commands (after ``&&``, ``||``, ``;``,
 ``|``, ``&``, newlines, inside ``$( … )``, ``<( … )`` and backticks; heredoc bodies are
 text, not commands) and each command into words with :mod:`shlex`; :func:`matches`
@@ -79,7 +89,9 @@ DecideRequest = DecideParams
 ``command`` (the Bash command as one string, "" for another tool), and what the ACP tool
 call says itself: ``acp_kind`` (``"delete"``, ``"edit"``, ``"execute"``…, None when the
 agent gave none), ``title``, ``locations`` and ``diff_paths`` (lists of paths), ``paths``
-(all the paths the call names, input included)."""
+(all the paths the call names, input included); ``sizes`` (characters of each input text,
+by path), ``truncated`` (the paths of the texts cut: the request was too large) and
+``whole`` (nothing cut)."""
 Answer = DecideResult
 """A plugin's answer: ``{"decision": "allow"|"deny"|"ask", "message"?: str}``."""
 RequestPart, ProjectPart, TicketPart, AgentPart = RequestInfo, ProjectInfo, TicketInfo, AgentInfo

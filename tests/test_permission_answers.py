@@ -206,14 +206,17 @@ C> {{"jsonrpc":"2.0","id":102,"result":{{"outcome":{{"outcome":"selected","optio
         # the seed's fields as they were, then what the ACP tool call says
         {"kind": "edit", "tool": "Edit", "input": {"file_path": f"{ws}/old.txt"},
          "acpKind": "delete", "title": "Delete old.txt", "locations": [f"{ws}/old.txt"], "diffPaths": [],
-         "notebooks": []},
+         "notebooks": [], "sizes": {"input.file_path": len(f"{ws}/old.txt")}, "truncated": []},
         {"kind": "edit", "tool": "Edit",
          "input": {"file_path": f"{ws}/src/app.py", "old_string": "a = 1\n", "new_string": "a = 2\n"},
          "acpKind": "edit", "title": "Edit src/app.py", "locations": [f"{ws}/src/app.py"],
-         "diffPaths": [f"{ws}/src/app.py"], "notebooks": []},
+         "diffPaths": [f"{ws}/src/app.py"], "notebooks": [],
+         "sizes": {"input.file_path": len(f"{ws}/src/app.py"), "input.old_string": 6, "input.new_string": 6},
+         "truncated": []},
         {"kind": "edit", "tool": "Write", "input": {"file_path": f"{ws}/notes/new.md", "content": "hello\n"},
          "acpKind": "edit", "title": "Write notes/new.md", "locations": [], "diffPaths": [f"{ws}/notes/new.md"],
-         "notebooks": []},
+         "notebooks": [], "sizes": {"input.file_path": len(f"{ws}/notes/new.md"), "input.content": 6},
+         "truncated": []},
     ]
     s.assert_ok()
 

@@ -1,9 +1,12 @@
 """The request rule plugins receive: tool names (per shipped harness manifest), kind
-families, input cut, reserved requests, the wire shape."""
+families, every field whole (and what is cut past the request's limit), reserved
+requests, the wire shape."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import json
 
 import pytest
 
@@ -11,14 +14,16 @@ from escouade_nb.core.conversation import ToolCall
 from escouade_nb.manifest import MANIFEST_FILENAME, SHIPPED_PLUGINS_DIR, load_manifest
 from escouade_nb.permissions.request import (
     FAMILIES,
-    MAX_TEXT,
+    MAX_REQUEST,
     AgentInfo,
     DecideParams,
     ProjectInfo,
     RequestInfo,
     family_of,
+    fit_params,
     normalise,
     target_of,
+    too_large,
 )
 from escouade_nb.manifest.project import Project
 
@@ -135,14 +140,11 @@ def test_plans_and_questions_are_reserved(c, reserved):
     assert normalise(c, {"request_user_input": "AskUserQuestion"}).reserved == reserved
 
 
-def test_input_cut_and_commands_as_text():
-    long = "x" * (MAX_TEXT + 500)
+def test_input_whole_and_commands_as_text():
+    long = "x" * 70_000
     n = normalise(call(kind="edit", raw_input={"file_path": "/a", "content": long, "nested": [{"t": long}]}))
-    assert n.input["file_path"] == "/a"
-    assert n.input["content"].startswith("x" * MAX_TEXT) and n.input["content"].endswith("(500 more characters)")
-    assert n.input["nested"][0]["t"].endswith("(500 more characters)")
-    # the command a rule judges is kept whole far longer than a text
-    cmd = "echo " + "y" * (MAX_TEXT * 3) + " && rm -rf /"
+    assert n.input == {"file_path": "/a", "content": long, "nested": [{"t": long}]}  # nothing cut here
+    cmd = "echo " + "y" * 70_000 + " && rm -rf /"
     assert normalise(call(kind="execute", raw_input={"command": cmd})).input["command"] == cmd
     # an argv list becomes the command string Claude Code's Bash takes
     argv = normalise(call(kind="execute", raw_input={"command": ["/bin/bash", "-lc", "npm test && ls"]}))
@@ -172,8 +174,55 @@ def test_wire_is_the_seed_shape(tmp_path: Path):
         "request": {"id": "req_perm", "kind": "command", "tool": "Bash",
                     "input": {"command": "rm -rf build", "description": None},
                     # the documented extra fields (what the ACP tool call says), after the seed's
-                    "acpKind": None, "title": None, "locations": [], "diffPaths": [], "notebooks": []},
+                    "acpKind": None, "title": None, "locations": [], "diffPaths": [], "notebooks": [],
+                    # and what tells a rule it judges every field whole (set as sent: fit_params)
+                    "sizes": {}, "truncated": []},
         "project": {"id": project.id, "name": tmp_path.name, "private": False},
         "agent": {"id": "5b7d", "name": "demo"},
     }
     assert "ticket" not in wire  # absent outside a ticket, never null
+
+
+def wire_of(input: dict, **request) -> dict:
+    return DecideParams(request=RequestInfo(id="r", kind="tool", tool="Write", input=input, **request),
+                        agent=AgentInfo(id="a", name="n")).wire()
+
+
+def test_a_request_under_the_limit_goes_whole_with_its_sizes():
+    text = "é" * 300_000 + "\nopen('x')"
+    fitted = fit_params(wire_of({"file_path": "/a", "content": text, "edits": [{"new_string": "b"}], "n": 3}))
+    request = fitted.params["request"]
+    assert request["input"]["content"] == text and request["truncated"] == [] and fitted.whole
+    assert request["sizes"] == {"input.file_path": 2, "input.content": len(text), "input.edits[0].new_string": 1}
+    assert json.loads(fitted.data) == fitted.params  # what is sent, encoded once
+    assert too_large(fitted) is None
+
+
+def test_a_request_over_the_limit_has_its_longest_texts_cut_and_marked():
+    limit = 10_000
+    fitted = fit_params(wire_of({"file_path": "/a", "content": "x" * 50_000, "old": "\x00" * 3000, "new": "y" * 900},
+                                title="Write /a"), limit)
+    assert len(fitted.data) <= limit
+    request = json.loads(fitted.data)["request"]
+    assert request["truncated"] == ["input.content", "input.old"] == fitted.truncated
+    # the short fields stay whole; the cut ones say so, and their whole sizes are told
+    assert request["input"]["file_path"] == "/a" and request["input"]["new"] == "y" * 900
+    assert request["title"] == "Write /a"
+    assert request["input"]["content"].endswith(" more characters)")
+    assert request["sizes"]["input.content"] == 50_000 and request["sizes"]["input.old"] == 3000
+    assert too_large(fitted) == ("too large for rule plugins to judge whole: input.content (50,000 characters), "
+                                 "input.old (3,000 characters)")
+
+
+def test_an_input_whose_shape_is_over_the_limit_is_left_out_whole():
+    fitted = fit_params(wire_of({f"k{i}": "v" for i in range(5000)}), 10_000)
+    request = json.loads(fitted.data)["request"]
+    assert len(fitted.data) <= 10_000
+    assert request["input"] == {} and request["truncated"] == ["input"] and request["sizes"] == {"input": 5000}
+
+
+def test_the_limit_fits_the_line_both_sides_read():
+    from escouade_nb.permissions.protocol import MAX_LINE
+
+    envelope = len(b'{"jsonrpc":"2.0","id":18446744073709551616,"method":"permissions/decide","params":}')
+    assert MAX_REQUEST + envelope <= MAX_LINE

@@ -98,6 +98,25 @@ def test_team_rules_judge_each_command(line, decision, message):
     assert answer.message == message
 
 
+def test_team_rules_never_allows_a_cut_command_and_the_sdk_shows_the_marks():
+    from escouade_nb.plugin_sdk import DecideRequest
+
+    mod = load_team_rules()
+
+    def request(command: str, truncated: list[str]) -> DecideRequest:
+        return DecideRequest.model_validate({"request": {
+            "id": "r", "kind": "command", "tool": "Bash", "input": {"command": command},
+            "sizes": {"input.command": 9_000_000}, "truncated": truncated}})
+
+    whole = request("npm test", [])
+    assert whole.whole and whole.truncated == [] and whole.sizes == {"input.command": 9_000_000}
+    assert mod.team_rules(whole).decision == "allow"
+    cut = request("npm test … (8999992 more characters)", ["input.command"])
+    assert not cut.whole and cut.truncated == ["input.command"]
+    assert mod.team_rules(cut).decision == "ask"  # the part it saw is allowed: not enough
+    assert mod.team_rules(request("rm -rf / … (8999992 more characters)", ["input.command"])).decision == "deny"
+
+
 def test_team_rules_reads_its_rules_at_start(tmp_path: Path):
     mod = load_team_rules()
     (tmp_path / "rules.json").write_text(json.dumps({"deny": [{"command": "make clean", "message": "no"}],

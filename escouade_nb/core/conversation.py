@@ -193,7 +193,10 @@ class Permission(Item):
     title, kind, ``rawInput``, content and locations as they stood then, as a detached
     :class:`ToolCall` no update reaches. Cards, rule plugins and the mode decide on, and
     views draw, ``request``: nothing the agent sends after asking changes what the user
-    is asked to approve."""
+    is asked to approve.
+
+    ``note``: why the policies left it to the user when that is worth saying (a request
+    too large for rule plugins to judge whole), shown on the card while it waits."""
 
     tool_call: ToolCall | None = None
     request: ToolCall | None = None
@@ -205,6 +208,7 @@ class Permission(Item):
     answered_by: str | None = None
     message: str | None = None
     denied: bool = False
+    note: str | None = None
 
     @property
     def chosen(self) -> dict[str, Any] | None:

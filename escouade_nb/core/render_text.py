@@ -284,7 +284,8 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         if call is not None and call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
             notebooks += "\n" + _indent(code)  # the code asked to run, whole
         if item.state == "pending":
-            return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + notebooks
+            note = f" ({item.note})" if item.note and not item.deciding else ""
+            return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + note + notebooks
         return f"[permission] {title}: {answer_label(item)}" + notebooks
     if isinstance(item, Plan):
         lines = ["[plan]" + (" (removed)" if item.removed else "")]

@@ -174,7 +174,7 @@ class Controls:
         """The Escouade mode as a permission policy (after the rule plugins): in
         ``bypassPermissions`` every request is allowed; in ``acceptEdits`` an edit whose
         paths are all inside the agent's folder."""
-        call = card.tool_call
+        call = card.request or card.tool_call  # what was asked, frozen
         if self.mode == "bypassPermissions":
             card.choose(card.first_of("allow_once", "allow_always"), by="the mode (bypass permissions)")
         elif self.mode == "acceptEdits" and call is not None and self.is_edit(call):

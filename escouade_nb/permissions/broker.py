@@ -18,11 +18,22 @@ carried in the ACP answer's ``_meta.escouade.message`` (ACP's permission outcome
 anything that satisfies :class:`~.interfaces.PermissionRequest`. If the user
 answered on the card first, that answer stands; the plugins' answers are journaled, marked
 not applied. Every plugin's answer (or silence) is one ``Decision`` line of its journal.
+
+Plugins judge every field whole (:func:`~.request.fit_params`): the request is sent with
+each text whole and ``request.sizes``, encoded once for all plugins. A request over
+:data:`~.protocol.MAX_REQUEST` bytes has its longest texts cut and named in
+``request.truncated``: then no allowance is honoured — a plugin must not decide on part
+of a text — a denial still wins, and otherwise the user decides, the card's ``note`` and
+the journal saying why ("too large for rule plugins to judge whole: input.code
+(5,000,000 characters)"). A journal line keeps the one-line target, and for each field
+longer than that its length and the SHA-256 of its whole text (``fields``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import time
 import uuid
 import weakref
@@ -41,7 +52,7 @@ from .host import PluginCrashed, PluginHost, PluginNotRunning, PluginProcess, Pl
 from .interfaces import PermissionAgent, PermissionRequest
 from .journal import Journal
 from .protocol import DECIDE, AgentInfo, DecideParams, DecideResult, ProjectInfo, RequestInfo
-from .request import Normalised, normalise, tool_call_fields
+from .request import Fitted, Normalised, fit_params, normalise, text_size, tool_call_fields, too_large
 from .states import PluginStates
 from .verdict import Answer, Tally, Verdict
 
@@ -55,6 +66,9 @@ FIRST_BUDGET = 3.0
 METHOD = DECIDE
 WATCH_PERIOD = 2.0
 """Seconds between two looks at the plugin folders and the settings file."""
+OFF_LOOP_FROM = 256 * 1024
+"""Characters of a request's texts from which it is encoded (and hashed) in a worker
+thread: the loop then waits only for one encoding at a time, never several in a row."""
 
 
 def card_by(plugin_name: str) -> str:
@@ -98,6 +112,16 @@ class Decision:
     settled_ms: float | None = None
     """Milliseconds from the request to the card's answer (None: not settled by plugins)."""
     total_ms: float = 0.0
+    truncated: list[str] = field(default_factory=list)
+    """The fields cut to fit the request (:func:`~.request.fit_params`); empty: all whole."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """Characters of each string of the input, whole."""
+    unjudged: str | None = None
+    """Why no allowance could be honoured (the request was cut), as the card says it."""
+    prepare_ms: float = 0.0
+    """Milliseconds spent encoding (and cutting, hashing) the request before it was sent."""
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """For each field longer than the target shows: ``{"chars": N, "sha256": hex}`` of its whole text."""
 
 
 class Broker:
@@ -174,7 +198,7 @@ class Broker:
     # -- the policy -----------------------------------------------------------------------
     async def __call__(self, card: PermissionRequest) -> None:
         agent = card.agent
-        call = card.permission.tool_call
+        call = card.permission.request or card.permission.tool_call  # what was asked, frozen
         if call is None:
             return
         ref = agent.harness
@@ -198,11 +222,21 @@ class Broker:
     async def decide(self, card: PermissionRequest, norm: Normalised, params: DecideParams,
                      plugins: list[PluginProcess], *, agent_name: str = "", project_name: str = "") -> Decision:
         """Ask ``plugins`` at once, settle ``card`` as soon as the verdict is known,
-        journal every answer. Returns the :class:`Decision`."""
+        journal every answer. Returns the :class:`Decision`. Every field goes whole, up
+        to :data:`~.protocol.MAX_REQUEST` bytes; past it (fields cut) no allowance is
+        honoured and the card's ``permission.note`` says why the user decides."""
+        p0 = time.monotonic()
         wire = params.wire()
+        if text_size(wire) > OFF_LOOP_FROM:
+            fitted, digests = await asyncio.to_thread(_prepare, wire)
+        else:
+            fitted, digests = _prepare(wire)
         t0 = time.monotonic()
+        unjudged = too_large(fitted)
         decision = Decision(request_id=params.request.id, tool=norm.tool, target=norm.target,
-                            plugins=[p.id for p in plugins], started=t0)
+                            plugins=[p.id for p in plugins], started=t0, truncated=list(fitted.truncated),
+                            sizes=dict(fitted.sizes), unjudged=unjudged, prepare_ms=(t0 - p0) * 1000,
+                            fields=digests)
         tally = Tally(decision.plugins)
         names = {p.id: p.spec.name for p in plugins}
 
@@ -217,8 +251,10 @@ class Broker:
                 decision.settled_ms = (time.monotonic() - t0) * 1000
 
         async def one(proc: PluginProcess) -> None:
-            answer = await self._ask(proc, wire, t0)
+            answer = await self._ask(proc, fitted.data, t0)
             decision.answers[proc.id] = answer
+            if unjudged is not None and answer.outcome == "allow":  # decided on part of a text: not honoured
+                answer = dataclasses.replace(answer, outcome="ask")
             verdict = tally.add(answer)
             if verdict is not None:
                 settle(verdict)
@@ -227,13 +263,15 @@ class Broker:
             for proc in plugins:
                 tg.start_soon(one, proc)
         settle(tally.final())
+        if unjudged is not None and card.permission.state == "pending":
+            card.permission.note = unjudged  # shown when the user is called
         decision.total_ms = (time.monotonic() - t0) * 1000
         self._journal(card, decision, names, agent_name, project_name)
         self.history.append(decision)
         self._listeners.emit(decision)
         return decision
 
-    async def _ask(self, proc: PluginProcess, wire: dict[str, Any], t0: float) -> Answer:
+    async def _ask(self, proc: PluginProcess, data: bytes, t0: float) -> Answer:
         if proc.state == "ready":
             budget = self.budget
         elif not proc.ever_ready and not proc.grace_used and proc.state in ("stopped", "starting"):
@@ -247,7 +285,7 @@ class Broker:
             with anyio.fail_after(max(0.0, t0 + budget - time.monotonic())):
                 await proc.wait_ready()
                 sent = time.monotonic()
-                result = await proc.call(METHOD, wire)
+                result = await proc.call(METHOD, encoded=data)
         except TimeoutError:
             return Answer(proc.id, "late")
         except PluginCrashed:
@@ -293,7 +331,8 @@ class Broker:
         for pid in d.plugins:
             a = d.answers.get(pid) or Answer(pid, "late")
             fields: dict[str, Any] = dict(tool=d.tool, target=d.target, delay_ms=a.delay_ms, request_id=d.request_id,
-                                          agent=agent or None, project=project or None)
+                                          agent=agent or None, project=project or None,
+                                          fields=d.fields or None, truncated=d.truncated or None)
             if a.decided:
                 applied = settled_by is a
                 then = None
@@ -302,6 +341,8 @@ class Broker:
                         then = first
                     elif d.verdict and d.verdict.by is not None and d.verdict.by is not a:
                         then = f"{names[d.verdict.by.plugin]} {'refused' if d.verdict.decision == 'deny' else 'allowed'} it"
+                    elif d.unjudged and a.outcome == "allow":
+                        then = f"{d.unjudged}; the user is asked"
                     else:
                         then = "the agent offers no such option; the user is asked"
                 self.journal.add(pid, "Decision", verdict="allowed" if a.outcome == "allow" else "refused",
@@ -314,6 +355,15 @@ class Broker:
                 else:
                     then = "the user is asked"
                 self.journal.add(pid, "Decision", verdict="did not decide", reason=a.reason, then=then, **fields)
+
+
+def _prepare(wire: dict[str, Any]) -> tuple[Fitted, dict[str, dict[str, Any]]]:
+    """The request as sent (:func:`~.request.fit_params`) and, for the journal, the length
+    and SHA-256 (of the UTF-8 text) of each field longer than a journal line shows."""
+    fitted = fit_params(wire)
+    digests = {path: {"chars": len(text), "sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()}
+               for path, text in fitted.long.items()}
+    return fitted, digests
 
 
 def _ms(since: float | None) -> float | None:

@@ -464,12 +464,13 @@ class PluginProcess:
             kill_group_now(self._proc.pid, grace=0.5)
 
     # -- messages -----------------------------------------------------------------------
-    async def call(self, method: str, params: Any = None) -> Any:
-        """The result of ``method`` (see the class's doc for the errors)."""
+    async def call(self, method: str, params: Any = None, *, encoded: bytes | None = None) -> Any:
+        """The result of ``method`` (see the class's doc for the errors); ``encoded``:
+        the params already encoded (:meth:`.jsonrpc.LineClient.request`)."""
         client = self._client
         if self.state != "ready" or client is None:
             raise PluginNotRunning(self.describe())
-        return await client.request(method, params)
+        return await client.request(method, params, encoded=encoded)
 
     def _not_ready(self, _reason: str) -> None:
         """The plugin's output ended (or its process did): no request may go to it."""

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -67,7 +67,12 @@ class Entry(BaseModel):
     ``target`` (what it aimed at), ``delay_ms`` (None without an answer), ``message``
     (the plugin's), ``reason`` (why it did not decide), ``applied`` (False when the
     answer came after the card was settled), ``then`` (what happened to the request
-    when this plugin did not settle it: the user is asked, another plugin decided…).
+    when this plugin did not settle it: the user is asked, another plugin decided…),
+    ``fields`` (for each field of the request longer than ``target`` shows, by path:
+    ``{"chars": N, "sha256": hex}`` of its whole UTF-8 text — the file names what was
+    judged without keeping megabytes of it) and ``truncated`` (the fields cut to fit the
+    request: no allowance of it was honoured).
+
     An ``Answer`` is how a call of the kernel's tools was answered, whoever answered it
     (journal ``kernel-tools``, :mod:`escouade_nb.engine.kernel_record`): ``verdict``
     (``allowed``, ``refused``, ``cancelled``), ``tool``, ``target``, ``by`` (who decided:
@@ -93,6 +98,8 @@ class Entry(BaseModel):
     request_id: str | None = None
     agent: str | None = None
     project: str | None = None
+    fields: dict[str, dict[str, Any]] | None = None
+    truncated: list[str] | None = None
 
     def clock(self) -> str:
         return self.time.astimezone().strftime("%H:%M:%S")

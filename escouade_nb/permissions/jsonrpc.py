@@ -95,27 +95,32 @@ class LineClient:
         return len(self._pending)
 
     # -- sending --------------------------------------------------------------------------
-    async def request(self, method: str, params: Any = None) -> Any:
+    async def request(self, method: str, params: Any = None, *, encoded: bytes | None = None) -> Any:
         """Send ``method`` (``params`` left out when None) and return its ``result``.
-        Raises :class:`RemoteError` or :class:`PeerClosed`."""
+        ``encoded``: the params already as compact UTF-8 JSON (sent as is, in place of
+        ``params``: a large request encoded once for several peers). Raises
+        :class:`RemoteError` or :class:`PeerClosed`."""
         if self._closed is not None:
             raise PeerClosed(self._closed)
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params is not None:
+        if params is not None and encoded is None:
             msg["params"] = params
+        data = _encode(msg)
+        if encoded is not None:
+            data = data[:-2] + b',"params":' + encoded + b"}\n"
         try:
-            await self._write(msg)
+            await self._write(data)
             return await fut
         finally:
             self._pending.pop(rid, None)
             if not fut.done():
                 fut.cancel()
 
-    async def _write(self, msg: dict[str, Any]) -> None:
-        data = _encode(msg)
+    async def _write(self, msg: dict[str, Any] | bytes) -> None:
+        data = msg if isinstance(msg, bytes) else _encode(msg)
         async with self._lock:
             try:
                 await self._send.send(data)

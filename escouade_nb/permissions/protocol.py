@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 __all__ = [
-    "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "PATH_KEYS", "Family", "Decision",
+    "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "MAX_REQUEST", "PATH_KEYS", "Family", "Decision",
     "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "INTERNAL_ERROR",
     "PluginInfo", "NotebookEdit", "InitializeParams", "InitializeResult", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo",
     "DecideParams", "DecideResult", "ErrorObject", "Message", "command_of", "response", "error_response",
@@ -39,9 +39,15 @@ PROTOCOL_VERSION = 1
 INITIALIZE = "initialize"
 DECIDE = "permissions/decide"
 SHUTDOWN = "shutdown"
-MAX_LINE = 1024 * 1024
+MAX_LINE = 8 * 1024 * 1024
 """The longest message line either side reads (bytes, newline excluded); a longer one is
-skipped. Requests stay far below it: :mod:`.request` cuts long texts."""
+skipped. A ``permissions/decide`` request stays below it: its params are at most
+:data:`MAX_REQUEST` bytes."""
+MAX_REQUEST = 4 * 1024 * 1024
+"""The most a ``permissions/decide``'s params take on the wire (bytes of their UTF-8 JSON).
+Every field of a request goes whole up to it; a request that would be larger has its
+longest texts cut until it fits, each cut one named in ``request.truncated`` (see
+:class:`RequestInfo`), and no plugin's allowance of it is honoured."""
 
 # JSON-RPC 2.0's own error codes (its section 5.1). The host uses ``acp.RequestError``'s
 # factories, which carry the same codes; the plugin SDK, which must not load the ACP SDK,
@@ -125,14 +131,24 @@ class NotebookEdit(_Wire):
 
 class RequestInfo(_Wire):
     """``request``: the seed's ``id``, ``kind`` (a :data:`Family`), ``tool`` (named as
-    Claude Code names it) and ``input`` (what the tool was given, long texts cut); then
+    Claude Code names it) and ``input`` (what the tool was given, every text whole); then
     what the ACP tool call itself says, so that a rule can tell calls apart when the
     agent sends no ``rawInput``: ``acpKind`` (ACP's ``ToolKind``: ``read``, ``edit``,
     ``delete``, ``move``, ``search``, ``execute``, ``think``, ``fetch``, ``switch_mode``,
     ``other``; null when the agent gave none), ``title`` (null when none), ``locations``
     (the paths of its ``locations``) and ``diffPaths`` (the paths of its ``diff``
-    contents), each a list of strings in the agent's order (empty when none); and
-    ``notebooks``, one :class:`NotebookEdit` per notebook the call writes."""
+    contents), each a list of strings in the agent's order (empty when none);
+    ``notebooks``, one :class:`NotebookEdit` per notebook the call writes.
+
+    Then what a rule needs to know it judges the whole request (documented additions to
+    the seed): ``sizes``, the length in characters of every string of ``input`` — and of
+    any other field that was cut — by its path (``"input.code"``, ``"input.edits[0].new_string"``,
+    ``"title"``; ``"input"`` itself, the characters of all its strings, when it had to be
+    left out whole); ``truncated``, the paths of the fields that were cut because the
+    request was over :data:`MAX_REQUEST` bytes (empty: every field is whole). A cut text
+    ends with ``"… (N more characters)"``. The host never honours an allowance of a
+    request with a cut field (the user decides; a denial still wins): a rule should not
+    allow one either (:attr:`DecideParams.whole`)."""
 
     id: str = ""
     kind: str = "tool"
@@ -143,6 +159,8 @@ class RequestInfo(_Wire):
     locations: list[str] = Field(default_factory=list)
     diff_paths: list[str] = Field(default_factory=list, alias="diffPaths")
     notebooks: list[NotebookEdit] = Field(default_factory=list)
+    sizes: dict[str, int] = Field(default_factory=dict)
+    truncated: list[str] = Field(default_factory=list)
 
 
 class ProjectInfo(_Wire):
@@ -179,9 +197,10 @@ class DecideParams(_Wire):
 
     Shortcuts for a rule: ``tool``, ``kind``, ``input``, ``command`` (the Bash command
     as one string; "" for another tool), ``acp_kind``, ``title``, ``locations``,
-    ``diff_paths`` (the ACP tool call's own fields, see :class:`RequestInfo`) and
+    ``diff_paths`` (the ACP tool call's own fields, see :class:`RequestInfo`),
     ``paths`` (every path the call names: locations, diffs, then the input's
-    ``file_path``/``path``/``notebook_path``; no repeats)."""
+    ``file_path``/``path``/``notebook_path``; no repeats), ``sizes`` and ``truncated``
+    (the fields' lengths, the fields cut) and ``whole`` (True when nothing was cut)."""
 
     request: RequestInfo
     project: ProjectInfo = Field(default_factory=ProjectInfo)
@@ -224,6 +243,22 @@ class DecideParams(_Wire):
     def notebooks(self) -> list[NotebookEdit]:
         """The notebooks the call writes, with the ids of the cells it changes."""
         return self.request.notebooks
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Characters of every string of the input (and of any field cut), by path."""
+        return self.request.sizes
+
+    @property
+    def truncated(self) -> list[str]:
+        """The paths of the fields cut (the request was over :data:`MAX_REQUEST` bytes)."""
+        return self.request.truncated
+
+    @property
+    def whole(self) -> bool:
+        """True when every field came whole: nothing was cut. The host does not honour an
+        allowance of a request that is not whole; a rule should not give one."""
+        return not self.request.truncated
 
     @property
     def paths(self) -> list[str]:

@@ -23,8 +23,10 @@ fetch, mcp or tool. What the ACP tool call says itself — its ``kind``, ``title
 paths of its ``locations`` and of its diffs — is added as ``acpKind``, ``title``,
 ``locations``, ``diffPaths`` (:func:`tool_call_fields`). ``request.input`` is the tool call's ``rawInput`` (a command given
 as an argv list, or as ``cmd``, becomes the ``command`` string Claude Code's Bash takes),
-with long texts cut: :data:`MAX_TEXT` characters, or :data:`MAX_KEY_TEXT` for the
-fields rules judge (command, paths, url, pattern).
+every text whole. :func:`fit_params` bounds what is sent: every field whole up to
+:data:`MAX_REQUEST` bytes of params, ``request.sizes`` saying the length of each; past it
+the longest texts are cut (``request.truncated`` names them) and the broker honours no
+plugin's allowance of it.
 
 A plan to approve (``ExitPlanMode``/``exit_plan_mode``, or ACP kind ``switch_mode``)
 and a question of the agent (``AskUserQuestion``…) are :attr:`Normalised.reserved`:
@@ -40,24 +42,19 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.notebook_diff import notebook_diff
 from ..core.tool_names import agent_tool_name, title_head
-from .protocol import AgentInfo, DecideParams, Family, ProjectInfo, RequestInfo, TicketInfo
+from .protocol import MAX_REQUEST, AgentInfo, DecideParams, Family, ProjectInfo, RequestInfo, TicketInfo
 
 __all__ = [
-    "CLAUDE_TOOLS", "FAMILIES", "KIND_TOOLS", "PLAN_TOOLS", "QUESTION_TOOLS", "MAX_TEXT", "MAX_KEY_TEXT",
+    "CLAUDE_TOOLS", "FAMILIES", "KIND_TOOLS", "PLAN_TOOLS", "QUESTION_TOOLS", "MAX_REQUEST",
     "Family", "Normalised", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo", "DecideParams",
-    "agent_tool_name", "normalise", "family_of", "cut_input", "target_of", "tool_call_fields", "mcp_tool_of", "mcp_arguments_of",
+    "agent_tool_name", "normalise", "family_of", "target_of", "tool_call_fields", "mcp_tool_of", "mcp_arguments_of",
+    "Fitted", "fit_params", "text_size", "too_large",
 ]
-
-MAX_TEXT = 2000
-"""A string of the input longer than this is cut (characters)."""
-MAX_KEY_TEXT = 65536
-"""The limit for the fields a rule judges (:data:`KEY_FIELDS`): cut far later."""
-KEY_FIELDS = frozenset({"command", "cmd", "file_path", "path", "notebook_path", "url", "pattern", "query"})
 
 FAMILIES: dict[str, Family] = {
     "Bash": "command",
@@ -269,8 +266,8 @@ def tool_call_fields(call: Any) -> dict[str, Any]:
     """What the ACP tool call itself says, as :class:`RequestInfo`'s extra fields:
     ``acp_kind`` (its ``kind``, None when the agent gave none), ``title`` (None when
     none), ``locations`` (the paths of its ``locations``) and ``diff_paths`` (the paths
-    of its ``diff`` contents) — lists of strings, in the agent's order, no repeats; long
-    texts cut as the input's are — and ``notebooks`` (each ``.ipynb`` it writes: path, the
+    of its ``diff`` contents) — lists of strings, in the agent's order, no repeats; every
+    text whole (:func:`fit_params` bounds the request) — and ``notebooks`` (each ``.ipynb`` it writes: path, the
     ids of the cells it changes, whether it is the kernel's own notebook)."""
     kind = getattr(call, "kind", None)
     title = getattr(call, "title", None)
@@ -281,30 +278,171 @@ def tool_call_fields(call: Any) -> dict[str, Any]:
         path = d.get("path")
         if isinstance(path, str) and path.lower().endswith(".ipynb") and isinstance(d.get("newText"), str):
             changed = notebook_diff(d.get("oldText"), d["newText"], path).changed_cell_ids
-            notebooks.append({"path": _cut(path, MAX_KEY_TEXT), "changed_cell_ids": list(changed),
+            notebooks.append({"path": path, "changed_cell_ids": list(changed),
                               "kernel_notebook": bool(getattr(call, "kernel_notebook", None))})
     return {
         "notebooks": notebooks,
         "acp_kind": kind if isinstance(kind, str) and kind else None,
-        "title": _cut(title, MAX_TEXT) if isinstance(title, str) else None,
-        "locations": list(dict.fromkeys(_cut(p, MAX_KEY_TEXT) for p in locations if isinstance(p, str) and p)),
-        "diff_paths": list(dict.fromkeys(_cut(p, MAX_KEY_TEXT) for p in diffs if isinstance(p, str) and p)),
+        "title": title if isinstance(title, str) else None,
+        "locations": list(dict.fromkeys(p for p in locations if isinstance(p, str) and p)),
+        "diff_paths": list(dict.fromkeys(p for p in diffs if isinstance(p, str) and p)),
     }
 
 
-def _cut(value: Any, limit: int) -> Any:
+_DIGEST_FROM = 120
+"""Fields longer than this (characters, the journal's one-line target) are kept in
+:attr:`Fitted.long` for the journal's digest."""
+_SKIP = frozenset({"id", "kind", "sizes", "truncated"})
+"""Fields of ``request`` :func:`fit_params` never cuts (the host's own, bounded)."""
+
+
+@dataclass
+class Fitted:
+    """What :func:`fit_params` made of a request: ``params`` (the wire dict to send) and
+    ``data`` (its compact UTF-8 JSON, at most :data:`MAX_REQUEST` bytes: what the host
+    writes to every plugin, encoded once), ``sizes`` and ``truncated`` (as set in
+    ``params["request"]``), ``total`` (characters of the input's strings, whole) and
+    ``long`` (path -> the whole text, for each field longer than a journal line shows)."""
+
+    params: dict[str, Any]
+    data: bytes
+    sizes: dict[str, int] = field(default_factory=dict)
+    truncated: list[str] = field(default_factory=list)
+    total: int = 0
+    long: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def whole(self) -> bool:
+        return not self.truncated
+
+
+def _json(value: Any) -> bytes:
+    """``value`` as the wire writes it: compact JSON, UTF-8 (a lone surrogate of the
+    agent's JSON is written as ``\\udXXX``: ``ensure_ascii``'s escapes, for those only)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def _encoded(value: Any) -> int:
+    """Bytes of ``value`` as the wire writes it (:func:`_json`)."""
+    return len(_json(value))
+
+
+def _leaves(value: Any, path: str, out: list[tuple[str, str]]) -> None:
     if isinstance(value, str):
-        return value if len(value) <= limit else value[:limit] + f"… ({len(value) - limit} more characters)"
+        out.append((path, value))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _leaves(v, f"{path}.{k}" if path else str(k), out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _leaves(v, f"{path}[{i}]", out)
+
+
+def _replace(value: Any, path: str, new: Mapping[str, str]) -> Any:
+    """``value`` with the strings at the paths of ``new`` replaced (a copy where changed)."""
+    if isinstance(value, str):
+        return new.get(path, value)
     if isinstance(value, dict):
-        return {k: _cut(v, MAX_KEY_TEXT if k in KEY_FIELDS else MAX_TEXT) for k, v in value.items()}
+        return {k: _replace(v, f"{path}.{k}" if path else str(k), new) for k, v in value.items()}
     if isinstance(value, list):
-        return [_cut(v, limit) for v in value]
+        return [_replace(v, f"{path}[{i}]", new) for i, v in enumerate(value)]
     return value
 
 
-def cut_input(value: dict[str, Any]) -> dict[str, Any]:
-    """The input with long texts cut (the fields rules judge are kept much longer)."""
-    return _cut(value, MAX_TEXT)
+def _cut_to(text: str, budget: int) -> str:
+    """``text`` cut so that, marked, it takes at most ``budget`` bytes as a JSON string."""
+    k = min(len(text), budget)
+    while k > 0:
+        cut = text[:k] + f"… ({len(text) - k} more characters)"
+        size = _encoded(cut)
+        if size <= budget:
+            return cut
+        k = min(k - 1, k * budget // size - 1)
+    return f"… ({len(text)} more characters)"
+
+
+def _cap(sizes: list[int], budget: int) -> int:
+    """The largest cap ``c`` with ``sum(min(s, c)) <= budget`` (water-filling)."""
+    remaining, ordered = budget, sorted(sizes)
+    for i, s in enumerate(ordered):
+        if s * (len(ordered) - i) <= remaining:
+            remaining -= s
+            continue
+        return remaining // (len(ordered) - i)
+    return max(ordered, default=0)
+
+
+def fit_params(wire: dict[str, Any], limit: int = MAX_REQUEST) -> Fitted:
+    """The ``permissions/decide`` params ``wire`` (:meth:`DecideParams.wire`) as sent to a
+    plugin: every field whole when the params take at most ``limit`` bytes of JSON; else
+    the longest texts of ``request`` (its input, title, paths…) are cut to one same size,
+    the largest that fits (:func:`_cap`: the shorter texts stay whole), and named in
+    ``request.truncated``. ``request.sizes`` gives every input string's length in
+    characters (and every cut field's); an input whose very shape is over the limit (a
+    huge number of fields) is left out whole: ``input`` is ``{}``, ``truncated``
+    ``["input"]``. Pure; its cost is linear in the request's size — one JSON encoding
+    when it fits (about 7 ms a MiB), a few when it is cut: run a large one off the loop
+    (:func:`text_size`)."""
+    request = dict(wire.get("request") or {})
+    leaves: list[tuple[str, str]] = []
+    for key, value in request.items():
+        if key not in _SKIP:
+            _leaves(value, key, leaves)
+    sizes = {p: len(t) for p, t in leaves if p == "input" or p.startswith(("input.", "input["))}
+    total = sum(sizes.values())
+    long = {p: t for p, t in leaves if len(t) > _DIGEST_FROM}
+    request["sizes"], request["truncated"] = sizes, []
+    params = {**wire, "request": request}
+    if sum(len(t) for _, t in leaves) <= limit:
+        data = _json(params)
+        if len(data) <= limit:
+            return Fitted(params, data, sizes, [], total, long)  # the usual case: one encoding
+    # too large: the texts are measured apart from the shape (everything else)
+    by_path = dict(leaves)
+    weights = {p: (_encoded(t) if len(t) <= limit else limit + 1) for p, t in leaves}
+    shape = _encoded({**wire, "request": _replace(request, "", {p: "" for p in by_path})}) - 2 * len(by_path)
+    reserve = 0
+    for _ in range(6):
+        cap = _cap(list(weights.values()), limit - shape - reserve)
+        marks = [p for p, _ in leaves if weights[p] > cap]
+        if not marks or cap < 64:
+            break
+        cut_sizes = {**sizes, **{p: len(by_path[p]) for p in marks}}
+        cut = _replace(request, "", {p: _cut_to(by_path[p], cap) for p in marks})
+        cut.update(sizes=cut_sizes, truncated=marks)
+        params = {**wire, "request": cut}
+        data = _json(params)
+        if len(data) <= limit:
+            return Fitted(params, data, cut_sizes, marks, total, long)
+        reserve += len(data) - limit + 64
+    # the input's very shape is over the limit: left out whole
+    sizes = {"input": total}
+    slim = {k: ("" if isinstance(v, str) and k not in _SKIP else v) for k, v in request.items()}
+    slim.update(input={}, sizes=sizes, truncated=["input"], locations=[], diffPaths=[], notebooks=[])
+    params = {**wire, "request": slim}
+    return Fitted(params, _json(params), sizes, ["input"], total, long)
+
+
+def text_size(wire: dict[str, Any]) -> int:
+    """Characters of the texts of ``wire``'s ``request`` (a cheap measure, no encoding):
+    what tells a caller whether :func:`fit_params` is worth running off the loop."""
+    leaves: list[tuple[str, str]] = []
+    _leaves(wire.get("request"), "", leaves)
+    return sum(len(t) for _, t in leaves)
+
+
+def too_large(fitted: Fitted) -> str | None:
+    """Why the request cannot be judged whole by a rule plugin, as the card and the
+    journal say it: ``"too large for rule plugins to judge whole: input.code (5,000,000
+    characters)"`` (None when nothing was cut)."""
+    if fitted.whole:
+        return None
+    parts = ", ".join(f"{p} ({fitted.sizes.get(p, 0):,} characters)" for p in fitted.truncated)
+    return f"too large for rule plugins to judge whole: {parts}"
 
 
 _SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish"}
@@ -355,7 +493,7 @@ def _input_of(call: Any, tool: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Normalised:
     """One permission request, translated: ``tool`` (Claude Code's name), ``kind`` (its
-    family), ``input`` (cut), ``agent_tool`` (the agent's own name, if known) and
+    family), ``input`` (whole), ``agent_tool`` (the agent's own name, if known) and
     ``reserved`` (``"plan"`` or ``"question"``: the user's, never a plugin's)."""
 
     tool: str
@@ -383,7 +521,7 @@ def normalise(call: Any, tools_map: Mapping[str, str] | None = None) -> Normalis
     known = getattr(call, "mcp", None)
     if known:
         tool = f"mcp__{known[0]}__{known[1]}"
-        return Normalised(tool=tool, kind="mcp", input=cut_input(_mcp_arguments(call)), agent_tool=name or head)
+        return Normalised(tool=tool, kind="mcp", input=_mcp_arguments(call), agent_tool=name or head)
     for candidate in (name, head):
         if candidate and candidate in tools_map:
             tool = tools_map[candidate]
@@ -406,7 +544,7 @@ def normalise(call: Any, tools_map: Mapping[str, str] | None = None) -> Normalis
         reserved = "plan"
     elif names & QUESTION_TOOLS:
         reserved = "question"
-    return Normalised(tool=tool, kind=family_of(tool), input=cut_input(_input_of(call, tool)),
+    return Normalised(tool=tool, kind=family_of(tool), input=_input_of(call, tool),
                       agent_tool=name or word_head, reserved=reserved)
 
 
@@ -431,5 +569,5 @@ def target_of(tool: str, input: Mapping[str, Any], limit: int = 120) -> str:
             if isinstance(value, str) and value:
                 text = value
                 break
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    head = " ".join(text[: limit * 16].split())  # a head: a long text is never split whole (its size is unbounded)
+    return head if len(head) <= limit and len(text) <= limit * 16 else head[: limit - 1] + "…"

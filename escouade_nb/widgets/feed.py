@@ -422,7 +422,7 @@ class Feed:
             mark = {"completed": "✓", "refused": "✕", "cancelled": "–"}[tone]
             return f'<div class="esc-answer esc-ans-{tone}">{mark} {esc(answer_label(perm))}</div>'
         deciding = (' <span class="esc-dim">deciding… (rule plugins are answering)</span>'
-                    if perm.deciding else "")
+                    if perm.deciding else f' <span class="esc-dim">— {esc(perm.note)}</span>' if perm.note else "")
         return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
                 f'<b>{esc(self.speaker)}</b> asks permission{deciding}</div>{self._buttons(perm)}</div>')
 

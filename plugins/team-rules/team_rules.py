@@ -6,7 +6,9 @@ Each command of the line is judged (after ``&&``, ``||``, ``;``, ``|``, newlines
 ``$( … )`` and backticks; heredoc bodies are text): any denied command denies the line,
 all commands allowed allows it, otherwise the user decides. Prefixes match on word
 boundaries (``npm test`` allows ``npm test -- -u``, not ``npm testing``). Only commands
-(Bash) are judged; the rules are read once, at start.
+(Bash) are judged; the rules are read once, at start. A command cut because the request
+was too large (``req.whole`` False) is never allowed: a denied command in the part seen
+still denies it; otherwise the user decides.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ def judge(line: str, rules: Rules):
 def team_rules(req):
     if req.tool != "Bash" or not req.command:
         return ask()
-    return judge(req.command, RULES)
+    answer = judge(req.command, RULES)
+    if answer.decision == "allow" and not req.whole:
+        return ask("the command was cut: too large to judge whole")
+    return answer
 
 
 if __name__ == "__main__":

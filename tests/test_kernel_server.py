@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -329,6 +330,73 @@ def test_wrong_missing_or_revoked_token_gets_401():
             await server.aclose()
         with pytest.raises(RuntimeError, match="closed"):
             server.grant(Owner())
+
+    run(main())
+
+
+class SlowRepr:
+    """A value whose ``__repr__`` sleeps (up to 4 s, or until ``release`` is set)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.left = threading.Event()
+        self.release = threading.Event()
+
+    def __repr__(self) -> str:
+        self.entered.set()
+        try:
+            self.release.wait(4)
+            return "SlowRepr(finally)"
+        finally:
+            self.left.set()
+
+
+def test_a_slow_repr_does_not_freeze_the_loop_and_is_reported_as_too_slow():
+    async def main() -> None:
+        slow = SlowRepr()
+        ns = {"slow": slow, "n": 3}
+        server = await KernelServer(namespace=ns).start()
+        ticked_during_repr = []
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                if slow.entered.is_set() and not slow.left.is_set():
+                    ticked_during_repr.append(True)
+                await asyncio.sleep(0.02)
+
+        ticks = asyncio.ensure_future(ticker())
+        try:
+            grant = server.grant(Owner())
+            async with mcp_client(server.url, grant.token) as session, mcp_client(server.url, grant.token) as other:
+                inspect = asyncio.ensure_future(session.call_tool("inspect_variable", {"name": "slow"}))
+                while not slow.entered.is_set():
+                    await asyncio.sleep(0.01)
+                # a second call answers while the repr still runs: the value is not read again
+                listing = text_of(await other.call_tool("list_variables", {}))
+                assert not slow.left.is_set()
+                assert "- n: int — int = 3" in listing
+                assert "- slow: test_kernel_server.SlowRepr — (not read: its repr from an earlier call is still " \
+                       "running" in listing
+                text = text_of(await inspect)
+                assert text.startswith("slow: test_kernel_server.SlowRepr\n(incomplete: its repr took longer than "
+                                       "2 s: not shown (it goes on in a worker thread))"), text
+                assert "SlowRepr(finally)" not in text
+                assert ticked_during_repr  # the loop served other tasks while the repr ran
+                slow.release.set()
+                while not slow.left.is_set():
+                    await asyncio.sleep(0.01)
+                for _ in range(100):  # the reader has finished with the value: it is read again, whole
+                    again = text_of(await other.call_tool("inspect_variable", {"name": "slow"}))
+                    if "SlowRepr(finally)" in again:
+                        break
+                    await asyncio.sleep(0.02)
+                assert again.endswith("repr:\nSlowRepr(finally)"), again
+        finally:
+            slow.release.set()
+            stop.set()
+            await ticks
+            await server.aclose()
 
     run(main())
 

@@ -47,6 +47,7 @@ whose text reaches the model.
 import ast
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import contextvars
 import hmac
@@ -55,9 +56,11 @@ import io
 import linecache
 import logging
 import os
+import queue
 import secrets
 import socket
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -89,13 +92,24 @@ SESSION_IDLE_TIMEOUT = 8 * 3600.0
 """Seconds an MCP session may idle (no request, no GET stream) before the SDK drops it."""
 MAX_CAPTURE = 50_000
 """Characters of stdout, of stderr and of the result's repr kept by ``run_code``."""
+READ_BUDGET = 2.0
+"""Seconds one read tool call (``list_variables``, ``inspect_variable``, ``notebook_cells``)
+waits for the looks at user values it runs; what is not done by then is reported as such."""
+READERS = 4
+"""Worker threads that run the looks at user values (one server's; started on first use,
+daemon threads: a look that never ends does not hold the interpreter's exit)."""
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 
 INSTRUCTIONS = (
     "The live Jupyter kernel this agent was started from. list_variables and inspect_variable read the "
-    "user's variables (no code runs but repr); notebook_cells gives the cells run so far and the saved "
-    "notebook file; run_code runs Python in the kernel after the user allows it (a permission card)."
+    "user's variables; what runs of the values' own code is exactly: repr, len, and for array- or frame-like "
+    "values (those with a shape) the shape, dtype, dtypes and columns attributes and head(rows), plus vars() "
+    "and each attribute's repr when inspect_variable is asked for attributes (properties are never run). "
+    "These run in worker threads with a 2-second budget per call: a value whose repr (or len, head...) takes "
+    "longer is reported as such, and is not started again while it still runs. notebook_cells gives the cells "
+    "run so far (their results' repr, same budget) and the saved notebook file; run_code runs Python in the "
+    "kernel after the user allows it (a permission card)."
 )
 
 _CALLER: contextvars.ContextVar["Grant | None"] = contextvars.ContextVar("escouade_mcp_caller", default=None)
@@ -200,6 +214,133 @@ class _Capture(io.TextIOBase):
     def text(self) -> str:
         out = "".join(self._parts)
         return out + (f"… [cut: {self.dropped:,} more characters]" if self.dropped else "")
+
+
+class _Readers:
+    """The worker threads that look at user values (``repr``, ``len``, ``shape``… of
+    :mod:`escouade_nb.core.variables`): at most ``size`` daemon threads, started on first
+    use, fed from one queue. A look is ``(key, value, fn)``: while a look at the same object
+    (``id``, the value held so the id stays its own) is still running, from this call or an
+    earlier one, it is not started again — :meth:`read` reports it as still running.
+
+    :meth:`read` is the loop's side: it waits at most ``budget`` seconds (never blocks the
+    loop), then answers a :class:`_Read` per look: done (``result``), still running past
+    the budget (``step``: the look under way, ``since``: monotonic start), or not started
+    (every thread busy: the job is withdrawn)."""
+
+    def __init__(self, size: int = READERS) -> None:
+        self._size = size
+        self._jobs: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._running: dict[int, "_Read"] = {}  # id(value) -> its look under way (or queued)
+        self._closed = False
+
+    def _ensure_threads(self) -> None:
+        while len(self._threads) < self._size:
+            thread = threading.Thread(target=self._work, name=f"escouade-reader-{len(self._threads) + 1}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            read, fn = job
+            if not read.future.set_running_or_notify_cancel():
+                self._forget(read)
+                continue
+            read.since = time.monotonic()
+            try:
+                read.future.set_result(fn(read.progress))
+            except BaseException as exc:  # the value's problem, reported with the read
+                read.future.set_exception(exc)
+            finally:
+                self._forget(read)
+
+    def _forget(self, read: "_Read") -> None:
+        with self._lock:
+            if self._running.get(id(read.value)) is read:
+                del self._running[id(read.value)]
+
+    async def read(self, looks: list[tuple[str, Any, Callable[[dict], Any]]], budget: float) -> list["_Read"]:
+        """Run ``looks`` (``(label, value, fn(progress) -> result)``) within ``budget`` seconds;
+        one :class:`_Read` per look, in order. A cancellation withdraws the looks not started."""
+        if self._closed:
+            raise RuntimeError("the kernel's MCP server is closed")
+        reads: list[_Read] = []
+        fresh: list[_Read] = []
+        with self._lock:
+            before = dict(self._running)  # looks of earlier calls (this call's own duplicates run)
+            for label, value, fn in looks:
+                earlier = before.get(id(value))
+                if earlier is not None and earlier.value is value:
+                    reads.append(_Read(label, value, earlier=earlier))
+                    continue
+                read = _Read(label, value)
+                self._running[id(value)] = read
+                reads.append(read)
+                fresh.append(read)
+                self._jobs.put((read, fn))
+        if fresh:
+            self._ensure_threads()
+            waiting = [asyncio.wrap_future(r.future) for r in fresh]
+            try:
+                await asyncio.wait(waiting, timeout=budget)
+            finally:
+                for r in fresh:
+                    if not r.future.done() and r.future.cancel():  # never started: withdrawn
+                        r.withdrawn = True
+                        self._forget(r)
+                for w in waiting:  # no "exception never retrieved" for the ones left behind
+                    w.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return reads
+
+    def close(self) -> None:
+        """Stop the idle threads (a look under way finishes in its thread, unwaited)."""
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+@dataclass(eq=False)
+class _Read:
+    """One look of :meth:`_Readers.read`: ``label`` (e.g. the variable's name), the
+    ``value``, its ``future``, ``progress`` (filled by the look, see
+    :func:`escouade_nb.core.variables.summarize`), ``since`` (monotonic start), ``earlier``
+    (the look of an earlier call still running on the same value: this one was not
+    started), ``withdrawn`` (never started: every thread was busy)."""
+
+    label: str
+    value: Any
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    progress: dict = field(default_factory=dict)
+    since: float | None = None
+    earlier: "_Read | None" = None
+    withdrawn: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.earlier is None and self.future.done() and not self.future.cancelled()
+
+    def result(self) -> Any:
+        return self.future.result()
+
+    def why_not(self, budget: float) -> str:
+        """Why there is no result: a sentence naming the look that took too long."""
+        if self.earlier is not None:
+            run = self.earlier
+            step = run.progress.get("step") or "look"
+            took = f" for {time.monotonic() - run.since:.1f} s" if run.since is not None else ""
+            return (f"not read: its {step} from an earlier call is still running{took} (it is not started "
+                    "again while it runs)")
+        if self.withdrawn:
+            return (f"not read: every reader thread was busy for {budget:g} s (with values whose repr, len or "
+                    "head is still running)")
+        step = self.progress.get("step") or "look"
+        return f"its {step} took longer than {budget:g} s: not shown (it goes on in a worker thread)"
 
 
 def run_result_text(result: Mapping[str, Any]) -> str:
@@ -311,6 +452,8 @@ class KernelServer:
         self._last_beat = time.monotonic()
         self._stall = (0.0, 0.0)  # (ended at, seconds) of the last late heartbeat
         self._runs = 0
+        self._readers = _Readers()
+        self.read_budget = READ_BUDGET
 
     # -- the loop's server ------------------------------------------------------------
     @classmethod
@@ -473,11 +616,13 @@ class KernelServer:
         if self._socket is not None:
             self._socket.close()
         self._grants.clear()
+        self._readers.close()
 
     def _stop_now(self) -> None:
         """Interpreter exit (the loop no longer runs): refuse everything, stop serving,
         cancel the tasks, close the socket."""
         self._grants.clear()
+        self._readers.close()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = self._uvicorn.force_exit = True
         for task in (self._heartbeat_task, self._serve_task):
@@ -633,20 +778,56 @@ class KernelServer:
 
     async def _list_variables(self, include_all: bool) -> str:
         ns, hidden = self._user_ns()
-        rows = variables_core.list_variables(ns, hidden, include_all=include_all)
-        if not rows:
+        named = variables_core.listed_names(ns, hidden, include_all=include_all)
+
+        def row(name: str, value: Any) -> Callable[[dict], Any]:
+            return lambda progress: variables_core.variable_row(name, value, include_all=include_all,
+                                                                progress=progress)
+
+        reads = await self._readers.read([(name, value, row(name, value)) for name, value in named],
+                                         self.read_budget)
+        lines = []
+        for r in reads:
+            if r.done:
+                try:
+                    got = r.result()
+                except Exception as exc:
+                    lines.append(f"- {r.label}: {type(r.value).__name__} — (could not be read: "
+                                 f"{type(exc).__name__})")
+                    continue
+                if got is not None:
+                    lines.append(f"- {got['name']}: {got['type']} — {got['summary']}")
+            else:
+                kind = ((r.earlier or r).progress.get("found") or {}).get("type") or type(r.value).__name__
+                lines.append(f"- {r.label}: {kind} — ({r.why_not(self.read_budget)})")
+        if not lines:
             return ("No variables in the kernel's namespace" +
                     ("." if include_all else " (modules, functions, classes and _private names are not listed; "
                                              "include_all=true lists them)."))
-        head = f"{len(rows)} variable{'s' if len(rows) != 1 else ''}" + (
+        head = f"{len(lines)} variable{'s' if len(lines) != 1 else ''}" + (
             "" if include_all else " (modules, functions, classes and _private names not listed)") + ":"
-        return "\n".join([head] + [f"- {r['name']}: {r['type']} — {r['summary']}" for r in rows])
+        return "\n".join([head] + lines)
 
     async def _inspect_variable(self, name: str, rows: int, attributes: bool) -> str:
         ns, _ = self._user_ns()
         if name not in ns:
             raise _Failure(f"no variable named {name!r} in the kernel's namespace (list_variables gives the names)")
-        return variables_core.summary_text(variables_core.summarize(name, ns[name], rows=rows, attributes=attributes))
+        value = ns[name]
+        if not isinstance(rows, int) or rows < 0:
+            raise _Failure(f"rows must be an integer ≥ 0, got {rows!r}")
+        (r,) = await self._readers.read(
+            [(name, value, lambda progress: variables_core.summarize(name, value, rows=rows, attributes=attributes,
+                                                                     progress=progress))],
+            self.read_budget)
+        if r.done:
+            return variables_core.summary_text(r.result())
+        why = r.why_not(self.read_budget)
+        d = dict(r.progress.get("found") or {}) if r.earlier is None and not r.withdrawn else {}
+        d.update(name=name)
+        d.setdefault("type", type(value).__name__)
+        d["summary"] = f"{d['summary']} (incomplete: {why})" if "summary" in d else f"(incomplete: {why})"
+        d.setdefault("repr", "(not shown)")
+        return variables_core.summary_text(d)
 
     def _notebook_ref(self) -> notebook_core.NotebookRef | None:
         return notebook_core.kernel_notebook(self._user_ns()[0], os.environ, Path.cwd())
@@ -658,27 +839,38 @@ class KernelServer:
         ns, _ = self._user_ns()
         parts: list[str] = []
         if source in ("history", "both"):
-            parts.append(self._history_text(ns, start, end))
+            parts.append(await self._history_text(ns, start, end))
         if source in ("file", "both"):
             parts.append(await self._file_text(ref, start, end))
         return "\n\n".join(parts)
 
-    @staticmethod
-    def _history_text(ns: Mapping[str, Any], start: int | None, end: int | None) -> str:
+    async def _history_text(self, ns: Mapping[str, Any], start: int | None, end: int | None) -> str:
         try:
-            cells = variables_core.cells_of(ns, start=start, end=end)
+            cells = variables_core.history_cells(ns, start=start, end=end)
         except ValueError as exc:
             raise _Failure(str(exc)) from None
         if not isinstance(ns.get("In"), list):
             return "History: this namespace has no IPython history (In/Out)."
         if not cells:
             return "History: no cells run in this kernel" + (" in that range." if (start, end) != (None, None) else ".")
+
+        def show(value: Any) -> Callable[[dict], str]:
+            def look(progress: dict) -> str:
+                progress["step"] = "repr"
+                return variables_core.short_repr(value, variables_core.MAX_OUTPUT)
+            return look
+
+        with_output = [c for c in cells if "value" in c]
+        reads = await self._readers.read([(f"Out[{c['execution_count']}]", c["value"], show(c["value"]))
+                                          for c in with_output], self.read_budget)
+        outputs = {c["execution_count"]: (r.result() if r.done else f"({r.why_not(self.read_budget)})")
+                   for c, r in zip(with_output, reads)}
         lines = [f"History: {len(cells)} cell{'s' if len(cells) != 1 else ''} run in this kernel "
                  f"(execution counts {cells[0]['execution_count']}–{cells[-1]['execution_count']}):"]
         for c in cells:
             lines += [f"In [{c['execution_count']}]:", c["source"].rstrip("\n")]
-            if c["output"] is not None:
-                lines += [f"Out[{c['execution_count']}]:", c["output"]]
+            if c["execution_count"] in outputs:
+                lines += [f"Out[{c['execution_count']}]:", outputs[c["execution_count"]]]
         return "\n".join(lines)
 
     @staticmethod

@@ -4,6 +4,7 @@ the stdio bridge as a real subprocess, the fake agent over real pipes, and a rea
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import os
@@ -291,6 +292,41 @@ def test_a_run_code_cancelled_while_its_card_waits_is_never_run():
                 # the session is still good
                 assert not (await session.call_tool("list_variables", {})).is_error
         finally:
+            await server.aclose()
+
+    run(main())
+
+
+def test_two_run_codes_at_once_keep_their_own_output_and_restore_sys_stdout():
+    async def main() -> None:
+        ns: dict[str, Any] = {"asyncio": asyncio, "a_may_go_on": asyncio.Event(), "b_may_start": asyncio.Event()}
+        kernel_out, kernel_err = io.StringIO(), io.StringIO()  # the kernel's own streams
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = kernel_out, kernel_err
+        server = await KernelServer(namespace=ns).start()
+        try:
+            grant = server.grant(Owner())
+            first = ("print('A1')\nb_may_start.set()\nawait a_may_go_on.wait()\nprint('A2')\n"
+                     "import sys; print('A-err', file=sys.stderr)\n'A done'")
+            second = ("await b_may_start.wait()\nprint('B1')\na_may_go_on.set()\nawait asyncio.sleep(0)\n"
+                      "print('B2')\n'B done'")
+
+            async def elsewhere() -> None:  # a task of the kernel that prints while both runs wait
+                await ns["b_may_start"].wait()
+                print("printed by the kernel meanwhile")
+
+            async with mcp_client(server.url, grant.token) as one, mcp_client(server.url, grant.token) as two:
+                other = asyncio.ensure_future(elsewhere())
+                a, b = await asyncio.gather(one.call_tool("run_code", {"code": first}),
+                                            two.call_tool("run_code", {"code": second}))
+                await other
+                assert text_of(a) == "stdout:\nA1\nA2\nstderr:\nA-err\nresult:\n'A done'"
+                assert text_of(b) == "stdout:\nB1\nB2\nresult:\n'B done'"
+                assert sys.stdout is kernel_out and sys.stderr is kernel_err
+                print("printed by the kernel afterwards")
+            assert kernel_out.getvalue() == "printed by the kernel meanwhile\nprinted by the kernel afterwards\n"
+        finally:
+            sys.stdout, sys.stderr = saved
             await server.aclose()
 
     run(main())

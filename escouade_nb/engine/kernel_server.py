@@ -18,14 +18,29 @@ Tools (input schemas in each tool's description; results are plain text):
     type, ``repr`` cut to 2,000 characters, len/shape/dtype/dtypes/columns/head for
     array- and frame-like values (duck typed), public attributes on request.
 ``notebook_cells(start=None, end=None, source="history")``
-    ``history``: the cells run in this kernel (IPython's In/Out, by execution count);
+    ``history``: the cells run in this kernel (IPython's In/Out, by execution count;
+    a result is shown by its ``repr``);
     ``file``: the saved cells of the notebook file when the kernel knows its path
     (``__session__``/``JPY_SESSION_NAME``, see :mod:`escouade_nb.core.notebook`; the file
     is read in a thread, and the answer says which file); ``both``.
 ``run_code(code)``
     always asks the caller's owner first (:meth:`ToolOwner.ask_run_code`: a permission
-    card), then runs the code in the user namespace on the loop: stdout/stderr captured,
-    the last expression's ``repr``, an exception as its traceback text.
+    card), then runs the code in the user namespace on the loop: stdout/stderr captured
+    per call (two runs awaiting at once keep their own output, see ``_execute``), the
+    last expression's ``repr``, an exception as its traceback text.
+
+What the read tools run of the user's values, exactly (the values' own code, which may be
+slow or hang): ``repr``; ``len``; for values with a ``shape`` of integers, the ``shape``,
+``dtype``, ``columns`` and ``dtypes`` attributes and ``head(rows)`` (or ``value[:rows]``)
+rendered by ``to_string()`` or ``repr``; with ``attributes=True``, ``vars(value)`` and the
+``repr`` of each instance attribute (properties are never evaluated); an ``isinstance``
+check (which may read ``__class__``). Never on the loop: they run in at most ``READERS``
+daemon worker threads, and a tool call waits for them at most ``READ_BUDGET`` seconds
+(2 s). A look still running then is reported by what it was doing ("its repr took longer
+than 2 s: not shown") and left to finish in its thread; while it runs, later calls do
+not start it again on the same object ("still running from an earlier call"); when
+every thread is held by such looks, reads answer "not read: every reader thread was
+busy". The looks may overlap a cell that runs meanwhile (the loop is free).
 
 Rules of the loop. The tools are ``async def``: they run on the loop's thread, between
 cells (or between the awaits of an async cell), so they see ``user_ns`` as cells do. While
@@ -194,6 +209,7 @@ class _Capture(io.TextIOBase):
         self._parts: list[str] = []
         self._size = 0
         self.dropped = 0
+        self.finished = False  # the run is over: writes go to the kernel's stream (see _Routed)
 
     def writable(self) -> bool:
         return True
@@ -341,6 +357,77 @@ class _Read:
                     "head is still running)")
         step = self.progress.get("step") or "look"
         return f"its {step} took longer than {budget:g} s: not shown (it goes on in a worker thread)"
+
+
+_RUN_OUTPUT: contextvars.ContextVar["tuple[_Capture, _Capture] | None"] = contextvars.ContextVar(
+    "escouade_run_code_output", default=None)
+
+
+class _Routed:
+    """What ``sys.stdout``/``sys.stderr`` are while ``run_code`` calls run: a write made in
+    a run's context (its task, and the tasks its code starts) goes to that run's capture;
+    any other write (a cell, another task, a thread) goes to the stream this one replaced.
+    Everything else (``fileno``, ``encoding``, ``isatty``…) is the replaced stream's."""
+
+    def __init__(self, original: Any, index: int) -> None:
+        self._original = original
+        self._index = index
+
+    def _capture(self) -> "_Capture | None":
+        captures = _RUN_OUTPUT.get()
+        if captures is None or captures[self._index].finished:
+            return None  # a task the run started, printing after the run ended: the kernel's stream
+        return captures[self._index]
+
+    def write(self, text: str) -> int:
+        capture = self._capture()
+        return (capture if capture is not None else self._original).write(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._capture() is None:
+            self._original.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+
+class _Routing:
+    """Installs :class:`_Routed` streams while at least one ``run_code`` runs, and puts the
+    replaced streams back when the last one ends (unless something else replaced ours
+    meanwhile: that stream is left as it is). Loop-thread only."""
+
+    users = 0
+    saved: tuple[Any, Any] = (None, None)
+    routed: tuple[Any, Any] = (None, None)
+
+    @classmethod
+    @contextlib.contextmanager
+    def capture(cls, out: "_Capture", err: "_Capture"):
+        if cls.users == 0:
+            cls.saved = (sys.stdout, sys.stderr)
+            cls.routed = (_Routed(sys.stdout, 0), _Routed(sys.stderr, 1))
+            sys.stdout, sys.stderr = cls.routed
+        cls.users += 1
+        token = _RUN_OUTPUT.set((out, err))
+        try:
+            yield
+        finally:
+            out.finished = err.finished = True
+            try:
+                _RUN_OUTPUT.reset(token)
+            except ValueError:  # the code switched contexts: the finished captures route nothing anyway
+                pass
+            cls.users -= 1
+            if cls.users == 0:
+                if sys.stdout is cls.routed[0]:
+                    sys.stdout = cls.saved[0]
+                if sys.stderr is cls.routed[1]:
+                    sys.stderr = cls.saved[1]
+                cls.saved = cls.routed = (None, None)
 
 
 def run_result_text(result: Mapping[str, Any]) -> str:
@@ -687,6 +774,8 @@ class KernelServer:
         ) -> str:
             """List the variables of the live kernel's user namespace: one line each with its name, type and
             a short summary (shape and columns of data frames, length of containers, value of scalars).
+            Runs each value's own repr and len (and shape, dtype, dtypes, columns for frame-like values) in
+            worker threads, 2 s budget per call: a value that takes longer is listed as such.
             Input: {"include_all": bool, default false}."""
             return await call("list_variables", {"include_all": include_all},
                               lambda: self._list_variables(include_all))
@@ -702,6 +791,9 @@ class KernelServer:
         ) -> str:
             """Describe one live variable: type, repr (cut to 2000 characters), length, and for array- and
             frame-like values (pandas, numpy, polars, xarray) shape, dtype(s), columns and the first rows.
+            What runs of the value's own code: repr, len, shape, dtype, dtypes, columns, head(rows), and with
+            attributes=true vars() and each attribute's repr (never properties); in a worker thread with a 2 s
+            budget: what took longer is named and not shown.
             Input: {"name": str, "rows": int 0-1000 (default 5), "attributes": bool (default false)}."""
             args = {"name": name, "rows": rows, "attributes": attributes}
             return await call("inspect_variable", args, lambda: self._inspect_variable(name, rows, attributes))
@@ -918,8 +1010,18 @@ class KernelServer:
     async def _execute(self, code: str) -> dict[str, Any]:
         """Run ``code`` in the user namespace on the loop: ``{"stdout", "stderr",
         "result" (repr of the last expression, or None), "error" (traceback text, or
-        None)}``. Top-level ``await`` runs on the loop (output printed meanwhile by other
-        tasks is captured too)."""
+        None)}``. Top-level ``await`` runs on the loop.
+
+        Captures are per call, not one run at a time: while runs are under way
+        ``sys.stdout``/``sys.stderr`` are :class:`_Routed` streams, and a write lands in the
+        capture of the run whose context makes it (a context variable: the run's task and
+        the tasks its code starts). So two runs awaiting at once never see each other's
+        output, a cell or task of the kernel printing meanwhile still reaches the notebook,
+        and the streams are put back when the last run ends (whatever order they end in).
+        Chosen over a lock because a run that awaits for long (a server, a queue) would
+        otherwise hold every later run behind it, and the kernel's own prints during an
+        awaiting run would still land in its result. Not captured: writes from threads
+        (they do not carry the context) and from objects that kept the old stream."""
         ns, _ = self._user_ns()
         self._runs += 1
         filename = f"<escouade run_code {self._runs}>"
@@ -935,7 +1037,7 @@ class KernelServer:
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with _Routing.capture(out, err):
             try:
                 body = compile(tree, filename, "exec", flags=flags)
                 value = eval(body, ns)  # noqa: S307 — the user allowed this code

@@ -332,6 +332,83 @@ def test_two_run_codes_at_once_keep_their_own_output_and_restore_sys_stdout():
     run(main())
 
 
+def test_a_run_code_whose_client_went_away_is_withdrawn_and_never_run():
+    async def main() -> None:
+        ns: dict[str, Any] = {}
+        server = await KernelServer(namespace=ns).start()
+        client = None
+        try:
+            owner = Owner("wait")
+            grant = server.grant(owner)
+            client = await asyncio.create_subprocess_exec(
+                sys.executable, str(FIXTURES / "mcp_call.py"), server.url, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "ESCOUADE_MCP_TOKEN": grant.token})
+            assert json.loads(await client.stdout.readline()) == {"ready": True}
+            client.stdin.write(json.dumps({"tool": "run_code", "arguments": {"code": "ran = True"}}).encode() + b"\n")
+            await client.stdin.drain()
+            await asyncio.wait_for(owner.waiting.wait(), 20)
+            client.kill()  # the client goes away: its connections close, no cancel notification, no DELETE
+            await client.wait()
+            for _ in range(500):
+                if owner.cancelled:
+                    break
+                await asyncio.sleep(0.01)
+            if not owner.cancelled:
+                owner.release.set_result(None)  # the user presses Run on the card left behind
+                await asyncio.sleep(0.5)
+            assert owner.cancelled  # the owner's ask was cancelled: the card is withdrawn
+            assert "ran" not in ns and owner.ran == []
+        finally:
+            if client is not None and client.returncode is None:
+                client.kill()
+                await client.wait()
+            await server.aclose()
+
+    run(main())
+
+
+def test_an_mcp_session_answers_only_the_token_that_opened_it():
+    async def main() -> None:
+        server = await KernelServer(namespace={"n": 1}).start()
+        try:
+            a, b = server.grant(Owner()), server.grant(Owner())
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "t", "version": "0"}}}
+            accept = {"Accept": "application/json, text/event-stream"}
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "list_variables", "arguments": {}}}
+            async with httpx2.AsyncClient() as http:
+                opened = await http.post(server.url, json=init, headers={**accept, "Authorization": a.authorization})
+                assert opened.status_code == 200
+                sid = opened.headers["mcp-session-id"]
+                as_a = {**accept, "Authorization": a.authorization, "Mcp-Session-Id": sid,
+                        "Mcp-Protocol-Version": "2025-06-18"}
+                as_b = {**as_a, "Authorization": b.authorization}
+                await http.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                headers=as_a)
+                # agent B's token with agent A's session: refused as an unknown session, whatever the method
+                used = await http.post(server.url, json=call, headers=as_b)
+                async with http.stream("GET", server.url, headers=as_b) as listened:
+                    listened_status = listened.status_code
+                deleted = await http.delete(server.url, headers=as_b)
+                assert (used.status_code, listened_status, deleted.status_code) == (404, 404, 404)
+                assert b.calls == 0
+                # A's session is intact and answers A
+                own = await http.post(server.url, json=call, headers=as_a)
+                assert own.status_code == 200 and "- n: int" in own.text and a.calls == 1
+                # a session id nobody opened gets 404 too
+                made_up = await http.post(server.url, json=call, headers={**as_a, "Mcp-Session-Id": "0" * 32})
+                assert made_up.status_code == 404
+                # A may end its own session
+                assert (await http.delete(server.url, headers=as_a)).status_code in (200, 204)
+                assert (await http.post(server.url, json=call, headers=as_a)).status_code == 404
+        finally:
+            await server.aclose()
+
+    run(main())
+
+
 def test_wrong_missing_or_revoked_token_gets_401():
     async def main() -> None:
         server = await KernelServer(namespace={}).start()

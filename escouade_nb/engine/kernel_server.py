@@ -128,6 +128,8 @@ INSTRUCTIONS = (
 )
 
 _CALLER: contextvars.ContextVar["Grant | None"] = contextvars.ContextVar("escouade_mcp_caller", default=None)
+_GONE: contextvars.ContextVar["asyncio.Event | None"] = contextvars.ContextVar("escouade_mcp_gone", default=None)
+"""Set when the HTTP client of the request (a POST) closed its connection (ASGI ``http.disconnect``)."""
 
 
 class Refused(Exception):
@@ -452,10 +454,24 @@ def _bearer(scope: Mapping[str, Any]) -> bytes | None:
     return None
 
 
+def _header(headers: Any, name: bytes) -> str | None:
+    for key, value in headers or ():
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
 class _BearerGate:
     """ASGI wrapper: an HTTP request carries a live grant's token or gets 401; the grant
     is put in a context variable for the tools (the SDK carries the request's context
-    to the tool's task). The lifespan passes; websockets are refused."""
+    to the tool's task). The lifespan passes; websockets are refused.
+
+    MCP sessions are the grant's that opened them: the ``Mcp-Session-Id`` of each
+    response is recorded with the request's grant, and a request (POST, GET, DELETE)
+    carrying a session id another grant opened — or one never seen — gets 404, as the
+    SDK answers an unknown session. A POST's client closing its connection (ASGI
+    ``http.disconnect``, seen when the SDK's response listens for it) sets the request's
+    ``_GONE`` event: a ``run_code`` whose card waits is then withdrawn, never run."""
 
     def __init__(self, app: Any, server: "KernelServer") -> None:
         self.app = app
@@ -471,18 +487,46 @@ class _BearerGate:
             return
         grant = self.server._grant_for(_bearer(scope))
         if grant is None:
-            body = b'{"error": "unauthorized: this MCP server needs its bearer token (Authorization header)"}'
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, 401, b'{"error": "unauthorized: this MCP server needs its bearer token '
+                                     b'(Authorization header)"}')
             return
         grant._seen()
-        token = _CALLER.set(grant)
+        sessions = self.server._sessions
+        session_id = _header(scope.get("headers"), b"mcp-session-id")
+        if session_id is not None and sessions.get(session_id) is not grant:
+            await _refuse(send, 404, b'{"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32600, '
+                                     b'"message": "Session not found"}}')
+            return
+        method = scope.get("method")
+        gone = asyncio.Event()
+
+        async def receive_watched() -> dict:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                gone.set()
+            return message
+
+        async def send_watched(message: dict) -> None:
+            if message.get("type") == "http.response.start":
+                opened = _header(message.get("headers"), b"mcp-session-id")
+                if opened is not None and opened not in sessions:
+                    sessions[opened] = grant
+                if method == "DELETE" and session_id is not None and message.get("status", 500) < 300:
+                    sessions.pop(session_id, None)
+            await send(message)
+
+        token, gone_token = _CALLER.set(grant), _GONE.set(gone if method == "POST" else None)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive_watched, send_watched)
         finally:
+            _GONE.reset(gone_token)
             _CALLER.reset(token)
+
+
+async def _refuse(send: Callable, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def import_server_side() -> tuple[Any, Any, Any, Any]:
@@ -528,6 +572,7 @@ class KernelServer:
         self._hidden = hidden
         self.busy_limit = float(busy_limit)
         self._grants: dict[str, Grant] = {}
+        self._sessions: dict[str, Grant] = {}  # Mcp-Session-Id -> the grant whose request opened it
         self._port: int | None = None
         self._starting: asyncio.Future | None = None
         self._serve_task: asyncio.Task | None = None
@@ -590,6 +635,8 @@ class KernelServer:
     def revoke(self, grant: Grant) -> None:
         """End a grant: its token gets 401 from now on (calls under way finish)."""
         self._grants.pop(grant.token, None)
+        for session_id in [sid for sid, g in self._sessions.items() if g is grant]:
+            del self._sessions[session_id]
 
     def _grant_for(self, token: bytes | None) -> Grant | None:
         if not token:
@@ -868,6 +915,31 @@ class KernelServer:
                 raise  # the MCP request itself was cancelled
             raise _Failure("refused: the permission request was cancelled") from None
 
+    async def _consent_while_connected(self, ask: Awaitable[None]) -> None:
+        """:meth:`_consent`, withdrawn when the request's HTTP client goes away while the
+        owner decides (its card is cancelled): the call then fails and nothing runs."""
+        gone = _GONE.get()
+        if gone is None:
+            await self._consent(ask)
+            return
+        asking = asyncio.ensure_future(self._consent(ask))
+        watching = asyncio.ensure_future(gone.wait())
+        try:
+            await asyncio.wait({asking, watching}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            asking.cancel()  # the request was cancelled: the owner's ask is too (its card withdrawn)
+            await asyncio.gather(asking, return_exceptions=True)
+            raise
+        finally:
+            watching.cancel()
+        if not asking.done():
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+        if gone.is_set():
+            raise _Failure("the client closed its connection while the permission card waited; the code was "
+                           "not run")
+        asking.result()
+
     async def _list_variables(self, include_all: bool) -> str:
         ns, hidden = self._user_ns()
         named = variables_core.listed_names(ns, hidden, include_all=include_all)
@@ -996,7 +1068,7 @@ class KernelServer:
         grant = _CALLER.get()
         owner = grant.owner  # type: ignore[union-attr]
         self._check_busy()
-        await self._consent(owner.ask_run_code(code))
+        await self._consent_while_connected(owner.ask_run_code(code))
         self._check_busy()  # a block while the card waited: its client has given up too
         result = await self._execute(code)
         told = getattr(owner, "ran_code", None)

@@ -854,3 +854,57 @@ def test_in_a_real_kernel(tmp_path):
             client.wait()
         if k is not None:
             k.shutdown()
+
+
+SLOW_SETUP = """
+import threading
+from escouade_nb.engine.kernel_server import KernelServer
+class SlowRepr:
+    def __init__(self):
+        self.release, self.entered, self.inside = threading.Event(), threading.Event(), False
+    def __repr__(self):
+        self.inside = True
+        self.entered.set()
+        try:
+            self.release.wait(4)
+            return 'SlowRepr(finally)'
+        finally:
+            self.inside = False
+slow = SlowRepr()
+class Owner:
+    name = "kernel test"
+    async def ask_run_code(self, code):
+        return None
+server = await KernelServer.shared()
+grant = server.grant(Owner())
+print("URL", server.url)
+print("TOKEN", grant.token)
+"""
+
+
+@pytest.mark.kernel
+def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
+    k = Kernel(tmp_path)
+    client = None
+    try:
+        out = k.run(SLOW_SETUP, timeout=120)
+        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
+        client = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), lines["URL"]],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "ESCOUADE_MCP_TOKEN": lines["TOKEN"]})
+        assert json.loads(client.stdout.readline()) == {"ready": True}
+        client.stdin.write(json.dumps({"tool": "inspect_variable", "arguments": {"name": "slow"}}) + "\n")
+        client.stdin.flush()
+        # a cell that waits (on the loop) for the repr to start, then looks: is the repr still inside?
+        cell = k.run("import asyncio\nfor _ in range(3000):\n    if slow.entered.is_set(): break\n"
+                     "    await asyncio.sleep(0.01)\nprint('INSIDE', slow.entered.is_set(), slow.inside)")
+        got = json.loads(client.stdout.readline())
+        # the cell ran while the repr was still sleeping: the loop was free (on a frozen loop it runs after)
+        assert cell.text.split() == ["INSIDE", "True", "True"]
+        assert "its repr took longer than 2 s: not shown" in got["text"] and "SlowRepr(finally)" not in got["text"]
+        k.run("slow.release.set()")
+    finally:
+        if client is not None:
+            client.kill()
+            client.wait()
+        k.shutdown()

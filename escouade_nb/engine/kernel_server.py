@@ -7,7 +7,9 @@ as a task on *this* loop — no thread — from a socket bound to ``127.0.0.1:0`
 uvicorn are imported there, in a worker thread (0.6–1 s), never when this module is.
 Each agent session gets a :class:`Grant`: a bearer token the client sends as
 ``Authorization: Bearer <token>`` (in the ``mcpServers`` entry's headers, or in the stdio
-bridge's environment: never in argv). A request without a live token gets HTTP 401.
+bridge's environment: never in argv). A request without a live token gets HTTP 401. An MCP
+session (``Mcp-Session-Id``) belongs to the grant that opened it: another token's request
+naming it gets 404, as an unknown session does.
 
 Tools (input schemas in each tool's description; results are plain text):
 
@@ -49,7 +51,7 @@ blocks: a ``run_code`` that starts after the loop was blocked longer than ``busy
 seconds is not run (its client has probably given up) and answers "the kernel was busy…
 call it again"; reads answer anyway. A ``run_code`` whose MCP request is cancelled while
 its card waits is never run: the cancellation reaches ``ask_run_code`` (the engine
-withdraws the card).
+withdraws the card); so does one whose HTTP client closes its connection meanwhile.
 
 Quiet by design: ``MCPServer()`` configures root logging (``basicConfig``), so the root
 logger's handlers and level are restored around it; uvicorn gets ``log_config=None``,
@@ -237,9 +239,9 @@ class _Capture(io.TextIOBase):
 class _Readers:
     """The worker threads that look at user values (``repr``, ``len``, ``shape``… of
     :mod:`escouade_nb.core.variables`): at most ``size`` daemon threads, started on first
-    use, fed from one queue. A look is ``(key, value, fn)``: while a look at the same object
-    (``id``, the value held so the id stays its own) is still running, from this call or an
-    earlier one, it is not started again — :meth:`read` reports it as still running.
+    use, fed from one queue. A look is ``(label, value, fn)``: while a look of an earlier
+    call at the same object (``id``, the value held so the id stays its own) is still
+    running or queued, it is not started again — :meth:`read` reports it as still running.
 
     :meth:`read` is the loop's side: it waits at most ``budget`` seconds (never blocks the
     loop), then answers a :class:`_Read` per look: done (``result``), still running past
@@ -471,7 +473,10 @@ class _BearerGate:
     carrying a session id another grant opened — or one never seen — gets 404, as the
     SDK answers an unknown session. A POST's client closing its connection (ASGI
     ``http.disconnect``, seen when the SDK's response listens for it) sets the request's
-    ``_GONE`` event: a ``run_code`` whose card waits is then withdrawn, never run."""
+    ``_GONE`` event: a ``run_code`` whose card waits is then withdrawn, never run. (The
+    spec lets a client drop a POST's stream and resume it; this server keeps no event
+    store, so a dropped stream's answer could never reach anyone: a run nobody can read
+    is not made.)"""
 
     def __init__(self, app: Any, server: "KernelServer") -> None:
         self.app = app

@@ -514,6 +514,33 @@ def test_a_slow_repr_does_not_freeze_the_loop_and_is_reported_as_too_slow():
     run(main())
 
 
+def test_reads_use_a_bounded_pool_of_reader_threads():
+    async def main() -> None:
+        slows = [SlowRepr() for _ in range(6)]
+        ns: dict[str, Any] = {"n": 3, **{f"slow{i}": v for i, v in enumerate(slows)}}
+        server = await KernelServer(namespace=ns).start()
+        server.read_budget = 0.5
+        try:
+            grant = server.grant(Owner())
+            async with mcp_client(server.url, grant.token) as session:
+                listing = text_of(await session.call_tool("list_variables", {})).splitlines()
+                readers = server._readers._threads
+                assert len(readers) == 4 and all(t.daemon for t in readers)
+                assert listing[1] == "- n: int — int = 3"
+                took_long = [line for line in listing if "its repr took longer than 0.5 s" in line]
+                busy = [line for line in listing if "not read: every reader thread is busy" in line]
+                assert len(took_long) == 4 - 1 + 1 and len(busy) == 6 - 4  # n took one thread first, then freed it
+                again = text_of(await session.call_tool("list_variables", {}))
+                assert again.count("from an earlier call is still running") == 4 and "- n: int" in again
+                assert server._readers._threads == readers  # no thread started for the second call
+        finally:
+            for slow in slows:
+                slow.release.set()
+            await server.aclose()
+
+    run(main())
+
+
 # -- the stdio bridge, a real subprocess ---------------------------------------------------------------
 async def bridge(url: str, token: str):
     env = {**os.environ, "ESCOUADE_MCP_URL": url, "ESCOUADE_MCP_TOKEN": token}

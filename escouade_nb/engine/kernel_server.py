@@ -115,6 +115,9 @@ waits for the looks at user values it runs; what is not done by then is reported
 READERS = 4
 """Worker threads that run the looks at user values (one server's; started on first use,
 daemon threads: a look that never ends does not hold the interpreter's exit)."""
+MAX_QUEUED = 1000
+"""Looks waiting for a reader thread beyond which new ones are not queued (reported as not
+read): the queue stays bounded while every thread is held by a look that never ends."""
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 
@@ -300,8 +303,12 @@ class _Readers:
                     reads.append(_Read(label, value, earlier=earlier))
                     continue
                 read = _Read(label, value)
-                self._running[id(value)] = read
                 reads.append(read)
+                if self._jobs.qsize() >= MAX_QUEUED:  # every thread held for long: withdrawn at once
+                    read.withdrawn = True
+                    read.future.cancel()
+                    continue
+                self._running[id(value)] = read
                 fresh.append(read)
                 self._jobs.put((read, fn))
         if fresh:
@@ -357,8 +364,8 @@ class _Read:
             return (f"not read: its {step} from an earlier call is still running{took} (it is not started "
                     "again while it runs)")
         if self.withdrawn:
-            return (f"not read: every reader thread was busy for {budget:g} s (with values whose repr, len or "
-                    "head is still running)")
+            return ("not read: every reader thread is busy (with values whose repr, len or head is still "
+                    "running)")
         step = self.progress.get("step") or "look"
         return f"its {step} took longer than {budget:g} s: not shown (it goes on in a worker thread)"
 

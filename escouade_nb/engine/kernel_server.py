@@ -941,12 +941,16 @@ class KernelServer:
         except asyncio.CancelledError:
             asking.cancel()  # the request was cancelled: the owner's ask is too (its card withdrawn)
             await asyncio.gather(asking, return_exceptions=True)
+            if inspect.iscoroutine(ask):
+                ask.close()  # never started (cancelled first): no "never awaited" warning
             raise
         finally:
             watching.cancel()
         if not asking.done():
             asking.cancel()
             await asyncio.gather(asking, return_exceptions=True)
+        if inspect.iscoroutine(ask):
+            ask.close()
         if gone.is_set():
             raise _Failure("the client closed its connection while the permission card waited; the code was "
                            "not run")

@@ -4,12 +4,14 @@ the stdio bridge as a real subprocess, the fake agent over real pipes, and a rea
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -295,6 +297,118 @@ def test_a_run_code_cancelled_while_its_card_waits_is_never_run():
     run(main())
 
 
+def test_two_run_codes_at_once_keep_their_own_output_and_restore_sys_stdout():
+    async def main() -> None:
+        ns: dict[str, Any] = {"asyncio": asyncio, "a_may_go_on": asyncio.Event(), "b_may_start": asyncio.Event()}
+        kernel_out, kernel_err = io.StringIO(), io.StringIO()  # the kernel's own streams
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = kernel_out, kernel_err
+        server = await KernelServer(namespace=ns).start()
+        try:
+            grant = server.grant(Owner())
+            first = ("print('A1')\nb_may_start.set()\nawait a_may_go_on.wait()\nprint('A2')\n"
+                     "import sys; print('A-err', file=sys.stderr)\n'A done'")
+            second = ("await b_may_start.wait()\nprint('B1')\na_may_go_on.set()\nawait asyncio.sleep(0)\n"
+                      "print('B2')\n'B done'")
+
+            async def elsewhere() -> None:  # a task of the kernel that prints while both runs wait
+                await ns["b_may_start"].wait()
+                print("printed by the kernel meanwhile")
+
+            async with mcp_client(server.url, grant.token) as one, mcp_client(server.url, grant.token) as two:
+                other = asyncio.ensure_future(elsewhere())
+                a, b = await asyncio.gather(one.call_tool("run_code", {"code": first}),
+                                            two.call_tool("run_code", {"code": second}))
+                await other
+                assert text_of(a) == "stdout:\nA1\nA2\nstderr:\nA-err\nresult:\n'A done'"
+                assert text_of(b) == "stdout:\nB1\nB2\nresult:\n'B done'"
+                assert sys.stdout is kernel_out and sys.stderr is kernel_err
+                print("printed by the kernel afterwards")
+            assert kernel_out.getvalue() == "printed by the kernel meanwhile\nprinted by the kernel afterwards\n"
+        finally:
+            sys.stdout, sys.stderr = saved
+            await server.aclose()
+
+    run(main())
+
+
+def test_a_run_code_whose_client_went_away_is_withdrawn_and_never_run():
+    async def main() -> None:
+        ns: dict[str, Any] = {}
+        server = await KernelServer(namespace=ns).start()
+        client = None
+        try:
+            owner = Owner("wait")
+            grant = server.grant(owner)
+            client = await asyncio.create_subprocess_exec(
+                sys.executable, str(FIXTURES / "mcp_call.py"), server.url, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "ESCOUADE_MCP_TOKEN": grant.token})
+            assert json.loads(await client.stdout.readline()) == {"ready": True}
+            client.stdin.write(json.dumps({"tool": "run_code", "arguments": {"code": "ran = True"}}).encode() + b"\n")
+            await client.stdin.drain()
+            await asyncio.wait_for(owner.waiting.wait(), 20)
+            client.kill()  # the client goes away: its connections close, no cancel notification, no DELETE
+            await client.wait()
+            for _ in range(500):
+                if owner.cancelled:
+                    break
+                await asyncio.sleep(0.01)
+            if not owner.cancelled:
+                owner.release.set_result(None)  # the user presses Run on the card left behind
+                await asyncio.sleep(0.5)
+            assert owner.cancelled  # the owner's ask was cancelled: the card is withdrawn
+            assert "ran" not in ns and owner.ran == []
+        finally:
+            if client is not None and client.returncode is None:
+                client.kill()
+                await client.wait()
+            await server.aclose()
+
+    run(main())
+
+
+def test_an_mcp_session_answers_only_the_token_that_opened_it():
+    async def main() -> None:
+        server = await KernelServer(namespace={"n": 1}).start()
+        try:
+            a, b = server.grant(Owner()), server.grant(Owner())
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "t", "version": "0"}}}
+            accept = {"Accept": "application/json, text/event-stream"}
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "list_variables", "arguments": {}}}
+            async with httpx2.AsyncClient() as http:
+                opened = await http.post(server.url, json=init, headers={**accept, "Authorization": a.authorization})
+                assert opened.status_code == 200
+                sid = opened.headers["mcp-session-id"]
+                as_a = {**accept, "Authorization": a.authorization, "Mcp-Session-Id": sid,
+                        "Mcp-Protocol-Version": "2025-06-18"}
+                as_b = {**as_a, "Authorization": b.authorization}
+                await http.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                headers=as_a)
+                # agent B's token with agent A's session: refused as an unknown session, whatever the method
+                used = await http.post(server.url, json=call, headers=as_b)
+                async with http.stream("GET", server.url, headers=as_b) as listened:
+                    listened_status = listened.status_code
+                deleted = await http.delete(server.url, headers=as_b)
+                assert (used.status_code, listened_status, deleted.status_code) == (404, 404, 404)
+                assert b.calls == 0
+                # A's session is intact and answers A
+                own = await http.post(server.url, json=call, headers=as_a)
+                assert own.status_code == 200 and "- n: int" in own.text and a.calls == 1
+                # a session id nobody opened gets 404 too
+                made_up = await http.post(server.url, json=call, headers={**as_a, "Mcp-Session-Id": "0" * 32})
+                assert made_up.status_code == 404
+                # A may end its own session
+                assert (await http.delete(server.url, headers=as_a)).status_code in (200, 204)
+                assert (await http.post(server.url, json=call, headers=as_a)).status_code == 404
+        finally:
+            await server.aclose()
+
+    run(main())
+
+
 def test_wrong_missing_or_revoked_token_gets_401():
     async def main() -> None:
         server = await KernelServer(namespace={}).start()
@@ -329,6 +443,100 @@ def test_wrong_missing_or_revoked_token_gets_401():
             await server.aclose()
         with pytest.raises(RuntimeError, match="closed"):
             server.grant(Owner())
+
+    run(main())
+
+
+class SlowRepr:
+    """A value whose ``__repr__`` sleeps (up to 4 s, or until ``release`` is set)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.left = threading.Event()
+        self.release = threading.Event()
+
+    def __repr__(self) -> str:
+        self.entered.set()
+        try:
+            self.release.wait(4)
+            return "SlowRepr(finally)"
+        finally:
+            self.left.set()
+
+
+def test_a_slow_repr_does_not_freeze_the_loop_and_is_reported_as_too_slow():
+    async def main() -> None:
+        slow = SlowRepr()
+        ns = {"slow": slow, "n": 3}
+        server = await KernelServer(namespace=ns).start()
+        ticked_during_repr = []
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                if slow.entered.is_set() and not slow.left.is_set():
+                    ticked_during_repr.append(True)
+                await asyncio.sleep(0.02)
+
+        ticks = asyncio.ensure_future(ticker())
+        try:
+            grant = server.grant(Owner())
+            async with mcp_client(server.url, grant.token) as session, mcp_client(server.url, grant.token) as other:
+                inspect = asyncio.ensure_future(session.call_tool("inspect_variable", {"name": "slow"}))
+                while not slow.entered.is_set():
+                    await asyncio.sleep(0.01)
+                # a second call answers while the repr still runs: the value is not read again
+                listing = text_of(await other.call_tool("list_variables", {}))
+                assert not slow.left.is_set()
+                assert "- n: int — int = 3" in listing
+                assert "- slow: test_kernel_server.SlowRepr — (not read: its repr from an earlier call is still " \
+                       "running" in listing
+                text = text_of(await inspect)
+                assert text.startswith("slow: test_kernel_server.SlowRepr\n(incomplete: its repr took longer than "
+                                       "2 s: not shown (it goes on in a worker thread))"), text
+                assert "SlowRepr(finally)" not in text
+                assert ticked_during_repr  # the loop served other tasks while the repr ran
+                slow.release.set()
+                while not slow.left.is_set():
+                    await asyncio.sleep(0.01)
+                for _ in range(100):  # the reader has finished with the value: it is read again, whole
+                    again = text_of(await other.call_tool("inspect_variable", {"name": "slow"}))
+                    if "SlowRepr(finally)" in again:
+                        break
+                    await asyncio.sleep(0.02)
+                assert again.endswith("repr:\nSlowRepr(finally)"), again
+        finally:
+            slow.release.set()
+            stop.set()
+            await ticks
+            await server.aclose()
+
+    run(main())
+
+
+def test_reads_use_a_bounded_pool_of_reader_threads():
+    async def main() -> None:
+        slows = [SlowRepr() for _ in range(6)]
+        ns: dict[str, Any] = {"n": 3, **{f"slow{i}": v for i, v in enumerate(slows)}}
+        server = await KernelServer(namespace=ns).start()
+        server.read_budget = 0.5
+        try:
+            grant = server.grant(Owner())
+            async with mcp_client(server.url, grant.token) as session:
+                listing = text_of(await session.call_tool("list_variables", {})).splitlines()
+                readers = server._readers._threads
+                assert len(readers) == 4 and all(t.daemon for t in readers)
+                assert listing[1] == "- n: int — int = 3"
+                took_long = [line for line in listing if "its repr took longer than 0.5 s" in line]
+                busy = [line for line in listing if "not read: every reader thread is busy" in line]
+                assert len(took_long) == 4 - 1 + 1 and len(busy) == 6 - 4  # n took one thread first, then freed it
+                again = text_of(await session.call_tool("list_variables", {}))
+                assert again.count("from an earlier call is still running") == 4 and "- n: int" in again
+                assert server._readers._threads == readers  # no thread started for the second call
+        finally:
+            for slow in slows:
+                slow.release.set()
+            await server.aclose()
 
     run(main())
 
@@ -673,3 +881,57 @@ def test_in_a_real_kernel(tmp_path):
             client.wait()
         if k is not None:
             k.shutdown()
+
+
+SLOW_SETUP = """
+import threading
+from escouade_nb.engine.kernel_server import KernelServer
+class SlowRepr:
+    def __init__(self):
+        self.release, self.entered, self.inside = threading.Event(), threading.Event(), False
+    def __repr__(self):
+        self.inside = True
+        self.entered.set()
+        try:
+            self.release.wait(4)
+            return 'SlowRepr(finally)'
+        finally:
+            self.inside = False
+slow = SlowRepr()
+class Owner:
+    name = "kernel test"
+    async def ask_run_code(self, code):
+        return None
+server = await KernelServer.shared()
+grant = server.grant(Owner())
+print("URL", server.url)
+print("TOKEN", grant.token)
+"""
+
+
+@pytest.mark.kernel
+def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
+    k = Kernel(tmp_path)
+    client = None
+    try:
+        out = k.run(SLOW_SETUP, timeout=120)
+        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
+        client = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), lines["URL"]],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "ESCOUADE_MCP_TOKEN": lines["TOKEN"]})
+        assert json.loads(client.stdout.readline()) == {"ready": True}
+        client.stdin.write(json.dumps({"tool": "inspect_variable", "arguments": {"name": "slow"}}) + "\n")
+        client.stdin.flush()
+        # a cell that waits (on the loop) for the repr to start, then looks: is the repr still inside?
+        cell = k.run("import asyncio\nfor _ in range(3000):\n    if slow.entered.is_set(): break\n"
+                     "    await asyncio.sleep(0.01)\nprint('INSIDE', slow.entered.is_set(), slow.inside)")
+        got = json.loads(client.stdout.readline())
+        # the cell ran while the repr was still sleeping: the loop was free (on a frozen loop it runs after)
+        assert cell.text.split() == ["INSIDE", "True", "True"]
+        assert "its repr took longer than 2 s: not shown" in got["text"] and "SlowRepr(finally)" not in got["text"]
+        k.run("slow.release.set()")
+    finally:
+        if client is not None:
+            client.kill()
+            client.wait()
+        k.shutdown()

@@ -13,12 +13,15 @@ import pytest
 from escouade_nb.core.notebook import NotebookRef, file_cells, kernel_notebook, output_text
 from escouade_nb.core.variables import (
     cells_of,
+    history_cells,
     list_variables,
+    listed_names,
     parse_cell_range,
     short_repr,
     summarize,
     summary_text,
     type_name,
+    variable_row,
 )
 
 
@@ -282,3 +285,42 @@ def test_core_modules_stay_pure():
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not imported & {"pandas", "numpy", "polars", "xarray", "asyncio", "subprocess", "nbformat", "os"}, name
+
+
+def test_summarize_says_which_look_is_under_way(df):
+    seen = []
+
+    class Watched:
+        shape = (2, 1)
+        dtype = "int64"
+
+        def head(self, rows):
+            seen.append(("head", progress["step"], dict(progress["found"])))
+            return "first rows"
+
+        def __repr__(self):
+            seen.append(("repr", progress["step"], dict(progress["found"])))
+            return "Watched()"
+
+    progress: dict = {}
+    d = summarize("w", Watched(), rows=1, progress=progress)
+    assert [(what, step) for what, step, _ in seen] == [("head", "head"), ("repr", "repr")]
+    assert seen[1][2]["head"] == "'first rows'" and "repr" not in seen[1][2]  # what was found before the repr
+    assert progress == {"found": d, "step": None}
+
+
+def test_history_cells_and_listed_names_look_at_no_value():
+    class Touchy:
+        def __repr__(self):
+            raise AssertionError("looked at")
+
+        def __len__(self):
+            raise AssertionError("looked at")
+
+    ns = {"In": ["", "x = 1", "x"], "Out": {2: Touchy()}, "t": Touchy(), "_p": 1}
+    cells = history_cells(ns)
+    assert [c["execution_count"] for c in cells] == [1, 2] and "value" not in cells[0]
+    assert cells[1]["value"] is ns["Out"][2]
+    assert [n for n, _ in listed_names(ns)] == ["t"]
+    assert variable_row("m", json, include_all=False) is None  # a module
+    assert variable_row("x", 3)["summary"] == "int = 3"

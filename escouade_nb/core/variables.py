@@ -6,8 +6,16 @@ Frames and arrays (pandas, numpy, polars, xarray, and anything shaped like them)
 recognised by duck typing — a ``shape`` of integers, then ``dtype``/``dtypes``/``columns``
 /``head`` — and never imported here. Every look at a value is guarded: a ``repr`` or a
 property that raises, a huge ``repr``, a ``len`` that lies, each gives a shorter summary,
-never an exception. Properties are never evaluated for ``attributes`` (their names are
-listed from the class), so asking for attributes runs no user code but ``repr``.
+never an exception.
+
+What runs of the value's own code, exactly: ``repr`` (of the value; of each instance
+attribute's value when ``attributes`` is asked), ``len``, the ``shape`` attribute, and for
+values with a shape the ``dtype``, ``columns`` and ``dtypes`` attributes and ``head(rows)``
+(or ``value[:rows]``) with the ``to_string()`` or ``repr`` of its result; ``vars(value)``
+when ``attributes`` is asked (properties are never evaluated: their names are listed from
+the class). Any of these may be slow or hang: these functions do not bound them — the
+kernel's server runs them in worker threads with a time budget (``progress``, below, says
+which look is under way), see :mod:`escouade_nb.engine.kernel_server`.
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ __all__ = [
     "summarize",
     "summary_text",
     "list_variables",
+    "listed_names",
+    "variable_row",
+    "history_cells",
     "cells_of",
     "parse_cell_range",
     "type_name",
@@ -281,7 +292,7 @@ def _summary(value: object, d: dict[str, Any]) -> str:
 
 
 def summarize(name: str, value: object, *, rows: int = 5, max_repr: int = MAX_REPR,
-              attributes: bool = False) -> dict[str, Any]:
+              attributes: bool = False, progress: dict[str, Any] | None = None) -> dict[str, Any]:
     """A JSON-able description of one value.
 
     Keys: ``name``, ``type`` (``module.qualname``, see :func:`type_name`), ``summary``
@@ -292,39 +303,68 @@ def summarize(name: str, value: object, *, rows: int = 5, max_repr: int = MAX_RE
     ``attributes_total`` when more exist than are listed.
 
     ``rows`` must be ≥ 0 and ``max_repr`` ≥ 1 (``ValueError`` otherwise). Never raises
-    because of the value itself."""
+    because of the value itself.
+
+    ``progress`` (a dict, for a caller in another thread that may stop waiting): set to
+    ``{"found": the description filled so far, "step": the look under way}`` as the
+    looks go — ``step`` is one of ``"type"``, ``"len"``, ``"shape"``, ``"dtype"``,
+    ``"columns"``, ``"dtypes"``, ``"head"``, ``"repr"``, ``"attributes"``, then None."""
     if not isinstance(rows, int) or rows < 0:
         raise ValueError(f"rows must be an integer ≥ 0, got {rows!r}")
     if not isinstance(max_repr, int) or max_repr < 1:
         raise ValueError(f"max_repr must be an integer ≥ 1, got {max_repr!r}")
-    d: dict[str, Any] = {"name": name, "type": type_name(value)}
+    d: dict[str, Any] = {"name": name}
+    step = _stepper(d, progress)
+    step("type")
+    d["type"] = type_name(value)
+    step("len")
     n = _len(value)
     if n is not None:
         d["len"] = n
+    step("shape")
     shape = None if isinstance(value, (str, bytes, bytearray, Mapping, list, tuple, set, frozenset)) else _shape(value)
     if shape is not None:
         d["shape"] = list(shape)
+        step("dtype")
         dtype = _safe(lambda: getattr(value, "dtype", None))
         if dtype is not None and not callable(dtype):
             d["dtype"] = _safe(lambda: str(dtype), "?")
+        step("columns")
         columns = _columns(value)
         if columns is not None:
             d["columns"] = columns
+        step("dtypes")
         dtypes = _dtypes(value, columns)
         if dtypes is not None:
             d["dtypes"] = dtypes
         if rows and shape:
+            step("head")
             head = _head(value, rows, max_repr)
             if head is not None:
                 d["head"] = head
+    step("repr")
     d["repr"] = short_repr(value, max_repr)
     d["summary"] = _summary(value, d)
     if attributes:
+        step("attributes")
         attrs, total = _attributes(value)
         d["attributes"] = attrs
         if total > len(attrs):
             d["attributes_total"] = total
+    step(None)
     return d
+
+
+def _stepper(d: dict[str, Any], progress: dict[str, Any] | None):
+    if progress is None:
+        return lambda name: None
+    progress["found"] = d
+    progress["step"] = None
+
+    def step(name: str | None) -> None:
+        progress["step"] = name
+
+    return step
 
 
 def summary_text(d: Mapping[str, Any]) -> str:
@@ -360,19 +400,40 @@ def list_variables(ns: Mapping[str, Any], hidden: Container[str] = (), *,
 
     Skipped unless ``include_all``: names starting with ``_``, modules, functions,
     classes and other callables' types, the names in ``hidden`` (IPython's
-    ``user_ns_hidden``), and IPython's ``In``/``Out``/``get_ipython``/``exit``/``quit``."""
+    ``user_ns_hidden``), and IPython's ``In``/``Out``/``get_ipython``/``exit``/``quit``.
+    :func:`listed_names` then :func:`variable_row` for each."""
+    out = []
+    for name, value in listed_names(ns, hidden, include_all=include_all):
+        row = variable_row(name, value, include_all=include_all)
+        if row is not None:
+            out.append(row)
+    return out
+
+
+def listed_names(ns: Mapping[str, Any], hidden: Container[str] = (), *,
+                 include_all: bool = False) -> list[tuple[str, Any]]:
+    """``[(name, value)]`` of the namespace whose *name* may be listed (see
+    :func:`list_variables`): no look at the values, so no code of theirs runs."""
     out = []
     for name, value in list(ns.items()):
         if not isinstance(name, str):
             continue
-        if not include_all:
-            if name.startswith("_") or name in _IPYTHON_NAMES or _safe(lambda n=name: n in hidden, False):
-                continue
-            if isinstance(value, _HIDDEN_KINDS):
-                continue
-        d = summarize(name, value, rows=0, max_repr=SUMMARY_REPR)
-        out.append({"name": name, "type": d["type"], "summary": d["summary"]})
+        if not include_all and (name.startswith("_") or name in _IPYTHON_NAMES
+                                or _safe(lambda n=name: n in hidden, False)):
+            continue
+        out.append((name, value))
     return out
+
+
+def variable_row(name: str, value: object, *, include_all: bool = False,
+                 progress: dict[str, Any] | None = None) -> dict[str, str] | None:
+    """One row of :func:`list_variables`, ``{"name", "type", "summary"}``, or None for a
+    module, function, class… unless ``include_all`` (an ``isinstance`` check, which may
+    read the value's ``__class__``). ``progress`` as for :func:`summarize`."""
+    if not include_all and _safe(lambda: isinstance(value, _HIDDEN_KINDS), False):
+        return None
+    d = summarize(name, value, rows=0, max_repr=SUMMARY_REPR, progress=progress)
+    return {"name": name, "type": d["type"], "summary": d["summary"]}
 
 
 def _cell_window(counts: list[int], start: int | None, end: int | None) -> list[int]:
@@ -387,15 +448,12 @@ def _cell_window(counts: list[int], start: int | None, end: int | None) -> list[
     return [c for c in counts if lo <= c <= hi]
 
 
-def cells_of(ns: Mapping[str, Any], *, start: int | None = None, end: int | None = None,
-             max_output: int = MAX_OUTPUT) -> list[dict[str, Any]]:
-    """The cells run in this kernel, from IPython's history in the namespace:
-    ``ns["In"]`` (a list whose index is the execution count) and ``ns["Out"]`` (a dict
-    execution count -> value). ``[{"execution_count": int, "source": str, "output":
-    text (the value's repr, cut to ``max_output``) or None}]`` for counts ``start`` to
-    ``end`` inclusive (negative: from the last cell, -1 is the last). Outputs that were
-    only printed are not in ``Out`` (IPython keeps results only). Empty when the
-    namespace has no ``In`` list (not IPython). ``ValueError`` for non-integer bounds."""
+def history_cells(ns: Mapping[str, Any], *, start: int | None = None,
+                  end: int | None = None) -> list[dict[str, Any]]:
+    """The cells run in this kernel, from IPython's history in the namespace, without a
+    look at their results: ``[{"execution_count": int, "source": str (cut to
+    ``MAX_SOURCE``), "value": the result (only when ``Out`` has one)}]``. Bounds and
+    errors as :func:`cells_of`."""
     inputs = ns.get("In")
     outputs = ns.get("Out")
     if not isinstance(inputs, list):
@@ -408,9 +466,25 @@ def cells_of(ns: Mapping[str, Any], *, start: int | None = None, end: int | None
         source = inputs[count]
         if len(source) > MAX_SOURCE:
             source = _cut(source, MAX_SOURCE)
-        output = short_repr(outputs[count], max_output) if count in outputs else None
-        cells.append({"execution_count": count, "source": source, "output": output})
+        cell: dict[str, Any] = {"execution_count": count, "source": source}
+        if count in outputs:
+            cell["value"] = outputs[count]
+        cells.append(cell)
     return cells
+
+
+def cells_of(ns: Mapping[str, Any], *, start: int | None = None, end: int | None = None,
+             max_output: int = MAX_OUTPUT) -> list[dict[str, Any]]:
+    """The cells run in this kernel, from IPython's history in the namespace:
+    ``ns["In"]`` (a list whose index is the execution count) and ``ns["Out"]`` (a dict
+    execution count -> value). ``[{"execution_count": int, "source": str, "output":
+    text (the value's repr, cut to ``max_output``) or None}]`` for counts ``start`` to
+    ``end`` inclusive (negative: from the last cell, -1 is the last). Outputs that were
+    only printed are not in ``Out`` (IPython keeps results only). Empty when the
+    namespace has no ``In`` list (not IPython). ``ValueError`` for non-integer bounds."""
+    return [{"execution_count": c["execution_count"], "source": c["source"],
+             "output": short_repr(c["value"], max_output) if "value" in c else None}
+            for c in history_cells(ns, start=start, end=end)]
 
 
 def parse_cell_range(text: str) -> list[int]:

@@ -7,7 +7,9 @@ as a task on *this* loop — no thread — from a socket bound to ``127.0.0.1:0`
 uvicorn are imported there, in a worker thread (0.6–1 s), never when this module is.
 Each agent session gets a :class:`Grant`: a bearer token the client sends as
 ``Authorization: Bearer <token>`` (in the ``mcpServers`` entry's headers, or in the stdio
-bridge's environment: never in argv). A request without a live token gets HTTP 401.
+bridge's environment: never in argv). A request without a live token gets HTTP 401. An MCP
+session (``Mcp-Session-Id``) belongs to the grant that opened it: another token's request
+naming it gets 404, as an unknown session does.
 
 Tools (input schemas in each tool's description; results are plain text):
 
@@ -18,14 +20,29 @@ Tools (input schemas in each tool's description; results are plain text):
     type, ``repr`` cut to 2,000 characters, len/shape/dtype/dtypes/columns/head for
     array- and frame-like values (duck typed), public attributes on request.
 ``notebook_cells(start=None, end=None, source="history")``
-    ``history``: the cells run in this kernel (IPython's In/Out, by execution count);
+    ``history``: the cells run in this kernel (IPython's In/Out, by execution count;
+    a result is shown by its ``repr``);
     ``file``: the saved cells of the notebook file when the kernel knows its path
     (``__session__``/``JPY_SESSION_NAME``, see :mod:`escouade_nb.core.notebook`; the file
     is read in a thread, and the answer says which file); ``both``.
 ``run_code(code)``
     always asks the caller's owner first (:meth:`ToolOwner.ask_run_code`: a permission
-    card), then runs the code in the user namespace on the loop: stdout/stderr captured,
-    the last expression's ``repr``, an exception as its traceback text.
+    card), then runs the code in the user namespace on the loop: stdout/stderr captured
+    per call (two runs awaiting at once keep their own output, see ``_execute``), the
+    last expression's ``repr``, an exception as its traceback text.
+
+What the read tools run of the user's values, exactly (the values' own code, which may be
+slow or hang): ``repr``; ``len``; for values with a ``shape`` of integers, the ``shape``,
+``dtype``, ``columns`` and ``dtypes`` attributes and ``head(rows)`` (or ``value[:rows]``)
+rendered by ``to_string()`` or ``repr``; with ``attributes=True``, ``vars(value)`` and the
+``repr`` of each instance attribute (properties are never evaluated); an ``isinstance``
+check (which may read ``__class__``). Never on the loop: they run in at most ``READERS``
+daemon worker threads, and a tool call waits for them at most ``READ_BUDGET`` seconds
+(2 s). A look still running then is reported by what it was doing ("its repr took longer
+than 2 s: not shown") and left to finish in its thread; while it runs, later calls do
+not start it again on the same object ("still running from an earlier call"); when
+every thread is held by such looks, reads answer "not read: every reader thread was
+busy". The looks may overlap a cell that runs meanwhile (the loop is free).
 
 Rules of the loop. The tools are ``async def``: they run on the loop's thread, between
 cells (or between the awaits of an async cell), so they see ``user_ns`` as cells do. While
@@ -34,7 +51,7 @@ blocks: a ``run_code`` that starts after the loop was blocked longer than ``busy
 seconds is not run (its client has probably given up) and answers "the kernel was busy…
 call it again"; reads answer anyway. A ``run_code`` whose MCP request is cancelled while
 its card waits is never run: the cancellation reaches ``ask_run_code`` (the engine
-withdraws the card).
+withdraws the card); so does one whose HTTP client closes its connection meanwhile.
 
 Quiet by design: ``MCPServer()`` configures root logging (``basicConfig``), so the root
 logger's handlers and level are restored around it; uvicorn gets ``log_config=None``,
@@ -47,6 +64,7 @@ whose text reaches the model.
 import ast
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import contextvars
 import hmac
@@ -55,9 +73,11 @@ import io
 import linecache
 import logging
 import os
+import queue
 import secrets
 import socket
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -89,16 +109,32 @@ SESSION_IDLE_TIMEOUT = 8 * 3600.0
 """Seconds an MCP session may idle (no request, no GET stream) before the SDK drops it."""
 MAX_CAPTURE = 50_000
 """Characters of stdout, of stderr and of the result's repr kept by ``run_code``."""
+READ_BUDGET = 2.0
+"""Seconds one read tool call (``list_variables``, ``inspect_variable``, ``notebook_cells``)
+waits for the looks at user values it runs; what is not done by then is reported as such."""
+READERS = 4
+"""Worker threads that run the looks at user values (one server's; started on first use,
+daemon threads: a look that never ends does not hold the interpreter's exit)."""
+MAX_QUEUED = 1000
+"""Looks waiting for a reader thread beyond which new ones are not queued (reported as not
+read): the queue stays bounded while every thread is held by a look that never ends."""
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 
 INSTRUCTIONS = (
     "The live Jupyter kernel this agent was started from. list_variables and inspect_variable read the "
-    "user's variables (no code runs but repr); notebook_cells gives the cells run so far and the saved "
-    "notebook file; run_code runs Python in the kernel after the user allows it (a permission card)."
+    "user's variables; what runs of the values' own code is exactly: repr, len, and for array- or frame-like "
+    "values (those with a shape) the shape, dtype, dtypes and columns attributes and head(rows), plus vars() "
+    "and each attribute's repr when inspect_variable is asked for attributes (properties are never run). "
+    "These run in worker threads with a 2-second budget per call: a value whose repr (or len, head...) takes "
+    "longer is reported as such, and is not started again while it still runs. notebook_cells gives the cells "
+    "run so far (their results' repr, same budget) and the saved notebook file; run_code runs Python in the "
+    "kernel after the user allows it (a permission card)."
 )
 
 _CALLER: contextvars.ContextVar["Grant | None"] = contextvars.ContextVar("escouade_mcp_caller", default=None)
+_GONE: contextvars.ContextVar["asyncio.Event | None"] = contextvars.ContextVar("escouade_mcp_gone", default=None)
+"""Set when the HTTP client of the request (a POST) closed its connection (ASGI ``http.disconnect``)."""
 
 
 class Refused(Exception):
@@ -190,6 +226,7 @@ class _Capture(io.TextIOBase):
         self._parts: list[str] = []
         self._size = 0
         self.dropped = 0
+        self.finished = False  # the run is over: writes go to the kernel's stream (see _Routed)
 
     def writable(self) -> bool:
         return True
@@ -210,6 +247,208 @@ class _Capture(io.TextIOBase):
     def text(self) -> str:
         out = "".join(self._parts)
         return out + (f"… [cut: {self.dropped:,} more characters]" if self.dropped else "")
+
+
+class _Readers:
+    """The worker threads that look at user values (``repr``, ``len``, ``shape``… of
+    :mod:`escouade_nb.core.variables`): at most ``size`` daemon threads, started on first
+    use, fed from one queue. A look is ``(label, value, fn)``: while a look of an earlier
+    call at the same object (``id``, the value held so the id stays its own) is still
+    running or queued, it is not started again — :meth:`read` reports it as still running.
+
+    :meth:`read` is the loop's side: it waits at most ``budget`` seconds (never blocks the
+    loop), then answers a :class:`_Read` per look: done (``result``), still running past
+    the budget (``step``: the look under way, ``since``: monotonic start), or not started
+    (every thread busy: the job is withdrawn)."""
+
+    def __init__(self, size: int = READERS) -> None:
+        self._size = size
+        self._jobs: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._running: dict[int, "_Read"] = {}  # id(value) -> its look under way (or queued)
+        self._closed = False
+
+    def _ensure_threads(self) -> None:
+        while len(self._threads) < self._size:
+            thread = threading.Thread(target=self._work, name=f"escouade-reader-{len(self._threads) + 1}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            read, fn = job
+            if not read.future.set_running_or_notify_cancel():
+                self._forget(read)
+                continue
+            read.since = time.monotonic()
+            try:
+                read.future.set_result(fn(read.progress))
+            except BaseException as exc:  # the value's problem, reported with the read
+                read.future.set_exception(exc)
+            finally:
+                self._forget(read)
+
+    def _forget(self, read: "_Read") -> None:
+        with self._lock:
+            if self._running.get(id(read.value)) is read:
+                del self._running[id(read.value)]
+
+    async def read(self, looks: list[tuple[str, Any, Callable[[dict], Any]]], budget: float) -> list["_Read"]:
+        """Run ``looks`` (``(label, value, fn(progress) -> result)``) within ``budget`` seconds;
+        one :class:`_Read` per look, in order. A cancellation withdraws the looks not started."""
+        if self._closed:
+            raise RuntimeError("the kernel's MCP server is closed")
+        reads: list[_Read] = []
+        fresh: list[_Read] = []
+        with self._lock:
+            before = dict(self._running)  # looks of earlier calls (this call's own duplicates run)
+            for label, value, fn in looks:
+                earlier = before.get(id(value))
+                if earlier is not None and earlier.value is value:
+                    reads.append(_Read(label, value, earlier=earlier))
+                    continue
+                read = _Read(label, value)
+                reads.append(read)
+                if self._jobs.qsize() >= MAX_QUEUED:  # every thread held for long: withdrawn at once
+                    read.withdrawn = True
+                    read.future.cancel()
+                    continue
+                self._running[id(value)] = read
+                fresh.append(read)
+                self._jobs.put((read, fn))
+        if fresh:
+            self._ensure_threads()
+            waiting = [asyncio.wrap_future(r.future) for r in fresh]
+            try:
+                await asyncio.wait(waiting, timeout=budget)
+            finally:
+                for r in fresh:
+                    if not r.future.done() and r.future.cancel():  # never started: withdrawn
+                        r.withdrawn = True
+                        self._forget(r)
+                for w in waiting:  # no "exception never retrieved" for the ones left behind
+                    w.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return reads
+
+    def close(self) -> None:
+        """Stop the idle threads (a look under way finishes in its thread, unwaited)."""
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+@dataclass(eq=False)
+class _Read:
+    """One look of :meth:`_Readers.read`: ``label`` (e.g. the variable's name), the
+    ``value``, its ``future``, ``progress`` (filled by the look, see
+    :func:`escouade_nb.core.variables.summarize`), ``since`` (monotonic start), ``earlier``
+    (the look of an earlier call still running on the same value: this one was not
+    started), ``withdrawn`` (never started: every thread was busy)."""
+
+    label: str
+    value: Any
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    progress: dict = field(default_factory=dict)
+    since: float | None = None
+    earlier: "_Read | None" = None
+    withdrawn: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.earlier is None and self.future.done() and not self.future.cancelled()
+
+    def result(self) -> Any:
+        return self.future.result()
+
+    def why_not(self, budget: float) -> str:
+        """Why there is no result: a sentence naming the look that took too long."""
+        if self.earlier is not None:
+            run = self.earlier
+            step = run.progress.get("step") or "look"
+            took = f" for {time.monotonic() - run.since:.1f} s" if run.since is not None else ""
+            return (f"not read: its {step} from an earlier call is still running{took} (it is not started "
+                    "again while it runs)")
+        if self.withdrawn:
+            return ("not read: every reader thread is busy (with values whose repr, len or head is still "
+                    "running)")
+        step = self.progress.get("step") or "look"
+        return f"its {step} took longer than {budget:g} s: not shown (it goes on in a worker thread)"
+
+
+_RUN_OUTPUT: contextvars.ContextVar["tuple[_Capture, _Capture] | None"] = contextvars.ContextVar(
+    "escouade_run_code_output", default=None)
+
+
+class _Routed:
+    """What ``sys.stdout``/``sys.stderr`` are while ``run_code`` calls run: a write made in
+    a run's context (its task, and the tasks its code starts) goes to that run's capture;
+    any other write (a cell, another task, a thread) goes to the stream this one replaced.
+    Everything else (``fileno``, ``encoding``, ``isatty``…) is the replaced stream's."""
+
+    def __init__(self, original: Any, index: int) -> None:
+        self._original = original
+        self._index = index
+
+    def _capture(self) -> "_Capture | None":
+        captures = _RUN_OUTPUT.get()
+        if captures is None or captures[self._index].finished:
+            return None  # a task the run started, printing after the run ended: the kernel's stream
+        return captures[self._index]
+
+    def write(self, text: str) -> int:
+        capture = self._capture()
+        return (capture if capture is not None else self._original).write(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._capture() is None:
+            self._original.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+
+class _Routing:
+    """Installs :class:`_Routed` streams while at least one ``run_code`` runs, and puts the
+    replaced streams back when the last one ends (unless something else replaced ours
+    meanwhile: that stream is left as it is). Loop-thread only."""
+
+    users = 0
+    saved: tuple[Any, Any] = (None, None)
+    routed: tuple[Any, Any] = (None, None)
+
+    @classmethod
+    @contextlib.contextmanager
+    def capture(cls, out: "_Capture", err: "_Capture"):
+        if cls.users == 0:
+            cls.saved = (sys.stdout, sys.stderr)
+            cls.routed = (_Routed(sys.stdout, 0), _Routed(sys.stderr, 1))
+            sys.stdout, sys.stderr = cls.routed
+        cls.users += 1
+        token = _RUN_OUTPUT.set((out, err))
+        try:
+            yield
+        finally:
+            out.finished = err.finished = True
+            try:
+                _RUN_OUTPUT.reset(token)
+            except ValueError:  # the code switched contexts: the finished captures route nothing anyway
+                pass
+            cls.users -= 1
+            if cls.users == 0:
+                if sys.stdout is cls.routed[0]:
+                    sys.stdout = cls.saved[0]
+                if sys.stderr is cls.routed[1]:
+                    sys.stderr = cls.saved[1]
+                cls.saved = cls.routed = (None, None)
 
 
 def run_result_text(result: Mapping[str, Any]) -> str:
@@ -234,10 +473,27 @@ def _bearer(scope: Mapping[str, Any]) -> bytes | None:
     return None
 
 
+def _header(headers: Any, name: bytes) -> str | None:
+    for key, value in headers or ():
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
 class _BearerGate:
     """ASGI wrapper: an HTTP request carries a live grant's token or gets 401; the grant
     is put in a context variable for the tools (the SDK carries the request's context
-    to the tool's task). The lifespan passes; websockets are refused."""
+    to the tool's task). The lifespan passes; websockets are refused.
+
+    MCP sessions are the grant's that opened them: the ``Mcp-Session-Id`` of each
+    response is recorded with the request's grant, and a request (POST, GET, DELETE)
+    carrying a session id another grant opened — or one never seen — gets 404, as the
+    SDK answers an unknown session. A POST's client closing its connection (ASGI
+    ``http.disconnect``, seen when the SDK's response listens for it) sets the request's
+    ``_GONE`` event: a ``run_code`` whose card waits is then withdrawn, never run. (The
+    spec lets a client drop a POST's stream and resume it; this server keeps no event
+    store, so a dropped stream's answer could never reach anyone: a run nobody can read
+    is not made.)"""
 
     def __init__(self, app: Any, server: "KernelServer") -> None:
         self.app = app
@@ -253,18 +509,46 @@ class _BearerGate:
             return
         grant = self.server._grant_for(_bearer(scope))
         if grant is None:
-            body = b'{"error": "unauthorized: this MCP server needs its bearer token (Authorization header)"}'
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, 401, b'{"error": "unauthorized: this MCP server needs its bearer token '
+                                     b'(Authorization header)"}')
             return
         grant._seen()
-        token = _CALLER.set(grant)
+        sessions = self.server._sessions
+        session_id = _header(scope.get("headers"), b"mcp-session-id")
+        if session_id is not None and sessions.get(session_id) is not grant:
+            await _refuse(send, 404, b'{"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32600, '
+                                     b'"message": "Session not found"}}')
+            return
+        method = scope.get("method")
+        gone = asyncio.Event()
+
+        async def receive_watched() -> dict:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                gone.set()
+            return message
+
+        async def send_watched(message: dict) -> None:
+            if message.get("type") == "http.response.start":
+                opened = _header(message.get("headers"), b"mcp-session-id")
+                if opened is not None and opened not in sessions:
+                    sessions[opened] = grant
+                if method == "DELETE" and session_id is not None and message.get("status", 500) < 300:
+                    sessions.pop(session_id, None)
+            await send(message)
+
+        token, gone_token = _CALLER.set(grant), _GONE.set(gone if method == "POST" else None)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive_watched, send_watched)
         finally:
+            _GONE.reset(gone_token)
             _CALLER.reset(token)
+
+
+async def _refuse(send: Callable, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def import_server_side() -> tuple[Any, Any, Any, Any]:
@@ -310,6 +594,7 @@ class KernelServer:
         self._hidden = hidden
         self.busy_limit = float(busy_limit)
         self._grants: dict[str, Grant] = {}
+        self._sessions: dict[str, Grant] = {}  # Mcp-Session-Id -> the grant whose request opened it
         self._port: int | None = None
         self._starting: asyncio.Future | None = None
         self._serve_task: asyncio.Task | None = None
@@ -321,6 +606,8 @@ class KernelServer:
         self._last_beat = time.monotonic()
         self._stall = (0.0, 0.0)  # (ended at, seconds) of the last late heartbeat
         self._runs = 0
+        self._readers = _Readers()
+        self.read_budget = READ_BUDGET
 
     # -- the loop's server ------------------------------------------------------------
     @classmethod
@@ -370,6 +657,8 @@ class KernelServer:
     def revoke(self, grant: Grant) -> None:
         """End a grant: its token gets 401 from now on (calls under way finish)."""
         self._grants.pop(grant.token, None)
+        for session_id in [sid for sid, g in self._sessions.items() if g is grant]:
+            del self._sessions[session_id]
 
     def _grant_for(self, token: bytes | None) -> Grant | None:
         if not token:
@@ -483,11 +772,13 @@ class KernelServer:
         if self._socket is not None:
             self._socket.close()
         self._grants.clear()
+        self._readers.close()
 
     def _stop_now(self) -> None:
         """Interpreter exit (the loop no longer runs): refuse everything, stop serving,
         cancel the tasks, close the socket."""
         self._grants.clear()
+        self._readers.close()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = self._uvicorn.force_exit = True
         for task in (self._heartbeat_task, self._serve_task):
@@ -552,6 +843,8 @@ class KernelServer:
         ) -> str:
             """List the variables of the live kernel's user namespace: one line each with its name, type and
             a short summary (shape and columns of data frames, length of containers, value of scalars).
+            Runs each value's own repr and len (and shape, dtype, dtypes, columns for frame-like values) in
+            worker threads, 2 s budget per call: a value that takes longer is listed as such.
             Input: {"include_all": bool, default false}."""
             return await call("list_variables", {"include_all": include_all},
                               lambda: self._list_variables(include_all))
@@ -567,6 +860,9 @@ class KernelServer:
         ) -> str:
             """Describe one live variable: type, repr (cut to 2000 characters), length, and for array- and
             frame-like values (pandas, numpy, polars, xarray) shape, dtype(s), columns and the first rows.
+            What runs of the value's own code: repr, len, shape, dtype, dtypes, columns, head(rows), and with
+            attributes=true vars() and each attribute's repr (never properties); in a worker thread with a 2 s
+            budget: what took longer is named and not shown.
             Input: {"name": str, "rows": int 0-1000 (default 5), "attributes": bool (default false)}."""
             args = {"name": name, "rows": rows, "attributes": attributes}
             return await call("inspect_variable", args, lambda: self._inspect_variable(name, rows, attributes))
@@ -659,22 +955,87 @@ class KernelServer:
                 raise  # the MCP request itself was cancelled
             raise _Failure("refused: the permission request was cancelled", "cancelled") from None
 
+    async def _consent_while_connected(self, ask: Awaitable[None]) -> None:
+        """:meth:`_consent`, withdrawn when the request's HTTP client goes away while the
+        owner decides (its card is cancelled): the call then fails and nothing runs."""
+        gone = _GONE.get()
+        if gone is None:
+            await self._consent(ask)
+            return
+        asking = asyncio.ensure_future(self._consent(ask))
+        watching = asyncio.ensure_future(gone.wait())
+        try:
+            await asyncio.wait({asking, watching}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            asking.cancel()  # the request was cancelled: the owner's ask is too (its card withdrawn)
+            await asyncio.gather(asking, return_exceptions=True)
+            if inspect.iscoroutine(ask):
+                ask.close()  # never started (cancelled first): no "never awaited" warning
+            raise
+        finally:
+            watching.cancel()
+        if not asking.done():
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+        if inspect.iscoroutine(ask):
+            ask.close()
+        if gone.is_set():
+            raise _Failure("the client closed its connection while the permission card waited; the code was "
+                           "not run")
+        asking.result()
+
     async def _list_variables(self, include_all: bool) -> str:
         ns, hidden = self._user_ns()
-        rows = variables_core.list_variables(ns, hidden, include_all=include_all)
-        if not rows:
+        named = variables_core.listed_names(ns, hidden, include_all=include_all)
+
+        def row(name: str, value: Any) -> Callable[[dict], Any]:
+            return lambda progress: variables_core.variable_row(name, value, include_all=include_all,
+                                                                progress=progress)
+
+        reads = await self._readers.read([(name, value, row(name, value)) for name, value in named],
+                                         self.read_budget)
+        lines = []
+        for r in reads:
+            if r.done:
+                try:
+                    got = r.result()
+                except Exception as exc:
+                    lines.append(f"- {r.label}: {type(r.value).__name__} — (could not be read: "
+                                 f"{type(exc).__name__})")
+                    continue
+                if got is not None:
+                    lines.append(f"- {got['name']}: {got['type']} — {got['summary']}")
+            else:
+                kind = ((r.earlier or r).progress.get("found") or {}).get("type") or type(r.value).__name__
+                lines.append(f"- {r.label}: {kind} — ({r.why_not(self.read_budget)})")
+        if not lines:
             return ("No variables in the kernel's namespace" +
                     ("." if include_all else " (modules, functions, classes and _private names are not listed; "
                                              "include_all=true lists them)."))
-        head = f"{len(rows)} variable{'s' if len(rows) != 1 else ''}" + (
+        head = f"{len(lines)} variable{'s' if len(lines) != 1 else ''}" + (
             "" if include_all else " (modules, functions, classes and _private names not listed)") + ":"
-        return "\n".join([head] + [f"- {r['name']}: {r['type']} — {r['summary']}" for r in rows])
+        return "\n".join([head] + lines)
 
     async def _inspect_variable(self, name: str, rows: int, attributes: bool) -> str:
         ns, _ = self._user_ns()
         if name not in ns:
             raise _Failure(f"no variable named {name!r} in the kernel's namespace (list_variables gives the names)")
-        return variables_core.summary_text(variables_core.summarize(name, ns[name], rows=rows, attributes=attributes))
+        value = ns[name]
+        if not isinstance(rows, int) or rows < 0:
+            raise _Failure(f"rows must be an integer ≥ 0, got {rows!r}")
+        (r,) = await self._readers.read(
+            [(name, value, lambda progress: variables_core.summarize(name, value, rows=rows, attributes=attributes,
+                                                                     progress=progress))],
+            self.read_budget)
+        if r.done:
+            return variables_core.summary_text(r.result())
+        why = r.why_not(self.read_budget)
+        d = dict(r.progress.get("found") or {}) if r.earlier is None and not r.withdrawn else {}
+        d.update(name=name)
+        d.setdefault("type", type(value).__name__)
+        d["summary"] = f"{d['summary']} (incomplete: {why})" if "summary" in d else f"(incomplete: {why})"
+        d.setdefault("repr", "(not shown)")
+        return variables_core.summary_text(d)
 
     def _notebook_ref(self) -> notebook_core.NotebookRef | None:
         return notebook_core.kernel_notebook(self._user_ns()[0], os.environ, Path.cwd())
@@ -686,27 +1047,38 @@ class KernelServer:
         ns, _ = self._user_ns()
         parts: list[str] = []
         if source in ("history", "both"):
-            parts.append(self._history_text(ns, start, end))
+            parts.append(await self._history_text(ns, start, end))
         if source in ("file", "both"):
             parts.append(await self._file_text(ref, start, end))
         return "\n\n".join(parts)
 
-    @staticmethod
-    def _history_text(ns: Mapping[str, Any], start: int | None, end: int | None) -> str:
+    async def _history_text(self, ns: Mapping[str, Any], start: int | None, end: int | None) -> str:
         try:
-            cells = variables_core.cells_of(ns, start=start, end=end)
+            cells = variables_core.history_cells(ns, start=start, end=end)
         except ValueError as exc:
             raise _Failure(str(exc)) from None
         if not isinstance(ns.get("In"), list):
             return "History: this namespace has no IPython history (In/Out)."
         if not cells:
             return "History: no cells run in this kernel" + (" in that range." if (start, end) != (None, None) else ".")
+
+        def show(value: Any) -> Callable[[dict], str]:
+            def look(progress: dict) -> str:
+                progress["step"] = "repr"
+                return variables_core.short_repr(value, variables_core.MAX_OUTPUT)
+            return look
+
+        with_output = [c for c in cells if "value" in c]
+        reads = await self._readers.read([(f"Out[{c['execution_count']}]", c["value"], show(c["value"]))
+                                          for c in with_output], self.read_budget)
+        outputs = {c["execution_count"]: (r.result() if r.done else f"({r.why_not(self.read_budget)})")
+                   for c, r in zip(with_output, reads)}
         lines = [f"History: {len(cells)} cell{'s' if len(cells) != 1 else ''} run in this kernel "
                  f"(execution counts {cells[0]['execution_count']}–{cells[-1]['execution_count']}):"]
         for c in cells:
             lines += [f"In [{c['execution_count']}]:", c["source"].rstrip("\n")]
-            if c["output"] is not None:
-                lines += [f"Out[{c['execution_count']}]:", c["output"]]
+            if c["execution_count"] in outputs:
+                lines += [f"Out[{c['execution_count']}]:", outputs[c["execution_count"]]]
         return "\n".join(lines)
 
     @staticmethod
@@ -741,7 +1113,7 @@ class KernelServer:
         grant = _CALLER.get()
         owner = grant.owner  # type: ignore[union-attr]
         self._check_busy()
-        await self._consent(owner.ask_run_code(code))
+        await self._consent_while_connected(owner.ask_run_code(code))
         self._check_busy()  # a block while the card waited: its client has given up too
         result = await self._execute(code)
         told = getattr(owner, "ran_code", None)
@@ -755,8 +1127,18 @@ class KernelServer:
     async def _execute(self, code: str) -> dict[str, Any]:
         """Run ``code`` in the user namespace on the loop: ``{"stdout", "stderr",
         "result" (repr of the last expression, or None), "error" (traceback text, or
-        None)}``. Top-level ``await`` runs on the loop (output printed meanwhile by other
-        tasks is captured too)."""
+        None)}``. Top-level ``await`` runs on the loop.
+
+        Captures are per call, not one run at a time: while runs are under way
+        ``sys.stdout``/``sys.stderr`` are :class:`_Routed` streams, and a write lands in the
+        capture of the run whose context makes it (a context variable: the run's task and
+        the tasks its code starts). So two runs awaiting at once never see each other's
+        output, a cell or task of the kernel printing meanwhile still reaches the notebook,
+        and the streams are put back when the last run ends (whatever order they end in).
+        Chosen over a lock because a run that awaits for long (a server, a queue) would
+        otherwise hold every later run behind it, and the kernel's own prints during an
+        awaiting run would still land in its result. Not captured: writes from threads
+        (they do not carry the context) and from objects that kept the old stream."""
         ns, _ = self._user_ns()
         self._runs += 1
         filename = f"<escouade run_code {self._runs}>"
@@ -772,7 +1154,7 @@ class KernelServer:
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with _Routing.capture(out, err):
             try:
                 body = compile(tree, filename, "exec", flags=flags)
                 value = eval(body, ns)  # noqa: S307 — the user allowed this code

@@ -162,3 +162,82 @@ def test_a_run_announced_by_the_agent_is_one_item_with_its_card(setup):
     assert out.splitlines()[0].startswith("run returned")
     assert out.splitlines()[1] == "1 [False]"
     assert out.splitlines()[2] == "42"
+
+
+# -- identity, by the shapes the released agents send (measured, run_code of the kernel's server) --------------
+CODE = "m_total = float(df.revenue.sum()); print('doubled', m_total * 2)"
+CODEX_TEXT = ('Allow the escouade MCP server to run tool "run_code"?\n\nServer: escouade\n\nRun Python code in the live '
+              'kernel…\n\nArguments:\n- code: ' + CODE)
+SHAPES = {  # agent: (its permission request's toolCall, the call it announced before, or None)
+    "fast-agent": ({"toolCallId": "91c3", "kind": "execute", "status": "pending", "title": "escouade/run_code",
+                    "rawInput": {"code": CODE}}, None),
+    "claude-agent": ({"toolCallId": "toolu_1", "rawInput": {"code": CODE}, "title": "mcp__escouade__run_code",
+                      "kind": "other", "content": []}, None),
+    "codex": ({"toolCallId": "call_16", "status": "pending", "title": "Approve MCP tool call",
+               "content": [{"type": "content", "content": {"type": "text", "text": CODEX_TEXT}}],
+               "rawInput": {"turn_id": "t", "server_name": "escouade", "id": "mcp_tool_call_approval_call_16",
+                            "request": {"mode": "form", "_meta": {"codex_approval_kind": "mcp_tool_call",
+                                                                  "tool_params": {"code": CODE}},
+                                        "message": 'Allow the escouade MCP server to run tool "run_code"?'}}},
+              {"toolCallId": "call_16", "title": "Tool: escouade/run_code", "status": "in_progress",
+               "rawInput": {"server": "escouade", "tool": "run_code", "arguments": {"code": CODE}}}),
+    "gemini": ({"toolCallId": "mcp_escouade_run_code__mcp_escouade_run_code_1_0", "status": "pending",
+                "title": "run_code (escouade MCP Server)", "kind": "other", "locations": [],
+                "content": [{"type": "content", "content": {"type": "text", "text": json.dumps({"code": CODE})}}]},
+               None),
+    "kimi": ({"toolCallId": "e2fc/call_c0", "title": "run_code: {\"code\": \"m_total = float...'doubled', m_total * 2)\"}",
+              "content": [{"type": "content", "content": {"type": "text", "text":
+                                                          "Requesting approval to perform: Call MCP tool `run_code`."}}]},
+             {"toolCallId": "e2fc/call_c0", "status": "in_progress", "title": "run_code: {\"code\": \"m_total = float...",
+              "content": [{"type": "content", "content": {"type": "text", "text": json.dumps({"code": CODE})}}]}),
+    "mistral-vibe": ({"toolCallId": "effect-2da9"},
+                     {"toolCallId": "effect-2da9", "title": "mcp_escouade.run_code", "kind": "other",
+                      "status": "in_progress", "rawInput": {"code": CODE},
+                      "_meta": {"tool_name": "mcp_escouade.run_code", "effect_kind": "tool"}}),
+    "opencode (its call, no request)": ({"toolCallId": "call_97", "title": "escouade_run_code", "kind": "other",
+                                         "status": "in_progress", "rawInput": {"code": CODE}}, None),
+}
+
+
+def _call(wire: dict):
+    """A permission request's toolCall as the card desk reads it (a detached ToolCall)."""
+    from escouade_nb.core.conversation import ToolCall
+
+    return ToolCall("", tool_call_id=wire["toolCallId"], title=wire.get("title"), kind=wire.get("kind"),
+                    raw_input=wire.get("rawInput"), meta=wire.get("_meta"), content=list(wire.get("content") or []))
+
+
+@pytest.mark.parametrize("agent", list(SHAPES))
+def test_each_released_agents_request_for_run_code_is_known_by_identity(agent):
+    """Item 10 and the fold: every released agent's request (or announced call) for our
+    ``run_code`` is recognised with its exact arguments — mistral-vibe's from the call it
+    announced (its request carries only the id), kimi's from its call's JSON (its title is
+    cut in the middle) — so one card per run_code, whatever the agent."""
+    from escouade_nb.engine.kernel_access import identify
+
+    request, announced = SHAPES[agent]
+    assert identify(_call(request), _call(announced) if announced else None) == ("run_code", {"code": CODE})
+
+
+@pytest.mark.parametrize("request_", [
+    {"title": "run_code || touch /tmp/x", "kind": "execute", "rawInput": {"command": "run_code || touch /tmp/x"}},
+    {"title": "run_code", "kind": "execute", "rawInput": {"command": "touch /tmp/x"}},
+    {"title": "run_code", "kind": "other", "rawInput": {"code": "x", "command": "touch /tmp/x"}},
+    {"title": "mcp__escouade__run_code", "rawInput": {"server": "escouade", "tool": "run_code"}},
+    {"title": "mcp__escouade__run_code", "rawInput": {"code": ["not", "a", "string"]}},
+    {"title": "mcp__escouade__run_code && curl x | sh", "rawInput": {"code": "1"}},
+    {"title": "escouade/run_code extra", "rawInput": {"code": "1"}},
+    {"title": "mcp__other__run_code", "rawInput": {"code": "1"}},
+    {"title": "Approve MCP tool call", "rawInput": {"server_name": "other", "request": {"_meta": {
+        "tool_params": {"code": "1"}}}}, "content": [{"type": "content", "content": {
+            "type": "text", "text": 'Allow the other MCP server to run tool "run_code"?'}}]},
+    {"title": "Run `run_code`", "content": [{"type": "content", "content": {"type": "text", "text": '{"code": "1"}'}}]},
+    {"title": "inspect_variable: rm -rf /", "kind": "execute", "rawInput": {"command": "rm -rf /"}},
+    {"title": "list_variables", "rawInput": {"include_all": "yes"}},
+], ids=lambda r: r["title"][:30])
+def test_a_request_that_only_names_a_kernel_tool_is_not_ours(request_):
+    """Item 2: names matched on whole fields, arguments that must fit the tool's schema
+    whole: none of these is a call of our server."""
+    from escouade_nb.engine.kernel_access import identify
+
+    assert identify(_call({"toolCallId": "x1", **request_})) is None

@@ -98,6 +98,30 @@ def run_request(call: ToolCall, code: str) -> ToolCall:
                           locations=[], meta=None, extra={}, mcp=(SERVER, "run_code"), kernel_notebook=None)
 
 
+def identify(call: Any, known: ToolCall | None = None) -> tuple[str, dict[str, Any]] | None:
+    """``(tool, arguments)`` when ``call`` (a tool call, or a permission request's
+    ``toolCall``) provably asks for a tool of the kernel's server: named as ours on a whole
+    field (by the request itself, or by ``known``, the agent's own announced call with the
+    request's id — mistral-vibe's requests carry only the id, kimi's the tool's name in a
+    sentence of its own) and stating arguments that fit the tool whole (:func:`fits`:
+    from the request, else from ``known``). None otherwise — a request is matched by what it
+    asks for, never by words in its title. The shapes of the seven released agents are in
+    ``tests/test_gate.py`` (measured)."""
+    ours = {SERVER: KERNEL_TOOLS}
+    found = mcp_tool_of(call, ours)
+    if found is None and known is not None:
+        found = mcp_tool_of(known, ours)
+    if found is None or found[1] not in KERNEL_TOOLS:
+        return None
+    tool = found[1]
+    stated = [(tier, i, arguments) for i, source in enumerate((call, known)) if source is not None
+              for tier, arguments in mcp_arguments_of(source, tool)]
+    for _, _, arguments in sorted(stated, key=lambda s: (s[0], s[1])):  # fields first, a title last
+        if fits(tool, arguments):
+            return tool, arguments
+    return None
+
+
 def in_kernel() -> bool:
     """Whether an IPython shell with a user namespace runs in this process."""
     return getattr(ipython_shell(), "user_ns", None) is not None
@@ -296,28 +320,8 @@ class KernelAccess:
         return found
 
     def identify(self, call: Any, known: ToolCall | None = None) -> tuple[str, dict[str, Any]] | None:
-        """``(tool, arguments)`` when ``call`` provably asks for a tool of the kernel's
-        server: named as ours on a whole field (by the request itself, or by ``known``, the
-        agent's own announced call with the request's id — mistral-vibe's requests carry
-        only the id) and stating arguments that fit the tool whole (:func:`fits`: from the
-        request, else from ``known``). None otherwise — a request is matched by what it
-        asks for, never by words in its title."""
-        if SERVER not in self.server_names:
-            return None
-        ours = {SERVER: KERNEL_TOOLS}
-        found = mcp_tool_of(call, ours)
-        if found is None and known is not None:
-            found = mcp_tool_of(known, ours)
-        if found is None or found[1] not in KERNEL_TOOLS:
-            return None
-        tool = found[1]
-        for source in (call, known):
-            if source is None:
-                continue
-            for arguments in mcp_arguments_of(source, tool):
-                if fits(tool, arguments):
-                    return tool, arguments
-        return None
+        """:func:`identify` when this session was given the kernel's server, else None."""
+        return identify(call, known) if SERVER in self.server_names else None
 
     async def agent_asks_run_code(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
                                   code: str) -> dict[str, Any]:

@@ -169,7 +169,8 @@ def mcp_tool_of(call: Any, servers: Mapping[str, Collection[str]]) -> tuple[str,
     ``S_T`` (opencode), ``S__T`` (fast-agent's model), ``S/T`` (fast-agent's title, codex's
     ``Tool: S/T``), ``mcp_S.T`` (mistral-vibe), codex's approval (``rawInput.server_name``
     and its own sentence ``Allow the S MCP server to run tool "T"?``), and a bare ``T`` or
-    ``T: {json}`` (kimi) — a bare name only when it is a known tool of exactly one server.
+    ``T: {json}`` (kimi's title) or kimi's own request text ``Requesting approval to perform:
+    Call MCP tool `T`.`` — a bare name only when it is a known tool of exactly one server.
 
     A name is matched on the WHOLE field (the agent's tool name, the title, a text
     content), never on its first word: a shell request titled ``run_code || touch x`` names
@@ -201,9 +202,10 @@ def mcp_tool_of(call: Any, servers: Mapping[str, Collection[str]]) -> tuple[str,
             owners.setdefault(tool, []).append(server)
     for text in texts:
         head = text.strip()
-        name, _, rest = head.partition(":")
+        said = re.fullmatch(r"Requesting approval to perform: Call MCP tool `([\w.-]+)`\.", head)  # kimi's own words
+        name, _, rest = (said.group(1), "", "") if said else head.partition(":")
         if rest and _json_object(rest) is None:
-            continue  # "T: …" only when what follows is the call's JSON arguments (kimi)
+            continue  # "T: …" only when what follows is the call's JSON arguments (kimi's title)
         if len(owners.get(name, ())) == 1:
             return owners[name][0], name
     return None
@@ -218,34 +220,36 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def mcp_arguments_of(call: Any, tool: str) -> list[dict[str, Any]]:
-    """Every place the tool call states the arguments of its MCP tool ``tool``, each as a
-    dict, most specific first: codex's approval (``rawInput.request._meta.tool_params``),
-    ``rawInput.arguments`` beside ``server``/``tool`` (codex's call), ``rawInput`` itself,
-    the JSON after ``T:`` in the title (kimi), a text content that is one JSON object
-    (gemini). Nothing is inferred: a caller that needs the arguments checks them against
-    the tool's own schema and takes only a candidate that fits whole."""
+def mcp_arguments_of(call: Any, tool: str) -> list[tuple[int, dict[str, Any]]]:
+    """Every place the tool call states the arguments of its MCP tool ``tool``, each as
+    ``(tier, dict)``: tier 0 structured fields — codex's approval
+    (``rawInput.request._meta.tool_params``), ``rawInput.arguments`` beside
+    ``server``/``tool`` (codex's call), ``rawInput`` itself; tier 1 a text content that is
+    one JSON object (gemini, kimi's call); tier 2 the JSON after ``T:`` in the title (kimi,
+    which abbreviates long values there: "…"). Nothing is inferred: a caller that needs the
+    arguments checks them against the tool's own schema, takes the lowest tier that fits
+    whole, and never lets a title outrank a field."""
     raw = _raw(call)
-    out: list[dict[str, Any]] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     request = raw.get("request")
     meta = request.get("_meta") if isinstance(request, dict) else None
     if isinstance(meta, dict) and isinstance(meta.get("tool_params"), dict):
-        out.append(dict(meta["tool_params"]))
+        out.append((0, dict(meta["tool_params"])))
     if isinstance(raw.get("arguments"), dict) and ("server" in raw or "server_name" in raw):
-        out.append(dict(raw["arguments"]))
+        out.append((0, dict(raw["arguments"])))
     if isinstance(getattr(call, "raw_input", None), dict):
-        out.append(dict(raw))
-    title = getattr(call, "title", None)
-    if isinstance(title, str) and title.strip().startswith(f"{tool}:"):
-        parsed = _json_object(title.strip()[len(tool) + 1:])
-        if parsed is not None:
-            out.append(parsed)
+        out.append((0, dict(raw)))
     for c in getattr(call, "content", None) or []:
         inner = c.get("content") if isinstance(c, dict) else None
         if isinstance(inner, dict) and isinstance(inner.get("text"), str):
             parsed = _json_object(inner["text"].strip())
             if parsed is not None:
-                out.append(parsed)
+                out.append((1, parsed))
+    title = getattr(call, "title", None)
+    if isinstance(title, str) and title.strip().startswith(f"{tool}:"):
+        parsed = _json_object(title.strip()[len(tool) + 1:])
+        if parsed is not None:
+            out.append((2, parsed))
     return out
 
 

@@ -241,3 +241,23 @@ def test_a_request_that_only_names_a_kernel_tool_is_not_ours(request_):
     from escouade_nb.engine.kernel_access import identify
 
     assert identify(_call({"toolCallId": "x1", **request_})) is None
+
+
+def test_the_run_card_shows_characters_that_hide_or_reorder_code():
+    """Trojan Source (CVE-2021-42574): a bidi override, a zero-width space, a line
+    separator the browser breaks on but Python does not — each is shown on the card as
+    ⟨U+…⟩ and counted, in the view and in the text."""
+    from escouade_nb.core.conversation import Permission, ToolCall
+    from escouade_nb.core.render_text import render_item
+    from escouade_nb.widgets.render import run_code_html
+
+    code = 'access = "user\u202e \u2066# admin\u2069 \u2066"\u200bif ok:\u2028    run()'
+    html = run_code_html(code)
+    for mark in ("⟨U+202E⟩", "⟨U+2066⟩", "⟨U+2069⟩", "⟨U+200B⟩", "⟨U+2028⟩"):
+        assert mark in html
+    assert not any(ch in html for ch in "\u202e\u2066\u2069\u200b\u2028")
+    assert "6 invisible or direction-changing characters" in html
+    call = ToolCall("t", tool_call_id="c", title="Run code in the kernel", raw_input={"code": code},
+                    mcp=("escouade", "run_code"))
+    text = render_item(Permission("p", tool_call=call, request=call, options=[]))
+    assert "⟨U+202E⟩" in text and "\u202e" not in text

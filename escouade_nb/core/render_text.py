@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from .conversation import Compaction, Item, Message, Notice, Permission, Plan, Question, Subagent, ToolCall, Unknown
@@ -73,6 +75,35 @@ PLAN_MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
 
 def cut(text: str, limit: int = MAX_INPUT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
+
+
+_SHOWN_CONTROLS = frozenset("\t\n\r")
+
+
+def is_hidden(ch: str) -> bool:
+    """Whether a character shows as nothing, or moves the text around it, where code is
+    read: a format character (bidi overrides and isolates, zero-width joiners and spaces,
+    the BOM, tag characters — Unicode category Cf), a control other than tab and line
+    ends (Cc), a line or paragraph separator a browser breaks on but Python does not (Zl,
+    Zp), a private-use or surrogate code point (Co, Cs)."""
+    return ch not in _SHOWN_CONTROLS and unicodedata.category(ch) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cs")
+
+
+def reveal(text: str, mark: Callable[[str], str] = lambda ch: f"⟨U+{ord(ch):04X}⟩") -> tuple[str, int]:
+    """``text`` with each hidden character (:func:`is_hidden`) replaced by ``mark(ch)``
+    (``⟨U+202E⟩``), and how many there were: code shown on a card reads as it runs
+    ("Trojan Source", CVE-2021-42574)."""
+    if text.isascii() and text.isprintable():
+        return text, 0
+    count = 0
+    out = []
+    for ch in text:
+        if is_hidden(ch):
+            count += 1
+            out.append(mark(ch))
+        else:
+            out.append(ch)
+    return ("".join(out), count) if count else (text, 0)
 
 
 def tool_input_text(value: Any) -> str:
@@ -282,7 +313,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
                             for d in (call.diffs if call else []) if is_notebook_path(d.get("path")))
         code = call.raw_input.get("code") if call is not None and isinstance(call.raw_input, dict) else None
         if call is not None and call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
-            notebooks += "\n" + _indent(code)  # the code asked to run, whole
+            notebooks += "\n" + _indent(reveal(code)[0])  # the code asked to run, whole, hidden characters shown
         if item.state == "pending":
             note = f" ({item.note})" if item.note and not item.deciding else ""
             return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + note + notebooks

@@ -19,7 +19,7 @@ from markdown_it import MarkdownIt
 from ..core.conversation import Plan, ToolCall
 from ..core.notebook_diff import NotebookDiff, notebook_diff
 from ..core.render_text import (PLAN_MARK, blob_size, block_text, content_text, cut, diff_lines, is_notebook_path,
-                                raw_output_text, terminal_state, tool_input_text)
+                                raw_output_text, reveal, terminal_state, tool_input_text)
 
 
 def _highlight_fence(code: str, lang: str, _attrs: str) -> str:
@@ -318,9 +318,14 @@ def run_code_html(code: str) -> str:
     from pygments.lexers import get_lexer_by_name
 
     lines = code.count("\n") + (0 if code.endswith("\n") or not code else 1)
-    size = (f'<div class="esc-code-size esc-dim esc-small">the whole code: {lines:,} line{"s" if lines != 1 else ""}'
-            f', {len(code):,} character{"s" if len(code) != 1 else ""}</div>')
     body = _pygments(code, get_lexer_by_name("python")) if len(code) <= HIGHLIGHT_MAX else pre(code, "esc-code")
+    # Pygments and esc() escape <, > and &, not the characters that hide or reorder text: shown as such
+    body, hidden = reveal(body, lambda ch: f'<span class="esc-hidden-char" title="an invisible or direction-changing '
+                                           f'character">⟨U+{ord(ch):04X}⟩</span>')
+    warn = (f' · <b class="esc-hidden-count">{hidden:,} invisible or direction-changing character'
+            f'{"s" if hidden != 1 else ""}, shown as ⟨U+…⟩</b>') if hidden else ""
+    size = (f'<div class="esc-code-size esc-dim esc-small">the whole code: {lines:,} line{"s" if lines != 1 else ""}'
+            f', {len(code):,} character{"s" if len(code) != 1 else ""}{warn}</div>')
     return f'{size}<div class="esc-code-all">{body}</div>'
 
 

@@ -309,7 +309,8 @@ def render_item(item: Item, speaker: str = "agent") -> str:
             if item.state == "pending":
                 return f"[plan to approve]\n{plan}  [Approve] [Keep planning]"
             return f"[plan to approve]\n{plan}  {answer_label(item)}"
-        notebooks = "".join("\n" + _indent(cut(content_text(d, call.kernel_notebook)))
+        kernel_nb = item.tool_call.kernel_notebook if item.tool_call is not None else None  # the client's note
+        notebooks = "".join("\n" + _indent(cut(content_text(d, kernel_nb)))
                             for d in (call.diffs if call else []) if is_notebook_path(d.get("path")))
         code = call.raw_input.get("code") if call is not None and isinstance(call.raw_input, dict) else None
         if call is not None and call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):

@@ -189,7 +189,8 @@ def test_an_agent_that_puts_its_mcp_servers_in_argv_gets_the_token_in_a_0600_fil
     assert "(3, 2)" in out and "revenue" in out, out  # the bridge read its token from the file
     info = json.loads(kernel.run(
         "g = b.live.kernel.grant\nprint(json.dumps({'token': g.token, 'pid': b.pid, 'transcript': str(b.transcript.path),"
-        " 'file': str(b.live.kernel._server.token_files.path_of(g.token))}))\nb.transcript.flush()").text)
+        " 'file': str(getattr(b.live.kernel._server, 'token_files', None) and"
+        " b.live.kernel._server.token_files.path_of(g.token))}))\nb.transcript.flush()").text)
     token, token_file = info["token"], Path(info["file"])
     seen = {}
     for pid in _process_tree(info["pid"]):
@@ -197,12 +198,12 @@ def test_an_agent_that_puts_its_mcp_servers_in_argv_gets_the_token_in_a_0600_fil
             seen[pid] = (Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/environ").read_bytes())
         except OSError:  # ended meanwhile
             continue
-    # the scan saw the agent's copy of its mcpServers on a command line, and the bridge
-    assert any(b"--mcp-config" in argv and b"ESCOUADE_MCP_TOKEN_FILE" in argv for argv, _ in seen.values()), seen
-    assert any(f"ESCOUADE_MCP_TOKEN_FILE={token_file}".encode() in env.split(b"\0") for _, env in seen.values())
     for pid, (argv, env) in seen.items():
         assert token.encode() not in argv, f"the token is in the argv of {pid}: {argv[:200]!r}"
         assert token.encode() not in env, f"the token is in the environment of {pid}"
+    # the scan saw the agent's copy of its mcpServers on a command line, and the bridge
+    assert any(b"--mcp-config" in argv and b"ESCOUADE_MCP_TOKEN_FILE" in argv for argv, _ in seen.values()), seen
+    assert any(f"ESCOUADE_MCP_TOKEN_FILE={token_file}".encode() in env.split(b"\0") for _, env in seen.values())
     # the file: the token only, mode 0600, in a folder of this user's only (0700)
     assert token_file.read_text() == token
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600

@@ -2,8 +2,8 @@
 real kernel, offline: the scripted model (marker ``ESC-MCP <tool> <json>``) makes the agent
 call ``inspect_variable`` on a live pandas DataFrame, then ``run_code``.
 
-For each agent that connects to HTTP MCP servers (reference ``mcp-in-the-kernel.md`` §4;
-gemini and codex are installed by ``scripts/install-agents.sh``):
+For each agent of ``MCP_AGENTS`` (installed by ``scripts/install-agents.sh``; reference
+``mcp-in-the-kernel.md`` §4):
 
 * ``inspect_variable``: the turn ends with the summary (shape, columns) in the model's final
   text, and no card waited for the user — the agent's own permission request for a read of
@@ -33,8 +33,11 @@ from test_agents import REPORT, TURN_TIMEOUT, AgentKernel
 
 pytestmark = pytest.mark.agents
 
-MCP_AGENTS = ["gemini", "codex"]  # installed here and connect to HTTP MCP servers (claude-agent, opencode,
-# fast-agent and kimi do too: add them when installed; mistral-vibe declares no mcpCapabilities)
+MCP_AGENTS = ["fast-agent", "kimi", "claude-agent", "codex", "gemini"]
+# claude-agent gets the stdio bridge with a token file (its manifest says mcpInArgv). Not yet here (issue 21
+# item 10, measured in the agent-shapes notes): mistral-vibe (stdio bridge; its own request for every call,
+# tools named mcp_escouade.<tool>, so a card waits for each read and run_code has two) and opencode (sends no
+# permission request for MCP tools with the suite's config: its own tool call and our card).
 RUN_CODE = "kt_total = float(df.revenue.sum()); print('doubled', kt_total * 2)"
 
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import stat
 import subprocess
 import sys
 import threading
@@ -935,3 +936,76 @@ def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
             client.kill()
             client.wait()
         k.shutdown()
+TOKEN_FILE_SCRIPT = """
+import asyncio, json, os, subprocess, sys
+from escouade_nb.engine.kernel_server import KernelServer
+
+class Owner:
+    name = "token file test"
+    async def ask_run_code(self, code):
+        return None
+
+async def main():
+    server = KernelServer(namespace={"x": 1})
+    await server.start()
+    kept, ended = server.grant(Owner()), server.grant(Owner())
+    kept_file, ended_file = await server.token_file(kept), await server.token_file(ended)
+    assert await server.token_file(kept) == kept_file  # one file per grant
+    print(json.dumps({"kept": str(kept_file), "ended": str(ended_file), "token": kept.token}), flush=True)
+    server.revoke(ended)
+    print(json.dumps({"ended_exists": ended_file.exists()}), flush=True)
+    # the bridge reads its token from the file: initialize and tools/list go through
+    env = {k: v for k, v in os.environ.items() if k != "ESCOUADE_MCP_TOKEN"}
+    env.update({"ESCOUADE_MCP_URL": server.url, "ESCOUADE_MCP_TOKEN_FILE": str(kept_file)})
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "escouade_nb.tools.mcp_bridge", env=env,
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):
+        proc.stdin.write((json.dumps(message) + "\\n").encode())
+    await proc.stdin.drain()
+    answers = [json.loads(await proc.stdout.readline()) for _ in range(2)]
+    proc.stdin.close()
+    await proc.wait()
+    print(json.dumps({"tools": sorted(t["name"] for t in answers[1]["result"]["tools"])}), flush=True)
+    # no aclose: the interpreter's exit must delete the file and its folder
+
+asyncio.run(main())
+"""
+
+
+def test_a_grants_token_file_is_0600_private_readable_by_the_bridge_and_gone_when_revoked_or_at_exit(tmp_path):
+    done = subprocess.run([sys.executable, "-c", TOKEN_FILE_SCRIPT], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"})
+    assert done.returncode == 0, done.stderr
+    first, revoked, listed = (json.loads(line) for line in done.stdout.splitlines())
+    kept, ended = Path(first["kept"]), Path(first["ended"])
+    assert kept.parent == ended.parent and kept != ended
+    assert revoked == {"ended_exists": False}  # revoke deleted its file at once
+    assert {"list_variables", "inspect_variable", "run_code"} <= set(listed["tools"])  # the bridge authenticated
+    assert not kept.exists() and not kept.parent.exists()  # the interpreter's exit removed file and folder
+    assert "ESCOUADE_MCP_TOKEN" not in done.stderr
+
+
+def test_token_files_are_0600_in_a_0700_folder(tmp_path, monkeypatch):
+    from escouade_nb.engine.token_files import TokenFiles
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    tmp_path.chmod(0o700)
+    files = TokenFiles()
+    old = os.umask(0)  # even a permissive umask gives 0600 / 0700
+    try:
+        path = files.write("secret-token")
+    finally:
+        os.umask(old)
+    try:
+        assert path.parent.parent == tmp_path  # under the per-user runtime folder
+        assert path.read_text() == "secret-token"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        files.remove("secret-token")
+        assert not path.exists() and path.parent.exists()
+    finally:
+        files.remove_all()
+    assert not path.parent.exists()

@@ -1,12 +1,17 @@
 """The kernel as the agent's MCP server, through the product in a real kernel: the shipped
 ``fake`` agent lists and inspects a live variable, asks to run code (one card, clicked
 Allow, the result reaches the agent), is denied by a rule plugin (and told), and the
-bearer token is in no argv, transcript or log; a wrong or missing token gets 401."""
+bearer token is in no argv, transcript or log; a wrong or missing token gets 401. An
+agent whose manifest says ``mcpInArgv`` (the fake agent copying its ``mcpServers`` onto a
+child's command line, as claude-agent does) gets the stdio bridge with its token in a 0600
+file: the token is in no argv and no environment of its process tree, and the file is gone
+when the agent stops."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import textwrap
 import urllib.error
 import urllib.request
@@ -44,6 +49,14 @@ def setup(tmp_path_factory):
     (plugins / "escouade-plugin.json").write_text(json.dumps({
         "id": "test.kernel-rules", "name": "Kernel rules", "version": "1.0.0",
         "permissions": {"decide": True}, "program": {"python": "plugin.py"}}))
+    # the fake agent as an agent that puts its mcpServers on a command line (claude-agent's SDK does)
+    argv_agent = root / "plugins" / "fake-argv"
+    argv_agent.mkdir()
+    (argv_agent / "escouade-plugin.json").write_text(json.dumps({
+        "id": "test.fake-argv", "name": "Fake, mcpServers in argv", "version": "1.0.0",
+        "contributes": {"harnesses": [{
+            "id": "fake-argv", "name": "Fake argv", "locate": {"names": ["escouade-fake-agent"]},
+            "acp": {"args": [], "env": {"ESCOUADE_FAKE_MCP_IN_ARGV": "1"}, "mcpInArgv": True}}]}}))
     transcripts = root / "transcripts"
     env = {"ESCOUADE_NB_PLUGINS_DIR": str(root / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(root / "config"),
            "ESCOUADE_NB_TRANSCRIPTS_DIR": str(transcripts)}
@@ -149,3 +162,59 @@ def test_the_token_is_in_no_argv_transcript_or_log_and_a_wrong_token_gets_401(se
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=10)
         assert refused.value.code == 401
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and every live descendant of it (from ``/proc/*/stat``)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def test_an_agent_that_puts_its_mcp_servers_in_argv_gets_the_token_in_a_0600_file_only(setup):
+    kernel, _, transcripts = setup
+    kernel.run("b = %escouade fake-argv --as kt-argv\nawait b.ready()")
+    wait_for(kernel, "b.kernel_tools_state[0] == 'connected'", timeout=30)
+    out = kernel.run("r = await b.send('inspect df')\nprint(r.text)").text
+    assert "(3, 2)" in out and "revenue" in out, out  # the bridge read its token from the file
+    info = json.loads(kernel.run(
+        "g = b.live.kernel.grant\nprint(json.dumps({'token': g.token, 'pid': b.pid, 'transcript': str(b.transcript.path),"
+        " 'file': str(getattr(b.live.kernel._server, 'token_files', None) and"
+        " b.live.kernel._server.token_files.path_of(g.token))}))\nb.transcript.flush()").text)
+    token, token_file = info["token"], Path(info["file"])
+    seen = {}
+    for pid in _process_tree(info["pid"]):
+        try:
+            seen[pid] = (Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/environ").read_bytes())
+        except OSError:  # ended meanwhile
+            continue
+    for pid, (argv, env) in seen.items():
+        assert token.encode() not in argv, f"the token is in the argv of {pid}: {argv[:200]!r}"
+        assert token.encode() not in env, f"the token is in the environment of {pid}"
+    # the scan saw the agent's copy of its mcpServers on a command line, and the bridge
+    assert any(b"--mcp-config" in argv and b"ESCOUADE_MCP_TOKEN_FILE" in argv for argv, _ in seen.values()), seen
+    assert any(f"ESCOUADE_MCP_TOKEN_FILE={token_file}".encode() in env.split(b"\0") for _, env in seen.values())
+    # the file: the token only, mode 0600, in a folder of this user's only (0700)
+    assert token_file.read_text() == token
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+    assert token_file.stat().st_uid == token_file.parent.stat().st_uid == os.getuid()
+    wait_for(kernel, "b.transcript._lines == []", timeout=10)
+    assert token not in Path(info["transcript"]).read_text()
+    kernel.run("await b.close()")
+    assert not token_file.exists()  # the grant ended with the session
+    for pid in seen:
+        if pid != info["pid"]:
+            wait_for(kernel, f"not __import__('os').path.exists('/proc/{pid}/cmdline') or "
+                             f"open('/proc/{pid}/cmdline', 'rb').read() == b''", timeout=10)

@@ -536,3 +536,20 @@ def test_install_hint():
     expected = h.install.windows if os.name == "nt" else h.install.unix
     assert install_hint(h) == expected
     assert install_hint(Harness(id="x")) is None
+
+
+def test_every_shipped_harness_says_whether_it_puts_its_mcp_servers_in_argv():
+    """``acp.mcpInArgv`` is stated in every shipped manifest but goose's (the seed's,
+    unchanged: the default, false, holds for it) (measured: only claude-agent
+    copies its mcpServers onto a command line, Claude Code's ``--mcp-config``), so the
+    kernel's token goes to claude-agent in a file, never in a header it would show."""
+    said = {}
+    for path in sorted(mf.SHIPPED_PLUGINS_DIR.glob("*/escouade-plugin.json")):
+        raw = json.loads(path.read_text())
+        for entry in raw.get("contributes", {}).get("harnesses", []):
+            if "acp" in entry and path.parent.name != "goose":  # goose's is the seed's manifest, unchanged
+                assert "mcpInArgv" in entry["acp"], f"{path}: harness {entry['id']} does not say mcpInArgv"
+        for harness in mf.load_manifest(path).described_harnesses():
+            said[harness.id] = harness.acp.mcp_in_argv
+    assert {h for h, v in said.items() if v} == {"claude-agent"}, said
+    assert {"mistral-vibe", "fast-agent", "kimi", "codex", "opencode", "gemini"} <= set(said)

@@ -257,14 +257,23 @@ class KernelAccess:
         self.server_names[SERVER] = KERNEL_TOOLS
         self.state = "offered"
         self._notify()
-        token = self.grant.token
-        if caps.get("http"):
+        # An agent that puts its mcpServers on a command line (acp.mcpInArgv: claude-agent's
+        # SDK passes them as --mcp-config) would show an HTTP entry's header, or a stdio
+        # entry's env, to every local user: it gets the stdio bridge with its token in a
+        # 0600 file, the entry naming only the file. So does an agent without HTTP MCP.
+        acp, grant = agent.harness.harness.acp, self.grant
+        if caps.get("http") and not (acp is not None and acp.mcp_in_argv):
             return {"type": "http", "name": SERVER, "url": server.url,
-                    "headers": [{"name": "Authorization", "value": f"Bearer {token}"}]}
+                    "headers": [{"name": "Authorization", "value": f"Bearer {grant.token}"}]}
+        try:
+            token_file = await server.token_file(grant)
+        except (OSError, RuntimeError) as exc:
+            self._not_offered(said, f"its token file could not be written ({exc})")
+            return None
         # every ACP agent takes stdio servers: the bridge relays to the kernel's HTTP server
         return {"name": SERVER, "command": sys.executable, "args": ["-m", "escouade_nb.tools.mcp_bridge"],
                 "env": [{"name": "ESCOUADE_MCP_URL", "value": server.url},
-                        {"name": "ESCOUADE_MCP_TOKEN", "value": token}]}
+                        {"name": "ESCOUADE_MCP_TOKEN_FILE", "value": str(token_file)}]}
 
     def _not_offered(self, said: list[str], why: str) -> None:
         self.state, self.why = "not offered", why

@@ -87,6 +87,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .._version import __version__
+from .token_files import TokenFiles
 from ..core import notebook as notebook_core
 from ..core import variables as variables_core
 from ..core.observers import Observers
@@ -608,6 +609,8 @@ class KernelServer:
         self._runs = 0
         self._readers = _Readers()
         self.read_budget = READ_BUDGET
+        self.token_files = TokenFiles()
+        """The grants' token files, for the stdio bridge (:meth:`token_file`)."""
 
     # -- the loop's server ------------------------------------------------------------
     @classmethod
@@ -655,10 +658,27 @@ class KernelServer:
         return g
 
     def revoke(self, grant: Grant) -> None:
-        """End a grant: its token gets 401 from now on (calls under way finish)."""
+        """End a grant: its token gets 401 from now on (calls under way finish); its
+        token file, if one was made, is deleted."""
         self._grants.pop(grant.token, None)
         for session_id in [sid for sid, g in self._sessions.items() if g is grant]:
             del self._sessions[session_id]
+        self.token_files.remove(grant.token)
+
+    async def token_file(self, grant: Grant) -> Path:
+        """A file holding ``grant``'s token and nothing else, mode 0600 in a private
+        0700 folder (:class:`~.token_files.TokenFiles`), for a program that must not get
+        the token in its argv or environment (the stdio bridge's
+        ``ESCOUADE_MCP_TOKEN_FILE``). Written off the loop; deleted by :meth:`revoke`,
+        when the server stops, or at interpreter exit. ``RuntimeError`` for a grant
+        that is not live; ``OSError`` if the file cannot be written."""
+        if self._grants.get(grant.token) is not grant:
+            raise RuntimeError("this grant of the kernel's MCP server has ended")
+        path = await asyncio.to_thread(self.token_files.write, grant.token)
+        if self._grants.get(grant.token) is not grant:  # revoked while it was written
+            self.token_files.remove(grant.token)
+            raise RuntimeError("this grant of the kernel's MCP server has ended")
+        return path
 
     def _grant_for(self, token: bytes | None) -> Grant | None:
         if not token:
@@ -773,12 +793,14 @@ class KernelServer:
             self._socket.close()
         self._grants.clear()
         self._readers.close()
+        self.token_files.remove_all()
 
     def _stop_now(self) -> None:
         """Interpreter exit (the loop no longer runs): refuse everything, stop serving,
-        cancel the tasks, close the socket."""
+        cancel the tasks, close the socket, delete the token files."""
         self._grants.clear()
         self._readers.close()
+        self.token_files.remove_all()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = self._uvicorn.force_exit = True
         for task in (self._heartbeat_task, self._serve_task):

@@ -256,7 +256,16 @@ class AcpConfig(_Model):
       at the end of a turn (default false);
     * ``tools``: agent tool name -> Claude Code tool name;
       ``subagentTools``: tools that start a subagent;
-    * ``extensions``: vendor extensions (``"cursor"`` for ``cursor/*``).
+    * ``extensions``: vendor extensions (``"cursor"`` for ``cursor/*``);
+    * ``mcpInArgv``: the agent puts the ``mcpServers`` entries it is given
+      (an HTTP entry's ``headers``, a stdio entry's ``env``) on the command line
+      of a process it starts, where every local user reads them in
+      ``/proc/PID/cmdline`` (claude-agent 0.23.1: its SDK runs Claude Code with
+      ``--mcp-config <json>``). Default false. When true the kernel's MCP server
+      goes to it as the stdio bridge whose token is in a 0600 file (the entry
+      carries only the file's path), never as an HTTP entry with the token in a
+      header. Measured for each shipped agent by scanning the ``cmdline`` and
+      ``environ`` of its whole process tree during a kernel-tool call.
     """
 
     args: list[str] = Field(default_factory=list)
@@ -270,6 +279,7 @@ class AcpConfig(_Model):
     tools: dict[str, str] = Field(default_factory=dict)
     subagent_tools: list[str] = Field(default_factory=list)
     extensions: str | list[str] | None = None
+    mcp_in_argv: bool = False
 
     def extension_names(self) -> list[str]:
         """``extensions`` as a list (empty when not given)."""

@@ -48,7 +48,10 @@ The prompt's text picks a scenario (case-insensitive, first match wins):
 anything else       a markdown greeting that echoes the prompt
 ==================  ======================================================
 
-Only ACP goes to stdout (the SDK writes it); diagnostics go to stderr.
+Only ACP goes to stdout (the SDK writes it); diagnostics go to stderr. With
+``ESCOUADE_FAKE_MCP_IN_ARGV`` set it copies the ``mcpServers`` of each session onto a child
+process's command line (``--mcp-config <json>``), as claude-agent 0.23.1's SDK does: a
+stand-in for the tests of a manifest's ``mcpInArgv``.
 
 ``--version`` and ``--help`` are answered before anything else is imported (the ACP SDK
 alone takes about a second to import here): a client reads ``--version`` of every
@@ -1165,10 +1168,36 @@ class FakeAgent:
             session.mcp[link.name] = link
             links.append(link)
         await asyncio.gather(*(link.connect() for link in links))
+        if servers and os.environ.get(MCP_IN_ARGV_ENV):
+            await self._mcp_config_in_argv(servers)
+
+    async def _mcp_config_in_argv(self, servers: Any) -> None:
+        """Do what claude-agent's SDK does with ``mcpServers``: start a process (here one
+        that waits for its stdin to close) with the whole config, headers and env
+        included, as ``--mcp-config <json>`` in its argv; it lives as long as this agent."""
+        config = {"mcpServers": {}}
+        for server in servers:
+            entry = server.model_dump(by_alias=True, exclude_none=True)
+            name = entry.pop("name", "?")
+            for key in ("headers", "env"):
+                if isinstance(entry.get(key), list):
+                    entry[key] = {pair["name"]: pair["value"] for pair in entry[key]}
+            config["mcpServers"][name] = entry
+        holder = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys; sys.stdin.buffer.read()", "--mcp-config",
+            json.dumps(config, separators=(",", ":")), stdin=asyncio.subprocess.PIPE)
+        self.__dict__.setdefault("_argv_holders", []).append(holder)
 
     async def close_mcp(self) -> None:
         links = [link for s in self.sessions.values() for link in s.mcp.values()]
         await asyncio.gather(*(link.close() for link in links), return_exceptions=True)
+        for holder in self.__dict__.pop("_argv_holders", []):
+            if holder.stdin is not None:
+                holder.stdin.close()
+            try:
+                await asyncio.wait_for(holder.wait(), 2)
+            except asyncio.TimeoutError:
+                holder.kill()
 
     @staticmethod
     def _strip_fence(code: str) -> str:
@@ -1248,6 +1277,10 @@ class FakeAgent:
 
 MCP_CONNECT_TIMEOUT = 15.0
 """Seconds a server of ``mcpServers`` has to answer ``initialize`` and ``tools/list``."""
+MCP_IN_ARGV_ENV = "ESCOUADE_FAKE_MCP_IN_ARGV"
+"""When set (to anything), the agent also copies the ``mcpServers`` it is given onto a
+child process's command line, as claude-agent 0.23.1 does (``--mcp-config <json>``): a
+test's stand-in for an agent whose manifest says ``mcpInArgv``."""
 
 
 class _McpLink:

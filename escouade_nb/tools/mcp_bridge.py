@@ -4,8 +4,12 @@ read on stdin as one HTTP POST to the streamable-HTTP endpoint, and writes each 
 of the answers as one line on stdout.
 
 Environment: ``ESCOUADE_MCP_URL`` (``http://127.0.0.1:PORT/mcp``) and
-``ESCOUADE_MCP_TOKEN`` (sent as ``Authorization: Bearer …``; the token is never an
-argument, so it is in no process listing).
+``ESCOUADE_MCP_TOKEN_FILE``, the path of a file holding the bearer token (sent as
+``Authorization: Bearer …``; surrounding whitespace ignored). The kernel writes that file
+mode 0600 in a private 0700 folder and deletes it when the grant ends: the token is in no
+argv and no environment value, so an agent that copies its ``mcpServers`` onto a command
+line shows only the path. ``ESCOUADE_MCP_TOKEN`` (the token itself) is still read when no
+file is named, for a bridge started by hand; an unreadable file is an error (exit 2).
 
 What it does, per the MCP streamable-HTTP transport: ``Accept: application/json,
 text/event-stream``; the ``Mcp-Session-Id`` the server returns is sent back on every
@@ -33,11 +37,12 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["URL_ENV", "TOKEN_ENV", "McpHttpClient", "McpHttpError", "McpRpcError", "main"]
+__all__ = ["URL_ENV", "TOKEN_ENV", "TOKEN_FILE_ENV", "McpHttpClient", "McpHttpError", "McpRpcError", "main"]
 
 PROGRAM = "escouade-mcp-bridge"
 URL_ENV = "ESCOUADE_MCP_URL"
 TOKEN_ENV = "ESCOUADE_MCP_TOKEN"
+TOKEN_FILE_ENV = "ESCOUADE_MCP_TOKEN_FILE"
 ACCEPT = "application/json, text/event-stream"
 TIMEOUT = 3600.0
 """Seconds a request may wait for its answer (a run_code waits for the user's click)."""
@@ -45,7 +50,8 @@ CLIENT_PROTOCOL = "2025-06-18"
 """The MCP revision :meth:`McpHttpClient.initialize` asks for."""
 HTTP_ERROR = -32000
 USAGE = (f"usage: {PROGRAM} [--version]\n\nRelays MCP JSON-RPC lines between stdio and the streamable-HTTP server "
-         f"named by ${URL_ENV} (bearer token in ${TOKEN_ENV}).")
+         f"named by ${URL_ENV} (bearer token in the file named by ${TOKEN_FILE_ENV}, "
+         f"else in ${TOKEN_ENV}).")
 
 
 class McpHttpError(Exception):
@@ -292,7 +298,16 @@ def main(argv: list[str] | None = None) -> int:
     if not url:
         sys.stderr.write(f"{PROGRAM}: ${URL_ENV} is not set (the kernel's MCP server URL)\n")
         return 2
-    token = os.environ.get(TOKEN_ENV, "").strip()
+    token_file = os.environ.get(TOKEN_FILE_ENV, "")
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read(4096).strip()
+        except OSError as exc:
+            sys.stderr.write(f"{PROGRAM}: cannot read the token file ${TOKEN_FILE_ENV}: {exc.strerror or exc}\n")
+            return 2
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     relay = _Relay(McpHttpClient(url, headers), sys.stdout.buffer)
     try:

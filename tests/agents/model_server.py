@@ -16,7 +16,8 @@ plus ``GET …/models`` listings. It decides statelessly from each request:
   ``ESC-MCP <tool> <json object>`` (call the offered MCP tool whose name ends with
   ``<tool>`` — gemini's ``mcp_escouade_inspect_variable``, claude's
   ``mcp__escouade__inspect_variable``, codex's Responses ``namespace`` tool ``mcp__escouade``
-  with its inner function ``inspect_variable`` — with those arguments); the last marker in
+  with its inner function ``inspect_variable``, or mistral-vibe's ``run_typescript`` calling
+  ``tools.mcp_escouade.inspect_variable`` — with those arguments); the last marker in
   the conversation counts;
 * if no tool result follows that marker yet, the reply is one tool call, with a tool
   picked from the tools the agent itself offered (its shell tool, its write tool, or the
@@ -58,6 +59,9 @@ NS = "::"
 tool table (``mcp__escouade::inspect_variable``): the call names both (codex's MCP tools)."""
 RESULT_LINES = 4
 """How many lines of an MCP tool's result the final text repeats."""
+CODE_TOOL = "run_typescript"
+"""mistral-vibe's sandbox tool: for ``ESC-MCP`` when no MCP tool is offered by name, the
+reply is one ``run_typescript`` call whose ``main`` returns ``tools.mcp_escouade.<tool>(args)``."""
 
 
 # --------------------------------------------------------------------------------------
@@ -228,6 +232,12 @@ def decide(texts: list[tuple[str, str]], tools: dict[str, dict[str, Any]], wants
         if results:
             return Decision("text", f"{FINAL_PREFIX} {wanted} returned: {first_lines(results[0])}")
         name = pick_mcp_tool(tools, wanted)
+        if name is None and CODE_TOOL in tools:
+            # mistral-vibe 3.x offers MCP tools only as functions of its TypeScript sandbox
+            # (connector group ``mcp_<server>``, listed in its system prompt)
+            args = json.dumps(mcp_arguments(texts[marker_at][1], marker.end()))
+            return Decision("tool", tool=CODE_TOOL, args={
+                "code": f"async function main() {{\n  return await tools.mcp_escouade.{wanted}({args});\n}}"})
         if name is None:
             return Decision("text", f"{FINAL_PREFIX}: no MCP tool {wanted} offered.")
         return Decision("tool", tool=name, args=mcp_arguments(texts[marker_at][1], marker.end()))

@@ -6,17 +6,27 @@ user's servers of ``mcp.json`` (:mod:`..manifest.mcp_servers`) — and the engin
 the kernel's tools: the card of a ``run_code`` call in the agent's conversation, the
 agent's own permission requests for those tools, whether the agent connected.
 
-Rules (from the seed's "What Escouade holds" and ``reference/mcp-in-the-kernel.md``):
+Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md`` and issue
+21, "Consent that holds"):
 
 * the kernel's server goes to the session in ``mcpServers`` with its bearer token in the
-  HTTP entry's ``headers`` (or, for an agent without HTTP MCP, in the ``env`` of the stdio
-  bridge ``escouade-mcp-bridge``): never in argv, never in a transcript (redacted) or a log;
-* exactly one card per ``run_code`` call, whatever the agent: the kernel's server asks (rule
-  plugins first, as for any request: ``tool: mcp__escouade__run_code``, ``kind: mcp``); the
-  agent's own permission request for a tool of the kernel's server is answered "allow
-  once" without a card for ``run_code`` (the server's card is the one that decides), and
-  goes through the rule plugins for the read tools, which escouade_nb then allows
-  (reading the kernel is what the server is for);
+  HTTP entry's ``headers``; an agent without HTTP MCP, or one that copies its
+  ``mcpServers`` onto a command line (``acp.mcpInArgv``: claude-agent), gets the stdio
+  bridge ``escouade-mcp-bridge`` whose env names a 0600 token file, never the token: the
+  token is in no argv or environment of the agent's processes, no transcript (redacted),
+  no log;
+* what you approve is what runs: a ``run_code`` card shows the code the server will run,
+  whole, frozen (:func:`run_request`); nothing the agent sends later changes it;
+* exactly one card per ``run_code`` call, whatever the agent, and a request is matched by
+  what it asks for, never by words in its title (:func:`identify`): the agent's own
+  permission request that provably asks our ``run_code`` (named so on a whole field,
+  arguments that fit the tool's schema) IS the card — rule plugins, the mode, then you —
+  and its allowance lets exactly that code run once when the server receives it; a
+  ``run_code`` the server receives without one gets its own card (in the agent's announced
+  call when there is one). A provable request for a read tool goes through the rule
+  plugins, then escouade_nb allows it (reading the kernel is what the server is for).
+  Anything else is a normal request;
+* every call is on record (:mod:`.kernel_record`): the transcript and the journal;
 * not offered through a launcher (``--via``: ``127.0.0.1`` would name the remote host),
   nor outside a kernel unless asked; what cannot be offered is said once.
 """

@@ -373,3 +373,32 @@ def test_get_squad_outside_a_kernel_loads_no_server_side():
             "print(gc.get_freeze_count(), 'mcp' in sys.modules, 'uvicorn' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["0", "False", "False"]
+
+
+def test_spawns_of_one_loop_take_turns(tmp_path, monkeypatch):
+    """A spawn's fork/exec and child-watcher start run synchronously on the loop: ten agents
+    started by one cell did all of theirs in one turn of the loop. They take turns now:
+    never two in progress at once, and every one still starts a real process."""
+    from escouade_nb.wire import process as proc
+
+    real = proc.anyio.open_process
+    running, most = 0, 0
+
+    async def counting(*args, **kwargs):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            return await real(*args, **kwargs)
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(proc.anyio, "open_process", counting)
+
+    async def main():
+        procs = await asyncio.gather(*(proc.spawn([sys.executable, "-c", "pass"], cwd=tmp_path, env=os.environ)
+                                       for _ in range(6)))
+        return [await p.wait() for p in procs]
+
+    assert asyncio.run(main()) == [0] * 6
+    assert most == 1

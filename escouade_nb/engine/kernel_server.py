@@ -432,8 +432,13 @@ class KernelServer:
         finally:
             root.handlers[:] = handlers
             root.setLevel(level)
+        # these build pydantic models and starlette routes on the loop (5–25 ms each on a busy
+        # machine): one turn of the loop each, so that its other callbacks run in between
+        await asyncio.sleep(0)
         self._add_tools(mcp, Field)
+        await asyncio.sleep(0)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
+        await asyncio.sleep(0)
         # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says
         # TCP, and without it every answer on a kept-alive connection waited for the
         # client's delayed ACK (40 ms per request, measured)

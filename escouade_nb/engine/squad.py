@@ -752,13 +752,17 @@ _squad: Squad | None = None
 def get_squad() -> Squad:
     """The process-wide squad (created on first use, killed at exit). In a kernel, the
     first call also loads what the first agent's start would otherwise load on the loop
-    (about a second, in the calling cell; see :func:`~.kernel_server.preload_in_kernel`)."""
+    (about a second, in the calling cell; see :func:`~.kernel_server.preload_in_kernel`)
+    and reads the plugins' manifests (a start rereads them if its harness is not found)."""
     global _squad
     if _squad is None:
-        if kernel_in_process():
+        in_kernel = kernel_in_process()
+        if in_kernel:
             preload_in_kernel()
         _squad = Squad()
         atexit.register(_at_exit)
+        if in_kernel:
+            _squad.discovery()
     return _squad
 
 

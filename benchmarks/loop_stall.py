@@ -5,6 +5,7 @@ step a user takes, against the ticker's own jitter on the idle kernel of the sam
     python benchmarks/loop_stall.py --tree /tmp/base    # another tree of the package (PYTHONPATH)
     python benchmarks/loop_stall.py --runs 5 --where    # also: where the loop was when it stalled
     python benchmarks/loop_stall.py --json out.json     # the figures, for RESULTS.md
+    python benchmarks/loop_stall.py --kernels agents,no-ext   # some of the kernels only
 
 In the kernel, a task wakes every 5 ms and records how late it woke (its lateness: a
 stall of the loop). A watchdog thread samples the main thread's stack while the ticker is
@@ -12,12 +13,20 @@ more than 20 ms late, so ``--where`` tells which line of code held the loop (eac
 is ~5 ms of stall; the first 20 ms of a stall are not sampled, so it under-counts). Each step is measured from just before its first cell until a wait
 after its last one (background work, such as versions read after ``%escouade``, counts).
 
-Steps, in three fresh kernels per run (so that each "first" is one: no version read yet):
+Columns: the longest stall of the step; the longest "after 1st cell", counting only the
+ticker's sleeps begun once the step's first cell had returned (the loop's own work, not
+the user's synchronous cell, e.g. ten ``%escouade`` magics in one cell); the longest full
+(generation 2) garbage collection in the step, from ``gc.callbacks`` (it holds the GIL:
+the loop cannot turn while it runs, whichever thread triggered it).
+
+Steps, in four fresh kernels per run (so that each "first" is one: no version read yet):
 the idle kernel (jitter, in each); ``%escouade`` (first, then again); in the second,
 ``%escouade`` with stand-ins of the 8 released agents on the PATH, each answering
 ``--version`` in 0.5 s; in the third, ``%escouade fake`` (the first start, until ready); a 2,000-chunk reply with its turn view displayed (the agent's
 view is displayed too); a prompt with a 3 MiB text file attached; starting 10 more agents; ``%escouade squad`` with the 11; a
-2,000-chunk reply with 3 squad views displayed. Nothing is asserted: figures only.
+2,000-chunk reply with 3 squad views displayed; in the fourth, without ``%load_ext``, the
+first ``get_squad()`` (its cell loads the engine and the MCP server's side) and the first
+agent's start (the kernel's MCP server's first start). Nothing is asserted: figures only.
 
 ``--tree`` runs the kernel with ``PYTHONPATH=TREE``, in this same venv; a tree older than
 the ``tools/`` layout (its console script is ``escouade_nb.fake_agent``) gets an
@@ -117,7 +126,7 @@ _stalls = _LoopStalls()
 '''
 
 IDLE = "idle kernel (ticker jitter)"
-# Two kernels per run, so that each "first" is a first (versions not read yet). Each step:
+# Fresh kernels per run, so that each "first" is a first (versions not read yet). Each step:
 # (name, setup cells not measured, measured cells, seconds waited after them)
 LISTING_KERNEL: list[tuple[str, list[str], list[str], float]] = [
     (IDLE, [], [], 2.0),

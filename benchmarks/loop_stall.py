@@ -5,6 +5,7 @@ step a user takes, against the ticker's own jitter on the idle kernel of the sam
     python benchmarks/loop_stall.py --tree /tmp/base    # another tree of the package (PYTHONPATH)
     python benchmarks/loop_stall.py --runs 5 --where    # also: where the loop was when it stalled
     python benchmarks/loop_stall.py --json out.json     # the figures, for RESULTS.md
+    python benchmarks/loop_stall.py --kernels agents,no-ext   # some of the kernels only
 
 In the kernel, a task wakes every 5 ms and records how late it woke (its lateness: a
 stall of the loop). A watchdog thread samples the main thread's stack while the ticker is
@@ -12,12 +13,20 @@ more than 20 ms late, so ``--where`` tells which line of code held the loop (eac
 is ~5 ms of stall; the first 20 ms of a stall are not sampled, so it under-counts). Each step is measured from just before its first cell until a wait
 after its last one (background work, such as versions read after ``%escouade``, counts).
 
-Steps, in three fresh kernels per run (so that each "first" is one: no version read yet):
+Columns: the longest stall of the step; the longest "after 1st cell", counting only the
+ticker's sleeps begun once the step's first cell had returned (the loop's own work, not
+the user's synchronous cell, e.g. ten ``%escouade`` magics in one cell); the longest full
+(generation 2) garbage collection in the step, from ``gc.callbacks`` (it holds the GIL:
+the loop cannot turn while it runs, whichever thread triggered it).
+
+Steps, in four fresh kernels per run (so that each "first" is one: no version read yet):
 the idle kernel (jitter, in each); ``%escouade`` (first, then again); in the second,
 ``%escouade`` with stand-ins of the 8 released agents on the PATH, each answering
 ``--version`` in 0.5 s; in the third, ``%escouade fake`` (the first start, until ready); a 2,000-chunk reply with its turn view displayed (the agent's
 view is displayed too); a prompt with a 3 MiB text file attached; starting 10 more agents; ``%escouade squad`` with the 11; a
-2,000-chunk reply with 3 squad views displayed. Nothing is asserted: figures only.
+2,000-chunk reply with 3 squad views displayed; in the fourth, without ``%load_ext``, the
+first ``get_squad()`` (its cell loads the engine and the MCP server's side) and the first
+agent's start (the kernel's MCP server's first start). Nothing is asserted: figures only.
 
 ``--tree`` runs the kernel with ``PYTHONPATH=TREE``, in this same venv; a tree older than
 the ``tools/`` layout (its console script is ``escouade_nb.fake_agent``) gets an
@@ -43,7 +52,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the real-kernel driver used by the te
 TARGET_MS = 50.0
 
 KERNEL_SETUP = r'''
-import asyncio, collections, json, sys, threading, time
+import asyncio, collections, gc, json, sys, threading, time
 
 class _LoopStalls:
     """A 5 ms ticker on this loop and a watchdog thread sampling where the loop is stuck."""
@@ -53,8 +62,18 @@ class _LoopStalls:
         self.samples = []    # (perf_counter, [(file, line, function) innermost first])
         self.last = time.perf_counter()
         self.main = threading.main_thread().ident
+        self.gcs = []        # (perf_counter at its end, seconds): full (generation 2) collections
+        self._gc_start = 0.0
+        gc.callbacks.append(self._gc)
         self.task = asyncio.get_running_loop().create_task(self._tick())
         threading.Thread(target=self._watch, name="stall-watchdog", daemon=True).start()
+
+    def _gc(self, phase, info):
+        if info["generation"] == 2:
+            if phase == "start":
+                self._gc_start = time.perf_counter()
+            else:
+                self.gcs.append((time.perf_counter(), time.perf_counter() - self._gc_start))
 
     async def _tick(self):
         while True:
@@ -76,10 +95,12 @@ class _LoopStalls:
                     frame = frame.f_back
                 self.samples.append((now, stack))
 
-    def report(self, t0, t1):
+    def report(self, t0, t1, after=None):
         late = sorted(l for t, l in self.ticks if t0 <= t <= t1)
         if not late:
-            return {"max_ms": None, "p99_ms": None, "ticks": 0, "where": []}
+            return {"max_ms": None, "p99_ms": None, "after_ms": None, "ticks": 0, "where": []}
+        # ticks whose sleep began once the first measured cell had returned: the loop's own work
+        bg = [l for t, l in self.ticks if t0 <= t <= t1 and after is not None and t - l - 0.005 >= after]
         p99 = late[min(len(late) - 1, int(round(0.99 * (len(late) - 1))))]
         ours, anywhere, chains = collections.Counter(), collections.Counter(), collections.Counter()
         for t, stack in self.samples:
@@ -95,6 +116,8 @@ class _LoopStalls:
                 upto = next((i for i, g in enumerate(stack) if "/escouade_nb/" in g[0]), 5)
                 chains[" < ".join(f"{g[0].rsplit('/', 1)[-1]}:{g[1]} {g[2]}" for g in stack[:upto + 1])] += 1
         return {"max_ms": late[-1] * 1e3, "p99_ms": p99 * 1e3, "ticks": len(late),
+                "after_ms": max(bg) * 1e3 if bg else None,
+                "gc2_ms": max((d * 1e3 for t, d in self.gcs if t0 <= t <= t1), default=0.0),
                 "where": [[k, v * 5] for k, v in ours.most_common(6)],
                 "innermost": [[k, v * 5] for k, v in anywhere.most_common(4)],
                 "chains": [[k, v * 5] for k, v in chains.most_common(4)]}
@@ -103,7 +126,7 @@ _stalls = _LoopStalls()
 '''
 
 IDLE = "idle kernel (ticker jitter)"
-# Two kernels per run, so that each "first" is a first (versions not read yet). Each step:
+# Fresh kernels per run, so that each "first" is a first (versions not read yet). Each step:
 # (name, setup cells not measured, measured cells, seconds waited after them)
 LISTING_KERNEL: list[tuple[str, list[str], list[str], float]] = [
     (IDLE, [], [], 2.0),
@@ -131,7 +154,17 @@ AGENTS_KERNEL: list[tuple[str, list[str], list[str], float]] = [
     ("2,000-chunk reply, 3 squad views displayed", ["%escouade squad", "%escouade squad"],
      ["t = a.send('chunks 2000')", "r = await t"], 0.5),
 ]
-STEPS = LISTING_KERNEL + INSTALLED_KERNEL[1:] + AGENTS_KERNEL[1:]
+NO_EXT_KERNEL: list[tuple[str, list[str], list[str], float]] = [
+    (IDLE, [], [], 2.0),
+    ("no %load_ext: first get_squad() (the cell's imports)", [],
+     ["from escouade_nb import get_squad\nsquad = get_squad()"], 0.5),
+    ("no %load_ext: first agent, the MCP server's first start", [],
+     ["a = squad.start('fake', name='bench')", "await a.ready()"], 1.0),
+]
+"""A kernel where escouade is used from code, without ``%load_ext escouade_nb``."""
+KERNELS = {"listing": LISTING_KERNEL, "installed": INSTALLED_KERNEL, "agents": AGENTS_KERNEL,
+           "no-ext": NO_EXT_KERNEL}
+STEPS = LISTING_KERNEL + INSTALLED_KERNEL[1:] + AGENTS_KERNEL[1:] + NO_EXT_KERNEL[1:]
 
 
 def _released_programs() -> list[str]:
@@ -181,27 +214,28 @@ def _environment(tree: Path | None, installed: bool = False):
         os.environ.update(saved)
 
 
-def one_run(tree: Path | None) -> dict[str, list[dict]]:
-    """Both kernels once: {step: [report per kernel that has the step]}."""
+def one_run(tree: Path | None, kernels: list[str]) -> dict[str, list[dict]]:
+    """Each kernel named once: {step: [report per kernel that has the step]}."""
     from kernel_client import Kernel
 
     results: dict[str, list[dict]] = {}
-    for steps in (LISTING_KERNEL, INSTALLED_KERNEL, AGENTS_KERNEL):
+    for kernel in kernels:
+        steps = KERNELS[kernel]
         with _environment(tree, installed=steps is INSTALLED_KERNEL) as scratch:
             ws = scratch / "ws"
             ws.mkdir()
             k = Kernel(ws)
             try:
-                k.run("%load_ext escouade_nb\n" + KERNEL_SETUP)
+                k.run(("" if steps is NO_EXT_KERNEL else "%load_ext escouade_nb\n") + KERNEL_SETUP)
                 k.run("await asyncio.sleep(0.5)")  # the ticker settles
                 for name, setup, cells, wait in steps:
                     for cell in setup:
                         k.run(cell, timeout=300)
-                    k.run("await asyncio.sleep(0.2)\n_t0 = time.perf_counter()")
-                    for cell in cells:
-                        k.run(cell, timeout=300)
+                    k.run("await asyncio.sleep(0.2)\n_t0 = time.perf_counter()\n_t_first = None")
+                    for i, cell in enumerate(cells):
+                        k.run(cell + ("\n_t_first = time.perf_counter()" if i == 0 else ""), timeout=300)
                     k.run(f"await asyncio.sleep({wait})")
-                    out = k.run("print('REPORT', json.dumps(_stalls.report(_t0, time.perf_counter())))").text
+                    out = k.run("print('REPORT', json.dumps(_stalls.report(_t0, time.perf_counter(), _t_first)))").text
                     results.setdefault(name, []).append(json.loads(out.split("REPORT", 1)[1]))
                 k.run("from escouade_nb import get_squad\n"
                       "await asyncio.gather(*(x.close() for x in get_squad().agents.values()))",
@@ -214,8 +248,12 @@ def one_run(tree: Path | None) -> dict[str, list[dict]]:
 def summarise(runs: list[dict[str, list[dict]]]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for name, *_ in STEPS:
-        reports = [rep for r in runs for rep in r[name]]
+        reports = [rep for r in runs for rep in r.get(name, [])]
+        if not reports:
+            continue
         maxes = [rep["max_ms"] for rep in reports if rep["max_ms"] is not None]
+        afters = [rep["after_ms"] for rep in reports if rep.get("after_ms") is not None]
+        gcs = [rep["gc2_ms"] for rep in reports if rep.get("gc2_ms") is not None]
         p99s = [rep["p99_ms"] for rep in reports if rep["p99_ms"] is not None]
         where: dict[str, int] = {}
         innermost: dict[str, int] = {}
@@ -227,7 +265,7 @@ def summarise(runs: list[dict[str, list[dict]]]) -> dict[str, dict]:
                 where[k] = where.get(k, 0) + v
             for k, v in rep.get("innermost", []):
                 innermost[k] = innermost.get(k, 0) + v
-        out[name] = {"max_ms": maxes, "p99_ms": p99s,
+        out[name] = {"max_ms": maxes, "p99_ms": p99s, "after_ms": afters, "gc2_ms": gcs,
                      "max_median": statistics.median(maxes) if maxes else None,
                      "p99_median": statistics.median(p99s) if p99s else None,
                      "where": sorted(where.items(), key=lambda kv: -kv[1])[:6],
@@ -248,24 +286,32 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--where", action="store_true", help="print where the loop was while it stalled")
     p.add_argument("--json", type=Path, help="write the figures there")
+    p.add_argument("--kernels", default=",".join(KERNELS),
+                   help=f"which fresh kernels to run, comma-separated (default: {','.join(KERNELS)})")
     args = p.parse_args(argv)
     tree = args.tree.resolve() if args.tree else None
+    kernels = [k for k in args.kernels.split(",") if k]
+    unknown = [k for k in kernels if k not in KERNELS]
+    if unknown:
+        p.error(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(KERNELS)}")
     runs = []
     for i in range(args.runs):
         started = time.monotonic()
-        runs.append(one_run(tree))
+        runs.append(one_run(tree, kernels))
         print(f"run {i + 1}/{args.runs}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     summary = summarise(runs)
     jitter = summary[STEPS[0][0]]
-    print(f"tree: {tree or ROOT}; {args.runs} runs, each in three fresh kernels (listing; installed; agents); "
+    print(f"tree: {tree or ROOT}; {args.runs} runs, each in fresh kernels ({'; '.join(kernels)}); "
           "median (min–max)")
-    print(f"{'step':<50} {'longest stall':<26} {'p99 lateness':<22} vs idle jitter")
+    print(f"{'step':<58} {'longest stall':<24} {'after 1st cell':<24} {'longest full GC':<22} vs idle jitter")
     for name, *_ in STEPS:
+        if name not in summary:
+            continue
         s = summary[name]
         ratio = (f"{s['max_median'] / jitter['max_median']:.1f}× idle max" if s["max_median"] and
                  jitter["max_median"] else "")
         flag = "" if s["max_median"] is None or s["max_median"] <= TARGET_MS else f"  > {TARGET_MS:.0f} ms"
-        print(f"{name:<50} {_fmt(s['max_ms']):<26} {_fmt(s['p99_ms']):<22} {ratio}{flag}")
+        print(f"{name:<58} {_fmt(s['max_ms']):<24} {_fmt(s['after_ms']):<24} {_fmt(s['gc2_ms']):<22} {ratio}{flag}")
         if args.where and s["where"] and (s["max_median"] or 0) > TARGET_MS / 2:
             for place, ms in s["where"]:
                 print(f"    {ms / len(runs):>7.0f} ms/run in escouade_nb/{place}")

@@ -371,14 +371,13 @@ def _show(view) -> None:
 
 
 def load(ipython) -> None:
-    """``%load_ext escouade_nb``: register the magics, and import the engine, the views and
+    """``%load_ext escouade_nb``: register the magics, and import the views, the engine and
     the kernel's MCP server (about a second, once, in the cell that asked for them) so that
     the first ``%escouade NAME`` does not hold the kernel's loop while they load (imported
-    in a thread later, the MCP SDK's pydantic models still stall the loop ~0.1 s: they hold
-    the GIL while they are built)."""
+    in a thread later, they stalled it 60–220 ms: full garbage collections under the GIL),
+    then take what is alive out of the cyclic GC's scans: see
+    :func:`~.engine.kernel_server.preload_in_kernel`; the plugins' manifests are read here
+    too, not in the first start."""
     ipython.register_magics(EscouadeMagics)
-    import anyio._backends._asyncio  # noqa: F401  (anyio loads its backend on first use: on the loop)
-    from .engine import agent, squad  # noqa: F401  (the ACP SDK, anyio, pydantic models)
-    from .engine.kernel_server import import_server_side
     from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)
-    import_server_side()  # mcp + uvicorn (~0.5 s): else the first agent's server start competes with the loop
+    get_squad()  # in a kernel: preload_in_kernel(), and the manifests read

@@ -322,3 +322,83 @@ def test_listing_magic_displays_at_once_then_updates(harnesses):
         assert "display_id" not in (shown["content"].get("transient") or {})
     finally:
         k.shutdown()
+
+
+# -- what the first agent would load on the loop is loaded in the user's cell (issue 21, item 12) ------
+_LOADED = ("import gc, sys, json; print('STATE', json.dumps([gc.get_freeze_count() > 0, "
+           "'mcp.server.mcpserver' in sys.modules, 'uvicorn' in sys.modules, 'anyio._backends._asyncio' in sys.modules]))")
+
+
+def _loaded(k) -> list[bool]:
+    return json.loads(k.run(_LOADED).text.split("STATE", 1)[1])
+
+
+@pytest.mark.kernel
+def test_load_ext_loads_the_server_side_and_takes_the_heap_out_of_full_collections(tmp_path, monkeypatch):
+    """Full collections walking the kernel's heap under the GIL held the loop 60–600 ms
+    after the first agents started: %load_ext imports the MCP server's side and freezes
+    what is alive (gc.freeze), so the first agent's server start imports nothing."""
+    from kernel_client import Kernel
+
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    k = Kernel(tmp_path)
+    try:
+        assert _loaded(k) == [False, False, False, False]
+        k.run("%load_ext escouade_nb")
+        assert _loaded(k) == [True, True, True, True]
+    finally:
+        k.shutdown()
+
+
+@pytest.mark.kernel
+def test_first_get_squad_in_a_kernel_loads_the_server_side(tmp_path, monkeypatch):
+    """Without %load_ext, the first get_squad() (in the user's cell) does what %load_ext does,
+    instead of the first agent's server start importing mcp in a thread while the loop runs."""
+    from kernel_client import Kernel
+
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    k = Kernel(tmp_path)
+    try:
+        k.run("from escouade_nb import get_squad")
+        assert _loaded(k) == [False, False, False, False]
+        k.run("squad = get_squad()")
+        assert _loaded(k) == [True, True, True, True]
+    finally:
+        k.shutdown()
+
+
+def test_get_squad_outside_a_kernel_loads_no_server_side():
+    """A script's get_squad() neither imports the MCP server's side nor freezes its heap."""
+    code = ("import gc, sys, escouade_nb; escouade_nb.get_squad(); "
+            "print(gc.get_freeze_count(), 'mcp' in sys.modules, 'uvicorn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["0", "False", "False"]
+
+
+def test_spawns_of_one_loop_take_turns(tmp_path, monkeypatch):
+    """A spawn's fork/exec and child-watcher start run synchronously on the loop: ten agents
+    started by one cell did all of theirs in one turn of the loop. They take turns now:
+    never two in progress at once, and every one still starts a real process."""
+    from escouade_nb.wire import process as proc
+
+    real = proc.anyio.open_process
+    running, most = 0, 0
+
+    async def counting(*args, **kwargs):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            return await real(*args, **kwargs)
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(proc.anyio, "open_process", counting)
+
+    async def main():
+        procs = await asyncio.gather(*(proc.spawn([sys.executable, "-c", "pass"], cwd=tmp_path, env=os.environ)
+                                       for _ in range(6)))
+        return [await p.wait() for p in procs]
+
+    assert asyncio.run(main()) == [0] * 6
+    assert most == 1

@@ -563,6 +563,41 @@ def import_server_side() -> tuple[Any, Any, Any, Any]:
     return MCPServer, ToolError, uvicorn, Field
 
 
+_preloaded = False
+
+
+def preload_in_kernel() -> bool:
+    """Make ready, in the calling thread, what the first agent of a kernel would otherwise
+    load on the kernel's loop; called by ``%load_ext escouade_nb`` and by the first
+    ``get_squad()`` in a kernel, i.e. in the user's cell that asked for escouade (about a
+    second, once per process; later calls return ``False`` at once).
+
+    Imports anyio's asyncio backend (loaded on first use, on the loop), the engine (the ACP
+    SDK, pydantic models) and :func:`import_server_side` (mcp, uvicorn; ``%load_ext``
+    imports the views before calling this); then ``gc.collect()`` and ``gc.freeze()``: every object alive is moved out of
+    the cyclic collector's scans. Without that, the next full collections, whether
+    triggered by these imports in the server's worker thread or later by the agents'
+    traffic, walk the whole kernel heap (~150,000 objects after these imports) under the
+    GIL: 70–210 ms during which the loop cannot turn (measured: benchmarks/loop_stall.py).
+    The price: an object alive now that later becomes garbage only through a reference
+    cycle is not reclaimed (anything freed by its reference count still is); modules,
+    classes and IPython's own objects, which are most of the heap at this point, live
+    until the kernel exits anyway. ``True`` when this call did the work."""
+    global _preloaded
+    if _preloaded:
+        return False
+    import gc
+
+    import anyio._backends._asyncio  # noqa: F401  (anyio loads its backend on first use: on the loop)
+    from . import agent, squad  # noqa: F401  (the ACP SDK, anyio, pydantic models)
+
+    import_server_side()
+    gc.collect()
+    gc.freeze()
+    _preloaded = True
+    return True
+
+
 _QUIET_LOGGERS = ("mcp", "uvicorn", "sse_starlette")
 
 
@@ -716,8 +751,13 @@ class KernelServer:
         finally:
             root.handlers[:] = handlers
             root.setLevel(level)
+        # these build pydantic models and starlette routes on the loop (5–25 ms each on a busy
+        # machine): one turn of the loop each, so that its other callbacks run in between
+        await asyncio.sleep(0)
         self._add_tools(mcp, Field)
+        await asyncio.sleep(0)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
+        await asyncio.sleep(0)
         # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says
         # TCP, and without it every answer on a kept-alive connection waited for the
         # client's delayed ACK (40 ms per request, measured)

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .agent import Agent
+from .kernel_access import in_kernel as kernel_in_process
+from .kernel_server import preload_in_kernel
 from .worktree import Worktree, WorktreeError, repository_of, safe_name
 from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
@@ -748,11 +750,19 @@ _squad: Squad | None = None
 
 
 def get_squad() -> Squad:
-    """The process-wide squad (created on first use, killed at exit)."""
+    """The process-wide squad (created on first use, killed at exit). In a kernel, the
+    first call also loads what the first agent's start would otherwise load on the loop
+    (about a second, in the calling cell; see :func:`~.kernel_server.preload_in_kernel`)
+    and reads the plugins' manifests (a start rereads them if its harness is not found)."""
     global _squad
     if _squad is None:
+        in_kernel = kernel_in_process()
+        if in_kernel:
+            preload_in_kernel()
         _squad = Squad()
         atexit.register(_at_exit)
+        if in_kernel:
+            _squad.discovery()
     return _squad
 
 

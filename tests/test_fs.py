@@ -429,3 +429,189 @@ def test_e2e_fs_not_offered(tmp_path: Path) -> None:
         assert not (tmp_path.parent / "x.txt").exists()
 
     anyio.run(main)
+
+
+# -- a fenced write or read racing a symlink swap (issue 21, item 6) ---------------------------
+# The swap is done by a hook at the exact point between the fence check and the disk access
+# (the notebook's validation, or just before the worker thread touches the disk): deterministic.
+
+import escouade_nb.wire.fs as fs_module  # noqa: E402
+
+NOTEBOOK = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n'
+
+
+def _swap_parent(project: Path, name: str) -> None:
+    """``app/nbs`` (a real folder when checked) becomes a symlink to ``outside``."""
+    (project / "nbs").rename(project / "nbs-was")
+    (project / "nbs").symlink_to(project.parent / "outside")
+
+
+def _swap_target(project: Path, name: str) -> None:
+    """``app/nbs/NAME`` (a real file when checked) becomes a symlink to ``outside/NAME``."""
+    (project / "nbs" / name).unlink()
+    (project / "nbs" / name).symlink_to(project.parent / "outside" / name)
+
+
+def _swap_new_target(project: Path, name: str) -> None:
+    """``app/nbs/NAME`` (missing when checked) appears as a dangling symlink to ``outside/new-NAME``."""
+    (project / "nbs" / name).unlink(missing_ok=True)
+    (project / "nbs" / name).symlink_to(project.parent / "outside" / f"new-{name}")
+
+
+SWAPS = {"parent": _swap_parent, "target": _swap_target, "new-target": _swap_new_target}
+
+
+def _race_setup(project: Path, swap_name: str, name: str, text: str) -> tuple[FileSystem, Writes, dict[str, bytes]]:
+    (project / "nbs").mkdir()
+    if swap_name != "new-target":
+        (project / "nbs" / name).write_text(text)
+    (project.parent / "outside" / name).write_text("outside file\n")
+    writes = Writes()
+    return FileSystem(project, fence=project, on_write=writes), writes, tree(project.parent / "outside")
+
+
+def _assert_refused_as_changed(err: pytest.ExceptionInfo, path: str) -> None:
+    assert err.value.code == -32602
+    assert path in str(err.value) and "changed while" in str(err.value)
+    assert err.value.data["path"] == path and err.value.data["reason"] == "changed_during_access"
+
+
+@pytest.mark.parametrize("swap_name", sorted(SWAPS))
+def test_fenced_notebook_write_racing_a_symlink_swap_never_lands_outside(project: Path, swap_name: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    fs, writes, outside_before = _race_setup(project, swap_name, "nb.ipynb", NOTEBOOK)
+    validate = fs_module.notebook_problem
+
+    def validate_while_swapped(text: str):
+        SWAPS[swap_name](project, "nb.ipynb")  # between the fence check and the write
+        return validate(text)
+
+    monkeypatch.setattr(fs_module, "notebook_problem", validate_while_swapped)
+    path = "nbs/nb.ipynb"
+    with pytest.raises(RequestError) as err:
+        run(fs.write_text_file, path, NOTEBOOK.replace('"metadata": {}', '"metadata": {"pwned": true}'))
+    _assert_refused_as_changed(err, path)
+    assert tree(project.parent / "outside") == outside_before, "nothing may land outside the fence"
+    assert writes == []
+
+
+@pytest.mark.parametrize("swap_name", sorted(SWAPS))
+def test_fenced_text_write_racing_a_symlink_swap_never_lands_outside(project: Path, swap_name: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    fs, writes, outside_before = _race_setup(project, swap_name, "notes.txt", "inside\n")
+    write = FileSystem._write
+
+    def write_after_a_swap(*args):
+        SWAPS[swap_name](project, "notes.txt")  # the check is done, the worker has not touched the disk yet
+        return write(*args)
+
+    monkeypatch.setattr(FileSystem, "_write", staticmethod(write_after_a_swap))
+    path = "nbs/notes.txt"
+    with pytest.raises(RequestError) as err:
+        run(fs.write_text_file, path, "pwned\n")
+    _assert_refused_as_changed(err, path)
+    assert tree(project.parent / "outside") == outside_before, "nothing may land outside the fence"
+    assert writes == []
+
+
+def test_fenced_read_racing_a_symlink_swap_shows_nothing_from_outside(project: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fs, _writes, _before = _race_setup(project, "target", "notes.txt", "inside\n")
+    read = FileSystem._read
+
+    def read_after_a_swap(*args):
+        _swap_target(project, "notes.txt")
+        return read(*args)
+
+    monkeypatch.setattr(FileSystem, "_read", staticmethod(read_after_a_swap))
+    with pytest.raises(RequestError) as err:
+        run(fs.read_text_file, "nbs/notes.txt")
+    _assert_refused_as_changed(err, "nbs/notes.txt")
+    assert "outside file" not in str(err.value)
+
+
+def test_fenced_write_into_a_folder_moved_out_after_it_was_opened_is_refused(project: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # not a symlink this time: the checked folder itself is moved outside while the write holds it open
+    fs, writes, _before = _race_setup(project, "target", "notes.txt", "inside\n")
+    write_in = fs_module._write_in
+
+    def write_in_a_moved_folder(*args):
+        (project / "nbs").rename(project.parent / "outside" / "moved")
+        return write_in(*args)
+
+    monkeypatch.setattr(fs_module, "_write_in", write_in_a_moved_folder)
+    with pytest.raises(RequestError) as err:
+        run(fs.write_text_file, "nbs/notes.txt", "pwned\n")
+    _assert_refused_as_changed(err, "nbs/notes.txt")
+    moved = project.parent / "outside" / "moved"
+    assert {p.name: p.read_text() for p in moved.iterdir()} == {"notes.txt": "inside\n"}  # no temp file left
+    assert writes == []
+
+
+def test_write_keeps_the_mode_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o750)
+    fs = FileSystem(tmp_path, fence=tmp_path)
+    run(fs.write_text_file, "run.sh", "#!/bin/sh\necho hi\n")
+    run(fs.write_text_file, "new.txt", "x\n")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (script.stat().st_mode & 0o7777, script.read_text()) == (0o750, "#!/bin/sh\necho hi\n")
+    assert (tmp_path / "new.txt").stat().st_mode & 0o7777 == 0o666 & ~umask
+    with pytest.raises(RequestError):
+        run(fs.write_text_file, "new.txt", "bad \ud800\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.txt", "run.sh"]
+
+
+def test_write_in_a_folder_that_takes_no_new_file_overwrites_in_place(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # root ignores folder permissions: the folder's refusal is simulated at the one call that meets it
+    (tmp_path / "one.txt").write_text("a\n")
+    (tmp_path / "linked.txt").write_text("b\n")
+    os.link(tmp_path / "linked.txt", tmp_path / "hard-link.txt")
+    real_open = os.open
+
+    def folder_refuses_new_files(name, flags, *args, **kwargs):
+        if isinstance(name, str) and name.endswith(".escouade-write"):
+            raise PermissionError(13, "Permission denied", name)
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", folder_refuses_new_files)
+    fs = FileSystem(tmp_path, fence=tmp_path)
+    run(fs.write_text_file, "one.txt", "a\nb\n")
+    assert (tmp_path / "one.txt").read_text() == "a\nb\n"
+    with pytest.raises(RequestError) as err:  # in place would write the other link too
+        run(fs.write_text_file, "linked.txt", "pwned\n")
+    assert "hard links" in str(err.value) and "linked.txt" in str(err.value)
+    assert (tmp_path / "hard-link.txt").read_text() == "b\n"
+    with pytest.raises(RequestError) as err:
+        run(fs.write_text_file, "brand-new.txt", "x\n")
+    assert "Permission denied" in str(err.value) and not (tmp_path / "brand-new.txt").exists()
+
+
+def test_a_hard_link_to_a_file_outside_is_not_written_through(project: Path) -> None:
+    # a name inside the fence for a file outside (made by a terminal, say): the write replaces the
+    # name inside, the file outside keeps its text
+    outside = project.parent / "outside" / "secret.txt"
+    os.link(outside, project / "linked.txt")
+    fs = FileSystem(project, fence=project)
+    run(fs.write_text_file, "linked.txt", "replaced\n")
+    assert (project / "linked.txt").read_text() == "replaced\n"
+    assert outside.read_text() == "outside secret\n"
+
+
+def test_reading_a_fifo_is_refused_not_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    for call in (FileSystem(tmp_path).read_text_file, FileSystem(tmp_path).write_text_file):
+        with pytest.raises(RequestError) as err:
+            run(call, "pipe", *(["x"] if call.__name__ == "write_text_file" else []))
+        assert "not a regular file" in str(err.value)
+
+
+def test_a_file_where_a_folder_is_expected_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(RequestError) as err:
+        run(FileSystem(tmp_path).write_text_file, "f/new.txt", "x")
+    assert f"{tmp_path / 'f'} is not a folder" in str(err.value) and "f/new.txt" in str(err.value)

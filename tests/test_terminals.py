@@ -556,3 +556,99 @@ def test_kill_now_is_synchronous(tmp_path: Path) -> None:
             assert await group_gone(pgid)
 
     run(main)
+
+
+# -- the fence of a private project holds for a terminal's folder (issue 21, item 6) ----------
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    """``tmp_path/app`` (the fence) with ``src``, a sibling ``app2``, an ``outside`` folder,
+    a symlink ``app/out-link`` to ``outside`` and ``app/alias`` to ``app/src``."""
+    app = tmp_path / "app"
+    (app / "src").mkdir(parents=True)
+    (tmp_path / "app2").mkdir()
+    (tmp_path / "outside").mkdir()
+    (app / "out-link").symlink_to(tmp_path / "outside")
+    (app / "alias").symlink_to(app / "src")
+    return app
+
+
+def _fenced_client(cwd: Path, fence: Path, also: list[Path] | None = None) -> EscouadeClient:
+    async def no_permission(tool_call, options):
+        raise AssertionError("no permission expected")
+
+    return EscouadeClient(cwd=cwd, on_permission=no_permission, on_update=lambda u: None, fence=fence,
+                          also=also or [])
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def test_terminal_cwd_outside_a_private_fence_is_refused_and_nothing_starts(project: Path) -> None:
+    outside = project.parent / "outside"
+    cases = {
+        str(outside): outside,                          # absolute
+        "../outside": outside,                          # relative, climbing out
+        "src/../../outside": outside,
+        "out-link": outside,                            # a symlink inside pointing out
+        str(project / "out-link"): outside,
+        "../app2": project.parent / "app2",             # a sibling sharing the prefix
+        str(project) + "2": project.parent / "app2",
+        "/": Path("/"),
+    }
+
+    async def main():
+        client = _fenced_client(project, project)
+        before = _files(project.parent)
+        async with client.terminals:
+            for cwd, real in cases.items():
+                with pytest.raises(RequestError) as err:
+                    await client.create_terminal("touch started-here", "s1", cwd=cwd)
+                msg = str(err.value)
+                assert err.value.code == -32602
+                assert cwd in msg and str(project) in msg and "outside the private project folder" in msg
+                assert err.value.data == {"cwd": cwd, "realCwd": str(real), "fence": str(project),
+                                          "reason": "outside_fence"}
+            assert client.terminals.terminals == []  # no process was started
+        assert _files(project.parent) == before
+
+    run(main)
+
+
+def test_terminal_cwd_inside_a_private_fence_runs_there(project: Path) -> None:
+    extra = project.parent / "outside" / "extra"  # an additional directory of the session
+    extra.mkdir()
+    cases = {
+        None: project,                  # no cwd: the session's folder
+        "": project,
+        "src": project / "src",         # relative: against the session's folder
+        "src/../src": project / "src",
+        str(project / "src"): project / "src",
+        "alias": project / "src",       # a symlink inside pointing inside: its real folder
+        str(extra): extra,              # an additional directory is inside the fence too
+    }
+
+    async def main():
+        client = _fenced_client(project, project, also=[extra])
+        async with client.terminals:
+            for cwd, real in cases.items():
+                tid = (await client.create_terminal("pwd -P", "s1", cwd=cwd)).terminal_id
+                await client.terminals.wait_for_exit(tid)
+                assert (await client.terminals.output(tid))[0] == f"{real}\n", cwd
+                assert client.terminals.get(tid).cwd == real
+
+    run(main)
+
+
+def test_terminal_default_cwd_outside_a_private_fence_is_refused(project: Path) -> None:
+    # a session folder outside the fence: a terminal with no cwd would start there
+    async def main():
+        client = _fenced_client(project.parent / "outside", project)
+        async with client.terminals:
+            with pytest.raises(RequestError) as err:
+                await client.create_terminal("pwd", "s1")
+            assert "outside the private project folder" in str(err.value)
+            assert client.terminals.terminals == []
+
+    run(main)

@@ -80,8 +80,8 @@ class EscouadeClient:
     ``on_update`` takes a ``session/update`` ``update`` dict the transport did not
     intercept; ``on_file_written(path, old_text, new_text)`` is told of each write
     (``old_text`` ``None`` for a new file); ``fence`` (a private project's folder)
-    refuses fs paths outside it and outside the ``also`` folders (the session's
-    ``additionalDirectories``); ``terminal_env`` is the base environment of terminal
+    refuses fs paths and terminal folders (``cwd``) outside it and outside the ``also``
+    folders (the session's ``additionalDirectories``); ``terminal_env`` is the base environment of terminal
     commands (the agent's own; ``os.environ`` when ``None``). ``fs`` and ``terminals``
     are the :class:`FileSystem` and :class:`TerminalManager` behind the handlers."""
 
@@ -97,7 +97,7 @@ class EscouadeClient:
         self._on_elicitation = on_elicitation
         self._on_elicitation_complete = on_elicitation_complete
         self.fs = FileSystem(self.cwd, fence, on_write=on_file_written, also=also)
-        self.terminals = TerminalManager(self.cwd, env=terminal_env)
+        self.terminals = TerminalManager(self.cwd, env=terminal_env, fence=fence, also=also)
         self.extension_calls: list[tuple[str, dict[str, Any]]] = []
         # the raw ``toolCall`` of permission requests by toolCallId (filled by the session's router):
         # what the SDK's ToolCallUpdate drops (the stable ``name``) is put back from it

@@ -16,6 +16,28 @@ Fences (private projects)
     prefix (``/srv/app2`` is not inside ``/srv/app``: the comparison is by path
     components, not by string). Nothing is created or written on a refusal.
 
+Races (what is checked is what is touched)
+    The real path is checked on the event loop, and the disk is touched later, in a
+    worker thread (after a notebook's validation, too). In between, anything may change
+    on disk. So the worker opens exactly the checked real path, one component at a time
+    from ``/``: each folder with ``O_NOFOLLOW | O_DIRECTORY`` (``O_PATH`` on Linux)
+    relative to the previous one's descriptor, the file with ``O_NOFOLLOW``, never by its
+    path string. A component that became a symlink since the check (the file, or any
+    folder above it, swapped for a link to elsewhere) is not followed: the request fails
+    with -32602, ``data.reason`` ``"changed_during_access"``, ``data.changed`` the
+    component, and nothing is read or written.
+    A write goes to a new file in the held folder (``.<random>.escouade-write``, mode of
+    the old file, or 0666 less the umask for a new one; owner and group kept where the
+    OS lets us), which then replaces the name (``renameat``: it replaces a symlink rather
+    than following it), so a reader never sees half a file. Just before that, the name
+    must still be the file read (or still missing) and the folder still at its checked
+    path (a folder *moved* out of the fence with all it holds is refused too); what is
+    left is the microseconds between that last check and the rename. Replacing the name
+    means a hard link to the file (perhaps one outside the fence) keeps the old text.
+    Only when the folder takes no new file (permission denied) is an existing file
+    overwritten in place, and then only if it has no other hard link.
+    A folder, FIFO, device or socket at the path is refused without being opened.
+
 Text
     Files are UTF-8. A file that is not is refused with an error saying so (byte offset
     and value), for reading and for overwriting: it is never re-encoded. Line endings
@@ -33,8 +55,9 @@ Notebooks
 
 Errors (``acp.RequestError``; its message is what the agent sees)
     * a missing file: ``RequestError.resource_not_found`` (-32002, ``data.uri`` = the path);
-    * outside the fence, not UTF-8, a folder, bad ``line``/``limit``: -32602 (invalid
-      params) with a sentence naming the path;
+    * outside the fence, changed since it was checked, not UTF-8, a folder or another
+      file that is not a regular one, bad ``line``/``limit``: -32602 (invalid params)
+      with a sentence naming the path;
     * an invalid notebook: -32602, ``data.reason`` ``"invalid_notebook"``, ``data.field``
       (``cells[2].outputs[0]``, or ``""`` for the whole text) and ``data.cell`` (0-based
       index) / ``data.cellId`` when a cell is at fault;
@@ -50,8 +73,11 @@ in the file.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import secrets
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,8 +88,8 @@ from acp.schema import ReadTextFileResponse, WriteTextFileResponse
 
 from ..core.render_text import cut, is_notebook_path
 
-__all__ = ["FileSystem", "OnWrite", "FenceError", "NotebookProblem", "notebook_problem", "INVALID_PARAMS",
-           "INTERNAL_ERROR"]
+__all__ = ["FileSystem", "OnWrite", "FenceError", "NotebookProblem", "notebook_problem", "inside",
+           "INVALID_PARAMS", "INTERNAL_ERROR"]
 
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
@@ -95,6 +121,137 @@ def _not_utf8(path: Path | str, exc: UnicodeDecodeError, doing: str) -> RequestE
     return _error(path, f"{path} is not UTF-8 text (byte 0x{byte:02x} at offset {exc.start}); "
                         f"escouade_nb does not re-encode files, so it will not {doing} it",
                   "not_utf8")
+
+
+def inside(real: Path, roots: Sequence[Path]) -> bool:
+    """Whether the real path ``real`` is one of ``roots`` (real paths too) or under one,
+    compared by path components (``/srv/app2`` is not inside ``/srv/app``)."""
+    return any(real.is_relative_to(root) for root in roots)
+
+
+# -- opening exactly the checked path --------------------------------------------------------
+# What was checked is a real path (no symlink, no ``..``). It is then opened one component at a
+# time from ``/``, each folder with O_NOFOLLOW | O_DIRECTORY relative to the previous one's fd
+# (openat), the file with O_NOFOLLOW: a component swapped for a symlink after the check is not
+# followed, it is an error. O_PATH (Linux) opens a folder without needing read permission on it.
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+class _Changed(Exception):
+    """``where`` (a real path) is no longer what it was when the path was checked."""
+
+    def __init__(self, where: Path, what: str) -> None:
+        super().__init__(where, what)
+        self.where, self.what = where, what
+
+
+def _changed_error(path: str, real: Path, exc: _Changed, doing: str) -> RequestError:
+    return RequestError(
+        INVALID_PARAMS,
+        f"Refused: {path} changed while it was being {doing}: {exc.where} {exc.what} since the path was "
+        f"checked (against the fence, if any); nothing was {doing}",
+        {"path": path, "realPath": str(real), "changed": str(exc.where), "reason": "changed_during_access"})
+
+
+def _diagnose(dir_fd: int, here: Path, exc: OSError) -> Exception:
+    """Why opening ``here`` (a folder expected) relative to ``dir_fd`` failed."""
+    try:
+        st = os.stat(here.name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return exc
+    if stat.S_ISLNK(st.st_mode):
+        return _Changed(here, "is now a symlink")
+    if not stat.S_ISDIR(st.st_mode):
+        return NotADirectoryError(errno.ENOTDIR, f"{here} is not a folder")
+    return exc
+
+
+def _open_folder(real: Path, *, create: bool = False) -> int | None:
+    """An fd (O_PATH where there is one) of the folder at the real path ``real``, reached
+    from ``/`` without following any symlink; missing folders are made when ``create``,
+    else ``None``. Raises :class:`_Changed` for a component now a symlink, ``OSError``."""
+    fd = os.open("/", _FOLDER_FLAGS)
+    here = Path("/")
+    try:
+        for part in real.parts[1:]:
+            here = here / part
+            try:
+                try:
+                    child = os.open(part, _FOLDER_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        os.close(fd)
+                        return None
+                    try:
+                        os.mkdir(part, dir_fd=fd)
+                    except FileExistsError:  # made meanwhile: opened below like any other
+                        pass
+                    child = os.open(part, _FOLDER_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+                raise _diagnose(fd, here, exc) from None
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _still_at(fd: int, real: Path) -> None:
+    """Raise :class:`_Changed` unless the folder ``fd`` is still the one at ``real`` (a
+    folder moved away after it was opened, with all it holds)."""
+    try:
+        now = _open_folder(real)
+    except _Changed:
+        raise
+    except OSError:
+        now = None
+    if now is None:
+        raise _Changed(real, "was moved or removed")
+    try:
+        a, b = os.fstat(fd), os.fstat(now)
+    finally:
+        os.close(now)
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+        raise _Changed(real, "is now another folder")
+
+
+def _entry(dir_fd: int, name: str) -> os.stat_result | None:
+    """``lstat`` of ``name`` in the folder ``dir_fd`` (``None`` when missing)."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _read_entry(path: str, real: Path, dir_fd: int) -> tuple[bytes, os.stat_result] | None:
+    """The bytes and ``stat`` of the regular file ``real.name`` in the folder ``dir_fd``
+    (never following a symlink), or ``None`` when there is none. A folder or any other
+    kind of file (a FIFO, a device) is an error, and is not opened."""
+    st = _entry(dir_fd, real.name)
+    if st is None:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise _Changed(real, "is now a symlink")
+    if stat.S_ISDIR(st.st_mode):
+        raise _error(path, f"{path} is a folder, not a file", "is_a_folder")
+    if not stat.S_ISREG(st.st_mode):
+        raise _error(path, f"{path} is not a regular file", "not_a_file")
+    try:
+        fd = os.open(real.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Changed(real, "is now a symlink") from None
+        raise
+    with open(fd, "rb") as fh:
+        opened = os.fstat(fh.fileno())
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(opened.st_mode):
+            raise _Changed(real, "was replaced")
+        return fh.read(), opened
 
 
 @dataclass(frozen=True)
@@ -252,7 +409,7 @@ class FileSystem:
         if not str(path):
             raise _error(path, "Empty path", "empty_path")
         real = Path(os.path.realpath(p if p.is_absolute() else self.cwd / p))
-        if self.fence is not None and not any(real.is_relative_to(root) for root in (self.fence, *self.also)):
+        if self.fence is not None and not inside(real, (self.fence, *self.also)):
             raise FenceError(str(path), real, self.fence)
         return real
 
@@ -279,16 +436,27 @@ class FileSystem:
 
     @staticmethod
     def _read(path: str, real: Path) -> _Decoded | None:
+        """Read the checked real path ``real`` exactly: see the module's "Races"."""
         try:
-            data = real.read_bytes()
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            raise _error(path, f"{path} is a folder, not a file", "is_a_folder") from None
+            folder = _open_folder(real.parent) if real.name else None
+            if folder is None:
+                if not real.name:
+                    raise _error(path, f"{path} is a folder, not a file", "is_a_folder")
+                return None
+            try:
+                found = _read_entry(path, real, folder)
+            finally:
+                os.close(folder)
+        except _Changed as exc:
+            raise _changed_error(path, real, exc, "read") from None
+        except NotADirectoryError as exc:
+            raise _error(path, f"Cannot read {path}: {exc.strerror or exc}", "not_a_folder") from None
         except OSError as exc:
             raise _error(path, f"Cannot read {path}: {exc.strerror or exc}", "os_error", INTERNAL_ERROR) from None
+        if found is None:
+            return None
         try:
-            return _decode(data)
+            return _decode(found[0])
         except UnicodeDecodeError as exc:
             raise _not_utf8(path, exc, "show") from None
 
@@ -313,29 +481,109 @@ class FileSystem:
 
     @staticmethod
     def _write(path: str, real: Path, content: str) -> tuple[str | None, str]:
-        old: _Decoded | None = None
+        """Write the checked real path ``real`` exactly (a worker thread): its folder is
+        opened without following symlinks, the bytes go to a new file beside it, which
+        then replaces the name (``renameat``, which never follows a symlink either). See
+        the module's "Races"."""
+        if not real.name:
+            raise _error(path, f"{path} is a folder, not a file", "is_a_folder")
         try:
-            old = _decode(real.read_bytes())
-        except FileNotFoundError:
-            pass
-        except IsADirectoryError:
-            raise _error(path, f"{path} is a folder, not a file", "is_a_folder") from None
-        except UnicodeDecodeError as exc:
-            raise _not_utf8(path, exc, "overwrite") from None
-        except OSError as exc:
-            raise _error(path, f"Cannot read {path} before writing it: {exc.strerror or exc}", "os_error",
-                         INTERNAL_ERROR) from None
-        new = content
-        if old is not None and old.crlf and "\n" in new and "\r\n" not in new:
-            new = new.replace("\n", "\r\n")
-        try:
-            data = ((_BOM if old is not None and old.bom and not new.startswith(_BOM) else "") + new).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise _error(path, f"The text for {path} cannot be written as UTF-8 "
-                               f"({exc.reason} at character {exc.start})", "not_encodable") from None
-        try:
-            real.parent.mkdir(parents=True, exist_ok=True)
-            real.write_bytes(data)
+            folder = _open_folder(real.parent, create=True)
+            assert folder is not None
+            try:
+                return _write_in(path, real, folder, content)
+            finally:
+                os.close(folder)
+        except _Changed as exc:
+            raise _changed_error(path, real, exc, "written") from None
+        except NotADirectoryError as exc:
+            raise _error(path, f"Cannot write {path}: {exc.strerror or exc}", "not_a_folder") from None
         except OSError as exc:
             raise _error(path, f"Cannot write {path}: {exc.strerror or exc}", "os_error", INTERNAL_ERROR) from None
+
+
+def _write_in(path: str, real: Path, folder: int, content: str) -> tuple[str | None, str]:
+    """:meth:`FileSystem._write` once the folder ``folder`` is open."""
+    try:
+        found = _read_entry(path, real, folder)
+    except OSError as exc:
+        raise _error(path, f"Cannot read {path} before writing it: {exc.strerror or exc}", "os_error",
+                     INTERNAL_ERROR) from None
+    old: _Decoded | None = None
+    if found is not None:
+        try:
+            old = _decode(found[0])
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(path, exc, "overwrite") from None
+    new = content
+    if old is not None and old.crlf and "\n" in new and "\r\n" not in new:
+        new = new.replace("\n", "\r\n")
+    try:
+        data = ((_BOM if old is not None and old.bom and not new.startswith(_BOM) else "") + new).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _error(path, f"The text for {path} cannot be written as UTF-8 "
+                           f"({exc.reason} at character {exc.start})", "not_encodable") from None
+    before = found[1] if found is not None else None
+    mode = stat.S_IMODE(before.st_mode) if before is not None else 0o666  # a new file: the umask applies
+    temp = f".{secrets.token_hex(6)}.escouade-write"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=folder)
+    except PermissionError:
+        if before is None:
+            raise
+        _write_in_place(real, folder, before, data)  # a writable file in a folder we may not add to
         return (old.text if old is not None else None), new
+    try:
+        with open(fd, "wb") as fh:
+            fh.write(data)
+            if before is not None:
+                os.fchmod(fh.fileno(), mode)  # exactly the old mode, whatever the umask
+                if (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+                    try:
+                        os.fchown(fh.fileno(), before.st_uid, before.st_gid)
+                    except OSError:
+                        pass  # not ours to give: the file is now the writer's
+        # the last checks: the name is what was read (or still missing), the folder still at its path
+        _unchanged(real, folder, before)
+        _still_at(folder, real.parent)
+        os.replace(temp, real.name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        try:
+            os.unlink(temp, dir_fd=folder)
+        except OSError:
+            pass
+        raise
+    return (old.text if old is not None else None), new
+
+
+def _unchanged(real: Path, folder: int, before: os.stat_result | None) -> None:
+    """Raise :class:`_Changed` unless the name ``real.name`` in ``folder`` is still the
+    file read before (``before``), or still missing (``None``)."""
+    now = _entry(folder, real.name)
+    if now is None and before is None:
+        return
+    if now is None:
+        raise _Changed(real, "was removed")
+    if stat.S_ISLNK(now.st_mode):
+        raise _Changed(real, "is now a symlink")
+    if before is None:
+        raise _Changed(real, "appeared")
+    if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+        raise _Changed(real, "was replaced")
+
+
+def _write_in_place(real: Path, folder: int, before: os.stat_result, data: bytes) -> None:
+    """Overwrite the file read before (``before``) in place, for a folder where no new
+    file may be made: opened without following a symlink, and only when it is still that
+    file and has no other hard link (one outside a fence would be written too)."""
+    fd = os.open(real.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    with open(fd, "wb") as fh:
+        st = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            raise _Changed(real, "was replaced")
+        if st.st_nlink != 1:
+            raise PermissionError(errno.EACCES, f"no new file may be made in {real.parent}, and {real.name} has "
+                                                f"{st.st_nlink} hard links: it is not written in place")
+        _still_at(folder, real.parent)
+        fh.truncate(0)
+        fh.write(data)

@@ -18,8 +18,21 @@ Processes
     Each command runs in its own process group (``start_new_session``) with stdin from
     ``/dev/null`` (a pipe for the client's own commands, ``create(stdin=True)``); stdout and stderr go to one pipe, so the output interleaves as on a
     console. Its environment is the manager's ``env`` (the agent's own environment;
-    ``os.environ`` when not given) plus the request's ``env`` entries. ``cwd`` defaults
-    to the session folder; a relative one is taken against it.
+    ``os.environ`` when not given) plus the request's ``env`` entries.
+
+Working folder
+    ``cwd`` absent or empty: the session folder. A relative one is taken against the
+    session folder, an absolute one as is. The command starts in its *real* folder (``..``
+    and every symlink resolved), which is what :attr:`Terminal.cwd` holds. A missing one
+    is refused (-32602). With a ``fence`` (a private project's folder; also the session's
+    additional directories, ``also``), a real folder outside them is refused before any
+    process starts (-32602, ``data`` ``{cwd, realCwd, fence, reason: "outside_fence"}``,
+    the sentence naming the folder and the fence): an absolute folder elsewhere, ``..``
+    climbing out, a symlink inside pointing out, a sibling sharing the prefix — and the
+    session folder itself when no ``cwd`` is given and it is outside. The check says
+    where a command starts, not what it may reach: a command can ``cd`` anywhere, a
+    terminal is no sandbox (its permission card is the gate). The folder is resolved and
+    checked in a worker thread, off the event loop.
     When the command (the group leader) exits, whatever it left running in its group is
     killed (SIGKILL), so a terminal never leaks processes (a program that must outlive
     it has to leave the group with ``setsid``). ``kill`` and ``release`` send SIGTERM to
@@ -60,6 +73,7 @@ Changes are told to subscribers (:meth:`subscribe`) as :class:`TerminalEvent`
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import logging
@@ -67,7 +81,7 @@ import os
 import shlex
 import signal
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -78,6 +92,7 @@ from acp.schema import TerminalExitStatus
 from anyio.abc import Process, TaskGroup
 
 from ..core.observers import Observers, Subscription
+from .fs import inside
 from .process import signal_group
 
 __all__ = [
@@ -220,14 +235,19 @@ class Terminal:
 
 class TerminalManager:
     """The terminals of one agent. ``cwd`` is the session folder, ``env`` the base
-    environment of the commands (default ``os.environ``). See the module's docs."""
+    environment of the commands (default ``os.environ``); ``fence`` (a private project's
+    folder) and ``also`` (the session's additional directories) bound the folders a
+    command may start in. See the module's docs."""
 
     def __init__(self, cwd: Path, *, env: Mapping[str, str] | None = None, shell: str = SHELL,
                  max_running: int = MAX_RUNNING, max_kept: int = MAX_KEPT,
                  released_kept: int = RELEASED_KEPT,
                  default_output_byte_limit: int = DEFAULT_OUTPUT_BYTE_LIMIT,
-                 kill_grace: float = KILL_GRACE, id_prefix: str = "term") -> None:
+                 kill_grace: float = KILL_GRACE, id_prefix: str = "term",
+                 fence: Path | None = None, also: Sequence[Path] = ()) -> None:
         self.cwd = Path(os.path.abspath(cwd))
+        self.fence = Path(os.path.realpath(fence)) if fence is not None else None
+        self.also = [Path(os.path.realpath(d)) for d in also]
         self.env = dict(env) if env is not None else None
         self.shell = shell
         self.max_running = max_running
@@ -341,10 +361,7 @@ class TerminalManager:
         if output_byte_limit is not None and output_byte_limit < 0:
             raise RequestError(INVALID_PARAMS, f"outputByteLimit must be 0 or more, not {output_byte_limit}",
                                {"outputByteLimit": output_byte_limit})
-        workdir = self.cwd if not cwd else Path(os.path.normpath(self.cwd / cwd))
-        if not workdir.is_dir():
-            raise RequestError(INVALID_PARAMS, f"The working folder {workdir} does not exist",
-                               {"cwd": str(workdir)})
+        workdir = await asyncio.to_thread(self._workdir, cwd)
         full_env = dict(os.environ if self.env is None else self.env)
         for var in env or ():
             name, value = (var["name"], var["value"]) if isinstance(var, Mapping) else (var.name, var.value)
@@ -366,6 +383,23 @@ class TerminalManager:
         self._make_room()
         self._emit(term.id, "created")
         return term.id
+
+    def _workdir(self, cwd: str | None) -> Path:
+        """The real folder a command asked to start in ``cwd`` starts in (blocking: a
+        worker thread); ``RequestError`` when it is missing or outside the fence."""
+        given = self.cwd if not cwd else Path(os.path.normpath(self.cwd / cwd))
+        real = Path(os.path.realpath(given))
+        shown = cwd or str(self.cwd)
+        if self.fence is not None and not inside(real, (self.fence, *self.also)):
+            really = "" if str(real) == shown else f" (really {real})"
+            raise RequestError(INVALID_PARAMS, f"Refused: the terminal's folder {shown}{really} is outside the "
+                                               f"private project folder {self.fence}; escouade_nb starts commands "
+                                               "only inside it",
+                               {"cwd": shown, "realCwd": str(real), "fence": str(self.fence),
+                                "reason": "outside_fence"})
+        if not real.is_dir():
+            raise RequestError(INVALID_PARAMS, f"The working folder {given} does not exist", {"cwd": str(given)})
+        return real
 
     def _make_room(self) -> None:
         while len(self._terminals) > self.max_kept:

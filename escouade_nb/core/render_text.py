@@ -77,16 +77,29 @@ def cut(text: str, limit: int = MAX_INPUT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
 
 
-_SHOWN_CONTROLS = frozenset("\t\n\r")
+_SHOWN_CONTROLS = frozenset("\t\n")
 
 
 def is_hidden(ch: str) -> bool:
     """Whether a character shows as nothing, or moves the text around it, where code is
     read: a format character (bidi overrides and isolates, zero-width joiners and spaces,
-    the BOM, tag characters — Unicode category Cf), a control other than tab and line
-    ends (Cc), a line or paragraph separator a browser breaks on but Python does not (Zl,
+    the BOM, tag characters — Unicode category Cf), the variation selectors and the blank
+    letters Python takes in names (``show\ufe00`` is not ``show``), a control other than tab
+    and ``\n`` (Cc: a lone ``\r`` too, which hides what precedes it in a terminal), a line or paragraph separator a browser breaks on but Python does not (Zl,
     Zp), a private-use or surrogate code point (Co, Cs)."""
-    return ch not in _SHOWN_CONTROLS and unicodedata.category(ch) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cs")
+    if ch in _SHOWN_CONTROLS:
+        return False
+    return unicodedata.category(ch) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cs") or ch in _BLANK_LETTERS or \
+        _is_variation_selector(ch)
+
+
+_BLANK_LETTERS = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0\u180b\u180c\u180d\u180e\u180f")
+"""Characters Python takes in a name that draw as nothing: the combining grapheme joiner,
+the Hangul and halfwidth fillers, Khmer's inherent vowels, Mongolian's variation selectors."""
+
+
+def _is_variation_selector(ch: str) -> bool:
+    return "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef"
 
 
 def reveal(text: str, mark: Callable[[str], str] = lambda ch: f"⟨U+{ord(ch):04X}⟩") -> tuple[str, int]:
@@ -97,8 +110,8 @@ def reveal(text: str, mark: Callable[[str], str] = lambda ch: f"⟨U+{ord(ch):04
         return text, 0
     count = 0
     out = []
-    for ch in text:
-        if is_hidden(ch):
+    for i, ch in enumerate(text):
+        if is_hidden(ch) and not (ch == "\r" and text[i + 1:i + 2] == "\n"):  # CRLF is a line end
             count += 1
             out.append(mark(ch))
         else:

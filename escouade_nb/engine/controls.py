@@ -172,10 +172,13 @@ class Controls:
 
     async def policy(self, card: PermissionCard) -> None:
         """The Escouade mode as a permission policy (after the rule plugins): in
-        ``bypassPermissions`` every request is allowed; in ``acceptEdits`` an edit whose
+        ``bypassPermissions`` — when you chose it, never when the agent switched itself
+        there — every request is allowed; in ``acceptEdits`` an edit whose
         paths are all inside the agent's folder."""
         call = card.request or card.tool_call  # what was asked, frozen
-        if self.mode == "bypassPermissions":
+        if self.mode == "bypassPermissions" and self.chosen == "bypassPermissions":
+            # only when YOU chose it: an agent that switches itself there (its own current_mode_update)
+            # is shown in that mode, but is allowed nothing by it
             card.choose(card.first_of("allow_once", "allow_always"), by="the mode (bypass permissions)")
         elif self.mode == "acceptEdits" and call is not None and self.is_edit(call):
             paths = paths_of(call)

@@ -124,12 +124,42 @@ def identify(call: Any, known: ToolCall | None = None) -> tuple[str, dict[str, A
     if found is None or found[1] not in KERNEL_TOOLS:
         return None
     tool = found[1]
+    if not all(_raw_is_ours(source, tool) for source in (call, known) if source is not None):
+        return None  # a field that is not this tool's input (a shell "command" beside it…): not ours
     stated = [(tier, i, arguments) for i, source in enumerate((call, known)) if source is not None
               for tier, arguments in mcp_arguments_of(source, tool)]
-    for _, _, arguments in sorted(stated, key=lambda s: (s[0], s[1])):  # fields first, a title last
-        if fits(tool, arguments):
-            return tool, arguments
-    return None
+    fitting = [(tier, i, arguments) for tier, i, arguments in stated if fits(tool, arguments)]
+    if not fitting:
+        return None
+    best = min(fitting, key=lambda s: (s[0], s[1]))[2]  # fields first, a title last
+    if any(tier < 2 and arguments != best for tier, _, arguments in fitting):
+        return None  # two different inputs stated: which one would be approved is not provable
+    return tool, best
+
+
+_CODEX_APPROVAL = frozenset({"turn_id", "server_name", "id", "request"})
+_CODEX_CALL = frozenset({"server", "tool", "arguments"})
+
+
+def _raw_is_ours(call: Any, tool: str) -> bool:
+    """Whether ``call``'s ``rawInput`` is wholly a statement of ``tool``'s input: absent or
+    empty, the input itself (:func:`fits`), codex's call ``{server, tool, arguments}`` or
+    codex's approval ``{turn_id, server_name, id, request}`` for our server — nothing
+    else beside it."""
+    raw = getattr(call, "raw_input", None)
+    if raw is None or raw == {}:
+        return True
+    if not isinstance(raw, dict):
+        return False
+    if fits(tool, raw):
+        return True
+    keys = set(raw)
+    if keys <= _CODEX_CALL and raw.get("server") == SERVER and raw.get("tool") == tool:
+        return isinstance(raw.get("arguments"), dict) and fits(tool, raw["arguments"])
+    if keys <= _CODEX_APPROVAL and raw.get("server_name") == SERVER and isinstance(raw.get("request"), dict):
+        meta = raw["request"].get("_meta")
+        return isinstance(meta, dict) and isinstance(meta.get("tool_params"), dict) and fits(tool, meta["tool_params"])
+    return False
 
 
 def in_kernel() -> bool:

@@ -317,7 +317,8 @@ def run_code_html(code: str) -> str:
     line giving its size (lines, characters)."""
     from pygments.lexers import get_lexer_by_name
 
-    lines = code.count("\n") + (0 if code.endswith("\n") or not code else 1)
+    # lines as Python counts them: \n, \r\n and a lone \r each end one (not U+2028: shown as hidden)
+    lines = len(re.findall(r"\r\n|\r|\n", code)) + (0 if not code or code.endswith(("\n", "\r")) else 1)
     body = _pygments(code, get_lexer_by_name("python")) if len(code) <= HIGHLIGHT_MAX else pre(code, "esc-code")
     # Pygments and esc() escape <, > and &, not the characters that hide or reorder text: shown as such
     body, hidden = reveal(body, lambda ch: f'<span class="esc-hidden-char" title="an invisible or direction-changing '

@@ -24,6 +24,21 @@ class Result:
     comms: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (read at, comm_open/msg/close)
 
 
+def kernel_with_env(cwd: Path, env: dict[str, str]) -> "Kernel":
+    """A :class:`Kernel` started with ``env`` added to this process's environment (which
+    is put back as it was at once: only the kernel keeps it)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return Kernel(cwd)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 class Kernel:
     """One kernel in ``cwd``. ``run(code)`` executes and waits for idle."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import Kernel, act, buttons_of, wait_for
+from kernel_client import Kernel, kernel_with_env, act, buttons_of, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -41,16 +41,7 @@ def setup(tmp_path_factory):
            "ESCOUADE_NB_TRANSCRIPTS_DIR": str(root / "transcripts"),
            # "python3" of the harness is this environment's (the agent imports the fake agent)
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        k = Kernel(ws)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    k = kernel_with_env(ws, env)
     k.run("%load_ext escouade_nb\nimport json\nfrom escouade_nb.widgets import views_of\n"
           "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
           "    while (card := await agent.next_permission(timeout=20)).answered:\n"

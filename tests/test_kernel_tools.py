@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import Kernel, act, buttons_of, wait_for
+from kernel_client import Kernel, kernel_with_env, act, buttons_of, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -60,16 +60,7 @@ def setup(tmp_path_factory):
     transcripts = root / "transcripts"
     env = {"ESCOUADE_NB_PLUGINS_DIR": str(root / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(root / "config"),
            "ESCOUADE_NB_TRANSCRIPTS_DIR": str(transcripts)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        k = Kernel(ws)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    k = kernel_with_env(ws, env)
     k.run("%load_ext escouade_nb\nimport json, time\nimport pandas as pd\n"
           "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
           "from escouade_nb.widgets import views_of\n"

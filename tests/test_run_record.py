@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import Kernel, wait_for
+from kernel_client import Kernel, kernel_with_env, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -29,16 +29,7 @@ ORDER = ("[type(i).__name__ + (':' + answer_label(i) if type(i).__name__ == 'Per
 def _kernel(tmp: Path) -> Kernel:
     env = {"ESCOUADE_NB_PLUGINS_DIR": str(tmp / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(tmp / "config"),
            "ESCOUADE_NB_TRANSCRIPTS_DIR": str(tmp / "transcripts"), "ESCOUADE_NB_JOURNAL_DIR": str(tmp / "journal")}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return Kernel(tmp / "ws")
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return kernel_with_env(tmp / "ws", env)
 
 
 def _records(tmp: Path) -> list[dict]:

@@ -296,3 +296,20 @@ def test_an_agent_that_switches_itself_to_bypass_permissions_is_allowed_nothing_
     _click(kernel, "card", "Don't run")
     kernel.run("r = await t")
     assert not target.exists()
+
+
+def test_an_allowance_of_the_agents_request_does_not_outlive_its_turn(setup):
+    """Found by a review: run_code allowed in one turn and never called; the same code
+    called in a later turn gets a card of its own."""
+    kernel, ws = setup
+    target = ws / "late.txt"
+    code = f"open({str(target)!r}, 'w').write('x')"
+    kernel.run(f"t = h.send({'ask-only ' + code!r})\ncard = await next_open(h)")
+    _click(kernel, "card", "Run")
+    kernel.run("r = await t")
+    kernel.run(f"t = h.send({'announce-then-run ' + code!r})\ncard2 = await next_open(h)")
+    assert kernel.run("print(card2.answered, card2.request.raw_input == {'code': " + repr(code) + "})").text.strip() \
+        == "False True"
+    _click(kernel, "card2", "Don't run")
+    kernel.run("r = await t")
+    assert not target.exists()

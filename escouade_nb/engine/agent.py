@@ -445,6 +445,8 @@ class Agent:
             self.transcript.flush()
         self.conversation.settle_rejected()
         self.conversation.close_messages()
+        if self.live is not None:
+            self.live.kernel.turn_ended()  # an allowance of its own run_code request does not outlive the turn
         if self.worktree is not None and (self._restat is None or self._restat.done()):
             self._restat = asyncio.get_running_loop().create_task(self._restat_worktree(),
                                                                   name=f"escouade diff stat of {self.name}")

@@ -37,6 +37,7 @@ import asyncio
 import logging
 import secrets
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,10 @@ accepted types, and the required names. A request states a kernel tool's argumen
 when one of its candidates (:func:`~..permissions.request.mcp_arguments_of`) fits this
 whole: no other key, every type right, nothing required missing."""
 RUN_TITLE = "Run code in the kernel"
+APPROVAL_LIFETIME = 120.0
+"""Seconds an allowance of the agent's own ``run_code`` request waits for the server's call
+(which follows it within milliseconds); it also ends with its tool call (finished,
+cancelled) and with the prompt turn."""
 CONNECT_GRACE = 20.0
 """Seconds after ``session/new`` within which an agent given the kernel's server is
 expected to connect to it; after that the conversation says it did not (a wrong token or
@@ -231,7 +236,8 @@ class KernelAccess:
         self.allow_all_runs = False  # the user chose "run without asking again in this session"
         self._runs = 0
         self._allowed: dict[str, list[ToolCall]] = {}  # run_code calls allowed, by code, until they ran
-        self._approved: list[tuple[str, PermissionCard]] = []  # the agent's own run_code requests allowed, unused
+        # the agent's own run_code requests allowed, unused: (code, card, time.monotonic() when allowed)
+        self._approved: list[tuple[str, PermissionCard, float]] = []
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
         self.record = KernelRecord(self.agent)  # every call on record: transcript and journal
@@ -394,7 +400,7 @@ class KernelAccess:
         finally:
             self.record.answered(card)
         if self._allowed_by(card, answer):
-            self._approved.append((code, card))
+            self._approved.append((code, card, time.monotonic()))
             option = next((o for o in options if o.get("kind") == "allow_once"), None) or \
                 next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
             if option is not None:
@@ -404,6 +410,11 @@ class KernelAccess:
         if answer.get("outcome") == "selected" and refuse is not None:
             return {**answer, "optionId": refuse["optionId"]}
         return {"outcome": "cancelled", "_meta": answer.get("_meta")}
+
+    def turn_ended(self) -> None:
+        """A prompt turn ended: the allowances of the agent's own ``run_code`` requests not
+        used in it end too (a later call of the same code gets a card)."""
+        self._approved.clear()
 
     def _allowed_by(self, card: PermissionCard, answer: dict[str, Any]) -> bool:
         """Whether ``answer`` allows; "run without asking again" chosen by you lets every
@@ -430,7 +441,10 @@ class KernelAccess:
         desk = self.live.desk
         if self.live.ended or desk.closed:
             raise Refused("the agent's session is over")
-        for i, (approved, card) in enumerate(self._approved):
+        now = time.monotonic()
+        self._approved = [a for a in self._approved if now - a[2] <= APPROVAL_LIFETIME and a[1].tool_call is not None
+                          and a[1].tool_call.shown_status in ("pending", "in_progress")]  # the call still under way
+        for i, (approved, card, _) in enumerate(self._approved):
             if approved == code:
                 del self._approved[i]
                 if card.tool_call is not None:

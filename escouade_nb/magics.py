@@ -376,8 +376,10 @@ def load(ipython) -> None:
     the first ``%escouade NAME`` does not hold the kernel's loop while they load (imported
     in a thread later, they stalled it 60–220 ms: full garbage collections under the GIL),
     then take what is alive out of the cyclic GC's scans: see
-    :func:`~.engine.kernel_server.preload_in_kernel`; the plugins' manifests are read here
-    too, not in the first start."""
+    :func:`~.engine.kernel_server.preload_in_kernel`. The squad itself is made at first use,
+    not here: what a notebook sets after loading (``ESCOUADE_NB_CONFIG_DIR``, its plugins
+    folder…) must count."""
     ipython.register_magics(EscouadeMagics)
+    from .engine.kernel_server import preload_in_kernel
     from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)
-    get_squad()  # in a kernel: preload_in_kernel(), and the manifests read
+    preload_in_kernel()

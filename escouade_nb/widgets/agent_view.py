@@ -442,7 +442,7 @@ class AgentView(ConversationView):
                 f'<code>%escouade resume {name}</code> brings it back (the finished turns of '
                 f'<code>%%escouade</code> cells stay in their outputs).</div></div>')
         transcript = f'<div class="esc-transcript esc-static-transcript">{body}</div>' if body else ""
-        html = static_page(f'<div class="esc-view esc-agent esc-saved">{head}{transcript}</div>') + HIDE_ORPHAN
+        html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
         text = render_items(self.feed.items, self.speaker)
         plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + ("\n" + text if text else "")
         return {"text/plain": plain, "text/html": html}

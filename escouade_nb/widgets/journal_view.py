@@ -120,7 +120,7 @@ class JournalView(FrontView):
                 + (f" matching “{esc(self.text_filter.strip())}”" if self.text_filter.strip() else "")
                 + f' · {len(shown)} entries{esc(more)}</div><div class="esc-dim esc-small">As last drawn (live while '
                 f'its kernel runs: <code>%escouade journal</code>).</div></div>')
-        html = static_page(f'<div class="esc-view esc-journal esc-saved">{head}<div class="esc-journal-rows">'
+        html = static_page(f'<div class="esc-view esc-saved esc-saved-journal">{head}<div class="esc-journal-rows">'
                            f'{rows}</div></div>') + HIDE_ORPHAN
         return {"text/plain": repr(self), "text/html": html}
 

@@ -275,7 +275,7 @@ class SquadView(FrontView):
                      f'</div>')
         else:
             table = '<div class="esc-dim">No agents.</div>'
-        html = static_page(f'<div class="esc-view esc-squad esc-saved"><div class="esc-head"><div class="esc-head-main">'
+        html = static_page(f'<div class="esc-view esc-saved esc-saved-squad"><div class="esc-head"><div class="esc-head-main">'
                            f'<b>Squad</b> · {len(rows)} agent{"" if len(rows) == 1 else "s"}</div>{note}</div>'
                            f'{table}</div>') + HIDE_ORPHAN
         lines = ["Squad:" if rows else "Squad: no agents"]

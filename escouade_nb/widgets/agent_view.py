@@ -441,7 +441,9 @@ class AgentView(ConversationView):
                 f'<div class="esc-dim esc-small">The live view of this agent was here. {said}'
                 f'<code>%escouade resume {name}</code> brings it back (the finished turns of '
                 f'<code>%%escouade</code> cells stay in their outputs).</div></div>')
-        transcript = f'<div class="esc-transcript esc-static-transcript">{body}</div>' if body else ""
+        # a scroll box, as live: a long conversation does not make the saved notebook endless
+        transcript = (f'<div class="esc-transcript esc-static-transcript" style="max-height:min(70vh,720px);'
+                      f'overflow-y:auto">{body}</div>') if body else ""
         html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
         text = render_items(self.feed.items, self.speaker)
         plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + ("\n" + text if text else "")

@@ -229,6 +229,7 @@ class ConversationView(FrontView):
         self.feed.on_ops = self.push
         self.hold(self.feed.close)
         self._head_sent: dict | None = None
+        self._static_whole: dict = {}  # see static_body
         CardActions(agent, self.feed.find, self.feed.form_error).bind(self.actions)
         self.hold(agent.on_status.subscribe(self._head_changed))  # the conversation's state: the feed nudges
         self._serial = next(_serials)
@@ -284,8 +285,17 @@ class ConversationView(FrontView):
 
     # -- static forms -------------------------------------------------------------------------------
     def static_body(self) -> str:
+        """Every item the view shows, drawn static (no buttons, each message whole), as
+        HTML. A message unchanged since the last call is not rendered again (the agent
+        view's saved form is redrawn at every status change: a long conversation must not
+        be rendered whole each time on the kernel's loop)."""
         shown = {id(i) for i in self.feed.items}
         feed = Feed(self.agent.conversation, speaker=self.speaker, accept=lambda i: id(i) in shown, interactive=False)
+        kept = self._static_whole
+        feed.whole = self._static_whole = {}
+        for msg, drawn in kept.items():
+            if id(msg) in shown:
+                feed.whole[msg] = drawn
         try:
             items = "".join(item_html(k, h, m) for k, h, m in feed.snapshot_items())
         finally:

@@ -137,6 +137,10 @@ class Feed:
         self._behind: set[str] = set()  # messages drawn in part (a burst): more to freeze
         self._seen: dict[str, int] = {}  # message key -> its parts counted so far (the nudge's size)
         self.on_ops: Callable[[list, int, bool], None] | None = None
+        self.whole: dict[Message, tuple[int, str]] | None = None
+        """A static copy's drawn messages (message -> (its version, HTML)), shared by the
+        static copies a view makes one after another: a message is rendered again only
+        once it changed (set by the view; None: no reuse)."""
         self._sub = conversation.subscribe(self._on_changes)
         for item in list(conversation.items):
             if self.accept(item):
@@ -409,12 +413,21 @@ class Feed:
     def _message_whole(self, msg: Message) -> tuple[str, dict[str, Any]]:
         """An agent's reply or thought as a static copy shows it: all its text rendered
         (a message cut by the turn's end included), no "thinks…", no duration."""
+        cached = self.whole.get(msg) if self.whole is not None else None
+        if cached is not None and cached[0] == msg.version:
+            return cached[1], {"c": "msg"}
+        html = self._message_whole_html(msg)
+        if self.whole is not None:
+            self.whole[msg] = (msg.version, html)
+        return html, {"c": "msg"}
+
+    def _message_whole_html(self, msg: Message) -> str:
         extra = "".join(block_html(b) for b in msg.blocks)
         if msg.role == "thought":  # how long it took is left out: a saved form is the same on every run
             return (f'<details class="esc-thought"><summary>{esc(self.speaker)} thought</summary>'
-                    f'<div class="esc-thought-text">{esc(msg.text)}</div></details>', {"c": "msg"})
+                    f'<div class="esc-thought-text">{esc(msg.text)}</div></details>')
         return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{markdown(visible_text(msg.text))}</div>'
-                f'<div class="esc-extra">{extra}</div></div>', {"c": "msg"})
+                f'<div class="esc-extra">{extra}</div></div>')
 
     def _buttons(self, perm: Permission) -> str:
         if not self.interactive:

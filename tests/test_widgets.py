@@ -520,3 +520,49 @@ def test_widgets_start_tasks_through_an_owner():
             await task
         assert len(owner) == 0
     run(go())
+
+
+def test_the_agent_views_saved_form_renders_again_only_what_changed(tmp_path, monkeypatch):
+    """The agent view's companion is redrawn at each status change with the conversation so
+    far: a long conversation must not be rendered whole every time on the kernel's loop."""
+    from escouade_nb.widgets import feed as feed_module
+
+    rendered: list[int] = []  # what the saved form rendered (not the live feed's batches)
+    drawing = [False]
+    real_markdown, real_body = feed_module.markdown, AgentView.static_body
+
+    def body(view):
+        drawing[0] = True
+        try:
+            return real_body(view)
+        finally:
+            drawing[0] = False
+    monkeypatch.setattr(feed_module, "markdown", lambda text: (drawing[0] and rendered.append(len(text)))
+                        or real_markdown(text))
+    monkeypatch.setattr(AgentView, "static_body", body)
+
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        view = AgentView(agent)
+        try:
+            first = await agent.send("chunks 300")
+            view.static_body()
+            rendered.clear()
+            second = await agent.send("chunks 3")
+            body = view.static_body()
+            again = view.static_body()
+            redrawn = list(rendered)
+            fresh = AgentView(agent)  # nothing kept: every message rendered
+            try:
+                whole = fresh.static_body()
+            finally:
+                fresh.close()
+        finally:
+            view.close()
+            await agent.close()
+        assert body == again == whole
+        assert first.text.split()[-2] in body and second.text.split()[-2] in body
+        # the new reply only (the greeting and the 12,000-character first reply are kept)
+        assert redrawn == [len(second.text)], redrawn
+    run(go())

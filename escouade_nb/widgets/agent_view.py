@@ -19,7 +19,7 @@ from typing import Any
 
 from ..core.conversation import Item, Permission, Question
 from ..core.render_text import render_items
-from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, AgentStatus
+from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, ENDED, AgentStatus
 from ..engine.agent import Agent, AuthRequired, Turn
 from .feed import Feed, form_values, item_html
 from .front import HIDE_ORPHAN, FrontView, static_page
@@ -229,6 +229,7 @@ class ConversationView(FrontView):
         self.feed.on_ops = self.push
         self.hold(self.feed.close)
         self._head_sent: dict | None = None
+        self._static_whole: dict = {}  # see static_body
         CardActions(agent, self.feed.find, self.feed.form_error).bind(self.actions)
         self.hold(agent.on_status.subscribe(self._head_changed))  # the conversation's state: the feed nudges
         self._serial = next(_serials)
@@ -284,8 +285,17 @@ class ConversationView(FrontView):
 
     # -- static forms -------------------------------------------------------------------------------
     def static_body(self) -> str:
+        """Every item the view shows, drawn static (no buttons, each message whole), as
+        HTML. A message unchanged since the last call is not rendered again (the agent
+        view's saved form is redrawn at every status change: a long conversation must not
+        be rendered whole each time on the kernel's loop)."""
         shown = {id(i) for i in self.feed.items}
         feed = Feed(self.agent.conversation, speaker=self.speaker, accept=lambda i: id(i) in shown, interactive=False)
+        kept = self._static_whole
+        feed.whole = self._static_whole = {}
+        for msg, drawn in kept.items():
+            if id(msg) in shown:
+                feed.whole[msg] = drawn
         try:
             items = "".join(item_html(k, h, m) for k, h, m in feed.snapshot_items())
         finally:
@@ -313,6 +323,7 @@ class AgentView(ConversationView):
         _views.setdefault(agent, weakref.WeakSet()).add(self)
         self._retry_seen = None
         self.hold(agent.on_status.subscribe(self._retry))
+        self.hold(agent.on_status.subscribe(self.update_companion_soon))  # the saved form follows, debounced
 
     def release(self) -> None:
         views = _views.get(self.agent)
@@ -422,14 +433,31 @@ class AgentView(ConversationView):
 
     # -- saved forms ----------------------------------------------------------------------------------------
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        """The agent's saved form: its name and harness (and how it ended, once it has),
+        how to bring it back, and its conversation so far, static (redrawn
+        :data:`~.front.COMPANION_WAIT` after each status change: a turn's end, a card).
+        No status that the kernel's end makes false, no folder (a machine's path)."""
         a = self.agent
         name = esc(a.name)
-        html = (f'<div class="esc-saved" style="font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;'
-                f'padding:4px 8px;border:1px dashed var(--jp-border-color1,#8a8a8a);border-radius:4px;color:var(--jp-ui-font-color1,#333)">'
-                f'<b>{name}</b> · {esc(a.harness.harness.display_name)} — the live view of this agent was here. '
-                f'Its conversation is kept in its transcript: <code>%escouade resume {name}</code> brings it back '
-                f'(the finished turns of <code>%%escouade</code> cells stay in their outputs).</div>{HIDE_ORPHAN}')
-        return {"text/plain": "", "text/html": html}  # the widget's own text/plain follows: the whole repr
+        ended = ""
+        if a.status in ENDED:
+            ended = status_text(a.status) + (f" (code {a.exit.code})" if a.status == AgentStatus.EXITED
+                                             and a.exit is not None else "")
+        harness = a.harness.harness.display_name
+        body = self.static_body()
+        said = "Its conversation so far is below; " if body else ""
+        head = (f'<div class="esc-head"><div class="esc-head-row"><div class="esc-head-main"><b>{name}</b> · '
+                f'{esc(harness)}{f" · {esc(ended)}" if ended else ""}</div></div>'
+                f'<div class="esc-dim esc-small">The live view of this agent was here. {said}'
+                f'<code>%escouade resume {name}</code> brings it back (the finished turns of '
+                f'<code>%%escouade</code> cells stay in their outputs).</div></div>')
+        # a scroll box, as live: a long conversation does not make the saved notebook endless
+        transcript = (f'<div class="esc-transcript esc-static-transcript" style="max-height:min(70vh,720px);'
+                      f'overflow-y:auto">{body}</div>') if body else ""
+        html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
+        text = render_items(self.feed.items, self.speaker)
+        plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + ("\n" + text if text else "")
+        return {"text/plain": plain, "text/html": html}
 
     def __repr__(self) -> str:
         body = render_items(self.feed.items, self.speaker)
@@ -482,18 +510,23 @@ class TurnView(ConversationView):
                 "can": {"stop": not t.done and status == "running"}, "took": t.duration}
 
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        """The turn's saved form, ``{"text/plain": str, "text/html": str}``. Before the
+        end (``final`` False): no text, and HTML naming the agent and the prompt. ``final``:
+        the finished turn — ``text/plain`` its whole text (``repr``), ``text/html`` one
+        self-contained element (:func:`~.front.static_page`: the stylesheet inlined) holding
+        its head (name, how it ended) and every item to the last chunk, without buttons,
+        then :data:`~.front.HIDE_ORPHAN`. Deterministic: no duration, no path of ours."""
         if not final:
             return {"text/plain": "",  # the widget's own text/plain follows
                     "text/html": f'<div class="esc-saved" style="font-size:12px;color:var(--jp-ui-font-color1,#333)">'
                                  f'<b>{esc(self.agent.name)}</b>, prompted: “{esc(_cut(_prompt_text(self.turn), 200))}” '
                                  f'— the turn shows here once it has ended (in JupyterLab or Notebook 7)</div>'
                                  f'{HIDE_ORPHAN}'}
-        head = self.head()
-        took = f" · {head['took']:.1f} s" if (head.get("took") or 0) >= 0.1 else ""
+        head = self.head()  # how long it took is left out: a saved form is the same on every run
         body = (f'<div class="esc-view esc-turn esc-saved"><div class="esc-head"><div class="esc-head-row">'
                 f'<div class="esc-head-main"><b>{esc(self.agent.name)}</b> '
                 f'<span class="esc-status esc-st-{esc(head["tone"])}">● {esc(head["status_text"])}</span>'
-                f'<span class="esc-dim">{esc(took)}</span></div></div></div>'
+                f'</div></div></div>'
                 f'<div class="esc-transcript esc-static-transcript">{self.static_body()}</div></div>')
         return {"text/plain": repr(self), "text/html": static_page(body) + HIDE_ORPHAN}
 

@@ -110,8 +110,10 @@ class Feed:
     """The items of one conversation as the front-end shows them, kept in step.
 
     ``accept(item)`` filters which items appear (a turn's view shows its own);
-    ``speaker`` names the agent in cards; ``interactive`` False draws cards without their
-    buttons and fields (a static copy); ``prefix`` starts every key (a subagent's feed).
+    ``speaker`` names the agent in cards; ``interactive`` False makes a static copy (a
+    saved form): cards without their buttons and fields, every message drawn whole as it
+    is now (no part kept back as a growing tail or for a later batch); ``prefix`` starts
+    every key (a subagent's feed).
     ``on_ops(ops, size, urgent)`` is nudged when something changed, the session's state
     too (the view collects with :meth:`ops`, and its head, when its batch leaves)."""
 
@@ -135,6 +137,10 @@ class Feed:
         self._behind: set[str] = set()  # messages drawn in part (a burst): more to freeze
         self._seen: dict[str, int] = {}  # message key -> its parts counted so far (the nudge's size)
         self.on_ops: Callable[[list, int, bool], None] | None = None
+        self.whole: dict[Message, tuple[int, str]] | None = None
+        """A static copy's drawn messages (message -> (its version, HTML)), shared by the
+        static copies a view makes one after another: a message is rendered again only
+        once it changed (set by the view; None: no reuse)."""
         self._sub = conversation.subscribe(self._on_changes)
         for item in list(conversation.items):
             if self.accept(item):
@@ -365,6 +371,8 @@ class Feed:
 
     def _message(self, msg: Message) -> tuple[str, dict[str, Any]]:
         key = self.key(msg)
+        if not self.interactive and msg.role != "user":
+            return self._message_whole(msg)
         if msg.role == "user":
             extra = "".join(block_html(b) for b in msg.blocks)
             return (f'<div class="esc-msg esc-user"><div class="esc-who">you</div>'
@@ -401,6 +409,25 @@ class Feed:
         return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{blocks}</div>'
                 f'<div class="esc-tail">{esc(text[frozen:sent])}</div><div class="esc-extra">{extra}</div></div>',
                 {"c": "msg"})
+
+    def _message_whole(self, msg: Message) -> tuple[str, dict[str, Any]]:
+        """An agent's reply or thought as a static copy shows it: all its text rendered
+        (a message cut by the turn's end included), no "thinks…", no duration."""
+        cached = self.whole.get(msg) if self.whole is not None else None
+        if cached is not None and cached[0] == msg.version:
+            return cached[1], {"c": "msg"}
+        html = self._message_whole_html(msg)
+        if self.whole is not None:
+            self.whole[msg] = (msg.version, html)
+        return html, {"c": "msg"}
+
+    def _message_whole_html(self, msg: Message) -> str:
+        extra = "".join(block_html(b) for b in msg.blocks)
+        if msg.role == "thought":  # how long it took is left out: a saved form is the same on every run
+            return (f'<details class="esc-thought"><summary>{esc(self.speaker)} thought</summary>'
+                    f'<div class="esc-thought-text">{esc(msg.text)}</div></details>')
+        return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{markdown(visible_text(msg.text))}</div>'
+                f'<div class="esc-extra">{extra}</div></div>')
 
     def _buttons(self, perm: Permission) -> str:
         if not self.interactive:

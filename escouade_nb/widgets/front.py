@@ -45,6 +45,9 @@ FLUSH_SOON = 0.03
 status), so that it shows at once (s)."""
 DEFLATE_OVER = 600
 """A message whose JSON is longer than this (bytes) is sent deflated in a buffer."""
+COMPANION_WAIT = 1.0
+"""Seconds between a moment that matters (a status change, a turn's end, a new journal
+entry) and the companion output's redraw; later moments within it share that redraw (s)."""
 
 
 @functools.cache
@@ -182,6 +185,8 @@ class FrontView(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         self._closed = False  # before the widget opens: ipywidgets' __del__ closes a half-built one
         self._companion = None
+        self._companion_sent: dict | None = None
+        self._companion_due: asyncio.TimerHandle | None = None
         kwargs.setdefault("layout", shared_layout())  # one model per view: no Layout model of its own
         super().__init__(**kwargs)
         self.seq = 0
@@ -292,6 +297,9 @@ class FrontView(anywidget.AnyWidget):
             return
         self._closed = True
         self.outbox.drop()
+        if self._companion_due is not None:
+            self._companion_due.cancel()
+            self._companion_due = None
         for token in self._held:
             try:
                 token()
@@ -309,11 +317,14 @@ class FrontView(anywidget.AnyWidget):
 
     # -- outside a live front-end ------------------------------------------------------------------
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
-        """The static output shown before the widget: ``text/html`` saying what the view
-        was (hidden by the live view; seen in a notebook reopened without its kernel, in
-        nbconvert and on GitHub), ``text/plain`` empty until a last form (``final``: a
-        finished turn's whole text) — the widget's own ``text/plain`` follows it. Both
-        deterministic (nbval compares them). Overridden."""
+        """The static output shown before the widget, the view's saved form: ``text/html``
+        (hidden by the live view; seen in a notebook reopened without its kernel, in
+        nbconvert and on GitHub) and ``text/plain`` (nbconvert's text forms, nbval, a text
+        front-end). It says what the view was and what it held when last drawn, nothing
+        that stops being true when the kernel is gone ("starting…", "queued", a time
+        "ago", a machine's absolute path); ``final``: the view's last form (a finished
+        turn). Deterministic (nbval compares it). The widget's own output carries an empty
+        ``text/plain``: what the notebook keeps as text is this one. Overridden."""
         return {"text/plain": "", "text/html": f'<div class="esc-saved">{self.kind} view</div>{HIDE_ORPHAN}'}
 
     def _ipython_display_(self) -> None:
@@ -321,25 +332,54 @@ class FrontView(anywidget.AnyWidget):
         then the widget itself."""
         from IPython.display import display
 
-        self._companion = display(self.companion_bundle(), raw=True, display_id=True)
+        self._companion_sent = self.companion_bundle()
+        self._companion = display(self._companion_sent, raw=True, display_id=True)
         data, meta = self._repr_mimebundle_()
         display(data, metadata=meta, raw=True)
 
     def update_companion(self, final: bool = False) -> None:
-        """Redraw the companion output (nothing if the view was not displayed)."""
-        if self._companion is not None:
-            try:
-                self._companion.update(self.companion_bundle(final), raw=True)
-            except Exception:
-                log.exception("%s: its saved form could not be updated", type(self).__name__)
+        """Redraw the companion output now (nothing if the view was not displayed, or if
+        its saved form did not change)."""
+        if self._companion_due is not None:
+            self._companion_due.cancel()
+            self._companion_due = None
+        if self._companion is None:
+            return
+        try:
+            bundle = self.companion_bundle(final)
+            if bundle != self._companion_sent:
+                self._companion.update(bundle, raw=True)
+                self._companion_sent = bundle
+        except Exception:
+            log.exception("%s: its saved form could not be updated", type(self).__name__)
+
+    def update_companion_soon(self, *_args: Any) -> None:
+        """Redraw the companion :data:`COMPANION_WAIT` seconds from now (one redraw for
+        every call until then; at once outside a running loop). For moments that matter
+        — never per streamed chunk."""
+        if self._companion is None or self._closed or self._companion_due is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.update_companion()
+            return
+        self._companion_due = loop.call_later(COMPANION_WAIT, self._companion_timer)
+
+    def _companion_timer(self) -> None:
+        self._companion_due = None
+        if not self._closed:
+            self.update_companion()
 
     def _repr_mimebundle_(self, **kwargs: Any):
-        """The widget, plus a deterministic ``text/plain`` (the whole plain-text repr:
-        nbval, nbconvert, text front-ends) — never ``<… object at 0x…>``."""
+        """The widget, with an empty ``text/plain``: the widget's output is saved with the
+        text it had when first displayed, so it holds none (no "queued", no address
+        ``<… object at 0x…>``); the companion output carries the text (see
+        :meth:`companion_bundle`)."""
         bundle = super()._repr_mimebundle_(**kwargs)
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         if data:
-            data["text/plain"] = repr(self)
+            data["text/plain"] = ""
         return data, meta
 
 

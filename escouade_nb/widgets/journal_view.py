@@ -12,7 +12,8 @@ from typing import Any
 
 from ..permissions.commands import journal_repr, journal_text
 from ..permissions.journal import Entry, Journal
-from .front import HIDE_ORPHAN, FrontView
+from .front import HIDE_ORPHAN, FrontView, static_page
+from .render import esc
 
 KINDS = ["Decision", "Answer", "Start", "Crash", "Error", "Output", "Stop"]
 ALL = "All"
@@ -57,6 +58,7 @@ class JournalView(FrontView):
             self.text_filter = text or ""
         self._count = len(self.entries())
         self.push([["jr", self.state()]], 0, True)
+        self.update_companion_soon()
 
     def _act_filter(self, msg: dict) -> None:
         plugin = msg.get("plugin")
@@ -90,6 +92,7 @@ class JournalView(FrontView):
         if self._matches(entry):
             self._count += 1
             self.push([["je", self._row(entry), self._count]], 64, True)
+            self.update_companion_soon()
 
     # -- what the browser gets ------------------------------------------------------------------------
     def _menu(self) -> list[list[str]]:
@@ -102,9 +105,24 @@ class JournalView(FrontView):
                 "rows": [self._row(e) for e in shown[-MAX_SHOWN:]], "count": len(shown), "max": MAX_SHOWN}
 
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
-        return {"text/plain": "", "text/html": '<div class="esc-saved" style="font-size:12px;'
-                'color:var(--jp-ui-font-color1,#333)">The journal view was here (live while its kernel runs: '
-                '<code>%escouade journal</code>).</div>' + HIDE_ORPHAN}
+        """The journal's saved form: the entries shown as last drawn (the filter's, the
+        newest :data:`MAX_SHOWN`; redrawn :data:`~.front.COMPANION_WAIT` after a new entry
+        or a filter change), as HTML text rows and as ``text/plain`` (the ``repr``)."""
+        shown = self.entries()
+        rows = "".join(f'<div class="esc-journal-row"><span class="esc-dim">{esc(r["clock"])}  </span>'
+                       + (f'<span class="esc-dim">{esc(r["plugin"])}  </span>' if not self.plugin else "")
+                       + f'<b>{esc(r["kind"])}  </b><span>{esc(r["body"])}</span></div>'
+                       for r in (self._row(e) for e in shown[-MAX_SHOWN:]))
+        more = f" (the last {MAX_SHOWN} shown)" if len(shown) > MAX_SHOWN else ""
+        who = self.names.get(self.plugin, self.plugin) if self.plugin else "all plugins"
+        what = f"{self.kind_shown} entries" if self.kind_shown else "all entries"
+        head = (f'<div class="esc-head"><div class="esc-head-main"><b>Journal</b> of {esc(who)} · {esc(what)}'
+                + (f" matching “{esc(self.text_filter.strip())}”" if self.text_filter.strip() else "")
+                + f' · {len(shown)} entries{esc(more)}</div><div class="esc-dim esc-small">As last drawn (live while '
+                f'its kernel runs: <code>%escouade journal</code>).</div></div>')
+        html = static_page(f'<div class="esc-view esc-saved esc-saved-journal">{head}<div class="esc-journal-rows">'
+                           f'{rows}</div></div>') + HIDE_ORPHAN
+        return {"text/plain": repr(self), "text/html": html}
 
     def text(self) -> str:
         return journal_text(self.entries(), self.plugin, self.names)

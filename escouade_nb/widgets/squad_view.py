@@ -20,7 +20,8 @@ from ..engine.agent import Agent
 from ..engine.squad import Squad
 from .agent_view import STATUS_TONE, AgentView, CardActions, _run, status_text
 from .feed import Feed
-from .front import HIDE_ORPHAN, FrontView
+from .front import HIDE_ORPHAN, FrontView, static_page
+from .render import esc
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,20 @@ def _subagents_cell(agent: Agent) -> str:
         return "—"
     running = sum(s.running for s in subs)
     return f"{len(subs)} ({running} running)" if running else str(len(subs))
+
+
+def saved_folder(path) -> str:
+    """``path`` as a saved form shows it: relative to the kernel's folder when inside it
+    (``.`` for that folder), else its last part after ``…/`` — never a machine's whole path."""
+    import os
+
+    try:
+        rel = os.path.relpath(str(path), os.getcwd())
+    except ValueError:
+        rel = os.pardir
+    if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+        return rel
+    return "…/" + os.path.basename(os.path.normpath(str(path)))
 
 
 def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
@@ -105,6 +120,7 @@ class SquadView(FrontView):
 
     def _urgent(self, *_args) -> None:
         self.push([], 0, True)
+        self.update_companion_soon()  # a status or the squad changed: the saved form follows, debounced
 
     def _watch_all(self) -> list[Agent]:
         agents = list(self.squad.agents.values())
@@ -236,9 +252,38 @@ class SquadView(FrontView):
             self.opened_view = None
 
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
-        return {"text/plain": "",  # the widget's own text/plain follows: the whole table
-                "text/html": '<div class="esc-saved" style="font-size:12px;color:var(--jp-ui-font-color1,#333)">The squad view was here '
-                             '(live while its kernel runs: <code>%escouade squad</code>).</div>' + HIDE_ORPHAN}
+        """The squad's saved form: its table as last drawn (redrawn
+        :data:`~.front.COMPANION_WAIT` after an agent's status or the squad changes), with
+        no "last activity" (a time "ago" is false the next minute) and folders relative to
+        the kernel's (no machine's path). ``text/plain``: the same rows."""
+        agents = list(self.squad.agents.values()) if not self.closed else []
+        cols = [c for c in COLUMNS if c != "last activity"]
+        rows = []
+        for agent in agents:
+            cells = agent_row(agent)
+            cells["folder"] = saved_folder(agent.cwd)
+            rows.append((agent, cells))
+        note = ('<div class="esc-dim esc-small">The squad as last drawn (live while its kernel runs: '
+                '<code>%escouade squad</code>).</div>')
+        if rows:
+            head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+            body = "".join(
+                "<tr>" + "".join(f'<td><span class="esc-status esc-st-{STATUS_TONE.get(a.status, "idle")}">● '
+                                 f'{esc(cells[c])}</span></td>' if c == "status" else f"<td>{esc(cells[c])}</td>"
+                                 for c in cols) + "</tr>" for a, cells in rows)
+            table = (f'<div class="esc-table-wrap"><table class="esc-squad-table"><tr>{head}</tr>{body}</table>'
+                     f'</div>')
+        else:
+            table = '<div class="esc-dim">No agents.</div>'
+        html = static_page(f'<div class="esc-view esc-saved esc-saved-squad"><div class="esc-head"><div class="esc-head-main">'
+                           f'<b>Squad</b> · {len(rows)} agent{"" if len(rows) == 1 else "s"}</div>{note}</div>'
+                           f'{table}</div>') + HIDE_ORPHAN
+        lines = ["Squad:" if rows else "Squad: no agents"]
+        for _a, r in rows:
+            lines.append(f"  {r['agent']:<10} {r['harness']:<8} {r['status']:<16} mode={r['mode']} "
+                         f"cards={r['cards']} tokens={r['tokens']}"
+                         + (f" worktree={r['worktree']}" if r["worktree"] != "—" else ""))
+        return {"text/plain": "\n".join(lines), "text/html": html}
 
     def __repr__(self) -> str:
         agents = list(self.squad.agents.values())

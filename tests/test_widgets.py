@@ -8,6 +8,7 @@ import asyncio
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -565,4 +566,37 @@ def test_the_agent_views_saved_form_renders_again_only_what_changed(tmp_path, mo
         assert first.text.split()[-2] in body and second.text.split()[-2] in body
         # the new reply only (the greeting and the 12,000-character first reply are kept)
         assert redrawn == [len(second.text)], redrawn
+    run(go())
+
+
+def test_a_saved_form_says_a_waiting_card_was_unanswered(tmp_path):
+    """Saved while a card waits, the agent view's saved form must not say "waiting for you"
+    or offer options: once the kernel is gone, nobody is asked any more."""
+    unanswered = "unanswered when this was saved"  # feed.UNANSWERED
+
+    async def go():
+        agent = fake_agent(tmp_path)
+        await agent.ready()
+        view = AgentView(agent)
+        try:
+            turn = agent.send("edit notes.txt")
+            card = await agent.next_permission(timeout=10)
+            permission = view.companion_bundle()
+            card.choose(card.options[-1]["optionId"])  # Reject: the turn goes on, then asks a form
+            await turn
+            turn = agent.send("ask me")
+            await until(lambda: agent.pending_questions, timeout=10, what="the form")
+            question = view.companion_bundle()
+            agent.pending_questions[0].cancel()
+            await turn
+        finally:
+            view.close()
+            await agent.close()
+        for bundle in (permission, question):
+            html, plain = re.sub(r"<style>.*?</style>", "", bundle["text/html"], flags=re.S), bundle["text/plain"]
+            for stale in ("waiting for you", "Waiting for you", "deciding…", "esc-pending", "<button", "<input",
+                          "[Allow once]"):
+                assert stale not in html and stale not in plain, (stale, plain)
+            assert unanswered in html and unanswered in plain, plain
+        assert "[permission] Edit notes.txt: " + unanswered in permission["text/plain"], permission["text/plain"]
     run(go())

@@ -18,10 +18,10 @@ from typing import Any
 
 
 from ..core.conversation import Item, Permission, Question
-from ..core.render_text import render_items
+from ..core.render_text import render_items, safe_render_item
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, ENDED, AgentStatus
 from ..engine.agent import Agent, AuthRequired, Turn
-from .feed import Feed, form_values, item_html
+from .feed import UNANSWERED, Feed, form_values, item_html
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
 from .views import clicks, current_run, shown_in_cell
@@ -303,6 +303,26 @@ class ConversationView(FrontView):
         return items
 
 
+def saved_text(items: list[Item], speaker: str) -> str:
+    """The items as plain text for a saved form: :func:`render_items`, a card still waiting
+    said to be unanswered (:data:`.feed.UNANSWERED`) instead of offering its options or
+    "waiting for you" (nobody is asked once the kernel is gone)."""
+    lines = []
+    for item in items:
+        text = safe_render_item(item, speaker)
+        if isinstance(item, (Permission, Question)) and item.state == "pending":
+            head, _sep, rest = text.partition("\n")
+            if isinstance(item, Permission) and item.plan is None:  # "[permission] TITLE: [option] [option]…"
+                options = " ".join(f"[{o.get('name', o.get('optionId'))}]" for o in item.options)
+                at = head.rfind(f": {options}")
+                head = (head[:at + 2] + UNANSWERED) if at >= 0 else head + f" ({UNANSWERED})"
+            elif isinstance(item, Permission):  # a plan's card
+                rest = rest.replace("[Approve] [Keep planning]", UNANSWERED)
+            text = (head + ("\n" + rest if rest else "")).replace("(waiting for you)", f"({UNANSWERED})")
+        lines.append(text)
+    return "\n".join(lines)
+
+
 def _item_of(card) -> Item:
     """The conversation item of a card (a PermissionCard's permission, a QuestionCard's
     question), or ``card`` itself when it is one."""
@@ -455,7 +475,7 @@ class AgentView(ConversationView):
         transcript = (f'<div class="esc-transcript esc-static-transcript" style="max-height:min(70vh,720px);'
                       f'overflow-y:auto">{body}</div>') if body else ""
         html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
-        text = render_items(self.feed.items, self.speaker)
+        text = saved_text(self.feed.items, self.speaker)
         plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + ("\n" + text if text else "")
         return {"text/plain": plain, "text/html": html}
 

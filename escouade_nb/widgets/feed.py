@@ -106,6 +106,15 @@ def _answer_tone(perm: Permission) -> str:
     return "refused" if _rejected(perm) else "completed"
 
 
+UNANSWERED = "unanswered when this was saved"
+"""What a static copy (a saved form) says of a card still waiting when it was drawn: once
+its kernel is gone nobody is asked any more (no "waiting for you", no "deciding…")."""
+
+
+def _unanswered() -> str:
+    return f'<div class="esc-answer esc-ans-cancelled">– {UNANSWERED}</div>'
+
+
 class Feed:
     """The items of one conversation as the front-end shows them, kept in step.
 
@@ -448,6 +457,8 @@ class Feed:
             tone = _answer_tone(perm)
             mark = {"completed": "✓", "refused": "✕", "cancelled": "–"}[tone]
             return f'<div class="esc-answer esc-ans-{tone}">{mark} {esc(answer_label(perm))}</div>'
+        if not self.interactive:  # a saved form: nobody is asked any more
+            return f'<div class="esc-ask"><div class="esc-ask-q"><b>{esc(self.speaker)}</b> asked permission</div>{_unanswered()}</div>'
         deciding = (' <span class="esc-dim">deciding… (rule plugins are answering)</span>'
                     if perm.deciding else f' <span class="esc-dim">— {esc(perm.note)}</span>' if perm.note else "")
         return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
@@ -468,6 +479,8 @@ class Feed:
                         f'<div class="esc-actions"><button class="esc-btn esc-allow" data-act="approve" data-key="{k}">'
                         f'Approve</button><button class="esc-btn esc-other" data-act="keep" data-key="{k}">'
                         f'Keep planning</button></div>')
+        else:
+            controls = _unanswered()
         return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
                 f'<b>{esc(self.speaker)}</b> presents a plan</div>{body}{controls}</div>')
 
@@ -477,6 +490,8 @@ class Feed:
             perm = None
         word, tone = tool_status(call, perm)
         pending = perm is not None and perm.state == "pending"
+        if pending and not self.interactive:
+            word, tone = "unanswered", "cancelled"
         if perm is not None and perm.plan is not None:
             body = ""  # the plan is the card: not its raw input again
             ask = self._plan_ask(perm)
@@ -490,7 +505,7 @@ class Feed:
             body, ask = (asked_body_html(call, call.asked, True) if call.asked is not None else tool_body_html(call)), ""
         nested = "".join(self._subagent(sub, self.key(call)) for sub in call.subagents)
         pending = pending or self._nested_waiting(call.subagents)  # a subagent's card is pinned with its parent call
-        cls = "esc-card esc-tool" + (" esc-pending" if pending else "")
+        cls = "esc-card esc-tool" + (" esc-pending" if pending and self.interactive else "")
         asked = perm.request if perm is not None else call.asked
         html = f'<div class="{cls}">{tool_header_html(call, word, tone, asked)}{body}{ask}{nested}</div>'
         return html, {"c": "tool", "p": 1 if pending else 0, "t": (asked or call).title or "a tool call"}
@@ -505,10 +520,11 @@ class Feed:
             head = ""
         else:
             ask = self._ask(perm)
-            head = (tool_header_html(call, *tool_status(call, perm), asked)
+            status = tool_status(call, perm) if self.interactive or not pending else ("unanswered", "cancelled")
+            head = (tool_header_html(call, *status, asked)
                     + asked_body_html(call, asked or call, not pending)) if call is not None else \
                 f'<div class="esc-tool-header"><b>{esc(title)}</b></div>'
-        cls = "esc-card esc-permission" + (" esc-pending" if pending else "")
+        cls = "esc-card esc-permission" + (" esc-pending" if pending and self.interactive else "")
         return f'<div class="{cls}">{head}{ask}</div>', {"c": "card", "p": 1 if pending else 0, "t": title}
 
     def _question(self, q: Question) -> tuple[str, dict[str, Any]]:
@@ -531,7 +547,7 @@ class Feed:
             return (f'<div class="esc-card esc-question">{head}<div class="esc-answer esc-ans-{tone}">{answer}</div>'
                     f'{fields}</div>', {"c": "card"})
         try:
-            body = self._form(q) if self.interactive else ""
+            body = self._form(q) if self.interactive else _unanswered()
         except Exception as exc:  # noqa: BLE001 - a schema no form can show: it can still be declined
             log.warning("form of %s not drawn", q.key, exc_info=True)
             acts = "".join(f'<button class="esc-btn esc-other" data-act="{a}" data-key="{key}">{t}</button>'
@@ -540,7 +556,7 @@ class Feed:
                     f'</div><div class="esc-actions">{acts}</div>')
         error = self._form_errors.get(self.key(q))
         err = f'<div class="esc-error">{esc(error)}</div>' if error else ""
-        return (f'<div class="esc-card esc-question esc-pending" data-key="{key}">'
+        return (f'<div class="esc-card esc-question{" esc-pending" if self.interactive else ""}" data-key="{key}">'
                 f'<div class="esc-ask" data-key="{key}">{head}{body}{err}</div></div>',
                 {"c": "card", "p": 1, "t": q.message or "a question"})
 

@@ -53,6 +53,15 @@ def _subagents_cell(agent: Agent) -> str:
     return f"{len(subs)} ({running} running)" if running else str(len(subs))
 
 
+_WHOLE = ("tokens", "cost", "cards")
+"""Columns of the saved table never cut inside a value (a number wrapped is misread)."""
+SAVED_TABLE = ('<style>.esc-static table.esc-squad-table{table-layout:auto;margin:0}.esc-static .esc-squad-table td,'
+               '.esc-static .esc-squad-table th{text-align:left}.esc-static .esc-squad-table td.esc-nowrap,'
+               '.esc-static .esc-squad-table .esc-status{white-space:nowrap;overflow-wrap:normal}</style>')
+"""The saved table drawn as live where a rendered-HTML output (JupyterLab, nbconvert) lays
+tables out its own way (fixed equal columns, cells aligned right)."""
+
+
 def saved_folder(path) -> str:
     """``path`` as a saved form shows it: relative to the kernel's folder when inside it
     (``.`` for that folder), else its last part after ``…/`` — never a machine's whole path."""
@@ -269,10 +278,11 @@ class SquadView(FrontView):
             head = "".join(f"<th>{esc(c)}</th>" for c in cols)
             body = "".join(
                 "<tr>" + "".join(f'<td><span class="esc-status esc-st-{STATUS_TONE.get(a.status, "idle")}">● '
-                                 f'{esc(cells[c])}</span></td>' if c == "status" else f"<td>{esc(cells[c])}</td>"
+                                 f'{esc(cells[c])}</span></td>' if c == "status" else
+                                 f'<td class="esc-nowrap">{esc(cells[c])}</td>' if c in _WHOLE else f"<td>{esc(cells[c])}</td>"
                                  for c in cols) + "</tr>" for a, cells in rows)
-            table = (f'<div class="esc-table-wrap"><table class="esc-squad-table"><tr>{head}</tr>{body}</table>'
-                     f'</div>')
+            table = (f'<div class="esc-table-wrap">{SAVED_TABLE}<table class="esc-squad-table"><tr>{head}</tr>{body}'
+                     f'</table></div>')
         else:
             table = '<div class="esc-dim">No agents.</div>'
         html = static_page(f'<div class="esc-view esc-saved esc-saved-squad"><div class="esc-head"><div class="esc-head-main">'

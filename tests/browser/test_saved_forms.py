@@ -37,6 +37,14 @@ def test_saved_forms_after_save_shutdown_reload(nb):
     assert "%escouade resume fake" in text and "chunks 400" in text and "00399 x" in text, text[:300]
     squad = nb.output(3).locator(".esc-saved-squad")
     assert squad.locator("td", has_text="fake").count() >= 1 and "ago" not in squad.inner_text()
+    # laid out as live, not as JupyterLab lays out an HTML table (equal columns, cells right-aligned,
+    # a number cut in two: "1200/20000" over "0")
+    cells = squad.locator("td").evaluate_all("""tds => tds.map(td => { const r = document.createRange();
+        r.selectNodeContents(td);
+        return {text: td.innerText, align: getComputedStyle(td).textAlign,
+                lines: new Set([...r.getClientRects()].map(x => Math.round(x.top))).size}; })""")
+    assert all(c["align"] in ("left", "start") for c in cells), cells
+    assert [c["lines"] for c in cells if c["text"].startswith("1200/")] == [1], cells
     assert "Journal" in nb.output(4).locator(".esc-saved-journal").inner_text()
     page.wait_for_timeout(1500)  # the widget manager has tried (and failed) to find the models
     shown = page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output')]

@@ -1,0 +1,92 @@
+"""The transcript as the record of what the conversation showed: :class:`ConversationRecord`.
+
+The wire lines of a transcript hold what the agent sent and what we answered; they do not
+hold what only this client knew. So the conversation's own additions go in too, as
+client ``event`` lines (:mod:`..wire.transcript` replays them, see :func:`~..wire.transcript.replay`):
+
+``segment``
+    ``{"record": RECORD}``: one agent process's stretch of the transcript starts (written
+    when a transcript is attached to the agent: a start, a restart, a resume). Ids the agent
+    gives (session, message, tool call, JSON-RPC) are only unique within a segment.
+``notice``
+    ``{"level", "text", "detail"}``: a notice of the client (an agent's ``notice`` update is
+    on the wire already), in its place.
+``answer``
+    ``{"call", "outcome", "option_id", "answered_by", "message", "denied"}``: a permission
+    card of the conversation was settled — by you, a rule plugin, the mode, a grant, a
+    cancellation (``answered_by`` says why) — as the card said it.
+
+A notice made while the agent has no transcript (a restart: the old file is closed, the
+new one not made yet) waits and is written first thing in the next one; nothing is written
+while the conversation is being rebuilt from a transcript (:attr:`paused`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..core.conversation import Change, Notice, Permission
+from ..wire.transcript import ANSWER_EVENT, NOTICE_EVENT, RECORD, SEGMENT_EVENT
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+WAITING_MAX = 200
+"""Notices kept at most while no transcript is attached (an agent that records nothing keeps none)."""
+
+
+class ConversationRecord:
+    """Writes ``agent``'s client notices and card answers in its transcript (see the module)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.paused = False
+        self._folding = 0
+        self._waiting: list[dict[str, Any]] = []
+        self._answered: weakref.WeakSet[Permission] = weakref.WeakSet()
+        agent.conversation.subscribe(self._changed)
+
+    @contextlib.contextmanager
+    def folding(self) -> Iterator[None]:
+        """While an agent's update is folded: a notice it makes (a harness adapter's) is
+        made again when the transcript is replayed, so it is not written."""
+        self._folding += 1
+        try:
+            yield
+        finally:
+            self._folding -= 1
+
+    def attached(self) -> None:
+        """A transcript was attached to the agent (a new process's stretch): the segment's
+        mark, then the notices that waited for it."""
+        transcript = self.agent.transcript
+        if transcript is None:
+            return
+        transcript.event(SEGMENT_EVENT, record=RECORD)
+        waiting, self._waiting = self._waiting, []
+        for data in waiting:
+            transcript.event(NOTICE_EVENT, **data)
+
+    def _changed(self, changes: list[Change]) -> None:
+        if self.paused:
+            return
+        for change in changes:
+            item = change.item
+            if change.kind == "added" and isinstance(item, Notice) and item.origin == "client" and not self._folding:
+                self._write(NOTICE_EVENT, {"level": item.level, "text": item.text, "detail": item.detail})
+            elif isinstance(item, Permission) and item.state != "pending" and item not in self._answered:
+                self._answered.add(item)
+                call = item.tool_call.tool_call_id if item.tool_call is not None else None
+                self._write(ANSWER_EVENT, {"call": call, "outcome": item.state, "option_id": item.option_id,
+                                           "answered_by": item.answered_by, "message": item.message,
+                                           "denied": item.denied})
+
+    def _write(self, event: str, data: dict[str, Any]) -> None:
+        transcript = self.agent.transcript
+        if transcript is not None:
+            transcript.event(event, **data)
+        elif event == NOTICE_EVENT and self.agent.record and len(self._waiting) < WAITING_MAX:
+            self._waiting.append(data)

@@ -101,3 +101,92 @@ def test_a_second_resume_after_a_turn_with_reused_ids_rebuilds_what_was_live(rou
     assert rounds["live2"]["cards"][4:] == ["Allowed once by you"]
     for key in ("text", "cards", "view"):
         assert rounds["resumed2"][key] == rounds["live2"][key], key
+
+
+# -- the same, over a scripted agent: ids reused, a replay on session/resume, who answered ---------
+
+def _script_runs() -> tuple[str, str]:
+    from test_acp_2026 import END, INIT_ANY, _chunk, _init_result, _update
+    from test_failure_cases import P_NEW, P_PROMPT
+
+    options = ('[{"optionId":"yes","name":"Allow","kind":"allow_once"},'
+               '{"optionId":"no","name":"Reject","kind":"reject_once"}]')
+
+    def edit(name: str, status: str = "pending") -> str:
+        return _update('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Edit ' + name + '","kind":"edit",'
+                       '"status":"' + status + '"}')
+
+    def ask(name: str) -> str:  # the same JSON-RPC id and tool call id in both processes
+        return ('A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1",'
+                '"toolCall":{"toolCallId":"t1","title":"Edit ' + name + '","kind":"edit"},"options":' + options + '}}')
+
+    answered = 'C> {"jsonrpc":"2.0","id":100,"result":"$ANY"}'
+    first = "\n".join([INIT_ANY, _init_result('{"resume":{}}'), P_NEW, P_PROMPT, edit("a.txt"), ask("a.txt"),
+                       answered, edit("a.txt", "completed"), _chunk("Edited a."), END, '!> {"wait_eof": 5}'])
+    second = "\n".join([
+        INIT_ANY, _init_result('{"resume":{}}'),
+        'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s1"}}',
+        # it must not replay, and does: the history again before its answer
+        _update('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"go"}}'),
+        edit("a.txt", "completed"), _chunk("Edited a."),
+        'A> {"jsonrpc":"2.0","id":1,"result":{}}',
+        P_PROMPT.replace('"go"', '"more"'), edit("b.txt"), ask("b.txt"), answered, edit("b.txt", "failed"),
+        _chunk("Not allowed."), END, '!> {"wait_eof": 5}'])
+    return first, second
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    """A scripted agent: a card answered by you; then, resumed from the transcript, a
+    process that replays on ``session/resume`` (it must not) and reuses the tool call id
+    ``t1`` and the JSON-RPC ids of the first, with a card a rule plugin refuses; then the
+    transcript resumed twice more (two new kernels). What each showed, as text."""
+    import sys
+
+    from escouade_nb.core.render_text import render_items
+    from escouade_nb.engine.agent import Agent
+    from test_failure_cases import Script, run
+
+    s = Script(tmp_path_factory.mktemp("scripted"), *_script_runs(), forbid=[{"method": "session/load"}])
+
+    async def live(agent: Agent, prompt: str, answer) -> str:
+        try:
+            agent.start() if agent.live is None else None
+            turn = agent.send(prompt)
+            answer(await agent.next_permission(timeout=10))
+            await turn
+            return render_items(agent.conversation.items)
+        finally:
+            await agent.close()
+
+    first = s.agent()
+    seen = {"live1": run(live(first, "go", lambda card: card.choose("yes")))}
+    path = first.transcript.path
+    again = Agent.resume(path, s.ref, program=sys.executable)
+    seen["resumed1"] = render_items(again.conversation.items)
+    seen["live2"] = run(live(again, "more", lambda card: card.deny(by="Team rules via Escouade", message="not b.txt")))
+    s.assert_ok(runs=2)
+    seen["resumed"] = [render_items(Agent.resume(path, s.ref, program=sys.executable).conversation.items)
+                       for _ in range(2)]
+    return seen
+
+
+def test_a_new_process_reusing_tool_call_and_request_ids_never_rewrites_an_earlier_card(scripted):
+    """Item 4: the second process's ``t1`` is a new tool call with its own card, live and resumed."""
+    for shown in (scripted["live2"], *scripted["resumed"]):
+        assert "[tool] Edit a.txt (edit, completed)\n[permission] Edit a.txt: Allowed once by you" in shown
+        assert "[tool] Edit b.txt (edit, failed)\n[permission] Edit b.txt: Denied by" in shown
+
+
+def test_an_agent_that_replays_on_session_resume_is_shown_once(scripted):
+    """Item 5: ACP's ``session/resume`` must not replay; one that does is folded, not appended."""
+    shown = scripted["live2"]
+    assert shown.count("agent: Edited a.") == 1 and shown.count("you: go") == 1
+    assert shown.count("Edit a.txt (edit") == 1
+
+
+def test_who_answered_each_card_reads_the_same_after_each_resume(scripted):
+    """Item 6 (and "any number of times"): each resume rebuilds exactly what was live."""
+    assert scripted["resumed1"] == scripted["live1"]
+    assert "Edit b.txt: Denied by Team rules via Escouade — not b.txt" in scripted["live2"]
+    assert scripted["resumed"] == [scripted["live2"], scripted["live2"]]

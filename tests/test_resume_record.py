@@ -190,3 +190,39 @@ def test_who_answered_each_card_reads_the_same_after_each_resume(scripted):
     assert scripted["resumed1"] == scripted["live1"]
     assert "Edit b.txt: Denied by Team rules via Escouade — not b.txt" in scripted["live2"]
     assert scripted["resumed"] == [scripted["live2"], scripted["live2"]]
+
+
+def test_a_resume_keeps_who_answered_a_plan_and_why_a_card_was_cancelled(tmp_path, monkeypatch):
+    """Item 6: what only the client knew of a card — that it was a plan you approved, that
+    your Stop cancelled it — is on record, and a resume reads it as it was live."""
+    from escouade_nb.core.render_text import render_items
+    from escouade_nb.engine.agent import Agent
+    from escouade_nb.engine.squad import Squad
+    from test_failure_cases import run
+
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    work = tmp_path / "work"
+    work.mkdir()
+
+    async def go():
+        squad = Squad()
+        agent = squad.start("fake", cwd=work, name="who")
+        try:
+            turn = agent.send("present plan")
+            (await agent.next_permission(timeout=10)).approve()
+            await turn
+            turn = agent.send("run make build")
+            await agent.next_permission(timeout=10)
+            agent.cancel()
+            await turn
+            return agent, render_items(agent.conversation.items)
+        finally:
+            await agent.close()
+            await squad.rules.aclose()
+
+    agent, shown = run(go())
+    assert "[plan to approve]" in shown and "  Approved by you" in shown
+    assert "[permission] Run make build: Cancelled (you stopped the turn)" in shown
+    assert render_items(Agent.resume(agent.transcript.path, None, program=None).conversation.items) == shown

@@ -12,9 +12,10 @@ client ``event`` lines (:mod:`..wire.transcript` replays them, see :func:`~..wir
     ``{"level", "text", "detail"}``: a notice of the client (an agent's ``notice`` update is
     on the wire already), in its place.
 ``answer``
-    ``{"call", "outcome", "option_id", "answered_by", "message", "denied"}``: a permission
-    card of the conversation was settled — by you, a rule plugin, the mode, a grant, a
-    cancellation (``answered_by`` says why) — as the card said it.
+    ``{"call", "outcome", "option_id", "answered_by", "message", "denied"}`` (and ``plan``,
+    the markdown, when the card was a plan to approve): a permission card of the conversation
+    was settled — by you, a rule plugin, the mode, a grant, a cancellation (``answered_by``
+    says why) — as the card said it.
 
 A notice made while the agent has no transcript (a restart: the old file is closed, the
 new one not made yet) waits and is written first thing in the next one; nothing is written
@@ -80,9 +81,10 @@ class ConversationRecord:
             elif isinstance(item, Permission) and item.state != "pending" and item not in self._answered:
                 self._answered.add(item)
                 call = item.tool_call.tool_call_id if item.tool_call is not None else None
+                plan = {"plan": item.plan} if item.plan is not None else {}
                 self._write(ANSWER_EVENT, {"call": call, "outcome": item.state, "option_id": item.option_id,
                                            "answered_by": item.answered_by, "message": item.message,
-                                           "denied": item.denied})
+                                           "denied": item.denied, **plan})
 
     def _write(self, event: str, data: dict[str, Any]) -> None:
         transcript = self.agent.transcript

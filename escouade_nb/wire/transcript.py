@@ -659,6 +659,8 @@ def _answer(conversation: Conversation, by_call: dict[str, list[Any]], data: dic
     perm = next((p for p in by_call.get(str(data.get("call") or ""), []) if p.state == "pending"), None)
     if perm is None:
         return
+    if isinstance(data.get("plan"), str):  # a plan to approve (the client knew it, from the harness's tools)
+        perm.plan = data["plan"]
     outcome = "selected" if data.get("outcome") == "selected" else "cancelled"
     conversation.resolve_permission(perm, outcome, data.get("option_id") if outcome == "selected" else None,
                                     data.get("answered_by"), data.get("message"), denied=data.get("denied") is True)

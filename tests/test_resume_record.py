@@ -192,9 +192,10 @@ def test_who_answered_each_card_reads_the_same_after_each_resume(scripted):
     assert scripted["resumed"] == [scripted["live2"], scripted["live2"]]
 
 
-def test_a_resume_keeps_who_answered_a_plan_and_why_a_card_was_cancelled(tmp_path, monkeypatch):
+def test_a_resume_keeps_who_answered_a_plan_why_a_card_was_cancelled_and_a_question(tmp_path, monkeypatch):
     """Item 6: what only the client knew of a card — that it was a plan you approved, that
-    your Stop cancelled it — is on record, and a resume reads it as it was live."""
+    your Stop cancelled it, a question card and your answer — is on record, and a resume
+    reads it as it was live."""
     from escouade_nb.core.render_text import render_items
     from escouade_nb.engine.agent import Agent
     from escouade_nb.engine.squad import Squad
@@ -217,6 +218,12 @@ def test_a_resume_keeps_who_answered_a_plan_and_why_a_card_was_cancelled(tmp_pat
             await agent.next_permission(timeout=10)
             agent.cancel()
             await turn
+            turn = agent.send("ask me")
+            question = await agent.next_question(timeout=10)
+            by_type = {"integer": 2, "number": 2, "boolean": True, "string": "x"}
+            question.accept({name: spec["enum"][0] if "enum" in spec else by_type.get(spec.get("type"), "x")
+                             for name, spec in question.fields.items()})
+            await turn
             return agent, render_items(agent.conversation.items)
         finally:
             await agent.close()
@@ -225,4 +232,5 @@ def test_a_resume_keeps_who_answered_a_plan_and_why_a_card_was_cancelled(tmp_pat
     agent, shown = run(go())
     assert "[plan to approve]" in shown and "  Approved by you" in shown
     assert "[permission] Run make build: Cancelled (you stopped the turn)" in shown
+    assert "[question] " in shown and "→ answered: {" in shown
     assert render_items(Agent.resume(agent.transcript.path, None, program=None).conversation.items) == shown

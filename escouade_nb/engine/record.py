@@ -16,6 +16,11 @@ client ``event`` lines (:mod:`..wire.transcript` replays them, see :func:`~..wir
     the markdown, when the card was a plan to approve): a permission card of the conversation
     was settled — by you, a rule plugin, the mode, a grant, a cancellation (``answered_by``
     says why) — as the card said it.
+``question`` / ``question_answer``
+    ``{"n", "mode", "message", "schema", "url", "questions", "tool_call_id", "elicitation_id"}``
+    when a question card is made (``n`` numbers them in the segment), ``{"n", "state",
+    "answer"}`` when it is settled: an ``elicitation/create`` form or link, or questions an
+    agent wrote in text (those are not on the wire as a card at all).
 
 A notice made while the agent has no transcript (a restart: the old file is closed, the
 new one not made yet) waits and is written first thing in the next one; nothing is written
@@ -29,8 +34,8 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..core.conversation import Change, Notice, Permission
-from ..wire.transcript import ANSWER_EVENT, NOTICE_EVENT, RECORD, SEGMENT_EVENT
+from ..core.conversation import Change, Notice, Permission, Question
+from ..wire.transcript import ANSWER_EVENT, NOTICE_EVENT, QUESTION_ANSWER_EVENT, QUESTION_EVENT, RECORD, SEGMENT_EVENT
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -47,7 +52,8 @@ class ConversationRecord:
         self.paused = False
         self._folding = 0
         self._waiting: list[dict[str, Any]] = []
-        self._answered: weakref.WeakSet[Permission] = weakref.WeakSet()
+        self._answered: weakref.WeakSet[Permission | Question] = weakref.WeakSet()
+        self._asked: weakref.WeakKeyDictionary[Question, int] = weakref.WeakKeyDictionary()  # question -> its n
         agent.conversation.subscribe(self._changed)
 
     @contextlib.contextmanager
@@ -67,6 +73,7 @@ class ConversationRecord:
         if transcript is None:
             return
         transcript.event(SEGMENT_EVENT, record=RECORD)
+        self._asked = weakref.WeakKeyDictionary()  # numbered anew in each segment
         waiting, self._waiting = self._waiting, []
         for data in waiting:
             transcript.event(NOTICE_EVENT, **data)
@@ -78,6 +85,15 @@ class ConversationRecord:
             item = change.item
             if change.kind == "added" and isinstance(item, Notice) and item.origin == "client" and not self._folding:
                 self._write(NOTICE_EVENT, {"level": item.level, "text": item.text, "detail": item.detail})
+            elif change.kind == "added" and isinstance(item, Question) and self.agent.transcript is not None:
+                n = self._asked[item] = len(self._asked) + 1
+                self._write(QUESTION_EVENT, {"n": n, "mode": item.mode, "message": item.message, "schema": item.schema,
+                                             "url": item.url, "questions": item.questions,
+                                             "tool_call_id": item.tool_call_id, "elicitation_id": item.elicitation_id})
+            elif isinstance(item, Question) and item.state != "pending" and item in self._asked \
+                    and item not in self._answered:
+                self._answered.add(item)
+                self._write(QUESTION_ANSWER_EVENT, {"n": self._asked[item], "state": item.state, "answer": item.answer})
             elif isinstance(item, Permission) and item.state != "pending" and item not in self._answered:
                 self._answered.add(item)
                 call = item.tool_call.tool_call_id if item.tool_call is not None else None

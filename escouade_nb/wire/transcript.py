@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..core.conversation import STOPPED_BY_YOU, Conversation
+from ..core.conversation import STOPPED_BY_YOU, Conversation, Question
 from . import kernel_calls
 
 MAX_BYTES = 20 * 1024 * 1024
@@ -61,6 +61,10 @@ NOTICE_EVENT = "notice"
 """The event of a notice of the client, in its place."""
 ANSWER_EVENT = "answer"
 """The event of a permission card's answer, with who answered."""
+QUESTION_EVENT = "question"
+"""The event of a question card made (a form, a link, questions written in text)."""
+QUESTION_ANSWER_EVENT = "question_answer"
+"""The event of a question card settled."""
 KERNEL_RESTARTED = "the kernel restarted"
 """Why a card never answered before its process's stretch ended is shown cancelled."""
 
@@ -522,6 +526,7 @@ def replay(records: Iterator[Record], conversation: Conversation,
     """Rebuild ``conversation`` from a transcript's records: the agent's updates (through
     ``adapt`` when given: the harness's adapters, as live; None drops one), the prompts
     sent, the permission cards and how they were answered, by whom (``answer`` events;
+    question cards: ``question`` events;
     the kernel's ``run_code`` cards from escouade_nb's own lines: :mod:`.kernel_calls`),
     the client's notices (``notice`` events; in segments older than :data:`RECORD`, the
     exits and Stops), exits. The records are read segment by segment (one agent process
@@ -541,6 +546,7 @@ def replay(records: Iterator[Record], conversation: Conversation,
     # per segment: JSON-RPC id of a permission request -> its Permission; tool call id -> its cards
     cards: dict[Any, Any] = {}
     by_call: dict[str, list[Any]] = {}
+    questions: dict[Any, Question] = {}  # per segment: a question card's number -> it
     reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
     prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
     recorded = False  # this segment records the client's notices (RECORD): none are derived then
@@ -553,6 +559,8 @@ def replay(records: Iterator[Record], conversation: Conversation,
         for perm in [p for ps in by_call.values() for p in ps]:
             if perm.state == "pending":  # never answered before its process went away
                 conversation.resolve_permission(perm, "cancelled", None, KERNEL_RESTARTED)
+        for question in questions.values():
+            conversation.resolve_question(question, "cancel")  # (a no-op for one answered)
         conversation.cancel_unfinished()
         conversation.close_messages()
 
@@ -569,7 +577,7 @@ def replay(records: Iterator[Record], conversation: Conversation,
                 if begun:
                     end_segment()
                 conversation.new_session()
-                cards, by_call, reloads, prompts, recorded = {}, {}, set(), {}, False
+                cards, by_call, reloads, prompts, recorded, questions = {}, {}, set(), {}, False, {}
                 kernel.new_segment()
             begun = quiet = True
         else:
@@ -639,6 +647,12 @@ def replay(records: Iterator[Record], conversation: Conversation,
                 conversation.add_notice(str(data.get("text", "")), level=level, detail=str(data.get("detail") or ""))
             elif rec.event == ANSWER_EVENT:
                 _answer(conversation, by_call, data)
+            elif rec.event == QUESTION_EVENT:
+                questions[data.get("n")] = conversation.add_question(_question(data))
+            elif rec.event == QUESTION_ANSWER_EVENT and data.get("n") in questions:
+                state = data.get("state") if data.get("state") in ("accept", "decline", "cancel") else "cancel"
+                answer = data.get("answer") if isinstance(data.get("answer"), dict) else None
+                conversation.resolve_question(questions[data["n"]], state, answer)
             elif rec.event == "exit" and not data.get("expected") and not recorded:
                 conversation.add_notice(f"Agent exited with code {data.get('code')}", level="error",
                                         detail=data.get("stderr_tail", ""))
@@ -651,6 +665,17 @@ def replay(records: Iterator[Record], conversation: Conversation,
     end_segment()
     conversation.clock = clock
     return info
+
+
+def _question(data: dict[str, Any]) -> Question:
+    """The question card of a ``question`` event, as it was made."""
+    def text(key: str) -> str | None:
+        return data[key] if isinstance(data.get(key), str) else None
+    mode = data.get("mode") if data.get("mode") in ("form", "url", "text") else "form"
+    return Question("", message=text("message") or "", mode=mode,
+                    schema=data.get("schema") if isinstance(data.get("schema"), dict) else None, url=text("url"),
+                    questions=[q for q in data.get("questions") or [] if isinstance(q, dict)],
+                    tool_call_id=text("tool_call_id"), elicitation_id=text("elicitation_id"))
 
 
 def _answer(conversation: Conversation, by_call: dict[str, list[Any]], data: dict[str, Any]) -> None:

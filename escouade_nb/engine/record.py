@@ -54,6 +54,7 @@ class ConversationRecord:
         self._waiting: list[dict[str, Any]] = []
         self._answered: weakref.WeakSet[Permission | Question] = weakref.WeakSet()
         self._asked: weakref.WeakKeyDictionary[Question, int] = weakref.WeakKeyDictionary()  # question -> its n
+        self._questions = 0  # question cards made in this segment
         agent.conversation.subscribe(self._changed)
 
     @contextlib.contextmanager
@@ -73,20 +74,23 @@ class ConversationRecord:
         if transcript is None:
             return
         transcript.event(SEGMENT_EVENT, record=RECORD)
-        self._asked = weakref.WeakKeyDictionary()  # numbered anew in each segment
+        self._asked, self._questions = weakref.WeakKeyDictionary(), 0  # numbered anew in each segment
         waiting, self._waiting = self._waiting, []
         for data in waiting:
             transcript.event(NOTICE_EVENT, **data)
 
     def _changed(self, changes: list[Change]) -> None:
-        if self.paused:
+        if self.paused:  # rebuilt: on record already (a later change of such a card writes nothing either)
+            self._answered.update(c.item for c in changes if isinstance(c.item, (Permission, Question))
+                                  and c.item.state != "pending")
             return
         for change in changes:
             item = change.item
             if change.kind == "added" and isinstance(item, Notice) and item.origin == "client" and not self._folding:
                 self._write(NOTICE_EVENT, {"level": item.level, "text": item.text, "detail": item.detail})
             elif change.kind == "added" and isinstance(item, Question) and self.agent.transcript is not None:
-                n = self._asked[item] = len(self._asked) + 1
+                self._questions += 1
+                n = self._asked[item] = self._questions
                 self._write(QUESTION_EVENT, {"n": n, "mode": item.mode, "message": item.message, "schema": item.schema,
                                              "url": item.url, "questions": item.questions,
                                              "tool_call_id": item.tool_call_id, "elicitation_id": item.elicitation_id})

@@ -12,6 +12,12 @@ start of that name in the same second), rotated by size
 A write that fails (disk full, read-only folder) never stops the session: the
 transcript turns itself off and reports the error once through ``on_error``.
 
+Segments: each agent process writes its own stretch, which starts with the file's header (a
+start, a restart), a ``resume`` event (a new kernel writes on in the same file) or our
+``segment`` event (:data:`SEGMENT_EVENT`); the agent's ids are only unique within one. The
+client's own events (``notice``, ``answer``, ``question``…) are described in
+:mod:`escouade_nb.engine.record`.
+
 Off the loop: a record is only formatted and queued in memory where it happens. On a
 running loop the queue is written by one writer thread, soon after (the agent's stream
 every :data:`STREAM_DELAY` seconds or :data:`BATCH_BYTES`, anything else at the loop's next

@@ -48,8 +48,8 @@ def _shown(kernel: Kernel, n: int | None = None) -> dict:
 def rounds(tmp_path_factory):
     """Kernel 1: an edit allowed by you, a command allowed by a rule plugin's answer, a
     ``run_code`` card allowed by you, a restart (a notice; the new process reuses the
-    session and tool call ids), an edit of another file. Kernel 2: resumed, then a new
-    turn (ids reused again). Kernel 3: resumed again. What each showed."""
+    session and tool call ids), an edit of another file. Kernel 2: resumed, then a
+    ``run_code`` card and an edit (ids reused again: the run's is the first edit's). Kernel 3: resumed again. What each showed."""
     tmp = tmp_path_factory.mktemp("resume-record")
     for folder in ("ws", "plugins"):
         (tmp / folder).mkdir()
@@ -71,7 +71,8 @@ def rounds(tmp_path_factory):
     try:
         second.run(SETUP + "a = %escouade resume rt")
         seen["resumed1"] = _shown(second, seen["live1"]["n"])
-        second.run("await a.ready()\nawait answer(a, 'edit notes.txt again', 'allow-once')")
+        second.run("await a.ready()\nawait answer(a, 'run code y = 1', 'run')\n"  # its call-1: the edit's id before
+                   "await answer(a, 'edit notes.txt again', 'allow-once')")
         seen["live2"] = _shown(second)
     finally:
         second.shutdown()
@@ -100,7 +101,7 @@ def test_a_resume_rebuilds_what_was_live(rounds):
 
 def test_a_second_resume_after_a_turn_with_reused_ids_rebuilds_what_was_live(rounds):
     assert rounds["live2"]["cards"][:4] == rounds["live1"]["cards"]
-    assert rounds["live2"]["cards"][4:] == ["Allowed once by you"]
+    assert rounds["live2"]["cards"][4:] == ["Allowed by you: Run", "Allowed once by you"]
     for key in ("text", "cards", "view"):
         assert rounds["resumed2"][key] == rounds["live2"][key], key
 

@@ -237,3 +237,39 @@ def test_a_resume_keeps_who_answered_a_plan_why_a_card_was_cancelled_and_a_quest
     assert "[permission] Run make build: Cancelled (you stopped the turn)" in shown
     assert "[question] " in shown and "→ answered: {" in shown
     assert render_items(Agent.resume(agent.transcript.path, None, program=None).conversation.items) == shown
+
+
+def test_a_call_the_agent_ran_without_asking_keeps_its_note_after_a_resume(tmp_path):
+    """Item 6: "not asked: earlier in this session you chose “Allow always”" is the client's
+    note, on no wire line: it is on record, and a resume shows it."""
+    import sys
+
+    from escouade_nb.core.render_text import render_items
+    from escouade_nb.engine.agent import Agent
+    from test_acp_2026 import END, INIT_ANY, _init_result, _update
+    from test_failure_cases import P_NEW, P_PROMPT, Script, run
+
+    def edit(call: str, name: str, status: str) -> str:
+        return _update('{"sessionUpdate":"tool_call","toolCallId":"' + call + '","title":"Edit ' + name + '",'
+                       '"kind":"edit","status":"' + status + '"}')
+
+    s = Script(tmp_path, "\n".join([
+        INIT_ANY, _init_result(), P_NEW, P_PROMPT, edit("t1", "a.txt", "pending"),
+        'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":'
+        '{"toolCallId":"t1"},"options":[{"optionId":"always","name":"Allow always","kind":"allow_always"}]}}',
+        'C> {"jsonrpc":"2.0","id":100,"result":"$ANY"}', edit("t1", "a.txt", "completed"),
+        edit("t2", "b.txt", "completed"), END, '!> {"wait_eof": 5}']))
+
+    async def go():
+        agent = s.agent()
+        try:
+            turn = agent.send("go")
+            (await agent.next_permission(timeout=10)).choose("always")
+            await turn
+            return agent, render_items(agent.conversation.items)
+        finally:
+            await agent.close()
+
+    agent, shown = run(go())
+    assert "[tool] Edit b.txt (edit, completed)\n  not asked: earlier in this session you chose" in shown
+    assert render_items(Agent.resume(agent.transcript.path, s.ref, program=sys.executable).conversation.items) == shown

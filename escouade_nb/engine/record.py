@@ -21,6 +21,9 @@ client ``event`` lines (:mod:`..wire.transcript` replays them, see :func:`~..wir
     when a question card is made (``n`` numbers them in the segment), ``{"n", "state",
     "answer"}`` when it is settled: an ``elicitation/create`` form or link, or questions an
     agent wrote in text (those are not on the wire as a card at all).
+``not_asked``
+    ``{"call", "text"}``: the client's note on a call the agent ran without asking, after an
+    "always" answer earlier in the session (``ToolCall.not_asked``).
 
 A notice made while the agent has no transcript (a restart: the old file is closed, the
 new one not made yet) waits and is written first thing in the next one; nothing is written
@@ -34,8 +37,9 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..core.conversation import Change, Notice, Permission, Question
-from ..wire.transcript import ANSWER_EVENT, NOTICE_EVENT, QUESTION_ANSWER_EVENT, QUESTION_EVENT, RECORD, SEGMENT_EVENT
+from ..core.conversation import Change, Notice, Permission, Question, ToolCall
+from ..wire.transcript import (ANSWER_EVENT, NOT_ASKED_EVENT, NOTICE_EVENT, QUESTION_ANSWER_EVENT, QUESTION_EVENT,
+                               RECORD, SEGMENT_EVENT)
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -52,7 +56,7 @@ class ConversationRecord:
         self.paused = False
         self._folding = 0
         self._waiting: list[dict[str, Any]] = []
-        self._answered: weakref.WeakSet[Permission | Question] = weakref.WeakSet()
+        self._answered: weakref.WeakSet[Permission | Question | ToolCall] = weakref.WeakSet()
         self._asked: weakref.WeakKeyDictionary[Question, int] = weakref.WeakKeyDictionary()  # question -> its n
         self._questions = 0  # question cards made in this segment
         agent.conversation.subscribe(self._changed)
@@ -82,7 +86,7 @@ class ConversationRecord:
     def _changed(self, changes: list[Change]) -> None:
         if self.paused:  # rebuilt: on record already (a later change of such a card writes nothing either)
             self._answered.update(c.item for c in changes if isinstance(c.item, (Permission, Question))
-                                  and c.item.state != "pending")
+                                  and c.item.state != "pending" or isinstance(c.item, ToolCall) and c.item.not_asked)
             return
         for change in changes:
             item = change.item
@@ -98,6 +102,9 @@ class ConversationRecord:
                     and item not in self._answered:
                 self._answered.add(item)
                 self._write(QUESTION_ANSWER_EVENT, {"n": self._asked[item], "state": item.state, "answer": item.answer})
+            elif isinstance(item, ToolCall) and item.not_asked and item not in self._answered:
+                self._answered.add(item)
+                self._write(NOT_ASKED_EVENT, {"call": item.tool_call_id, "text": item.not_asked})
             elif isinstance(item, Permission) and item.state != "pending" and item not in self._answered:
                 self._answered.add(item)
                 call = item.tool_call.tool_call_id if item.tool_call is not None else None

@@ -71,6 +71,8 @@ QUESTION_EVENT = "question"
 """The event of a question card made (a form, a link, questions written in text)."""
 QUESTION_ANSWER_EVENT = "question_answer"
 """The event of a question card settled."""
+NOT_ASKED_EVENT = "not_asked"
+"""The event of the client's note on a call the agent ran without asking (``ToolCall.not_asked``)."""
 KERNEL_RESTARTED = "the kernel restarted"
 """Why a card never answered before its process's stretch ended is shown cancelled."""
 
@@ -653,6 +655,11 @@ def replay(records: Iterator[Record], conversation: Conversation,
                 conversation.add_notice(str(data.get("text", "")), level=level, detail=str(data.get("detail") or ""))
             elif rec.event == ANSWER_EVENT:
                 _answer(conversation, by_call, data)
+            elif rec.event == NOT_ASKED_EVENT and isinstance(data.get("text"), str):
+                call = conversation.tool_calls.get(str(data.get("call") or ""))
+                if call is not None:
+                    call.not_asked = data["text"]
+                    conversation.touch(call)
             elif rec.event == QUESTION_EVENT:
                 questions[data.get("n")] = conversation.add_question(_question(data))
             elif rec.event == QUESTION_ANSWER_EVENT and data.get("n") in questions:

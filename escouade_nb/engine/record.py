@@ -32,9 +32,7 @@ while the conversation is being rebuilt from a transcript (:attr:`paused`).
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core.conversation import Change, Notice, Permission, Question, ToolCall
@@ -61,15 +59,17 @@ class ConversationRecord:
         self._questions = 0  # question cards made in this segment
         agent.conversation.subscribe(self._changed)
 
-    @contextlib.contextmanager
-    def folding(self) -> Iterator[None]:
-        """While an agent's update is folded: a notice it makes (a harness adapter's) is
-        made again when the transcript is replayed, so it is not written."""
+    def folding(self) -> ConversationRecord:
+        """``with record.folding():`` while an agent's update is folded: a notice it makes (a
+        harness adapter's) is made again when the transcript is replayed, so it is not
+        written. (A plain context manager: it is on every update's path.)"""
+        return self
+
+    def __enter__(self) -> None:
         self._folding += 1
-        try:
-            yield
-        finally:
-            self._folding -= 1
+
+    def __exit__(self, *_exc: object) -> None:
+        self._folding -= 1
 
     def attached(self) -> None:
         """A transcript was attached to the agent (a new process's stretch): the segment's

@@ -49,7 +49,8 @@ def rounds(tmp_path_factory):
     """Kernel 1: an edit allowed by you, a command allowed by a rule plugin's answer, a
     ``run_code`` card allowed by you, a restart (a notice; the new process reuses the
     session and tool call ids), an edit of another file. Kernel 2: resumed, then a
-    ``run_code`` card and an edit (ids reused again: the run's is the first edit's). Kernel 3: resumed again. What each showed."""
+    ``run_code`` card and an edit (ids reused again: the run's is the first edit's).
+    Kernel 3: resumed again. What each showed."""
     tmp = tmp_path_factory.mktemp("resume-record")
     for folder in ("ws", "plugins"):
         (tmp / folder).mkdir()

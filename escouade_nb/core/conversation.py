@@ -369,7 +369,7 @@ class Conversation:
 
     def __init__(self) -> None:
         self.items: list[Item] = []
-        self.tool_calls: dict[str, ToolCall] = {}
+        self.tool_calls: dict[str, ToolCall] = {}  # the current session's, by id (see new_session)
         self.plan: Plan | None = None
         self.modes: dict[str, Any] | None = None
         self.current_mode_id: str | None = None
@@ -616,11 +616,16 @@ class Conversation:
 
     # -- what the client adds ---------------------------------------------------------
     def new_session(self) -> None:
-        """A new ACP session starts in this conversation (restart, resume): message ids
-        are the agent's per session, so the old ones no longer name any message here."""
+        """A new agent process or ACP session starts in this conversation (restart,
+        resume; a transcript's next segment): its ids — message, tool call, compaction —
+        are only unique within one session of one process (the shipped fake restarts them
+        per process, real agents may too), so the old ones no longer name any item here:
+        a new ``call-1`` is a new tool call, never an update of the old one. The items
+        stay, as they were."""
         self._messages.clear()
         self._echo = None
         self.compactions.clear()  # compaction ids too
+        self.tool_calls = {}  # the earlier calls stay in ``items`` (and their cards keep them)
         self.close_messages()
 
     def add_user_message(self, blocks: Iterable[dict[str, Any]],
@@ -767,7 +772,7 @@ class Conversation:
             if sub.state not in ("idle",) and not sub.cancelled:
                 sub.cancelled = True
                 sub.touch()
-        for call in self.tool_calls.values():
+        for call in [i for i in self.items if isinstance(i, ToolCall)]:  # an earlier session's too
             if call.status in _UNFINISHED and not call.cancelled:
                 call.cancelled = True
                 call.touch()

@@ -43,6 +43,7 @@ from .kernel_access import context_blocks
 from .kernel_access import in_kernel as kernel_in_process
 from .launcher import launch_argv
 from .live import Live
+from .record import ConversationRecord
 from .resume import ReplaySkip, resumed
 from .turns import Turn, TurnQueue
 from .worktree import Worktree
@@ -106,13 +107,14 @@ class Agent:
         self.system_prompt = system_prompt  # the user's --system-prompt (ACP systemPrompt where offered)
         self.system_prompt_mode = system_prompt_mode
         self.conversation = Conversation()
+        self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
         self.status = AgentStatus.STARTING
         self.error: str | None = None
         self.on_status: Observers[[Agent]] = Observers(f"status of {self.name}")
         self.controls = Controls(self)
         self.turns = TurnQueue(self)
         self.live: Live | None = None
-        self.transcript: Transcript | None = None
+        self._transcript: Transcript | None = None
         self.previous_transcript: Path | None = None  # the file before a restart (its header names it)
         self.auth_required: AuthRequired | None = None
         self.auth_prompt: list[dict[str, Any]] | None = None  # the prompt refused with auth_required (-32000)
@@ -652,6 +654,17 @@ class Agent:
         session.client.terminals.kill_now()
         if session.alive:
             kill_group_now(session.pid)
+
+    @property
+    def transcript(self) -> Transcript | None:
+        """The transcript file of the current process (None between a process and the next)."""
+        return self._transcript
+
+    @transcript.setter
+    def transcript(self, transcript: Transcript | None) -> None:
+        self._transcript = transcript
+        if transcript is not None:
+            self.keeper.attached()  # a new segment: its mark, and the notices that waited for it
 
     def __repr__(self) -> str:
         return f"<Agent {self.name} ({self.harness.id}) {self.status}>"

@@ -268,9 +268,10 @@ class Live:
         if self.replay.skip(update):  # already in the conversation, rebuilt from the transcript
             return
         conversation = self.agent.conversation
-        update = adapt(self.agent.harness.short_id, conversation, update)
-        if update is not None:
-            conversation.apply(update if isinstance(update, dict) else {"value": update})
+        with self.agent.keeper.folding():  # what the fold adds (an adapter's notice) a replay adds again
+            update = adapt(self.agent.harness.short_id, conversation, update)
+            if update is not None:
+                conversation.apply(update if isinstance(update, dict) else {"value": update})
 
     def _fold_child(self, session_id: str, update: Any) -> None:
         """An update of a child session (a subagent): into its nested conversation."""

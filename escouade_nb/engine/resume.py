@@ -160,8 +160,12 @@ def resumed(cls: type[Agent], transcript_path: Path, harness: HarnessRef | None,
     setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode") if head.get(k) is not None}
     agent = cls(harness if harness is not None else missing_harness(head.get("harness", "?")),
                 program=program or "", name=head.get("agent"), cwd=head.get("cwd"), **{**setup, **kwargs})
-    info = tr.replay(iter(records), agent.conversation,
-                     adapt=lambda update: adapt(agent.harness.short_id, agent.conversation, update))
+    agent.keeper.paused = True  # what is rebuilt is on record already
+    try:
+        info = tr.replay(iter(records), agent.conversation,
+                         adapt=lambda update: adapt(agent.harness.short_id, agent.conversation, update))
+    finally:
+        agent.keeper.paused = False
     agent._resume_from(transcript_path, info.get("session_id"), ReplaySkip.of(expected_replay(records,
                                                                                              info.get("session_id"))))
     if harness is None:

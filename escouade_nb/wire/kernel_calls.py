@@ -38,7 +38,7 @@ replayed (``%escouade resume``): the card in its place, its answer, the output o
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.conversation import Conversation, Permission, ToolCall, frozen_request
@@ -113,12 +113,22 @@ class KernelReplay:
     that id) is :meth:`folded`: its tool call is noted, no second card; the ``card`` line
     makes the card."""
 
-    def __init__(self, records: Sequence[Any]) -> None:
+    def __init__(self, records: Sequence[Any], starts_segment: Callable[[Any], bool] = lambda rec: False) -> None:
+        """``starts_segment(record)``: whether a record starts another agent process's stretch
+        of the transcript (its ids are its own: a request is only folded into a card of its
+        own stretch)."""
         self._folded: set[int] = set()
-        passed = {_key(r.msg["id"]) for r in records if _passed_on(r)}
+        segment, seg = [], 0  # the stretch of each record: JSON-RPC ids are only unique in one
+        for r in records:
+            seg += starts_segment(r)
+            segment.append(seg)
+        passed = {(segment[i], _key(r.msg["id"])) for i, r in enumerate(records) if _passed_on(r)}
         ahead: set[str] = set()  # ids of card lines not claimed by a request yet, reading backwards
         is_request: set[str] = set()  # of those, the cards that ARE the agent's request (``request: true``)
         for i in range(len(records) - 1, -1, -1):
+            if starts_segment(records[i]):
+                ahead, is_request = set(), set()
+                continue
             card = _card_id(records[i])
             if card is not None:
                 ahead.add(card)
@@ -128,7 +138,8 @@ class KernelReplay:
                     is_request.discard(card)
                 continue
             asked = _request_id(records[i])
-            if asked is not None and asked in ahead and (asked in is_request or _key(records[i].msg["id"]) in passed):
+            if asked is not None and asked in ahead and \
+                    (asked in is_request or (segment[i], _key(records[i].msg["id"])) in passed):
                 ahead.discard(asked)
                 is_request.discard(asked)
                 self._folded.add(i)
@@ -146,8 +157,13 @@ class KernelReplay:
         if tcid and tcid not in conversation.tool_calls:
             conversation.apply({"sessionUpdate": "tool_call", **tool_call})
 
-    def apply(self, conversation: Conversation, data: dict[str, Any]) -> None:
-        """One ``kernel_tool`` line: a card, its answer, or its result (reads change nothing)."""
+    def new_segment(self) -> None:
+        """Another agent process's stretch begins: its tool call ids are its own."""
+        self.cards = {}
+
+    def apply(self, conversation: Conversation, data: dict[str, Any]) -> Permission | None:
+        """One ``kernel_tool`` line: a card (returned), its answer, or its result (reads
+        change nothing)."""
         phase = data.get("phase")
         call_id = str(data.get("call") or "")
         if phase == "card" and call_id:
@@ -167,6 +183,7 @@ class KernelReplay:
                 perm.tool_call.mcp = mcp
             self.cards[call_id] = perm
             self.made.append(perm)
+            return perm
         elif phase == "answer" and call_id in self.cards:
             outcome = "selected" if data.get("outcome") == "selected" else "cancelled"
             conversation.resolve_permission(self.cards[call_id], outcome, data.get("option_id") if outcome == "selected"
@@ -176,6 +193,7 @@ class KernelReplay:
             perm = self.cards[call_id]
             if perm.tool_call is not None:
                 self._result(conversation, perm, perm.tool_call, data)
+        return None
 
     @staticmethod
     def _result(conversation: Conversation, perm: Permission, call: ToolCall, data: dict[str, Any]) -> None:

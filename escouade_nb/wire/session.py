@@ -269,8 +269,9 @@ class AgentSession:
                    system_prompt: SystemPrompt | None = None, replay: bool = False) -> Any:
         """Reattach to ``resume`` when given: ``session/resume`` when the agent offers it
         (``sessionCapabilities.resume``: no replay, ``self.resumed``), else ``session/load``
-        when it advertises ``loadSession`` (``before_load()`` runs first: the replay folds
-        afresh; ``self.loaded``); else (or without ``resume``) ``session/new``. ``replay``:
+        when it advertises ``loadSession`` (``self.loaded``); ``before_load()`` runs first
+        in both cases: a replay folds afresh, and is folded once by an agent that replays
+        on ``session/resume`` although it must not; else (or without ``resume``) ``session/new``. ``replay``:
         the client has none of the session's history (a session of the agent's own list,
         no transcript): ``session/load`` is preferred then, for its replay.
         ``additional_directories`` (absolute) are sent only when the agent offers
@@ -291,10 +292,12 @@ class AgentSession:
         try:
             with anyio.fail_after(self.start_timeout):
                 if resume and offers(caps, "resume") and not (replay and caps.get("loadSession")):
+                    before_load()  # resume must not replay: an agent that does anyway is folded as a load's
                     result = await self.request("session/resume", {"sessionId": resume, **base, **extra},
                                                 timeout=self.start_timeout)
                     answer = ResumeSessionResponse.model_validate(result or {})
                     self.resumed = True
+                    self.router.flush_early(resume)  # such a replay came before the answer
                     session_id = resume
                 elif resume and caps.get("loadSession"):
                     before_load()

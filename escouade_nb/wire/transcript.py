@@ -12,6 +12,12 @@ start of that name in the same second), rotated by size
 A write that fails (disk full, read-only folder) never stops the session: the
 transcript turns itself off and reports the error once through ``on_error``.
 
+Segments: each agent process writes its own stretch, which starts with the file's header (a
+start, a restart), a ``resume`` event (a new kernel writes on in the same file) or our
+``segment`` event (:data:`SEGMENT_EVENT`); the agent's ids are only unique within one. The
+client's own events (``notice``, ``answer``, ``question``…) are described in
+:mod:`escouade_nb.engine.record`.
+
 Off the loop: a record is only formatted and queued in memory where it happens. On a
 running loop the queue is written by one writer thread, soon after (the agent's stream
 every :data:`STREAM_DELAY` seconds or :data:`BATCH_BYTES`, anything else at the loop's next
@@ -37,7 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..core.conversation import STOPPED_BY_YOU, Conversation
+from ..core.conversation import STOPPED_BY_YOU, Conversation, Question
 from . import kernel_calls
 
 MAX_BYTES = 20 * 1024 * 1024
@@ -49,6 +55,26 @@ STREAM_DELAY = 0.2
 """Seconds the agent's stream (``in`` lines) may wait in memory before it is written."""
 BATCH_BYTES = 128 * 1024
 """Queued bytes past which the queue is handed to the writer at once."""
+
+
+RECORD = 2
+"""What a segment of this version records besides the wire (``segment`` event's ``record``):
+the client's notices and every card's answer (:mod:`escouade_nb.engine.record`). A segment
+without it (older transcripts) has its notices derived from the wire (exits, Stop)."""
+SEGMENT_EVENT = "segment"
+"""The event that starts one agent process's stretch of a transcript (its ids are its own)."""
+NOTICE_EVENT = "notice"
+"""The event of a notice of the client, in its place."""
+ANSWER_EVENT = "answer"
+"""The event of a permission card's answer, with who answered."""
+QUESTION_EVENT = "question"
+"""The event of a question card made (a form, a link, questions written in text)."""
+QUESTION_ANSWER_EVENT = "question_answer"
+"""The event of a question card settled."""
+NOT_ASKED_EVENT = "not_asked"
+"""The event of the client's note on a call the agent ran without asking (``ToolCall.not_asked``)."""
+KERNEL_RESTARTED = "the kernel restarted"
+"""Why a card never answered before its process's stretch ended is shown cancelled."""
 
 
 class Record(BaseModel):
@@ -496,41 +522,86 @@ def summaries(folder: Path | None = None) -> list[Summary]:
     return [Summary(name, path, mtime, first_prompt(path)) for name, (mtime, path) in sorted(found.items())]
 
 
+def _starts_segment(rec: Record) -> bool:
+    """Whether ``rec`` starts a new agent process's stretch: a file's header (a start, a
+    restart), a ``resume`` (a new kernel's process writes on in the same file), or our
+    ``segment`` mark (each attach of a transcript)."""
+    return rec.kind == "header" or (rec.kind == "event" and rec.event in ("resume", SEGMENT_EVENT))
+
+
 def replay(records: Iterator[Record], conversation: Conversation,
            adapt: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Rebuild ``conversation`` from a transcript's records: the agent's updates (through
     ``adapt`` when given: the harness's adapters, as live; None drops one), the prompts
-    sent, the permission cards and how they were answered (the kernel's ``run_code`` cards
-    from escouade_nb's own lines: :mod:`.kernel_calls`), exits. Returns what the
-    records say of the session: ``{"session_id", "agent_capabilities", ...}``."""
+    sent, the permission cards and how they were answered, by whom (``answer`` events;
+    question cards: ``question`` events;
+    the kernel's ``run_code`` cards from escouade_nb's own lines: :mod:`.kernel_calls`),
+    the client's notices (``notice`` events; in segments older than :data:`RECORD`, the
+    exits and Stops), exits. The records are read segment by segment (one agent process
+    each, :func:`_starts_segment`): the agent's ids — JSON-RPC, tool call, message — are
+    only its process's, so a new segment forgets them (``Conversation.new_session``), ends
+    what the process left unfinished and shows a card it left pending cancelled
+    (:data:`KERNEL_RESTARTED`), as the live view did. Replaying the same records again
+    gives the same conversation. Returns what the records say of the session:
+    ``{"session_id", "agent_capabilities", ...}``."""
     info: dict[str, Any] = {}
-    cards: dict[Any, Any] = {}  # JSON-RPC id of a permission request -> its Permission
     records = list(records)
-    kernel = kernel_calls.KernelReplay(records)  # the kernel's run_code cards, from our own lines
+    kernel = kernel_calls.KernelReplay(records, _starts_segment)  # the kernel's run_code cards, from our own lines
     # the sessions this agent had: an update for any other one was dropped live, so it is here too
     sessions = {(r.data or {}).get("session_id") for r in records if r.kind == "event" and r.event == "session"}
     sessions |= {r.msg["result"]["sessionId"] for r in records if r.kind == "in" and isinstance(r.msg, dict)
                  and isinstance(r.msg.get("result"), dict) and "sessionId" in r.msg["result"]}
-    loads: set[Any] = set()  # ids of session/load requests not answered yet
+    # per segment: JSON-RPC id of a permission request -> its Permission; tool call id -> its cards
+    cards: dict[Any, Any] = {}
+    by_call: dict[str, list[Any]] = {}
+    questions: dict[Any, Question] = {}  # per segment: a question card's number -> it
+    reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
     prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
+    recorded = False  # this segment records the client's notices (RECORD): none are derived then
+    begun = quiet = False
     # a chunk's time (Message.first_at / last_at) is its record's, on the monotonic clock's scale
     stamp, base, clock = [0.0], time.monotonic() - time.time(), conversation.clock
     conversation.clock = lambda: stamp[0]
+
+    def end_segment() -> None:
+        for perm in [p for ps in by_call.values() for p in ps]:
+            if perm.state == "pending":  # never answered before its process went away
+                conversation.resolve_permission(perm, "cancelled", None, KERNEL_RESTARTED)
+        for question in questions.values():
+            conversation.resolve_question(question, "cancel")  # (a no-op for one answered)
+        conversation.cancel_unfinished()
+        conversation.close_messages()
+
+    def card_made(perm: Any) -> Any:
+        if perm.tool_call is not None:
+            by_call.setdefault(perm.tool_call.tool_call_id, []).append(perm)
+        return perm
+
     for index, rec in enumerate(records):
         msg = rec.msg or {}
         stamp[0] = rec.t + base
+        if _starts_segment(rec):
+            if not quiet:  # marks in a row (a header, then ours; ours, then a resume) start one segment
+                if begun:
+                    end_segment()
+                conversation.new_session()
+                cards, by_call, reloads, prompts, recorded, questions = {}, {}, set(), {}, False, {}
+                kernel.new_segment()
+            begun = quiet = True
+        else:
+            quiet = False
         if rec.kind == "header":
             info.update({k: v for k, v in rec.model_extra.items()} if rec.model_extra else {})
         elif rec.kind == "in":
             method = msg.get("method")
             params = msg.get("params") or {}
             if "id" in msg and "method" not in msg:
-                loads.discard(msg["id"])
+                reloads.discard(msg["id"])
                 stopped = prompts.pop(msg["id"], False)
-                if stopped and (msg.get("result") or {}).get("stopReason") == "cancelled":
+                if stopped and not recorded and (msg.get("result") or {}).get("stopReason") == "cancelled":
                     conversation.add_notice(STOPPED_BY_YOU)  # as live: the turn the user stopped (engine/turns.py)
             if method == "session/update":
-                if loads:  # the agent's replay of a reloaded session: already in the records before
+                if reloads:  # the agent's replay of a reloaded session: already in the records before
                     continue
                 if params.get("sessionId") in conversation.subagents:  # a child session (a subagent)
                     conversation.apply_child(params["sessionId"], params.get("update") or {})
@@ -544,17 +615,18 @@ def replay(records: Iterator[Record], conversation: Conversation,
                 kernel.note_call(conversation, params.get("toolCall") or {})  # live: no card, the server's is the one
             elif method == "session/request_permission" and "id" in msg:
                 child = conversation.subagents.get(params.get("sessionId"))  # a subagent's card is in its own
-                cards[msg["id"]] = (child.conversation if child is not None else conversation).add_permission(
+                perm = (child.conversation if child is not None else conversation).add_permission(
                     params.get("toolCall") or {}, params.get("options") or [])
+                cards[msg["id"]] = perm if child is not None else card_made(perm)
             elif isinstance(msg.get("result"), dict) and "sessionId" in msg["result"]:
                 if info.get("session_id") not in (None, msg["result"]["sessionId"]):
-                    conversation.new_session()  # a restart: message ids are the new session's
+                    conversation.new_session()  # another session: message ids are the new session's
                 info["session_id"] = msg["result"]["sessionId"]
             elif isinstance(msg.get("result"), dict) and "agentCapabilities" in msg["result"]:
                 info["agent_capabilities"] = msg["result"]["agentCapabilities"]
         elif rec.kind == "out":
-            if msg.get("method") == "session/load" and "id" in msg:
-                loads.add(msg["id"])
+            if msg.get("method") in ("session/load", "session/resume") and "id" in msg:
+                reloads.add(msg["id"])  # resume must not replay; an agent that does anyway is shown once
             if msg.get("method") == "session/prompt" and "id" in msg:
                 prompts[msg["id"]] = False
             elif msg.get("method") == "session/cancel" and \
@@ -576,17 +648,57 @@ def replay(records: Iterator[Record], conversation: Conversation,
                     conversation.resolve_permission(cards[msg["id"]], "cancelled")
         elif rec.kind == "event":
             data = rec.data or {}
-            if rec.event == "exit" and not data.get("expected"):
+            if rec.event == SEGMENT_EVENT:
+                recorded = (data.get("record") or 0) >= RECORD
+            elif rec.event == NOTICE_EVENT and recorded:
+                level = data.get("level") if data.get("level") in ("info", "warning", "error") else "info"
+                conversation.add_notice(str(data.get("text", "")), level=level, detail=str(data.get("detail") or ""))
+            elif rec.event == ANSWER_EVENT:
+                _answer(conversation, by_call, data)
+            elif rec.event == NOT_ASKED_EVENT and isinstance(data.get("text"), str):
+                call = conversation.tool_calls.get(str(data.get("call") or ""))
+                if call is not None:
+                    call.not_asked = data["text"]
+                    conversation.touch(call)
+            elif rec.event == QUESTION_EVENT:
+                questions[data.get("n")] = conversation.add_question(_question(data))
+            elif rec.event == QUESTION_ANSWER_EVENT and data.get("n") in questions:
+                state = data.get("state") if data.get("state") in ("accept", "decline", "cancel") else "cancel"
+                answer = data.get("answer") if isinstance(data.get("answer"), dict) else None
+                conversation.resolve_question(questions[data["n"]], state, answer)
+            elif rec.event == "exit" and not data.get("expected") and not recorded:
                 conversation.add_notice(f"Agent exited with code {data.get('code')}", level="error",
                                         detail=data.get("stderr_tail", ""))
             elif rec.event == "session":
                 info["session_id"] = data.get("session_id")
             elif rec.event == kernel_calls.EVENT:
-                kernel.apply(conversation, data)
+                made = kernel.apply(conversation, data)
+                if made is not None:
+                    card_made(made)
+    end_segment()
     conversation.clock = clock
-    for perm in [*cards.values(), *kernel.unanswered()]:  # a card never answered before the kernel went away
-        if perm.state == "pending":
-            conversation.resolve_permission(perm, "cancelled", None, "the kernel restarted")
-    conversation.cancel_unfinished()
-    conversation.close_messages()
     return info
+
+
+def _question(data: dict[str, Any]) -> Question:
+    """The question card of a ``question`` event, as it was made."""
+    def text(key: str) -> str | None:
+        return data[key] if isinstance(data.get(key), str) else None
+    mode = data.get("mode") if data.get("mode") in ("form", "url", "text") else "form"
+    return Question("", message=text("message") or "", mode=mode,
+                    schema=data.get("schema") if isinstance(data.get("schema"), dict) else None, url=text("url"),
+                    questions=[q for q in data.get("questions") or [] if isinstance(q, dict)],
+                    tool_call_id=text("tool_call_id"), elicitation_id=text("elicitation_id"))
+
+
+def _answer(conversation: Conversation, by_call: dict[str, list[Any]], data: dict[str, Any]) -> None:
+    """An ``answer`` event: the oldest card of that tool call still pending in this segment
+    is settled as the live one was, with who answered."""
+    perm = next((p for p in by_call.get(str(data.get("call") or ""), []) if p.state == "pending"), None)
+    if perm is None:
+        return
+    if isinstance(data.get("plan"), str):  # a plan to approve (the client knew it, from the harness's tools)
+        perm.plan = data["plan"]
+    outcome = "selected" if data.get("outcome") == "selected" else "cancelled"
+    conversation.resolve_permission(perm, outcome, data.get("option_id") if outcome == "selected" else None,
+                                    data.get("answered_by"), data.get("message"), denied=data.get("denied") is True)

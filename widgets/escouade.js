@@ -58,8 +58,80 @@ class Channel {
       this.apply({ ops: m.ops });
     }
   }
-  send(content) { this.model.send(content); }
-  close() { this.model.off("msg:custom", this.onmsg); }
+  send(content) {
+    if (this.closed) return;
+    try { this.model.send(content); } catch (e) { if (this.onfail) this.onfail(e); else throw e; }
+  }
+  close() { this.closed = true; this.model.off("msg:custom", this.onmsg); }
+}
+
+// -- is the kernel still there? ------------------------------------------------------------------
+// A view's model lives in its kernel: once the kernel is restarted, shut down or dead, the view is
+// only a picture of what was there and nothing in it can act. Any of these says so (once):
+// - the widget manager marks its models disconnected when the kernel restarts (`comm_live_update`;
+//   the view's element gets `jupyter-widgets-disconnected`) — at render already for a view drawn
+//   from saved widget state with no kernel;
+// - JupyterLab's kernel connection (the widget manager's `kernel`): its status goes `restarting`,
+//   `autorestarting` (it died; the server starts a new one) or `dead` (shut down), or it is
+//   disposed or replaced — no event is missed between two checks, the status is read too;
+// - a send that throws (a closed comm), in any front-end (Channel.onfail).
+// `gone(why)` is called once with "restarted", "died", "shut down" or "not running".
+const GONE = { restarting: "restarted", autorestarting: "died", dead: "shut down" };
+
+function watchKernel(model, el, gone) {
+  let over = false;
+  const wm = model.widget_manager;
+  let kernel = null;
+  try { kernel = (wm && wm.kernel) || null; } catch { kernel = null; }
+  const disconnected = () => !!el.closest(".jupyter-widgets-disconnected");
+  const check = () => {
+    if (over) return;
+    let why = null;
+    if (kernel) {
+      let now = kernel;
+      try { now = wm.kernel; } catch { now = null; }
+      if (kernel.isDisposed || now !== kernel) why = "shut down";
+      else if (GONE[kernel.status]) why = GONE[kernel.status];
+    }
+    if (!why && disconnected()) why = "restarted";
+    if (why) end(why);
+  };
+  const onStatus = (_k, status) => { if (GONE[status]) end(GONE[status]); else check(); };
+  const onDisposed = () => end("shut down");
+  const onLive = () => { check(); setTimeout(check, 0); }; // the view's own listener sets the class
+  // a kernel that died is first seen "restarting" (the server's word), then "autorestarting": the
+  // words are chosen a moment after the first sign, from all the signs seen by then
+  const seen = new Set();
+  let timer = null;
+  const end = (why) => {
+    if (over) return;
+    seen.add(why);
+    if (timer === null) timer = setTimeout(() => {
+      over = true;
+      stop();
+      gone(["died", "shut down", "restarted", "not running"].find((w) => seen.has(w)) || why);
+    }, 100);
+  };
+  const stop = () => {
+    model.off("comm_live_update", onLive);
+    if (kernel) {
+      try { kernel.statusChanged.disconnect(onStatus); kernel.disposed.disconnect(onDisposed); } catch { /* not Lumino */ }
+    }
+  };
+  model.on("comm_live_update", onLive);
+  if (kernel) {
+    try { kernel.statusChanged.connect(onStatus); kernel.disposed.connect(onDisposed); } catch { /* not Lumino */ }
+  }
+  if (disconnected()) end(kernel ? "restarted" : "not running");
+  else check();
+  return { stop: () => { over = true; clearTimeout(timer); stop(); }, end };
+}
+
+// What a view whose kernel is gone says (its `why` from watchKernel).
+function goneWords(why) {
+  const what = why === "not running" ? "This view's kernel is not running" : why === "died" ? "The kernel died"
+    : why === "shut down" ? "The kernel was shut down" : why === "restarted" ? "The kernel was restarted" : "The kernel is gone";
+  return what + ": this is what the view showed, and it can no longer act.";
 }
 
 // -- the file links of the conversation --------------------------------------------------------
@@ -170,9 +242,13 @@ class ConversationUI {
     this.scroll.addEventListener("scroll", () => { this.following = this.atBottom(); if (this.following) this.clearNew(); });
     // a narrower window (or a card's details opening) reflows the transcript: a view that was
     // following stays at the bottom
-    this.resized = new ResizeObserver(() => { if (this.following) this.scroll.scrollTop = 1e9; });
+    this.resized = new ResizeObserver((entries) => {
+      if (this.outer && entries.some((e) => e.target === this.outer)) this.fit();
+      if (this.following) this.scroll.scrollTop = 1e9;
+    });
     this.resized.observe(this.scroll);
     this.resized.observe(this.transcript);
+    if (kind === "agent") requestAnimationFrame(() => this.fit());
     this.root.addEventListener("click", (e) => this.click(e));
     this.root.addEventListener("input", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
     this.root.addEventListener("change", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
@@ -182,9 +258,53 @@ class ConversationUI {
       } else if (e.target.closest("input, textarea, select")) e.stopPropagation();
     });
     this.channel = new Channel(model, (m) => this.apply(m));
+    this.el = el;
+    this.channel.onfail = () => this.live.end("gone");
+    this.live = watchKernel(model, el, (why) => this.gone(why));
   }
 
-  act(content) { this.channel.send({ k: "act", ...content }); }
+  // The agent view is as tall as what its notebook shows of the page (the notebook's scroll
+  // area in JupyterLab and Notebook 7, else the window: VS Code's webview…), so that its head
+  // and its prompt box are on screen together with the transcript scrolling between them;
+  // followed as the window or the panel is resized. (Not the nearest scrolling ancestor: an
+  // output area scrolls too, and is as tall as the view.)
+  fit() {
+    if (!this.outer) {
+      this.outer = this.root.closest(".jp-WindowedPanel-outer, .jp-Notebook") || document.documentElement;
+      if (this.outer !== document.documentElement) this.resized.observe(this.outer);
+      else window.addEventListener("resize", this.onWindow = () => this.fit());
+    }
+    const room = this.outer === document.documentElement ? window.innerHeight : this.outer.clientHeight;
+    if (room > 0) this.root.style.setProperty("--esc-room", `${Math.max(200, room - 24)}px`);
+  }
+
+  act(content) { if (!this.dead) this.channel.send({ k: "act", ...content }); }
+
+  // The kernel is gone: say so where the pinned card and the head's status were, and leave
+  // nothing that looks as if it could act (what only scrolls or unfolds the view still works).
+  gone(why) {
+    this.dead = why;
+    this.channel.close();
+    this.root.classList.add("esc-dead");
+    if (this.channel.seq < 0 && this.el.escCompanion) this.el.escCompanion.classList.remove("esc-companion-hidden");
+    this.drawDead();
+  }
+
+  drawDead() {
+    const name = this.head && this.head.name;
+    const words = goneWords(this.dead) + (name ? ` %escouade resume ${name} in a cell brings ${name} back with its conversation.` : "");
+    const status = this.headEl.querySelector(".esc-head-main .esc-status");
+    if (status) { status.className = "esc-status esc-st-failed"; status.textContent = `● kernel ${this.dead}`; status.title = words; }
+    for (const n of this.headEl.querySelectorAll(".esc-stop, .esc-menu")) n.remove();
+    this.signIn.replaceChildren();
+    this.queued.replaceChildren();
+    for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) n.classList.remove("esc-pinned");
+    const note = h("div", { class: "esc-gone", role: "status" }, h("b", { text: "⚠ " }), h("span", { text: goneWords(this.dead) + " " }));
+    if (name) note.append(h("code", { text: `%escouade resume ${name}` }), h("span", { text: ` in a cell brings ${name} back with its conversation.` }));
+    this.pins.replaceChildren(note);
+    for (const c of this.root.querySelectorAll("button, textarea, select, input")) if (!c.classList.contains("esc-new")) c.disabled = true;
+    if (this.box) { this.box.placeholder = `No kernel: %escouade resume ${name || "NAME"} brings the agent back`; this.hideComplete(); }
+  }
 
   atBottom() { const s = this.scroll; return s.scrollHeight - s.scrollTop - s.clientHeight < AT_BOTTOM; }
   toBottom() { this.scroll.scrollTop = 1e9; this.following = true; this.clearNew(); } // clamped by the browser
@@ -211,6 +331,7 @@ class ConversationUI {
       added += r.added; grew = grew || r.grew; snap = snap || !!m.snap;
     }
     this.drawPins();
+    if (this.dead) this.drawDead();
     if (snap || follow) { this.scroll.scrollTop = 1e9; this.following = true; }
     else if (added || grew) {
       this.newCount += added;
@@ -311,6 +432,7 @@ class ConversationUI {
 
   // -- what waits for you, pinned by the prompt box ----------------------------------------------
   drawPins() {
+    if (this.dead) return;
     const pending = [...this.transcript.querySelectorAll(':scope > .esc-item[data-p="1"]')];
     for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) if (n !== pending[0]) n.classList.remove("esc-pinned");
     if (!pending.length) { this.pins.replaceChildren(); this.pinKey = null; return; }
@@ -395,7 +517,8 @@ class ConversationUI {
     this.queued.replaceChildren(...(head.queued || []).map((t) => h("div", { class: "esc-queued-item", title: t }, h("span", { class: "esc-badge", text: "queued" }), h("span", { text: " " + t }))));
     if (this.box) {
       this.box.placeholder = head.placeholder || "";
-      this.sendBtn.disabled = !(head.can && head.can.send);
+      // an agent that takes no prompt (closed, exited…): its box is off and its hint says why
+      this.sendBtn.disabled = this.box.disabled = !(head.can && head.can.send);
     }
   }
 
@@ -523,7 +646,10 @@ class ConversationUI {
   pick(c) { this.box.value = "/" + c.name + " "; this.hideComplete(); this.box.focus(); }
   hideComplete() { this.complete.hidden = true; this.choices = []; }
 
-  close() { this.channel.close(); this.resized.disconnect(); }
+  close() {
+    this.channel.close(); this.resized.disconnect(); this.live.stop();
+    if (this.onWindow) window.removeEventListener("resize", this.onWindow);
+  }
 }
 
 function fmt(n) { return n >= 10000 ? Math.round(n / 1000) + "k" : String(n); }

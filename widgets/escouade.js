@@ -5,6 +5,7 @@
 
 const AT_BOTTOM = 8; // px: "at the bottom" for stick-to-bottom
 const SETTLE_MS = 500; // a card's keys act only after it has been in place this long
+const GESTURE_MS = 800; // a scroll this soon after your wheel, touch, key or scrollbar press is yours
 const REVEAL_FRAMES = 24; // streamed text is revealed over about this many frames (~400 ms, a batch's time)
 
 function h(tag, props = {}, ...children) {
@@ -239,7 +240,20 @@ class ConversationUI {
     // whether the view follows the conversation: read when the user (or we) scroll, never in a
     // frame that writes (no forced layout per frame, however many views stream at once)
     this.following = true;
-    this.scroll.addEventListener("scroll", () => { this.following = this.atBottom(); if (this.following) this.clearNew(); });
+    // Only you stop the following: a scroll that leaves the end without a gesture of yours
+    // (a window resize, Chrome keeping the focused box in sight, a reflow) is undone. Your
+    // gestures: the wheel, a touch, a key, a press on the scrollbar.
+    this.scroll.addEventListener("scroll", () => {
+      if (this.atBottom()) { this.following = true; this.clearNew(); }
+      else if (this.following && !this.userScrolls()) this.scroll.scrollTop = 1e9;
+      else this.following = false;
+    });
+    const gesture = () => { this.gestureAt = performance.now(); };
+    for (const ev of ["wheel", "touchmove"]) this.scroll.addEventListener(ev, gesture, { passive: true });
+    this.root.addEventListener("keydown", gesture, { passive: true });
+    this.scroll.addEventListener("pointerdown", (e) => { if (e.target === this.scroll) { this.dragging = true; gesture(); } });
+    this.onPointerUp = () => { if (this.dragging) { this.dragging = false; gesture(); } };
+    window.addEventListener("pointerup", this.onPointerUp);
     // a narrower window (or a card's details opening) reflows the transcript: a view that was
     // following stays at the bottom
     this.resized = new ResizeObserver((entries) => {
@@ -306,6 +320,7 @@ class ConversationUI {
     if (this.box) { this.box.placeholder = `No kernel: %escouade resume ${name || "NAME"} brings the agent back`; this.hideComplete(); }
   }
 
+  userScrolls() { return this.dragging || performance.now() - (this.gestureAt || -1e9) < GESTURE_MS; }
   atBottom() { const s = this.scroll; return s.scrollHeight - s.scrollTop - s.clientHeight < AT_BOTTOM; }
   toBottom() { this.scroll.scrollTop = 1e9; this.following = true; this.clearNew(); } // clamped by the browser
   clearNew() { this.newCount = 0; this.newText = false; this.newBtn.hidden = true; }
@@ -463,6 +478,7 @@ class ConversationUI {
   jumpTo(key) {
     const node = this.items.get(key);
     if (!node) return;
+    this.following = false; // you asked to read there
     this.scroll.scrollTop = node.offsetTop - this.transcript.offsetTop - 8;
     node.classList.add("esc-flash");
     setTimeout(() => node.classList.remove("esc-flash"), 1200);
@@ -649,6 +665,7 @@ class ConversationUI {
   close() {
     this.channel.close(); this.resized.disconnect(); this.live.stop();
     if (this.onWindow) window.removeEventListener("resize", this.onWindow);
+    window.removeEventListener("pointerup", this.onPointerUp);
   }
 }
 

@@ -135,6 +135,16 @@ function goneWords(why) {
   return what + ": this is what the view showed, and it can no longer act.";
 }
 
+// The squad and the journal once their kernel is gone: the words on top, every control off.
+function goneView(ui, why, after) {
+  ui.dead = why;
+  ui.channel.close();
+  ui.root.classList.add("esc-dead");
+  for (const c of ui.root.querySelectorAll("button, textarea, select, input")) c.disabled = true;
+  const note = h("div", { class: "esc-gone", role: "status" }, h("b", { text: "⚠ " }), h("span", { text: goneWords(why) + " " + after }));
+  ui.root.querySelector(".esc-head").after(note);
+}
+
 // -- the file links of the conversation --------------------------------------------------------
 function pageConfig() {
   try { return JSON.parse(document.getElementById("jupyter-config-data").textContent); } catch { return {}; }
@@ -313,6 +323,13 @@ class ConversationUI {
     this.signIn.replaceChildren();
     this.queued.replaceChildren();
     for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) n.classList.remove("esc-pinned");
+    // what was still waiting or running never will: its status word says so
+    for (const st of this.transcript.querySelectorAll(".esc-st-waiting, .esc-st-in_progress, .esc-st-pending")) {
+      if (!st.classList.contains("esc-status")) continue;
+      const words = st.classList.contains("esc-st-waiting") ? "not answered: no kernel" : "stopped with the kernel";
+      st.className = "esc-status esc-st-cancelled";
+      st.textContent = (st.textContent.startsWith("●") ? "● " : "") + words;
+    }
     const note = h("div", { class: "esc-gone", role: "status" }, h("b", { text: "⚠ " }), h("span", { text: goneWords(this.dead) + " " }));
     if (name) note.append(h("code", { text: `%escouade resume ${name}` }), h("span", { text: ` in a cell brings ${name} back with its conversation.` }));
     this.pins.replaceChildren(note);
@@ -689,6 +706,12 @@ class SquadUI {
     this.onOpened = () => this.showOpened();
     model.on("change:opened", this.onOpened);
     this.showOpened();
+    this.channel.onfail = () => this.live.end("gone");
+    this.live = watchKernel(model, el, (why) => {
+      clearInterval(this.timer);
+      this.confirming = null;
+      goneView(this, why, "%escouade resume NAME brings an agent back; %escouade squad shows the squad again.");
+    });
   }
 
   act(content) { this.channel.send({ k: "act", ...content }); }
@@ -741,7 +764,7 @@ class SquadUI {
     card.innerHTML = p.html; // escaped by Python (widgets/render.py)
     const buttons = [...card.querySelectorAll("button[data-act]")];
     buttons.forEach((b, i) => { b.disabled = true; if (i < 9) b.prepend(h("kbd", { text: String(i + 1) }), " "); });
-    setTimeout(() => { if (this.pendingKey === key) buttons.forEach((b) => { b.disabled = false; }); }, SETTLE_MS);
+    setTimeout(() => { if (this.pendingKey === key && !this.dead) buttons.forEach((b) => { b.disabled = false; }); }, SETTLE_MS);
     this.pendingCount = h("span", { class: "esc-pin-count", text: count });
     this.pending.replaceChildren(h("div", { class: "esc-pin-head" }, this.pendingCount), card);
   }
@@ -820,7 +843,7 @@ class SquadUI {
     }
   }
 
-  close() { clearInterval(this.timer); this.channel.close(); this.model.off("change:opened", this.onOpened); if (this.openedView) this.openedView.remove(); }
+  close() { clearInterval(this.timer); this.channel.close(); this.live.stop(); this.model.off("change:opened", this.onOpened); if (this.openedView) this.openedView.remove(); }
 }
 
 // -- the rule plugins' journal ------------------------------------------------------------------
@@ -844,6 +867,8 @@ class JournalUI {
     this.text.addEventListener("input", () => { clearTimeout(this.typing); this.typing = setTimeout(send, 150); });
     this.text.addEventListener("keydown", (e) => e.stopPropagation());
     this.channel = new Channel(model, (m) => this.apply(m));
+    this.channel.onfail = () => this.live.end("gone");
+    this.live = watchKernel(model, el, (why) => goneView(this, why, "Run its cell again once the kernel is back."));
   }
 
   apply(m) {
@@ -890,7 +915,7 @@ class JournalUI {
     this.count.textContent = `${s.count} entries${more}`;
   }
 
-  close() { this.channel.close(); }
+  close() { this.channel.close(); this.live.stop(); }
 }
 
 function ago(t) {

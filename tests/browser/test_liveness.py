@@ -108,14 +108,22 @@ def test_a_view_whose_kernel_is_gone_says_so(nb):
     down from the menu."""
     (nb.work / "notes.txt").write_text("Buy milk.\n")
     page = nb.page
-    view = open_agent(nb)
+    view = open_agent(nb, "%escouade squad")
+    nb.run_cell(2)
+    squad = nb.output(2).locator(".esc-view.esc-squad")
     nb.send(view, "Please edit notes.txt", key="Enter")
     allow = pins(view).locator("button", has_text="Allow once")
     allow.wait_for()
     nb.wait_status(view, "waiting for you")
+    squad.locator(".esc-squad-pending button", has_text="Allow once").wait_for()
     errors = len(nb.errors)
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.restartKernel()")
     kernel_gone(nb, view, "fake", "restarted")
+    # the squad view too: it says so, and none of its buttons (the card's, the rows') is on
+    assert "The kernel was restarted" in squad.locator(".esc-gone").inner_text()
+    assert squad.evaluate(LIVE_CONTROLS) == []
+    card = view.locator(".esc-transcript .esc-item[data-p='1']")
+    assert "not answered" in card.locator(".esc-tool-header .esc-status").inner_text()
     nb.shot(view, "kernel-restarted")
     try:
         set_theme(nb, "JupyterLab Dark")

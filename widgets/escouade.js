@@ -310,7 +310,9 @@ class ConversationUI {
     this.dead = why;
     this.channel.close();
     this.root.classList.add("esc-dead");
-    if (this.channel.seq < 0 && this.el.escCompanion) this.el.escCompanion.classList.remove("esc-companion-hidden");
+    // never given its content (drawn from saved widget state with no kernel): the saved form shows
+    this.el.escNoCompanionHiding = this.channel.seq < 0;
+    if (this.el.escNoCompanionHiding && this.el.escCompanion) this.el.escCompanion.classList.remove("esc-companion-hidden");
     this.drawDead();
   }
 
@@ -930,7 +932,7 @@ function hideCompanion(el, tries = 20) {
   const child = el.closest(".jp-OutputArea-child");
   if (!child) { if (tries > 0) setTimeout(() => hideCompanion(el, tries - 1), 50); return null; }
   const before = child.previousElementSibling;
-  if (before && before.querySelector(".esc-saved")) { before.classList.add("esc-companion-hidden"); el.escCompanion = before; }
+  if (before && before.querySelector(".esc-saved") && !el.escNoCompanionHiding) { before.classList.add("esc-companion-hidden"); el.escCompanion = before; }
   return before;
 }
 

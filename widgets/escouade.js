@@ -45,7 +45,7 @@ class Channel {
     model.on("msg:custom", this.onmsg);
     this.ask();
   }
-  ask() { this.model.send({ k: "snap?", rid: this.rid }); }
+  ask() { this.send({ k: "snap?", rid: this.rid }); }
   receive(m) {
     if (!m) return;
     if (m.k === "snap") {
@@ -61,7 +61,7 @@ class Channel {
   }
   send(content) {
     if (this.closed) return;
-    try { this.model.send(content); } catch (e) { if (this.onfail) this.onfail(e); else throw e; }
+    try { this.model.send(content); } catch (e) { this.failed = true; if (this.onfail) this.onfail(e); }
   }
   close() { this.closed = true; this.model.off("msg:custom", this.onmsg); }
 }
@@ -75,11 +75,11 @@ class Channel {
 // - JupyterLab's kernel connection (the widget manager's `kernel`): its status goes `restarting`,
 //   `autorestarting` (it died; the server starts a new one) or `dead` (shut down), or it is
 //   disposed or replaced — no event is missed between two checks, the status is read too;
-// - a send that throws (a closed comm), in any front-end (Channel.onfail).
+// - a send of `channel` that throws (a closed comm), in any front-end.
 // `gone(why)` is called once with "restarted", "died", "shut down" or "not running".
 const GONE = { restarting: "restarted", autorestarting: "died", dead: "shut down" };
 
-function watchKernel(model, el, gone) {
+function watchKernel(model, el, channel, gone) {
   let over = false;
   const wm = model.widget_manager;
   let kernel = null;
@@ -110,7 +110,7 @@ function watchKernel(model, el, gone) {
     if (timer === null) timer = setTimeout(() => {
       over = true;
       stop();
-      gone(["died", "shut down", "restarted", "not running"].find((w) => seen.has(w)) || why);
+      gone(["died", "shut down", "restarted", "not running", "gone"].find((w) => seen.has(w)) || why);
     }, 100);
   };
   const stop = () => {
@@ -125,6 +125,8 @@ function watchKernel(model, el, gone) {
   }
   if (disconnected()) end(kernel ? "restarted" : "not running");
   else check();
+  channel.onfail = () => end("gone");
+  if (channel.failed) end("gone"); // its first send (the snapshot's request) already failed
   return { stop: () => { over = true; clearTimeout(timer); stop(); }, end };
 }
 
@@ -260,7 +262,7 @@ class ConversationUI {
     });
     const gesture = () => { this.gestureAt = performance.now(); };
     for (const ev of ["wheel", "touchmove"]) this.scroll.addEventListener(ev, gesture, { passive: true });
-    this.root.addEventListener("keydown", gesture, { passive: true });
+    this.root.addEventListener("keydown", (e) => { if (!e.target.closest("input, textarea, select")) gesture(); }, { passive: true });
     this.scroll.addEventListener("pointerdown", (e) => { if (e.target === this.scroll) { this.dragging = true; gesture(); } });
     this.onPointerUp = () => { if (this.dragging) { this.dragging = false; gesture(); } };
     window.addEventListener("pointerup", this.onPointerUp);
@@ -283,8 +285,7 @@ class ConversationUI {
     });
     this.channel = new Channel(model, (m) => this.apply(m));
     this.el = el;
-    this.channel.onfail = () => this.live.end("gone");
-    this.live = watchKernel(model, el, (why) => this.gone(why));
+    this.live = watchKernel(model, el, this.channel, (why) => this.gone(why));
   }
 
   // The agent view is as tall as what its notebook shows of the page (the notebook's scroll
@@ -708,8 +709,7 @@ class SquadUI {
     this.onOpened = () => this.showOpened();
     model.on("change:opened", this.onOpened);
     this.showOpened();
-    this.channel.onfail = () => this.live.end("gone");
-    this.live = watchKernel(model, el, (why) => {
+    this.live = watchKernel(model, el, this.channel, (why) => {
       clearInterval(this.timer);
       this.confirming = null;
       goneView(this, why, "%escouade resume NAME brings an agent back; %escouade squad shows the squad again.");
@@ -869,8 +869,7 @@ class JournalUI {
     this.text.addEventListener("input", () => { clearTimeout(this.typing); this.typing = setTimeout(send, 150); });
     this.text.addEventListener("keydown", (e) => e.stopPropagation());
     this.channel = new Channel(model, (m) => this.apply(m));
-    this.channel.onfail = () => this.live.end("gone");
-    this.live = watchKernel(model, el, (why) => goneView(this, why, "Run its cell again once the kernel is back."));
+    this.live = watchKernel(model, el, this.channel, (why) => goneView(this, why, "Run its cell again once the kernel is back."));
   }
 
   apply(m) {

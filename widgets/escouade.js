@@ -5,6 +5,7 @@
 
 const AT_BOTTOM = 8; // px: "at the bottom" for stick-to-bottom
 const SETTLE_MS = 500; // a card's keys act only after it has been in place this long
+const GESTURE_MS = 800; // a scroll this soon after your wheel, touch, key or scrollbar press is yours
 const REVEAL_FRAMES = 24; // streamed text is revealed over about this many frames (~400 ms, a batch's time)
 
 function h(tag, props = {}, ...children) {
@@ -44,7 +45,7 @@ class Channel {
     model.on("msg:custom", this.onmsg);
     this.ask();
   }
-  ask() { this.model.send({ k: "snap?", rid: this.rid }); }
+  ask() { this.send({ k: "snap?", rid: this.rid }); }
   receive(m) {
     if (!m) return;
     if (m.k === "snap") {
@@ -58,8 +59,92 @@ class Channel {
       this.apply({ ops: m.ops });
     }
   }
-  send(content) { this.model.send(content); }
-  close() { this.model.off("msg:custom", this.onmsg); }
+  send(content) {
+    if (this.closed) return;
+    try { this.model.send(content); } catch (e) { this.failed = true; if (this.onfail) this.onfail(e); }
+  }
+  close() { this.closed = true; this.model.off("msg:custom", this.onmsg); }
+}
+
+// -- is the kernel still there? ------------------------------------------------------------------
+// A view's model lives in its kernel: once the kernel is restarted, shut down or dead, the view is
+// only a picture of what was there and nothing in it can act. Any of these says so (once):
+// - the widget manager marks its models disconnected when the kernel restarts (`comm_live_update`;
+//   the view's element gets `jupyter-widgets-disconnected`) — at render already for a view drawn
+//   from saved widget state with no kernel;
+// - JupyterLab's kernel connection (the widget manager's `kernel`): its status goes `restarting`,
+//   `autorestarting` (it died; the server starts a new one) or `dead` (shut down), or it is
+//   disposed or replaced — no event is missed between two checks, the status is read too;
+// - a send of `channel` that throws (a closed comm), in any front-end.
+// `gone(why)` is called once with "restarted", "died", "shut down" or "not running".
+const GONE = { restarting: "restarted", autorestarting: "died", dead: "shut down" };
+
+function watchKernel(model, el, channel, gone) {
+  let over = false;
+  const wm = model.widget_manager;
+  let kernel = null;
+  try { kernel = (wm && wm.kernel) || null; } catch { kernel = null; }
+  const disconnected = () => !!el.closest(".jupyter-widgets-disconnected");
+  const check = () => {
+    if (over) return;
+    let why = null;
+    if (kernel) {
+      let now = kernel;
+      try { now = wm.kernel; } catch { now = null; }
+      if (kernel.isDisposed || now !== kernel) why = "shut down";
+      else if (GONE[kernel.status]) why = GONE[kernel.status];
+    }
+    if (!why && disconnected()) why = "restarted";
+    if (why) end(why);
+  };
+  const onStatus = (_k, status) => { if (GONE[status]) end(GONE[status]); else check(); };
+  const onDisposed = () => end("shut down");
+  const onLive = () => { check(); setTimeout(check, 0); }; // the view's own listener sets the class
+  // a kernel that died is first seen "restarting" (the server's word), then "autorestarting": the
+  // words are chosen a moment after the first sign, from all the signs seen by then
+  const seen = new Set();
+  let timer = null;
+  const end = (why) => {
+    if (over) return;
+    seen.add(why);
+    if (timer === null) timer = setTimeout(() => {
+      over = true;
+      stop();
+      gone(["died", "shut down", "restarted", "not running", "gone"].find((w) => seen.has(w)) || why);
+    }, 100);
+  };
+  const stop = () => {
+    model.off("comm_live_update", onLive);
+    if (kernel) {
+      try { kernel.statusChanged.disconnect(onStatus); kernel.disposed.disconnect(onDisposed); } catch { /* not Lumino */ }
+    }
+  };
+  model.on("comm_live_update", onLive);
+  if (kernel) {
+    try { kernel.statusChanged.connect(onStatus); kernel.disposed.connect(onDisposed); } catch { /* not Lumino */ }
+  }
+  if (disconnected()) end(kernel ? "restarted" : "not running");
+  else check();
+  channel.onfail = () => end("gone");
+  if (channel.failed) end("gone"); // its first send (the snapshot's request) already failed
+  return { stop: () => { over = true; clearTimeout(timer); stop(); }, end };
+}
+
+// What a view whose kernel is gone says (its `why` from watchKernel).
+function goneWords(why) {
+  const what = why === "not running" ? "This view's kernel is not running" : why === "died" ? "The kernel died"
+    : why === "shut down" ? "The kernel was shut down" : why === "restarted" ? "The kernel was restarted" : "The kernel is gone";
+  return what + ": this is what the view showed, and it can no longer act.";
+}
+
+// The squad and the journal once their kernel is gone: the words on top, every control off.
+function goneView(ui, why, after) {
+  ui.dead = why;
+  ui.channel.close();
+  ui.root.classList.add("esc-dead");
+  for (const c of ui.root.querySelectorAll("button, textarea, select, input")) c.disabled = true;
+  const note = h("div", { class: "esc-gone", role: "status" }, h("b", { text: "⚠ " }), h("span", { text: goneWords(why) + " " + after }));
+  ui.root.querySelector(".esc-head").after(note);
 }
 
 // -- the file links of the conversation --------------------------------------------------------
@@ -167,12 +252,29 @@ class ConversationUI {
     // whether the view follows the conversation: read when the user (or we) scroll, never in a
     // frame that writes (no forced layout per frame, however many views stream at once)
     this.following = true;
-    this.scroll.addEventListener("scroll", () => { this.following = this.atBottom(); if (this.following) this.clearNew(); });
+    // Only you stop the following: a scroll that leaves the end without a gesture of yours
+    // (a window resize, Chrome keeping the focused box in sight, a reflow) is undone. Your
+    // gestures: the wheel, a touch, a key, a press on the scrollbar.
+    this.scroll.addEventListener("scroll", () => {
+      if (this.atBottom()) { this.following = true; this.clearNew(); }
+      else if (this.following && !this.userScrolls()) this.scroll.scrollTop = 1e9;
+      else this.following = false;
+    });
+    const gesture = () => { this.gestureAt = performance.now(); };
+    for (const ev of ["wheel", "touchmove"]) this.scroll.addEventListener(ev, gesture, { passive: true });
+    this.root.addEventListener("keydown", (e) => { if (!e.target.closest("input, textarea, select")) gesture(); }, { passive: true });
+    this.scroll.addEventListener("pointerdown", (e) => { if (e.target === this.scroll) { this.dragging = true; gesture(); } });
+    this.onPointerUp = () => { if (this.dragging) { this.dragging = false; gesture(); } };
+    window.addEventListener("pointerup", this.onPointerUp);
     // a narrower window (or a card's details opening) reflows the transcript: a view that was
     // following stays at the bottom
-    this.resized = new ResizeObserver(() => { if (this.following) this.scroll.scrollTop = 1e9; });
+    this.resized = new ResizeObserver((entries) => {
+      if (this.outer && entries.some((e) => e.target === this.outer)) this.fit();
+      if (this.following) this.scroll.scrollTop = 1e9;
+    });
     this.resized.observe(this.scroll);
     this.resized.observe(this.transcript);
+    if (kind === "agent") requestAnimationFrame(() => this.fit());
     this.root.addEventListener("click", (e) => this.click(e));
     this.root.addEventListener("input", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
     this.root.addEventListener("change", (e) => { if (e.target.dataset && e.target.dataset.field) e.target.dataset.touched = "1"; });
@@ -182,10 +284,63 @@ class ConversationUI {
       } else if (e.target.closest("input, textarea, select")) e.stopPropagation();
     });
     this.channel = new Channel(model, (m) => this.apply(m));
+    this.el = el;
+    this.live = watchKernel(model, el, this.channel, (why) => this.gone(why));
   }
 
-  act(content) { this.channel.send({ k: "act", ...content }); }
+  // The agent view is as tall as what its notebook shows of the page (the notebook's scroll
+  // area in JupyterLab and Notebook 7, else the window: VS Code's webview…), so that its head
+  // and its prompt box are on screen together with the transcript scrolling between them;
+  // followed as the window or the panel is resized. (Not the nearest scrolling ancestor: an
+  // output area scrolls too, and is as tall as the view.)
+  fit() {
+    if (!this.outer) {
+      this.outer = this.root.closest(".jp-WindowedPanel-outer, .jp-Notebook") || document.documentElement;
+      if (this.outer !== document.documentElement) this.resized.observe(this.outer);
+      else window.addEventListener("resize", this.onWindow = () => this.fit());
+    }
+    const room = this.outer === document.documentElement ? window.innerHeight : this.outer.clientHeight;
+    if (room > 0) this.root.style.setProperty("--esc-room", `${Math.max(200, room - 24)}px`);
+  }
 
+  act(content) { if (!this.dead) this.channel.send({ k: "act", ...content }); }
+
+  // The kernel is gone: say so where the pinned card and the head's status were, and leave
+  // nothing that looks as if it could act (what only scrolls or unfolds the view still works).
+  gone(why) {
+    this.dead = why;
+    this.channel.close();
+    this.root.classList.add("esc-dead");
+    // never given its content (drawn from saved widget state with no kernel): the saved form shows
+    this.el.escNoCompanionHiding = this.channel.seq < 0;
+    if (this.el.escNoCompanionHiding && this.el.escCompanion) this.el.escCompanion.classList.remove("esc-companion-hidden");
+    this.drawDead();
+  }
+
+  drawDead() {
+    const name = this.head && this.head.name;
+    const words = goneWords(this.dead) + (name ? ` %escouade resume ${name} in a cell brings ${name} back with its conversation.` : "");
+    const status = this.headEl.querySelector(".esc-head-main .esc-status");
+    if (status) { status.className = "esc-status esc-st-failed"; status.textContent = `● kernel ${this.dead}`; status.title = words; }
+    for (const n of this.headEl.querySelectorAll(".esc-stop, .esc-menu")) n.remove();
+    this.signIn.replaceChildren();
+    this.queued.replaceChildren();
+    for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) n.classList.remove("esc-pinned");
+    // what was still waiting or running never will: its status word says so
+    for (const st of this.transcript.querySelectorAll(".esc-st-waiting, .esc-st-in_progress, .esc-st-pending")) {
+      if (!st.classList.contains("esc-status")) continue;
+      const words = st.classList.contains("esc-st-waiting") ? "not answered: no kernel" : "stopped with the kernel";
+      st.className = "esc-status esc-st-cancelled";
+      st.textContent = (st.textContent.startsWith("●") ? "● " : "") + words;
+    }
+    const note = h("div", { class: "esc-gone", role: "status" }, h("b", { text: "⚠ " }), h("span", { text: goneWords(this.dead) + " " }));
+    if (name) note.append(h("code", { text: `%escouade resume ${name}` }), h("span", { text: ` in a cell brings ${name} back with its conversation.` }));
+    this.pins.replaceChildren(note);
+    for (const c of this.root.querySelectorAll("button, textarea, select, input")) if (!c.classList.contains("esc-new")) c.disabled = true;
+    if (this.box) { this.box.placeholder = `No kernel: %escouade resume ${name || "NAME"} brings the agent back`; this.hideComplete(); }
+  }
+
+  userScrolls() { return this.dragging || performance.now() - (this.gestureAt || -1e9) < GESTURE_MS; }
   atBottom() { const s = this.scroll; return s.scrollHeight - s.scrollTop - s.clientHeight < AT_BOTTOM; }
   toBottom() { this.scroll.scrollTop = 1e9; this.following = true; this.clearNew(); } // clamped by the browser
   clearNew() { this.newCount = 0; this.newText = false; this.newBtn.hidden = true; }
@@ -211,6 +366,7 @@ class ConversationUI {
       added += r.added; grew = grew || r.grew; snap = snap || !!m.snap;
     }
     this.drawPins();
+    if (this.dead) this.drawDead();
     if (snap || follow) { this.scroll.scrollTop = 1e9; this.following = true; }
     else if (added || grew) {
       this.newCount += added;
@@ -311,6 +467,7 @@ class ConversationUI {
 
   // -- what waits for you, pinned by the prompt box ----------------------------------------------
   drawPins() {
+    if (this.dead) return;
     const pending = [...this.transcript.querySelectorAll(':scope > .esc-item[data-p="1"]')];
     for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) if (n !== pending[0]) n.classList.remove("esc-pinned");
     if (!pending.length) { this.pins.replaceChildren(); this.pinKey = null; return; }
@@ -341,6 +498,7 @@ class ConversationUI {
   jumpTo(key) {
     const node = this.items.get(key);
     if (!node) return;
+    this.following = false; // you asked to read there
     this.scroll.scrollTop = node.offsetTop - this.transcript.offsetTop - 8;
     node.classList.add("esc-flash");
     setTimeout(() => node.classList.remove("esc-flash"), 1200);
@@ -395,7 +553,8 @@ class ConversationUI {
     this.queued.replaceChildren(...(head.queued || []).map((t) => h("div", { class: "esc-queued-item", title: t }, h("span", { class: "esc-badge", text: "queued" }), h("span", { text: " " + t }))));
     if (this.box) {
       this.box.placeholder = head.placeholder || "";
-      this.sendBtn.disabled = !(head.can && head.can.send);
+      // an agent that takes no prompt (closed, exited…): its box is off and its hint says why
+      this.sendBtn.disabled = this.box.disabled = !(head.can && head.can.send);
     }
   }
 
@@ -523,7 +682,11 @@ class ConversationUI {
   pick(c) { this.box.value = "/" + c.name + " "; this.hideComplete(); this.box.focus(); }
   hideComplete() { this.complete.hidden = true; this.choices = []; }
 
-  close() { this.channel.close(); this.resized.disconnect(); }
+  close() {
+    this.channel.close(); this.resized.disconnect(); this.live.stop();
+    if (this.onWindow) window.removeEventListener("resize", this.onWindow);
+    window.removeEventListener("pointerup", this.onPointerUp);
+  }
 }
 
 function fmt(n) { return n >= 10000 ? Math.round(n / 1000) + "k" : String(n); }
@@ -546,6 +709,11 @@ class SquadUI {
     this.onOpened = () => this.showOpened();
     model.on("change:opened", this.onOpened);
     this.showOpened();
+    this.live = watchKernel(model, el, this.channel, (why) => {
+      clearInterval(this.timer);
+      this.confirming = null;
+      goneView(this, why, "%escouade resume NAME brings an agent back; %escouade squad shows the squad again.");
+    });
   }
 
   act(content) { this.channel.send({ k: "act", ...content }); }
@@ -598,7 +766,7 @@ class SquadUI {
     card.innerHTML = p.html; // escaped by Python (widgets/render.py)
     const buttons = [...card.querySelectorAll("button[data-act]")];
     buttons.forEach((b, i) => { b.disabled = true; if (i < 9) b.prepend(h("kbd", { text: String(i + 1) }), " "); });
-    setTimeout(() => { if (this.pendingKey === key) buttons.forEach((b) => { b.disabled = false; }); }, SETTLE_MS);
+    setTimeout(() => { if (this.pendingKey === key && !this.dead) buttons.forEach((b) => { b.disabled = false; }); }, SETTLE_MS);
     this.pendingCount = h("span", { class: "esc-pin-count", text: count });
     this.pending.replaceChildren(h("div", { class: "esc-pin-head" }, this.pendingCount), card);
   }
@@ -677,7 +845,7 @@ class SquadUI {
     }
   }
 
-  close() { clearInterval(this.timer); this.channel.close(); this.model.off("change:opened", this.onOpened); if (this.openedView) this.openedView.remove(); }
+  close() { clearInterval(this.timer); this.channel.close(); this.live.stop(); this.model.off("change:opened", this.onOpened); if (this.openedView) this.openedView.remove(); }
 }
 
 // -- the rule plugins' journal ------------------------------------------------------------------
@@ -701,6 +869,7 @@ class JournalUI {
     this.text.addEventListener("input", () => { clearTimeout(this.typing); this.typing = setTimeout(send, 150); });
     this.text.addEventListener("keydown", (e) => e.stopPropagation());
     this.channel = new Channel(model, (m) => this.apply(m));
+    this.live = watchKernel(model, el, this.channel, (why) => goneView(this, why, "Run its cell again once the kernel is back."));
   }
 
   apply(m) {
@@ -747,7 +916,7 @@ class JournalUI {
     this.count.textContent = `${s.count} entries${more}`;
   }
 
-  close() { this.channel.close(); }
+  close() { this.channel.close(); this.live.stop(); }
 }
 
 function ago(t) {
@@ -762,7 +931,7 @@ function hideCompanion(el, tries = 20) {
   const child = el.closest(".jp-OutputArea-child");
   if (!child) { if (tries > 0) setTimeout(() => hideCompanion(el, tries - 1), 50); return null; }
   const before = child.previousElementSibling;
-  if (before && before.querySelector(".esc-saved")) { before.classList.add("esc-companion-hidden"); el.escCompanion = before; }
+  if (before && before.querySelector(".esc-saved") && !el.escNoCompanionHiding) { before.classList.add("esc-companion-hidden"); el.escCompanion = before; }
   return before;
 }
 

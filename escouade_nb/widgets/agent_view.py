@@ -121,6 +121,16 @@ def status_line(agent: Agent) -> str:
     return f"{agent.name} · {agent.harness.harness.display_name}{_where(agent)} · {status}"
 
 
+def _placeholder(name: str, status: AgentStatus, words: str) -> str:
+    """The prompt box's hint: how to write to ``name``, or why it takes nothing now (the
+    box is then disabled) and what brings the agent back."""
+    if status in CAN_SEND:
+        return f"Message {name}… (Enter sends, Shift+Enter: new line, / commands)"
+    if status in CAN_RESTART:
+        return f"{name} is {words}: no prompt can be sent. ⋯ → Restart… starts it again (this conversation stays)"
+    return f"{name}: {words} — no prompt can be sent"
+
+
 def _prompt_text(turn: Turn) -> str:
     return "".join(b.get("text", "") for b in turn.prompt if isinstance(b, dict) and b.get("type") == "text")
 
@@ -433,7 +443,7 @@ class AgentView(ConversationView):
         return {
             "name": a.name, "harness": a.harness.harness.display_name, "folder": str(a.cwd), "where": _where(a),
             "status": str(status), "status_text": text, "tone": STATUS_TONE.get(status, "idle"),
-            "title": conv.title, "placeholder": f"Message {a.name}… (Enter sends, Shift+Enter: new line, / commands)",
+            "title": conv.title, "placeholder": _placeholder(a.name, status, text),
             "usage": {"used": usage.get("used"), "size": usage.get("size"),
                       "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else None}
             if usage else None,

@@ -245,7 +245,7 @@ class EscouadeMagics(Magics):
                 raise _UsageError(str(exc).strip("'\"")) from None
             from .widgets.compare_view import CompareView
             view = CompareView(turns)
-            squad.restat_soon(turns, view.refresh)
+            squad.restat_soon(turns, view.finish)  # the comparison freezes, the saved form is made
             _show(view)
             return None
         agent = squad.agents.get(name)

@@ -750,6 +750,81 @@ class JournalUI {
   close() { this.channel.close(); }
 }
 
+// -- one prompt's turns side by side, and their comparison -------------------------------------------
+// The columns are the turn views (child models, in the synced `columns`); the heads, the table
+// (escaped HTML from Python) and what changed since it froze come in the state.
+class CompareUI {
+  constructor(model, el) {
+    this.model = model;
+    this.root = h("div", { class: "esc-view esc-compare escouade-compare" });
+    this.cols = h("div", { class: "esc-compare-cols" });
+    this.state = h("div", { class: "esc-compare-state esc-dim" });
+    this.table = h("div", { class: "esc-table-wrap esc-compare-table" });
+    this.since = h("div", { class: "esc-compare-since-list" });
+    this.root.append(this.cols, this.state, this.table, this.since);
+    el.append(this.root);
+    this.slots = []; // per column: { id, col, head, body, view }
+    this.onColumns = () => this.mount();
+    model.on("change:columns", this.onColumns);
+    this.mount();
+    this.channel = new Channel(model, (m) => this.apply(m));
+  }
+
+  apply(m) {
+    const s = m.snap || (m.ops || []).filter((o) => o[0] === "cp").map((o) => o[1]).pop();
+    if (s) this.draw(s);
+  }
+
+  slot(i) {
+    while (this.slots.length <= i) {
+      const head = h("div", { class: "escouade-compare-head esc-compare-head" });
+      const body = h("div", { class: "esc-compare-body" });
+      const col = h("div", { class: "esc-compare-col" }, head, body);
+      this.cols.append(col);
+      this.slots.push({ id: null, col, head, body, view: null });
+    }
+    return this.slots[i];
+  }
+
+  async mount() {
+    const refs = this.model.get("columns") || [];
+    const manager = this.model.widget_manager;
+    await Promise.all(refs.map(async (ref, i) => {
+      const id = typeof ref === "string" && ref.startsWith("IPY_MODEL_") ? ref.slice(10) : null;
+      const s = this.slot(i);
+      if (s.id === id) return;
+      s.id = id;
+      if (s.view) { s.view.remove(); s.view = null; }
+      s.body.replaceChildren();
+      if (!id) return;
+      try {
+        const view = await manager.create_view(await manager.get_model(id));
+        if (s.id !== id) { view.remove(); return; }
+        s.view = view;
+        s.body.append(view.el);
+      } catch (err) {
+        s.body.append(h("div", { class: "esc-dim", text: `This turn could not be shown here: ${err}` }));
+      }
+    }));
+  }
+
+  draw(s) {
+    s.heads.forEach((hd, i) => {
+      this.slot(i).head.replaceChildren(h("b", { class: "esc-name", text: hd.name }),
+        h("span", { class: "esc-dim", text: ` · ${hd.harness}${hd.where || ""}` }));
+    });
+    this.state.textContent = s.frozen ? "The comparison, as the turns ended:" : "";
+    this.table.innerHTML = s.table; // escaped by Python (engine/compare.py)
+    this.since.replaceChildren(...(s.since || []).map((t) => h("div", { class: "esc-compare-since", text: t })));
+  }
+
+  close() {
+    this.channel.close();
+    this.model.off("change:columns", this.onColumns);
+    for (const s of this.slots) if (s.view) s.view.remove();
+  }
+}
+
 function ago(t) {
   if (t === null || t === undefined || Number.isNaN(t)) return "—";
   const s = Math.max(0, Math.floor(Date.now() / 1000 - t));
@@ -770,7 +845,7 @@ function render({ model, el }) {
   el.classList.add("esc-root");
   const kind = model.get("kind");
   const ui = kind === "squad" ? new SquadUI(model, el) : kind === "journal" ? new JournalUI(model, el)
-    : new ConversationUI(model, el, kind);
+    : kind === "compare" ? new CompareUI(model, el) : new ConversationUI(model, el, kind);
   hideCompanion(el);
   return () => {
     ui.close();

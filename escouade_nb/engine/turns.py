@@ -57,6 +57,7 @@ class Turn:
         self.status = "queued"
         self.started: float | None = None  # time.monotonic() when it was sent to the agent
         self.ended: float | None = None  # …and when it ended
+        self.usage_before: dict[str, Any] | None = None  # the agent's usage when it was sent (per-turn deltas)
         self._done = running_loop("agent.send()").create_future()  # NoEventLoop, said plainly, outside a loop
 
     @property
@@ -179,6 +180,7 @@ class TurnQueue:
         self.current = turn
         turn.status = "running"
         turn.started = time.monotonic()
+        turn.usage_before = dict(agent.conversation.usage or {})
         agent.set_status(AgentStatus.WORKING)
         turn.prompt, notices = gate(turn.prompt, agent.agent_capabilities.get("promptCapabilities") or {},
                                     who=agent.name)

@@ -1,0 +1,141 @@
+"""What outlasts the live views of ``%%escouade a,b`` (side by side turns and their
+comparison), ``%escouade sessions`` and ``%escouade update``: a notebook executed by nbclient
+in a real kernel, saved, and read back by nbconvert without any kernel — the record a
+person sees on GitHub."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.kernel
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+def _execute(tmp_path: Path, cells: list[str], monkeypatch) -> nbformat.NotebookNode:
+    """``cells`` run by nbclient in a fresh kernel (cwd ``tmp_path``), saved to
+    ``tmp_path/nb.ipynb`` and read back from the file."""
+    import nbclient
+
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    return nbformat.read(path, as_version=4)
+
+
+def _nbconvert(tmp_path: Path, name: str = "nb") -> str:
+    done = subprocess.run([str(Path(sys.executable).parent / "jupyter-nbconvert"), "--to", "html", f"{name}.ipynb"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return (tmp_path / f"{name}.html").read_text()
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    (repo / "notes.txt").write_text("Buy milk.\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "notes.txt"], ["commit", "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env={**GIT_ENV, "PATH": "/usr/bin:/bin"})
+    return repo
+
+
+COMPARE_CELLS = [
+    "%load_ext escouade_nb",
+    "a = %escouade fake --cwd proj --as a --worktree\nb = %escouade fake --cwd proj --as b --worktree\n"
+    "await a.ready(); await b.ready()",
+    "%%escouade a,b\nPlease edit notes.txt",
+    # answer both cards from code (as a click would), then wait for the comparison to freeze
+    "import asyncio, gc\nfrom escouade_nb.widgets.compare_view import CompareView\n"
+    "for x in (a, b):\n    (await x.next_permission(timeout=60)).choose('allow_once')\n"
+    "view = next(v for v in gc.get_objects() if isinstance(v, CompareView))\n"
+    "for _ in range(600):\n    if view.comparison.frozen is not None: break\n    await asyncio.sleep(0.05)\n"
+    "frozen = [dict(r) for r in view.comparison.frozen]",
+    "from escouade_nb.engine.squad import get_squad\nprint(await get_squad().merge('a'))\nawait asyncio.sleep(0.3)",
+    "print(view.comparison.rows(durations=False))",
+]
+
+
+def _outputs(cell) -> tuple[str, str]:
+    """(all text/html, all text/plain) of a cell's saved outputs."""
+    htmls, plains = [], []
+    for out in cell.outputs:
+        data = out.get("data") or {}
+        htmls.append(data.get("text/html", ""))
+        plains.append(data.get("text/plain", "") if "data" in out else out.get("text", ""))
+    return "".join(htmls), "\n".join(plains)
+
+
+def test_side_by_side_turns_saved_whole_with_their_frozen_comparison(tmp_path, monkeypatch):
+    """Item 1: the ``%%escouade a,b`` cell saved by nbclient and read by nbconvert holds the
+    finished turns side by side and the comparison (no "turn queued", no widget needed);
+    item 8: the comparison froze when the turns ended — a merge afterwards does not turn a's
+    "1 file changed" into "none" but is said apart ("merged into main since"); tokens and
+    cost are the turn's own; agent time and waiting time are apart."""
+    _repo(tmp_path)
+    nb = _execute(tmp_path, COMPARE_CELLS, monkeypatch)
+    html, plain = _outputs(nb.cells[2])
+    assert "turn queued" not in plain and "queued" not in html.replace("esc-queued", "")
+    for name in ("a", "b"):  # each finished turn, whole: its prompt, its card and who answered, its reply
+        assert f"{name}: turn end_turn" in plain
+    assert plain.count("Edited notes.txt.") == 2 and html.count("Edited notes.txt.") == 2
+    assert html.count("Allowed once by you") >= 4  # the two cards, and the two rows of the table
+    assert "escouade-comparison" in html and "merged into main since" in html
+    table = html[html.index("<table class='escouade-comparison'>"):]
+    assert str(tmp_path) not in table and "proj.worktrees" not in table  # our own parts: no path of this machine
+    # the frozen table: a's files changed at the turn's end, kept after the merge
+    rows = [line.split("  ") for line in plain.splitlines() if line.startswith(("a ", "b "))]
+    assert len(rows) == 2 and all(any("1 file changed, +1 -0 (notes.txt)" in c for c in r) for r in rows), rows
+    assert "a: merged into main since" in plain
+    live = eval(nb.cells[5].outputs[0]["text"])  # noqa: S307 - our own repr of rows
+    assert [r["files changed"] for r in live] == ["1 file changed, +1 -0 (notes.txt)"] * 2  # not "none"
+    assert [(r["tokens"], r["cost"]) for r in live] == [("+1200 (1200/200000)", "0.004 USD")] * 2  # this turn's
+    # nbconvert (GitHub's view) shows the same, without a kernel
+    page = _nbconvert(tmp_path)
+    assert page.count("Edited notes.txt.") >= 2 and "merged into main since" in page
+    assert "turn queued" not in page
+
+
+def test_a_turn_waiting_for_a_card_is_waiting_in_its_head_and_its_column(tmp_path, monkeypatch):
+    """Item 10 (``%%escouade`` cells): while a card waits, the turn's own head, the
+    comparison's row and core.status say the same words; the agent time leaves out the
+    time the card waited, which is counted apart."""
+    from kernel_client import Kernel, wait_for
+
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    _repo(tmp_path)
+    k = Kernel(tmp_path)
+    try:
+        k.run(COMPARE_CELLS[0])
+        k.run(COMPARE_CELLS[1])
+        k.run(COMPARE_CELLS[2])
+        k.run("import gc\nfrom escouade_nb.widgets.compare_view import CompareView\n"
+              "view = next(v for v in gc.get_objects() if isinstance(v, CompareView))")
+        wait_for(k, "a.status == 'waiting' and b.status == 'waiting'", timeout=60)
+        out = k.run("import time; time.sleep(0.3)\n"
+                    "print(repr(view.views[0].head()['status_text']), repr(view.comparison.row(0)['stop']),"
+                    " repr(view.head(view.turns[0])))").text
+        assert out.strip() == ("'waiting for you' 'waiting for you' "
+                               "{'name': 'a', 'harness': 'Fake', 'where': ' · worktree escouade/a (off main) · no changes'}"), out
+        k.run("for x in (a, b):\n    (await x.next_permission(timeout=60)).choose('allow_once')\n"
+              "await a.turns.current.wait() if a.turns.current else None")
+        wait_for(k, "view.comparison.frozen is not None", timeout=60)
+        out = k.run("t = view.turns[0]; c = view.comparison\n"
+                    "print(c.waiting_time(0) > 0.25, abs(float(c.frozen[0]['agent time'][:-2]) + c.waiting_time(0)"
+                    " - t.duration) < 0.11)").text
+        assert out.split() == ["True", "True"], out
+    finally:
+        k.shutdown()

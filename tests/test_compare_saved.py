@@ -56,14 +56,15 @@ COMPARE_CELLS = [
     "a = %escouade fake --cwd proj --as a --worktree\nb = %escouade fake --cwd proj --as b --worktree\n"
     "await a.ready(); await b.ready()",
     "%%escouade a,b\nPlease edit notes.txt",
-    # answer both cards from code (as a click would), then wait for the comparison to freeze
+    # answer both cards from code (as a click would), then wait for the turns' end and the re-counted diff stats
     "import asyncio, gc\nfrom escouade_nb.widgets.compare_view import CompareView\n"
     "for x in (a, b):\n    (await x.next_permission(timeout=60)).choose('allow_once')\n"
     "view = next(v for v in gc.get_objects() if isinstance(v, CompareView))\n"
-    "for _ in range(600):\n    if view.comparison.frozen is not None: break\n    await asyncio.sleep(0.05)\n"
-    "frozen = [dict(r) for r in view.comparison.frozen]",
+    "for _ in range(600):\n"
+    "    if all(t.done for t in view.turns) and repr(view).count('1 file changed') == 2: break\n"
+    "    await asyncio.sleep(0.05)",
     "from escouade_nb.engine.squad import get_squad\nprint(await get_squad().merge('a'))\nawait asyncio.sleep(0.3)",
-    "print(view.comparison.rows(durations=False))",
+    "print(repr(view).split('\\n\\n')[-2:])",
 ]
 
 
@@ -98,9 +99,12 @@ def test_side_by_side_turns_saved_whole_with_their_frozen_comparison(tmp_path, m
     rows = [line.split("  ") for line in plain.splitlines() if line.startswith(("a ", "b "))]
     assert len(rows) == 2 and all(any("1 file changed, +1 -0 (notes.txt)" in c for c in r) for r in rows), rows
     assert "a: merged into main since" in plain
-    live = eval(nb.cells[5].outputs[0]["text"])  # noqa: S307 - our own repr of rows
-    assert [r["files changed"] for r in live] == ["1 file changed, +1 -0 (notes.txt)"] * 2  # not "none"
-    assert [(r["tokens"], r["cost"]) for r in live] == [("+1200 (1200/200000)", "0.004 USD")] * 2  # this turn's
+    table, since = eval(nb.cells[5].outputs[0]["text"])  # noqa: S307 - the view's text after the merge: a list
+    head, *rows = [[c.strip() for c in line.split("  ") if c.strip()] for line in table.splitlines()]
+    assert head[-3:] == ["files changed", "tool calls", "cards"], head
+    assert [r[-3] for r in rows] == ["1 file changed, +1 -0 (notes.txt)"] * 2, rows  # not "none": a record
+    assert [r[2:4] for r in rows] == [["+1200 (1200/200000)", "0.004 USD"]] * 2, rows  # this turn's tokens, cost
+    assert since == "a: merged into main since"
     # nbconvert (GitHub's view) shows the same, without a kernel
     page = _nbconvert(tmp_path)
     assert page.count("Edited notes.txt.") >= 2 and "merged into main since" in page
@@ -125,11 +129,11 @@ def test_a_turn_waiting_for_a_card_is_waiting_in_its_head_and_its_column(tmp_pat
         k.run("import gc\nfrom escouade_nb.widgets.compare_view import CompareView\n"
               "view = next(v for v in gc.get_objects() if isinstance(v, CompareView))")
         wait_for(k, "a.status == 'waiting' and b.status == 'waiting'", timeout=60)
-        out = k.run("import time; time.sleep(0.3)\n"
-                    "print(repr(view.views[0].head()['status_text']), repr(view.comparison.row(0)['stop']),"
-                    " repr(view.head(view.turns[0])))").text
-        assert out.strip() == ("'waiting for you' 'waiting for you' "
-                               "{'name': 'a', 'harness': 'Fake', 'where': ' · worktree escouade/a (off main) · no changes'}"), out
+        out = k.run("import time; time.sleep(0.3)\nfrom escouade_nb.engine.compare import comparison\n"
+                    "print(repr(view.views[0].head()['status_text']), repr(comparison(view.turns)[0]['stop']))").text
+        assert out.strip() == "'waiting for you' 'waiting for you'", out  # the turn's head, its row: the same
+        out = k.run("print(repr(view.head(view.turns[0])))").text  # the column's head: whose, not a second status
+        assert out.strip() == "{'name': 'a', 'harness': 'Fake', 'where': ' · worktree escouade/a (off main) · no changes'}"
         k.run("for x in (a, b):\n    (await x.next_permission(timeout=60)).choose('allow_once')\n"
               "await a.turns.current.wait() if a.turns.current else None")
         wait_for(k, "view.comparison.frozen is not None", timeout=60)

@@ -143,3 +143,44 @@ def test_a_turn_waiting_for_a_card_is_waiting_in_its_head_and_its_column(tmp_pat
         assert out.split() == ["True", "True"], out
     finally:
         k.shutdown()
+
+
+def test_sessions_list_and_update_outcome_saved_without_their_kernel(tmp_path, monkeypatch):
+    """The sessions view saves the list as a static table and the update view its outcome as
+    text: read back from the saved notebook by nbconvert, with no kernel and nothing transient
+    ("asking … for its sessions…", "running…", "version unknown")."""
+    import json
+    import os
+    import sysconfig
+
+    monkeypatch.setenv("PATH", sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", ""))
+    plugins = tmp_path / "plugins"
+    (plugins / "updatable").mkdir(parents=True)
+    (plugins / "updatable" / "escouade-plugin.json").write_text(json.dumps({
+        "id": "test.updatable", "name": "Updatable",
+        "contributes": {"harnesses": [{
+            "id": "updatable", "name": "Updatable", "locate": {"names": ["escouade-fake-agent"]},
+            "updateCommand": "echo updating the agent && echo done", "acp": {"args": []}}]}}))
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
+    wait = ("import asyncio, gc\nfrom escouade_nb.widgets.{mod} import {cls}\n"
+            "for _ in range(400):\n    if [v for v in gc.get_objects() if isinstance(v, {cls}) and {cond}]: break\n"
+            "    await asyncio.sleep(0.05)\nawait asyncio.sleep(0.2)")
+    # each waits in its own cell: what comes after a cell has ended reaches nbclient only while a
+    # later cell runs (JupyterLab takes it at any time)
+    nb = _execute(tmp_path, [
+        "%load_ext escouade_nb",
+        "f = %escouade fake --as f\nawait f.send('Plan the week')",
+        "%escouade sessions f\n" + wait.format(mod="sessions_view", cls="SessionsView", cond="v.page.sessions"),
+        "%escouade update updatable --yes\n" + wait.format(mod="update_view", cls="UpdateView",
+                                                          cond="v.result and v.before"),
+    ], monkeypatch)
+    html, plain = _outputs(nb.cells[2])
+    assert "<table" in html and "Sessions of f" in html and "Plan the week" in html
+    assert plain.lstrip().startswith("Sessions of f:") and "Plan the week" in plain
+    assert "asking f for its sessions" not in plain + html
+    html, plain = _outputs(nb.cells[3])
+    assert "updated; version now: <b>0.1.0</b>" in html and "done" in html
+    assert "exit code 0; version now 0.1.0" in plain
+    assert "running" not in (html + plain).lower() and "version unknown" not in html + plain
+    page = _nbconvert(tmp_path)
+    assert "Plan the week" in page and "updated; version now" in page

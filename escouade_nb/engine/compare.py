@@ -33,6 +33,9 @@ from .workspace import EDIT_KINDS, paths_of
 
 COLUMNS = ("agent", "stop", "agent time", "waiting for you", "tokens", "cost", "files changed", "tool calls",
            "cards")
+SHORT = ("agent", "stop", "agent time", "waiting for you", "tokens", "cost", "tool calls")
+"""The columns whose cells never wrap (numbers with their unit)."""
+_NOWRAP = " class='esc-nowrap'"
 TIMES = ("agent time", "waiting for you")
 """The columns left out with ``durations=False`` (they differ from run to run)."""
 
@@ -260,6 +263,6 @@ def comparison_html(source: list[Turn] | Comparison | list[dict[str, str]], *, d
     rows = _rows_of(source, durations)
     cols = [c for c in COLUMNS if durations or c not in TIMES]
     head = "".join(f"<th style='text-align:left;padding:0 8px'>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td style='padding:0 8px'>{html.escape(r[c])}</td>" for c in cols) + "</tr>"
-                   for r in rows)
+    body = "".join("<tr>" + "".join(f"<td style='padding:0 8px'{_NOWRAP if c in SHORT else ''}>{html.escape(r[c])}</td>"
+                                    for c in cols) + "</tr>" for r in rows)
     return f"<table class='escouade-comparison'><tr>{head}</tr>{body}</table>"

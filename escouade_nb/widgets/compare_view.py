@@ -138,6 +138,7 @@ class CompareView(FrontView):
         notes = "".join(f'<div class="esc-compare-since">{esc(line)}</div>' for line in since)
         body = (f'<div class="esc-view esc-compare escouade-compare esc-saved">'
                 f'<div class="esc-compare-cols">{"".join(columns)}</div>'
+                f'<div class="esc-compare-state esc-dim">The comparison, as the turns ended:</div>'
                 f'<div class="esc-table-wrap esc-compare-table">{comparison_html(self.comparison)}</div>'
                 f'{notes}</div>')
         return {"text/plain": self.text(), "text/html": static_page(body) + HIDE_ORPHAN}

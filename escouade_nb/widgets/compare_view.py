@@ -27,9 +27,10 @@ from ..engine.turns import Turn
 from .agent_view import TurnView, _prompt_text, _where
 from .front import HIDE_ORPHAN, FrontView, _static_css, static_page
 from .render import esc
+from .views import CurrentText
 
 
-class CompareView(FrontView):
+class CompareView(CurrentText, FrontView):
     """The turns of one prompt, one column each, and their comparison (see the module).
     ``views``: the turn views, in order; ``comparison``: the
     :class:`~..engine.compare.Comparison`. ``close()`` closes the turn views."""
@@ -44,7 +45,7 @@ class CompareView(FrontView):
         self.views = [TurnView(t, cell=None) for t in self.turns]
         self.columns = list(self.views)
         self._sent: dict | None = None
-        self._saved_since: list[str] | None = None
+        self._saved_since: list[str] = []
         for turn in self.turns:
             turn.add_done_callback(lambda _t: self.refresh())
         for agent in {id(t.agent): t.agent for t in self.turns}.values():
@@ -88,34 +89,13 @@ class CompareView(FrontView):
         self.update_companion(final=True)
 
     # -- saved forms --------------------------------------------------------------------------------
-    def _ipython_display_(self) -> None:
-        """The companion, then the widget — its output kept too, so that its ``text/plain``
-        never goes stale: a sentence saying what the view is while it runs, nothing once the
-        companion holds the whole text (else nbconvert would print it twice)."""
-        from IPython.display import display
-
-        self._companion = display(self.companion_bundle(), raw=True, display_id=True)
-        data, meta = self._repr_mimebundle_()
-        self._widget_bundle = (data, meta)
-        self._widget_out = display(data, metadata=meta, raw=True, display_id=True)
-
-    def _repr_mimebundle_(self, **kwargs: Any):
-        data, meta = super()._repr_mimebundle_(**kwargs)
-        if data:
-            names = ", ".join(t.agent.name for t in self.turns)
-            data["text/plain"] = (f"{names}: one prompt side by side (the turns and their comparison show "
-                                  f"above once they have all ended)")
-        return data, meta
-
-    def update_companion(self, final: bool = False) -> None:
-        super().update_companion(final)
-        out = getattr(self, "_widget_out", None)
-        if final and out is not None:
-            data, meta = self._widget_bundle
-            try:
-                out.update({**data, "text/plain": ""}, metadata=meta, raw=True)
-            except Exception:  # noqa: BLE001 - the saved form above holds the text anyway
-                pass
+    def widget_text(self, final: bool) -> str:
+        """The widget output's text: a sentence saying what it is while the turns run (their
+        ``queued``/``working`` would go stale), nothing once the saved form above holds the text."""
+        if final:
+            return ""
+        return (f"{', '.join(t.agent.name for t in self.turns)}: one prompt side by side (the turns and their "
+                f"comparison show above once they have all ended)")
 
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
         if not final or self.comparison.frozen is None:
@@ -158,7 +138,8 @@ class CompareView(FrontView):
         changed since it froze)."""
         parts = [repr(v) for v in self.views]
         since = self.comparison.since()
-        return "\n\n".join([*parts, comparison_text(self.comparison, durations=False), *(["\n".join(since)] if since else [])])
+        table = comparison_text(self.comparison, durations=False)
+        return "\n\n".join([*parts, table, *(["\n".join(since)] if since else [])])
 
     def release(self) -> None:
         for view in self.views:

@@ -24,9 +24,10 @@ from ..core.render_text import sessions_text
 from .agent_view import AgentView, _run
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
+from .views import CurrentText
 
 
-class SessionsView(FrontView):
+class SessionsView(CurrentText, FrontView):
     """``page`` (a :class:`~escouade_nb.wire.session.SessionPage`) of ``agent``'s own
     sessions, from ``squad``. ``deleted`` the ids deleted here; ``confirming`` the ids whose
     deletion is being asked; ``opened`` the agents opened here; ``note`` what the last
@@ -44,7 +45,6 @@ class SessionsView(FrontView):
         self.opened: list[Any] = []
         self.note = ""
         self._opened_view: AgentView | None = None
-        self._widget_out = None
         self.actions.update(open=lambda m: self.open_session(self._id(m)),
                             ask_delete=lambda m: self.ask_delete(self._id(m)),
                             keep=lambda m: self.keep(self._id(m)),
@@ -108,8 +108,8 @@ class SessionsView(FrontView):
 
     # -- to the browser ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        rows = [{"id": i["sessionId"], "updated": str(i.get("updatedAt") or "-"), "title": str(i.get("title") or "(untitled)"),
-                 "state": "deleted" if i["sessionId"] in self.deleted else
+        rows = [{"id": i["sessionId"], "updated": str(i.get("updatedAt") or "-"),
+                 "title": str(i.get("title") or "(untitled)"), "state": "deleted" if i["sessionId"] in self.deleted else
                  "confirm" if i["sessionId"] in self.confirming else "shown"} for i in self.page.sessions]
         return {"agent": self.agent.name, "harness": self.agent.harness.short_id, "rows": rows,
                 "can_delete": self.can_delete, "more": self.page.next_cursor, "note": self.note}
@@ -147,20 +147,11 @@ class SessionsView(FrontView):
         html = static_page(f'<div class="esc-view esc-sessions esc-saved">{body}</div>') + HIDE_ORPHAN
         return {"text/plain": repr(self), "text/html": html}
 
-    def show(self, companion: Any, widget: Any) -> None:
-        """Show the view in two outputs made before the list came (display handles, see
-        ``%escouade sessions``): the saved form, then the widget (its own ``text/plain`` empty:
-        the saved form carries the text)."""
-        self._companion = companion
-        companion.update(self.companion_bundle(final=True), raw=True)
-        data, meta = self._repr_mimebundle_()
-        widget.update({**data, "text/plain": ""}, metadata=meta, raw=True)
-
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         self.show(display({"text/plain": ""}, raw=True, display_id=True),
-                  display({"text/plain": ""}, raw=True, display_id=True))
+                  display({"text/plain": ""}, raw=True, display_id=True))  # the list is final at once
 
     def release(self) -> None:
         if self._opened_view is not None:

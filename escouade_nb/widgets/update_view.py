@@ -19,12 +19,13 @@ from ..engine.harness_update import UPDATE_TIMEOUT, UpdateJob, UpdateResult
 from ..manifest import HarnessRef
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc, pre
+from .views import CurrentText
 
 OUTPUT_TAIL = 4000
 """Characters of the run's output shown (its end)."""
 
 
-class UpdateView(FrontView):
+class UpdateView(CurrentText, FrontView):
     """The update command, a Run button, then its output and the version read after.
     ``timeout`` bounds the run (seconds); ``result`` is its
     :class:`~escouade_nb.engine.harness_update.UpdateResult` once done. Action ``run``
@@ -91,21 +92,6 @@ class UpdateView(FrontView):
             text = repr(self)
         html = static_page(f'<div class="esc-view esc-update esc-saved">{body}</div>') + HIDE_ORPHAN
         return {"text/plain": text, "text/html": html}
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        self._companion = display(self.companion_bundle(), raw=True, display_id=True)
-        data, meta = self._repr_mimebundle_()
-        self._widget_bundle = (data, meta)
-        self._widget_out = display(data, metadata=meta, raw=True, display_id=True)
-
-    def update_companion(self, final: bool = False) -> None:
-        super().update_companion(final)
-        out = getattr(self, "_widget_out", None)
-        if out is not None:  # the widget's text/plain: the command while not run, nothing once the outcome is above
-            data, meta = self._widget_bundle
-            out.update({**data, "text/plain": "" if final else repr(self)}, metadata=meta, raw=True)
 
     def release(self) -> None:
         if self.job is not None and not self.job.done:

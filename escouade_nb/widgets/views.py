@@ -14,9 +14,49 @@ from typing import Any
 
 from .front import on_loop
 
-__all__ = ["on_loop", "current_run", "shown_in_cell", "Tasks", "clicks"]
+__all__ = ["on_loop", "CurrentText", "current_run", "shown_in_cell", "Tasks", "clicks"]
 
 log = logging.getLogger(__name__)
+
+
+class CurrentText:
+    """Mixin for a :class:`.front.FrontView` (listed before it) whose widget output must never
+    keep a stale ``text/plain``: the widget's output is displayed with a display id and kept, and
+    each :meth:`update_companion` re-says its text — :meth:`widget_text` (``final``: the companion
+    holds the whole text now, so the widget's is empty: nbconvert would print it twice).
+    :meth:`show` puts the view in two outputs made beforehand (display handles)."""
+
+    _widget_out: Any = None
+    _widget_bundle: tuple[dict, dict] = ({}, {})
+
+    def widget_text(self, final: bool) -> str:
+        """The widget output's ``text/plain`` (overridable): the text repr while the view is
+        not final, nothing once it is."""
+        return "" if final else repr(self)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        self._companion = display(self.companion_bundle(), raw=True, display_id=True)
+        data, meta = self._widget_bundle = self._repr_mimebundle_()
+        self._widget_out = display({**data, "text/plain": self.widget_text(False)}, metadata=meta, raw=True,
+                                   display_id=True)
+
+    def show(self, companion: Any, widget: Any, final: bool = True) -> None:
+        """Show the view in two outputs displayed before it existed (``display_id`` handles):
+        its saved form, then the widget."""
+        self._companion, self._widget_out = companion, widget
+        self._widget_bundle = self._repr_mimebundle_()
+        self.update_companion(final)
+
+    def update_companion(self, final: bool = False) -> None:
+        super().update_companion(final)
+        if self._widget_out is not None:
+            data, meta = self._widget_bundle
+            try:
+                self._widget_out.update({**data, "text/plain": self.widget_text(final)}, metadata=meta, raw=True)
+            except Exception:  # noqa: BLE001 - the saved form above holds the text anyway
+                log.exception("%s: its widget output could not be updated", type(self).__name__)
 
 
 _cells: dict[str, tuple[object, list[weakref.ref]]] = {}

@@ -184,3 +184,41 @@ def test_sessions_list_and_update_outcome_saved_without_their_kernel(tmp_path, m
     assert "running" not in (html + plain).lower() and "version unknown" not in html + plain
     page = _nbconvert(tmp_path)
     assert "Plan the week" in page and "updated; version now" in page
+
+
+def test_a_frozen_row_is_the_turn_s_own_when_the_agent_goes_on_at_once(tmp_path, monkeypatch):
+    """Item 8: the agent is prompted again before the worktrees' diff stats are re-counted
+    (a notebook's next cell): the comparison's row keeps the first turn's tokens, cost and
+    files — not the agent's running totals, not the next turn's edit."""
+    import asyncio
+
+    from escouade_nb.engine.squad import Squad
+    from escouade_nb.widgets.compare_view import CompareView
+
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    repo = _repo(tmp_path)
+
+    async def go():
+        squad = Squad()
+        try:
+            for name in ("x", "y"):
+                squad.start("fake", cwd=repo, name=name, worktree=True)
+            turns = squad.ask_soon(["x", "y"], "hello")
+            view = CompareView(turns)
+            await asyncio.gather(*(t.wait() for t in turns))
+            x = squad.agents["x"]
+            edit = x.send("edit notes.txt")  # at once, as the next cell does
+            (await x.next_permission(timeout=30)).choose("allow_once")
+            await squad.restat_soon([*turns, edit], view.finish)  # the diff stats re-counted only now
+            rows = {r["agent"]: r for r in view.comparison.rows(durations=False)}
+            assert rows["x"]["tokens"] == "+1200 (1200/200000)" and rows["x"]["cost"] == "0.004 USD", rows
+            assert rows["x"]["files changed"] == "none" and rows["x"]["tool calls"] == "0", rows
+            assert rows["y"]["files changed"] == "none", rows
+            view.close()
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.rules.aclose()
+
+    asyncio.run(asyncio.wait_for(go(), 90))

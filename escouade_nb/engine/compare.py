@@ -9,9 +9,10 @@ happens later (a merge, a rebase, a discard, more edits) is said apart, as
 One row per turn (text cells, keys :data:`COLUMNS`): the stop reason; the agent's time
 (from its sending to its end, minus the time a card waited for you) and that waiting
 time, apart; the tokens and cost **of this turn** (the deltas of the agent's
-``usage_update`` over the turn, with the context's size after it); the files changed
-(its worktree's diff stat when it has one, else the files its tool calls aimed at); its
-tool calls; its permission cards and who answered them.
+``usage_update`` from its start to its end, with the context's use after it); the files
+changed (its worktree's diff stat when it has one and no later turn of the agent started
+before the freeze, else the files its edit tool calls aimed at); its tool calls; its
+permission cards and who answered them.
 
 :func:`comparison_text` and :func:`comparison_html` render rows (plain text is
 deterministic when ``durations=False``: the times are left out, for nbval and saved
@@ -55,6 +56,7 @@ class Comparison:
         self.watched = watch
         self.waited = [0.0] * len(self.turns)  # seconds a card of the turn waited for you
         self._waiting_since: list[float | None] = [None] * len(self.turns)
+        self.later = [False] * len(self.turns)  # a later turn of the agent started before the freeze
         self.frozen: list[dict[str, str]] | None = None
         self._frozen_at: list[tuple[str | None, int]] = []  # per turn: (diff stat, worktree events) when frozen
         self._tokens: list[Callable[[], object]] = []
@@ -69,8 +71,10 @@ class Comparison:
         for i, turn in enumerate(self.turns):
             if turn.agent is not agent:
                 continue
-            waiting = (agent.status == AgentStatus.WAITING and not turn.done
-                       and getattr(agent.turns, "current", None) is turn)
+            current = getattr(agent.turns, "current", None)
+            waiting = agent.status == AgentStatus.WAITING and not turn.done and current is turn
+            if turn.done and current is not None and current is not turn:
+                self.later[i] = True  # its worktree's diff stat may now count that turn's work
             since = self._waiting_since[i]
             if waiting and since is None:
                 self._waiting_since[i] = now
@@ -111,9 +115,9 @@ class Comparison:
             "stop": _stop(turn),
             "agent time": agent_time,
             "waiting for you": "—" if waited is None else f"{waited:.1f} s",
-            "tokens": _tokens(getattr(turn, "usage_before", None), agent.conversation.usage, turn),
-            "cost": _cost(getattr(turn, "usage_before", None), agent.conversation.usage, turn),
-            "files changed": _files(turn),
+            "tokens": _tokens(getattr(turn, "usage_before", None), _usage_after(turn), turn),
+            "cost": _cost(getattr(turn, "usage_before", None), _usage_after(turn), turn),
+            "files changed": _files(turn, diffstat=not self.later[i]),
             "tool calls": str(len(turn.tool_calls)),
             "cards": "; ".join(answer_label(c) for c in turn.items if isinstance(c, Permission)) or "none",
         }
@@ -220,10 +224,18 @@ def _cost(before: dict | None, after: dict | None, turn: Turn) -> str:
     return f"{_fmt(round(amount - start, 6))} {currency}".strip()
 
 
-def _files(turn: Turn) -> str:
+def _usage_after(turn: Turn) -> dict | None:
+    """The agent's usage when the turn ended (its current one while the turn runs)."""
+    after = getattr(turn, "usage_after", None)
+    return after if turn.done and after is not None else turn.agent.conversation.usage
+
+
+def _files(turn: Turn, diffstat: bool = True) -> str:
+    """Its worktree's diff stat (``diffstat``: no later turn of the agent may have changed the
+    worktree since), else the files its edit tool calls aimed at."""
     agent = turn.agent
     wt = getattr(agent, "worktree", None)
-    if wt is not None and wt.last_stat is not None:
+    if diffstat and wt is not None and wt.last_stat is not None:
         return f"{wt.last_stat} ({', '.join(wt.last_stat.paths[:4])})" if wt.last_stat.files else "none"
     edited = sorted({p for c in turn.tool_calls if c.kind in EDIT_KINDS for p in paths_of(c)})
     return ", ".join(_short(p, agent.cwd) for p in edited) or "none"

@@ -104,6 +104,7 @@ class Comparison:
         turn = self.turns[i]
         agent = turn.agent
         waited = self.waiting_time(i)
+        sent = turn.started is not None  # a turn never sent (queued, or failed before) used nothing
         if turn.duration is not None:
             agent_time = f"{max(0.0, turn.duration - (waited or 0.0)):.1f} s"
         elif turn.started is not None:
@@ -115,8 +116,8 @@ class Comparison:
             "stop": _stop(turn),
             "agent time": agent_time,
             "waiting for you": "—" if waited is None else f"{waited:.1f} s",
-            "tokens": _tokens(getattr(turn, "usage_before", None), _usage_after(turn), turn),
-            "cost": _cost(getattr(turn, "usage_before", None), _usage_after(turn), turn),
+            "tokens": _tokens(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
+            "cost": _cost(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
             "files changed": _files(turn, diffstat=not self.later[i]),
             "tool calls": str(len(turn.tool_calls)),
             "cards": "; ".join(answer_label(c) for c in turn.items if isinstance(c, Permission)) or "none",

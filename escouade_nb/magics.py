@@ -245,7 +245,7 @@ class EscouadeMagics(Magics):
                 raise _UsageError(str(exc).strip("'\"")) from None
             from .widgets.compare_view import CompareView
             view = CompareView(turns)
-            squad.restat_soon(turns, view.refresh)
+            squad.restat_soon(turns, view.finish)  # the comparison freezes, the saved form is made
             _show(view)
             return None
         agent = squad.agents.get(name)
@@ -308,7 +308,11 @@ class EscouadeMagics(Magics):
             raise _UsageError("sessions takes one agent name, and optionally --cursor CURSOR")
         agent = squad.get(words[0])
         self._need_loop()
+        from .widgets.views import current_run, shown_in_cell
+
+        cell, run = current_run()
         handle = display({"text/plain": f"asking {agent.name} for its sessions…"}, raw=True, display_id=True)
+        widget = display({"text/plain": ""}, raw=True, display_id=True)  # the list's widget, once it came
 
         def done(page, error) -> None:
             if error is not None:
@@ -316,7 +320,9 @@ class EscouadeMagics(Magics):
                 return
             from .widgets.sessions_view import SessionsView  # rows that open, and delete where offered
 
-            handle.update(SessionsView(squad, agent, page))  # its text/plain: sessions_text
+            view = SessionsView(squad, agent, page)
+            shown_in_cell(view, cell, run)
+            view.show(handle, widget)  # its saved form (a static table, sessions_text), then the widget
         squad.sessions_soon(agent.name, done, cursor=words[2] if len(words) == 3 else None)
         return None
 

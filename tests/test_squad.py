@@ -79,7 +79,7 @@ def test_update_command_shown_then_run(kernel):
                      "for _ in range(100):\n"
                      "    shown = [v for v in gc.get_objects() if isinstance(v, UpdateView) and v.before]\n"
                      "    if shown:\n        break\n    await asyncio.sleep(0.1)\n"
-                     "print(repr(shown[-1]), shown[-1].head.value)").text
+                     "print(repr(shown[-1]), shown[-1].companion_bundle()['text/html'])").text
     assert "Updatable 0.1.0: update with `echo updating the agent && echo done`" in out and "0.1.0 —" in out
     out = kernel.run("%escouade update updatable --yes\n"
                      "from escouade_nb.widgets.update_view import UpdateView\nimport gc\n"

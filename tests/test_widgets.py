@@ -465,7 +465,11 @@ def test_update_view_shows_the_result_and_closing_it_cancels_the_run(tmp_path):
         await view.start()
         assert view.start() is view.job.task  # once
         assert repr(view).endswith("exit code 0; version now 0.1.0")
-        assert "updated; version now: <b>0.1.0</b>" in view.out.value and "done" in view.out.value
+        state = view.state()["result"]
+        assert state["verdict"] == "updated" and state["version"] == "0.1.0" and "done" in state["output"]
+        saved = view.companion_bundle(final=True)  # the outcome saved as text (no kernel needed)
+        assert "updated; version now: <b>0.1.0</b>" in saved["text/html"] and "done" in saved["text/html"]
+        assert saved["text/plain"] == repr(view) and "running" not in saved["text/html"]
         view.close()
 
         view = UpdateView(slow, None, timeout=60)

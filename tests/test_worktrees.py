@@ -220,17 +220,19 @@ def test_side_by_side_view_compares_the_turns_and_the_squad_view_shows_worktrees
             for agent in (squad.agents["x"], squad.agents["y"]):
                 card = await agent.next_permission(timeout=20)
                 card.choose("allow_once")  # every agent's card answerable at once
-            await squad.restat_soon(turns, view.refresh)
+            await squad.restat_soon(turns, view.finish)
             rows = comparison(turns, durations=False)
             assert [r["agent"] for r in rows] == ["x", "y"]
             assert all(r["stop"] == "end_turn" and r["tool calls"] == "1" for r in rows)
             assert all(r["files changed"] == "1 file changed, +1 -0 (notes.txt)" for r in rows)
-            assert all(r["cards"] == "Allowed once by you" and r["tokens"] == "1200/200000" for r in rows)
+            assert all(r["cards"] == "Allowed once by you" and r["tokens"] == "+1200 (1200/200000)" for r in rows)
+            assert view.comparison.frozen is not None and view.comparison.rows(durations=False) == rows
             text = repr(view)
             assert text.splitlines()[-3].split() == ["agent", "stop", "tokens", "cost", "files", "changed",
                                                      "tool", "calls", "cards"]
             assert "x: turn end_turn" in text and "y: turn end_turn" in text
-            assert "<table class='escouade-comparison'>" in view.table.value and "s</td>" in view.table.value
+            table = view.state()["table"]
+            assert "<table class='escouade-comparison'>" in table and " s</td>" in table
             assert agent_row(squad.agents["x"])["worktree"] == "escouade/x (off main): 1 file changed, +1 -0"
             assert status_line(squad.agents["x"]) == "x · Fake · worktree escouade/x (off main) · 1 file changed, +1 -0 · idle"
             squad_view = SquadView(squad)

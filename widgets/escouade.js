@@ -1,4 +1,5 @@
-// escouade_nb's views in the browser: one anywidget model per view (agent, turn, squad).
+// escouade_nb's views in the browser: one anywidget model per view (agent, turn, squad, journal,
+// compare, sessions, update).
 // Python sends escaped HTML for items and JSON for the rest (see widgets/README.md);
 // this module does layout, scrolling, focus and keys. Text from Python that is not
 // already escaped HTML is only ever set with textContent.
@@ -919,6 +920,182 @@ class JournalUI {
   close() { this.channel.close(); this.live.stop(); }
 }
 
+// -- one prompt's turns side by side, and their comparison -------------------------------------------
+// The columns are the turn views (child models, in the synced `columns`); the heads, the table
+// (escaped HTML from Python) and what changed since it froze come in the state.
+class CompareUI {
+  constructor(model, el) {
+    this.model = model;
+    this.root = h("div", { class: "esc-view esc-compare escouade-compare" });
+    this.cols = h("div", { class: "esc-compare-cols" });
+    this.state = h("div", { class: "esc-compare-state esc-dim" });
+    this.table = h("div", { class: "esc-table-wrap esc-compare-table" });
+    this.since = h("div", { class: "esc-compare-since-list" });
+    this.root.append(this.cols, this.state, this.table, this.since);
+    el.append(this.root);
+    this.slots = []; // per column: { ref, col, head, body, view }
+    this.onColumns = () => this.mount();
+    model.on("change:columns", this.onColumns);
+    this.mount();
+    this.channel = new Channel(model, (m) => this.apply(m));
+  }
+
+  apply(m) {
+    const s = m.snap || (m.ops || []).filter((o) => o[0] === "cp").map((o) => o[1]).pop();
+    if (s) this.draw(s);
+  }
+
+  slot(i) {
+    while (this.slots.length <= i) {
+      const head = h("div", { class: "escouade-compare-head esc-compare-head" });
+      const body = h("div", { class: "esc-compare-body" });
+      const col = h("div", { class: "esc-compare-col" }, head, body);
+      this.cols.append(col);
+      this.slots.push({ ref: null, col, head, body, view: null });
+    }
+    return this.slots[i];
+  }
+
+  async mount() {
+    const refs = this.model.get("columns") || [];
+    await Promise.all(refs.map(async (ref, i) => {
+      const s = this.slot(i);
+      if (s.ref === ref) return;
+      s.ref = ref;
+      if (s.view) { s.view.remove(); s.view = null; }
+      const view = await mountChild(this.model, ref, s.body);
+      if (s.ref !== ref) { if (view) view.remove(); return; }
+      s.view = view;
+    }));
+  }
+
+  draw(s) {
+    s.heads.forEach((hd, i) => {
+      this.slot(i).head.replaceChildren(h("b", { class: "esc-name", text: hd.name }),
+        h("span", { class: "esc-dim", text: ` · ${hd.harness}${hd.where || ""}` }));
+    });
+    this.state.textContent = s.frozen ? "The comparison, as the turns ended:" : "";
+    this.table.innerHTML = s.table; // escaped by Python (engine/compare.py)
+    this.since.replaceChildren(...(s.since || []).map((t) => h("div", { class: "esc-compare-since", text: t })));
+  }
+
+  close() {
+    this.channel.close();
+    this.model.off("change:columns", this.onColumns);
+    for (const s of this.slots) if (s.view) s.view.remove();
+  }
+}
+
+// A child view (an agent view opened from a list) mounted in `into`; `ref` is the synced
+// "IPY_MODEL_…" reference. Returns the view (to remove later), or null.
+async function mountChild(model, ref, into) {
+  const id = typeof ref === "string" && ref.startsWith("IPY_MODEL_") ? ref.slice(10) : null;
+  into.replaceChildren();
+  if (!id) return null;
+  try {
+    const manager = model.widget_manager;
+    const view = await manager.create_view(await manager.get_model(id));
+    into.append(view.el);
+    return view;
+  } catch (err) {
+    into.append(h("div", { class: "esc-dim", text: `This view could not be shown here: ${err}` }));
+    return null;
+  }
+}
+
+// -- an agent's own sessions (session/list) -----------------------------------------------------------
+class SessionsUI {
+  constructor(model, el) {
+    this.model = model;
+    this.root = h("div", { class: "esc-view esc-sessions" });
+    this.headEl = h("div", { class: "esc-head" });
+    this.table = h("table", { class: "esc-squad-table esc-sessions-table" });
+    this.more = h("div", { class: "esc-dim" });
+    this.note = h("div", { class: "esc-dim esc-sessions-note", "aria-live": "polite" });
+    this.opened = h("div", { class: "esc-squad-opened" });
+    this.root.append(this.headEl, h("div", { class: "esc-table-wrap" }, this.table), this.more, this.note, this.opened);
+    el.append(this.root);
+    this.root.addEventListener("click", (e) => {
+      const b = e.target.closest("button[data-row]");
+      if (!b || b.disabled) return;
+      b.disabled = true; // the state that comes back redraws the row
+      this.channel.send({ k: "act", act: b.dataset.row, id: b.dataset.id });
+    });
+    this.onOpened = () => this.showOpened();
+    model.on("change:opened_view_model", this.onOpened);
+    this.showOpened();
+    this.channel = new Channel(model, (m) => this.apply(m));
+  }
+
+  apply(m) {
+    const s = m.snap || (m.ops || []).filter((o) => o[0] === "ss").map((o) => o[1]).pop();
+    if (s) this.draw(s);
+  }
+
+  draw(s) {
+    this.headEl.replaceChildren(h("div", { class: "esc-head-main" }, s.rows.length
+      ? h("b", { text: `Sessions of ${s.agent}` }) : h("span", { text: `${s.agent} has no sessions for this folder.` })));
+    const button = (label, act, id, cls, tip) => h("button", { class: `esc-btn ${cls}`, text: label, title: tip, "data-row": act, "data-id": id });
+    this.table.replaceChildren(...(s.rows.length ? [h("thead", {}, h("tr", {}, h("th", { text: "updated" }), h("th", { text: "title" }), h("th", { text: "session" }), h("th", { text: "" })))] : []),
+      h("tbody", {}, ...s.rows.map((r) => {
+        const tr = h("tr", { "data-id": r.id });
+        if (r.state === "deleted") {
+          tr.append(h("td", { colspan: 4 }, h("s", { text: `${r.title} ${r.id}` }), " deleted"));
+          return tr;
+        }
+        tr.append(h("td", {}, h("code", { text: r.updated })), h("td", { text: r.title }), h("td", { class: "esc-dim", text: r.id }));
+        const acts = h("td", { class: "esc-row-actions" });
+        if (r.state === "confirm") acts.append(button("Confirm delete", "delete", r.id, "esc-reject", `Delete session ${r.id}`), button("Keep", "keep", r.id, "esc-other"));
+        else {
+          acts.append(button("Open", "open", r.id, "esc-other", `Open session ${r.id} in a new agent (${s.harness})`));
+          if (s.can_delete) acts.append(button("Delete", "ask_delete", r.id, "esc-reject", `Delete session ${r.id} (asks to confirm)`));
+        }
+        tr.append(acts);
+        return tr;
+      })));
+    this.more.replaceChildren(...(s.more ? ["more: ", h("code", { text: `%escouade sessions ${s.agent} --cursor ${s.more}` })] : []));
+    this.note.textContent = s.note || "";
+  }
+
+  async showOpened() {
+    const ref = this.model.get("opened_view_model");
+    if (ref === this.openedRef) return;
+    this.openedRef = ref;
+    if (this.openedView) { this.openedView.remove(); this.openedView = null; }
+    this.openedView = await mountChild(this.model, ref, this.opened);
+  }
+
+  close() { this.channel.close(); this.model.off("change:opened_view_model", this.onOpened); if (this.openedView) this.openedView.remove(); }
+}
+
+// -- a harness's update ----------------------------------------------------------------------------
+class UpdateUI {
+  constructor(model, el) {
+    this.root = h("div", { class: "esc-view esc-update" });
+    el.append(this.root);
+    this.channel = new Channel(model, (m) => this.apply(m));
+  }
+
+  apply(m) {
+    const s = m.snap || (m.ops || []).filter((o) => o[0] === "up").map((o) => o[1]).pop();
+    if (s) this.draw(s);
+  }
+
+  draw(s) {
+    const run = h("button", { class: "esc-btn esc-reject", text: s.running ? "Running…" : "Run it", disabled: s.started,
+      title: "Run the update command (once)", onclick: () => { run.disabled = true; this.channel.send({ k: "act", act: "run" }); } });
+    const parts = [h("div", {}, h("b", { text: s.harness }), ` ${s.before || "version unknown"} — update with:`),
+      h("pre", { class: "esc-pre", text: s.command }), run];
+    if (s.result) {
+      parts.push(h("div", {}, `${s.result.verdict}; version now: `, h("b", { text: s.result.version || "unknown" })),
+        h("pre", { class: "esc-pre", text: s.result.output }));
+    }
+    this.root.replaceChildren(...parts);
+  }
+
+  close() { this.channel.close(); }
+}
+
 function ago(t) {
   if (t === null || t === undefined || Number.isNaN(t)) return "—";
   const s = Math.max(0, Math.floor(Date.now() / 1000 - t));
@@ -939,7 +1116,8 @@ function render({ model, el }) {
   el.classList.add("esc-root");
   const kind = model.get("kind");
   const ui = kind === "squad" ? new SquadUI(model, el) : kind === "journal" ? new JournalUI(model, el)
-    : new ConversationUI(model, el, kind);
+    : kind === "compare" ? new CompareUI(model, el) : kind === "sessions" ? new SessionsUI(model, el)
+    : kind === "update" ? new UpdateUI(model, el) : new ConversationUI(model, el, kind);
   hideCompanion(el);
   return () => {
     ui.close();

@@ -57,6 +57,8 @@ class Turn:
         self.status = "queued"
         self.started: float | None = None  # time.monotonic() when it was sent to the agent
         self.ended: float | None = None  # …and when it ended
+        self.usage_before: dict[str, Any] | None = None  # the agent's usage when it was sent (per-turn deltas)
+        self.usage_after: dict[str, Any] | None = None  # …and when it ended (a later turn's must not count)
         self._done = running_loop("agent.send()").create_future()  # NoEventLoop, said plainly, outside a loop
 
     @property
@@ -82,6 +84,8 @@ class Turn:
         self.stop_reason = stop_reason
         self.error = error
         self.ended = time.monotonic()
+        if self.usage_before is not None:
+            self.usage_after = dict(self.agent.conversation.usage or {})
         self.status = "failed" if error else (stop_reason or "done")
         self._done.set_result(None)
 
@@ -179,6 +183,7 @@ class TurnQueue:
         self.current = turn
         turn.status = "running"
         turn.started = time.monotonic()
+        turn.usage_before = dict(agent.conversation.usage or {})
         agent.set_status(AgentStatus.WORKING)
         turn.prompt, notices = gate(turn.prompt, agent.agent_capabilities.get("promptCapabilities") or {},
                                     who=agent.name)

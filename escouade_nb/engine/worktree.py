@@ -157,6 +157,7 @@ class Worktree:
     def __init__(self, repo: Path, path: Path, branch: str, base: str, agent: str) -> None:
         self.repo, self.path, self.branch, self.base, self.agent = Path(repo), Path(path), branch, base, agent
         self.last_stat: DiffStat | None = None  # the latest diffstat() (what views show without asking git)
+        self.events: list[str] = []  # what was done to it, in order ("merged into main"…): a comparison says them
         self._lock = asyncio.Lock()  # one git operation on this worktree at a time (they share its index)
 
     # -- making one -------------------------------------------------------------------------------
@@ -257,7 +258,10 @@ class Worktree:
         :class:`WorktreeError` when the main worktree is not on the base branch or has
         uncommitted changes to tracked files (a merge would mix them in)."""
         async with self._lock:
-            return await self._merge()
+            result = await self._merge()
+        if result.ok and result.kind != "up to date":
+            self.events.append(f"merged into {self.base}")
+        return result
 
     async def _merge(self) -> MergeResult:
         await self._commit()
@@ -292,7 +296,10 @@ class Worktree:
         current commit. A conflict is reported with its files and the rebase aborted (the
         branch is as it was)."""
         async with self._lock:
-            return await self._rebase()
+            result = await self._rebase()
+        if result.ok:
+            self.events.append(f"rebased onto {self.base}")
+        return result
 
     async def _rebase(self) -> MergeResult:
         await self._commit()
@@ -312,6 +319,7 @@ class Worktree:
         uncommitted changes, unless ``force``."""
         async with self._lock:
             await self._discard(force)
+        self.events.append("worktree discarded")
 
     async def _discard(self, force: bool) -> None:
         if await self.exists():

@@ -534,6 +534,8 @@ class TurnView(ConversationView):
                 "cancelled": "cancelled", "failed": "failed"}.get(status, "idle")
         words = {"queued": "queued", "running": "working…", "end_turn": "done", "cancelled": "stopped",
                  "failed": "failed"}.get(status, status)
+        if status == "running" and self.agent.status in BUSY and self.agent.turns.current is t:
+            words, tone = status_text(self.agent.status), STATUS_TONE[self.agent.status]  # a card waits: say so
         if t.error is not None:
             words = f"failed: {t.error}"
         return {"name": self.agent.name, "status": status, "status_text": words, "tone": tone,

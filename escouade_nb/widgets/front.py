@@ -180,7 +180,8 @@ class FrontView(anywidget.AnyWidget):
 
     _esm, _css = front_end()  # read once, when the views are imported (anywidget takes them from the class)
     kind = traitlets.Unicode("").tag(sync=True)
-    """``agent``, ``turn``, ``squad`` or ``journal``: which front-end the module draws."""
+    """``agent``, ``turn``, ``squad``, ``journal``, ``compare``, ``sessions`` or ``update``: which
+    front-end the module draws."""
 
     def __init__(self, **kwargs: Any) -> None:
         self._closed = False  # before the widget opens: ipywidgets' __del__ closes a half-built one

@@ -1,11 +1,15 @@
 """The agent's own sessions (``%escouade sessions AGENT``): one page of ACP ``session/list``
-as rows that open or delete.
+as rows that open or delete — one widget model (:class:`~.front.FrontView`, kind
+``sessions``) drawn by ``widgets/escouade.js``.
 
 Each row says when the session was updated, its title and id, with **Open** (a new agent of
 the same harness and folder on that session: ``Squad.open_session``, its view shown below
 the list) and, where the agent offers ``session/delete``, **Delete**, which asks first
 (**Confirm delete** / **Keep**) and then strikes the row. The text repr is the list as
 :func:`~escouade_nb.core.render_text.sessions_text` writes it (plus what was done).
+
+Saved form: the companion output before the widget is the list as a static table (deleted
+rows struck, what was done under it), kept current; its ``text/plain`` the text repr.
 """
 
 from __future__ import annotations
@@ -13,107 +17,141 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as w
+import traitlets
 
 from ..core.acp_v1_25 import offers
 from ..core.render_text import sessions_text
 from .agent_view import AgentView, _run
+from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
-from .views import FullText, Releasing, close_tree, on_loop
+from .views import CurrentText
 
 
-class SessionsView(FullText, Releasing, w.VBox):
+class SessionsView(CurrentText, FrontView):
     """``page`` (a :class:`~escouade_nb.wire.session.SessionPage`) of ``agent``'s own
-    sessions, from ``squad``. ``rows`` by session id; ``deleted`` the ids deleted here;
-    ``opened`` the agents opened here; ``note`` what the last action said."""
+    sessions, from ``squad``. ``deleted`` the ids deleted here; ``confirming`` the ids whose
+    deletion is being asked; ``opened`` the agents opened here; ``note`` what the last
+    action said. Actions (the front-end's buttons; :meth:`act` for code): ``open``,
+    ``ask_delete``, ``keep``, ``delete``, each with the session's ``id``."""
+
+    opened_view_model = traitlets.Instance(w.Widget, allow_none=True).tag(sync=True, **w.widget_serialization)
 
     def __init__(self, squad: Any, agent: Any, page: Any) -> None:
-        super().__init__(layout=w.Layout(border="1px solid var(--jp-border-color2, #d0d7de)", padding="6px"))
-        self.add_class("escouade-sessions")
+        super().__init__(kind="sessions")
         self.squad, self.agent, self.page = squad, agent, page
         self.can_delete = offers(agent.agent_capabilities, "delete")
         self.deleted: set[str] = set()
+        self.confirming: set[str] = set()
         self.opened: list[Any] = []
         self.note = ""
-        self.rows: dict[str, w.HBox] = {}
-        self._note = w.HTML()
-        self._shown = w.Output()
         self._opened_view: AgentView | None = None
-        for info in page.sessions:
-            self.rows[info["sessionId"]] = self._row(info)
-        more = (f"<div style='color:var(--jp-ui-font-color1,#333);opacity:.8'>more: <code>%escouade sessions {esc(agent.name)} --cursor "
-                f"{esc(page.next_cursor)}</code></div>" if page.next_cursor else "")
-        head = w.HTML(f"<b>Sessions of {esc(agent.name)}</b>" if page.sessions else
-                      f"{esc(agent.name)} has no sessions for this folder.")
-        self.children = [head, *self.rows.values(), w.HTML(more), self._note, self._shown]
+        self.actions.update(open=lambda m: self.open_session(self._id(m)),
+                            ask_delete=lambda m: self.ask_delete(self._id(m)),
+                            keep=lambda m: self.keep(self._id(m)),
+                            delete=lambda m: _run(self.delete(self._id(m))))
 
-    def _row(self, info: dict[str, Any]) -> w.HBox:
-        sid = info["sessionId"]
-        label = w.HTML(f"<code>{esc(info.get('updatedAt') or '-')}</code> {esc(info.get('title') or '(untitled)')} "
-                       f"<span style='color:var(--jp-ui-font-color1,#333);opacity:.8'>{esc(sid)}</span>")
-        open_b = w.Button(description="Open", layout=w.Layout(width="auto"),
-                          tooltip=f"Open session {sid} in a new agent ({self.agent.harness.short_id})")
-        open_b.on_click(on_loop(lambda _b: self.open_session(sid)))
-        buttons: list[w.Widget] = [open_b]
-        if self.can_delete:
-            delete_b = w.Button(description="Delete", button_style="danger", layout=w.Layout(width="auto"),
-                                tooltip=f"Delete session {sid} (asks to confirm)")
-            delete_b.on_click(on_loop(lambda _b: self.ask_delete(sid)))
-            buttons.append(delete_b)
-        return w.HBox([label, *buttons])
+    def _id(self, message: dict) -> str:
+        sid = str(message.get("id"))
+        if not any(i["sessionId"] == sid for i in self.page.sessions):
+            raise KeyError(f"no session {sid!r} in this list")
+        return sid
+
+    @property
+    def ids(self) -> list[str]:
+        """The sessions' ids, in the page's order."""
+        return [i["sessionId"] for i in self.page.sessions]
 
     # -- actions (the buttons call these; code may too) ----------------------------------------
     def open_session(self, session_id: str) -> Any:
         """Open ``session_id`` in a new agent; its view shows below the list. Returns the agent."""
         agent = self.squad.open_session(self.agent.name, session_id)
         self.opened.append(agent)
-        self._say(f"opened {session_id} as {agent.name}")
         if self._opened_view is not None:
             self._opened_view.close()
-        self._shown.clear_output()
-        self._opened_view = view = AgentView(agent)
-        with self._shown:
-            from IPython.display import display
-            display(view)
+        self._opened_view = AgentView(agent)
+        self.opened_view_model = self._opened_view
+        self._say(f"opened {session_id} as {agent.name}")
         return agent
 
     def ask_delete(self, session_id: str) -> None:
         """Ask to confirm the deletion of ``session_id`` (its row's buttons become
         **Confirm delete** and **Keep**)."""
-        row = self.rows[session_id]
-        confirm = w.Button(description="Confirm delete", button_style="danger", layout=w.Layout(width="auto"))
-        keep = w.Button(description="Keep", layout=w.Layout(width="auto"))
-        confirm.on_click(on_loop(lambda _b: _run(self.delete(session_id))))
-        keep.on_click(on_loop(lambda _b: self._restore(session_id)))
-        self._swap(session_id, w.HBox([row.children[0], confirm, keep]))
+        if self.can_delete and session_id not in self.deleted:
+            self.confirming.add(session_id)
+            self._changed()
 
-    def _restore(self, session_id: str) -> None:
-        info = next(i for i in self.page.sessions if i["sessionId"] == session_id)
-        self._swap(session_id, self._row(info))
+    def keep(self, session_id: str) -> None:
+        """**Keep**: the row is as it was."""
+        self.confirming.discard(session_id)
+        self._changed()
 
     async def delete(self, session_id: str) -> bool:
         """``session/delete`` of ``session_id`` (confirmed): the row is struck; an error
         is said under the list. Returns whether it was deleted."""
+        self.confirming.discard(session_id)
         try:
             await self.agent.delete_session(session_id)
         except Exception as exc:
             self._say(f"could not delete {session_id}: {exc}")
-            self._restore(session_id)
             return False
         self.deleted.add(session_id)
-        info = next(i for i in self.page.sessions if i["sessionId"] == session_id)
-        self._swap(session_id, w.HBox([w.HTML(f"<s>{esc(info.get('title') or '(untitled)')} {esc(session_id)}</s> "
-                                              f"deleted")]))
         self._say(f"deleted {session_id}")
         return True
 
-    def _swap(self, session_id: str, row: w.HBox) -> None:
-        old, self.rows[session_id] = self.rows[session_id], row
-        self.children = tuple(row if c is old else c for c in self.children)
-        close_tree_except_label(old, row)
-
     def _say(self, text: str) -> None:
         self.note = text
-        self._note.value = f"<div style='color:var(--jp-ui-font-color1,#333);opacity:.8'>{esc(text)}</div>"
+        self._changed()
+
+    def _changed(self) -> None:
+        self.push([], 0, True)
+        self.update_companion(final=True)
+
+    # -- to the browser ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        rows = [{"id": i["sessionId"], "updated": str(i.get("updatedAt") or "-"),
+                 "title": str(i.get("title") or "(untitled)"), "state": "deleted" if i["sessionId"] in self.deleted else
+                 "confirm" if i["sessionId"] in self.confirming else "shown"} for i in self.page.sessions]
+        return {"agent": self.agent.name, "harness": self.agent.harness.short_id, "rows": rows,
+                "can_delete": self.can_delete, "more": self.page.next_cursor, "note": self.note}
+
+    def collect(self) -> tuple[list, bool]:
+        state = self.state()
+        if state == getattr(self, "_sent", None):
+            return [], False
+        self._sent = state
+        return [["ss", state]], False
+
+    # -- saved form -------------------------------------------------------------------------------
+    def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        name = esc(self.agent.name)
+        if not self.page.sessions:
+            body = f"<div>{name} has no sessions for this folder.</div>"
+        else:
+            rows = []
+            for i in self.page.sessions:
+                sid = i["sessionId"]
+                cells = (f"<td><code>{esc(i.get('updatedAt') or '-')}</code></td><td>{esc(i.get('title') or '(untitled)')}</td>"
+                         f"<td class='esc-dim'>{esc(sid)}</td>")
+                if sid in self.deleted:
+                    cells = f"<td colspan='3'><s>{esc(i.get('title') or '(untitled)')} {esc(sid)}</s> deleted</td>"
+                rows.append(f"<tr>{cells}</tr>")
+            body = (f"<div class='esc-head'><b>Sessions of {name}</b></div>"
+                    f"<div class='esc-table-wrap'><table class='esc-squad-table esc-sessions-table'>"
+                    f"<thead><tr><th>updated</th><th>title</th><th>session</th></tr></thead>"
+                    f"<tbody>{''.join(rows)}</tbody></table></div>")
+        if self.page.next_cursor:
+            body += (f"<div class='esc-dim'>more: <code>%escouade sessions {name} --cursor "
+                     f"{esc(self.page.next_cursor)}</code></div>")
+        if self.note:
+            body += f"<div class='esc-dim'>{esc(self.note)}</div>"
+        html = static_page(f'<div class="esc-view esc-sessions esc-saved">{body}</div>') + HIDE_ORPHAN
+        return {"text/plain": repr(self), "text/html": html}
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        self.show(display({"text/plain": ""}, raw=True, display_id=True),
+                  display({"text/plain": ""}, raw=True, display_id=True))  # the list is final at once
 
     def release(self) -> None:
         if self._opened_view is not None:
@@ -123,12 +161,3 @@ class SessionsView(FullText, Releasing, w.VBox):
         shown = [i for i in self.page.sessions if i["sessionId"] not in self.deleted]
         text = sessions_text(self.agent.name, shown, self.page.next_cursor)
         return text + (f"\n  ({self.note})" if self.note else "")
-
-
-def close_tree_except_label(old: w.HBox, new: w.HBox) -> None:
-    """Close a replaced row's widgets, except those the new row took over."""
-    kept = {id(c) for c in new.children}
-    for child in old.children:
-        if id(child) not in kept:
-            close_tree(child)
-    old.close()

@@ -1,66 +1,97 @@
-"""``%escouade update NAME``: show a harness's update command; run it once confirmed.
+"""``%escouade update NAME``: show a harness's update command; run it once confirmed — one
+widget model (:class:`~.front.FrontView`, kind ``update``) drawn by ``widgets/escouade.js``.
 
 The view only shows: the run itself (a shell line in its own process group, bounded in
 time, killed on cancel) is :class:`~escouade_nb.engine.harness_update.UpdateJob`, which
 the view owns: closing the view cancels a run still going.
+
+Saved form: the companion output before the widget says the command and, once the run has
+ended, its outcome (the verdict, the version after it, the output's last lines) as text;
+its ``text/plain`` the same. Nothing transient is saved ("running…" lives in the widget only).
 """
 
 from __future__ import annotations
 
 import asyncio
-
-import ipywidgets as w
+from typing import Any
 
 from ..engine.harness_update import UPDATE_TIMEOUT, UpdateJob, UpdateResult
 from ..manifest import HarnessRef
+from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc, pre
-from .views import FullText, Releasing, on_loop
+from .views import CurrentText
+
+OUTPUT_TAIL = 4000
+"""Characters of the run's output shown (its end)."""
 
 
-class UpdateView(FullText, Releasing, w.VBox):
+class UpdateView(CurrentText, FrontView):
     """The update command, a Run button, then its output and the version read after.
     ``timeout`` bounds the run (seconds); ``result`` is its
-    :class:`~escouade_nb.engine.harness_update.UpdateResult` once done."""
+    :class:`~escouade_nb.engine.harness_update.UpdateResult` once done. Action ``run``
+    (the button; :meth:`start` for code)."""
 
     def __init__(self, ref: HarnessRef, before: str | None, *, timeout: float = UPDATE_TIMEOUT) -> None:
-        super().__init__(layout=w.Layout(border="1px solid var(--jp-border-color2, #d0d7de)", padding="6px"))
+        super().__init__(kind="update")
         self.ref = ref
         self.before = before
         self.timeout = timeout
         self.result: UpdateResult | None = None
         self.job: UpdateJob | None = None
-        self.head = w.HTML()
-        self._draw_head()
-        self.run_button = w.Button(description="Run it", button_style="warning", layout=w.Layout(width="auto"))
-        self.run_button.on_click(on_loop(lambda _b: self.start()))
-        self.out = w.HTML()
-        self.children = [self.head, self.run_button, self.out]
-
-    def _draw_head(self) -> None:
-        self.head.value = (f"<b>{esc(self.ref.harness.display_name)}</b> {esc(self.before or 'version unknown')} — "
-                           f"update with:{pre(self.ref.harness.update_command)}")
+        self.actions["run"] = lambda _m: self.start()
 
     def set_before(self, version: str | None) -> None:
         """The version installed now, once read (the view shows it)."""
         self.before = version
-        if not self.closed:
-            self._draw_head()
+        self._changed()
 
     def start(self) -> asyncio.Task:
         """Run the update (once); returns the task that runs it."""
         if self.job is None:
-            self.run_button.disabled = True
-            self.out.value = "<i>running…</i>"
             self.job = UpdateJob(self.ref, self.timeout)
             self.job.add_done_callback(self._show)
+            self._changed()
         return self.job.task
 
     def _show(self, job: UpdateJob) -> None:
-        self.result = result = job.result
-        if result is None or self.closed:
-            return
-        self.out.value = (f"<div>{esc(result.verdict)}; version now: <b>{esc(result.version or 'unknown')}</b></div>"
-                          f"{pre(result.output[-4000:])}")
+        self.result = job.result
+        self._changed()
+
+    def _changed(self) -> None:
+        if not self.closed:
+            self.push([], 0, True)
+            self.update_companion(final=self.result is not None)
+
+    # -- to the browser ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        r = self.result
+        return {"harness": self.ref.harness.display_name, "before": self.before, "command": self.ref.harness.update_command,
+                "running": self.job is not None and r is None, "started": self.job is not None,
+                "result": None if r is None else {"verdict": r.verdict, "version": r.version, "code": r.code,
+                                                   "output": r.output[-OUTPUT_TAIL:]}}
+
+    def collect(self) -> tuple[list, bool]:
+        state = self.state()
+        if state == getattr(self, "_sent", None):
+            return [], False
+        self._sent = state
+        return [["up", state]], False
+
+    # -- saved form -------------------------------------------------------------------------------
+    def companion_bundle(self, final: bool = False) -> dict[str, str]:
+        h = self.ref.harness
+        head = (f"<div><b>{esc(h.display_name)}</b> {esc(self.before or 'version unknown')} — update with:"
+                f"{pre(h.update_command)}</div>")
+        r = self.result
+        if r is None:
+            body = head + "<div class='esc-dim'>Not run here (the update runs once you press Run it while its kernel runs).</div>"
+            text = ""  # the widget's own text/plain follows
+        else:
+            body = head + (f"<div>{esc(r.verdict)}; version now: <b>{esc(r.version or 'unknown')}</b></div>"
+                           f"{pre(r.output[-OUTPUT_TAIL:])}")
+            text = repr(self)
+        html = static_page(f'<div class="esc-view esc-update esc-saved">{body}</div>') + HIDE_ORPHAN
+        return {"text/plain": text, "text/html": html}
 
     def release(self) -> None:
         if self.job is not None and not self.job.done:

@@ -1,12 +1,7 @@
-"""What every view shares: the releasing of subscriptions, the cell that shows a view, the
-owner of the tasks a click starts — and the pieces of the views still drawn with ipywidgets
-(sessions, comparison, update), which subscribe to the models with tokens. The agent, turn,
-squad and journal views are one anywidget model each (:mod:`.front`).
-
-Views let go: each keeps the :class:`~escouade_nb.core.observers.Subscription` tokens of
-what it listens to (:class:`Releasing`), and its ``close()`` ends them and closes every
-widget below it (ipywidgets' ``Box.close()`` closes only the box, and a child left open
-stays in ipywidgets' registry with the callbacks that hold the view).
+"""What every view shares: the cell that shows a view and the owner of the tasks a click
+starts. Every view is one anywidget model (:class:`.front.FrontView`), drawn by
+``widgets/escouade.js`` by its ``kind``: agent, turn, squad, journal, compare, sessions,
+update.
 """
 
 from __future__ import annotations
@@ -14,88 +9,54 @@ from __future__ import annotations
 import asyncio
 import weakref
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
-import ipywidgets as w
-
-from ..core.observers import Subscription
 from .front import on_loop
 
-__all__ = ["on_loop", "Releasing", "FullText", "close_tree", "current_run", "shown_in_cell",
-           "Tasks", "clicks"]
+__all__ = ["on_loop", "CurrentText", "current_run", "shown_in_cell", "Tasks", "clicks"]
 
 log = logging.getLogger(__name__)
 
 
-class FullText:
-    """Mixin for displayed views: their ``text/plain`` is the whole plain-text repr
-    (ipywidgets cuts it at 110 characters), for nbval, nbconvert and text frontends."""
+class CurrentText:
+    """Mixin for a :class:`.front.FrontView` (listed before it) whose widget output must never
+    keep a stale ``text/plain``: the widget's output is displayed with a display id and kept, and
+    each :meth:`update_companion` re-says its text — :meth:`widget_text` (``final``: the companion
+    holds the whole text now, so the widget's is empty: nbconvert would print it twice).
+    :meth:`show` puts the view in two outputs made beforehand (display handles)."""
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        if bundle:
-            bundle["text/plain"] = repr(self)
-        return bundle
+    _widget_out: Any = None
+    _widget_bundle: tuple[dict, dict] = ({}, {})
 
+    def widget_text(self, final: bool) -> str:
+        """The widget output's ``text/plain`` (overridable): the text repr while the view is
+        not final, nothing once it is."""
+        return "" if final else repr(self)
 
-def close_tree(widget: w.Widget) -> None:
-    """Close ``widget`` and every widget below it (children, layout, style). A
-    :class:`Releasing` view below is closed through its own ``close()``."""
-    from .front import FrontView
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
 
-    if isinstance(widget, (Releasing, FrontView)):  # a view closes what is its own (not the shared Layout)
-        widget.close()
-        return
-    for child in tuple(getattr(widget, "children", None) or ()):
-        if isinstance(child, w.Widget):
-            close_tree(child)
-    _close_parts(widget)
-    widget.close()
+        self._companion = display(self.companion_bundle(), raw=True, display_id=True)
+        data, meta = self._widget_bundle = self._repr_mimebundle_()
+        self._widget_out = display({**data, "text/plain": self.widget_text(False)}, metadata=meta, raw=True,
+                                   display_id=True)
 
+    def show(self, companion: Any, widget: Any, final: bool = True) -> None:
+        """Show the view in two outputs displayed before it existed (``display_id`` handles):
+        its saved form, then the widget."""
+        self._companion, self._widget_out = companion, widget
+        self._widget_bundle = self._repr_mimebundle_()
+        self.update_companion(final)
 
-def _close_parts(widget: w.Widget) -> None:
-    """A widget's own layout and style are widgets too (made when it opened)."""
-    from .front import is_shared
-
-    for part in ("layout", "style"):
-        value = getattr(widget, part, None)
-        if isinstance(value, w.Widget) and not is_shared(value):
-            value.close()
-
-
-class Releasing:
-    """Mixin for a view (before the ipywidgets base): ``hold(token)`` keeps a
-    subscription's token (a :class:`~escouade_nb.core.observers.Subscription`, or any
-    call that ends one); ``close()`` ends the subscriptions, closes every widget below
-    and then the view itself. Closing twice is a no-op; ``closed`` tells."""
-
-    def hold(self, token: Subscription | Callable[[], object]) -> Subscription | Callable[[], object]:
-        self.__dict__.setdefault("_held", []).append(token)
-        return token
-
-    @property
-    def closed(self) -> bool:
-        return self.__dict__.get("_closed", False)
-
-    def close(self) -> None:
-        if self.__dict__.get("_closed"):
-            return
-        self.__dict__["_closed"] = True
-        for token in self.__dict__.pop("_held", ()):
-            token()
-        try:
-            self.release()
-        except Exception:  # e.g. closed by ipywidgets' __del__ after a failed __init__
-            log.exception("closing %s", type(self).__name__)
-        for child in tuple(getattr(self, "children", None) or ()):
-            if isinstance(child, w.Widget):
-                close_tree(child)
-        _close_parts(self)
-        super().close()
-
-    def release(self) -> None:
-        """What a view lets go of besides its tokens and children (overridden)."""
+    def update_companion(self, final: bool = False) -> None:
+        super().update_companion(final)
+        if self._widget_out is not None:
+            data, meta = self._widget_bundle
+            try:
+                self._widget_out.update({**data, "text/plain": self.widget_text(final)}, metadata=meta, raw=True)
+            except Exception:  # noqa: BLE001 - the saved form above holds the text anyway
+                log.exception("%s: its widget output could not be updated", type(self).__name__)
 
 
 _cells: dict[str, tuple[object, list[weakref.ref]]] = {}
@@ -118,7 +79,7 @@ def current_run() -> tuple[str | None, object]:
     return cell, ((parent or {}).get("header") or {}).get("msg_id")
 
 
-def shown_in_cell(view: Releasing, cell: str | None, run: object = None) -> None:
+def shown_in_cell(view: Any, cell: str | None, run: object = None) -> None:
     """``view`` is shown by notebook cell ``cell`` in its run ``run``: when the cell runs
     again (another run; ``run`` None counts as a new one each time), the views it showed
     before are closed — their output is gone, they must not stay subscribed. A view

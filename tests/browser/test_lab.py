@@ -855,73 +855,7 @@ def comparison_rows(table) -> list[list[str]]:
     return table.evaluate("t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))")
 
 
-def test_side_by_side_turns_and_the_comparison_table(nb):
-    """Two ``fake`` agents, each in its own worktree of a scratch repository, get one
-    prompt (``%%escouade a,b``): their turns side by side, each card answered in its own
-    column, then the comparison table (stop reason, the worktree's diff stat, who answered)."""
-    repo = nb.work / "proj"
-    nb.open(["%load_ext escouade_nb",
-             "import subprocess\nfrom pathlib import Path\n"
-             f"repo = Path({str(repo)!r})\nrepo.mkdir()\n"
-             "(repo / 'notes.txt').write_text('Buy milk.\\n')\n"
-             "git = ['git', '-c', 'user.name=You', '-c', 'user.email=you@example.com']\n"
-             "for args in (['init', '-q', '-b', 'main'], ['add', 'notes.txt'], ['commit', '-qm', 'base']):\n"
-             "    subprocess.run([*git, *args], cwd=repo, check=True)",
-             "a = %escouade fake --cwd {repo} --as a --worktree",
-             "b = %escouade fake --cwd {repo} --as b --worktree",
-             "%%escouade a,b\nPlease edit notes.txt"])
-    for i in range(4):
-        nb.run_cell(i)
-    for i in (2, 3):
-        nb.wait_status(nb.agent_view(i), "idle")
-    nb.run_cell(4)
-    compare = nb.output(4).locator(".escouade-compare")
-    columns = compare.locator(".esc-view.esc-turn")
-    columns.nth(1).wait_for()
-    assert columns.count() == 2
-    heads = compare.locator(".escouade-compare-head")
-    for i, name in enumerate("ab"):  # every agent's card answerable, side by side, under its name
-        pin = columns.nth(i).locator(".esc-pins .esc-pin")
-        pin.wait_for()
-        assert pin.locator(".esc-pin-title").inner_text() == "Edit notes.txt"
-        assert heads.nth(i).inner_text().startswith(f"{name} · Fake · worktree escouade/{name} (off main)")
-    table = compare.locator("table.escouade-comparison")
-    table.locator("td", has_text="running").nth(1).wait_for()  # not "queued": the table follows the turns
-    nb.shot(compare, "orchestration-pending")
-    for col in (columns.nth(0), columns.nth(1)):
-        col.locator(".esc-pins button", has_text="Allow once").click()
-        col.locator(".esc-transcript .esc-answer", has_text="Allowed once by you").wait_for()
-    for col in (columns.nth(0), columns.nth(1)):
-        col.locator(".esc-msg.esc-agent", has_text="Edited notes.txt.").wait_for()
-    table.locator("td", has_text="1 file changed").nth(1).wait_for()  # re-counted once both turns ended
-    head, *rows = comparison_rows(table)
-    assert head == ["agent", "stop", "duration", "tokens", "cost", "files changed", "tool calls", "cards"]
-    assert [r[0] for r in rows] == ["a", "b"]
-    for r in rows:
-        assert r[1] == "end_turn" and re.fullmatch(r"\d+\.\d s", r[2]), r
-        assert r[5:] == ["1 file changed, +1 -0 (notes.txt)", "1", "Allowed once by you"], r
-    for name in ("a", "b"):
-        assert (nb.work / "proj.worktrees" / name / "notes.txt").read_text() == "Buy milk.\nEdited by the fake agent.\n"
-    assert (repo / "notes.txt").read_text() == "Buy milk.\n"  # the main worktree untouched
-    box = [columns.nth(i).bounding_box() for i in (0, 1)]
-    assert box[0]["x"] + box[0]["width"] <= box[1]["x"] + 1 and abs(box[0]["width"] - box[1]["width"]) < 2, box
-    for i, name in enumerate("ab"):
-        heads.nth(i).get_by_text(f"worktree escouade/{name} (off main) · 1 file changed, +1 -0 · idle").wait_for()
-    nb.shot(compare, "orchestration")
-    page = nb.page
-    try:  # a narrow window: the second column goes under the first; the table scrolls in its box
-        page.set_viewport_size({"width": 640, "height": 1600})  # tall: the whole view in the picture
-        page.wait_for_timeout(300)
-        box = [columns.nth(i).bounding_box() for i in (0, 1)]
-        assert box[1]["y"] >= box[0]["y"] + box[0]["height"] - 1, box
-        scroll = table.evaluate("t => { const b = t.closest('.widget-html'); "
-                                "return [b.scrollWidth, b.clientWidth, getComputedStyle(b).overflowX]; }")
-        assert scroll[0] <= scroll[1] or scroll[2] == "auto", scroll
-        nb.shot(compare, "orchestration-narrow")
-    finally:
-        page.set_viewport_size({"width": 1200, "height": 900})
-    for i in (2, 3):
-        nb.wait_status(nb.agent_view(i), "idle")
+# ``%%escouade a,b`` (side by side, the comparison, its saved form): test_compare_saved.py
 
 
 # --------------------------------------------------------------------------- slash commands

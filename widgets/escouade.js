@@ -145,7 +145,8 @@ function goneView(ui, why, after) {
   ui.root.classList.add("esc-dead");
   for (const c of ui.root.querySelectorAll("button, textarea, select, input")) c.disabled = true;
   const note = h("div", { class: "esc-gone", role: "status" }, h("b", { text: "⚠ " }), h("span", { text: goneWords(why) + " " + after }));
-  ui.root.querySelector(".esc-head").after(note);
+  const head = ui.root.querySelector(".esc-head");
+  if (head) head.after(note); else ui.root.prepend(note);
 }
 
 // -- the file links of the conversation --------------------------------------------------------
@@ -938,6 +939,7 @@ class CompareUI {
     model.on("change:columns", this.onColumns);
     this.mount();
     this.channel = new Channel(model, (m) => this.apply(m));
+    this.live = watchKernel(model, el, this.channel, (why) => goneView(this, why, "Run its cell again once the kernel is back."));
   }
 
   apply(m) {
@@ -981,6 +983,7 @@ class CompareUI {
 
   close() {
     this.channel.close();
+    this.live.stop();
     this.model.off("change:columns", this.onColumns);
     for (const s of this.slots) if (s.view) s.view.remove();
   }
@@ -1025,6 +1028,7 @@ class SessionsUI {
     model.on("change:opened_view_model", this.onOpened);
     this.showOpened();
     this.channel = new Channel(model, (m) => this.apply(m));
+    this.live = watchKernel(model, el, this.channel, (why) => goneView(this, why, "Run %escouade sessions again once the kernel is back."));
   }
 
   apply(m) {
@@ -1065,7 +1069,7 @@ class SessionsUI {
     this.openedView = await mountChild(this.model, ref, this.opened);
   }
 
-  close() { this.channel.close(); this.model.off("change:opened_view_model", this.onOpened); if (this.openedView) this.openedView.remove(); }
+  close() { this.channel.close(); this.live.stop(); this.model.off("change:opened_view_model", this.onOpened); if (this.openedView) this.openedView.remove(); }
 }
 
 // -- a harness's update ----------------------------------------------------------------------------
@@ -1074,6 +1078,7 @@ class UpdateUI {
     this.root = h("div", { class: "esc-view esc-update" });
     el.append(this.root);
     this.channel = new Channel(model, (m) => this.apply(m));
+    this.live = watchKernel(model, el, this.channel, (why) => goneView(this, why, "Run %escouade update again once the kernel is back."));
   }
 
   apply(m) {
@@ -1093,7 +1098,7 @@ class UpdateUI {
     this.root.replaceChildren(...parts);
   }
 
-  close() { this.channel.close(); }
+  close() { this.channel.close(); this.live.stop(); }
 }
 
 function ago(t) {

@@ -32,12 +32,12 @@ from ..core.status import AgentStatus
 from .turns import Turn
 from .workspace import EDIT_KINDS, paths_of
 
-COLUMNS = ("agent", "stop", "agent time", "waiting for you", "tokens", "cost", "files changed", "tool calls",
+COLUMNS = ("agent", "stop", "agent time", "waited for you", "tokens", "cost", "files changed", "tool calls",
            "cards")
-SHORT = ("agent", "stop", "agent time", "waiting for you", "tokens", "cost", "tool calls")
+SHORT = ("agent", "stop", "agent time", "waited for you", "tokens", "cost", "tool calls")
 """The columns whose cells never wrap (numbers with their unit)."""
 _NOWRAP = " class='esc-nowrap'"
-TIMES = ("agent time", "waiting for you")
+TIMES = ("agent time", "waited for you")
 """The columns left out with ``durations=False`` (they differ from run to run)."""
 
 
@@ -115,7 +115,7 @@ class Comparison:
             "agent": agent.name,
             "stop": _stop(turn),
             "agent time": agent_time,
-            "waiting for you": "—" if waited is None else f"{waited:.1f} s",
+            "waited for you": "—" if waited is None else f"{waited:.1f} s",
             "tokens": _tokens(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
             "cost": _cost(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
             "files changed": _files(turn, diffstat=not self.later[i]),

@@ -67,7 +67,7 @@ def test_side_by_side_turns_live_then_saved_without_their_kernel(nb):
         col.locator(".esc-msg.esc-agent", has_text="Edited notes.txt.").wait_for()
     compare.locator(".esc-compare-state", has_text="as the turns ended").wait_for(timeout=20_000)
     head, *rows = comparison_rows(table)
-    assert head == ["agent", "stop", "agent time", "waiting for you", "tokens", "cost", "files changed", "tool calls",
+    assert head == ["agent", "stop", "agent time", "waited for you", "tokens", "cost", "files changed", "tool calls",
                     "cards"]
     assert [r[0] for r in rows] == ["a", "b"]
     for r in rows:

@@ -11,7 +11,8 @@ installed): its ``bin`` goes first on ``PATH`` so the notebooks find ``escouade-
 
 Each notebook runs with nbclient in a temporary copy (the kernel's working folder), with
 escouade_nb's config, transcripts, journal, accounts and MCP settings in a temporary
-folder (nothing lands in ``~/.jupyter`` or in the checkout). What a newcomer sees on GitHub
+folder (nothing lands in ``~/.jupyter`` or in the checkout; the user's plugins and MCP
+servers are not seen). What a newcomer sees on GitHub
 must be the *finished* forms, so:
 
 - the outputs a view replaces after its cell has ended (the saved form of a ``%%escouade``
@@ -46,6 +47,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionComplete
 from nbval.plugin import get_sanitize_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,24 +59,25 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 # Run after the last cell (not saved): every agent's turns end, then the views' last forms
 # (sent when a turn ends; a turn view closes CLOSE_AFTER later) reach us.
 FINISH = """\
-import asyncio as _esc_asyncio
-try:
+import sys as _esc_sys
+if "escouade_nb" in _esc_sys.modules:  # a notebook that loaded it
+    import asyncio as _esc_asyncio
     from escouade_nb import get_squad as _esc_get_squad
     from escouade_nb.widgets.agent_view import CLOSE_AFTER as _esc_close_after
-except ImportError:
-    pass
-else:
-    _esc_tasks = [t for _a in _esc_get_squad().agents.values() for t in _a.turns.tasks]
+    _esc_agents = list(_esc_get_squad().agents.values())
+    _esc_tasks = [t for _a in _esc_agents for t in _a.turns.tasks]
     if _esc_tasks:
         await _esc_asyncio.wait(_esc_tasks, timeout=120)
-    await _esc_asyncio.sleep(_esc_close_after + 0.5)
+    if _esc_agents:
+        await _esc_asyncio.sleep(_esc_close_after + 0.5)
 """
 
 
 class FinishedForms(NotebookClient):
     """nbclient, plus the ``update_display_data`` messages whose parent is an earlier
     cell (a view's form replaced after its cell ended): applied to the output holding that
-    display id. ``late``: the indices of the cells so updated after they had ended."""
+    display id. ``late``: the indices of the cells whose outputs were updated (during the
+    cell or after it: nbval compares neither)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -83,18 +86,16 @@ class FinishedForms(NotebookClient):
     async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):  # nbclient 0.10/0.11
         while True:
             msg = await self.kc.iopub_channel.get_msg(timeout=None)
+            display_id = (msg["content"].get("transient") or {}).get("display_id")
+            if msg["header"]["msg_type"] == "update_display_data" and display_id in self._display_id_map:
+                self.late.update(self._display_id_map[display_id])  # nbval never applies an update
             if msg["parent_header"].get("msg_id") == parent_msg_id:
                 try:
                     self.process_message(msg, cell, cell_index)
-                except Exception as exc:
-                    if type(exc).__name__ == "CellExecutionComplete":
-                        return
-                    raise
-            elif msg["header"]["msg_type"] == "update_display_data":
-                display_id = (msg["content"].get("transient") or {}).get("display_id")
-                if display_id in self._display_id_map:
-                    self.late.update(self._display_id_map[display_id])
-                    self._update_display_id(display_id, msg)
+                except CellExecutionComplete:
+                    return
+            elif msg["header"]["msg_type"] == "update_display_data" and display_id in self._display_id_map:
+                self._update_display_id(display_id, msg)
 
 
 def neutralizers(notebook_folder: str) -> list[tuple[re.Pattern, str]]:
@@ -158,12 +159,13 @@ def run(path: Path, timeout: int) -> tuple[str, str]:
         folder.mkdir()
         shutil.copy(path, folder / path.name)
         settings = Path(scratch) / "settings"
-        for sub in ("config", "transcripts", "journal", "accounts"):
+        for sub in ("config", "transcripts", "journal", "accounts", "plugins"):
             (settings / sub).mkdir(parents=True)
-        (settings / "mcp.json").write_text('{"mcpServers": {}}\n')
+        # none of the user's settings, plugins (the listing would show them) or MCP servers
+        # (a missing mcp.json: none)
         env = {"ESCOUADE_NB_CONFIG_DIR": settings / "config", "ESCOUADE_NB_TRANSCRIPTS_DIR": settings / "transcripts",
                "ESCOUADE_NB_JOURNAL_DIR": settings / "journal", "ESCOUADE_NB_ACCOUNTS_DIR": settings / "accounts",
-               "ESCOUADE_NB_MCP_CONFIG": settings / "mcp.json",
+               "ESCOUADE_NB_PLUGINS_DIR": settings / "plugins", "ESCOUADE_NB_MCP_CONFIG": settings / "no-mcp.json",
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                "PYTHONUNBUFFERED": "1"}
         saved = {k: os.environ.get(k) for k in env}

@@ -11,6 +11,7 @@ nbconvert, in the demo's JupyterLab. Fast, no kernel: they read the committed fi
 
 from __future__ import annotations
 
+import ast
 import html
 import importlib.metadata
 import json
@@ -165,12 +166,44 @@ def test_the_readme_lists_every_shipped_notebook_and_the_fake_agents_words():
     absent = [p.stem for p in NOTEBOOKS
               if not re.search(rf"^- \[`{re.escape(p.stem)}`\]\(notebooks/{re.escape(p.name)}\) — \S", readme, re.M)]
     assert not absent, f"README.md has no line for: {absent}"
-    from escouade_nb.tools import fake_agent
-
+    doc = ast.get_docstring(ast.parse((ROOT / "escouade_nb" / "tools" / "fake_agent.py").read_text()))
     section = readme.partition("### The fake agent's words")[2].partition("\n## ")[0]
     spans = re.findall(r"`([^`]+)`", section)
     words = [re.match(r"[a-z][a-z ]*[a-z]|[a-z]", row).group(0)  # its leading words, before N, CMD, VAR…
-             for row in re.findall(r"^``(.+?)``", re.split(r"^=+ +=+$", fake_agent.__doc__, flags=re.M)[1], re.M)]
+             for row in re.findall(r"^``(.+?)``", re.split(r"^=+ +=+$", doc, flags=re.M)[1], re.M)]
     assert len(words) > 20, words
     missing = [w for w in words if not any(all(part in span for part in w.split()) for span in spans)]
     assert not missing, f"the fake's words not in README's \"The fake agent's words\": {missing}"
+
+
+@pytest.mark.kernel
+def test_the_notebook_script_saves_finished_forms_without_machine_paths(tmp_path):
+    """scripts/run-notebooks.py on a small notebook (one real kernel): a display replaced
+    after its cell ended is saved in its last form and its cell tagged for nbval; a scratch
+    folder and the notebook's own folder become placeholders; no execution timestamps."""
+    import importlib.util
+
+    import nbformat
+
+    spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run-notebooks.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    late = ('import asyncio\nfrom IPython.display import display\n'
+            'h = display({"text/plain": "turn queued"}, raw=True, display_id=True)\n'
+            'timer = asyncio.get_running_loop().call_later(0.3, lambda: h.update({"text/plain": "turn done"}, raw=True))')
+    # the update arrives while this next cell runs (as a turn's end does)
+    paths = ('import os, tempfile\nawait asyncio.sleep(0.6)\n'
+             'print(tempfile.mkdtemp(prefix="escouade-probe-"), os.getcwd())')
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(late, id="late"),
+                                         nbformat.v4.new_code_cell(paths, id="paths")])
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, path)
+    saved = nbformat.reads(script.run(path, timeout=60)[0], as_version=4)
+    first, second = saved.cells
+    assert [o.data["text/plain"] for o in first.outputs] == ["turn done"]
+    assert first.metadata.get("tags") == ["nbval-ignore-output"]
+    assert second.outputs[0].text == "<workspace> <notebook folder>\n"
+    assert "tags" not in second.metadata and all("execution" not in c.metadata for c in saved.cells)
+    written = tmp_path / "saved.ipynb"
+    written.write_text(nbformat.writes(saved))
+    assert findings(written) == []

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionComplete
+from nbclient.exceptions import CellExecutionComplete, CellExecutionError
 from nbval.plugin import get_sanitize_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,14 +195,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted(NOTEBOOKS.glob("*.ipynb"))
     changed = []
+    failed = []
     for path in paths:
-        after, before = run(path.resolve(), args.timeout)
+        try:
+            after, before = run(path.resolve(), args.timeout)
+        except CellExecutionError as exc:  # left as it was; the others still run
+            failed.append(path)
+            print(f"{path}: failed, not written — {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
+            continue
         if after != before:
             changed.append(path)
             if not args.check:
                 path.write_text(after, encoding="utf-8")
         print(f"{path}: {'changed' if after != before else 'unchanged'}{' (not written)' if args.check and after != before else ''}")
-    return 1 if args.check and changed else 0
+    return 1 if failed or (args.check and changed) else 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ nbconvert, in the demo's JupyterLab. Fast, no kernel: they read the committed fi
   this scan fails naming the notebook, the cell and the word.
 - The demo's environment (``scripts/demo.sh``: the project and its ``lab`` extra) has every
   module the notebooks import.
-- The README names every shipped notebook.
+- The README lists every shipped notebook and the fake agent's words.
+- The script itself, on a small notebook (one kernel).
 """
 
 from __future__ import annotations

@@ -351,3 +351,17 @@ def test_ask_three_agents_two_fake_one_goose_shaped_returns_three_turns(repo, tm
                 await closing(squad)
         run(go())
     assert any(r["path"].endswith("/chat/completions") for r in server.requests)  # goose asked the model here
+
+
+def test_a_git_failure_says_gits_error_not_its_progress_line(repo):
+    """``git worktree add`` writes "Preparing worktree (new branch …)" before its
+    ``fatal:`` line: the error says the fatal one (06-orchestration once failed with only
+    "Preparing worktree" to go on)."""
+    from escouade_nb.engine.worktree import git
+
+    target = repo.parent / "proj.worktrees" / "x"
+    target.mkdir(parents=True)
+    (target / "in-the-way").write_text("")
+    with pytest.raises(WorktreeError) as failed:
+        run(git("worktree", "add", "-b", "escouade/x", str(target), "main", cwd=repo))
+    assert "already exists" in str(failed.value) and "Preparing" not in str(failed.value), failed.value

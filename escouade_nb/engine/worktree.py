@@ -39,7 +39,8 @@ class WorktreeError(Exception):
 
 async def git(*args: str, cwd: str | Path, check: bool = True) -> tuple[int, str, str]:
     """Run ``git ARGS`` in ``cwd`` as an async subprocess: ``(returncode, stdout, stderr)``.
-    ``check``: :class:`WorktreeError` (git's first error line) on a non-zero exit.
+    ``check``: :class:`WorktreeError` (git's ``fatal:``/``error:`` line, else its first line) on a
+    non-zero exit.
     Never prompts (``GIT_TERMINAL_PROMPT=0``), C locale so messages parse."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"}
     if not Path(cwd).is_dir():  # a stat: else the spawn's error would read "no git"
@@ -59,7 +60,10 @@ async def git(*args: str, cwd: str | Path, check: bool = True) -> tuple[int, str
         raise
     text, errors = out.decode(errors="replace"), err.decode(errors="replace")
     if check and proc.returncode != 0:
-        line = next((ln for ln in errors.splitlines() if ln.strip()), f"exit {proc.returncode}")
+        lines = [ln for ln in errors.splitlines() if ln.strip()]
+        # git's own error line, not a progress line before it ("Preparing worktree …")
+        line = next((ln for ln in lines if ln.startswith(("fatal:", "error:"))), lines[0] if lines else
+                    f"exit {proc.returncode}")
         raise WorktreeError(f"git {args[0]} failed in {cwd}: {line.strip()}")
     return proc.returncode, text, errors
 

@@ -28,8 +28,7 @@ must be the *finished* forms, so:
 
 A cell whose saved outputs differ from what it displayed first gets the tag
 ``nbval-ignore-output``: nbval compares a fresh run's *first* displays (it drops every
-update), so it cannot compare a finished form (see /work/shared/reference/anywidget-views.md
-§3). The other cells of the notebook are still compared. ``tests/test_shipped_notebooks.py``
+update), so it cannot compare a finished form. The other cells of the notebook are still compared. ``tests/test_shipped_notebooks.py``
 fails on any absolute path or transient word left in a committed notebook.
 """
 
@@ -46,9 +45,10 @@ import tempfile
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionComplete, CellExecutionError
+from nbclient.exceptions import CellExecutionError
 from nbval.plugin import get_sanitize_patterns
+
+from escouade_nb.tools.finished_forms import FinishedForms
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -71,31 +71,6 @@ if "escouade_nb" in _esc_sys.modules:  # a notebook that loaded it
     if _esc_agents:
         await _esc_asyncio.sleep(_esc_close_after + 0.5)
 """
-
-
-class FinishedForms(NotebookClient):
-    """nbclient, plus the ``update_display_data`` messages whose parent is an earlier
-    cell (a view's form replaced after its cell ended): applied to the output holding that
-    display id. ``late``: the indices of the cells whose outputs were updated (during the
-    cell or after it: nbval compares neither)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.late: set[int] = set()
-
-    async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):  # nbclient 0.10/0.11
-        while True:
-            msg = await self.kc.iopub_channel.get_msg(timeout=None)
-            display_id = (msg["content"].get("transient") or {}).get("display_id")
-            if msg["header"]["msg_type"] == "update_display_data" and display_id in self._display_id_map:
-                self.late.update(self._display_id_map[display_id])  # nbval never applies an update
-            if msg["parent_header"].get("msg_id") == parent_msg_id:
-                try:
-                    self.process_message(msg, cell, cell_index)
-                except CellExecutionComplete:
-                    return
-            elif msg["header"]["msg_type"] == "update_display_data" and display_id in self._display_id_map:
-                self._update_display_id(display_id, msg)
 
 
 def neutralizers(notebook_folder: str) -> list[tuple[re.Pattern, str]]:

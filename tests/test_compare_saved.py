@@ -21,13 +21,13 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COM
 def _execute(tmp_path: Path, cells: list[str], monkeypatch) -> nbformat.NotebookNode:
     """``cells`` run by nbclient in a fresh kernel (cwd ``tmp_path``), saved to
     ``tmp_path/nb.ipynb`` and read back from the file."""
-    import nbclient
+    from escouade_nb.tools.finished_forms import FinishedForms
 
     for k, v in GIT_ENV.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+    client = FinishedForms(nb, timeout=120, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     path = tmp_path / "nb.ipynb"

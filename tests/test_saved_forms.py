@@ -10,29 +10,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from escouade_nb.tools.finished_forms import FinishedForms
 
 TRANSIENT = ("turn queued", "starting…", "working…", "reading…", " ago", "thinks…")
-
-
-class LabLikeClient(NotebookClient):
-    """nbclient applying every ``update_display_data`` as JupyterLab does, whichever cell
-    started the task that sent it (nbclient keeps only the running cell's messages): the
-    saved file is then what a person saving from JupyterLab gets. Only the display updates
-    of other cells are taken; everything else is nbclient's own."""
-
-    async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):
-        while True:
-            msg = await self.kc.iopub_channel.get_msg(timeout=None)
-            if msg["parent_header"].get("msg_id") == parent_msg_id:
-                try:
-                    self.process_message(msg, cell, cell_index)
-                except Exception as exc:
-                    if type(exc).__name__ == "CellExecutionComplete":
-                        return
-                    raise
-            elif msg["msg_type"] == "update_display_data":
-                self._update_display_id(msg["content"]["transient"]["display_id"], msg)
 
 
 def _cell(source: str):
@@ -54,7 +35,7 @@ def saved(tmp_path_factory) -> tuple[nbformat.NotebookNode, str, Path]:
         _cell("for _ in range(600):\n    if a.status == 'idle' and a.turns.current is None: break\n"
               "    await asyncio.sleep(0.05)\nawait asyncio.sleep(3)"),
     ]
-    LabLikeClient(nb, timeout=120, kernel_name="python3", store_widget_state=False,
+    FinishedForms(nb, timeout=120, kernel_name="python3", store_widget_state=False,
                   resources={"metadata": {"path": str(folder)}}).execute()
     path = folder / "saved.ipynb"
     nbformat.write(nb, path)

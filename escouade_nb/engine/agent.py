@@ -130,7 +130,7 @@ class Agent:
         self._replay = ReplaySkip()
         self.worktree: Worktree | None = None  # its own git worktree and branch (``--worktree``), if any
         self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
-        self._primer: str | None = None  # a fork's conversation so far, sent along with its first prompt
+        self._primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt
         self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
@@ -422,8 +422,14 @@ class Agent:
         for path in paths:
             if not path.is_file():
                 raise FileNotFoundError(f"no file to attach: {path}")
-        primer, self._primer = ([{"type": "text", "text": self._primer}] if self._primer else []), None
-        return self.turns.send(Turn(self, [*primer, *blocks(prompt), *context], attach=paths))
+        return self.turns.send(Turn(self, [*blocks(prompt), *context], attach=paths))
+
+    def take_primer(self) -> dict[str, Any] | None:
+        """A fork's conversation so far (:func:`~..core.prompt.carried_conversation`), once:
+        the turn that sends it takes it (and puts it back when the agent refused the prompt
+        for a sign-in)."""
+        primer, self._primer = self._primer, None
+        return primer
 
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card

@@ -563,6 +563,7 @@ class Squad:
         return agent
 
     async def _prepare_fork(self, source: Agent, agent: Agent, planned: Worktree | None) -> None:
+        from ..core.prompt import carried_conversation
         from ..core.render_text import render_items
         if planned is not None:
             await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
@@ -578,9 +579,7 @@ class Squad:
             return
         text = render_items(list(source.conversation.items), speaker=source.harness.harness.speaker
                             or source.harness.harness.display_name)
-        agent._primer = (f"You are continuing a conversation another session of yours had with me (you are "
-                         f"{agent.name}, forked from {source.name}). Here it is, for context:\n\n{text}\n\n"
-                         f"--- end of the earlier conversation; my next message follows. ---")
+        agent._primer = carried_conversation(agent.name, source.name, text)
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
             f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "

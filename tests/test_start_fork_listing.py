@@ -10,11 +10,12 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from kernel_client import kernel_with_env, wait_for
+from kernel_client import act, kernel_with_env, wait_for
 from test_failure_cases import P_INIT, Script
 
 pytestmark = pytest.mark.kernel
@@ -62,3 +63,64 @@ def test_a_fork_of_the_demo_agent_reads_its_carried_conversation_as_context_not_
     out = kernel.run("print(json.dumps([i.text for i in child.conversation.items if getattr(i, 'role', '') == "
                      "'user']))").text
     assert json.loads(out.strip().splitlines()[-1]) == ["What is 2+2?"]
+
+
+# -- item 12 ----------------------------------------------------------------------------------------
+def _group(pgid: int) -> list[int]:
+    """Live processes of a process group (read from /proc; zombies are gone)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else None
+        except OSError:
+            continue
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_group(kernel, tmp_path):
+    """An agent that does not answer ``initialize`` (it starts its own servers: here a
+    child in its group, then a long sleep): the start is not cut at a fixed limit, the
+    head says what it waits for and how long, the conversation says it still waits, Stop
+    is offered and ends the process group; ``%escouade stop`` during a start ends it too."""
+    slow = Script(tmp_path, [{"spawn": ["sleep", "600"]}, {"hang": True}], name="slow")
+    slow.install(kernel.plugins)
+    kernel.run("import escouade_nb.engine.live as live_mod\n"
+               "live_mod.STILL_STARTING, live_mod.START_TICK = 0.3, 0.1  # the notice and redraws come soon\n"
+               "from escouade_nb.widgets import views_of\n"
+               f"s1 = %escouade slow --as s1 --cwd {slow.ws}")
+    wait_for(kernel, "s1.pid is not None and len(s1.conversation.items) > 0", timeout=60)
+    out = kernel.run("view = views_of(s1)[0]\nhead = view.head()\n"
+                     "print(json.dumps([s1.pid, s1.start_timeout, s1.live.session.start_timeout, head['status_text'],"
+                     " head['can']['stop'], view.model_id, [i.text for i in s1.conversation.items]]))").text
+    pid, limit, session_limit, status_text, can_stop, model_id, notes = json.loads(out.strip().splitlines()[-1])
+    assert limit is None and session_limit is None  # no fixed limit: it waits while the process lives
+    assert re.fullmatch(r"starting… \(waiting \d+ s for its answer to initialize\)", status_text), status_text
+    assert can_stop
+    assert any("has not answered initialize" in n and "as long as its process runs" in n and "Stop ends" in n
+               for n in notes), notes
+    assert len(_group(pid)) == 2  # the agent and its child
+    act(kernel, model_id, {"act": "stop"})  # the user presses Stop
+    wait_for(kernel, "s1.status == 'closed'", timeout=30)
+    out = kernel.run("print(json.dumps([views_of(s1)[0].head()['status_text'], "
+                     "[i.text for i in s1.conversation.items]]))").text
+    status_text, notes = json.loads(out.strip().splitlines()[-1])
+    assert status_text == "closed"
+    assert any(n.startswith("Stopped by you while starting") and "Restart" in n for n in notes), notes
+    for _ in range(100):
+        if not _group(pid):
+            break
+        time.sleep(0.05)
+    assert _group(pid) == []  # nothing orphaned: the child of its group is gone too
+    # %escouade stop while it starts
+    kernel.run(f"s2 = %escouade slow --as s2 --cwd {slow.ws}")
+    wait_for(kernel, "s2.pid is not None and s2.start_waiting is not None", timeout=30)
+    pid2 = int(kernel.run("print(s2.pid)").text.strip())
+    kernel.run("%escouade stop s2")
+    wait_for(kernel, "s2.status == 'closed'", timeout=30)
+    for _ in range(100):
+        if not _group(pid2):
+            break
+        time.sleep(0.05)
+    assert _group(pid2) == []

@@ -35,14 +35,14 @@ from ..manifest import HarnessRef
 from ..manifest.project import Project, project_id
 from ..wire.errors import AgentError, AgentExited, AuthRequired, running_loop
 from ..wire.process import StderrRing, kill_group_now
-from ..wire.session import START_TIMEOUT, AgentSession, SessionPage
+from ..wire.session import AgentSession, SessionPage
 from ..wire.transcript import Transcript
 from .cards import PermissionCard, Policy, QuestionCard
 from .controls import Controls
 from .kernel_access import context_blocks
 from .kernel_access import in_kernel as kernel_in_process
 from .launcher import launch_argv
-from .live import Live
+from .live import Live, start_limit
 from .resume import ReplaySkip, resumed
 from .turns import Turn, TurnQueue
 from .worktree import Worktree
@@ -50,7 +50,7 @@ from .worktree import Worktree
 log = logging.getLogger(__name__)
 
 __all__ = ["Agent", "AgentError", "AgentExited", "AuthRequired", "PermissionCard", "QuestionCard", "Turn", "Policy",
-           "START_TIMEOUT", "Live"]
+           "Live"]
 
 
 class Agent:
@@ -69,6 +69,9 @@ class Agent:
     ``kernel_tools``: give the agent the kernel's MCP server (variables, cells,
     ``run_code`` behind a card; default: when running in a kernel); ``mcp``: which of
     your ``mcp.json`` servers it gets (None: all of them; ``[]``: none).
+    ``start_timeout``: seconds a start may wait for the agent's answers to ``initialize``
+    and ``session/new`` (None: ``$ESCOUADE_NB_START_TIMEOUT``'s, else no limit — it waits
+    while the process lives, saying how long, and Stop ends it; 0: no limit).
     ``add_dirs``: more folders of the session (ACP ``additionalDirectories``, relative
     ones against ``cwd``; a private project's fence takes them in). ``system_prompt``
     (``system_prompt_mode`` ``"append"`` or ``"override"``): ACP ``systemPrompt`` where
@@ -79,7 +82,7 @@ class Agent:
     harness in a private project."""
 
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
-                 cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
+                 cwd: str | Path | None = None, start_timeout: float | None = None,
                  policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
                  via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
                  env: dict[str, str] | None = None, kernel_tools: bool | None = None,
@@ -90,7 +93,8 @@ class Agent:
         self.program = program
         self.name = name or harness.short_id
         self.cwd = Path(cwd or Path.cwd()).resolve()
-        self.start_timeout = start_timeout
+        # seconds a start waits for initialize / session/new; None: as long as the process lives
+        self.start_timeout = start_limit() if start_timeout is None else (start_timeout or None)
         self.policies: list[Policy] = list(policies or [])
         self.via = list(via)
         self.extra_env = dict(env or {})  # e.g. the account's folder in the manifest's accountVar
@@ -132,6 +136,7 @@ class Agent:
         self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
         self._primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt
         self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
+        self._stop_task: asyncio.Task | None = None  # Stop pressed while it starts: its process ended (awaited by close)
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -169,6 +174,12 @@ class Agent:
         if self.live is None:
             return ("pending" if self.kernel_tools else "off"), ""
         return self.live.kernel.state, self.live.kernel.why
+
+    @property
+    def start_waiting(self) -> str | None:
+        """While it starts, what it waits for and how long (``waiting 1 min 05 s for its
+        answer to initialize``; redrawn every few seconds: ``on_status``), else None."""
+        return self.live.waiting_text() if self.live is not None else None
 
     @property
     def restarting(self) -> bool:
@@ -435,7 +446,14 @@ class Agent:
         """Stop the running turn: send ``session/cancel``, answer every pending card
         ``cancelled`` (ACP requires the client to), mark unfinished tool calls cancelled.
         The turn then ends with the agent's stop reason (``cancelled``). Queued turns
-        stay queued."""
+        stay queued. While the agent starts (no session yet), Stop ends the start: its
+        process group is ended at once (no grace for a session it never had), the status
+        is ``closed`` and the conversation says so; Restart starts it again."""
+        live = self.live
+        if self.status is AgentStatus.STARTING and live is not None and not self._restarting:
+            self._stop_task = asyncio.get_running_loop().create_task(live.stop_start(),
+                                                                      name=f"escouade stop start {self.name}")
+            return
         self.turns.cancel()
 
     def questions_from_text(self, turn: Turn) -> None:
@@ -624,7 +642,10 @@ class Agent:
         live, task = self.live, self._main_task
         if live is None:
             return
-        await live.session.close()
+        if live.starting:  # no session yet: nothing to end cleanly, the process group ends at once
+            await live.stop_start(by_you=False)
+        else:
+            await live.session.close()
         if task is not None and not task.done():
             with anyio.move_on_after(5):
                 await asyncio.shield(task)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from kernel_client import act, kernel_with_env, wait_for
-from test_failure_cases import P_INIT, Script
+from test_acp_2026 import INIT_ANY, _init_result
+from test_failure_cases import Script
 
 pytestmark = pytest.mark.kernel
 
@@ -124,3 +125,78 @@ def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_grou
             break
         time.sleep(0.05)
     assert _group(pid2) == []
+
+
+# -- item 9 -----------------------------------------------------------------------------------------
+LISTER = "\n".join([
+    INIT_ANY, _init_result('{"list":{},"resume":{}}'),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY"}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+    # an agent that ignores the cwd asked for: a session of another folder in its list
+    'C> {"jsonrpc":"2.0","id":3,"method":"session/list","params":{"cwd":"$WS"}}',
+    'A> {"jsonrpc":"2.0","id":3,"result":{"sessions":[{"sessionId":"s1","cwd":"$WS","title":"Here"},'
+    '{"sessionId":"s9","cwd":"$OTHER","title":"Another project"}]}}',
+    '!> {"wait_eof": 60}',
+])
+OPENED_ELSEWHERE = "\n".join([
+    INIT_ANY, _init_result('{"list":{},"resume":{}}'),
+    'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s9","cwd":"$OTHER"}}',
+    'A> {"jsonrpc":"2.0","id":1,"result":{}}',
+    '!> {"wait_eof": 60}',
+])
+
+
+def _shown(res) -> list[str]:
+    return [m["content"]["data"].get("text/plain", "") for m in res.messages
+            if m["msg_type"] in ("display_data", "update_display_data")]
+
+
+def test_sessions_of_other_folders_are_not_listed_as_this_ones_and_open_in_their_own(kernel, tmp_path):
+    other = (tmp_path / "other-project").resolve()
+    other.mkdir()
+    s = Script(tmp_path, LISTER, OPENED_ELSEWHERE, name="lister", variables={"OTHER": str(other)})
+    s.install(kernel.plugins)
+    kernel.run(f"lister = %escouade lister --cwd {s.ws}\nawait lister.ready()")
+    res = kernel.run("%escouade sessions lister\nfor _ in range(100):\n    await asyncio.sleep(0.05)\n"
+                     "    if getattr(lister, 'sessions_elsewhere', None):\n        break\nawait asyncio.sleep(0.3)")
+    listed = "\n".join(_shown(res))
+    assert "Here" in listed and "Another project" not in listed and "s9" not in listed.split("not listed")[0]
+    assert "1 session of other folders not listed" in listed and "%escouade sessions lister --all" in listed
+    out = kernel.run("o = %escouade resume lister --session s9\nawait o.ready()\nprint(o.cwd)").text
+    assert out.strip().splitlines()[-1] == str(other)  # opened as its own folder's, not this one's
+    kernel.run("await o.close()\nawait lister.close()")
+    s.assert_ok(runs=2)
+
+
+def test_resume_lists_this_projects_agents_says_others_exist_and_asks_which_of_two(kernel):
+    from test_resume_listing import SETUP, _prompt, _write
+
+    folder = kernel.root / "transcripts"
+    folder.mkdir(exist_ok=True)
+    harness = kernel.run("from escouade_nb.manifest import discover\nprint(discover().find('fake').id)").text.strip()
+    elsewhere = kernel.root / "elsewhere"
+    elsewhere.mkdir()
+    first = _write(folder / "twin-1.jsonl", *SETUP, _prompt(1, "the first twin"), agent="twin", harness=harness,
+                   cwd=str(kernel.ws), when=1_700_000_000)
+    _write(folder / "twin-2.jsonl", *SETUP, _prompt(1, "the second twin"), agent="twin", harness=harness,
+           cwd=str(kernel.ws / "sub"), when=1_700_000_100)
+    _write(folder / "stranger-1.jsonl", *SETUP, _prompt(1, "another project's"), agent="stranger", harness=harness,
+           cwd=str(elsewhere))
+    out = kernel.run("%escouade resume").text
+    twins = [line for line in out.splitlines() if line.strip().startswith("twin ")]
+    assert len(twins) == 2 and "“the second twin”" in twins[0] and "in sub  (twin-2.jsonl)" in twins[0]
+    assert "“the first twin”" in twins[1] and "in .  (twin-1.jsonl)" in twins[1]
+    assert "2 agents were named twin: pick one with %escouade resume twin --from FILE" in out
+    assert "stranger" not in out and "more of other folders: %escouade resume --all lists them." in out
+    assert str(kernel.root) not in out  # no machine path for this project's agents
+    assert "“another project's”" in kernel.run("%escouade resume --all").text
+    said = kernel.run("%escouade resume twin", allow_error=True).text
+    assert "escouade: 2 agents of this project were named 'twin'" in said
+    assert "twin-1.jsonl" in said and "twin-2.jsonl" in said  # listed, none picked
+    assert "twin" not in kernel.run("print(list(get_squad().agents))").text
+    said = kernel.run("%escouade resume stranger", allow_error=True).text
+    assert "no transcript of an agent named 'stranger' in this project" in said and "--from FILE" in said
+    out = kernel.run("t = %escouade resume twin --from twin-1.jsonl\nprint(t.transcript.path.name)\n"
+                     "print(json.dumps([i.text for i in t.conversation.items if getattr(i, 'role', '') == 'user']))"
+                     "\nawait t.close()").text
+    assert out.strip().splitlines()[-2:] == [first.name, '["the first twin"]']

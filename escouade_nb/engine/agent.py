@@ -136,6 +136,8 @@ class Agent:
         self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
         self._primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt
         self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
+        self.sessions_elsewhere: dict[str, str] = {}  # session id -> its folder, of session/list rows not of cwd
+        self.sessions_hidden = 0  # rows of other folders left out of the last session/list page
         self._stop_task: asyncio.Task | None = None  # Stop pressed while it starts: its process ended (awaited by close)
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
@@ -568,13 +570,36 @@ class Agent:
         return await self.controls.set_model(model_id)
 
     # -- the agent's own sessions (ACP session/list, session/delete) -------------------------------
-    async def sessions(self, cursor: str | None = None) -> SessionPage:
+    async def sessions(self, cursor: str | None = None, *, everywhere: bool = False) -> SessionPage:
         """One page of the agent's own sessions for its folder (ACP ``session/list``),
         newest as the agent orders them: ``SessionPage(sessions, next_cursor)``, each
         session ``{"sessionId", "cwd", "title"?, "updatedAt"?}``; pass ``next_cursor`` for
         the next page (None: the last). Waits for the agent to be ready. ``AgentError``
-        when it does not offer ``session/list``; ``acp.RequestError`` when it refuses."""
-        return await (await self.ready_session()).list_sessions(cursor=cursor)
+        when it does not offer ``session/list``; ``acp.RequestError`` when it refuses.
+
+        An agent may ignore the ``cwd`` asked for and list sessions of other folders: they
+        are left out (``sessions_hidden`` counts those of this page), unless
+        ``everywhere``; either way :attr:`sessions_elsewhere` remembers their folders, so
+        that opening one (:meth:`~.squad.Squad.open_session`) opens it in its own folder."""
+        page = await (await self.ready_session()).list_sessions(cursor=cursor)
+        here: list[dict[str, Any]] = []
+        for info in page.sessions:
+            if self._of_this_folder(info.get("cwd")):
+                here.append(info)
+            else:
+                self.sessions_elsewhere[str(info.get("sessionId"))] = str(info.get("cwd"))
+        self.sessions_hidden = 0 if everywhere else len(page.sessions) - len(here)
+        return page if everywhere else SessionPage(here, page.next_cursor)
+
+    def _of_this_folder(self, cwd: Any) -> bool:
+        """Whether a listed session's ``cwd`` is this agent's folder (a missing one is taken
+        as asked: ACP requires it)."""
+        if not isinstance(cwd, str) or not cwd:
+            return True
+        try:
+            return Path(cwd).expanduser().resolve() == self.cwd
+        except (OSError, RuntimeError):
+            return False
 
     async def delete_session(self, session_id: str) -> None:
         """Delete one of the agent's own sessions (ACP ``session/delete``; an unknown id

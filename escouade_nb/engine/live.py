@@ -94,6 +94,7 @@ class Live:
         if agent.record and agent.transcript is None:
             agent.transcript = Transcript.new(agent.name, {
                 "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),
+                "started_from": os.getcwd(),  # the notebook's folder: its project lists it (engine/listing.py)
                 **({"worktree": agent.worktree.record()} if agent.worktree is not None else {}),
                 **({"previous": str(agent.previous_transcript)} if agent.previous_transcript is not None else {}),
                 **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),

@@ -44,7 +44,10 @@ class SessionsView(FullText, Releasing, w.VBox):
                 f"{esc(page.next_cursor)}</code></div>" if page.next_cursor else "")
         head = w.HTML(f"<b>Sessions of {esc(agent.name)}</b>" if page.sessions else
                       f"{esc(agent.name)} has no sessions for this folder.")
-        self.children = [head, *self.rows.values(), w.HTML(more), self._note, self._shown]
+        hidden = getattr(agent, "sessions_hidden", 0)
+        self.hidden = (f"{hidden} session{'s' if hidden != 1 else ''} of other folders not listed ({agent.name} "
+                       f"ignored the folder asked for): %escouade sessions {agent.name} --all lists them") if hidden else ""
+        self.children = [head, *self.rows.values(), w.HTML(more), w.HTML(esc(self.hidden)), self._note, self._shown]
 
     def _row(self, info: dict[str, Any]) -> w.HBox:
         sid = info["sessionId"]
@@ -122,7 +125,7 @@ class SessionsView(FullText, Releasing, w.VBox):
     def __repr__(self) -> str:
         shown = [i for i in self.page.sessions if i["sessionId"] not in self.deleted]
         text = sessions_text(self.agent.name, shown, self.page.next_cursor)
-        return text + (f"\n  ({self.note})" if self.note else "")
+        return text + (f"\n  {self.hidden}" if self.hidden else "") + (f"\n  ({self.note})" if self.note else "")
 
 
 def close_tree_except_label(old: w.HBox, new: w.HBox) -> None:

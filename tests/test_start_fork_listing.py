@@ -64,6 +64,11 @@ def test_a_fork_of_the_demo_agent_reads_its_carried_conversation_as_context_not_
     out = kernel.run("print(json.dumps([i.text for i in child.conversation.items if getattr(i, 'role', '') == "
                      "'user']))").text
     assert json.loads(out.strip().splitlines()[-1]) == ["What is 2+2?"]
+    # …and so does the conversation rebuilt from its transcript (a resume)
+    out = kernel.run("from escouade_nb.wire import transcript as tr\nfrom escouade_nb.core.conversation import "
+                     "Conversation\nre_read = Conversation()\ntr.replay(tr.read(child.transcript.path), re_read)\n"
+                     "print(json.dumps([i.text for i in re_read.items if getattr(i, 'role', '') == 'user']))").text
+    assert json.loads(out.strip().splitlines()[-1]) == ["What is 2+2?"]
 
 
 # -- item 12 ----------------------------------------------------------------------------------------

@@ -90,7 +90,8 @@ def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_grou
     child in its group, then a long sleep): the start is not cut at a fixed limit, the
     head says what it waits for and how long, the conversation says it still waits, Stop
     is offered and ends the process group; ``%escouade stop`` during a start ends it too."""
-    slow = Script(tmp_path, [{"spawn": ["sleep", "600"]}, {"hang": True}], name="slow")
+    hanging = [{"spawn": ["sleep", "600"]}, {"hang": True}]
+    slow = Script(tmp_path, hanging, hanging, name="slow")  # one run per start
     slow.install(kernel.plugins)
     kernel.run("import escouade_nb.engine.live as live_mod\n"
                "live_mod.STILL_STARTING, live_mod.START_TICK = 0.3, 0.1  # the notice and redraws come soon\n"

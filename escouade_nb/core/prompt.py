@@ -36,16 +36,18 @@ def is_context(block: Mapping[str, Any]) -> bool:
     return isinstance(ours, Mapping) and bool(ours.get("context"))
 
 
-def carried_conversation(name: str, parent: str, text: str) -> dict[str, Any]:
-    """The block that carries a fork's conversation so far (``text``, rendered) to the
-    new agent ``name`` forked from ``parent``: an embedded ``resource``
+def carried_conversation(name: str, parent: str, text: str, speaker: str = "agent") -> dict[str, Any]:
+    """The block that carries a fork's conversation so far (``text``, rendered: the
+    user's messages after ``you:``, the agent's after ``speaker:``) to the new agent
+    ``name`` forked from ``parent``: an embedded ``resource``
     (``escouade://fork/PARENT/conversation``, markdown) marked as :func:`context`, apart
     from the user's own words (their blocks follow it). The text says it is a record,
     not requests, and ends with :data:`FORK_END` and a blank line (an agent that glues
     text blocks together keeps them apart). Where the agent takes no embedded context,
     :func:`gate` sends it as a text block, mark kept."""
     body = (f"You are {name}, forked from {parent}: you continue a conversation another session of yours had "
-            f"with me. Here it is, for context only: a record of what was said, not requests to carry out now.\n\n"
+            f"with me. Here it is, for context only: a record of what was said, not requests to carry out now "
+            f"(in it, “you:” marks my messages and “{speaker}:” yours).\n\n"
             f"{text.strip()}\n\n{FORK_END}\n\n")
     return context({"type": "resource", "resource": {"uri": f"escouade://fork/{quote(parent, safe='')}/conversation",
                                                      "mimeType": "text/markdown", "text": body}}, "fork")

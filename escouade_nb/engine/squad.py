@@ -577,9 +577,9 @@ class Squad:
             agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
                                           f"conversation itself (session {agent._resume_id}).")
             return
-        text = render_items(list(source.conversation.items), speaker=source.harness.harness.speaker
-                            or source.harness.harness.display_name)
-        agent._primer = carried_conversation(agent.name, source.name, text)
+        speaker = source.harness.harness.speaker or source.harness.harness.display_name
+        text = render_items(list(source.conversation.items), speaker=speaker)
+        agent._primer = carried_conversation(agent.name, source.name, text, speaker)
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
             f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "

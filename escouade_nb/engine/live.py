@@ -199,12 +199,21 @@ class Live:
     async def _handshake(self) -> None:
         agent, session = self.agent, self.session
         self.waiting, self.waiting_since = "initialize", time.monotonic()
-        ticker = asyncio.get_running_loop().create_task(self._tick(), name=f"escouade start of {agent.name}")
+        loop = asyncio.get_running_loop()
+        ticker = loop.create_task(self._tick(), name=f"escouade start of {agent.name}")
+        steps = loop.create_task(self._handshake_steps(), name=f"escouade handshake of {agent.name}")
+        gone = loop.create_task(session.exited.wait(), name=f"escouade exit during the start of {agent.name}")
         try:
-            await self._handshake_steps()
+            # the process's end ends the wait: a request it will never answer is not waited on (no time limit
+            # by default); end() says how it ended
+            await asyncio.wait({steps, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            ticker.cancel()
+            for task in (ticker, steps, gone):
+                task.cancel()
+            await asyncio.gather(ticker, steps, gone, return_exceptions=True)
             self.waiting = None
+        if steps.done() and not steps.cancelled() and steps.exception() is not None:
+            raise steps.exception()
 
     async def _handshake_steps(self) -> None:
         agent, session = self.agent, self.session

@@ -37,14 +37,18 @@ USAGE = """usage:
                                             (--add-dir: another folder of the session, ACP additionalDirectories;
                                              --system-prompt: ACP systemPrompt where offered, else before the first prompt)
   %escouade stop AGENT                      stop an agent
-  %escouade sessions AGENT [--cursor C]     the agent's own sessions for its folder (ACP session/list)
+  %escouade sessions AGENT [--cursor C] [--all]
+                                            the agent's own sessions for its folder (ACP session/list;
+                                             --all: those it lists of other folders too, opened in theirs)
   %escouade export AGENT PATH.ipynb [--force]
                                             the agent's conversation as a notebook (--force: replace PATH)
   %escouade squad                           all agents of this kernel, live
   %escouade merge|rebase AGENT              merge its worktree branch into the base / rebase it onto the base
   %escouade discard AGENT [--force]         stop it, remove its worktree and branch (--force: uncommitted too)
   %escouade fork AGENT [--as NAME]          a new agent of its harness carrying its conversation
-  %escouade resume [AGENT]                  list resumable agents, or rebuild one from its transcript
+  %escouade resume [AGENT]                  list this project's resumable agents, or rebuild one from its
+                                            transcript (%escouade resume --all: other folders' agents too)
+  %escouade resume AGENT --from FILE        rebuild that transcript (two agents of one name: pick one)
   %escouade resume AGENT --session ID       open that session of the agent's own (see sessions) in a new agent
   %escouade update NAME [--yes]             show (and run) the harness's update command
   %%escouade NAME|AGENT[,AGENT...] [--with VAR,VAR] [--cells 3-5]
@@ -171,9 +175,9 @@ class EscouadeMagics(Magics):
             _show(SquadView(squad))
             return None
         if words[0] == "resume":
-            if len(words) == 1:  # name, last write, first prompt (each file's head only: bounded reads)
-                from .engine.resume import resumable_text
-                print(resumable_text(squad.resumable_summaries()))
+            if words[1:] in ([], ["--all"]):  # name, last write, first prompt, folder (files' heads only)
+                from .engine.listing import listing_text
+                print(listing_text(squad.resumable_summaries(everywhere=words[1:] == ["--all"])))
                 return None
             if len(words) == 4 and words[2] == "--session":  # one of the agent's own sessions (session/list)
                 self._need_loop()
@@ -181,10 +185,11 @@ class EscouadeMagics(Magics):
                 from .widgets import AgentView
                 _show(AgentView(agent))
                 return agent
-            if len(words) != 2:
-                raise _UsageError("resume takes one agent name (and optionally --session ID)")
+            if len(words) not in (2, 4) or (len(words) == 4 and words[2] != "--from"):
+                raise _UsageError("resume takes one agent name (and optionally --from FILE, or --session ID), "
+                                  "or --all")
             self._need_loop()
-            agent = squad.resume(words[1])
+            agent = squad.resume(words[1], words[3] if len(words) == 4 else None)
             from .widgets import AgentView
             _show(AgentView(agent))
             return agent
@@ -304,8 +309,10 @@ class EscouadeMagics(Magics):
     def _sessions(self, squad, words: list[str]) -> None:
         """``sessions AGENT [--cursor C]``: one page of the agent's own sessions (ACP
         ``session/list``), shown in this cell's output when it arrives."""
+        everywhere = "--all" in words
+        words = [w for w in words if w != "--all"]
         if len(words) not in (1, 3) or (len(words) == 3 and words[1] != "--cursor"):
-            raise _UsageError("sessions takes one agent name, and optionally --cursor CURSOR")
+            raise _UsageError("sessions takes one agent name, and optionally --cursor CURSOR and --all")
         agent = squad.get(words[0])
         self._need_loop()
         from .widgets.views import current_run, shown_in_cell
@@ -323,7 +330,7 @@ class EscouadeMagics(Magics):
             view = SessionsView(squad, agent, page)
             shown_in_cell(view, cell, run)
             view.show(handle, widget)  # its saved form (a static table, sessions_text), then the widget
-        squad.sessions_soon(agent.name, done, cursor=words[2] if len(words) == 3 else None)
+        squad.sessions_soon(agent.name, done, cursor=words[2] if len(words) == 3 else None, everywhere=everywhere)
         return None
 
     def _export(self, squad, words: list[str]) -> None:

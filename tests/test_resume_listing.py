@@ -86,16 +86,19 @@ def test_only_the_head_of_a_big_transcript_is_read(tmp_path: Path) -> None:
 
 
 def test_the_magic_reads_them_in_a_thread_and_leaves_out_running_agents(tmp_path: Path, monkeypatch) -> None:
+    from escouade_nb.engine import listing
+
     monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path))
-    _write(tmp_path / "gone.jsonl", _prompt(1, "hello"), agent="gone")
-    _write(tmp_path / "busy.jsonl", _prompt(1, "busy"), agent="busy")
+    monkeypatch.chdir(tmp_path)  # the notebook's folder: the agents worked in it
+    _write(tmp_path / "gone.jsonl", _prompt(1, "hello"), agent="gone", cwd=str(tmp_path))
+    _write(tmp_path / "busy.jsonl", _prompt(1, "busy"), agent="busy", cwd=str(tmp_path))
     threads = []
-    real = tr.summaries
+    real = listing.histories
 
     def spy(*args):
         threads.append(threading.current_thread() is threading.main_thread())
         return real(*args)
-    monkeypatch.setattr(tr, "summaries", spy)
+    monkeypatch.setattr(listing, "histories", spy)
 
     class Running:
         status = "idle"
@@ -109,6 +112,6 @@ def test_the_magic_reads_them_in_a_thread_and_leaves_out_running_agents(tmp_path
 
     got, now = asyncio.run(main())
     ((found, error),) = got
-    assert error is None and [s.name for s in found] == ["gone"] and found[0].first_prompt == "hello"
-    assert [s.name for s in now] == ["gone"]
+    assert error is None and [h.name for h in found.here] == ["gone"] and found.here[0].first_prompt == "hello"
+    assert [h.name for h in now.here] == ["gone"]
     assert threads == [False, True]  # the magic's read: off the loop's thread

@@ -103,8 +103,9 @@ def test_resume_after_kernel_restart(tmp_path, monkeypatch):
     k = Kernel(tmp_path)
     try:
         listing = k.run("%load_ext escouade_nb\n%escouade resume").text
-        # its name, when its transcript was last written, its first prompt, the file (issue 16)
-        assert re.search(r"keeper\s+\d{4}-\d\d-\d\d \d\d:\d\d  “hello from before”  \S+keeper-\S+\.jsonl", listing)
+        # its name, when its transcript was last written, its first prompt, its folder, the file (issue 16, 26)
+        assert re.search(r"keeper\s+\d{4}-\d\d-\d\d \d\d:\d\d  “hello from before”  in \.  \(keeper-\S+\.jsonl\)",
+                         listing)
         out = k.run("import asyncio\na = %escouade resume keeper\nawait a.ready()\n"
                     "from escouade_nb.core.render_text import render_items\nprint(render_items(a.conversation.items))\n"
                     "print('STATUS', a.status)\nr = await a.send('hello after')\nprint('AFTER', r.stop_reason)").text

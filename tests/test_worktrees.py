@@ -182,8 +182,7 @@ def test_fork_without_session_fork_carries_the_conversation_and_says_how(repo):
         squad = Squad()
         try:
             parent = squad.start("fake", cwd=repo, name="p", worktree=True)
-            await parent.send("think of a pomegranate")  # (the fake picks its scenario from the whole prompt:
-            # its greeting lists every scenario's word, so the parent's turn here is a thought, not a greeting)
+            await parent.send("think of a pomegranate")
             await edit(parent)
             child = squad.fork("p", name="c")
             await child.ready()
@@ -195,8 +194,10 @@ def test_fork_without_session_fork_carries_the_conversation_and_says_how(repo):
             child.transport.observers.append(
                 lambda d, m: d == "out" and m.get("method") == "session/prompt" and sent.append(m["params"]["prompt"]))
             await child.send("what did we say?")
-            assert "pomegranate" in sent[0][0]["text"] and "forked from p" in sent[0][0]["text"]
-            assert sent[0][-1]["text"] == "what did we say?"
+            carried = sent[0][0]  # the fake takes no embedded context: the resource as a text block, marked
+            assert "pomegranate" in carried["text"] and "forked from p" in carried["text"]
+            assert carried["_meta"] == {"escouade": {"context": "fork"}}
+            assert sent[0][-1] == {"type": "text", "text": "what did we say?"}
             await child.send("and now?")  # the primer goes once
             assert sent[1] == [{"type": "text", "text": "and now?"}]
         finally:

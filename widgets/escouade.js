@@ -1058,7 +1058,7 @@ class SessionsUI {
         return tr;
       })));
     this.more.replaceChildren(...(s.more ? ["more: ", h("code", { text: `%escouade sessions ${s.agent} --cursor ${s.more}` })] : []));
-    this.note.textContent = s.note || "";
+    this.note.textContent = [s.hidden, s.note].filter(Boolean).join(" · ");
   }
 
   async showOpened() {

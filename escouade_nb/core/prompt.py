@@ -13,10 +13,44 @@ import mimetypes
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 ATTACH_EMBED_MAX = 4 * 1024 * 1024
 """An attached file bigger than this (bytes) is sent as a link, not embedded."""
+
+FORK_END = "--- end of the earlier conversation; my next message follows. ---"
+"""The last line of a fork's carried conversation (:func:`carried_conversation`)."""
+
+
+def context(block: dict[str, Any], kind: str) -> dict[str, Any]:
+    """``block`` marked as context escouade_nb put in the prompt, not the user's words:
+    ``_meta.escouade.context`` = ``kind`` (``"fork"``, ``"preamble"``). An agent may
+    ignore the mark; ours (the fake agent) reads its commands from unmarked text only."""
+    return {**block, "_meta": {**(block.get("_meta") or {}), "escouade": {"context": kind}}}
+
+
+def is_context(block: Mapping[str, Any]) -> bool:
+    """Whether ``block`` (a wire dict) carries :func:`context`'s mark."""
+    meta = block.get("_meta")
+    ours = meta.get("escouade") if isinstance(meta, Mapping) else None
+    return isinstance(ours, Mapping) and bool(ours.get("context"))
+
+
+def carried_conversation(name: str, parent: str, text: str, speaker: str = "agent") -> dict[str, Any]:
+    """The block that carries a fork's conversation so far (``text``, rendered: the
+    user's messages after ``you:``, the agent's after ``speaker:``) to the new agent
+    ``name`` forked from ``parent``: an embedded ``resource``
+    (``escouade://fork/PARENT/conversation``, markdown) marked as :func:`context`, apart
+    from the user's own words (their blocks follow it). The text says it is a record,
+    not requests, and ends with :data:`FORK_END` and a blank line (an agent that glues
+    text blocks together keeps them apart). Where the agent takes no embedded context,
+    :func:`gate` sends it as a text block, mark kept."""
+    body = (f"You are {name}, forked from {parent}: you continue a conversation another session of yours had "
+            f"with me. Here it is, for context only: a record of what was said, not requests to carry out now "
+            f"(in it, “you:” marks my messages and “{speaker}:” yours).\n\n"
+            f"{text.strip()}\n\n{FORK_END}\n\n")
+    return context({"type": "resource", "resource": {"uri": f"escouade://fork/{quote(parent, safe='')}/conversation",
+                                                     "mimeType": "text/markdown", "text": body}}, "fork")
 
 
 def blocks(prompt: str | Sequence[Any]) -> list[dict[str, Any]]:
@@ -77,7 +111,8 @@ def gate(prompt: list[dict[str, Any]], caps: Mapping[str, Any],
             uri = res.get("uri", "")
             if not uri.startswith("file:") and isinstance(res.get("text"), str):
                 # nothing the agent could open (kernel://variable/df): the text itself, named
-                out.append({"type": "text", "text": f"[{uri}]\n{res['text']}"})
+                named = {"type": "text", "text": f"[{uri}]\n{res['text']}"}
+                out.append({**named, "_meta": block["_meta"]} if "_meta" in block else named)
                 continue
             link = {"type": "resource_link", "uri": uri, "name": unquote(uri.rsplit("/", 1)[-1]) or uri}
             if res.get("mimeType"):

@@ -35,14 +35,14 @@ from ..manifest import HarnessRef
 from ..manifest.project import Project, project_id
 from ..wire.errors import AgentError, AgentExited, AuthRequired, running_loop
 from ..wire.process import StderrRing, kill_group_now
-from ..wire.session import START_TIMEOUT, AgentSession, SessionPage
+from ..wire.session import AgentSession, SessionPage
 from ..wire.transcript import Transcript
 from .cards import PermissionCard, Policy, QuestionCard
 from .controls import Controls
 from .kernel_access import context_blocks
 from .kernel_access import in_kernel as kernel_in_process
 from .launcher import launch_argv
-from .live import Live
+from .live import Live, start_limit
 from .record import ConversationRecord
 from .resume import ReplaySkip, resumed
 from .turns import Turn, TurnQueue
@@ -51,7 +51,7 @@ from .worktree import Worktree
 log = logging.getLogger(__name__)
 
 __all__ = ["Agent", "AgentError", "AgentExited", "AuthRequired", "PermissionCard", "QuestionCard", "Turn", "Policy",
-           "START_TIMEOUT", "Live"]
+           "Live"]
 
 
 class Agent:
@@ -70,6 +70,9 @@ class Agent:
     ``kernel_tools``: give the agent the kernel's MCP server (variables, cells,
     ``run_code`` behind a card; default: when running in a kernel); ``mcp``: which of
     your ``mcp.json`` servers it gets (None: all of them; ``[]``: none).
+    ``start_timeout``: seconds a start may wait for the agent's answers to ``initialize``
+    and ``session/new`` (None: ``$ESCOUADE_NB_START_TIMEOUT``'s, else no limit — it waits
+    while the process lives, saying how long, and Stop ends it; 0: no limit).
     ``add_dirs``: more folders of the session (ACP ``additionalDirectories``, relative
     ones against ``cwd``; a private project's fence takes them in). ``system_prompt``
     (``system_prompt_mode`` ``"append"`` or ``"override"``): ACP ``systemPrompt`` where
@@ -80,7 +83,7 @@ class Agent:
     harness in a private project."""
 
     def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
-                 cwd: str | Path | None = None, start_timeout: float = START_TIMEOUT,
+                 cwd: str | Path | None = None, start_timeout: float | None = None,
                  policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
                  via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
                  env: dict[str, str] | None = None, kernel_tools: bool | None = None,
@@ -91,7 +94,8 @@ class Agent:
         self.program = program
         self.name = name or harness.short_id
         self.cwd = Path(cwd or Path.cwd()).resolve()
-        self.start_timeout = start_timeout
+        # seconds a start waits for initialize / session/new; None: as long as the process lives
+        self.start_timeout = start_limit() if start_timeout is None else (start_timeout or None)
         self.policies: list[Policy] = list(policies or [])
         self.via = list(via)
         self.extra_env = dict(env or {})  # e.g. the account's folder in the manifest's accountVar
@@ -132,8 +136,11 @@ class Agent:
         self._replay = ReplaySkip()
         self.worktree: Worktree | None = None  # its own git worktree and branch (``--worktree``), if any
         self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
-        self._primer: str | None = None  # a fork's conversation so far, sent along with its first prompt
+        self._primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt
         self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
+        self.sessions_elsewhere: dict[str, str] = {}  # session id -> its folder, of session/list rows not of cwd
+        self.sessions_hidden = 0  # rows of other folders left out of the last session/list page
+        self._stop_task: asyncio.Task | None = None  # Stop pressed while it starts: its process ended (awaited by close)
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -171,6 +178,12 @@ class Agent:
         if self.live is None:
             return ("pending" if self.kernel_tools else "off"), ""
         return self.live.kernel.state, self.live.kernel.why
+
+    @property
+    def start_waiting(self) -> str | None:
+        """While it starts, what it waits for and how long (``waiting 1 min 05 s for its
+        answer to initialize``; redrawn every few seconds: ``on_status``), else None."""
+        return self.live.waiting_text() if self.live is not None else None
 
     @property
     def restarting(self) -> bool:
@@ -424,14 +437,27 @@ class Agent:
         for path in paths:
             if not path.is_file():
                 raise FileNotFoundError(f"no file to attach: {path}")
-        primer, self._primer = ([{"type": "text", "text": self._primer}] if self._primer else []), None
-        return self.turns.send(Turn(self, [*primer, *blocks(prompt), *context], attach=paths))
+        return self.turns.send(Turn(self, [*blocks(prompt), *context], attach=paths))
+
+    def take_primer(self) -> dict[str, Any] | None:
+        """A fork's conversation so far (:func:`~..core.prompt.carried_conversation`), once:
+        the turn that sends it takes it (and puts it back when the agent refused the prompt
+        for a sign-in)."""
+        primer, self._primer = self._primer, None
+        return primer
 
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card
         ``cancelled`` (ACP requires the client to), mark unfinished tool calls cancelled.
         The turn then ends with the agent's stop reason (``cancelled``). Queued turns
-        stay queued."""
+        stay queued. While the agent starts (no session yet), Stop ends the start: its
+        process group is ended at once (no grace for a session it never had), the status
+        is ``closed`` and the conversation says so; Restart starts it again."""
+        live = self.live
+        if self.status is AgentStatus.STARTING and live is not None and not self._restarting:
+            self._stop_task = asyncio.get_running_loop().create_task(live.stop_start(),
+                                                                      name=f"escouade stop start {self.name}")
+            return
         self.turns.cancel()
 
     def questions_from_text(self, turn: Turn) -> None:
@@ -546,13 +572,36 @@ class Agent:
         return await self.controls.set_model(model_id)
 
     # -- the agent's own sessions (ACP session/list, session/delete) -------------------------------
-    async def sessions(self, cursor: str | None = None) -> SessionPage:
+    async def sessions(self, cursor: str | None = None, *, everywhere: bool = False) -> SessionPage:
         """One page of the agent's own sessions for its folder (ACP ``session/list``),
         newest as the agent orders them: ``SessionPage(sessions, next_cursor)``, each
         session ``{"sessionId", "cwd", "title"?, "updatedAt"?}``; pass ``next_cursor`` for
         the next page (None: the last). Waits for the agent to be ready. ``AgentError``
-        when it does not offer ``session/list``; ``acp.RequestError`` when it refuses."""
-        return await (await self.ready_session()).list_sessions(cursor=cursor)
+        when it does not offer ``session/list``; ``acp.RequestError`` when it refuses.
+
+        An agent may ignore the ``cwd`` asked for and list sessions of other folders: they
+        are left out (``sessions_hidden`` counts those of this page), unless
+        ``everywhere``; either way :attr:`sessions_elsewhere` remembers their folders, so
+        that opening one (:meth:`~.squad.Squad.open_session`) opens it in its own folder."""
+        page = await (await self.ready_session()).list_sessions(cursor=cursor)
+        here: list[dict[str, Any]] = []
+        for info in page.sessions:
+            if self._of_this_folder(info.get("cwd")):
+                here.append(info)
+            else:
+                self.sessions_elsewhere[str(info.get("sessionId"))] = str(info.get("cwd"))
+        self.sessions_hidden = 0 if everywhere else len(page.sessions) - len(here)
+        return page if everywhere else SessionPage(here, page.next_cursor)
+
+    def _of_this_folder(self, cwd: Any) -> bool:
+        """Whether a listed session's ``cwd`` is this agent's folder (a missing one is taken
+        as asked: ACP requires it)."""
+        if not isinstance(cwd, str) or not cwd:
+            return True
+        try:
+            return Path(cwd).expanduser().resolve() == self.cwd
+        except (OSError, RuntimeError):
+            return False
 
     async def delete_session(self, session_id: str) -> None:
         """Delete one of the agent's own sessions (ACP ``session/delete``; an unknown id
@@ -620,7 +669,10 @@ class Agent:
         live, task = self.live, self._main_task
         if live is None:
             return
-        await live.session.close()
+        if live.starting:  # no session yet: nothing to end cleanly, the process group ends at once
+            await live.stop_start(by_you=False)
+        else:
+            await live.session.close()
         if task is not None and not task.done():
             with anyio.move_on_after(5):
                 await asyncio.shield(task)

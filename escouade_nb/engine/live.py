@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import acp
@@ -23,7 +25,7 @@ from ..core.status import AgentStatus
 from ..manifest import version_status
 from ..wire.client import EscouadeClient, capabilities
 from ..wire.errors import AgentError, AgentExited, AuthRequired
-from ..wire.process import agent_environment
+from ..wire.process import agent_environment, terminate_group
 from ..wire.session import AgentSession, ExitInfo, SessionClosed
 from ..wire.transcript import Transcript
 from .cards import CardDesk
@@ -35,6 +37,37 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 log = logging.getLogger(__name__)
+
+START_LIMIT_ENV = "ESCOUADE_NB_START_TIMEOUT"
+"""Environment variable: seconds a start may wait for the agent's answers to
+``initialize`` and ``session/new`` (unset, empty or 0: no limit; see :func:`start_limit`)."""
+STILL_STARTING = 10.0
+"""Seconds of a start without an answer after which the conversation says it still waits."""
+START_TICK = 5.0
+"""Seconds between two redraws of a waiting start's head (how long it has waited)."""
+STOP_GRACE = 1.0
+"""Seconds a process stopped while it starts has between SIGTERM and SIGKILL."""
+
+
+def start_limit() -> float | None:
+    """The start limit of :data:`START_LIMIT_ENV` in seconds, or None: no limit (unset,
+    empty, 0, negative or not a number — a typo waits rather than cuts a slow agent).
+
+    Why no limit by default: a start ends by itself when the process exits (its exit code
+    and stderr then say why), some agents take minutes starting their own MCP servers, and
+    the head shows how long it has waited while Stop ends it at once. A limit is for runs
+    nobody watches (nbclient, CI)."""
+    try:
+        value = float(os.environ.get(START_LIMIT_ENV) or 0)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``."""
+    seconds = int(seconds)
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
 class Live:
@@ -53,11 +86,15 @@ class Live:
         self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.harness.acp.questions_in_text else ""
         self.cancel_sent = False  # one session/cancel per Stop
         self.ended = False
+        self.waiting: str | None = None  # the request a start waits for the answer to (``initialize``…)
+        self.waiting_since: float | None = None  # time.monotonic() when the start began
+        self.stopped_starting = False  # Stop pressed (or closed) while it started
         acp_spec = agent.harness.harness.acp
         env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})
         if agent.record and agent.transcript is None:
             agent.transcript = Transcript.new(agent.name, {
                 "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),
+                "started_from": os.getcwd(),  # the notebook's folder: its project lists it (engine/listing.py)
                 **({"worktree": agent.worktree.record()} if agent.worktree is not None else {}),
                 **({"previous": str(agent.previous_transcript)} if agent.previous_transcript is not None else {}),
                 **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),
@@ -104,7 +141,81 @@ class Live:
         finally:
             self.end()  # a no-op when the process's end was handled already (on_exit)
 
+    @property
+    def starting(self) -> bool:
+        """The process is starting: no session yet, no sign-in asked, not ended."""
+        return not self.ready.is_set() and not self.ended and self.agent.status is AgentStatus.STARTING
+
+    def waiting_text(self) -> str | None:
+        """While it starts, what it waits for and how long (``waiting 1 min 05 s for its
+        answer to session/new``), else None."""
+        if not self.starting or self.waiting_since is None:
+            return None
+        limit = self.agent.start_timeout
+        return (f"waiting {_duration(time.monotonic() - self.waiting_since)} for its answer to "
+                f"{self.waiting or 'the start'}" + (f", at most {_duration(limit)}" if limit else ""))
+
+    async def _tick(self) -> None:
+        """While the start waits: the head redrawn every :data:`START_TICK` seconds (how
+        long), and once, after :data:`STILL_STARTING`, a notice that it still waits."""
+        agent = self.agent
+        told = False
+        while self.starting:
+            await asyncio.sleep(START_TICK)
+            if not self.starting:
+                return
+            if not told and self.waiting_since is not None and time.monotonic() - self.waiting_since >= STILL_STARTING:
+                told = True
+                limit = agent.start_timeout
+                agent.conversation.add_notice(
+                    f"{agent.name} has not answered {self.waiting or 'the start'} after {STILL_STARTING:g} s (some "
+                    f"agents start their own MCP servers first): still waiting, "
+                    + (f"up to {_duration(limit)} ({START_LIMIT_ENV})" if limit else "as long as its process runs")
+                    + ". Stop ends the start.")
+            agent.notify_status()
+
+    async def stop_start(self, by_you: bool = True) -> None:
+        """End a start under way (Stop, or a close): its process group gets SIGTERM now and
+        SIGKILL after :data:`STOP_GRACE` seconds — it has no session to end cleanly; a
+        spawn not done yet never speaks. ``by_you``: Stop was pressed: the conversation
+        says so and the agent is ``closed`` (Restart starts it again). Returns once the
+        process is gone."""
+        agent, session = self.agent, self.session
+        if self.stopped_starting or not self.starting:
+            return
+        self.stopped_starting = True
+        session.closing = True
+        if by_you and self.current:
+            waited = f" after {_duration(time.monotonic() - self.waiting_since)}" if self.waiting_since else ""
+            agent.error = f"agent {agent.name!r} was stopped by you while it started"
+            agent.conversation.add_notice(f"Stopped by you while starting{waited}: its process was ended "
+                                          f"(Restart starts it again).")
+            agent.set_status(AgentStatus.CLOSED)
+            agent.wake_waiters()
+        if session.process is not None:
+            await terminate_group(session.process, grace=STOP_GRACE)
+            await session.exited.wait()
+
     async def _handshake(self) -> None:
+        agent, session = self.agent, self.session
+        self.waiting, self.waiting_since = "initialize", time.monotonic()
+        loop = asyncio.get_running_loop()
+        ticker = loop.create_task(self._tick(), name=f"escouade start of {agent.name}")
+        steps = loop.create_task(self._handshake_steps(), name=f"escouade handshake of {agent.name}")
+        gone = loop.create_task(session.exited.wait(), name=f"escouade exit during the start of {agent.name}")
+        try:
+            # the process's end ends the wait: a request it will never answer is not waited on (no time limit
+            # by default); end() says how it ended
+            await asyncio.wait({steps, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (ticker, steps, gone):
+                task.cancel()
+            await asyncio.gather(ticker, steps, gone, return_exceptions=True)
+            self.waiting = None
+        if steps.done() and not steps.cancelled() and steps.exception() is not None:
+            raise steps.exception()
+
+    async def _handshake_steps(self) -> None:
         agent, session = self.agent, self.session
         try:
             await session.initialize(capabilities(agent.uses_client_fs, terminal=True, questions=True),
@@ -116,7 +227,7 @@ class Live:
             await self.open()
         except TimeoutError:
             await self._abort(f"agent {agent.name!r} did not answer initialize/session/new within "
-                              f"{agent.start_timeout:g} s")
+                              f"{agent.start_timeout:g} s ({START_LIMIT_ENV})")
         except AuthRequired as exc:
             agent.auth_required = exc
             agent.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(exc))
@@ -159,6 +270,8 @@ class Live:
 
         servers = await self.kernel.servers()
         known = bool(conversation.items)  # the session's history, from the transcript
+        self.waiting = "session/load" if resume and session.agent_capabilities.get("loadSession") else (
+            "session/resume" if resume else "session/new")
         try:
             answer = await session.open(resume=resume, before_load=before_load, mcp_servers=servers,
                                         additional_directories=self.agent.add_dirs,

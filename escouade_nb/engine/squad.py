@@ -563,6 +563,7 @@ class Squad:
         return agent
 
     async def _prepare_fork(self, source: Agent, agent: Agent, planned: Worktree | None) -> None:
+        from ..core.prompt import carried_conversation
         from ..core.render_text import render_items
         if planned is not None:
             await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
@@ -576,58 +577,69 @@ class Squad:
             agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
                                           f"conversation itself (session {agent._resume_id}).")
             return
-        text = render_items(list(source.conversation.items), speaker=source.harness.harness.speaker
-                            or source.harness.harness.display_name)
-        agent._primer = (f"You are continuing a conversation another session of yours had with me (you are "
-                         f"{agent.name}, forked from {source.name}). Here it is, for context:\n\n{text}\n\n"
-                         f"--- end of the earlier conversation; my next message follows. ---")
+        speaker = source.harness.harness.speaker or source.harness.harness.display_name
+        text = render_items(list(source.conversation.items), speaker=speaker)
+        agent._primer = carried_conversation(agent.name, source.name, text, speaker)
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
             f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "
             f"conversation so far ({len(source.conversation.items)} items) goes, as text, with your first prompt.")
 
     def resumable(self) -> dict[str, Path]:
-        """The newest transcript of each agent name that ran before (any kernel)."""
+        """The newest transcript of each agent name that ran before (any kernel, any folder)."""
         from ..wire import transcript
         return transcript.latest()
 
-    def resumable_summaries(self) -> list[Any]:
-        """:func:`~..wire.transcript.summaries` (name, path, last write, first prompt) of
-        the agents that can be resumed: those not running in this kernel (``%escouade
-        resume``). What this process has queued is written first. It reads each file's
-        first line and the newest files' heads up to their first prompt (256 KiB at most
-        each): :meth:`resumable_soon` reads them in a thread instead."""
+    def resumable_summaries(self, *, everywhere: bool = False) -> Any:
+        """A :class:`~.listing.Listing` of the histories that can be resumed (``%escouade
+        resume``): this project's (the notebook's folder, or the git repository holding
+        it), those of other folders counted (listed with ``everywhere``); agents running in
+        this kernel left out. What this process has queued is written first. It reads each
+        file's first line and the newest files' heads up to their first prompt (256 KiB at
+        most each): :meth:`resumable_soon` reads them in a thread instead."""
         from ..wire import transcript
+        from .listing import listing
         transcript.flush_all()
-        return self._not_running(transcript.summaries())
+        return self._not_running(listing(everywhere=everywhere))
 
-    def _not_running(self, found: list[Any]) -> list[Any]:
-        return [s for s in found if s.name not in self.agents or self.agents[s.name].status in NAME_FREE]
+    def _not_running(self, found: Any) -> Any:
+        def free(h: Any) -> bool:
+            return h.name not in self.agents or self.agents[h.name].status in NAME_FREE
+        found.here, found.elsewhere = [h for h in found.here if free(h)], [h for h in found.elsewhere if free(h)]
+        return found
 
-    def resumable_soon(self, then: Callable[[list[Any] | None, BaseException | None], None]) -> asyncio.Task:
+    def resumable_soon(self, then: Callable[[Any, BaseException | None], None], *,
+                       everywhere: bool = False) -> asyncio.Task:
         """:meth:`resumable_summaries` read in a thread (many or big transcripts never hold
-        the loop), as a task of the squad's own; ``then(summaries, None)`` or ``then(None,
+        the loop), as a task of the squad's own; ``then(listing, None)`` or ``then(None,
         error)`` on the loop when read (for a view; ``%escouade resume`` prints at once)."""
-        from ..wire import transcript
+        from .listing import listing, project_root
+        root = project_root()
 
         async def read() -> None:
             try:
-                found = await asyncio.to_thread(transcript.summaries)
+                found = await asyncio.to_thread(listing, root, everywhere=everywhere)
             except Exception as exc:
                 then(None, exc)
                 return
             then(self._not_running(found), None)
         return self._own(read(), "escouade resumable transcripts")
 
-    def resume(self, name: str) -> Agent:
-        """Rebuild agent ``name`` from its newest transcript and reattach it (see
-        :meth:`Agent.resume`). A harness whose manifest has gone leaves the agent listed
-        as "Harness missing", its conversation readable; resume again once it is back."""
+    def resume(self, name: str, picked: str | None = None) -> Agent:
+        """Rebuild agent ``name`` from its transcript and reattach it (see
+        :meth:`Agent.resume`): this project's only history of that name, or ``picked``
+        (a transcript's file name or path: ``%escouade resume NAME --from FILE``). Several
+        of that name, or none here: :class:`SquadError` listing what exists and how to
+        pick (:func:`~.listing.choose`). A harness whose manifest has gone leaves the agent
+        listed as "Harness missing", its conversation readable; resume again once it is back."""
         from ..wire import transcript
-        found = transcript.latest(name)
-        if name not in found:
-            known = ", ".join(transcript.latest()) or "none"
-            raise SquadError(f"no transcript of an agent named {name!r} (resumable: {known})")
+        from .listing import choose, listing
+        transcript.flush_all()
+        try:
+            chosen = choose(listing(everywhere=True), name, picked)
+        except LookupError as exc:
+            raise SquadError(str(exc)) from None
+        found = {name: chosen.path}
         if name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"agent {name!r} is running; stop it first")
         head = transcript.header(found[name]) or {}
@@ -704,19 +716,25 @@ class Squad:
         (its replay is the view) where offered, else ``session/resume``, else a new
         session, said so. :class:`SquadError` as :meth:`start`."""
         agent = self.get(name)
+        elsewhere = agent.sessions_elsewhere.get(session_id)
+        if elsewhere is not None:  # listed (--all) as a session of another folder: opened in its own
+            if not Path(elsewhere).is_dir():
+                raise SquadError(f"session {session_id} is of the folder {elsewhere}, which does not exist here")
+            return self.start(agent.harness.id, cwd=Path(elsewhere), name=as_name, private=agent.private,
+                              session_id=session_id)
         return self.start(agent.harness.id, cwd=agent.cwd, name=as_name, private=agent.private,
                           add_dirs=list(agent.add_dirs), session_id=session_id)
 
     def sessions_soon(self, name: str, then: Callable[[Any, BaseException | None], None], *,
-                      cursor: str | None = None) -> asyncio.Task:
-        """``agent.sessions(cursor)`` as a task of the squad's own, returned at once
+                      cursor: str | None = None, everywhere: bool = False) -> asyncio.Task:
+        """``agent.sessions(cursor, everywhere=everywhere)`` as a task of the squad's own, returned at once
         (``%escouade sessions``); ``then(page, None)`` or ``then(None, error)`` when it
         ends. :class:`SquadError` now for an unknown agent."""
         agent = self.get(name)
 
         async def listing() -> None:
             try:
-                page = await agent.sessions(cursor=cursor)
+                page = await agent.sessions(cursor=cursor, everywhere=everywhere)
             except Exception as exc:
                 then(None, exc)
                 return

@@ -21,7 +21,7 @@ import anyio
 from pydantic import ValidationError
 
 from ..core.conversation import STOPPED_BY_YOU, Item, Message, ToolCall
-from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, gate
+from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, context, gate
 from ..core.status import ENDED, AgentStatus
 from ..wire.errors import AgentError, AuthRequired, running_loop
 
@@ -189,10 +189,13 @@ class TurnQueue:
                                     who=agent.name)
         for notice in notices:
             agent.conversation.add_notice(notice, level="warning")
-        wire_prompt = turn.prompt
-        preamble = live.take_preamble()  # questionsInText, --system-prompt: where no systemPrompt took them
-        if preamble:
-            wire_prompt = [{"type": "text", "text": preamble}, *turn.prompt]
+        # before the user's words, each block marked as ours (context, not commands): the questionsInText
+        # instruction and a --system-prompt where no systemPrompt took them; a fork's conversation so far
+        preamble = live.take_preamble()
+        primer = agent.take_primer()
+        carried = gate([primer], agent.agent_capabilities.get("promptCapabilities") or {})[0] if primer else []
+        wire_prompt = [*([context({"type": "text", "text": preamble}, "preamble")] if preamble else []),
+                       *carried, *turn.prompt]
         agent.conversation.add_user_message(turn.prompt, sent=wire_prompt)
         try:
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
@@ -204,6 +207,7 @@ class TurnQueue:
             if exc.code == acp.RequestError.auth_required().code:
                 agent.auth_required = AuthRequired(f"agent {agent.name!r}: {exc}", agent.auth_methods)
                 agent.auth_prompt = turn.prompt  # sent again after a terminal sign-in (engine/sign_in.py)
+                agent._primer = agent._primer or primer  # …with the fork's conversation, not sent yet
                 agent.conversation.add_notice("The agent asks you to sign in; your prompt was kept (turn.prompt)",
                                               level="warning", detail=str(agent.auth_required))
                 agent.set_status(AgentStatus.SIGN_IN)  # the view offers the sign-in methods

@@ -8,7 +8,9 @@ cancellation, a flood of stderr and a crash. It offers ``session/list`` (its fir
 prompt as the title, the time of its last one as ``updatedAt``) and ``session/close``
 over the sessions of its process; never ``loadSession`` (it keeps nothing on disk).
 
-The prompt's text picks a scenario (case-insensitive, first match wins):
+The prompt's text picks a scenario (case-insensitive, first match wins): the user's own
+words only, never a block the client marked as context (``_meta.escouade.context``: a
+fork's conversation so far, a preamble), nor an embedded resource.
 
 ==================  ======================================================
 ``stream N of W at R/s``  N chunks of W characters of prose (words, a blank line every ~400
@@ -300,6 +302,14 @@ def _is_not_found(exc: RequestError) -> bool:
     return any(s in blob for s in ("not found", "no such file", "does not exist", "enoent"))
 
 
+def _is_context(block: Any) -> bool:
+    """Whether a prompt block (SDK model) is context the client marked as not the user's
+    words (``_meta.escouade.context``; see ``escouade_nb.core.prompt.context``)."""
+    meta = getattr(block, "field_meta", None)
+    ours = meta.get("escouade") if isinstance(meta, dict) else None
+    return isinstance(ours, dict) and bool(ours.get("context"))
+
+
 class _Cancelled(Exception):
     """Raised inside a scenario when the turn has been cancelled."""
 
@@ -509,7 +519,8 @@ class FakeAgent:
         if session is None:
             raise RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
         session.cancel_event = asyncio.Event()  # a fresh turn forgets an old cancel
-        text = "\n".join(getattr(block, "text", "") for block in prompt if getattr(block, "type", None) == "text")
+        text = "\n".join(block.text for block in prompt if getattr(block, "type", None) == "text"
+                          and not _is_context(block))  # the user's own words: not a fork's carried conversation
         if session.title is None and text.strip():
             first = text.strip().splitlines()[-1]  # after any preamble the client put first
             session.title = first if len(first) <= 60 else first[:59] + "…"

@@ -418,6 +418,9 @@ class AgentView(ConversationView):
         text = status_text(status)
         if status == AgentStatus.EXITED and a.exit is not None:
             text += f" (code {a.exit.code})"
+        waiting = getattr(a, "start_waiting", None)
+        if status == AgentStatus.STARTING and waiting:
+            text += f" ({waiting})"
         usage = conv.usage or {}
         cost = usage.get("cost") or {}
         state, why = a.kernel_tools_state
@@ -448,7 +451,8 @@ class AgentView(ConversationView):
                       "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else None}
             if usage else None,
             "rules": rules, "rules_hint": hint, "tools": tools, "controls": controls,
-            "can": {"stop": status in BUSY, "send": status in CAN_SEND, "restart": status in CAN_RESTART},
+            "can": {"stop": status in BUSY or bool(waiting), "send": status in CAN_SEND,
+                    "restart": status in CAN_RESTART},  # Stop while it starts: ends the start
             "sign_in": sign_in,
             "queued": [_prompt_text(t) for t in a.turns.queued],
             "commands": [{"name": c["name"], "description": str(c.get("description") or ""),

@@ -49,6 +49,9 @@ class SessionsView(CurrentText, FrontView):
                             ask_delete=lambda m: self.ask_delete(self._id(m)),
                             keep=lambda m: self.keep(self._id(m)),
                             delete=lambda m: _run(self.delete(self._id(m))))
+        hidden = getattr(agent, "sessions_hidden", 0)
+        self.hidden = (f"{hidden} session{'s' if hidden != 1 else ''} of other folders not listed ({agent.name} "
+                       f"ignored the folder asked for): %escouade sessions {agent.name} --all lists them") if hidden else ""
 
     def _id(self, message: dict) -> str:
         sid = str(message.get("id"))
@@ -112,7 +115,7 @@ class SessionsView(CurrentText, FrontView):
                  "title": str(i.get("title") or "(untitled)"), "state": "deleted" if i["sessionId"] in self.deleted else
                  "confirm" if i["sessionId"] in self.confirming else "shown"} for i in self.page.sessions]
         return {"agent": self.agent.name, "harness": self.agent.harness.short_id, "rows": rows,
-                "can_delete": self.can_delete, "more": self.page.next_cursor, "note": self.note}
+                "can_delete": self.can_delete, "more": self.page.next_cursor, "note": self.note, "hidden": self.hidden}
 
     def collect(self) -> tuple[list, bool]:
         state = self.state()
@@ -142,6 +145,8 @@ class SessionsView(CurrentText, FrontView):
         if self.page.next_cursor:
             body += (f"<div class='esc-dim'>more: <code>%escouade sessions {name} --cursor "
                      f"{esc(self.page.next_cursor)}</code></div>")
+        if self.hidden:
+            body += f"<div class='esc-dim'>{esc(self.hidden)}</div>"
         if self.note:
             body += f"<div class='esc-dim'>{esc(self.note)}</div>"
         html = static_page(f'<div class="esc-view esc-sessions esc-saved">{body}</div>') + HIDE_ORPHAN
@@ -160,4 +165,4 @@ class SessionsView(CurrentText, FrontView):
     def __repr__(self) -> str:
         shown = [i for i in self.page.sessions if i["sessionId"] not in self.deleted]
         text = sessions_text(self.agent.name, shown, self.page.next_cursor)
-        return text + (f"\n  ({self.note})" if self.note else "")
+        return text + (f"\n  {self.hidden}" if self.hidden else "") + (f"\n  ({self.note})" if self.note else "")

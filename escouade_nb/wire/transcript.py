@@ -44,6 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..core.conversation import STOPPED_BY_YOU, Conversation, Question
+from ..core.prompt import is_context
 from . import kernel_calls
 
 MAX_BYTES = 20 * 1024 * 1024
@@ -632,8 +633,9 @@ def replay(records: Iterator[Record], conversation: Conversation,
             elif msg.get("method") == "session/cancel" and \
                     (msg.get("params") or {}).get("sessionId") not in conversation.subagents:
                 prompts = dict.fromkeys(prompts, True)  # the user's Stop (the only session/cancel sent)
-            if msg.get("method") == "session/prompt":
-                conversation.add_user_message((msg.get("params") or {}).get("prompt") or [])
+            if msg.get("method") == "session/prompt":  # the user's words, as live: not the context we put first
+                sent = (msg.get("params") or {}).get("prompt") or []
+                conversation.add_user_message([b for b in sent if not (isinstance(b, dict) and is_context(b))])
             elif "id" in msg and msg["id"] in cards and isinstance(msg.get("result"), dict):
                 outcome = (msg["result"].get("outcome") or {})
                 meta = (msg["result"].get("_meta") or {}).get("escouade") or {}

@@ -29,25 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
-# Transient words left by views whose saved forms other slices of issue 26 fix, as
-# (notebook, cell id, word). The lead empties this list once those are merged and the
-# notebooks regenerated (python scripts/run-notebooks.py): an entry that no longer occurs fails.
-KNOWN: list[tuple[str, str, str]] = [
-    # item 3 (helper "saved"): an agent view's widget text/plain keeps its first words
-    ("01-quickstart.ipynb", "223f312c", "starting…"),
-    ("02-rule-plugins.ipynb", "0f678c21", "starting…"),
-    ("03-modes-and-plans.ipynb", "eb44ae7b", "starting…"),
-    ("03-modes-and-plans.ipynb", "adbd3b5c", "starting…"),
-    ("04-squad.ipynb", "dc219393", "starting…"),
-    ("05-notebook-context.ipynb", "1688a2ab", "starting…"),
-    ("06-orchestration.ipynb", "2113c41c", "starting…"),
-    ("06-orchestration.ipynb", "4ce15a6b", "starting…"),
-    ("07-sessions.ipynb", "ead52876", "starting…"),
-    # item 3 (helper "saved"): a finished %%escouade turn's widget text/plain says "turn queued"
-    ("01-quickstart.ipynb", "22afe1b1", "queued"),
-    # item 1 (helper "compare"): %%escouade a,b has no saved form ("a: turn queued", its table)
-    ("06-orchestration.ipynb", "7f093ca6", "queued"),
-]
+# Transient words a committed notebook may keep, as (notebook, cell id, word): none. An entry
+# that no longer occurs fails, so the list stays exact.
+KNOWN: list[tuple[str, str, str]] = []
 
 TRANSIENT = re.compile(r"\bqueued\b|reading…|starting…|working…|waiting for you|Error displaying widget", re.I)
 

@@ -211,6 +211,14 @@ class FrontView(anywidget.AnyWidget):
         (overridden; ``more``: call again soon, something is behind)."""
         return [], False
 
+    def state_if_changed(self, tag: str, state: dict[str, Any]) -> tuple[list, bool]:
+        """For a view sent whole at each change (:meth:`collect`): ``[[tag, state]]`` when
+        ``state`` differs from the one last sent this way, else no op."""
+        if state == self.__dict__.get("_state_sent"):
+            return [], False
+        self.__dict__["_state_sent"] = state
+        return [[tag, state]], False
+
     def _send_ops(self, ops: list) -> None:
         if self._closed:
             return

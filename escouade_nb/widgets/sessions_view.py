@@ -118,11 +118,7 @@ class SessionsView(CurrentText, FrontView):
                 "can_delete": self.can_delete, "more": self.page.next_cursor, "note": self.note, "hidden": self.hidden}
 
     def collect(self) -> tuple[list, bool]:
-        state = self.state()
-        if state == getattr(self, "_sent", None):
-            return [], False
-        self._sent = state
-        return [["ss", state]], False
+        return self.state_if_changed("ss", self.state())
 
     # -- saved form -------------------------------------------------------------------------------
     def companion_bundle(self, final: bool = False) -> dict[str, str]:

@@ -71,11 +71,7 @@ class UpdateView(CurrentText, FrontView):
                                                    "output": r.output[-OUTPUT_TAIL:]}}
 
     def collect(self) -> tuple[list, bool]:
-        state = self.state()
-        if state == getattr(self, "_sent", None):
-            return [], False
-        self._sent = state
-        return [["up", state]], False
+        return self.state_if_changed("up", self.state())
 
     # -- saved form -------------------------------------------------------------------------------
     def companion_bundle(self, final: bool = False) -> dict[str, str]:

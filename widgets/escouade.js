@@ -539,7 +539,7 @@ class ConversationUI {
     }
     const inHead = (c) => c.key === "escouade_mode" || c.key === "model" || (c.key === "agent_mode" && !(head.controls || []).some((d) => d.key === "escouade_mode"));
     for (const c of head.controls || []) if (inHead(c)) side.append(this.control(c));
-    if (head.can && head.can.stop) side.append(h("button", { class: "esc-btn esc-stop", title: "Cancel the running turn (Esc)", text: "■ Stop", onclick: () => this.act({ act: "stop" }) }));
+    if (head.can && head.can.stop) side.append(h("button", { class: "esc-btn esc-stop", title: head.status === "starting" ? "Stop the start: end the agent's process (Esc)" : "Cancel the running turn (Esc)", text: "■ Stop", onclick: () => this.act({ act: "stop" }) }));
     if (this.kind === "agent") side.append(this.menu(head, (head.controls || []).filter((c) => !inHead(c))));
     const sub = h("div", { class: "esc-head-sub esc-dim" });
     if (head.folder !== undefined) sub.append(h("span", { class: "esc-folder", text: head.folder + (head.where || ""), title: head.folder }));

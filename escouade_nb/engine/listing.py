@@ -92,19 +92,9 @@ def histories(folder: Path | None = None) -> list[History]:
     """Every history in the transcripts ``folder`` (default
     :func:`~..wire.transcript.transcripts_dir`), by name then newest first: each chain of
     files (restarts) by its newest file — one no other file names ``previous``."""
-    folder = tr.transcripts_dir() if folder is None else folder
-    if not folder.is_dir():
-        return []
     heads: dict[Path, tuple[dict, float]] = {}
     named_before: set[Path] = set()
-    for path in folder.glob("*.jsonl"):
-        head = tr._header_of(path)  # its first line only, nothing queued written first (safe in a thread)
-        if head is None:
-            continue
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            continue
+    for path, head, mtime in tr.headers(folder):  # first lines only, nothing queued written first (safe in a thread)
         heads[path] = (head, mtime)
         before = _resolved(head.get("previous"))
         if before is not None:

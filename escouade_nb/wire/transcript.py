@@ -374,17 +374,10 @@ def latest(agent_name: str | None = None) -> dict[str, Path]:
     """The newest transcript of each agent name (or of ``agent_name`` only)."""
     flush_all()
     found: dict[str, tuple[float, Path]] = {}
-    folder = transcripts_dir()
-    if not folder.is_dir():
-        return {}
-    for path in folder.glob("*.jsonl"):
-        head = header(path)
-        if head is None:
-            continue
+    for path, head, mtime in headers():
         name = head.get("agent", "")
         if agent_name is not None and name != agent_name:
             continue
-        mtime = path.stat().st_mtime
         if name not in found or mtime > found[name][0]:
             found[name] = (mtime, path)
     return {name: path for name, (_, path) in sorted(found.items())}
@@ -499,16 +492,13 @@ def _prompt_of(line: bytes, head: dict[str, Any]) -> str | None:
     return None
 
 
-def summaries(folder: Path | None = None) -> list[Summary]:
-    """The newest transcript of each agent name in ``folder`` (default
-    :func:`transcripts_dir`), by name, with its last write time and first prompt. Reads
-    each file's first line, and the head of the newest ones up to their first prompt
-    (:func:`first_prompt`, :data:`HEAD_BYTES` at most a file): bounded whatever the files'
-    sizes. Writes nothing queued first: safe in a thread (``Squad.resumable_soon``)."""
+def headers(folder: Path | None = None) -> Iterator[tuple[Path, dict[str, Any], float]]:
+    """(path, header, last write time) of each transcript in ``folder`` (default
+    :func:`transcripts_dir`) with a readable header; reads each file's first line only and
+    writes nothing queued first (safe in a thread). Nothing when the folder is missing."""
     folder = transcripts_dir() if folder is None else folder
     if not folder.is_dir():
-        return []
-    found: dict[str, tuple[float, Path]] = {}
+        return
     for path in folder.glob("*.jsonl"):
         head = _header_of(path)
         if head is None:
@@ -517,6 +507,17 @@ def summaries(folder: Path | None = None) -> list[Summary]:
             mtime = path.stat().st_mtime
         except OSError:
             continue
+        yield path, head, mtime
+
+
+def summaries(folder: Path | None = None) -> list[Summary]:
+    """The newest transcript of each agent name in ``folder`` (default
+    :func:`transcripts_dir`), by name, with its last write time and first prompt. Reads
+    each file's first line, and the head of the newest ones up to their first prompt
+    (:func:`first_prompt`, :data:`HEAD_BYTES` at most a file): bounded whatever the files'
+    sizes. Writes nothing queued first: safe in a thread (``Squad.resumable_soon``)."""
+    found: dict[str, tuple[float, Path]] = {}
+    for path, head, mtime in headers(folder):
         name = str(head.get("agent", ""))
         if name not in found or mtime > found[name][0]:
             found[name] = (mtime, path)

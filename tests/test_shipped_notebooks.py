@@ -131,7 +131,8 @@ def test_the_demo_environment_has_every_module_the_notebooks_import():
             if cell["cell_type"] != "code":
                 continue
             for line in "".join(cell["source"]).splitlines():
-                match = re.match(r"\s*(?:from\s+([\w.]+)\s+import\b|import\s+([\w., ]+?)(?:\s+as\s+\w+)?\s*(?:#|$))", line)
+                match = re.match(r"\s*(?:from\s+([\w.]+)\s+import\b|import\s+([\w., ]+?)(?:\s+as\s+\w+)?\s*(?:#|$))",
+                                 line)
                 if not match:
                     continue
                 for module in (match.group(1) or match.group(2)).split(","):
@@ -175,7 +176,8 @@ def test_the_notebook_script_saves_finished_forms_without_machine_paths(tmp_path
     spec.loader.exec_module(script)
     late = ('import asyncio\nfrom IPython.display import display\n'
             'h = display({"text/plain": "turn queued"}, raw=True, display_id=True)\n'
-            'timer = asyncio.get_running_loop().call_later(0.3, lambda: h.update({"text/plain": "turn done"}, raw=True))')
+            'timer = asyncio.get_running_loop().call_later(\n'
+            '    0.3, lambda: h.update({"text/plain": "turn done"}, raw=True))')
     # the update arrives while this next cell runs (as a turn's end does)
     paths = ('import os, tempfile\nawait asyncio.sleep(0.6)\n'
              'print(tempfile.mkdtemp(prefix="escouade-probe-"), os.getcwd())')

@@ -245,7 +245,8 @@ def test_the_circle_and_facade_checks_can_fail(tmp_path):
     engine = tmp_path / "escouade_nb" / "engine"
     engine.mkdir(parents=True)
     (engine / "agent.py").write_text("from . import cards\n")
-    (engine / "cards.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .agent import Agent\n")
+    (engine / "cards.py").write_text("from typing import TYPE_CHECKING\n"
+                                     "if TYPE_CHECKING:\n    from .agent import Agent\n")
     (engine / "a.py").write_text("def f():\n    from . import b\n")
     (engine / "b.py").write_text("def g():\n    from .a import f\n")
     graph = file_graph(tmp_path / "escouade_nb")

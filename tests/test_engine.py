@@ -9,7 +9,7 @@ import pytest
 
 from escouade_nb.core import plans
 from escouade_nb.core.status import CAN_SEND, ENDED, NAME_FREE, TRANSITIONS, AgentStatus, InvalidTransition
-from escouade_nb.engine.agent import Agent, AgentError
+from escouade_nb.engine.agent import Agent, AgentError, state_of
 from escouade_nb.manifest import discover, locate_program
 
 
@@ -151,7 +151,7 @@ def test_every_status_move_is_in_the_table(tmp_path):
         seen: list[str] = []
         agent.on_status.subscribe(lambda a: seen.append(str(a.status)))
         with pytest.raises(InvalidTransition):
-            agent.set_status(AgentStatus.WORKING)  # starting -> working: a bug, refused
+            state_of(agent).set_status(AgentStatus.WORKING)  # starting -> working: a bug, refused
         await agent.send("hello")
         await agent.close()
         assert seen == ["idle", "working", "idle", "closed"]

@@ -178,3 +178,78 @@ def test_no_anyio_worker_threads_in_the_product():
     offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                  if "anyio.to_thread" in p.read_text(encoding="utf-8")]
     assert offenders == [], offenders
+
+
+def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of ``graph`` (its strongly connected sets of two or more nodes)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def file_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports, EVERY import counted (function-level and
+    under TYPE_CHECKING too); a package's own ``__init__`` is not an edge of its modules."""
+    paths = sorted(p for p in root.rglob("*.py"))
+    graph: dict[str, set[str]] = {module_name(p, root): set() for p in paths}
+    for path in paths:
+        me = module_name(path, root)
+        graph[me] = {t for t, _top in imports(path, root) if t != me and t in graph and not me.startswith(t + ".")}
+    return graph
+
+
+def test_no_circle_of_files_when_every_import_counts():
+    assert _sccs(file_graph()) == []
+
+
+def test_only_agent_and_squad_import_the_agent_facade():
+    """The engine's parts take the agent's state through ``engine/interfaces.py``'s
+    Protocols; only ``engine/squad.py`` (which makes agents) imports ``engine/agent.py``."""
+    graph = file_graph()
+    engine = [m for m in graph if m.startswith("escouade_nb.engine.")]
+    wrong = [m for m in engine if "escouade_nb.engine.agent" in graph[m]
+             and m not in ("escouade_nb.engine.agent", "escouade_nb.engine.squad")]
+    assert wrong == []
+
+
+def test_the_circle_and_facade_checks_can_fail(tmp_path):
+    """A part importing the façade under TYPE_CHECKING, and two modules importing each other
+    in functions, are seen."""
+    engine = tmp_path / "escouade_nb" / "engine"
+    engine.mkdir(parents=True)
+    (engine / "agent.py").write_text("from . import cards\n")
+    (engine / "cards.py").write_text("from typing import TYPE_CHECKING\n"
+                                     "if TYPE_CHECKING:\n    from .agent import Agent\n")
+    (engine / "a.py").write_text("def f():\n    from . import b\n")
+    (engine / "b.py").write_text("def g():\n    from .a import f\n")
+    graph = file_graph(tmp_path / "escouade_nb")
+    assert "escouade_nb.engine.agent" in graph["escouade_nb.engine.cards"]
+    assert sorted(_sccs(graph)) == [["escouade_nb.engine.a", "escouade_nb.engine.b"],
+                                    ["escouade_nb.engine.agent", "escouade_nb.engine.cards"]]

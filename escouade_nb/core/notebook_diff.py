@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from .render_text import diff_lines, is_notebook_path
+from .text_diff import diff_lines, is_notebook_path
 
 __all__ = ["CellChange", "NotebookDiff", "is_notebook_path", "notebook_diff", "cell_source"]
 
@@ -63,7 +63,7 @@ class CellChange:
     """One cell of the diff. ``kind``: ``added``, ``removed``, ``changed`` or
     ``unchanged``; ``moved``: a matched cell whose place among the others changed.
     ``old_index`` / ``new_index`` are 0-based (None on the side the cell is not on).
-    ``source`` holds ``(tag, line)`` pairs as :func:`~.render_text.diff_lines` gives them:
+    ``source`` holds ``(tag, line)`` pairs as :func:`~.text_diff.diff_lines` gives them:
     the whole source with ``+`` (added) or ``-`` (removed), a unified diff for a changed
     source, empty when the source is the same. ``details`` are short phrases: outputs
     cleared/added/changed, the cell type, the execution count, metadata keys, attachments."""

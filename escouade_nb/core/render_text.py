@@ -6,14 +6,15 @@ the HTML views say the same thing.
 
 from __future__ import annotations
 
-import difflib
 import json
 import unicodedata
 from collections.abc import Callable
 from typing import Any
 
 from .conversation import Compaction, Item, Message, Notice, Permission, Plan, Question, Subagent, ToolCall, Unknown
+from .notebook_diff import notebook_diff
 from .plans import visible_text
+from .text_diff import diff_lines, is_notebook_path, lines_of
 
 MAX_INPUT_CHARS = 2000
 """Tool inputs and outputs longer than this are cut in views (characters)."""
@@ -85,8 +86,9 @@ def is_hidden(ch: str) -> bool:
     read: a format character (bidi overrides and isolates, zero-width joiners and spaces,
     the BOM, tag characters — Unicode category Cf), the variation selectors and the blank
     letters Python takes in names (``show\ufe00`` is not ``show``), a control other than tab
-    and ``\n`` (Cc: a lone ``\r`` too, which hides what precedes it in a terminal), a line or paragraph separator a browser breaks on but Python does not (Zl,
-    Zp), a private-use or surrogate code point (Co, Cs)."""
+    and ``\n`` (Cc: a lone ``\r`` too, which hides what precedes it in a terminal), a line
+    or paragraph separator a browser breaks on but Python does not (Zl, Zp), a private-use
+    or surrogate code point (Co, Cs)."""
     if ch in _SHOWN_CONTROLS:
         return False
     return unicodedata.category(ch) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cs") or ch in _BLANK_LETTERS or \
@@ -130,31 +132,6 @@ def tool_input_text(value: Any) -> str:
     return cut(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
 
 
-def lines_of(text: str) -> list[str]:
-    """The lines of a file's text as the file has them: split on ``\n`` (a ``\r`` before
-    it goes with it), never on the other separators ``str.splitlines`` takes (U+2028,
-    U+2029, U+0085, form feed, …), which are characters inside a line of a file."""
-    if not text:
-        return []
-    out = text.split("\n")
-    if out[-1] == "":
-        out.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in out]
-
-
-def diff_lines(old: str | None, new: str, path: str = "") -> list[tuple[str, str]]:
-    """A unified diff as ``(tag, line)`` pairs, tag one of ``"+"``, ``"-"``, ``" "``,
-    ``"@"`` (hunk header). ``old`` None means a new file: every line is added."""
-    if old is None:
-        return [("+", line) for line in lines_of(new)]
-    out: list[tuple[str, str]] = []
-    for line in difflib.unified_diff(lines_of(old), lines_of(new), lineterm="", n=3):
-        if line.startswith(("---", "+++")):
-            continue
-        out.append((line[0] if line[:1] in "+- @" and line else " ", line[1:] if line[:1] in "+- " else line))
-    return out
-
-
 def content_text(item: dict[str, Any], kernel_notebook: str | None = None) -> str:
     """One ACP ``ToolCallContent`` (or ``ContentBlock``) as text. A diff of a notebook
     (``.ipynb``) is shown cell by cell (:mod:`.notebook_diff`), or as a text diff saying
@@ -169,14 +146,14 @@ def content_text(item: dict[str, Any], kernel_notebook: str | None = None) -> st
         path = item.get("path", "")
         why = ""
         if is_notebook_path(path):
-            from .notebook_diff import notebook_diff  # it imports this module
 
             nb = notebook_diff(item.get("oldText"), item.get("newText", ""), path)
             if nb.error is None:
                 return nb.text(kernel_notebook=path == kernel_notebook)
             why = f"\n(not shown cell by cell: {nb.error})"
         head = (f"new file {path}" if item.get("oldText") is None else f"diff {path}") + why
-        body = "\n".join(line if tag == "@" else tag + line for tag, line in diff_lines(item.get("oldText"), item.get("newText", ""), path))
+        pairs = diff_lines(item.get("oldText"), item.get("newText", ""), path)
+        body = "\n".join(line if tag == "@" else tag + line for tag, line in pairs)
         return head + ("\n" + body if body else "")
     if kind == "terminal":
         return f"(terminal {item.get('terminalId')})"
@@ -215,11 +192,6 @@ def block_text(block: dict[str, Any]) -> str:
         text = res["text"]
         return f"[embedded text {uri} ({mime}, {len(lines_of(text))} lines)]\n{cut(text)}"
     return f"[embedded binary {uri} ({mime}, {_size(blob_size(res.get('blob')))})]"
-
-
-def is_notebook_path(path: Any) -> bool:
-    """Whether ``path`` names a Jupyter notebook (a str ending in ``.ipynb``, any case)."""
-    return isinstance(path, str) and path.lower().endswith(".ipynb")
 
 
 def _indent(text: str, prefix: str = "  ") -> str:
@@ -422,5 +394,5 @@ def safe_render_item(item: Item, speaker: str = "agent") -> str:
     """:func:`render_item`, or a line saying the item could not be drawn, and why."""
     try:
         return render_item(item, speaker)
-    except Exception as exc:  # noqa: BLE001 - the text of a conversation must never fail whole
+    except Exception as exc:
         return f"[{type(item).__name__.lower()} {item.key}: not drawn ({type(exc).__name__}: {exc})]"

@@ -26,8 +26,8 @@ from ..core.render_text import answer_label, render_item
 
 if TYPE_CHECKING:
     from ..wire.session import AgentSession
-    from .agent import Agent
-    from .kernel_access import KernelAccess
+    from .interfaces import AgentHandle
+    from .interfaces import KernelRequests
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,8 @@ Kind = Literal["permission", "question"]
 class _Card:
     """What the agent waits on: one answer (a future), the first one wins."""
 
-    def __init__(self, agent: Agent, desk: CardDesk, item: Item) -> None:
-        self.agent = agent
+    def __init__(self, agent: Any, desk: CardDesk, item: Item) -> None:
+        self.agent = agent  # the Agent the user holds (rule plugins read its name, folder, project, harness)
         self._desk = desk
         self._item = item
         self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -75,7 +75,7 @@ class PermissionCard(_Card):
     item of the subagent's nested conversation, and ``agent_name`` is "parent › child".
     """
 
-    def __init__(self, agent: Agent, desk: CardDesk, permission: Permission,
+    def __init__(self, agent: Any, desk: CardDesk, permission: Permission,
                  subagent: Subagent | None = None) -> None:
         super().__init__(agent, desk, permission)
         self.permission = permission
@@ -182,7 +182,7 @@ class PermissionCard(_Card):
         (``agentCapabilities._meta.escouade.refusalMessage``), else as the next prompt."""
         done = self.choose(self.first_of("reject_once", "reject_always"), message=feedback or None)
         if done and feedback and not self.agent.reads_refusal_messages:
-            self.agent.send(feedback)
+            self._desk.agent.send(feedback)
         return done
 
     def cancel(self, why: str | None = None) -> bool:
@@ -201,7 +201,7 @@ class QuestionCard(_Card):
     requested schema; for text questions, answers by question id), ``decline()`` and
     ``cancel()`` refuse. The first answer wins; later ones return False."""
 
-    def __init__(self, agent: Agent, desk: CardDesk, question: Question) -> None:
+    def __init__(self, agent: Any, desk: CardDesk, question: Question) -> None:
         super().__init__(agent, desk, question)
         self.question = question
 
@@ -245,10 +245,10 @@ class CardDesk:
     ones (oldest first). ``closed``: the session is over, a card that still arrives is
     answered ``cancelled`` at once."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentHandle) -> None:
         self.agent = agent
         self.session: AgentSession | None = None
-        self.kernel: KernelAccess | None = None  # what the session has of the kernel's MCP server
+        self.kernel: KernelRequests | None = None  # what the session has of the kernel's MCP server
         self.cards: list[PermissionCard] = []
         self.questions: list[QuestionCard] = []
         self._unhanded: dict[Kind, collections.deque[_Card]] = {
@@ -317,7 +317,7 @@ class CardDesk:
             if asked is not None and request is None:  # the client's notes, made on the live call
                 asked.mcp, asked.kernel_notebook = call.mcp, call.kernel_notebook
         perm.plan = plans.plan_of(asked, agent.harness.harness.acp.tools)
-        card = PermissionCard(agent, self, perm, subagent=subagent)
+        card = PermissionCard(agent.public, self, perm, subagent=subagent)
         self.cards.append(card)
         self._arrived("permission", card)
         return card
@@ -373,7 +373,7 @@ class CardDesk:
 
     def add_question(self, question: Question) -> QuestionCard:
         self.agent.conversation.add_question(question)
-        card = QuestionCard(self.agent, self, question)
+        card = QuestionCard(self.agent.public, self, question)
         self.questions.append(card)
         self._arrived("question", card)
         if self.closed:

@@ -52,9 +52,8 @@ from .kernel_record import KernelRecord
 from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .interfaces import AgentHandle, LiveSession
     from .cards import PermissionCard
-    from .live import Live
 
 log = logging.getLogger(__name__)
 
@@ -226,9 +225,9 @@ class KernelAccess:
     ``"off"`` (not asked), ``"not offered"`` (``why`` says why), ``"offered"``
     (sent; not connected yet), ``"connected"``."""
 
-    def __init__(self, live: Live) -> None:
+    def __init__(self, live: LiveSession) -> None:
         self.live = live
-        self.agent: Agent = live.agent
+        self.agent: AgentHandle = live.agent
         self.grant: Grant | None = None
         self.server_names: dict[str, tuple[str, ...]] = {}  # the servers given, with their known tools
         self.state = "pending" if self.agent.kernel_tools else "off"

@@ -31,7 +31,7 @@ from ..permissions.request import target_of
 from ..wire import kernel_calls
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .interfaces import AgentHandle
     from .cards import PermissionCard
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ READ_BY = "escouade_nb"
 """Who allows the kernel's read tools (reading the kernel is what its server is for)."""
 
 
-def journal_of(agent: Agent) -> Journal | None:
+def journal_of(agent: AgentHandle) -> Journal | None:
     """The journal of ``agent``'s squad: that of its first policy holding one (the
     squad's rule-plugin broker, which every squad agent has); None outside a squad."""
     for policy in agent.policies:
@@ -68,7 +68,7 @@ class KernelRecord:
     tied by the asyncio task that serves it (the MCP request's): :meth:`card`,
     :meth:`answered` and :meth:`done` of one call run in that task."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentHandle) -> None:
         self.agent = agent
         self._open: dict[asyncio.Task | None, _Open] = {}
 

@@ -572,8 +572,7 @@ def preload_in_kernel() -> bool:
     ``get_squad()`` in a kernel, i.e. in the user's cell that asked for escouade (about a
     second, once per process; later calls return ``False`` at once).
 
-    Imports anyio's asyncio backend (loaded on first use, on the loop), the engine (the ACP
-    SDK, pydantic models) and :func:`import_server_side` (mcp, uvicorn; ``%load_ext``
+    Imports anyio's asyncio backend (loaded on first use, on the loop) and :func:`import_server_side` (mcp, uvicorn; ``%load_ext``
     imports the views before calling this); then ``gc.collect()`` and ``gc.freeze()``: every object alive is moved out of
     the cyclic collector's scans. Without that, the next full collections, whether
     triggered by these imports in the server's worker thread or later by the agents'
@@ -582,14 +581,15 @@ def preload_in_kernel() -> bool:
     The price: an object alive now that later becomes garbage only through a reference
     cycle is not reclaimed (anything freed by its reference count still is); modules,
     classes and IPython's own objects, which are most of the heap at this point, live
-    until the kernel exits anyway. ``True`` when this call did the work."""
+    until the kernel exits anyway. The engine (the ACP SDK, pydantic models) is loaded by
+    the caller first: :mod:`.squad` imports it and hands this function on. ``True`` when
+    this call did the work."""
     global _preloaded
     if _preloaded:
         return False
     import gc
 
     import anyio._backends._asyncio  # noqa: F401  (anyio loads its backend on first use: on the loop)
-    from . import agent, squad  # noqa: F401  (the ACP SDK, anyio, pydantic models)
 
     import_server_side()
     gc.collect()

@@ -34,7 +34,7 @@ from .resume import ReplaySkip
 from .workspace import Workspace
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .interfaces import AgentHandle
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Live:
     with ``replay`` the updates it will replay that the conversation already has;
     ``mode``: the Escouade mode to set once the session exists."""
 
-    def __init__(self, agent: Agent, *, resume: str | None = None, replay: ReplaySkip | None = None,
+    def __init__(self, agent: AgentHandle, *, resume: str | None = None, replay: ReplaySkip | None = None,
                  mode: str | None = None) -> None:
         self.agent = agent
         self.resume = resume
@@ -356,7 +356,7 @@ class Live:
             await agent.controls.set_escouade_mode(self.mode)
 
     async def authenticate(self, method_id: str) -> None:
-        """ACP ``authenticate``, then the session (see :meth:`Agent.authenticate`)."""
+        """ACP ``authenticate``, then the session (see :meth:`~.agent.Agent.authenticate`)."""
         agent = self.agent
         try:
             await self.session.authenticate(method_id)

@@ -40,7 +40,7 @@ from ..wire.transcript import (ANSWER_EVENT, NOT_ASKED_EVENT, NOTICE_EVENT, QUES
                                RECORD, SEGMENT_EVENT)
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .interfaces import AgentHandle
 
 WAITING_MAX = 200
 """Notices kept at most while no transcript is attached (an agent that records nothing keeps none)."""
@@ -49,7 +49,7 @@ WAITING_MAX = 200
 class ConversationRecord:
     """Writes ``agent``'s client notices and card answers in its transcript (see the module)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentHandle) -> None:
         self.agent = agent
         self.paused = False
         self._folding = 0

@@ -21,7 +21,7 @@ from ..manifest import Harness, HarnessRef, Manifest
 from ..wire import transcript as tr
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .interfaces import ResumedAgent
 
 
 MESSAGE_CHUNKS = {"user_message_chunk": "user", "agent_message_chunk": "agent", "agent_thought_chunk": "thought"}
@@ -151,25 +151,33 @@ def expected_replay(records: list[tr.Record], session_id: str | None) -> Iterato
                 yield {"sessionUpdate": "user_message_chunk", "content": block}
 
 
-def resumed(cls: type[Agent], transcript_path: Path, harness: HarnessRef | None, *, program: str | None,
-            **kwargs: Any) -> Agent:
-    """See :meth:`Agent.resume`."""
+def resumed(transcript_path: Path, harness: HarnessRef | None, *, program: str | None,
+            **kwargs: Any) -> dict[str, Any]:
+    """The arguments of the agent rebuilt from ``transcript_path`` (see
+    :meth:`~.agent.Agent.resume`): its harness (a stand-in when ``harness`` is None), name
+    and folder as its header has them, and what its session was set up with (``add_dirs``,
+    ``system_prompt``…) unless ``kwargs`` give them anew."""
+    head = tr.header(transcript_path) or {}
+    setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode") if head.get(k) is not None}
+    return {"harness": harness if harness is not None else missing_harness(head.get("harness", "?")),
+            "program": program or "", "name": head.get("agent"), "cwd": head.get("cwd"), **{**setup, **kwargs}}
+
+
+def rebuild(agent: ResumedAgent, transcript_path: Path, harness: HarnessRef | None) -> None:
+    """Replay ``transcript_path`` into ``agent``'s conversation (not written again), point
+    its next start at the session and file, and mark it ``resumable`` (``harness missing``
+    when ``harness`` is None)."""
     records = tr.history(transcript_path)  # from before any restart too
     head = tr.header(transcript_path) or {}
-    # what the session was set up with (--add-dir, --system-prompt) is set up again, unless given anew
-    setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode") if head.get(k) is not None}
-    agent = cls(harness if harness is not None else missing_harness(head.get("harness", "?")),
-                program=program or "", name=head.get("agent"), cwd=head.get("cwd"), **{**setup, **kwargs})
     agent.keeper.paused = True  # what is rebuilt is on record already
     try:
         info = tr.replay(iter(records), agent.conversation,
                          adapt=lambda update: adapt(agent.harness.short_id, agent.conversation, update))
     finally:
         agent.keeper.paused = False
-    agent._resume_from(transcript_path, info.get("session_id"), ReplaySkip.of(expected_replay(records,
-                                                                                             info.get("session_id"))))
+    session_id = info.get("session_id")
+    agent.resume_from(transcript_path, session_id, ReplaySkip.of(expected_replay(records, session_id)))
     if harness is None:
         agent.mark(AgentStatus.HARNESS_MISSING, f"the harness {head.get('harness')!r} is not installed any more")
     else:
         agent.mark(AgentStatus.RESUMABLE)
-    return agent

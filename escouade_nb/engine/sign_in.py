@@ -26,7 +26,7 @@ from .launcher import launch_argv
 
 if TYPE_CHECKING:
     from ..core.conversation import ToolCall
-    from .agent import Agent
+    from .interfaces import AgentHandle
 
 _runs = itertools.count(1)
 
@@ -36,7 +36,7 @@ class TerminalSignIn:
     and ``env`` are what runs; ``call`` the tool card showing it (after :meth:`run`
     started); ``exit_code`` once it ended (negative: killed by that signal number)."""
 
-    def __init__(self, agent: Agent, method: dict[str, Any]) -> None:
+    def __init__(self, agent: AgentHandle, method: dict[str, Any]) -> None:
         self.agent = agent
         self.method = method
         acp = agent.harness.harness.acp
@@ -125,7 +125,7 @@ class TerminalSignIn:
         self.agent.conversation.touch(self.call)
 
 
-async def sign_in_with_terminal(agent: Agent, method: dict[str, Any]) -> None:
+async def sign_in_with_terminal(agent: AgentHandle, method: dict[str, Any]) -> None:
     """Run the terminal auth ``method``; on exit 0 restart ``agent`` (reconnect,
     re-initialize) and send once more the prompt it refused for want of a sign-in
     (``agent.sign_in_retry`` is that turn). :class:`AgentError` when the program fails."""
@@ -145,7 +145,7 @@ async def sign_in_with_terminal(agent: Agent, method: dict[str, Any]) -> None:
         agent.conversation.add_notice(f"Sign-in {name!r} failed (exit code {code})", level="error")
         raise AgentError(f"sign-in with {method.get('id')!r} failed: {shlex.join(job.argv)} exited with code {code}")
     agent.conversation.add_notice(f"Signed in ({name}): reconnecting.")
-    prompt, agent.auth_prompt = agent.auth_prompt, None
+    prompt = agent.take_auth_prompt()
     await agent.restart()
     if prompt is not None:  # once: a new refusal keeps it again for the next sign-in
         agent.sign_in_retry = agent.send(prompt)

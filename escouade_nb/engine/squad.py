@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .agent import Agent
+from .agent import Agent, state_of
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
 from .worktree import Worktree, WorktreeError, repository_of, safe_name
@@ -44,11 +44,13 @@ class AgentTable(dict):
     """The squad's agents by name (a ``dict``); ``on_change`` is told (no argument) when
     one is set or removed, so a squad view sees agents come and go."""
 
-    def __init__(self) -> None:
+    def __init__(self, forker: Any = None) -> None:
         super().__init__()
         self.on_change: Observers[[]] = Observers("squad agents")
+        self.forker = forker  # the squad: its agents fork through it (Agent.fork)
 
     def __setitem__(self, name: str, agent: Agent) -> None:
+        state_of(agent).forker = self.forker
         super().__setitem__(name, agent)
         self.on_change.emit()
 
@@ -155,7 +157,7 @@ class Squad:
     """All agents of this process, by name."""
 
     def __init__(self) -> None:
-        self.agents: AgentTable = AgentTable()
+        self.agents: AgentTable = AgentTable(self)
         self._versions: dict[tuple, str | None] = {}  # (program, args, mtime, size) -> version read
         self._reads: dict[tuple, asyncio.Task] = {}  # the same key -> its read in flight
         self._tasks: dict[asyncio.Task, bool] = {}  # the squad's own tasks -> whether aclose() cancels it
@@ -418,7 +420,7 @@ class Squad:
                 self._own(self._check_later(agent, program, ref.harness.version_args),
                           f"escouade version check of {agent.name}")
         if planned is not None:
-            agent.prepare_then_start(self._make_worktree(agent, planned, worktree_base),
+            state_of(agent).prepare_then_start(self._make_worktree(agent, planned, worktree_base),
                                      name=f"escouade worktree of {agent.name}")
         agent.start()
         return agent
@@ -558,7 +560,7 @@ class Squad:
                       mcp=source.mcp)
         self.agents[agent.name] = agent
         agent.version_checked = True  # the parent's program: checked already
-        agent.prepare_then_start(self._prepare_fork(source, agent, planned), name=f"escouade fork of {source.name}")
+        state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned), name=f"escouade fork of {source.name}")
         agent.start()
         return agent
 
@@ -573,13 +575,13 @@ class Squad:
         if offers and source.session is not None and source.session_id:
             result = await source.session.request("session/fork", {"sessionId": source.session_id,
                                                                    "cwd": str(agent.cwd), "mcpServers": []})
-            agent._resume_id = (result or {}).get("sessionId")
+            state_of(agent).resume_id = (result or {}).get("sessionId")
             agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
-                                          f"conversation itself (session {agent._resume_id}).")
+                                          f"conversation itself (session {state_of(agent).resume_id}).")
             return
         speaker = source.harness.harness.speaker or source.harness.harness.display_name
         text = render_items(list(source.conversation.items), speaker=speaker)
-        agent._primer = carried_conversation(agent.name, source.name, text, speaker)
+        state_of(agent).primer = carried_conversation(agent.name, source.name, text, speaker)
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
             f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "

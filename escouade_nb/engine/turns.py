@@ -26,7 +26,7 @@ from ..core.status import ENDED, AgentStatus
 from ..wire.errors import AgentError, AuthRequired, running_loop
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .interfaces import AgentHandle
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Turn:
     ``items``: everything the turn added to the conversation; ``error``: the failure;
     ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``."""
 
-    def __init__(self, agent: Agent, prompt: list[dict[str, Any]], attach: list[Path] | None = None) -> None:
+    def __init__(self, agent: Any, prompt: list[dict[str, Any]], attach: list[Path] | None = None) -> None:
         self.agent = agent
         self.prompt = prompt
         self.attach = list(attach or [])
@@ -119,7 +119,7 @@ class TurnQueue:
     running turn. The queue owns every turn task; :meth:`close` cancels them (each
     turn still ends, with an error)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentHandle) -> None:
         self.agent = agent
         self.current: Turn | None = None
         self.stopped_in: Any = None  # the Live whose last turn the user stopped (for the instant-turn check)
@@ -205,13 +205,9 @@ class TurnQueue:
             turn._finish(error=live.turn_error())
         except acp.RequestError as exc:
             if exc.code == acp.RequestError.auth_required().code:
-                agent.auth_required = AuthRequired(f"agent {agent.name!r}: {exc}", agent.auth_methods)
-                agent.auth_prompt = turn.prompt  # sent again after a terminal sign-in (engine/sign_in.py)
-                agent._primer = agent._primer or primer  # …with the fork's conversation, not sent yet
-                agent.conversation.add_notice("The agent asks you to sign in; your prompt was kept (turn.prompt)",
-                                              level="warning", detail=str(agent.auth_required))
-                agent.set_status(AgentStatus.SIGN_IN)  # the view offers the sign-in methods
-                turn._finish(error=agent.auth_required)
+                refused = AuthRequired(f"agent {agent.name!r}: {exc}", agent.auth_methods)
+                agent.wants_sign_in(refused, turn.prompt, primer)  # sent again after a terminal sign-in
+                turn._finish(error=refused)
             else:
                 agent.conversation.add_notice(f"The agent answered the prompt with an error: {exc}", level="error",
                                               detail=json.dumps(exc.data, default=str) if exc.data else "")

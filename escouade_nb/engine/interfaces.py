@@ -1,0 +1,166 @@
+"""What the agent's parts need of it, as Protocols: the parts (cards, controls, kernel
+access, live, resume, sign-in, turns, records) take the agent's
+:class:`~.state.AgentState` typed by these, never the :class:`~.agent.Agent` façade,
+the way :mod:`..permissions.interfaces` types the cards for the permission layer.
+
+This module imports no engine module, so that no part imports another through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core.conversation import Conversation
+from ..core.observers import Observers
+from ..core.status import AgentStatus
+from ..manifest import HarnessRef
+from ..manifest.project import Project
+from ..wire.errors import AuthRequired
+from ..wire.session import AgentSession
+from ..wire.transcript import Transcript
+
+__all__ = ["AgentHandle", "Forker", "KernelRequests", "LiveSession", "ResumedAgent"]
+
+
+class ResumedAgent(Protocol):
+    """What :func:`~.resume.rebuild` needs of an agent rebuilt from its transcript."""
+
+    harness: HarnessRef
+    conversation: Conversation
+    keeper: Any  # its ConversationRecord (``paused`` while the transcript is replayed)
+
+    def resume_from(self, path: Path, session_id: str | None, replay: Any) -> None: ...
+
+    def mark(self, status: AgentStatus, error: str | None = None) -> None: ...
+
+
+class AgentHandle(ResumedAgent, Protocol):
+    """The agent as its parts see it: what it is (configuration), what it holds (the
+    state: status, error, sign-in, transcript, worktree, observers) and the changes the
+    parts make (each a method). ``live``, ``turns``, ``controls`` are its parts (typed
+    ``Any`` here: naming their classes would tie this module to theirs)."""
+
+    public: Any  # the Agent the user holds: what cards and turns name, what on_status observers get
+    program: str
+    name: str
+    cwd: Path
+    start_timeout: float | None
+    policies: list[Any]
+    via: list[str]
+    extra_env: dict[str, str]
+    project: Project | None
+    record: bool
+    kernel_tools: bool
+    mcp: list[str] | None
+    add_dirs: list[Path]
+    system_prompt: str | None
+    system_prompt_mode: str
+    status: AgentStatus
+    error: str | None
+    on_status: Observers[[Any]]
+    controls: Any
+    turns: Any
+    live: Any
+    previous_transcript: Path | None
+    auth_required: AuthRequired | None
+    auth_prompt: list[dict[str, Any]] | None
+    sign_in_job: Any
+    sign_in_retry: Any
+    reads_refusal_messages: bool
+    version_checked: bool
+    worktree: Any
+
+    @property
+    def transcript(self) -> Transcript | None: ...
+
+    @transcript.setter
+    def transcript(self, transcript: Transcript | None) -> None: ...
+
+    @property
+    def session(self) -> AgentSession | None: ...
+
+    @property
+    def agent_capabilities(self) -> dict[str, Any]: ...
+
+    @property
+    def auth_methods(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def restarting(self) -> bool: ...
+
+    @property
+    def private(self) -> bool: ...
+
+    @property
+    def fence(self) -> Path | None: ...
+
+    @property
+    def uses_client_fs(self) -> bool: ...
+
+    def argv(self) -> list[str]: ...
+
+    # -- the changes the parts make --------------------------------------------------------------
+    def set_status(self, status: AgentStatus | str) -> None: ...
+
+    def notify_status(self) -> None: ...
+
+    def wake_waiters(self) -> None: ...
+
+    def cards_waiting(self) -> None: ...
+
+    def cards_answered(self) -> None: ...
+
+    def fail_start(self, message: str) -> None: ...
+
+    def transcript_failed(self, exc: OSError) -> None: ...
+
+    def wants_sign_in(self, error: AuthRequired, prompt: list[dict[str, Any]],
+                      primer: dict[str, Any] | None) -> None: ...
+
+    def take_auth_prompt(self) -> list[dict[str, Any]] | None: ...
+
+    def take_primer(self) -> dict[str, Any] | None: ...
+
+    def questions_from_text(self, turn: Any) -> None: ...
+
+    def turn_ended(self, turn: Any) -> None: ...
+
+    def active_policies(self) -> list[Any]: ...
+
+    def send(self, prompt: str | Sequence[Any]) -> Any: ...
+
+    async def ready(self) -> Any: ...
+
+    async def ready_session(self) -> AgentSession: ...
+
+    async def restart(self) -> Any: ...
+
+
+class Forker(Protocol):
+    """Who forks an agent (the squad: :meth:`~.squad.Squad.fork`)."""
+
+    def fork(self, agent: Any, name: str | None = None) -> Any: ...
+
+
+class KernelRequests(Protocol):
+    """What a session's card desk asks of its kernel access (:class:`~.kernel_access.KernelAccess`)."""
+
+    def recognise(self, call: Any) -> Any: ...
+
+    def identify(self, probe: Any, known: Any) -> Any: ...
+
+    async def agent_asks_run_code(self, tool_call: dict[str, Any], options: list[dict[str, Any]], code: str) -> Any: ...
+
+
+class LiveSession(Protocol):
+    """One process of an agent as its kernel access sees it (:class:`~.live.Live`)."""
+
+    agent: AgentHandle
+    session: AgentSession
+    desk: Any  # its CardDesk
+    ended: bool
+
+    @property
+    def current(self) -> bool: ...

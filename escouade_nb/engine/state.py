@@ -1,0 +1,471 @@
+"""What one agent is made of behind its façade: :class:`AgentState`, the handle its parts take.
+
+:class:`~.agent.Agent` is what the user holds; :class:`AgentState` owns everything that
+changes — the status and its machine (:mod:`..core.status`), the error, the sign-in
+state (``auth_required``, ``auth_prompt``, ``sign_in_job``, ``sign_in_retry``), the
+transcript, the worktree, the observers and the waiters — and the parts of the agent
+(:class:`~.turns.TurnQueue`, :class:`~.controls.Controls`, :class:`~.record.ConversationRecord`,
+the current :class:`~.live.Live`). The parts receive this object, typed by the Protocols
+of :mod:`.interfaces` (never the façade), and change it through its methods
+(:meth:`set_status`, :meth:`wake_waiters`, :meth:`cards_waiting`, :meth:`turn_ended`…).
+
+Only :mod:`.agent` (which builds one per agent) and :mod:`.squad` (through
+:func:`~.agent.state_of`) hold the concrete class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..core import plans
+from ..core.conversation import Change, Conversation, Question, ToolCall
+from ..core.observers import Observers
+from ..core.prompt import blocks
+from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
+from ..manifest import HarnessRef
+from ..manifest.project import Project
+from ..wire.errors import AgentError, AuthRequired, running_loop
+from ..wire.process import kill_group_now
+from ..wire.session import AgentSession
+from ..wire.transcript import Transcript
+from .cards import Policy
+from .controls import Controls
+from .interfaces import Forker
+from .kernel_access import in_kernel as kernel_in_process
+from .launcher import launch_argv
+from .live import Live, start_limit
+from .record import ConversationRecord
+from .resume import ReplaySkip
+from .turns import Turn, TurnQueue
+from .worktree import Worktree
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AgentState"]
+
+
+class AgentState:
+    """The mutable state of one agent and the changes its parts make to it (see the module).
+    Built by :class:`~.agent.Agent` with its arguments (documented there); ``public`` is
+    the object the ``on_status`` observers get and that cards and turns name as their
+    agent (the :class:`~.agent.Agent`; this object itself when None)."""
+
+    def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
+                 cwd: str | Path | None = None, start_timeout: float | None = None,
+                 policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
+                 via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
+                 env: dict[str, str] | None = None, kernel_tools: bool | None = None,
+                 mcp: Sequence[str] | None = None, add_dirs: Sequence[str | Path] = (),
+                 system_prompt: str | None = None, system_prompt_mode: str = "append",
+                 session_id: str | None = None, public: Any = None) -> None:
+        self.public: Any = self if public is None else public
+        self.forker: Forker | None = None  # the squad holding it, which forks it (Squad.fork)
+        self.harness = harness
+        self.program = program
+        self.name = name or harness.short_id
+        self.cwd = Path(cwd or Path.cwd()).resolve()
+        # seconds a start waits for initialize / session/new; None: as long as the process lives
+        self.start_timeout = start_limit() if start_timeout is None else (start_timeout or None)
+        self.policies: list[Policy] = list(policies or [])
+        self.via = list(via)
+        self.extra_env = dict(env or {})  # e.g. the account's folder in the manifest's accountVar
+        self.project = project  # None: not private, the folder's own project
+        self.record = record
+        self._fs_override = fs
+        self.kernel_tools = kernel_in_process() if kernel_tools is None else bool(kernel_tools)
+        self.mcp: list[str] | None = None if mcp is None else list(mcp)
+        # ACP additionalDirectories (absolute; relative ones are against cwd): sent where offered, fenced in
+        self.add_dirs: list[Path] = [(self.cwd / d).resolve() for d in add_dirs]
+        if system_prompt_mode not in ("append", "override"):
+            raise AgentError(f"system_prompt_mode must be 'append' or 'override', not {system_prompt_mode!r}")
+        self.system_prompt = system_prompt  # the user's --system-prompt (ACP systemPrompt where offered)
+        self.system_prompt_mode = system_prompt_mode
+        self.conversation = Conversation()
+        self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
+        self.status = AgentStatus.STARTING
+        self.error: str | None = None
+        self.on_status: Observers[[Any]] = Observers(f"status of {self.name}")
+        self.controls = Controls(self)
+        self.turns = TurnQueue(self)
+        self.live: Live | None = None
+        self._transcript: Transcript | None = None
+        self.previous_transcript: Path | None = None  # the file before a restart (its header names it)
+        self.auth_required: AuthRequired | None = None
+        self.auth_prompt: list[dict[str, Any]] | None = None  # the prompt refused with auth_required (-32000)
+        self.sign_in_job: Any = None  # the terminal sign-in running (engine/sign_in.py), else None
+        self.sign_in_retry: Turn | None = None  # the refused prompt, sent again after a terminal sign-in
+        self.reads_refusal_messages = False
+        self.last_activity: float | None = None  # wall-clock time of the last conversation change
+        self.version_checked = False  # the squad already compared the program's --version with ``tested``
+        self._main_task: asyncio.Task | None = None
+        self._restarting = False
+        self._restart_task: asyncio.Task | None = None
+        self._lifecycle = asyncio.Lock()  # restart and close, one at a time
+        self._wake = asyncio.Event()
+        self.resume_id: str | None = session_id  # one of the agent's own sessions to open (session/list), next start
+        self._replay = ReplaySkip()
+        self.worktree: Worktree | None = None  # its own git worktree and branch (``--worktree``), if any
+        self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
+        self.primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt
+        self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
+        self.sessions_elsewhere: dict[str, str] = {}  # session id -> its folder, of session/list rows not of cwd
+        self.sessions_hidden = 0  # rows of other folders left out of the last session/list page
+        self._stop_task: asyncio.Task | None = None  # Stop pressed while it starts: its process ended (awaited by close)
+        self.conversation.subscribe(self._collect)
+        if mode is not None and mode != "default" and mode not in self.controls.escouade_modes():
+            raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
+                             f"{', '.join(self.controls.escouade_modes())}")
+        self._initial_mode = mode
+        if self.private and harness.harness.acp.fs is False:
+            raise AgentError(f"{harness.harness.display_name} reads and writes files by itself (its manifest says "
+                             f'"fs": false), so it cannot run in a private project: the fence would not hold')
+
+    @property
+    def session(self) -> AgentSession | None:
+        return self.live.session if self.live is not None else None
+
+    def _of_session(self, attr: str, default: Any = None) -> Any:
+        return getattr(self.live.session, attr) if self.live is not None else default
+
+    agent_capabilities = property(lambda self: self._of_session("agent_capabilities", {}),
+                                  doc="``initialize``'s ``agentCapabilities`` (wire dict).")
+
+    auth_methods = property(lambda self: self._of_session("auth_methods", []), doc="Its ``authMethods``.")
+
+    @property
+    def restarting(self) -> bool:
+        """A restart is under way: the old process is closing, a new one comes."""
+        return self._restarting
+
+    @property
+    def private(self) -> bool:
+        return bool(getattr(self.project, "private", False))
+
+    @property
+    def fence(self) -> Path | None:
+        """The folder the client's fs is fenced to: a private project's folder, else None."""
+        if not self.private:
+            return None
+        return Path(getattr(self.project, "folder", None) or self.cwd)
+
+    @property
+    def uses_client_fs(self) -> bool:
+        """Whether we offer ``fs/*``: the manifest's ``acp.fs`` (default true), but not
+        through a launcher — the files are not ours — unless told otherwise."""
+        if self._fs_override is not None:
+            return self._fs_override and self.harness.harness.acp.fs is not False
+        return self.harness.harness.acp.fs is not False and not self.via
+
+    def argv(self) -> list[str]:
+        """The command line: ``[*via, program, *acp.args]`` — ``via`` is a launcher
+        prefix such as ``ssh host`` or ``kubectl exec -i POD --`` (ACP is plain stdio);
+        through ``ssh``, the remote command is quoted and wrapped so that ending the local
+        ``ssh`` ends the remote agent too (:mod:`.launcher`)."""
+        return launch_argv(self.via, [self.program, *self.harness.harness.acp.args])
+
+    def set_status(self, status: AgentStatus | str) -> None:
+        """Move the status machine; :class:`InvalidTransition` for a move it lacks."""
+        status = AgentStatus(status)
+        if status is self.status:
+            return
+        if not self.status.can_go(status):
+            raise InvalidTransition(f"agent {self.name!r}: {self.status} -> {status}")
+        self.status = status
+        self.on_status.emit(self.public)
+
+    def mark(self, status: AgentStatus, error: str | None = None) -> None:
+        """The initial status of an agent rebuilt from its transcript (before anyone
+        subscribes): ``resumable`` or ``harness missing``."""
+        self.status, self.error = status, error
+
+    def notify_status(self) -> None:
+        """Tell status observers that something they show changed (a mode)."""
+        self.on_status.emit(self.public)
+
+    def wake_waiters(self) -> None:
+        """Wake every ``ready()`` / ``next_permission()`` / ``next_question()`` wait: a
+        card came, the session became ready, wants a sign-in, or ended."""
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def cards_waiting(self) -> None:
+        if self.status in (AgentStatus.IDLE, AgentStatus.WORKING):
+            self.set_status(AgentStatus.WAITING)
+
+    def cards_answered(self) -> None:
+        if self.status is AgentStatus.WAITING:
+            self.set_status(AgentStatus.WORKING if self.turns.current is not None else AgentStatus.IDLE)
+
+    def _collect(self, changes: list[Change]) -> None:
+        self.last_activity = time.time()
+        if self.live is not None:
+            self.live.workspace.changed(changes)
+            if self.live.desk.grants:
+                for change in changes:
+                    if isinstance(change.item, ToolCall):
+                        self.live.desk.note_unasked(change.item)
+        turn = self.turns.current
+        if turn is not None and not turn.done:
+            turn.items.extend(c.item for c in changes if c.kind == "added" and c.item is not None)
+
+    def start(self) -> asyncio.Task:
+        """Schedule the start on the running loop and return at once (a no-op while a
+        process of this agent is running or starting)."""
+        if self._preparing is not None and not self._preparing.done():
+            return self._preparing  # it starts the agent when done (or fails it)
+        if self._main_task is None:
+            running_loop(f"starting agent {self.name!r}")  # NoEventLoop, said plainly, before anything changes
+            if self.status is not AgentStatus.STARTING:
+                self.set_status(AgentStatus.STARTING)
+            live = Live(self, resume=self.resume_id, replay=self._replay,
+                        mode=self._initial_mode if self._initial_mode is not None else self.controls.chosen)
+            self.live, self._initial_mode, self.resume_id, self._replay = live, None, None, ReplaySkip()
+            self._main_task = asyncio.get_running_loop().create_task(live.run(), name=f"escouade agent {self.name}")
+        return self._main_task
+
+    def prepare_then_start(self, coro: Any, *, name: str) -> asyncio.Task:
+        """Run ``coro`` (the agent's preparation: its worktree made…) before the first
+        start: ``start()`` and ``ready()`` wait for it; then the agent starts, or, when it
+        raises, fails with its message (status ``failed``, one line in the conversation)."""
+        async def prepare() -> None:
+            try:
+                await coro
+            except Exception as exc:
+                self._preparing = None
+                self.fail_start(str(exc))
+                return
+            self._preparing = None
+            self.start()
+        self._preparing = task = asyncio.get_running_loop().create_task(prepare(), name=name)
+        task.add_done_callback(lambda _t: coro.close())  # cancelled before it began: never left un-awaited
+        return task
+
+    async def _restat_worktree(self) -> None:
+        """Re-count the worktree's diff stat; the views redraw their header."""
+        worktree = self.worktree
+        if worktree is None:
+            return
+        try:
+            await worktree.diffstat()
+        except Exception as exc:  # the worktree removed behind our back…: said once in the log
+            log.info("diff stat of %s: %s", self.name, exc)
+            return
+        self.notify_status()
+
+    def fail_start(self, message: str) -> None:
+        """The start cannot happen (its worktree was refused…): ``failed``, saying why."""
+        self.error = message
+        self.conversation.add_notice(message, level="error")
+        if self.status is not AgentStatus.FAILED:
+            self.set_status(AgentStatus.FAILED)
+        self.wake_waiters()
+
+    async def ready(self) -> Any:
+        """Wait until the session exists; raises :class:`AuthRequired` while the agent
+        wants a sign-in, :class:`AgentError` if the start failed or the agent ended."""
+        self.start()
+        while True:
+            wake, live = self._wake, self.live
+            if live is not None and live.ready.is_set() and not (live.ended or live.session.closing):
+                return self.public
+            if self.auth_required is not None and self.status is AgentStatus.SIGN_IN:
+                raise self.auth_required
+            if self.status in ENDED and not self._restarting:
+                raise AgentError(self.error or f"agent {self.name!r} is {self.status}")
+            await wake.wait()
+
+    async def ready_session(self) -> AgentSession:
+        """The current session, once ready (see :meth:`ready`)."""
+        await self.ready()
+        return self.live.session
+
+    def transcript_failed(self, exc: OSError) -> None:
+        """The transcript could not be written: the conversation warns (the transcript
+        itself tells once)."""
+        self.conversation.add_notice(f"The transcript could not be written ({exc.strerror or exc}); the session goes "
+                                     f"on, but it will not be resumable after a kernel restart.", level="warning")
+
+    def send(self, prompt: str | Sequence[Any]) -> Turn:
+        """Queue ``prompt`` (text or ACP content blocks) as a turn of the agent: what a card's
+        feedback, a question's answers and a sign-in's retry send."""
+        return self.turns.send(Turn(self.public, blocks(prompt)))
+
+    def wants_sign_in(self, error: AuthRequired, prompt: list[dict[str, Any]], primer: dict[str, Any] | None) -> None:
+        """The agent refused ``prompt`` until the user signs in: kept (with a fork's
+        ``primer`` not sent yet) for the retry after a terminal sign-in; status ``sign-in``."""
+        self.auth_required, self.auth_prompt = error, prompt
+        self.primer = self.primer or primer
+        self.conversation.add_notice("The agent asks you to sign in; your prompt was kept (turn.prompt)",
+                                     level="warning", detail=str(error))
+        self.set_status(AgentStatus.SIGN_IN)  # the view offers the sign-in methods
+
+    def take_auth_prompt(self) -> list[dict[str, Any]] | None:
+        """The prompt refused for a sign-in, once (see :meth:`wants_sign_in`)."""
+        prompt, self.auth_prompt = self.auth_prompt, None
+        return prompt
+
+    def take_primer(self) -> dict[str, Any] | None:
+        """A fork's conversation so far (:func:`~..core.prompt.carried_conversation`), once:
+        the turn that sends it takes it (and puts it back when the agent refused the prompt
+        for a sign-in)."""
+        primer, self.primer = self.primer, None
+        return primer
+
+    def cancel(self) -> None:
+        """Stop the running turn: send ``session/cancel``, answer every pending card
+        ``cancelled`` (ACP requires the client to), mark unfinished tool calls cancelled.
+        The turn then ends with the agent's stop reason (``cancelled``). Queued turns
+        stay queued. While the agent starts (no session yet), Stop ends the start: its
+        process group is ended at once (no grace for a session it never had), the status
+        is ``closed`` and the conversation says so; Restart starts it again."""
+        live = self.live
+        if self.status is AgentStatus.STARTING and live is not None and not self._restarting:
+            self._stop_task = asyncio.get_running_loop().create_task(live.stop_start(),
+                                                                      name=f"escouade stop start {self.name}")
+            return
+        self.turns.cancel()
+
+    def questions_from_text(self, turn: Turn) -> None:
+        """A ``questionsInText`` harness ended its turn on an ``<escouade_question>``
+        block: a question card."""
+        if self.harness.harness.acp.questions_in_text and self.live is not None:
+            questions = plans.questions_in(turn.text)
+            if questions:
+                self.live.desk.add_question(Question("", message="", mode="text", questions=questions))
+
+    def turn_ended(self, turn: Turn) -> None:
+        if self.transcript is not None:  # a turn's end is on disk, whatever comes next
+            self.transcript.flush()
+        self.conversation.settle_rejected()
+        self.conversation.close_messages()
+        if self.live is not None:
+            self.live.kernel.turn_ended()  # an allowance of its own run_code request does not outlive the turn
+        if self.worktree is not None and (self._restat is None or self._restat.done()):
+            self._restat = asyncio.get_running_loop().create_task(self._restat_worktree(),
+                                                                  name=f"escouade diff stat of {self.name}")
+        if self.status in BUSY:
+            waiting = self.live is not None and (self.live.desk.cards or self.live.desk.questions)
+            self.set_status(AgentStatus.WAITING if waiting else AgentStatus.IDLE)
+
+    def active_policies(self) -> list[Policy]:
+        """Rule plugins first (a team's denial beats the mode), then the kernel's reads
+        (:meth:`.kernel_access.KernelAccess.policy`), then the mode."""
+        kernel = self.live.kernel.policy if self.live is not None and self.live.kernel.server_names else None
+        return [*self.policies, *([kernel] if kernel else []), *([self.controls.policy] if self.controls.applies else [])]
+
+    async def next_card(self, kind: str, timeout: float | None, what: str) -> Any:
+        """The next card of ``kind`` (``"permission"`` or ``"question"``) not handed out yet,
+        waiting for one; ``TimeoutError`` after ``timeout`` seconds (``what`` names it),
+        :class:`AgentError` when the agent ends first."""
+        try:
+            with anyio.fail_after(timeout):
+                while True:
+                    wake, live = self._wake, self.live
+                    card = live.desk.take(kind) if live is not None else None
+                    if card is not None:
+                        return card
+                    if self.status in ENDED:  # set once the session's end is handled (cards closed)
+                        raise AgentError(self.error or f"agent {self.name!r} is {self.status}")
+                    await wake.wait()
+        except TimeoutError:
+            raise TimeoutError(f"no {what} from {self.name!r} within {timeout} s") from None
+
+    async def restart(self) -> Any:
+        """Start a fresh process and session for this agent (after a crash, or to get
+        out of a stuck turn): the current process is closed and its session object
+        replaced. The conversation so far stays; a notice marks the restart. Queued
+        turns run on the new session. Restarts and closes run one at a time; a restart
+        asked while one runs joins it (a double click is one restart), and a cancelled
+        wait (a kernel interrupt) does not stop it halfway."""
+        task = self._restart_task
+        if task is None or task.done():
+            task = self._restart_task = asyncio.get_running_loop().create_task(
+                self._restart(), name=f"escouade restart {self.name}")
+        await asyncio.shield(task)
+        return await self.ready()
+
+    async def _restart(self) -> None:
+        async with self._lifecycle:
+            self._restarting = True
+            try:
+                self.set_status(AgentStatus.STARTING)  # at once: Restart is off while the old process closes
+                await self._close_session()
+                self._main_task = None
+                self.live = None
+                self.error = None
+                self.auth_required = None
+                if self.transcript is not None:  # a new process, a new transcript, which names the one before
+                    self.previous_transcript = self.transcript.path
+                self.transcript = None
+                self.conversation.add_notice("Restarted: a new process and a new session.")
+                self.start()
+            finally:
+                self._restarting = False
+
+    def resume_from(self, path: Path, session_id: str | None, replay: ReplaySkip) -> None:
+        """Rebuilt from the transcript at ``path``: the next start reopens ``session_id``
+        (skipping what ``replay`` says the conversation has) and writes on in that file."""
+        self.resume_id = session_id  # the next Live reloads it
+        self._replay = replay
+        self.transcript = Transcript(path, on_error=self.transcript_failed)
+        self.transcript.event("resume")
+
+    async def _close_session(self) -> None:
+        live, task = self.live, self._main_task
+        if live is None:
+            return
+        if live.starting:  # no session yet: nothing to end cleanly, the process group ends at once
+            await live.stop_start(by_you=False)
+        else:
+            await live.session.close()
+        if task is not None and not task.done():
+            with anyio.move_on_after(5):
+                await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """End the agent: close its stdin, terminate its process group, end every turn
+        (the running one and the queued ones, with an error), and a terminal sign-in under
+        way (its program's group). After a restart under way."""
+        if self.sign_in_job is not None:
+            await self.sign_in_job.stop()  # its authenticate() then fails, saying so; no restart
+        async with self._lifecycle:
+            for task in (self._restat, self._preparing):  # a worktree being made: this agent will not start
+                if task is not None:
+                    task.cancel()
+            await self._close_session()
+            self.turns.close()
+            if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):
+                self.set_status(AgentStatus.CLOSED)
+            self.wake_waiters()
+
+    def kill_now(self) -> None:
+        """Kill the process group synchronously (interpreter exit), and its terminals."""
+        if self.transcript is not None:
+            self.transcript.flush()
+        if self.sign_in_job is not None:
+            self.sign_in_job.kill_now()
+        session = self.session
+        if session is None:
+            return
+        session.closing = True
+        session.client.terminals.kill_now()
+        if session.alive:
+            kill_group_now(session.pid)
+
+    @property
+    def transcript(self) -> Transcript | None:
+        """The transcript file of the current process (None between a process and the next)."""
+        return self._transcript
+
+    @transcript.setter
+    def transcript(self, transcript: Transcript | None) -> None:
+        self._transcript = transcript
+        if transcript is not None:
+            self.keeper.attached()  # a new segment: its mark, and the notices that waited for it

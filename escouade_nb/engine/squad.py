@@ -763,6 +763,27 @@ class Squad:
                 pass
         self.rules.kill_now()
 
+    def update_soon(self, harness: str) -> tuple[HarnessRef, asyncio.Future[str | None]]:
+        """``%escouade update NAME`` before its run: the harness (short or full id), checked
+        (:func:`~.harness_update.program_to_update`) — :class:`SquadError` when unknown or its
+        manifest gives no ``updateCommand``, :class:`ProgramNotFound` when its program is not
+        installed, then :class:`~escouade_nb.wire.errors.NoEventLoop` outside a running loop —
+        and a future of the version installed now (``None``: unknown), read off the loop by
+        :meth:`read_version_soon`. The run itself is :class:`~.harness_update.UpdateJob`."""
+        from .harness_update import program_to_update
+
+        ref = self.find(harness)
+        try:
+            program = program_to_update(ref)
+        except ValueError as exc:
+            raise SquadError(str(exc)) from None
+        if program is None:
+            raise ProgramNotFound(ref)
+        before: asyncio.Future[str | None] = running_loop("%escouade").create_future()
+        self.read_version_soon(program, ref.harness.version_args,
+                               lambda version: None if before.done() else before.set_result(version))
+        return ref, before
+
 
 _squad: Squad | None = None
 

@@ -7,8 +7,11 @@ Usage::
     %escouade stop AGENT                       stop an agent (its whole process group)
     %escouade export AGENT PATH.ipynb          write the agent's conversation as a notebook
     %%escouade NAME|AGENT                      send the cell as a prompt; show the turn
+    %escouade --help                           every subcommand (%escouade SUBCOMMAND --help: one)
 
-A usage error prints one line and this usage, never a traceback.
+The subcommands are a table, :data:`COMMANDS` (the words that call one, its usage lines,
+its handler): a line is dispatched from it and the usage text (:data:`USAGE`) is generated
+from it. A usage error prints one line and this usage, never a traceback.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, 
 from .core.status import ENDED, NAME_FREE
 from .engine.squad import Squad, SquadError, get_squad
 from .wire.errors import NoEventLoop
+
 
 @dataclass(frozen=True)
 class Subcommand:
@@ -443,7 +447,7 @@ COMMANDS: tuple[Subcommand, ...] = (
     Subcommand(("help",), "  %escouade help [SUBCOMMAND]               this text, or one subcommand's "
                "(also: %escouade SUBCOMMAND --help)\n", None),
 )
-"""Every subcommand, in the order of the usage text (generated from it: :data:`USAGE`)."""
+"""Every subcommand, in the order of the usage text (:data:`USAGE` is generated from it)."""
 
 _BY_NAME = {name: command for command in COMMANDS if command.handler is not None for name in command.names}
 

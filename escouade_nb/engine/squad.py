@@ -764,12 +764,9 @@ class Squad:
         self.rules.kill_now()
 
     def update_soon(self, harness: str) -> tuple[HarnessRef, asyncio.Future[str | None]]:
-        """``%escouade update NAME`` before its run: the harness (short or full id), checked
-        (:func:`~.harness_update.program_to_update`) — :class:`SquadError` when unknown or its
-        manifest gives no ``updateCommand``, :class:`ProgramNotFound` when its program is not
-        installed, then :class:`~escouade_nb.wire.errors.NoEventLoop` outside a running loop —
-        and a future of the version installed now (``None``: unknown), read off the loop by
-        :meth:`read_version_soon`. The run itself is :class:`~.harness_update.UpdateJob`."""
+        """``%escouade update NAME`` before its run (:class:`~.harness_update.UpdateJob`): the
+        harness, checked — :class:`SquadError` (unknown, no ``updateCommand``), :class:`ProgramNotFound`,
+        then :class:`~escouade_nb.wire.errors.NoEventLoop` — and a future of its version now (read off the loop)."""
         from .harness_update import program_to_update
 
         ref = self.find(harness)
@@ -781,7 +778,7 @@ class Squad:
             raise ProgramNotFound(ref)
         before: asyncio.Future[str | None] = running_loop("%escouade").create_future()
         self.read_version_soon(program, ref.harness.version_args,
-                               lambda version: None if before.done() else before.set_result(version))
+                               lambda v: None if before.done() else before.set_result(v))
         return ref, before
 
 

@@ -7,8 +7,11 @@ Usage::
     %escouade stop AGENT                       stop an agent (its whole process group)
     %escouade export AGENT PATH.ipynb          write the agent's conversation as a notebook
     %%escouade NAME|AGENT                      send the cell as a prompt; show the turn
+    %escouade --help                           every subcommand (%escouade SUBCOMMAND --help: one)
 
-A usage error prints one line and this usage, never a traceback.
+The subcommands are a table, :data:`COMMANDS` (the words that call one, its usage lines,
+its handler): a line is dispatched from it and the usage text (:data:`USAGE`) is generated
+from it. A usage error prints one line and this usage, never a traceback.
 """
 
 from __future__ import annotations
@@ -18,45 +21,36 @@ import asyncio
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
 from .core.status import ENDED, NAME_FREE
-from .engine.squad import ProgramNotFound, SquadError, get_squad
+from .engine.squad import Squad, SquadError, get_squad
 from .wire.errors import NoEventLoop
 
-USAGE = """usage:
-  %escouade                                 list harnesses and running agents
-  %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER [--fs]] [--account ACCOUNT]
-                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]]
-                                            start an agent of harness NAME and show it
-                                            (--worktree: in its own git worktree and branch off HEAD)
-                 [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]]
-                                            (--add-dir: another folder of the session, ACP additionalDirectories;
-                                             --system-prompt: ACP systemPrompt where offered, else before the first prompt)
-  %escouade stop AGENT                      stop an agent
-  %escouade sessions AGENT [--cursor C] [--all]
-                                            the agent's own sessions for its folder (ACP session/list;
-                                             --all: those it lists of other folders too, opened in theirs)
-  %escouade export AGENT PATH.ipynb [--force]
-                                            the agent's conversation as a notebook (--force: replace PATH)
-  %escouade squad                           all agents of this kernel, live
-  %escouade merge|rebase AGENT              merge its worktree branch into the base / rebase it onto the base
-  %escouade discard AGENT [--force]         stop it, remove its worktree and branch (--force: uncommitted too)
-  %escouade fork AGENT [--as NAME]          a new agent of its harness carrying its conversation
-  %escouade resume [AGENT]                  list this project's resumable agents, or rebuild one from its
-                                            transcript (%escouade resume --all: other folders' agents too)
-  %escouade resume AGENT --from FILE        rebuild that transcript (two agents of one name: pick one)
-  %escouade resume AGENT --session ID       open that session of the agent's own (see sessions) in a new agent
-  %escouade update NAME [--yes]             show (and run) the harness's update command
-  %%escouade NAME|AGENT[,AGENT...] [--with VAR,VAR] [--cells 3-5]
-                                            send the cell as a prompt to that agent (with kernel context);
-                                            to several: side by side, with a comparison
-  (--private: a private project, never submitted to a rule plugin not turned on for it;
-   --fs: offer the client's file system even through a launcher)
-""" + PLUGINS_USAGE
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One subcommand of ``%escouade``: the words that call it (none: the start, whose
+    first word is a harness), its lines of the usage text, and its handler
+    (``handler(magics, squad, words)``, ``words`` as typed, the subcommand's own word
+    first; what it returns is the magic's value)."""
+
+    names: tuple[str, ...]
+    usage: str
+    handler: Callable[[EscouadeMagics, Squad, list[str]], object] | None
+
+    def help(self) -> str:
+        """Its usage lines, headed as the whole usage text is."""
+        return "usage:\n" + self.usage
+
+
+HELP_FLAGS = ("-h", "--help")
+"""What asks for the usage: ``%escouade --help`` (or ``help [SUBCOMMAND]``),
+``%escouade SUBCOMMAND --help``, ``%%escouade --help``."""
 
 
 class _UsageError(Exception):
@@ -140,89 +134,94 @@ class EscouadeMagics(Magics):
             print(f"escouade: {exc}", file=sys.stderr)
         return None
 
-    def _line(self, words: list[str]):
-        squad = get_squad()
-        if not words:  # at once: the versions not read yet arrive in this same display when read
-            listing = squad.listing()
-            handle = display(listing, display_id=not listing.complete or None)
-            if handle is not None and not listing.complete:
-                listing.on_change.subscribe(lambda changed: handle.update(changed))
+    def _line(self, words: list[str]) -> object:
+        """A line of ``%escouade``: dispatched by :data:`COMMANDS` (its first word, else
+        the start of an agent of the harness it names); ``--help`` anywhere after the
+        subcommand's word shows that subcommand's usage."""
+        if words and words[0] in (*HELP_FLAGS, "help"):
+            _help(words[1:])
             return None
-        if words[0] in ("stop",):
-            if len(words) != 2:
-                raise _UsageError("stop takes one agent name")
-            agent = squad.get(words[1])
-            if agent.status in NAME_FREE:  # no process to stop
-                print(f"{agent.name} is already {agent.status}")
-                return None
+        command = _BY_NAME.get(words[0], START) if words else LISTING
+        if any(w in HELP_FLAGS for w in words[1:]):
+            print(command.help())
+            return None
+        assert command.handler is not None
+        return command.handler(self, get_squad(), words)
+
+    def _listing(self, squad: Squad, words: list[str]) -> None:
+        """``%escouade``: the harnesses at once; the versions not read yet arrive in this
+        same display when read."""
+        listing = squad.listing()
+        handle = display(listing, display_id=not listing.complete or None)
+        if handle is not None and not listing.complete:
+            listing.on_change.subscribe(lambda changed: handle.update(changed))
+
+    def _stop(self, squad: Squad, words: list[str]) -> None:
+        if len(words) != 2:
+            raise _UsageError("stop takes one agent name")
+        agent = squad.get(words[1])
+        if agent.status in NAME_FREE:  # no process to stop
+            print(f"{agent.name} is already {agent.status}")
+            return
+        self._need_loop()
+        squad.stop_soon(agent.name)
+        print(f"stopping {agent.name}")
+
+    def _squad_view(self, squad: Squad, words: list[str]) -> None:
+        if len(words) != 1:
+            raise _UsageError("squad takes no argument")
+        from .widgets.squad_view import SquadView
+        _show(SquadView(squad))
+
+    def _resume(self, squad: Squad, words: list[str]) -> object:
+        if words[1:] in ([], ["--all"]):  # name, last write, first prompt, folder (files' heads only)
+            from .engine.listing import listing_text
+            print(listing_text(squad.resumable_summaries(everywhere=words[1:] == ["--all"])))
+            return None
+        if len(words) == 4 and words[2] == "--session":  # one of the agent's own sessions (session/list)
             self._need_loop()
-            squad.stop_soon(agent.name)
-            print(f"stopping {agent.name}")
-            return None
-        if words[0] == "export":
-            return self._export(squad, words[1:])
-        if words[0] == "sessions":
-            return self._sessions(squad, words[1:])
-        if words[0] in ("merge", "rebase", "discard", "fork"):
-            return self._worktree_command(squad, words)
-        if words[0] in ("-h", "--help", "help"):
-            print(USAGE)
-            return None
-        if words[0] == "squad":
-            if len(words) != 1:
-                raise _UsageError("squad takes no argument")
-            from .widgets.squad_view import SquadView
-            _show(SquadView(squad))
-            return None
-        if words[0] == "resume":
-            if words[1:] in ([], ["--all"]):  # name, last write, first prompt, folder (files' heads only)
-                from .engine.listing import listing_text
-                print(listing_text(squad.resumable_summaries(everywhere=words[1:] == ["--all"])))
-                return None
-            if len(words) == 4 and words[2] == "--session":  # one of the agent's own sessions (session/list)
-                self._need_loop()
-                agent = squad.open_session(words[1], words[3])
-                from .widgets import AgentView
-                _show(AgentView(agent))
-                return agent
+            agent = squad.open_session(words[1], words[3])
+        else:
             if len(words) not in (2, 4) or (len(words) == 4 and words[2] != "--from"):
                 raise _UsageError("resume takes one agent name (and optionally --from FILE, or --session ID), "
                                   "or --all")
             self._need_loop()
             agent = squad.resume(words[1], words[3] if len(words) == 4 else None)
-            from .widgets import AgentView
-            _show(AgentView(agent))
-            return agent
-        if words[0] == "update":
-            if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "--yes"):
-                raise _UsageError("update takes one harness name, and optionally --yes")
-            ref = squad.find(words[1])
-            if not ref.harness.update_command:
-                raise SquadError(f"{ref.harness.display_name}'s manifest gives no updateCommand")
-            from .manifest import locate_program
-            from .widgets.update_view import UpdateView
-            program = locate_program(ref.harness)
-            if program is None:
-                raise SquadError(str(ProgramNotFound(ref)))
-            self._need_loop()
-            view = UpdateView(ref, None)
-            squad.read_version_soon(program, ref.harness.version_args, view.set_before)  # never on the loop
-            _show(view)
-            if len(words) == 3:
-                view.start()
-            return None
-        if words[0] in ("plugins", "journal"):
-            try:
-                if words[0] == "plugins":
-                    running = [a for a in squad.agents.values() if a.status not in ENDED]  # on: those it misses
-                    display(plugins_command(squad.rules, words[1:], running))  # a listing: its own text and HTML
-                else:
-                    from .widgets.journal_view import JournalView
-                    query = journal_command(squad.rules, words[1:])
-                    _show(JournalView(query.journal, plugin=query.plugin, kind=query.kind, names=query.names))
-            except CommandError as exc:
-                raise _UsageError(str(exc)) from None
-            return None
+        from .widgets import AgentView
+        _show(AgentView(agent))
+        return agent
+
+    def _update(self, squad: Squad, words: list[str]) -> None:
+        """``update NAME [--yes]``: the harness's update command shown (the version
+        installed now filled in once read), run at once with ``--yes``; what is checked
+        and read is the squad's (:meth:`~.engine.squad.Squad.update_soon`)."""
+        if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "--yes"):
+            raise _UsageError("update takes one harness name, and optionally --yes")
+        try:
+            ref, before = squad.update_soon(words[1])
+        except NoEventLoop as exc:  # terminal IPython: said after what was checked without a loop
+            raise SquadError(str(exc)) from None
+        from .widgets.update_view import UpdateView
+        view = UpdateView(ref, None)
+        before.add_done_callback(lambda read: view.set_before(None if read.cancelled() else read.result()))
+        _show(view)
+        if len(words) == 3:
+            view.start()
+
+    def _rules(self, squad: Squad, words: list[str]) -> None:
+        """``plugins …`` and ``journal …`` (:mod:`~.permissions.commands`)."""
+        try:
+            if words[0] == "plugins":
+                running = [a for a in squad.agents.values() if a.status not in ENDED]  # on: those it misses
+                display(plugins_command(squad.rules, words[1:], running))  # a listing: its own text and HTML
+            else:
+                from .widgets.journal_view import JournalView
+                query = journal_command(squad.rules, words[1:])
+                _show(JournalView(query.journal, plugin=query.plugin, kind=query.kind, names=query.names))
+        except CommandError as exc:
+            raise _UsageError(str(exc)) from None
+
+    def _start(self, squad: Squad, words: list[str]) -> object:
         args = _start_parser().parse_args(words)
         self._need_loop(lambda: squad.check(args.name, cwd=args.cwd, name=args.as_name, via=args.via))
         agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private, mode=args.mode,
@@ -233,7 +232,10 @@ class EscouadeMagics(Magics):
         _show(AgentView(agent))
         return agent
 
-    def _prompt(self, words: list[str], cell: str):
+    def _prompt(self, words: list[str], cell: str) -> None:
+        if any(w in HELP_FLAGS for w in words):
+            print(PROMPT.help())
+            return None
         args = _prompt_parser().parse_args(words)
         variables = [v.strip() for v in args.variables.split(",") if v.strip()]
         text = cell.strip()
@@ -268,25 +270,27 @@ class EscouadeMagics(Magics):
         _show(TurnView(turn))
         return None
 
-    def _worktree_command(self, squad, words: list[str]):
+    def _fork(self, squad: Squad, words: list[str]) -> object:
+        """``fork AGENT [--as NAME]``: the new agent's view, at once."""
+        p = _Parser(prog="%escouade fork", add_help=False)
+        p.add_argument("agent")
+        p.add_argument("--as", dest="as_name")
+        args = p.parse_args(words[1:])
+        self._need_loop()
+        agent = squad.fork(args.agent, args.as_name)
+        from .widgets import AgentView
+        _show(AgentView(agent))
+        return agent
+
+    def _worktree_command(self, squad: Squad, words: list[str]) -> None:
         """``merge|rebase AGENT``, ``discard AGENT [--force]``: run by a task of the
-        squad's, the outcome printed in this cell's output when known;
-        ``fork AGENT [--as NAME]``: the new agent's view, at once."""
+        squad's, the outcome printed in this cell's output when known."""
         verb, rest = words[0], words[1:]
-        if verb == "fork":
-            p = _Parser(prog="%escouade fork", add_help=False)
-            p.add_argument("agent")
-            p.add_argument("--as", dest="as_name")
-            args = p.parse_args(rest)
-            self._need_loop()
-            agent = squad.fork(args.agent, args.as_name)
-            from .widgets import AgentView
-            _show(AgentView(agent))
-            return agent
         force = "--force" in rest
         rest = [w for w in rest if w != "--force"]
         if len(rest) != 1 or (force and verb != "discard"):
-            raise _UsageError(f"{verb} takes one agent name" + (" (and optionally --force)" if verb == "discard" else ""))
+            raise _UsageError(f"{verb} takes one agent name"
+                              + (" (and optionally --force)" if verb == "discard" else ""))
         agent = squad.get(rest[0])
         if agent.worktree is None:
             raise SquadError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
@@ -304,13 +308,12 @@ class EscouadeMagics(Magics):
                 text = f"escouade: {exc}"
             handle.update({"text/plain": text}, raw=True)
         squad._own(go(), f"escouade {verb} {agent.name}", cancel=False)
-        return None
 
-    def _sessions(self, squad, words: list[str]) -> None:
-        """``sessions AGENT [--cursor C]``: one page of the agent's own sessions (ACP
-        ``session/list``), shown in this cell's output when it arrives."""
+    def _sessions(self, squad: Squad, words: list[str]) -> None:
+        """``sessions AGENT [--cursor C] [--all]``: one page of the agent's own sessions
+        (ACP ``session/list``), shown in this cell's output when it arrives."""
         everywhere = "--all" in words
-        words = [w for w in words if w != "--all"]
+        words = [w for w in words[1:] if w != "--all"]
         if len(words) not in (1, 3) or (len(words) == 3 and words[1] != "--cursor"):
             raise _UsageError("sessions takes one agent name, and optionally --cursor CURSOR and --all")
         agent = squad.get(words[0])
@@ -333,11 +336,11 @@ class EscouadeMagics(Magics):
         squad.sessions_soon(agent.name, done, cursor=words[2] if len(words) == 3 else None, everywhere=everywhere)
         return None
 
-    def _export(self, squad, words: list[str]) -> None:
+    def _export(self, squad: Squad, words: list[str]) -> None:
         """``export AGENT PATH.ipynb [--force]``: checked now, written by a task of the
         squad's; this cell's output says when it is written (or why not)."""
         force = "--force" in words
-        rest = [w for w in words if w != "--force"]
+        rest = [w for w in words[1:] if w != "--force"]
         if len(rest) != 2:
             raise _UsageError("export takes one agent name and one PATH.ipynb (and optionally --force)")
         name, path = rest
@@ -381,6 +384,87 @@ def _show(view) -> None:
 
     shown_in_cell(view, *current_run())
     display(view)
+
+
+_START_USAGE = """\
+  %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER [--fs]] [--account ACCOUNT]
+                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]]
+                                            start an agent of harness NAME and show it
+                                            (--worktree: in its own git worktree and branch off HEAD)
+                 [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]]
+                                            (--add-dir: another folder of the session, ACP additionalDirectories;
+                                             --system-prompt: ACP systemPrompt where offered, else before the first prompt)
+  (--private: a private project, never submitted to a rule plugin not turned on for it;
+   --fs: offer the client's file system even through a launcher)
+"""  # noqa: E501  (the usage as printed: one line of it is longer)
+
+START = Subcommand((), _START_USAGE, EscouadeMagics._start)
+"""``%escouade NAME …``: what a line whose first word names no subcommand does."""
+PROMPT = Subcommand(("%%escouade",), """\
+  %%escouade NAME|AGENT[,AGENT...] [--with VAR,VAR] [--cells 3-5]
+                                            send the cell as a prompt to that agent (with kernel context);
+                                            to several: side by side, with a comparison
+""", None)
+"""``%%escouade``: the cell magic (its usage only; :meth:`EscouadeMagics._prompt` runs it)."""
+
+LISTING = Subcommand((), "  %escouade                                 list harnesses and running agents\n",
+                     EscouadeMagics._listing)
+"""``%escouade`` alone."""
+
+COMMANDS: tuple[Subcommand, ...] = (
+    LISTING,
+    START,
+    Subcommand(("stop",), "  %escouade stop AGENT                      stop an agent\n", EscouadeMagics._stop),
+    Subcommand(("sessions",), """\
+  %escouade sessions AGENT [--cursor C] [--all]
+                                            the agent's own sessions for its folder (ACP session/list;
+                                             --all: those it lists of other folders too, opened in theirs)
+""", EscouadeMagics._sessions),
+    Subcommand(("export",), """\
+  %escouade export AGENT PATH.ipynb [--force]
+                                            the agent's conversation as a notebook (--force: replace PATH)
+""", EscouadeMagics._export),
+    Subcommand(("squad",), "  %escouade squad                           all agents of this kernel, live\n",
+               EscouadeMagics._squad_view),
+    Subcommand(("merge", "rebase"),
+               "  %escouade merge|rebase AGENT              merge its worktree branch into the base / rebase it onto "
+               "the base\n", EscouadeMagics._worktree_command),
+    Subcommand(("discard",),
+               "  %escouade discard AGENT [--force]         stop it, remove its worktree and branch (--force: "
+               "uncommitted too)\n", EscouadeMagics._worktree_command),
+    Subcommand(("fork",), "  %escouade fork AGENT [--as NAME]          a new agent of its harness carrying its "
+               "conversation\n", EscouadeMagics._fork),
+    Subcommand(("resume",), """\
+  %escouade resume [AGENT]                  list this project's resumable agents, or rebuild one from its
+                                            transcript (%escouade resume --all: other folders' agents too)
+  %escouade resume AGENT --from FILE        rebuild that transcript (two agents of one name: pick one)
+  %escouade resume AGENT --session ID       open that session of the agent's own (see sessions) in a new agent
+""", EscouadeMagics._resume),
+    Subcommand(("update",), "  %escouade update NAME [--yes]             show (and run) the harness's update command\n",
+               EscouadeMagics._update),
+    PROMPT,
+    Subcommand(("plugins", "journal"), PLUGINS_USAGE + "\n", EscouadeMagics._rules),
+    Subcommand(("help",), "  %escouade help [SUBCOMMAND]               this text, or one subcommand's "
+               "(also: %escouade SUBCOMMAND --help)\n", None),
+)
+"""Every subcommand, in the order of the usage text (:data:`USAGE` is generated from it)."""
+
+_BY_NAME = {name: command for command in COMMANDS if command.handler is not None for name in command.names}
+
+USAGE = "usage:\n" + "".join(command.usage for command in COMMANDS).rstrip("\n")
+"""The whole usage text: printed by ``%escouade --help`` and after every usage error."""
+
+
+def _help(words: list[str]) -> None:
+    """``%escouade help [SUBCOMMAND]``: the whole usage, or that subcommand's."""
+    if not words:
+        print(USAGE)
+        return
+    command = next((c for c in COMMANDS if words[0] in c.names), None)
+    if command is None or len(words) > 1:
+        names = ", ".join(n for c in COMMANDS for n in c.names)
+        raise _UsageError(f"help takes one subcommand ({names}), or none")
+    print(command.help())
 
 
 def load(ipython) -> None:

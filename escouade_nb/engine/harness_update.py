@@ -104,6 +104,23 @@ async def _read(stream, out: bytearray, done: anyio.Event, on_output: Callable[[
         done.set()
 
 
+def _update_command(ref: HarnessRef) -> str:
+    """``ref``'s ``updateCommand``; ``ValueError`` saying so when its manifest gives none."""
+    line = ref.harness.update_command
+    if not line:
+        raise ValueError(f"{ref.harness.display_name}'s manifest gives no updateCommand")
+    return line
+
+
+def program_to_update(ref: HarnessRef) -> str | None:
+    """What ``%escouade update`` checks before it shows anything: the path of the program
+    ``ref``'s ``updateCommand`` updates (its version is read before and after the run),
+    ``None`` when it is not installed; ``ValueError`` when the manifest gives no
+    ``updateCommand``. Looks at the file system (no process is run)."""
+    _update_command(ref)
+    return locate_program(ref.harness)
+
+
 async def installed_version(ref: HarnessRef) -> str | None:
     """The harness program's version, read off the loop (None: not found or unknown)."""
     program = await asyncio.to_thread(locate_program, ref.harness)
@@ -118,15 +135,14 @@ async def run_update(ref: HarnessRef, timeout: float = UPDATE_TIMEOUT, *, cwd: s
     current folder by default) and return how it ended. ``on_output(chunk)`` sees the
     output as it is read. On timeout the result says so; on cancellation the group is
     killed, then the cancellation goes on. ``OSError`` if the shell cannot start."""
-    line = ref.harness.update_command
-    if not line:
-        raise ValueError(f"{ref.harness.display_name}'s manifest gives no updateCommand")
+    line = _update_command(ref)
     process = await spawn(shell_argv(line), cwd=Path(cwd or Path.cwd()), env=os.environ)
     _track(process.pid)
     out = bytearray()
     timed_out = None
     try:
-        await process.stdin.aclose()  # nothing to answer: a prompt reads end of file
+        if process.stdin is not None:
+            await process.stdin.aclose()  # nothing to answer: a prompt reads end of file
         with anyio.move_on_after(timeout) as scope:
             async with anyio.create_task_group() as tg:
                 out_done, err_done = anyio.Event(), anyio.Event()

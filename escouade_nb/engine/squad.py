@@ -765,6 +765,24 @@ class Squad:
                 pass
         self.rules.kill_now()
 
+    def update_soon(self, harness: str) -> tuple[HarnessRef, asyncio.Future[str | None]]:
+        """``%escouade update NAME`` before its run (:class:`~.harness_update.UpdateJob`): the
+        harness, checked — :class:`SquadError` (unknown, no ``updateCommand``), :class:`ProgramNotFound`,
+        then :class:`~escouade_nb.wire.errors.NoEventLoop` — and a future of its version now (read off the loop)."""
+        from .harness_update import program_to_update
+
+        ref = self.find(harness)
+        try:
+            program = program_to_update(ref)
+        except ValueError as exc:
+            raise SquadError(str(exc)) from None
+        if program is None:
+            raise ProgramNotFound(ref)
+        before: asyncio.Future[str | None] = running_loop("%escouade").create_future()
+        self.read_version_soon(program, ref.harness.version_args,
+                               lambda v: None if before.done() else before.set_result(v))
+        return ref, before
+
 
 _squad: Squad | None = None
 

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..core.conversation import STOPPED_BY_YOU, Conversation, Question
+from ..core.conversation import STOPPED_BY_YOU, Conversation, PermissionState, Question, QuestionState
 from ..core.prompt import is_context
 from . import kernel_calls
 
@@ -546,148 +546,199 @@ def replay(records: Iterator[Record], conversation: Conversation,
     (:data:`KERNEL_RESTARTED`), as the live view did. Replaying the same records again
     gives the same conversation. Returns what the records say of the session:
     ``{"session_id", "agent_capabilities", ...}``."""
-    info: dict[str, Any] = {}
-    records = list(records)
-    kernel = kernel_calls.KernelReplay(records, _starts_segment)  # the kernel's run_code cards, from our own lines
-    # the sessions this agent had: an update for any other one was dropped live, so it is here too
-    sessions = {(r.data or {}).get("session_id") for r in records if r.kind == "event" and r.event == "session"}
-    sessions |= {r.msg["result"]["sessionId"] for r in records if r.kind == "in" and isinstance(r.msg, dict)
-                 and isinstance(r.msg.get("result"), dict) and "sessionId" in r.msg["result"]}
-    # per segment: JSON-RPC id of a permission request -> its Permission; tool call id -> its cards
-    cards: dict[Any, Any] = {}
-    by_call: dict[str, list[Any]] = {}
-    questions: dict[Any, Question] = {}  # per segment: a question card's number -> it
-    reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
-    prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
-    recorded = False  # this segment records the client's notices (RECORD): none are derived then
-    begun = quiet = False
+    read = list(records)
+    run = _Replay(read, conversation, adapt)
     # a chunk's time (Message.first_at / last_at) is its record's, on the monotonic clock's scale
     stamp, base, clock = [0.0], time.monotonic() - time.time(), conversation.clock
     conversation.clock = lambda: stamp[0]
+    try:
+        for index, rec in enumerate(read):
+            stamp[0] = rec.t + base
+            run.mark(rec)
+            if rec.kind == "header":
+                run.info.update(dict(rec.model_extra) if rec.model_extra else {})
+            elif rec.kind == "in":
+                run.incoming(index, rec.msg or {})
+            elif rec.kind == "out":
+                run.outgoing(rec.msg or {})
+            elif rec.kind == "event":
+                run.event(rec.event, rec.data or {})
+        run.end_segment()
+    finally:
+        conversation.clock = clock
+    return run.info
 
-    def end_segment() -> None:
-        for perm in [p for ps in by_call.values() for p in ps]:
-            if perm.state == "pending":  # never answered before its process went away
+
+def _sessions_of(records: list[Record]) -> set[Any]:
+    """The sessions this agent had (``session`` events, answers giving a ``sessionId``): an
+    update for any other one was dropped live, so it is in replay too."""
+    sessions = {(r.data or {}).get("session_id") for r in records if r.kind == "event" and r.event == "session"}
+    sessions |= {r.msg["result"]["sessionId"] for r in records if r.kind == "in" and isinstance(r.msg, dict)
+                 and isinstance(r.msg.get("result"), dict) and "sessionId" in r.msg["result"]}
+    return sessions
+
+
+NoticeLevel = Literal["info", "warning", "error"]
+
+
+class _Replay:
+    """One run of :func:`replay`: the conversation rebuilt, what the records say of the
+    session (``info``), and what the segment being read knows (its agent's ids)."""
+
+    def __init__(self, records: list[Record], conversation: Conversation,
+                 adapt: Callable[[dict[str, Any]], Any] | None) -> None:
+        self.conversation = conversation
+        self.adapt = adapt
+        self.info: dict[str, Any] = {}
+        self.kernel = kernel_calls.KernelReplay(records, _starts_segment)  # the kernel's run_code cards
+        self.sessions = _sessions_of(records)
+        self.begun = self.quiet = False
+        self._forget()
+
+    def _forget(self) -> None:
+        """What one segment knows, empty: its agent's ids mean nothing in the next one."""
+        self.cards: dict[Any, Any] = {}  # JSON-RPC id of a permission request -> its Permission
+        self.by_call: dict[str, list[Any]] = {}  # tool call id -> its cards
+        self.questions: dict[Any, Question] = {}  # a question card's number -> it
+        self.reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
+        self.prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
+        self.recorded = False  # this segment records the client's notices (RECORD): none are derived then
+
+    def mark(self, rec: Record) -> None:
+        """A record that starts a segment ends the one before (marks in a row — a header,
+        then ours; ours, then a resume — start one segment)."""
+        if not _starts_segment(rec):
+            self.quiet = False
+            return
+        if not self.quiet:
+            if self.begun:
+                self.end_segment()
+            self.conversation.new_session()
+            self._forget()
+            self.kernel.new_segment()
+        self.begun = self.quiet = True
+
+    def end_segment(self) -> None:
+        """Its process went away: cards never answered cancelled, questions too, what was
+        unfinished ended."""
+        conversation = self.conversation
+        for perm in [p for ps in self.by_call.values() for p in ps]:
+            if perm.state == "pending":
                 conversation.resolve_permission(perm, "cancelled", None, KERNEL_RESTARTED)
-        for question in questions.values():
+        for question in self.questions.values():
             conversation.resolve_question(question, "cancel")  # (a no-op for one answered)
         conversation.cancel_unfinished()
         conversation.close_messages()
 
-    def card_made(perm: Any) -> Any:
+    def _card_made(self, perm: Any) -> Any:
         if perm.tool_call is not None:
-            by_call.setdefault(perm.tool_call.tool_call_id, []).append(perm)
+            self.by_call.setdefault(perm.tool_call.tool_call_id, []).append(perm)
         return perm
 
-    for index, rec in enumerate(records):
-        msg = rec.msg or {}
-        stamp[0] = rec.t + base
-        if _starts_segment(rec):
-            if not quiet:  # marks in a row (a header, then ours; ours, then a resume) start one segment
-                if begun:
-                    end_segment()
-                conversation.new_session()
-                cards, by_call, reloads, prompts, recorded, questions = {}, {}, set(), {}, False, {}
-                kernel.new_segment()
-            begun = quiet = True
+    def incoming(self, index: int, msg: dict[str, Any]) -> None:
+        """A line the agent sent (record ``index``): an answer, an update, a card."""
+        conversation, method, params = self.conversation, msg.get("method"), msg.get("params") or {}
+        if "id" in msg and "method" not in msg:
+            self.reloads.discard(msg["id"])
+            stopped = self.prompts.pop(msg["id"], False)
+            if stopped and not self.recorded and (msg.get("result") or {}).get("stopReason") == "cancelled":
+                conversation.add_notice(STOPPED_BY_YOU)  # as live: the turn the user stopped (engine/turns.py)
+        if method == "session/update":
+            self._update(params)
+        elif method == "session/request_permission" and "id" in msg and self.kernel.folded(index) \
+                and params.get("sessionId") not in conversation.subagents:
+            self.kernel.note_call(conversation, params.get("toolCall") or {})  # live: no card, the server's is
+        elif method == "session/request_permission" and "id" in msg:
+            child = conversation.subagents.get(params.get("sessionId", ""))  # a subagent's card is in its own
+            perm = (child.conversation if child is not None else conversation).add_permission(
+                params.get("toolCall") or {}, params.get("options") or [])
+            self.cards[msg["id"]] = perm if child is not None else self._card_made(perm)
+        elif isinstance(msg.get("result"), dict) and "sessionId" in msg["result"]:
+            if self.info.get("session_id") not in (None, msg["result"]["sessionId"]):
+                conversation.new_session()  # another session: message ids are the new session's
+            self.info["session_id"] = msg["result"]["sessionId"]
+        elif isinstance(msg.get("result"), dict) and "agentCapabilities" in msg["result"]:
+            self.info["agent_capabilities"] = msg["result"]["agentCapabilities"]
+
+    def _update(self, params: dict[str, Any]) -> None:
+        """A ``session/update``: applied to its session (a subagent's to its own)."""
+        if self.reloads:  # the agent's replay of a reloaded session: already in the records before
+            return
+        session_id = params.get("sessionId")
+        if session_id in self.conversation.subagents:  # a child session (a subagent)
+            self.conversation.apply_child(params["sessionId"], params.get("update") or {})
+        elif session_id in (None, *self.sessions) or not self.sessions:
+            update = params.get("update") or {}
+            update = self.adapt(update) if self.adapt is not None and isinstance(update, dict) else update
+            if update is not None:
+                self.conversation.apply(update)
+
+    def outgoing(self, msg: dict[str, Any]) -> None:
+        """A line the client sent: a prompt, a Stop, a reload, a card's answer."""
+        method = msg.get("method")
+        if method in ("session/load", "session/resume") and "id" in msg:
+            self.reloads.add(msg["id"])  # resume must not replay; an agent that does anyway is shown once
+        if method == "session/prompt" and "id" in msg:
+            self.prompts[msg["id"]] = False
+        elif method == "session/cancel" and \
+                (msg.get("params") or {}).get("sessionId") not in self.conversation.subagents:
+            self.prompts = dict.fromkeys(self.prompts, True)  # the user's Stop (the only session/cancel sent)
+        if method == "session/prompt":  # the user's words, as live: not the context we put first
+            sent = (msg.get("params") or {}).get("prompt") or []
+            self.conversation.add_user_message([b for b in sent if not (isinstance(b, dict) and is_context(b))])
+        elif "id" in msg and msg["id"] in self.cards and isinstance(msg.get("result"), dict):
+            self._answered(self.cards[msg["id"]], msg["result"])
+
+    def _answered(self, perm: Any, result: dict[str, Any]) -> None:
+        """The client's answer to a permission request, as it settled the card."""
+        outcome = result.get("outcome") or {}
+        meta = (result.get("_meta") or {}).get("escouade") or {}
+        if outcome.get("outcome") == "selected":
+            self.conversation.resolve_permission(perm, "selected", outcome.get("optionId"), meta.get("by"),
+                                                 meta.get("message"), denied=meta.get("denied") is True)
+        elif meta.get("denied") is True:  # a refusal sent as cancelled (no reject option offered)
+            self.conversation.resolve_permission(perm, "cancelled", None, meta.get("by"), meta.get("message"),
+                                                 denied=True)
         else:
-            quiet = False
-        if rec.kind == "header":
-            info.update({k: v for k, v in rec.model_extra.items()} if rec.model_extra else {})
-        elif rec.kind == "in":
-            method = msg.get("method")
-            params = msg.get("params") or {}
-            if "id" in msg and "method" not in msg:
-                reloads.discard(msg["id"])
-                stopped = prompts.pop(msg["id"], False)
-                if stopped and not recorded and (msg.get("result") or {}).get("stopReason") == "cancelled":
-                    conversation.add_notice(STOPPED_BY_YOU)  # as live: the turn the user stopped (engine/turns.py)
-            if method == "session/update":
-                if reloads:  # the agent's replay of a reloaded session: already in the records before
-                    continue
-                if params.get("sessionId") in conversation.subagents:  # a child session (a subagent)
-                    conversation.apply_child(params["sessionId"], params.get("update") or {})
-                elif params.get("sessionId") in (None, *sessions) or not sessions:
-                    update = params.get("update") or {}
-                    update = adapt(update) if adapt is not None and isinstance(update, dict) else update
-                    if update is not None:
-                        conversation.apply(update)
-            elif method == "session/request_permission" and "id" in msg and kernel.folded(index) \
-                    and params.get("sessionId") not in conversation.subagents:
-                kernel.note_call(conversation, params.get("toolCall") or {})  # live: no card, the server's is the one
-            elif method == "session/request_permission" and "id" in msg:
-                child = conversation.subagents.get(params.get("sessionId"))  # a subagent's card is in its own
-                perm = (child.conversation if child is not None else conversation).add_permission(
-                    params.get("toolCall") or {}, params.get("options") or [])
-                cards[msg["id"]] = perm if child is not None else card_made(perm)
-            elif isinstance(msg.get("result"), dict) and "sessionId" in msg["result"]:
-                if info.get("session_id") not in (None, msg["result"]["sessionId"]):
-                    conversation.new_session()  # another session: message ids are the new session's
-                info["session_id"] = msg["result"]["sessionId"]
-            elif isinstance(msg.get("result"), dict) and "agentCapabilities" in msg["result"]:
-                info["agent_capabilities"] = msg["result"]["agentCapabilities"]
-        elif rec.kind == "out":
-            if msg.get("method") in ("session/load", "session/resume") and "id" in msg:
-                reloads.add(msg["id"])  # resume must not replay; an agent that does anyway is shown once
-            if msg.get("method") == "session/prompt" and "id" in msg:
-                prompts[msg["id"]] = False
-            elif msg.get("method") == "session/cancel" and \
-                    (msg.get("params") or {}).get("sessionId") not in conversation.subagents:
-                prompts = dict.fromkeys(prompts, True)  # the user's Stop (the only session/cancel sent)
-            if msg.get("method") == "session/prompt":  # the user's words, as live: not the context we put first
-                sent = (msg.get("params") or {}).get("prompt") or []
-                conversation.add_user_message([b for b in sent if not (isinstance(b, dict) and is_context(b))])
-            elif "id" in msg and msg["id"] in cards and isinstance(msg.get("result"), dict):
-                outcome = (msg["result"].get("outcome") or {})
-                meta = (msg["result"].get("_meta") or {}).get("escouade") or {}
-                if outcome.get("outcome") == "selected":
-                    conversation.resolve_permission(cards[msg["id"]], "selected", outcome.get("optionId"),
-                                                    meta.get("by"), meta.get("message"),
-                                                    denied=meta.get("denied") is True)
-                elif meta.get("denied") is True:  # a refusal sent as cancelled (no reject option offered)
-                    conversation.resolve_permission(cards[msg["id"]], "cancelled", None, meta.get("by"),
-                                                    meta.get("message"), denied=True)
-                else:
-                    conversation.resolve_permission(cards[msg["id"]], "cancelled")
-        elif rec.kind == "event":
-            data = rec.data or {}
-            if rec.event == SEGMENT_EVENT:
-                recorded = (data.get("record") or 0) >= RECORD
-            elif rec.event == NOTICE_EVENT and recorded:
-                level = data.get("level") if data.get("level") in ("info", "warning", "error") else "info"
-                conversation.add_notice(str(data.get("text", "")), level=level, detail=str(data.get("detail") or ""))
-            elif rec.event == ANSWER_EVENT:
-                _answer(conversation, by_call, data)
-            elif rec.event == NOT_ASKED_EVENT and isinstance(data.get("text"), str):
-                call = conversation.tool_calls.get(str(data.get("call") or ""))
-                if call is not None:
-                    call.not_asked = data["text"]
-                    conversation.touch(call)
-            elif rec.event == QUESTION_EVENT:
-                questions[data.get("n")] = conversation.add_question(_question(data))
-            elif rec.event == QUESTION_ANSWER_EVENT and data.get("n") in questions:
-                state = data.get("state") if data.get("state") in ("accept", "decline", "cancel") else "cancel"
-                answer = data.get("answer") if isinstance(data.get("answer"), dict) else None
-                conversation.resolve_question(questions[data["n"]], state, answer)
-            elif rec.event == "exit" and not data.get("expected") and not recorded:
-                conversation.add_notice(f"Agent exited with code {data.get('code')}", level="error",
-                                        detail=data.get("stderr_tail", ""))
-            elif rec.event == "session":
-                info["session_id"] = data.get("session_id")
-            elif rec.event == kernel_calls.EVENT:
-                made = kernel.apply(conversation, data)
-                if made is not None:
-                    card_made(made)
-    end_segment()
-    conversation.clock = clock
-    return info
+            self.conversation.resolve_permission(perm, "cancelled")
+
+    def event(self, event: str | None, data: dict[str, Any]) -> None:
+        """One of the client's own events (:mod:`escouade_nb.engine.record`)."""
+        conversation = self.conversation
+        if event == SEGMENT_EVENT:
+            self.recorded = (data.get("record") or 0) >= RECORD
+        elif event == NOTICE_EVENT and self.recorded:
+            level: NoticeLevel = data["level"] if data.get("level") in ("info", "warning", "error") else "info"
+            conversation.add_notice(str(data.get("text", "")), level=level, detail=str(data.get("detail") or ""))
+        elif event == ANSWER_EVENT:
+            _answer(conversation, self.by_call, data)
+        elif event == NOT_ASKED_EVENT and isinstance(data.get("text"), str):
+            call = conversation.tool_calls.get(str(data.get("call") or ""))
+            if call is not None:
+                call.not_asked = data["text"]
+                conversation.touch(call)
+        elif event == QUESTION_EVENT:
+            self.questions[data.get("n")] = conversation.add_question(_question(data))
+        elif event == QUESTION_ANSWER_EVENT and data.get("n") in self.questions:
+            state: QuestionState = data["state"] if data.get("state") in ("accept", "decline", "cancel") else "cancel"
+            answer = data.get("answer") if isinstance(data.get("answer"), dict) else None
+            conversation.resolve_question(self.questions[data["n"]], state, answer)
+        elif event == "exit" and not data.get("expected") and not self.recorded:
+            conversation.add_notice(f"Agent exited with code {data.get('code')}", level="error",
+                                    detail=data.get("stderr_tail", ""))
+        elif event == "session":
+            self.info["session_id"] = data.get("session_id")
+        elif event == kernel_calls.EVENT:
+            made = self.kernel.apply(conversation, data)
+            if made is not None:
+                self._card_made(made)
 
 
 def _question(data: dict[str, Any]) -> Question:
     """The question card of a ``question`` event, as it was made."""
     def text(key: str) -> str | None:
         return data[key] if isinstance(data.get(key), str) else None
-    mode = data.get("mode") if data.get("mode") in ("form", "url", "text") else "form"
+    mode: Literal["form", "url", "text"] = data["mode"] if data.get("mode") in ("form", "url", "text") else "form"
     return Question("", message=text("message") or "", mode=mode,
                     schema=data.get("schema") if isinstance(data.get("schema"), dict) else None, url=text("url"),
                     questions=[q for q in data.get("questions") or [] if isinstance(q, dict)],
@@ -702,6 +753,6 @@ def _answer(conversation: Conversation, by_call: dict[str, list[Any]], data: dic
         return
     if isinstance(data.get("plan"), str):  # a plan to approve (the client knew it, from the harness's tools)
         perm.plan = data["plan"]
-    outcome = "selected" if data.get("outcome") == "selected" else "cancelled"
+    outcome: PermissionState = "selected" if data.get("outcome") == "selected" else "cancelled"
     conversation.resolve_permission(perm, outcome, data.get("option_id") if outcome == "selected" else None,
                                     data.get("answered_by"), data.get("message"), denied=data.get("denied") is True)

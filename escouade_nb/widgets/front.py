@@ -409,6 +409,16 @@ def _static_css() -> str:
     return re.sub(r"\s*\n\s*", "", re.sub(r"[ \t]{2,}", " ", css))
 
 
+@functools.cache
+def css_rules(scope: str) -> str:
+    """The stylesheet's rules whose selector names ``scope`` (e.g. ``".esc-listing"``),
+    without comments: what a plain output scoped to it inlines."""
+    import re
+
+    rules = re.finditer(r"([^{}]+)\{[^{}]*\}", _static_css())
+    return "".join(m.group(0) for m in rules if scope in m.group(1))
+
+
 def static_page(body: str) -> str:
     """``body`` wrapped for a static output: the stylesheet inlined, in a root element the
     stylesheet scopes to."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..core.conversation import Permission
 from ..core.render_text import answer_label
@@ -259,7 +259,7 @@ def comparison_rows(source: list[Turn] | Comparison | list[dict[str, str]], dura
         return source.rows(durations=durations)
     if source and isinstance(source[0], dict):
         return [{k: v for k, v in r.items() if durations or k not in TIMES} for r in source]
-    return comparison(list(source), durations=durations)
+    return comparison(list(cast(list[Turn], source)), durations=durations)
 
 
 def comparison_text(source: list[Turn] | Comparison | list[dict[str, str]], *, durations: bool = True) -> str:

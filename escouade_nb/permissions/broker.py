@@ -351,8 +351,9 @@ class Broker:
             else:
                 if first:
                     then = first
-                elif settled_by is not None:
-                    then = f"{names[settled_by.plugin]} {'refused' if d.verdict.decision == 'deny' else 'allowed'} it"
+                elif settled_by is not None and d.verdict is not None:
+                    verb = "refused" if d.verdict.decision == "deny" else "allowed"
+                    then = f"{names[settled_by.plugin]} {verb} it"
                 else:
                     then = "the user is asked"
                 self.journal.add(pid, "Decision", verdict="did not decide", reason=a.reason, then=then, **fields)

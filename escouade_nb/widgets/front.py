@@ -410,13 +410,16 @@ def _static_css() -> str:
 
 
 @functools.cache
-def css_rules(scope: str) -> str:
-    """The stylesheet's rules whose selector names ``scope`` (e.g. ``".esc-listing"``),
-    without comments: what a plain output scoped to it inlines."""
+def palette_css(scope: str) -> str:
+    """The stylesheet's colour palette (the ``--esc-*`` custom properties of its
+    ``.esc-root`` rule: JupyterLab's theme variables with fallbacks) declared for the
+    selector ``scope`` instead, as one CSS rule: for a plain output that colours with
+    ``var(--esc-…)`` outside a view's root."""
     import re
 
-    rules = re.finditer(r"([^{}]+)\{[^{}]*\}", _static_css())
-    return "".join(m.group(0) for m in rules if scope in m.group(1))
+    found = re.search(r"\.esc-root\s*\{([^{}]*)\}", _static_css())
+    body = found.group(1) if found else ""
+    return scope + "{" + ";".join(d.strip() for d in body.split(";") if d.strip().startswith("--esc-")) + "}"
 
 
 def static_page(body: str) -> str:

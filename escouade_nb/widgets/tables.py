@@ -8,8 +8,8 @@ An engine object still shows as HTML when a notebook evaluates it: :func:`regist
 IPython's ``text/html`` formatter a printer for each type *by name* (the engine is not
 imported for it), and ``%load_ext escouade_nb`` calls it. The colours are the views'
 (``widgets/escouade.css``'s palette, from JupyterLab's theme variables with fallbacks for
-nbconvert): each listing carries the stylesheet's ``.esc-listing`` rules inline, so a
-saved notebook shows them without the front-end.
+nbconvert, see :func:`~.front.palette_css`): each listing carries its few rules inline, so
+a saved notebook shows them without the front-end.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.compare import COLUMNS, SHORT, TIMES, Comparison, comparison_rows
 from ..engine.squad import READING
-from .front import css_rules
+from .front import palette_css
 
 if TYPE_CHECKING:
     from ..engine.squad import Listing
@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 
 
 def _listing(body: str) -> str:
-    """``body`` in a root the stylesheet's listing rules (inlined with it) scope to."""
-    return f"<div class='esc-listing'><style>{css_rules('.esc-listing')}</style>{body}</div>"
+    """``body`` in a root its colour rules (inlined with it) scope to; the text keeps the
+    notebook's own font."""
+    css = palette_css(".esc-listing") + "".join(f".esc-listing .esc-{tone}{{color:var(--esc-{tone})}}"
+                                                 for tone in ("bad", "ok", "dim"))
+    return f"<div class='esc-listing'><style>{css}</style>{body}</div>"
 
 
 def _errors(errors: list[str]) -> str:

@@ -477,6 +477,8 @@ def load(ipython) -> None:
     not here: what a notebook sets after loading (``ESCOUADE_NB_CONFIG_DIR``, its plugins
     folder…) must count."""
     ipython.register_magics(EscouadeMagics)
+    from .widgets.tables import register
+    register(ipython)  # the listings' HTML
     from .engine.squad import preload_in_kernel  # importing the squad loads the engine first
     from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)
     preload_in_kernel()

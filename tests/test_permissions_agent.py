@@ -19,6 +19,7 @@ from escouade_nb.permissions.interfaces import PermissionAgent, PermissionReques
 from escouade_nb.permissions.commands import CommandError, journal_command, plugins_command
 from escouade_nb.engine.squad import Squad
 from escouade_nb.widgets.journal_view import JournalView
+from escouade_nb.widgets.tables import plugins_html
 
 TEAM_RULES_PROGRAM = "plugins/team-rules/team_rules.py"
 
@@ -186,7 +187,8 @@ def test_which_rule_plugins_guard_an_agent_and_how_to_guard_one_started_elsewher
             await settle(card)
             await turn
             off = plugins_command(squad.rules, ["off", "team-rules", "--project", str(scratch)], [here, away])
-            return pid, before_on, repr(on), on._repr_html_(), guards, hint, after, card, repr(off), here.rules_guarding()
+            return (pid, before_on, repr(on), plugins_html(on), guards, hint, after, card, repr(off),
+                    here.rules_guarding())
         finally:
             await here.close()
             await away.close()

@@ -14,17 +14,16 @@ changed (its worktree's diff stat when it has one and no later turn of the agent
 before the freeze, else the files its edit tool calls aimed at); its tool calls; its
 permission cards and who answered them.
 
-:func:`comparison_text` and :func:`comparison_html` render rows (plain text is
-deterministic when ``durations=False``: the times are left out, for nbval and saved
-outputs' ``text/plain``).
+:func:`comparison_text` renders rows as plain text (deterministic when ``durations=False``:
+the times are left out, for nbval and saved outputs' ``text/plain``); their HTML is the
+views' (:func:`~..widgets.tables.comparison_html`).
 """
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..core.conversation import Permission
 from ..core.render_text import answer_label
@@ -36,7 +35,6 @@ COLUMNS = ("agent", "stop", "agent time", "waited for you", "tokens", "cost", "f
            "cards")
 SHORT = ("agent", "stop", "agent time", "waited for you", "tokens", "cost", "tool calls")
 """The columns whose cells never wrap (numbers with their unit)."""
-_NOWRAP = " class='esc-nowrap'"
 TIMES = ("agent time", "waited for you")
 """The columns left out with ``durations=False`` (they differ from run to run)."""
 
@@ -152,7 +150,7 @@ class Comparison:
         if self.frozen is None:
             return []
         out = []
-        for turn, (stat, seen) in zip(self.turns, self._frozen_at):
+        for turn, (stat, seen) in zip(self.turns, self._frozen_at, strict=False):
             wt = getattr(turn.agent, "worktree", None)
             if wt is None:
                 continue
@@ -254,28 +252,20 @@ def _short(path: str, cwd: Any) -> str:
     return path[len(prefix):] if path.startswith(prefix) else path
 
 
-def _rows_of(source: list[Turn] | Comparison | list[dict[str, str]], durations: bool) -> list[dict[str, str]]:
+def comparison_rows(source: list[Turn] | Comparison | list[dict[str, str]], durations: bool) -> list[dict[str, str]]:
+    """The rows of ``source`` (turns, a :class:`Comparison`, or rows; without the times when
+    ``durations`` is false)."""
     if isinstance(source, Comparison):
         return source.rows(durations=durations)
     if source and isinstance(source[0], dict):
         return [{k: v for k, v in r.items() if durations or k not in TIMES} for r in source]
-    return comparison(list(source), durations=durations)
+    return comparison(list(cast(list[Turn], source)), durations=durations)
 
 
 def comparison_text(source: list[Turn] | Comparison | list[dict[str, str]], *, durations: bool = True) -> str:
     """The rows of ``source`` (turns, a :class:`Comparison`, or rows) as an aligned plain-text table."""
-    rows = _rows_of(source, durations)
+    rows = comparison_rows(source, durations)
     cols = [c for c in COLUMNS if durations or c not in TIMES]
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols} if rows else {c: len(c) for c in cols}
     line = lambda r: "  ".join(r[c].ljust(widths[c]) for c in cols).rstrip()  # noqa: E731
     return "\n".join([line({c: c for c in cols}), *(line(r) for r in rows)])
-
-
-def comparison_html(source: list[Turn] | Comparison | list[dict[str, str]], *, durations: bool = True) -> str:
-    """The rows of ``source`` as an escaped HTML table (class ``escouade-comparison``)."""
-    rows = _rows_of(source, durations)
-    cols = [c for c in COLUMNS if durations or c not in TIMES]
-    head = "".join(f"<th style='text-align:left;padding:0 8px'>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td style='padding:0 8px'{_NOWRAP if c in SHORT else ''}>{html.escape(r[c])}</td>"
-                                    for c in cols) + "</tr>" for r in rows)
-    return f"<table class='escouade-comparison'><tr>{head}</tr>{body}</table>"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import html
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
@@ -97,7 +96,8 @@ class Listing:
     Made at once: a version not read yet shows as ``reading…`` (row status
     ``"reading"``) and is filled in when read; ``on_change`` is told of each one
     (``listing.on_change.subscribe(fn)``, ``fn(listing)``), and ``await listing.wait()``
-    returns once every version is in. Everything else of it is fixed when it is made."""
+    returns once every version is in. Everything else of it is fixed when it is made.
+    Its HTML is the views' (:func:`~..widgets.tables.squad_html`)."""
 
     def __init__(self, rows: list[HarnessRow], errors: list[str], agents: list[Agent]) -> None:
         self.rows, self.errors, self.agents = rows, errors, agents
@@ -136,21 +136,6 @@ class Listing:
         for a in self.agents:
             lines.append(f"  {a.name:<12} {a.harness.short_id:<12} {a.status:<10} {a.cwd}")
         return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        e = html.escape
-        rows = "".join(
-            f"<tr><td><b>{e(r.ref.short_id)}</b></td><td>{e(r.ref.harness.display_name)}</td>"
-            f"<td>{e(r.program or 'not found on PATH')}</td>"
-            f"<td>{'<i>reading…</i>' if r.status == READING else e(r.version or '')}</td>"
-            f"<td>{'' if r.status == READING else e(r.status)}</td></tr>" for r in self.rows)
-        errors = "".join(f"<li style='color:#cf222e'>{e(x)}</li>" for x in self.errors)
-        agents = "".join(f"<tr><td><b>{e(a.name)}</b></td><td>{e(a.harness.short_id)}</td><td>{e(a.status)}</td>"
-                         f"<td>{e(str(a.cwd))}</td></tr>" for a in self.agents)
-        return (f"<b>Harnesses</b><table><tr><th>id</th><th>name</th><th>program</th><th>version</th>"
-                f"<th>tested</th></tr>{rows}</table>{'<ul>' + errors + '</ul>' if errors else ''}"
-                f"<b>Agents</b>" + (f"<table><tr><th>name</th><th>harness</th><th>status</th><th>folder</th></tr>"
-                                    f"{agents}</table>" if agents else " none running"))
 
 
 class Squad:

@@ -340,7 +340,8 @@ class Broker:
                     if first:
                         then = first
                     elif d.verdict and d.verdict.by is not None and d.verdict.by is not a:
-                        then = f"{names[d.verdict.by.plugin]} {'refused' if d.verdict.decision == 'deny' else 'allowed'} it"
+                        verb = "refused" if d.verdict.decision == "deny" else "allowed"
+                        then = f"{names[d.verdict.by.plugin]} {verb} it"
                     elif d.unjudged and a.outcome == "allow":
                         then = f"{d.unjudged}; the user is asked"
                     else:
@@ -350,8 +351,9 @@ class Broker:
             else:
                 if first:
                     then = first
-                elif settled_by is not None:
-                    then = f"{names[settled_by.plugin]} {'refused' if d.verdict.decision == 'deny' else 'allowed'} it"
+                elif settled_by is not None and d.verdict is not None:
+                    verb = "refused" if d.verdict.decision == "deny" else "allowed"
+                    then = f"{names[settled_by.plugin]} {verb} it"
                 else:
                     then = "the user is asked"
                 self.journal.add(pid, "Decision", verdict="did not decide", reason=a.reason, then=then, **fields)
@@ -467,7 +469,8 @@ class PluginRow:
 
 class PluginsListing:
     """What ``%escouade plugins`` shows: the rule plugins, whether each decides for the
-    project, why, and its process."""
+    project, why, and its process. Its HTML is the views'
+    (:func:`~..widgets.tables.plugins_html`)."""
 
     def __init__(self, project: Project, rows: list[PluginRow], settings: Path, errors: list[str],
                  note: str | None = None) -> None:
@@ -487,24 +490,6 @@ class PluginsListing:
             lines.append(f"  ! {e}")
         lines.append(f"Settings: {self.settings}")
         return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        import html
-        e = html.escape
-        p = self.project
-        taken_back = "<span style='color:#cf222e'>taken back</span>"
-        rows = "".join(
-            f"<tr><td><b>{e(r.short)}</b></td><td>{e(r.name)}</td>"
-            f"<td style='color:{'#1a7f37' if r.on else '#8a8a8a'}'><b>{'on' if r.on else 'off'}</b> ({e(r.why)})</td>"
-            f"<td>{'granted' if r.granted else taken_back}</td>"
-            f"<td>{e(r.process)}</td></tr>" for r in self.rows)
-        errors = "".join(f"<li style='color:#cf222e'>{e(x)}</li>" for x in self.errors)
-        note = "".join(f"<div>{e(line)}</div>" for line in (self.note or "").splitlines())
-        return (f"{note}<b>Rule plugins</b> for project <b>{e(p.name)}</b> <code>{e(str(p.folder))}</code>"
-                f"{' <i>(private)</i>' if p.private else ''}"
-                f"<table><tr><th>plugin</th><th>name</th><th>decides here</th><th>permission</th><th>process</th></tr>"
-                f"{rows}</table>{'<ul>' + errors + '</ul>' if errors else ''}"
-                f"<small>Settings: <code>{e(str(self.settings))}</code></small>")
 
 
 def _why(states: PluginStates, pid: str, spec: PluginSpec, project: Project) -> tuple[bool, str]:

@@ -77,11 +77,15 @@ def control_specs(agent: Agent) -> dict[str, tuple]:
         out["escouade_mode"] = ("select", "Mode", tuple((_mode_label(m, t), m) for m, t in modes.items()),
                                 agent.escouade_mode, agent.set_escouade_mode)
     if conv.modes and not any(o.get("category") == "mode" for o in conv.config_options):
-        choices = tuple((m.get("name") or m.get("id"), m.get("id")) for m in conv.modes.get("availableModes") or [])
-        out["agent_mode"] = ("select", "Agent mode", choices, conv.current_mode_id, agent.set_mode)
+        modes_offered = conv.modes.get("availableModes") or []
+        mode_choices = tuple((m.get("name") or m.get("id"), m.get("id")) for m in modes_offered)
+        out["agent_mode"] = ("select", "Agent mode", mode_choices, conv.current_mode_id, agent.set_mode)
     for option in conv.config_options:
         oid = option.get("id")
-        setter = (lambda v, oid=oid: agent.set_config_option(oid, v))
+
+        def setter(v: Any, oid: Any = oid) -> Any:
+            return agent.set_config_option(oid, v)
+
         if option.get("type") == "boolean":
             out[f"config:{oid}"] = ("bool", option.get("name") or oid, (), bool(option.get("currentValue")), setter)
         elif option.get("type") == "select":
@@ -106,8 +110,9 @@ _KERNEL_TOOLS = {
 def _where(agent: Agent) -> str:
     """`` · via …``, the worktree and the additional directories, or ``""``."""
     where = f" · via {' '.join(agent.via)}" if agent.via else ""
-    if getattr(agent, "worktree", None) is not None:
-        where += f" · {agent.worktree.header_text()}"
+    worktree = getattr(agent, "worktree", None)
+    if worktree is not None:
+        where += f" · {worktree.header_text()}"
     dirs = getattr(agent, "add_dirs", None)
     if dirs:
         where += f" · + {', '.join(map(str, dirs))}"
@@ -129,6 +134,12 @@ def _placeholder(name: str, status: AgentStatus, words: str) -> str:
     if status in CAN_RESTART:
         return f"{name} is {words}: no prompt can be sent. ⋯ → Restart… starts it again (this conversation stays)"
     return f"{name}: {words} — no prompt can be sent"
+
+
+def _hint(command: dict) -> str:
+    """A slash command's input hint (``input.hint``), or ``""``."""
+    given = command.get("input")
+    return str((given if isinstance(given, dict) else {}).get("hint") or "")
 
 
 def _prompt_text(turn: Turn) -> str:
@@ -187,7 +198,7 @@ class CardActions:
     def choose(self, msg: dict) -> None:
         perm = self.find(str(msg.get("key")))
         card = self._card(perm) if isinstance(perm, Permission) else None
-        if card is not None and perm.state == "pending":
+        if card is not None and isinstance(perm, Permission) and perm.state == "pending":
             card.choose(str(msg.get("value")), by="you")
 
     def approve(self, msg: dict) -> None:
@@ -220,7 +231,7 @@ class CardActions:
                 card.accept(values)
             except ValueError as exc:  # not what the schema asks for: said under the form, nothing sent
                 self.form_error(question, str(exc))
-            except Exception as exc:  # noqa: BLE001 - a schema the validator cannot read: said, card kept
+            except Exception as exc:  # a schema the validator cannot read: said, card kept
                 log.warning("form of %s not checked", question.key, exc_info=True)
                 self.form_error(question, f"the form could not be checked ({type(exc).__name__}: {exc}); "
                                           "Decline or Cancel answer it")
@@ -254,7 +265,7 @@ class ConversationView(FrontView):
         """:meth:`head`, or the name and status alone when an agent's value breaks it."""
         try:
             return self.head()
-        except Exception as exc:  # noqa: BLE001 - the head must not take the view down
+        except Exception as exc:  # the head must not take the view down
             log.warning("%s: head not drawn", self.agent.name, exc_info=True)
             status = str(self.agent.status)
             return {"name": self.agent.name, "status": status, "status_text": f"{status_text(status)} "
@@ -433,7 +444,7 @@ class AgentView(ConversationView):
         controls = [{"key": key, "kind": kind, "label": label, "options": [[str(lb), v] for lb, v in options],
                      "value": value, "disabled": disabled}
                     for key, (kind, label, options, value, _setter) in control_specs(a).items()]
-        sign_in = None
+        sign_in: dict[str, Any] | None = None
         if getattr(a, "sign_in_job", None) is not None:
             sign_in = {"input": True}
         elif status == AgentStatus.SIGN_IN:
@@ -455,9 +466,9 @@ class AgentView(ConversationView):
                     "restart": status in CAN_RESTART},  # Stop while it starts: ends the start
             "sign_in": sign_in,
             "queued": [_prompt_text(t) for t in a.turns.queued],
-            "commands": [{"name": c["name"], "description": str(c.get("description") or ""),
-                          "hint": str((c.get("input") if isinstance(c.get("input"), dict) else {}).get("hint") or "")}
-                         for c in conv.commands if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]],
+            "commands": [{"name": c["name"], "description": str(c.get("description") or ""), "hint": _hint(c)}
+                         for c in conv.commands
+                         if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]],
         }
 
     def state(self) -> dict[str, Any]:
@@ -555,7 +566,8 @@ class TurnView(ConversationView):
         if not final:
             return {"text/plain": "",  # the widget's own text/plain follows
                     "text/html": f'<div class="esc-saved" style="font-size:12px;color:var(--jp-ui-font-color1,#333)">'
-                                 f'<b>{esc(self.agent.name)}</b>, prompted: “{esc(_cut(_prompt_text(self.turn), 200))}” '
+                                 f'<b>{esc(self.agent.name)}</b>, prompted: '
+                                 f'“{esc(_cut(_prompt_text(self.turn), 200))}” '
                                  f'— the turn shows here once it has ended (in JupyterLab or Notebook 7)</div>'
                                  f'{HIDE_ORPHAN}'}
         head = self.head()  # how long it took is left out: a saved form is the same on every run

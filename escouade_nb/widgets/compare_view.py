@@ -22,11 +22,12 @@ from typing import Any
 import ipywidgets as w
 import traitlets
 
-from ..engine.compare import Comparison, comparison_html, comparison_text
+from ..engine.compare import Comparison, comparison_text
 from ..engine.turns import Turn
 from .agent_view import TurnView, _prompt_text, _where
 from .front import HIDE_ORPHAN, FrontView, _static_css, static_page
 from .render import esc
+from .tables import comparison_html
 from .views import CurrentText
 
 

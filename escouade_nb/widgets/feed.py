@@ -54,7 +54,7 @@ def not_drawn(item: Item, exc: Exception) -> str:
     try:
         raw = json.dumps({k: v for k, v in dataclasses.asdict(item).items() if k != "conversation"},
                          default=str, indent=1)[:4000]
-    except Exception:  # noqa: BLE001
+    except Exception:
         raw = repr(item)[:4000]
     return (f'<div class="esc-notice esc-lvl-error">This {esc(type(item).__name__.lower())} could not be drawn '
             f'({esc(type(exc).__name__)}: {esc(exc)}).<details><summary>raw</summary>{pre(raw)}</details></div>')
@@ -258,7 +258,7 @@ class Feed:
     def _nested_changed(self, sub_key: str) -> None:
         owner = self._owner.get(sub_key)
         item = self._keys.get(owner) if owner else None
-        if item is not None:
+        if owner and item is not None:
             self._dirty[owner] = item
             if self.on_ops is not None:
                 self.on_ops([], 0, True)
@@ -274,7 +274,7 @@ class Feed:
         for key, item in dirty.items():
             try:
                 item_ops, item_size, behind = self._item_ops(key, item)
-            except Exception as exc:  # noqa: BLE001 - drawn as "not drawn"; the batch goes on
+            except Exception as exc:  # drawn as "not drawn"; the batch goes on
                 log.warning("item %s not drawn", key, exc_info=True)
                 self._stream.pop(key, None)
                 item_ops, item_size, behind = [["it", key, not_drawn(item, exc), {"c": "note"}]], 0, False
@@ -355,7 +355,7 @@ class Feed:
         drawn (an agent's value no renderer expected) shows why, and its raw form."""
         try:
             return self._render(item)
-        except Exception as exc:  # noqa: BLE001 - one item must not take the view down
+        except Exception as exc:  # one item must not take the view down
             log.warning("item %s not drawn", item.key, exc_info=True)
             return not_drawn(item, exc), {"c": "note"}
 
@@ -458,7 +458,8 @@ class Feed:
             mark = {"completed": "✓", "refused": "✕", "cancelled": "–"}[tone]
             return f'<div class="esc-answer esc-ans-{tone}">{mark} {esc(answer_label(perm))}</div>'
         if not self.interactive:  # a saved form: nobody is asked any more
-            return f'<div class="esc-ask"><div class="esc-ask-q"><b>{esc(self.speaker)}</b> asked permission</div>{_unanswered()}</div>'
+            return (f'<div class="esc-ask"><div class="esc-ask-q"><b>{esc(self.speaker)}</b> asked permission</div>'
+                    f'{_unanswered()}</div>')
         deciding = (' <span class="esc-dim">deciding… (rule plugins are answering)</span>'
                     if perm.deciding else f' <span class="esc-dim">— {esc(perm.note)}</span>' if perm.note else "")
         return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
@@ -502,13 +503,14 @@ class Feed:
             if word and perm.state != "pending" and answer_label(perm).casefold() == word.casefold():
                 ask = ""  # the head's "rejected by you" says all the answer line would
         else:  # no card shown here: what its card asked (if it had one), then what it did
-            body, ask = (asked_body_html(call, call.asked, True) if call.asked is not None else tool_body_html(call)), ""
+            body = asked_body_html(call, call.asked, True) if call.asked is not None else tool_body_html(call)
+            ask = ""
         nested = "".join(self._subagent(sub, self.key(call)) for sub in call.subagents)
         pending = pending or self._nested_waiting(call.subagents)  # a subagent's card is pinned with its parent call
         cls = "esc-card esc-tool" + (" esc-pending" if pending and self.interactive else "")
-        asked = perm.request if perm is not None else call.asked
-        html = f'<div class="{cls}">{tool_header_html(call, word, tone, asked)}{body}{ask}{nested}</div>'
-        return html, {"c": "tool", "p": 1 if pending else 0, "t": (asked or call).title or "a tool call"}
+        shown = perm.request if perm is not None else call.asked
+        html = f'<div class="{cls}">{tool_header_html(call, word, tone, shown)}{body}{ask}{nested}</div>'
+        return html, {"c": "tool", "p": 1 if pending else 0, "t": (shown or call).title or "a tool call"}
 
     def _standalone_permission(self, perm: Permission) -> tuple[str, dict[str, Any]]:
         call = perm.tool_call
@@ -520,10 +522,11 @@ class Feed:
             head = ""
         else:
             ask = self._ask(perm)
-            status = tool_status(call, perm) if self.interactive or not pending else ("unanswered", "cancelled")
-            head = (tool_header_html(call, *status, asked)
-                    + asked_body_html(call, asked or call, not pending)) if call is not None else \
-                f'<div class="esc-tool-header"><b>{esc(title)}</b></div>'
+            if call is not None:
+                status = tool_status(call, perm) if self.interactive or not pending else ("unanswered", "cancelled")
+                head = tool_header_html(call, *status, asked) + asked_body_html(call, asked or call, not pending)
+            else:
+                head = f'<div class="esc-tool-header"><b>{esc(title)}</b></div>'
         cls = "esc-card esc-permission" + (" esc-pending" if pending and self.interactive else "")
         return f'<div class="{cls}">{head}{ask}</div>', {"c": "card", "p": 1 if pending else 0, "t": title}
 
@@ -548,7 +551,7 @@ class Feed:
                     f'{fields}</div>', {"c": "card"})
         try:
             body = self._form(q) if self.interactive else _unanswered()
-        except Exception as exc:  # noqa: BLE001 - a schema no form can show: it can still be declined
+        except Exception as exc:  # a schema no form can show: it can still be declined
             log.warning("form of %s not drawn", q.key, exc_info=True)
             acts = "".join(f'<button class="esc-btn esc-other" data-act="{a}" data-key="{key}">{t}</button>'
                            for a, t in (("decline", "Decline"), ("cancel_q", "Cancel")))
@@ -673,7 +676,9 @@ def _choices(spec: dict) -> list[tuple[str, Any]]:
     if spec.get("enum"):
         values = list(spec["enum"])
         titles = spec.get("enumNames") or []
-        return list(zip(map(str, titles), values)) if len(titles) == len(values) else [(str(v), v) for v in values]
+        if len(titles) == len(values):
+            return list(zip(map(str, titles), values, strict=True))
+        return [(str(v), v) for v in values]
     consts = [o for o in spec.get("oneOf") or spec.get("anyOf") or [] if isinstance(o, dict) and "const" in o]
     return [(str(o.get("title", o["const"])), o["const"]) for o in consts]
 
@@ -700,7 +705,8 @@ def _field_html(name: str, spec: dict, required: bool) -> str:
         opts = "".join(f'<option value="{i}"{" selected" if str(v) in chosen else ""}>{esc(label_)}</option>'
                        for i, (label_, v) in enumerate(options))
         extra = ' data-default="1"' if default and required else ""
-        return f'<label class="esc-field"><span>{label}</span><select multiple {attrs}{extra}>{opts}</select>{help_}</label>'
+        return (f'<label class="esc-field"><span>{label}</span><select multiple {attrs}{extra}>{opts}</select>'
+                f'{help_}</label>')
     if choices:
         index = next((i for i, (_l, v) in enumerate(choices) if v == default), None)
         opts = '<option value="">—</option>' + "".join(

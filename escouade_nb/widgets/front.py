@@ -409,6 +409,19 @@ def _static_css() -> str:
     return re.sub(r"\s*\n\s*", "", re.sub(r"[ \t]{2,}", " ", css))
 
 
+@functools.cache
+def palette_css(scope: str) -> str:
+    """The stylesheet's colour palette (the ``--esc-*`` custom properties of its
+    ``.esc-root`` rule: JupyterLab's theme variables with fallbacks) declared for the
+    selector ``scope`` instead, as one CSS rule: for a plain output that colours with
+    ``var(--esc-…)`` outside a view's root."""
+    import re
+
+    found = re.search(r"\.esc-root\s*\{([^{}]*)\}", _static_css())
+    body = found.group(1) if found else ""
+    return scope + "{" + ";".join(d.strip() for d in body.split(";") if d.strip().startswith("--esc-")) + "}"
+
+
 def static_page(body: str) -> str:
     """``body`` wrapped for a static output: the stylesheet inlined, in a root element the
     stylesheet scopes to."""

@@ -8,6 +8,7 @@ the browser sends the filter, Python filters and sends the rows (text only, set 
 from __future__ import annotations
 
 from datetime import datetime
+from types import EllipsisType
 from typing import Any
 
 from ..permissions.commands import journal_repr, journal_text
@@ -46,8 +47,8 @@ class JournalView(FrontView):
     def kind_filter(self) -> str | None:
         return self.kind_shown
 
-    def set_filter(self, *, plugin: str | None | type = ..., kind: str | None | type = ...,
-                   text: str | type = ...) -> None:
+    def set_filter(self, *, plugin: str | None | EllipsisType = ..., kind: str | None | EllipsisType = ...,
+                   text: str | EllipsisType = ...) -> None:
         """Change what is shown (``plugin`` None or ``""``: all plugins; ``kind`` None or
         ``"All"``: every kind) and send the rows anew."""
         if plugin is not ...:

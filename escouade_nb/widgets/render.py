@@ -455,7 +455,7 @@ def tool_header_html(call: ToolCall, status_word: str | None = None, tone: str |
 def plan_html(plan: Plan) -> str:
     rows = []
     for e in plan.entries:
-        mark = {"[ ]": "☐", "[~]": "◐", "[x]": "☑"}.get(PLAN_MARK.get(e.get("status"), ""), "?")
+        mark = {"[ ]": "☐", "[~]": "◐", "[x]": "☑"}.get(PLAN_MARK.get(e.get("status") or "", ""), "?")
         done = " esc-done" if e.get("status") == "completed" else ""
         rows.append(f'<li class="esc-plan-entry{done}">{mark} {esc(e.get("content", ""))}'
                     f' <span class="esc-dim esc-small">{esc(e.get("priority", ""))}</span></li>')

@@ -51,7 +51,8 @@ class SessionsView(CurrentText, FrontView):
                             delete=lambda m: _run(self.delete(self._id(m))))
         hidden = getattr(agent, "sessions_hidden", 0)
         self.hidden = (f"{hidden} session{'s' if hidden != 1 else ''} of other folders not listed ({agent.name} "
-                       f"ignored the folder asked for): %escouade sessions {agent.name} --all lists them") if hidden else ""
+                       f"ignored the folder asked for): %escouade sessions {agent.name} --all lists them"
+                       ) if hidden else ""
 
     def _id(self, message: dict) -> str:
         sid = str(message.get("id"))
@@ -129,7 +130,8 @@ class SessionsView(CurrentText, FrontView):
             rows = []
             for i in self.page.sessions:
                 sid = i["sessionId"]
-                cells = (f"<td><code>{esc(i.get('updatedAt') or '-')}</code></td><td>{esc(i.get('title') or '(untitled)')}</td>"
+                cells = (f"<td><code>{esc(i.get('updatedAt') or '-')}</code></td>"
+                         f"<td>{esc(i.get('title') or '(untitled)')}</td>"
                          f"<td class='esc-dim'>{esc(sid)}</td>")
                 if sid in self.deleted:
                     cells = f"<td colspan='3'><s>{esc(i.get('title') or '(untitled)')} {esc(sid)}</s> deleted</td>"

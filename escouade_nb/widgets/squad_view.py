@@ -115,9 +115,9 @@ class SquadView(FrontView):
         self._sent: dict | None = None
         self._card_cache: tuple | None = None
         self._first_seen: dict[int, float] = {}  # id of a pending card's item -> when first seen pending
-        self.actions.update(open=self._act_open, cancel=self._act_cancel, stop=self._act_stop, restart=self._act_restart,
-                            choose=self._card_act, approve=self._card_act, keep=self._card_act,
-                            answer=self._card_act, decline=self._card_act, cancel_q=self._card_act)
+        self.actions.update(open=self._act_open, cancel=self._act_cancel, stop=self._act_stop,
+                            restart=self._act_restart, choose=self._card_act, approve=self._card_act,
+                            keep=self._card_act, answer=self._card_act, decline=self._card_act, cancel_q=self._card_act)
         on_change = getattr(squad.agents, "on_change", None)  # an AgentTable (a plain dict in some tests)
         if on_change is not None:
             self.hold(on_change.subscribe(self._urgent))
@@ -279,13 +279,15 @@ class SquadView(FrontView):
             body = "".join(
                 "<tr>" + "".join(f'<td><span class="esc-status esc-st-{STATUS_TONE.get(a.status, "idle")}">● '
                                  f'{esc(cells[c])}</span></td>' if c == "status" else
-                                 f'<td class="esc-nowrap">{esc(cells[c])}</td>' if c in _WHOLE else f"<td>{esc(cells[c])}</td>"
+                                 f'<td class="esc-nowrap">{esc(cells[c])}</td>' if c in _WHOLE else
+                                 f"<td>{esc(cells[c])}</td>"
                                  for c in cols) + "</tr>" for a, cells in rows)
             table = (f'<div class="esc-table-wrap">{SAVED_TABLE}<table class="esc-squad-table"><tr>{head}</tr>{body}'
                      f'</table></div>')
         else:
             table = '<div class="esc-dim">No agents.</div>'
-        html = static_page(f'<div class="esc-view esc-saved esc-saved-squad"><div class="esc-head"><div class="esc-head-main">'
+        html = static_page(f'<div class="esc-view esc-saved esc-saved-squad"><div class="esc-head">'
+                           f'<div class="esc-head-main">'
                            f'<b>Squad</b> · {len(rows)} agent{"" if len(rows) == 1 else "s"}</div>{note}</div>'
                            f'{table}</div>') + HIDE_ORPHAN
         lines = ["Squad:" if rows else "Squad: no agents"]

@@ -65,7 +65,8 @@ class UpdateView(CurrentText, FrontView):
     # -- to the browser ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         r = self.result
-        return {"harness": self.ref.harness.display_name, "before": self.before, "command": self.ref.harness.update_command,
+        return {"harness": self.ref.harness.display_name, "before": self.before,
+                "command": self.ref.harness.update_command,
                 "running": self.job is not None and r is None, "started": self.job is not None,
                 "result": None if r is None else {"verdict": r.verdict, "version": r.version, "code": r.code,
                                                    "output": r.output[-OUTPUT_TAIL:]}}
@@ -77,10 +78,11 @@ class UpdateView(CurrentText, FrontView):
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
         h = self.ref.harness
         head = (f"<div><b>{esc(h.display_name)}</b> {esc(self.before or 'version unknown')} — update with:"
-                f"{pre(h.update_command)}</div>")
+                f"{pre(h.update_command or '')}</div>")
         r = self.result
         if r is None:
-            body = head + "<div class='esc-dim'>Not run here (the update runs once you press Run it while its kernel runs).</div>"
+            body = head + ("<div class='esc-dim'>Not run here (the update runs once you press Run it while its kernel "
+                           "runs).</div>")
             text = ""  # the widget's own text/plain follows
         else:
             body = head + (f"<div>{esc(r.verdict)}; version now: <b>{esc(r.version or 'unknown')}</b></div>"

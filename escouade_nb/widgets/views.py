@@ -10,16 +10,21 @@ import asyncio
 import weakref
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .front import on_loop
+
+if TYPE_CHECKING:  # what the mixin is mixed into (a FrontView comes after it in the bases)
+    from .front import FrontView as _Mixed
+else:
+    _Mixed = object
 
 __all__ = ["on_loop", "CurrentText", "current_run", "shown_in_cell", "Tasks", "clicks"]
 
 log = logging.getLogger(__name__)
 
 
-class CurrentText:
+class CurrentText(_Mixed):
     """Mixin for a :class:`.front.FrontView` (listed before it) whose widget output must never
     keep a stale ``text/plain``: the widget's output is displayed with a display id and kept, and
     each :meth:`update_companion` re-says its text — :meth:`widget_text` (``final``: the companion
@@ -55,7 +60,7 @@ class CurrentText:
             data, meta = self._widget_bundle
             try:
                 self._widget_out.update({**data, "text/plain": self.widget_text(final)}, metadata=meta, raw=True)
-            except Exception:  # noqa: BLE001 - the saved form above holds the text anyway
+            except Exception:  # the saved form above holds the text anyway
                 log.exception("%s: its widget output could not be updated", type(self).__name__)
 
 

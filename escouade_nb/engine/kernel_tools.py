@@ -1,0 +1,111 @@
+"""The kernel MCP server's four tools as the model sees them: their names, the server's
+instructions, each tool's input schema and description (:func:`register_tools`), and
+:class:`ToolFailure`, an anticipated failure whose text the model reads.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code")
+
+INSTRUCTIONS = (
+    "The live Jupyter kernel this agent was started from. list_variables and inspect_variable read the "
+    "user's variables; what runs of the values' own code is exactly: repr, len, and for array- or frame-like "
+    "values (those with a shape) the shape, dtype, dtypes and columns attributes and head(rows), plus vars() "
+    "and each attribute's repr when inspect_variable is asked for attributes (properties are never run). "
+    "These run in worker threads with a 2-second budget per call: a value whose repr (or len, head...) takes "
+    "longer is reported as such, and is not started again while it still runs. notebook_cells gives the cells "
+    "run so far (their results' repr, same budget) and the saved notebook file; run_code runs Python in the "
+    "kernel after the user allows it (a permission card)."
+)
+
+
+class ToolFailure(Exception):
+    """A tool's anticipated failure; its text goes to the model as a ToolError.
+    ``status`` is what the owner's ``tool_done`` is told: ``"error"``, ``"refused"``,
+    ``"cancelled"`` (the owner's consent was cancelled) or ``"busy"`` (not run)."""
+
+    def __init__(self, message: str, status: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+Call = Callable[[str, dict, Callable[[], Awaitable[Any]]], Awaitable[str]]
+"""``call(tool, arguments, impl)``: one tool call made by the server (grant, consent, errors)."""
+
+
+def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[..., Awaitable[str]],
+                   variable: Callable[..., Awaitable[str]], cells: Callable[..., Awaitable[str]],
+                   notebook_ref: Callable[[], Any], run: Callable[[str], Awaitable[Any]]) -> None:
+    """Register the four tools on ``mcp`` (an ``MCPServer``). Their signatures are the
+    input schemas (pydantic ``Field`` descriptions go into them); ``structured_output=False``:
+    text only. Each one goes through ``call`` to its implementation, given the tool's
+    arguments: ``variables`` (``list_variables``), ``variable`` (``inspect_variable``),
+    ``cells`` (``notebook_cells``; ``notebook_ref()`` names the notebook file it would read,
+    for the owner's consent) and ``run`` (``run_code``)."""
+    from typing import Annotated, Literal
+
+
+    async def list_variables(
+        include_all: Annotated[bool, Field(description="Also list modules, functions, classes, names "
+                                                       "starting with _ and IPython's own names.")] = False,
+    ) -> str:
+        """List the variables of the live kernel's user namespace: one line each with its name, type and
+        a short summary (shape and columns of data frames, length of containers, value of scalars).
+        Runs each value's own repr and len (and shape, dtype, dtypes, columns for frame-like values) in
+        worker threads, 2 s budget per call: a value that takes longer is listed as such.
+        Input: {"include_all": bool, default false}."""
+        return await call("list_variables", {"include_all": include_all},
+                          lambda: variables(include_all))
+
+    async def inspect_variable(
+        name: Annotated[str, Field(description="A variable name of the kernel's namespace (as in "
+                                               "list_variables).")],
+        rows: Annotated[int, Field(ge=0, le=1000, description="Rows of head() shown for data frames, "
+                                                              "series and arrays.")] = 5,
+        attributes: Annotated[bool, Field(description="Also list public attributes (instance values with "
+                                                      "a short repr; methods and properties by name, not "
+                                                      "evaluated).")] = False,
+    ) -> str:
+        """Describe one live variable: type, repr (cut to 2000 characters), length, and for array- and
+        frame-like values (pandas, numpy, polars, xarray) shape, dtype(s), columns and the first rows.
+        What runs of the value's own code: repr, len, shape, dtype, dtypes, columns, head(rows), and with
+        attributes=true vars() and each attribute's repr (never properties); in a worker thread with a 2 s
+        budget: what took longer is named and not shown.
+        Input: {"name": str, "rows": int 0-1000 (default 5), "attributes": bool (default false)}."""
+        args = {"name": name, "rows": rows, "attributes": attributes}
+        return await call("inspect_variable", args, lambda: variable(name, rows, attributes))
+
+    async def notebook_cells(
+        start: Annotated[int | None, Field(description="First cell, inclusive: an execution count for "
+                                                       "history, a 1-based position for the file; negative "
+                                                       "counts from the end (-1 is the last).")] = None,
+        end: Annotated[int | None, Field(description="Last cell, inclusive (same numbering as "
+                                                     "start).")] = None,
+        source: Annotated[Literal["history", "file", "both"], Field(
+            description="history: the cells run in this kernel (In/Out, outputs as text); file: the saved "
+                        "cells of the notebook file the kernel runs, when it knows it; both.")] = "history",
+    ) -> str:
+        """The notebook's cells: those run in this kernel with their execution counts and results
+        (source="history"), and/or the saved cells and outputs of the notebook file (source="file"; the
+        answer names the file read, or says the kernel does not know it).
+        Input: {"start": int|null, "end": int|null, "source": "history"|"file"|"both"}."""
+        args: dict[str, Any] = {"start": start, "end": end, "source": source}
+        ref = notebook_ref() if source in ("file", "both") else None
+        if ref is not None:
+            args["path"] = str(ref.path)  # for the owner: a private project's fence covers the file too
+        return await call("notebook_cells", args, lambda: cells(start, end, source, ref))
+
+    async def run_code(
+        code: Annotated[str, Field(description="Python source to run in the kernel's user namespace; "
+                                               "top-level await is allowed; the value of a last "
+                                               "expression is returned.")],
+    ) -> str:
+        """Run Python code in the live kernel, in the user's namespace (variables it defines stay). The user
+        is asked first (a permission card); a refusal comes back as an error with the reason. Returns
+        stdout, stderr, the last expression's repr and any exception's traceback.
+        Input: {"code": str}."""
+        return await call("run_code", {"code": code}, lambda: run(code))
+
+    for fn in (list_variables, inspect_variable, notebook_cells, run_code):
+        mcp.add_tool(fn, structured_output=False)

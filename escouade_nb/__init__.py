@@ -14,7 +14,8 @@ plugin or ``--version`` pays nothing for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 from ._lazy import lazy_names
 
@@ -38,7 +39,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from .engine.turns import Turn
 
 
-__getattr__ = lazy_names(__name__, _LAZY, globals())
+_resolve = lazy_names(__name__, _LAZY, globals())
+
+
+def __getattr__(name: str) -> Any:
+    value = _resolve(name)
+    if name in ("Squad", "get_squad"):
+        _listings_as_html()
+    return value
+
+
+def _listings_as_html() -> None:
+    """In an IPython kernel where ``%load_ext escouade_nb`` was not run, a squad's listing
+    evaluated in a cell still shows as its HTML table: the views' layer registers its
+    printer (``widgets.tables.register``, by type name; the engine builds no HTML)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None:
+        from .widgets.tables import register
+
+        register(shell)
 
 
 def __dir__() -> list[str]:

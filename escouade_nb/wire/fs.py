@@ -112,7 +112,7 @@ class FenceError(RequestError):
         )
 
 
-def _error(path: Path | str, message: str, reason: str, code: int = INVALID_PARAMS) -> RequestError:
+def _error(path: str | os.PathLike[str], message: str, reason: str, code: int = INVALID_PARAMS) -> RequestError:
     return RequestError(code, message, {"path": str(path), "reason": reason})
 
 
@@ -422,7 +422,8 @@ class FileSystem:
         return True
 
     # -- fs/read_text_file -------------------------------------------------------------------
-    async def read_text_file(self, path: str, line: int | None = None, limit: int | None = None) -> ReadTextFileResponse:
+    async def read_text_file(self, path: str, line: int | None = None,
+                             limit: int | None = None) -> ReadTextFileResponse:
         """The file's text, or lines ``line`` (1-based) .. ``line + limit - 1``."""
         if line is not None and line < 1:
             raise _error(path, f"line must be 1 or more (it is 1-based), not {line}", "bad_line")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_names
 
 _LAZY = {
-    "__version__": "_version",
+    "__version__": "_version", "EscouadeError": "_errors",
     "Agent": "engine.agent", "AgentError": "wire.errors", "AgentExited": "wire.errors",
     "AuthRequired": "wire.errors", "NoEventLoop": "wire.errors",
     "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
@@ -30,6 +30,7 @@ _LAZY = {
 __all__ = [*_LAZY, "load_ipython_extension"]
 
 if TYPE_CHECKING:  # pragma: no cover  (``X as X``: a re-export, for type checkers and linters)
+    from ._errors import EscouadeError as EscouadeError
     from ._version import __version__ as __version__
     from .core.render_text import render_item as render_item, render_items as render_items
     from .engine.agent import Agent as Agent

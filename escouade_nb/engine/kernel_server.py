@@ -86,6 +86,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from .._errors import EscouadeError
 from .._version import __version__
 from .token_files import TokenFiles
 from ..core import notebook as notebook_core
@@ -138,7 +139,7 @@ _GONE: contextvars.ContextVar["asyncio.Event | None"] = contextvars.ContextVar("
 """Set when the HTTP client of the request (a POST) closed its connection (ASGI ``http.disconnect``)."""
 
 
-class Refused(Exception):
+class Refused(EscouadeError):
     """A tool call the owner did not allow (denied by the user or a rule, or cancelled).
     ``message`` is what the model reads."""
 

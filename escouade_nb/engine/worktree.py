@@ -29,11 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import EscouadeError
+
 AGENT_EMAIL = "escouade_nb@localhost"
 BRANCH_PREFIX = "escouade/"
 
 
-class WorktreeError(Exception):
+class WorktreeError(EscouadeError):
     """A worktree request git refused or that would lose work; the message is one line."""
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import EscouadeError
 from ..manifest.project import Project
 from .broker import PluginsListing, RulePlugins, listing
 from .journal import Entry, Journal
@@ -22,7 +23,7 @@ PLUGINS_USAGE = (
 )
 
 
-class CommandError(Exception):
+class CommandError(EscouadeError):
     """A usage error of ``%escouade plugins``/``journal``: one line."""
 
 

@@ -86,6 +86,7 @@ from typing import Any
 from acp import RequestError
 from acp.schema import ReadTextFileResponse, WriteTextFileResponse
 
+from .._errors import EscouadeError
 from ..core.render_text import cut, is_notebook_path
 
 __all__ = ["FileSystem", "OnWrite", "FenceError", "NotebookProblem", "notebook_problem", "inside",
@@ -99,7 +100,7 @@ OnWrite = Callable[[Path, "str | None", str], None]
 """``on_write(path, old_text, new_text)``: told of each write, after it happened."""
 
 
-class FenceError(RequestError):
+class FenceError(EscouadeError, RequestError):
     """A path outside the private project's folder (-32602)."""
 
     def __init__(self, path: str, real: Path, fence: Path) -> None:

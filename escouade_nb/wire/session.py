@@ -38,6 +38,7 @@ from acp.schema import (ClientCapabilities, Implementation, InitializeResponse, 
                         SetSessionConfigOptionBooleanRequest, SetSessionConfigOptionResponse,
                         SetSessionConfigOptionSelectRequest)
 
+from .._errors import EscouadeError
 from .._version import __version__
 from ..core.acp_v1_25 import (CancelRequestNotification, DeleteSessionRequest, SystemPrompt, merge_capabilities, offers,
                               offers_system_prompt)
@@ -54,7 +55,7 @@ CLOSE_TIMEOUT = 2.0
 """Seconds an agent has to answer ``session/close`` before its process group is ended anyway."""
 
 
-class SessionClosed(Exception):
+class SessionClosed(EscouadeError):
     """The session was closed before its process was up: nothing to speak to."""
 
 

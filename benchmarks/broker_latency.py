@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from escouade_nb.core.conversation import Permission, ToolCall  # noqa: E402
-from escouade_nb.permissions import Journal, PluginStates, RulePlugins  # noqa: E402
-from escouade_nb.manifest.project import Project  # noqa: E402
+from escouade_nb.core.conversation import Permission, ToolCall
+from escouade_nb.permissions import Journal, PluginStates, RulePlugins
+from escouade_nb.manifest.project import Project
 
 PLUGIN = '''import json, sys
 for raw in sys.stdin:

@@ -51,8 +51,8 @@ def measure(statement: str, module: str, runs: int, tree: Path | None) -> dict:
         env.pop("PYTHONPATH", None)
     samples = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", PROBE.format(statement=statement, module=module)], capture_output=True, text=True,
-                             env=env, cwd="/", timeout=120)
+        out = subprocess.run([sys.executable, "-c", PROBE.format(statement=statement, module=module)],
+                             capture_output=True, text=True, env=env, cwd="/", timeout=120)
         if out.returncode != 0:
             raise RuntimeError(out.stderr.strip().splitlines()[-1])
         samples.append(json.loads(out.stdout))

@@ -10,8 +10,9 @@ step a user takes, against the ticker's own jitter on the idle kernel of the sam
 In the kernel, a task wakes every 5 ms and records how late it woke (its lateness: a
 stall of the loop). A watchdog thread samples the main thread's stack while the ticker is
 more than 20 ms late, so ``--where`` tells which line of code held the loop (each sample
-is ~5 ms of stall; the first 20 ms of a stall are not sampled, so it under-counts). Each step is measured from just before its first cell until a wait
-after its last one (background work, such as versions read after ``%escouade``, counts).
+is ~5 ms of stall; the first 20 ms of a stall are not sampled, so it under-counts). Each
+step is measured from just before its first cell until a wait after its last one
+(background work, such as versions read after ``%escouade``, counts).
 
 Columns: the longest stall of the step; the longest "after 1st cell", counting only the
 ticker's sleeps begun once the step's first cell had returned (the loop's own work, not
@@ -22,9 +23,10 @@ the loop cannot turn while it runs, whichever thread triggered it).
 Steps, in four fresh kernels per run (so that each "first" is one: no version read yet):
 the idle kernel (jitter, in each); ``%escouade`` (first, then again); in the second,
 ``%escouade`` with stand-ins of the 8 released agents on the PATH, each answering
-``--version`` in 0.5 s; in the third, ``%escouade fake`` (the first start, until ready); a 2,000-chunk reply with its turn view displayed (the agent's
-view is displayed too); a prompt with a 3 MiB text file attached; starting 10 more agents; ``%escouade squad`` with the 11; a
-2,000-chunk reply with 3 squad views displayed; in the fourth, without ``%load_ext``, the
+``--version`` in 0.5 s; in the third, ``%escouade fake`` (the first start, until ready);
+a 2,000-chunk reply with its turn view displayed (the agent's view is displayed too); a
+prompt with a 3 MiB text file attached; starting 10 more agents; ``%escouade squad`` with
+the 11; a 2,000-chunk reply with 3 squad views displayed; in the fourth, without ``%load_ext``, the
 first ``get_squad()`` (its cell loads the engine and the MCP server's side) and the first
 agent's start (the kernel's MCP server's first start). Nothing is asserted: figures only.
 

@@ -200,11 +200,13 @@ def main(argv: list[str]) -> int:
         s = trips[name]
         print(f"{label:<34} p50 {s['p50_ms']:6.2f} ms   p99 {s['p99_ms']:6.2f} ms   ({s['n']} calls)")
     print(f"{'first SDK call of the process':<34} {trips['first_call_s']:.2f} s")
-    print(f"{'server start, fresh kernel':<34} imports {costs['import_s']:.2f} s + start {costs['start_s'] * 1e3:.0f} ms"
-          f" (longest loop stall {costs['stall_s'] * 1e3:.0f} ms); %load_ext escouade_nb {costs['load_ext_s']:.2f} s")
+    print(f"{'server start, fresh kernel':<34} imports {costs['import_s']:.2f} s"
+          f" + start {costs['start_s'] * 1e3:.0f} ms (longest loop stall {costs['stall_s'] * 1e3:.0f} ms);"
+          f" %load_ext escouade_nb {costs['load_ext_s']:.2f} s")
     print(f"{'kernel RSS':<34} {costs['rss_before_mib']:.1f} MiB -> {costs['rss_after_mib']:.1f} MiB "
           f"(+{costs['rss_added_mib']:.1f} MiB, +{costs['modules']:.0f} modules)")
-    print(f"{'idle kernel CPU over %g s' % costs['idle_s']:<34} {costs['idle_cpu_without_s']:.3f} s without, "
+    idle = f"idle kernel CPU over {costs['idle_s']:g} s"
+    print(f"{idle:<34} {costs['idle_cpu_without_s']:.3f} s without, "
           f"{costs['idle_cpu_with_s']:.3f} s with the server")
     if args.json:
         args.json.write_text(json.dumps({"roundtrip": trips, "cost": costs}, indent=1))

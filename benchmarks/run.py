@@ -1,7 +1,8 @@
 """escouade_nb benchmarks: each figure is a ratio against a baseline measured in the same run.
 
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
-    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports mcp worktree
+    python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports
+                                             #          mcp worktree
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -61,7 +62,7 @@ async def _ingest_ours(n: int) -> float:
                      path=HERE / "blast_agent.py", source="extra")
     agent = Agent(ref, program=BLAST[0], cwd=tempfile.mkdtemp(), record=True)
     await agent.ready()
-    view = AgentView(agent)  # the whole client: fold, transcript, its view's batches (comms are no-ops outside a kernel)
+    view = AgentView(agent)  # the whole client: fold, transcript, its view's batches (no comms outside a kernel)
     t0 = time.perf_counter()
     await agent.send(f"blast {n}")
     view.outbox.flush()
@@ -88,7 +89,7 @@ def bench_comm(chunks: int = 5000, width: int = 20) -> None:
         late = k.drain_iopub(0.5)
         text = int(res.text.strip())
         msgs, nbytes = res.comm_msgs + late.comm_msgs, res.comm_bytes + late.comm_bytes
-        naive = k.run("import ipywidgets as w\nh = w.HTML()\nfor i in range(500):\n    h.value += 'x' * %d\n" % width)
+        naive = k.run(f"import ipywidgets as w\nh = w.HTML()\nfor i in range(500):\n    h.value += 'x' * {width}\n")
         naive_msgs, naive_bytes = naive.comm_msgs, naive.comm_bytes
         k.run("await a.close()", allow_error=True)
     finally:

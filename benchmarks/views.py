@@ -464,7 +464,7 @@ def main(argv: list[str]) -> int:
     if args.runs:
         cfg["runs"] = args.runs
     trees = {"test": args.tree.resolve(), "base": args.base.resolve()}
-    for label, tree in trees.items():
+    for tree in trees.values():
         if not (tree / "escouade_nb" / "__init__.py").exists():
             p.error(f"{tree} is not a tree of the package")
     results: dict[str, list[dict]] = {"test": [], "base": []}

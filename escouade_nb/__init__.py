@@ -20,23 +20,26 @@ from typing import TYPE_CHECKING, Any
 from ._lazy import lazy_names
 
 _LAZY = {
-    "__version__": "_version",
+    "__version__": "_version", "EscouadeError": "_errors",
     "Agent": "engine.agent", "AgentError": "wire.errors", "AgentExited": "wire.errors",
-    "AuthRequired": "wire.errors", "NoEventLoop": "wire.errors", "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
+    "AuthRequired": "wire.errors", "NoEventLoop": "wire.errors",
+    "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
     "Turn": "engine.turns", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",
     "render_item": "core.render_text", "render_items": "core.render_text",
 }
 
 __all__ = [*_LAZY, "load_ipython_extension"]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._version import __version__
-    from .core.render_text import render_item, render_items
-    from .engine.agent import Agent
-    from .engine.cards import PermissionCard, QuestionCard
-    from .wire.errors import AgentError, AgentExited, AuthRequired, NoEventLoop
-    from .engine.squad import Squad, SquadError, get_squad
-    from .engine.turns import Turn
+if TYPE_CHECKING:  # pragma: no cover  (``X as X``: a re-export, for type checkers and linters)
+    from ._errors import EscouadeError as EscouadeError
+    from ._version import __version__ as __version__
+    from .core.render_text import render_item as render_item, render_items as render_items
+    from .engine.agent import Agent as Agent
+    from .engine.cards import PermissionCard as PermissionCard, QuestionCard as QuestionCard
+    from .engine.squad import Squad as Squad, SquadError as SquadError, get_squad as get_squad
+    from .engine.turns import Turn as Turn
+    from .wire.errors import (AgentError as AgentError, AgentExited as AgentExited, AuthRequired as AuthRequired,
+                              NoEventLoop as NoEventLoop)
 
 
 _resolve = lazy_names(__name__, _LAZY, globals())

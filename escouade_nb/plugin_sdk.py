@@ -115,7 +115,7 @@ def _answer(value: Any) -> Answer:
     if isinstance(value, Answer):
         return value
     if isinstance(value, str):
-        return Answer(decision=value)  # type: ignore[arg-type]
+        return Answer(decision=value)
     if isinstance(value, dict):
         return Answer.model_validate(value)
     raise TypeError(f"a decide function returns allow(), deny(message), ask() or None, not {value!r}")

@@ -28,8 +28,8 @@ must be the *finished* forms, so:
 
 A cell whose saved outputs differ from what it displayed first gets the tag
 ``nbval-ignore-output``: nbval compares a fresh run's *first* displays (it drops every
-update), so it cannot compare a finished form. The other cells of the notebook are still compared. ``tests/test_shipped_notebooks.py``
-fails on any absolute path or transient word left in a committed notebook.
+update), so it cannot compare a finished form. The other cells of the notebook are still
+compared. ``tests/test_shipped_notebooks.py`` fails on any absolute path or transient word left in a committed notebook.
 """
 
 from __future__ import annotations
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             changed.append(path)
             if not args.check:
                 path.write_text(after, encoding="utf-8")
-        print(f"{path}: {'changed' if after != before else 'unchanged'}{' (not written)' if args.check and after != before else ''}")
+        unwritten = " (not written)" if args.check and after != before else ""
+        print(f"{path}: {'changed' if after != before else 'unchanged'}{unwritten}")
     return 1 if failed or (args.check and changed) else 0
 
 

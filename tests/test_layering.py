@@ -17,7 +17,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "escouade_nb"
 
 RANKS = {"_version": 0, "_resources": 0, "_lazy": 0, "core": 1, "manifest": 1, "wire": 2, "permissions": 3, "engine": 4,
-         "widgets": 5, "magics": 6, "tools": 7}
+         "widgets": 5, "magics": 6, "tools": 7, "_errors": 0}
 PLUGIN_SDK_MAY_IMPORT = {"escouade_nb.permissions.protocol", "escouade_nb.wire.framing", "escouade_nb._version",
                          "escouade_nb._lazy",
                          "escouade_nb", "escouade_nb.permissions", "escouade_nb.wire"}

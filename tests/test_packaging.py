@@ -43,6 +43,11 @@ def test_the_wheel_holds_every_shipped_plugin_and_front_end_file(wheel):
     assert not [n for n in names if n.startswith(("plugins/", "widgets/", "tests/", "notebooks/"))]
 
 
+def test_the_wheel_says_the_package_is_typed(wheel):
+    """PEP 561: ``py.typed`` ships, so a type checker reads the package's own annotations."""
+    assert "escouade_nb/py.typed" in zipfile.ZipFile(wheel).namelist()
+
+
 def test_an_installed_wheel_finds_its_shipped_plugins_inside_the_package(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

@@ -15,14 +15,14 @@ through its own transport; the conversation fold validates the new update kinds 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from acp.schema import (AudioContentBlock, EmbeddedResourceContentBlock, ImageContentBlock, ResourceContentBlock,
                         TextContentBlock)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-ContentBlock = Annotated[Union[TextContentBlock, ImageContentBlock, AudioContentBlock, ResourceContentBlock,
-                               EmbeddedResourceContentBlock], Field(discriminator="type")]
+ContentBlock = Annotated[TextContentBlock | ImageContentBlock | AudioContentBlock | ResourceContentBlock
+                         | EmbeddedResourceContentBlock, Field(discriminator="type")]
 """ACP ``ContentBlock``, of the SDK's models (its schema names the union, the SDK does not)."""
 
 SCHEMA_VERSION = "1.25.0"
@@ -155,7 +155,7 @@ class SystemPrompt(_Wire):
     ``append`` adds to the agent's own prompt (offered by ``sessionCapabilities.systemPrompt:
     {}``); ``override`` replaces it (only with ``{"mode": {"override": {}}}``)."""
 
-    mode: str
+    mode: SystemPromptMode
     content: list[ContentBlock]
 
     @classmethod

@@ -39,7 +39,9 @@ from .observers import Observers, Subscription
 log = logging.getLogger(__name__)
 
 Role = Literal["user", "agent", "thought"]
-_ROLE_OF = {
+NoticeLevel = Literal["info", "warning", "error"]
+_NOTICE_LEVELS: dict[str, NoticeLevel] = {"info": "info", "warning": "warning", "error": "error"}
+_ROLE_OF: dict[str, Role] = {
     "user_message_chunk": "user",
     "agent_message_chunk": "agent",
     "agent_thought_chunk": "thought",
@@ -249,7 +251,7 @@ class Notice(Item):
     ``detail`` its description, ``severity`` as it came; ``level`` is it when one of the
     three, else ``info``)."""
 
-    level: Literal["info", "warning", "error"] = "info"
+    level: NoticeLevel = "info"
     text: str = ""
     detail: str = ""
     origin: Literal["client", "agent"] = "client"
@@ -467,8 +469,8 @@ class Conversation:
             changes.append(Change("state", name="usage"))
         elif kind == "notice":
             severity = str(raw.get("severity"))
-            level = severity if severity in ("info", "warning", "error") else "info"
-            self._append(Notice(self._new_key("notice"), level=level, text=raw.get("title", ""),  # type: ignore[arg-type]
+            level = _NOTICE_LEVELS.get(severity, "info")
+            self._append(Notice(self._new_key("notice"), level=level, text=raw.get("title", ""),
                                 detail=raw.get("description") or "", origin="agent", severity=severity), changes)
         elif kind in ("compaction_update", "compaction_summary_chunk"):
             self._compaction(raw, changes)
@@ -560,7 +562,12 @@ class Conversation:
         sub = self.subagents.get(sid)
         if sub is None:
             sub = self.subagents[sid] = Subagent(self._new_key("subagent"), session_id=sid)
-            sub.conversation.subscribe(lambda _changes, sub=sub: self._child_changed(sub))
+            child = sub
+
+            def child_changed(_changes: list[Change]) -> None:
+                self._child_changed(child)
+
+            sub.conversation.subscribe(child_changed)
             call = next((c for c in reversed(list(self.tool_calls.values()))
                          if any(x.get("type") == "session" and x.get("sessionId") == sid for x in c.content)), None)
             if call is None:
@@ -743,7 +750,7 @@ class Conversation:
                 return previous
         raise KeyError(config_id)
 
-    def add_notice(self, text: str, level: Literal["info", "warning", "error"] = "info", detail: str = "") -> Notice:
+    def add_notice(self, text: str, level: NoticeLevel = "info", detail: str = "") -> Notice:
         changes: list[Change] = []
         notice = Notice(self._new_key("notice"), level=level, text=text, detail=detail)
         self._append(notice, changes)

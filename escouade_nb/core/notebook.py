@@ -66,14 +66,16 @@ def kernel_notebook(ns: Mapping[str, Any], env: Mapping[str, str], cwd: Path) ->
     console's session, nbclient, nbval, a plain kernel). A relative name is resolved
     against ``cwd`` (see :func:`_candidates`); the first candidate that exists wins, else
     the most likely one is returned with ``exists=False``."""
-    for source, value in (("__session__", ns.get("__session__")), ("JPY_SESSION_NAME", env.get("JPY_SESSION_NAME"))):
+    named: tuple[tuple[Literal["__session__", "JPY_SESSION_NAME"], Any], ...] = (
+        ("__session__", ns.get("__session__")), ("JPY_SESSION_NAME", env.get("JPY_SESSION_NAME")))
+    for source, value in named:
         if not isinstance(value, str) or not value.strip() or not value.strip().lower().endswith(".ipynb"):
             continue
         candidates = _candidates(value.strip(), Path(cwd))
         for path in candidates:
             if path.exists():
-                return NotebookRef(path=path, source=source, exists=True)  # type: ignore[arg-type]
-        return NotebookRef(path=candidates[0], source=source, exists=False)  # type: ignore[arg-type]
+                return NotebookRef(path=path, source=source, exists=True)
+        return NotebookRef(path=candidates[0], source=source, exists=False)
     return None
 
 

@@ -48,7 +48,7 @@ def tool_name(call: ToolCall | None) -> str | None:
 def plan_of(call: ToolCall | None, tools: dict[str, str] | None = None) -> str | None:
     """The plan's markdown if ``call`` presents a plan to approve, else None."""
     name = tool_name(call)
-    if name is None:
+    if call is None or name is None:
         return None
     mapped = (tools or {}).get(name, name)
     if mapped not in PLAN_TOOLS and name not in PLAN_TOOLS:

@@ -96,8 +96,9 @@ def gate(prompt: list[dict[str, Any]], caps: Mapping[str, Any],
          who: str = "the agent") -> tuple[list[dict[str, Any]], list[str]]:
     """Keep only content the agent said it takes (``caps`` = its ``promptCapabilities``):
     an embedded resource it cannot take becomes a ``resource_link`` to its file, or, when
-    its URI names no file (``kernel://variable/df``), a text block ``[URI]`` + its text; an image or audio it
-    cannot take is left out (``who`` names the agent in the notice). Returns (blocks to send, one notice per block left out)."""
+    its URI names no file (``kernel://variable/df``), a text block ``[URI]`` + its text; an
+    image or audio it cannot take is left out (``who`` names the agent in the notice).
+    Returns (blocks to send, one notice per block left out)."""
     out: list[dict[str, Any]] = []
     notices: list[str] = []
     for block in prompt:

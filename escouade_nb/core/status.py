@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from .._errors import EscouadeError
+
 
 class AgentStatus(str, Enum):
     """What an agent is doing. The values are the words shown (and the old strings)."""
@@ -98,5 +100,5 @@ _TEXT = {
 }
 
 
-class InvalidTransition(RuntimeError):
+class InvalidTransition(EscouadeError, RuntimeError):
     """A move the machine does not have: a bug of the client, never of the agent."""

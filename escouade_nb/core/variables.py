@@ -23,7 +23,7 @@ from __future__ import annotations
 import reprlib
 import sys
 import types
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sized
 from typing import Any
 
 __all__ = [
@@ -152,9 +152,9 @@ def _shape(value: object) -> tuple[int, ...] | None:
 
 
 def _len(value: object) -> int | None:
-    if not hasattr(type(value), "__len__"):
+    if not isinstance(value, Sized):  # its type has ``__len__`` (an instance's own is not asked)
         return None
-    n = _safe(lambda: len(value))  # type: ignore[arg-type]
+    n = _safe(lambda: len(value))
     return n if isinstance(n, int) else None
 
 
@@ -189,15 +189,15 @@ def _dtypes(value: object, columns: list[str] | None) -> dict[str, str] | None:
                 out[str(k)] = str(v)
             return out or None
         if columns is not None:
-            listed = [str(d) for _, d in zip(range(MAX_COLUMNS), dtypes)]
+            listed = [str(d) for _, d in zip(range(MAX_COLUMNS), dtypes, strict=False)]
             if len(listed) == len(columns):
-                return dict(zip(columns, listed))
+                return dict(zip(columns, listed, strict=True))
     except Exception:
         return None
     return None
 
 
-def _head(value: object, rows: int, limit: int) -> str | None:
+def _head(value: Any, rows: int, limit: int) -> str | None:
     """The first ``rows`` rows as text: ``head(rows)`` of a frame-like value (rendered
     by its ``to_string`` when it has one, else its repr), or ``value[:rows]`` of an
     array-like one. Only asked of values with a shape (never of arbitrary objects, whose
@@ -207,7 +207,7 @@ def _head(value: object, rows: int, limit: int) -> str | None:
         if callable(head):
             part = head(rows)
         elif hasattr(type(value), "__getitem__"):
-            part = value[:rows]  # type: ignore[index]
+            part = value[:rows]
         else:
             return None
         to_string = getattr(part, "to_string", None)

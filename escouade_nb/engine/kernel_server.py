@@ -82,6 +82,7 @@ from collections.abc import Awaitable, Callable, Container, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
+from .._errors import EscouadeError
 from .._version import __version__
 from ..core import notebook as notebook_core
 from .kernel_http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_third_party_loggers, \
@@ -109,7 +110,7 @@ SESSION_IDLE_TIMEOUT = 8 * 3600.0
 STOP_TIMEOUT = 5.0
 
 
-class Refused(Exception):
+class Refused(EscouadeError):
     """A tool call the owner did not allow (denied by the user or a rule, or cancelled).
     ``message`` is what the model reads."""
 

@@ -25,6 +25,7 @@ from .agent import Agent, state_of
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
 from .worktree import Worktree, WorktreeError, repository_of, safe_name
+from .._errors import EscouadeError
 from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
@@ -63,7 +64,7 @@ class AgentTable(dict):
         return out
 
 
-class SquadError(Exception):
+class SquadError(EscouadeError):
     """A request the squad cannot carry out; the message is one line for the user."""
 
 

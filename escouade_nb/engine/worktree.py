@@ -29,11 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import EscouadeError
+
 AGENT_EMAIL = "escouade_nb@localhost"
 BRANCH_PREFIX = "escouade/"
 
 
-class WorktreeError(Exception):
+class WorktreeError(EscouadeError):
     """A worktree request git refused or that would lose work; the message is one line."""
 
 
@@ -59,13 +61,15 @@ async def git(*args: str, cwd: str | Path, check: bool = True) -> tuple[int, str
             await asyncio.shield(proc.wait())
         raise
     text, errors = out.decode(errors="replace"), err.decode(errors="replace")
-    if check and proc.returncode != 0:
+    code = proc.returncode
+    assert code is not None  # communicate() returned: the process has exited
+    if check and code != 0:
         lines = [ln for ln in errors.splitlines() if ln.strip()]
         # git's own error line, not a progress line before it ("Preparing worktree …")
         line = next((ln for ln in lines if ln.startswith(("fatal:", "error:"))), lines[0] if lines else
-                    f"exit {proc.returncode}")
+                    f"exit {code}")
         raise WorktreeError(f"git {args[0]} failed in {cwd}: {line.strip()}")
-    return proc.returncode, text, errors
+    return code, text, errors
 
 
 def repository_of(folder: str | Path) -> Path | None:

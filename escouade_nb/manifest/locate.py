@@ -106,7 +106,7 @@ async def read_version_async(program: str, version_args: list[str], timeout: flo
     try:
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         return _version_in(proc.returncode, out)
     except asyncio.CancelledError:

@@ -33,6 +33,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from .._errors import EscouadeError
+
 MANIFEST_FILENAME = "escouade-plugin.json"
 """Name of the manifest file inside a plugin folder."""
 
@@ -70,7 +72,7 @@ def text(value: str | Mapping[str, str] | None, lang: str = "en") -> str | None:
 # Errors
 
 
-class ManifestError(Exception):
+class ManifestError(EscouadeError):
     """A manifest that cannot be read or does not match plugin-1.
 
     Attributes:

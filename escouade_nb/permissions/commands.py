@@ -10,17 +10,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import EscouadeError
 from ..manifest.project import Project
 from .broker import PluginsListing, RulePlugins, listing
 from .journal import Entry, Journal
 
-PLUGINS_USAGE = """  %escouade plugins                         rule plugins: on/off for this project, permission, process
-  %escouade plugins on|off PLUGIN [--project DIR]   turn a plugin on/off for a project, a folder (default: here)
-  %escouade plugins revoke|grant PLUGIN     take back (or give again) its permission to decide
-  %escouade journal [PLUGIN]                the rule plugins' journal (decisions), with a filter"""
+PLUGINS_USAGE = (
+    "  %escouade plugins                         rule plugins: on/off for this project, permission, process\n"
+    "  %escouade plugins on|off PLUGIN [--project DIR]   turn a plugin on/off for a project, a folder (default: here)\n"
+    "  %escouade plugins revoke|grant PLUGIN     take back (or give again) its permission to decide\n"
+    "  %escouade journal [PLUGIN]                the rule plugins' journal (decisions), with a filter"
+)
 
 
-class CommandError(Exception):
+class CommandError(EscouadeError):
     """A usage error of ``%escouade plugins``/``journal``: one line."""
 
 

@@ -43,8 +43,9 @@ class PermissionAgent(Protocol):
 @runtime_checkable
 class PermissionRequest(Protocol):
     """A permission request waiting for an answer (a card): the conversation's
-    ``permission`` (``request`` — what was asked, frozen: decide on it — ``tool_call``, ``options`` — the agent's own ``{optionId, name,
-    kind}`` — ``state``, ``answered_by``), the ``agent`` that asks, and ``choose``.
+    ``permission`` (``request`` — what was asked, frozen: decide on it — ``tool_call``,
+    ``options`` — the agent's own ``{optionId, name, kind}`` — ``state``, ``answered_by``),
+    the ``agent`` that asks, and ``choose``.
 
     ``choose(option, by, message, reply)`` answers with ``option`` (an ``optionId`` or an
     option kind); ``by`` and ``message`` are what the card shows ("Denied by Team rules

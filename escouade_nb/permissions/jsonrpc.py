@@ -35,13 +35,14 @@ from acp import RequestError
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from pydantic import ValidationError
 
+from .._errors import EscouadeError
 from ..wire.framing import LineBuffer, Skipped
 from .protocol import MAX_LINE, Message, error_response
 
 __all__ = ["RpcError", "PeerClosed", "RemoteError", "LineClient"]
 
 
-class RpcError(Exception):
+class RpcError(EscouadeError):
     """A request did not get a result."""
 
 

@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 __all__ = [
-    "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "MAX_REQUEST", "PATH_KEYS", "Family", "Decision",
+    "PROTOCOL_VERSION", "INITIALIZE", "DECIDE", "SHUTDOWN", "MAX_LINE", "MAX_REQUEST", "PATH_KEYS", "Family",
+    "Decision",
     "PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "INTERNAL_ERROR",
-    "PluginInfo", "NotebookEdit", "InitializeParams", "InitializeResult", "RequestInfo", "ProjectInfo", "TicketInfo", "AgentInfo",
-    "DecideParams", "DecideResult", "ErrorObject", "Message", "command_of", "response", "error_response",
+    "PluginInfo", "NotebookEdit", "InitializeParams", "InitializeResult", "RequestInfo", "ProjectInfo", "TicketInfo",
+    "AgentInfo", "DecideParams", "DecideResult", "ErrorObject", "Message", "command_of", "response", "error_response",
 ]
 
 PROTOCOL_VERSION = 1

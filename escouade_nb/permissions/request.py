@@ -21,12 +21,12 @@ Everything here is a table or a pure function, tested without processes.
 ``request.kind`` is the family of the tool (:data:`FAMILIES`): command, edit, read,
 fetch, mcp or tool. What the ACP tool call says itself — its ``kind``, ``title``, the
 paths of its ``locations`` and of its diffs — is added as ``acpKind``, ``title``,
-``locations``, ``diffPaths`` (:func:`tool_call_fields`). ``request.input`` is the tool call's ``rawInput`` (a command given
-as an argv list, or as ``cmd``, becomes the ``command`` string Claude Code's Bash takes),
-every text whole. :func:`fit_params` bounds what is sent: every field whole up to
-:data:`MAX_REQUEST` bytes of params, ``request.sizes`` saying the length of each; past it
-the longest texts are cut (``request.truncated`` names them) and the broker honours no
-plugin's allowance of it.
+``locations``, ``diffPaths`` (:func:`tool_call_fields`). ``request.input`` is the tool
+call's ``rawInput`` (a command given as an argv list, or as ``cmd``, becomes the
+``command`` string Claude Code's Bash takes), every text whole. :func:`fit_params`
+bounds what is sent: every field whole up to :data:`MAX_REQUEST` bytes of params,
+``request.sizes`` saying the length of each; past it the longest texts are cut
+(``request.truncated`` names them) and the broker honours no plugin's allowance of it.
 
 A plan to approve (``ExitPlanMode``/``exit_plan_mode``, or ACP kind ``switch_mode``)
 and a question of the agent (``AskUserQuestion``…) are :attr:`Normalised.reserved`:
@@ -480,7 +480,8 @@ def _input_of(call: Any, tool: str) -> dict[str, Any]:
             if tool == "Write":
                 out = {"file_path": d.get("path"), "content": d.get("newText", "")}
             else:
-                out = {"file_path": d.get("path"), "old_string": d.get("oldText") or "", "new_string": d.get("newText", "")}
+                out = {"file_path": d.get("path"), "old_string": d.get("oldText") or "",
+                       "new_string": d.get("newText", "")}
         elif locations and locations[0]:
             out = {"file_path": locations[0]}
     if tool == "Bash":

@@ -11,8 +11,11 @@ JupyterLab); relies on nbclient's ``_async_poll_output_msg`` (0.10, 0.11).
 
 from __future__ import annotations
 
+from typing import Any
+
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionComplete
+from nbformat import NotebookNode
 
 __all__ = ["FinishedForms"]
 
@@ -23,11 +26,13 @@ class FinishedForms(NotebookClient):
     display id. ``late``: the indices of the cells whose outputs were updated (during the
     cell or after it: nbval compares neither)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.late: set[int] = set()
 
-    async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):  # nbclient 0.10/0.11
+    async def _async_poll_output_msg(self, parent_msg_id: str, cell: NotebookNode,
+                                     cell_index: int) -> None:  # nbclient 0.10/0.11
+        assert self.kc is not None  # the cell runs: the kernel client is up
         while True:
             msg = await self.kc.iopub_channel.get_msg(timeout=None)
             display_id = (msg["content"].get("transient") or {}).get("display_id")

@@ -37,6 +37,8 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from .._errors import EscouadeError
+
 __all__ = ["URL_ENV", "TOKEN_ENV", "TOKEN_FILE_ENV", "McpHttpClient", "McpHttpError", "McpRpcError", "main"]
 
 PROGRAM = "escouade-mcp-bridge"
@@ -54,7 +56,7 @@ USAGE = (f"usage: {PROGRAM} [--version]\n\nRelays MCP JSON-RPC lines between std
          f"else in ${TOKEN_ENV}).")
 
 
-class McpHttpError(Exception):
+class McpHttpError(EscouadeError):
     """A POST that got no MCP answer: an HTTP error status (``status``, the ``body``
     text) or no connection (``status`` None)."""
 
@@ -75,7 +77,7 @@ class McpHttpError(Exception):
         return {"code": HTTP_ERROR, "message": str(self), "data": {"status": self.status}}
 
 
-class McpRpcError(Exception):
+class McpRpcError(EscouadeError):
     """A JSON-RPC error answer (``code``, ``message``, ``data``)."""
 
     def __init__(self, error: Mapping[str, Any]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .._errors import EscouadeError
+
 WHERE_IT_WORKS = (
     "escouade_nb runs agents on a Jupyter kernel's event loop, which keeps running between cells: it works in any "
     "Jupyter kernel — JupyterLab, Jupyter Notebook, VS Code's notebooks, or `jupyter console` in a terminal. "
@@ -14,7 +16,7 @@ WHERE_IT_WORKS = (
 """Where escouade_nb works, and what to do in terminal IPython (one text, said wherever needed)."""
 
 
-class AgentError(RuntimeError):
+class AgentError(EscouadeError, RuntimeError):
     """The agent could not start, or stopped answering."""
 
 

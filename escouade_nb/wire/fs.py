@@ -86,6 +86,7 @@ from typing import Any
 from acp import RequestError
 from acp.schema import ReadTextFileResponse, WriteTextFileResponse
 
+from .._errors import EscouadeError
 from ..core.render_text import cut, is_notebook_path
 
 __all__ = ["FileSystem", "OnWrite", "FenceError", "NotebookProblem", "notebook_problem", "inside",
@@ -99,7 +100,7 @@ OnWrite = Callable[[Path, "str | None", str], None]
 """``on_write(path, old_text, new_text)``: told of each write, after it happened."""
 
 
-class FenceError(RequestError):
+class FenceError(EscouadeError, RequestError):
     """A path outside the private project's folder (-32602)."""
 
     def __init__(self, path: str, real: Path, fence: Path) -> None:
@@ -112,7 +113,7 @@ class FenceError(RequestError):
         )
 
 
-def _error(path: Path | str, message: str, reason: str, code: int = INVALID_PARAMS) -> RequestError:
+def _error(path: str | os.PathLike[str], message: str, reason: str, code: int = INVALID_PARAMS) -> RequestError:
     return RequestError(code, message, {"path": str(path), "reason": reason})
 
 
@@ -422,7 +423,8 @@ class FileSystem:
         return True
 
     # -- fs/read_text_file -------------------------------------------------------------------
-    async def read_text_file(self, path: str, line: int | None = None, limit: int | None = None) -> ReadTextFileResponse:
+    async def read_text_file(self, path: str, line: int | None = None,
+                             limit: int | None = None) -> ReadTextFileResponse:
         """The file's text, or lines ``line`` (1-based) .. ``line + limit - 1``."""
         if line is not None and line < 1:
             raise _error(path, f"line must be 1 or more (it is 1-based), not {line}", "bad_line")

@@ -41,7 +41,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core.conversation import Conversation, Permission, ToolCall, frozen_request
+from ..core.conversation import Conversation, Permission, PermissionState, ToolCall, frozen_request
 
 EVENT = "kernel_tool"
 """The ``event`` name of these transcript lines."""
@@ -167,13 +167,16 @@ class KernelReplay:
         phase = data.get("phase")
         call_id = str(data.get("call") or "")
         if phase == "card" and call_id:
-            args = data.get("arguments") if isinstance(data.get("arguments"), dict) else {}
+            args = data.get("arguments")
+            if not isinstance(args, dict):
+                args = {}
             raw = {} if args.get("code_cut") else {"rawInput": {"code": str(args.get("code", ""))}}  # cut: the agent's
             known = conversation.tool_calls.get(call_id)
             mcp = (data["server"], data["tool"]) if isinstance(data.get("server"), str) and \
                 isinstance(data.get("tool"), str) else None
             wire = {"toolCallId": call_id} if known is not None else \
-                {"toolCallId": call_id, "title": data.get("title"), "kind": data.get("kind"), "status": "pending", **raw}
+                {"toolCallId": call_id, "title": data.get("title"), "kind": data.get("kind"), "status": "pending",
+                 **raw}
             asked = frozen_request(known or ToolCall("", tool_call_id=call_id), title=data.get("title"),
                                    kind=data.get("kind"), raw_input=raw.get("rawInput"), content=[], locations=[],
                                    meta=None, extra={}, mcp=mcp)
@@ -185,7 +188,7 @@ class KernelReplay:
             self.made.append(perm)
             return perm
         elif phase == "answer" and call_id in self.cards:
-            outcome = "selected" if data.get("outcome") == "selected" else "cancelled"
+            outcome: PermissionState = "selected" if data.get("outcome") == "selected" else "cancelled"
             conversation.resolve_permission(self.cards[call_id], outcome, data.get("option_id") if outcome == "selected"
                                             else None, data.get("answered_by"), data.get("message"),
                                             denied=data.get("denied") is True)

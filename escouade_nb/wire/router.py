@@ -17,7 +17,8 @@ SDK sees it. The router decides, synchronously and in arrival order:
   (its ``sessionId`` goes in ``children``); the child's own ``session/update``s are folded
   with ``fold_child(session_id, update)`` and its requests (a permission, ``fs/*``,
   ``terminal/*``) go on to the SDK like ours.
-* a request naming another ``sessionId`` than ours or a child's is refused with JSON-RPC invalid-params (``refuse(rpc_id, error)``) without handling it.
+* a request naming another ``sessionId`` than ours or a child's is refused with JSON-RPC
+  invalid-params (``refuse(rpc_id, error)``) without handling it.
 
 Everything else goes on to the SDK's connection.
 """
@@ -58,7 +59,9 @@ class Router:
     def intercept(self, message: dict[str, Any]) -> bool:
         """True when the message was handled here (the SDK must not see it)."""
         method = message.get("method")
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = message.get("params")
+        if not isinstance(params, dict):
+            params = {}
         if method == "session/update" and "id" not in message:
             session = params.get("sessionId")
             if self.session_id is None:
@@ -84,7 +87,9 @@ class Router:
                 self._refuse(message["id"], error.to_error_obj())
                 return True
         if method == "session/request_permission" and "id" in message:
-            tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+            tool_call = params.get("toolCall")
+            if not isinstance(tool_call, dict):
+                tool_call = {}
             self._permission_rpc[message["id"]] = str(tool_call.get("toolCallId", ""))
             self.tool_calls[str(tool_call.get("toolCallId", ""))] = tool_call  # as it came: the SDK drops ``name``
         return False

@@ -25,18 +25,20 @@ import contextlib
 import itertools
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import acp
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 from acp.schema import (ClientCapabilities, Implementation, InitializeResponse, ListSessionsResponse,
                         LoadSessionResponse, NewSessionResponse, ResumeSessionResponse,
                         SetSessionConfigOptionBooleanRequest, SetSessionConfigOptionResponse,
                         SetSessionConfigOptionSelectRequest)
 
+from .._errors import EscouadeError
 from .._version import __version__
 from ..core.acp_v1_25 import (CancelRequestNotification, DeleteSessionRequest, SystemPrompt, merge_capabilities, offers,
                               offers_system_prompt)
@@ -53,7 +55,7 @@ CLOSE_TIMEOUT = 2.0
 """Seconds an agent has to answer ``session/close`` before its process group is ended anyway."""
 
 
-class SessionClosed(Exception):
+class SessionClosed(EscouadeError):
     """The session was closed before its process was up: nothing to speak to."""
 
 
@@ -136,7 +138,7 @@ class AgentSession:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._ids = itertools.count(1)
-        self._requests: dict[str, anyio.abc.ObjectSendStream] = {}
+        self._requests: dict[str, MemoryObjectSendStream[dict[str, Any]]] = {}
         self._prompts: set[Any] = set()  # ids of session/prompt requests not answered yet
         self.prompt_answer: dict[str, Any] | None = None  # the last session/prompt result, as it came
 
@@ -210,7 +212,7 @@ class AgentSession:
         finally:
             self.exited.set()
 
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run a background job of this session in its task group (cancelled when the
         session ends). Outside the ``async with`` block the job is not run."""
         if self._tg is None or self.exited.is_set():
@@ -285,10 +287,11 @@ class AgentSession:
         if additional_directories and offers(caps, "additionalDirectories"):
             self.additional_directories = [str(d) for d in additional_directories]  # absolute (Agent resolved them)
             extra["additionalDirectories"] = self.additional_directories
-        if system_prompt is not None and offers_system_prompt(caps, system_prompt.mode):  # type: ignore[arg-type]
+        if system_prompt is not None and offers_system_prompt(caps, system_prompt.mode):
             extra["systemPrompt"] = system_prompt.wire()
             self.system_prompt_sent = True
         base = {"cwd": str(self.cwd), "mcpServers": list(mcp_servers)}
+        answer: ResumeSessionResponse | LoadSessionResponse | NewSessionResponse
         try:
             with anyio.fail_after(self.start_timeout):
                 if resume and offers(caps, "resume") and not (replay and caps.get("loadSession")):
@@ -319,7 +322,9 @@ class AgentSession:
         return answer
 
     def opened(self) -> None:
-        """The session's state is taken: fold the updates that came before its answer."""
+        """The session's state is taken: fold the updates that came before its answer.
+        Only after :meth:`open` (which set ``session_id``)."""
+        assert self.session_id is not None, "opened() before open()"
         self.router.opened(self.session_id)
 
     async def authenticate(self, method_id: str) -> None:
@@ -410,9 +415,13 @@ class AgentSession:
         return self.router.intercept(message)
 
     def _refuse(self, rpc_id: Any, error: dict[str, Any]) -> None:
+        transport = self.transport  # set: the request came in through it
+        if transport is None:
+            return
+
         async def answer() -> None:
             with contextlib.suppress(ConnectionError):
-                await self.transport.send({"jsonrpc": "2.0", "id": rpc_id, "error": error})
+                await transport.send({"jsonrpc": "2.0", "id": rpc_id, "error": error})
         self.start_soon(answer)
 
     def _observe(self, direction: str, message: dict[str, Any]) -> None:

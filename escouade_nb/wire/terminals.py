@@ -16,9 +16,10 @@ Command shapes (real agents send both)
 
 Processes
     Each command runs in its own process group (``start_new_session``) with stdin from
-    ``/dev/null`` (a pipe for the client's own commands, ``create(stdin=True)``); stdout and stderr go to one pipe, so the output interleaves as on a
-    console. Its environment is the manager's ``env`` (the agent's own environment;
-    ``os.environ`` when not given) plus the request's ``env`` entries.
+    ``/dev/null`` (a pipe for the client's own commands, ``create(stdin=True)``); stdout and
+    stderr go to one pipe, so the output interleaves as on a console. Its environment is
+    the manager's ``env`` (the agent's own environment; ``os.environ`` when not given)
+    plus the request's ``env`` entries.
 
 Working folder
     ``cwd`` absent or empty: the session folder. A relative one is taken against the

@@ -46,8 +46,9 @@ class LineTransport:
     """NDJSON over a byte send stream (agent's stdin) and receive stream (its stdout).
 
     ``intercept(message) -> bool``: called for each incoming object; True means
-    consumed (not passed to the SDK). ``on_skip(why)``: told of each skipped line. ``observers``: ``fn(direction, message)`` for every
-    message in (``"in"``) and out (``"out"``), for transcripts and counters."""
+    consumed (not passed to the SDK). ``on_skip(why)``: told of each skipped line.
+    ``observers``: ``fn(direction, message)`` for every message in (``"in"``) and out
+    (``"out"``), for transcripts and counters."""
 
     def __init__(self, send_stream: ByteSendStream, receive_stream: ByteReceiveStream, *,
                  intercept: Intercept | None = None, max_line_bytes: int = MAX_LINE_BYTES,

@@ -31,7 +31,8 @@ class EscouadeError(Exception):
     - **engine**: ``SquadError`` (a request the squad cannot carry out) with
       ``ProgramNotFound``; ``WorktreeError`` (a worktree request git refused or that would
       lose work); ``Refused`` (a kernel tool call denied by the user or a rule, or
-      cancelled: the kernel's MCP server answers it).
+      cancelled: the kernel's MCP server answers it); ``ToolFailure`` (a kernel tool's
+      anticipated failure, its text the model's ToolError).
     - **tools**: ``McpHttpError`` and ``McpRpcError`` (the MCP bridge's HTTP and JSON-RPC
       failures).
 

@@ -1,8 +1,6 @@
 """The package's layers, checked on its source: no import goes up the layer order, and no
-module-level import cycle exists. The order (each layer imports only those below it; the
-same order is written in the design card and the README):
-
-    magics > widgets > engine > permissions > wire > {core, manifest} > {_version, _resources}
+module-level import cycle exists. The order (each layer imports only those below it) has its
+one home in docs/DESIGN.md ("Layers"); RANKS below is its machine form.
 
 ``escouade_nb/__init__`` is a lazy façade (its module level imports only ``_lazy``);
 ``tools/`` are console programs above everything; ``plugin_sdk`` runs inside every rule

@@ -6,6 +6,8 @@ instructions, each tool's input schema and description (:func:`register_tools`),
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .._errors import EscouadeError
+
 TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code")
 
 INSTRUCTIONS = (
@@ -20,7 +22,7 @@ INSTRUCTIONS = (
 )
 
 
-class ToolFailure(Exception):
+class ToolFailure(EscouadeError):
     """A tool's anticipated failure; its text goes to the model as a ToolError.
     ``status`` is what the owner's ``tool_done`` is told: ``"error"``, ``"refused"``,
     ``"cancelled"`` (the owner's consent was cancelled) or ``"busy"`` (not run)."""

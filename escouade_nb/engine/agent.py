@@ -32,6 +32,7 @@ from ..wire.process import StderrRing
 from ..wire.session import SessionPage
 from .cards import PermissionCard, Policy, QuestionCard
 from .controls import Controls
+from .interfaces import default_forker
 from .kernel_access import context_blocks
 from .live import Live
 from .resume import rebuild, resumed
@@ -204,11 +205,12 @@ class Agent:
     def fork(self, name: str | None = None) -> Agent:
         """A new agent of this harness carrying this conversation, in the squad
         (:meth:`~.squad.Squad.fork`: ``session/fork`` where offered, else the conversation
-        as context of its first prompt); returned at once, starting. :class:`AgentError`
-        for an agent made outside the squad."""
-        forker = self._state.forker
+        as context of its first prompt); returned at once, starting. An agent no squad
+        holds forks into the process-wide one (``get_squad()``); :class:`AgentError` when
+        no squad was loaded (``escouade_nb.Agent`` loads it)."""
+        forker = self._state.forker or default_forker()
         if forker is None:
-            raise AgentError(f"agent {self.name!r} is not in a squad: only the squad's agents fork (Squad.fork)")
+            raise AgentError(f"agent {self.name!r} is not in a squad and none is loaded: fork it with Squad.fork")
         return forker.fork(self, name)
 
     async def authenticate(self, method_id: str) -> Agent:

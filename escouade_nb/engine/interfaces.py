@@ -8,7 +8,7 @@ This module imports no engine module, so that no part imports another through it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,7 +21,8 @@ from ..wire.errors import AuthRequired
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 
-__all__ = ["AgentHandle", "Forker", "KernelRequests", "LiveSession", "ResumedAgent"]
+__all__ = ["AgentHandle", "Forker", "KernelRequests", "LiveSession", "ResumedAgent", "default_forker",
+           "register_default_forker"]
 
 
 class ResumedAgent(Protocol):
@@ -142,6 +143,22 @@ class Forker(Protocol):
     """Who forks an agent (the squad: :meth:`~.squad.Squad.fork`)."""
 
     def fork(self, agent: Any, name: str | None = None) -> Any: ...
+
+
+_default_forker: Callable[[], Forker] | None = None
+
+
+def register_default_forker(source: Callable[[], Forker]) -> None:
+    """Who forks an agent that no squad holds: ``source()`` gives it when one forks
+    (:mod:`.squad` registers :func:`~.squad.get_squad` when it is imported)."""
+    global _default_forker
+    _default_forker = source
+
+
+def default_forker() -> Forker | None:
+    """The forker registered by :func:`register_default_forker` (the process-wide squad,
+    made on first use), or None when none was registered."""
+    return _default_forker() if _default_forker is not None else None
 
 
 class KernelRequests(Protocol):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import Agent, state_of
+from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
 from .worktree import Worktree, WorktreeError, repository_of, safe_name
@@ -784,6 +785,9 @@ def get_squad() -> Squad:
         if in_kernel:
             _squad.discovery()
     return _squad
+
+
+register_default_forker(get_squad)  # an agent built outside a squad forks into this one (Agent.fork)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -521,7 +521,7 @@ class Squad:
                                agent=agent.name)
         agent.conversation.add_notice(f"Worktree {wt.path} and branch {wt.branch} removed.")
         agent.worktree = None
-        agent.notify_status()
+        state_of(agent).notify_status()
 
     def _worktree_of(self, agent: Agent) -> Worktree:
         if agent.worktree is None:
@@ -532,7 +532,7 @@ class Squad:
     async def _restat(agent: Agent) -> None:
         if agent.worktree is not None and await agent.worktree.exists():
             await agent.worktree.diffstat()
-        agent.notify_status()
+        state_of(agent).notify_status()
 
     def fork(self, parent: str | Agent, name: str | None = None) -> Agent:
         """A new agent of ``parent``'s harness carrying its conversation, returned at once

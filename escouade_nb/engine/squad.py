@@ -45,13 +45,11 @@ class AgentTable(dict):
     """The squad's agents by name (a ``dict``); ``on_change`` is told (no argument) when
     one is set or removed, so a squad view sees agents come and go."""
 
-    def __init__(self, forker: Any = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.on_change: Observers[[]] = Observers("squad agents")
-        self.forker = forker  # the squad: its agents fork through it (Agent.fork)
 
     def __setitem__(self, name: str, agent: Agent) -> None:
-        state_of(agent).forker = self.forker
         super().__setitem__(name, agent)
         self.on_change.emit()
 
@@ -158,7 +156,7 @@ class Squad:
     """All agents of this process, by name."""
 
     def __init__(self) -> None:
-        self.agents: AgentTable = AgentTable(self)
+        self.agents: AgentTable = AgentTable()
         self._versions: dict[tuple, str | None] = {}  # (program, args, mtime, size) -> version read
         self._reads: dict[tuple, asyncio.Task] = {}  # the same key -> its read in flight
         self._tasks: dict[asyncio.Task, bool] = {}  # the squad's own tasks -> whether aclose() cancels it
@@ -302,6 +300,11 @@ class Squad:
                 version = (agent.agent_info or {}).get("version")
             self._check_version(agent, version)
 
+    def _add(self, agent: Agent) -> None:
+        """Put ``agent`` in the table; it forks through this squad (:meth:`Agent.fork`)."""
+        state_of(agent).forker = self
+        self.agents[agent.name] = agent
+
     def _free_name(self, base: str) -> str:
         if base not in self.agents or self.agents[base].status in NAME_REUSED:
             return base
@@ -411,7 +414,7 @@ class Squad:
                           system_prompt_mode=system_prompt_mode, session_id=session_id)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
-        self.agents[agent.name] = agent
+        self._add(agent)
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
             known, version = self._known(program, ref.harness.version_args)
             if known:
@@ -559,7 +562,7 @@ class Squad:
         agent = Agent(source.harness, program=source.program, name=name, cwd=cwd, policies=list(source.policies),
                       via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
                       mcp=source.mcp)
-        self.agents[agent.name] = agent
+        self._add(agent)
         agent.version_checked = True  # the parent's program: checked already
         state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned), name=f"escouade fork of {source.name}")
         agent.start()
@@ -669,7 +672,7 @@ class Squad:
                 pass
             else:
                 self._own(self._restat(agent), f"escouade worktree of {agent.name}")
-        self.agents[agent.name] = agent
+        self._add(agent)
         if ref is not None:
             agent.start()
         return agent

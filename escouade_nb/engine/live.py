@@ -22,7 +22,6 @@ from ..core import acp_v1_25
 from ..core import plans
 from ..core.adapters import adapt
 from ..core.status import AgentStatus
-from ..manifest import version_status
 from ..wire.client import EscouadeClient, capabilities
 from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import agent_environment, terminate_group
@@ -248,17 +247,9 @@ class Live:
     def _check_version(self) -> None:
         """Warn when the version the agent gives in ``initialize`` (``agentInfo``) is
         outside the manifest's ``tested`` range (for agents without a version flag)."""
-        agent = self.agent
         version = (self.session.agent_info or {}).get("version")
-        tested = agent.harness.harness.tested
-        if not version or tested is None or agent.version_checked:
-            return
-        agent.version_checked = True
-        status = version_status(version, tested)
-        if status in ("older", "newer"):
-            agent.conversation.add_notice(
-                f"{agent.harness.harness.display_name} {version} is {status} than the versions tested with this "
-                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
+        if version and self.agent.harness.harness.tested is not None:
+            self.agent.check_version(version)
 
     async def open(self) -> None:
         """``session/new``, or ``session/load`` when resuming an agent that supports it."""

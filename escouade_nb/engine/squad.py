@@ -26,11 +26,11 @@ from .agent import Agent, state_of
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
+from .versions import ProgramVersions
 from .worktree import Worktree, WorktreeError, repository_of, safe_name
 from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
-from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
-from ..manifest.locate import read_version_async
+from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
 from ..permissions import RulePlugins
 from ..wire.errors import running_loop
 from ..manifest.project import Project
@@ -157,9 +157,8 @@ class Squad:
 
     def __init__(self) -> None:
         self.agents: AgentTable = AgentTable()
-        self._versions: dict[tuple, str | None] = {}  # (program, args, mtime, size) -> version read
-        self._reads: dict[tuple, asyncio.Task] = {}  # the same key -> its read in flight
         self._tasks: dict[asyncio.Task, bool] = {}  # the squad's own tasks -> whether aclose() cancels it
+        self.versions = ProgramVersions(self._own)  # the programs' --version, read once per program file
         self._discovery: Discovery | None = None
         self.rules = RulePlugins()  # rule plugins: host, broker (every agent's policy), journal, states
 
@@ -178,7 +177,7 @@ class Squad:
             program = locate_program(ref.harness)
             row = HarnessRow(ref, program, None, "missing" if program is None else READING)
             if program is not None:
-                known, version = self._known(program, ref.harness.version_args)
+                known, version = self.versions.known(program, ref.harness.version_args)
                 if known:
                     row.version, row.status = version, version_status(version, ref.harness.tested)
             rows.append(row)
@@ -187,7 +186,7 @@ class Squad:
         if pending:
             if _running_loop() is None:
                 for r in pending:
-                    r.version = self.version_now(r.program, r.ref.harness.version_args)
+                    r.version = self.versions.now(r.program, r.ref.harness.version_args)
                     r.status = version_status(r.version, r.ref.harness.tested)
             else:
                 listing._task = self._own(self._fill(listing, pending), "escouade listing versions")
@@ -195,67 +194,12 @@ class Squad:
 
     async def _fill(self, listing: Listing, rows: list[HarnessRow]) -> None:
         async def one(row: HarnessRow) -> None:
-            listing._filled(row, await self.version_of(row.program, row.ref.harness.version_args))
+            listing._filled(row, await self.versions.version_of(row.program, row.ref.harness.version_args))
         await asyncio.gather(*(one(r) for r in rows))
 
-    @staticmethod
-    def _key(program: str, version_args: list[str]) -> tuple | None:
-        try:
-            stat = os.stat(program)
-        except OSError:
-            return None
-        return (program, tuple(version_args), stat.st_mtime_ns, stat.st_size)
-
-    def _known(self, program: str, version_args: list[str]) -> tuple[bool, str | None]:
-        """(True, version) when this program file's version was read already."""
-        key = self._key(program, version_args)
-        if key is not None and key in self._versions:
-            return True, self._versions[key]
-        return False, None
-
-    async def version_of(self, program: str, version_args: list[str]) -> str | None:
-        """The program's version (``versionArgs``), read once per program file (path,
-        size, modification time) without blocking the loop: starting fifty agents of one
-        harness runs ``--version`` once, not fifty times, and callers asking while it runs
-        share that one read. ``None`` when it has no readable version."""
-        key = self._key(program, version_args)
-        if key is None:
-            return None  # no such file (any more)
-        if key in self._versions:
-            return self._versions[key]
-        task = self._reads.get(key)
-        if task is None:
-            task = self._reads[key] = self._own(read_version_async(program, version_args),
-                                                f"escouade --version of {program}")
-
-            def done(t: asyncio.Task, key: tuple = key) -> None:
-                self._reads.pop(key, None)
-                if not t.cancelled() and t.exception() is None:
-                    self._versions[key] = t.result()
-            task.add_done_callback(done)
-        return await asyncio.shield(task)  # one caller cancelled does not cancel the others' read
-
     def read_version_soon(self, program: str, version_args: list[str], then: Callable[[str | None], None]) -> None:
-        """Call ``then(version)`` with :meth:`version_of` — at once when it was read
-        already, else once read (a task the squad owns)."""
-        known, version = self._known(program, version_args)
-        if known:
-            then(version)
-            return
-
-        async def read() -> None:
-            then(await self.version_of(program, version_args))
-        self._own(read(), f"escouade --version of {program}")
-
-    def version_now(self, program: str, version_args: list[str]) -> str | None:
-        """:meth:`version_of` for code without a loop (it blocks while ``--version``
-        runs): the same cache."""
-        key = self._key(program, version_args)
-        if key is None:
-            return None
-        if key not in self._versions:
-            self._versions[key] = read_version(program, version_args)
-        return self._versions[key]
+        """Call ``then(version)`` with the program's version (:meth:`.versions.ProgramVersions.read_soon`)."""
+        self.versions.read_soon(program, version_args, then)
 
     def _own(self, coro: Coroutine[Any, Any, Any], name: str, *, cancel: bool = True) -> asyncio.Task:
         """Run ``coro`` as a task of the squad's own: kept until done, its failure
@@ -270,35 +214,6 @@ class Squad:
                 log.error("%s failed", t.get_name(), exc_info=t.exception())
         task.add_done_callback(done)
         return task
-
-    def _check_version(self, agent: Agent, version: str | None) -> None:
-        """Warn in the agent's conversation when ``version`` is outside the manifest's
-        ``tested`` range, unless a version was compared already (``agent.version_checked``:
-        one warning at most, whoever compares)."""
-        if version is None or agent.version_checked:
-            return
-        agent.version_checked = True
-        status = version_status(version, agent.harness.harness.tested)
-        if status in ("older", "newer"):
-            tested = agent.harness.harness.tested
-            agent.conversation.add_notice(
-                f"{agent.harness.harness.display_name} {version} is {status} than the versions tested with this "
-                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
-
-    async def _check_later(self, agent: Agent, program: str, version_args: list[str]) -> None:
-        """The program's ``--version`` is what counts; the version the agent gives in
-        ``initialize`` only when it has none. While it is read, ``version_checked`` is set
-        so the agent's own check (at ``initialize``) leaves it to this; if it gives no
-        version, the one ``initialize`` gave meanwhile is compared here, or, if that has
-        not come yet, the agent compares it itself when it comes."""
-        version = None
-        try:
-            version = await self.version_of(program, version_args)
-        finally:
-            agent.version_checked = False
-            if version is None:
-                version = (agent.agent_info or {}).get("version")
-            self._check_version(agent, version)
 
     def _add(self, agent: Agent) -> None:
         """Put ``agent`` in the table; it forks through this squad (:meth:`Agent.fork`)."""
@@ -416,13 +331,7 @@ class Squad:
             raise SquadError(str(exc)) from None
         self._add(agent)
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
-            known, version = self._known(program, ref.harness.version_args)
-            if known:
-                self._check_version(agent, version)
-            else:
-                agent.version_checked = True  # claimed until read: see _check_later
-                self._own(self._check_later(agent, program, ref.harness.version_args),
-                          f"escouade version check of {agent.name}")
+            self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
         if planned is not None:
             state_of(agent).prepare_then_start(self._make_worktree(agent, planned, worktree_base),
                                      name=f"escouade worktree of {agent.name}")
@@ -563,7 +472,7 @@ class Squad:
                       via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
                       mcp=source.mcp)
         self._add(agent)
-        agent.version_checked = True  # the parent's program: checked already
+        state_of(agent).claim_version_check()  # the parent's program: checked already
         state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned), name=f"escouade fork of {source.name}")
         agent.start()
         return agent

@@ -29,7 +29,7 @@ from ..core.conversation import Change, Conversation, Question, ToolCall
 from ..core.observers import Observers
 from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
-from ..manifest import HarnessRef
+from ..manifest import HarnessRef, version_status
 from ..manifest.project import Project
 from ..wire.errors import AgentError, AuthRequired, running_loop
 from ..wire.process import kill_group_now
@@ -138,6 +138,8 @@ class AgentState:
                                   doc="``initialize``'s ``agentCapabilities`` (wire dict).")
 
     auth_methods = property(lambda self: self._of_session("auth_methods", []), doc="Its ``authMethods``.")
+
+    agent_info = property(lambda self: self._of_session("agent_info"), doc="``initialize``'s ``agentInfo``.")
 
     @property
     def restarting(self) -> bool:
@@ -317,6 +319,30 @@ class AgentState:
         for a sign-in)."""
         primer, self.primer = self.primer, None
         return primer
+
+    # -- the program's version against the manifest's ``tested`` range ---------------------------
+    def check_version(self, version: str | None) -> None:
+        """Warn in the conversation when ``version`` is outside the manifest's ``tested``
+        range, unless a version was compared already (``version_checked``: one warning at
+        most, whoever compares — the squad's ``--version`` read or ``initialize``)."""
+        if version is None or self.version_checked:
+            return
+        self.version_checked = True
+        tested = self.harness.harness.tested
+        status = version_status(version, tested)
+        if status in ("older", "newer"):
+            self.conversation.add_notice(
+                f"{self.harness.harness.display_name} {version} is {status} than the versions tested with this "
+                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
+
+    def claim_version_check(self) -> None:
+        """The version is compared elsewhere (the squad reads ``--version``; a fork's parent
+        was compared): ``initialize``'s is not."""
+        self.version_checked = True
+
+    def release_version_check(self) -> None:
+        """The squad's ``--version`` read is over: the next :meth:`check_version` compares."""
+        self.version_checked = False
 
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card

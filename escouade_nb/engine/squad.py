@@ -27,7 +27,8 @@ from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
 from .versions import ProgramVersions
-from .worktree import Worktree, WorktreeError, repository_of, safe_name
+from . import agent_worktrees
+from .worktree import Worktree, WorktreeError, repository_of
 from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
@@ -300,25 +301,23 @@ class Squad:
         for extra in add_dirs:
             if not (folder / extra).is_dir():
                 raise SquadError(f"--add-dir {extra}: no such folder ({(folder / extra).resolve()})")
-        running_loop(f"starting an agent of {ref.short_id!r}")  # NoEventLoop (where it works) before anything is registered
+        # NoEventLoop (where it works) before anything is registered
+        running_loop(f"starting an agent of {ref.short_id!r}")
         env: dict[str, str] = {}
         if account is not None:
             if not ref.harness.account_var:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
             env[ref.harness.account_var] = str(account_dir(ref, account))
-        project = Project.for_folder(folder, private=private)
+        project: Project | None = Project.for_folder(folder, private=private)
         name = name or self._free_name(ref.short_id)
         planned: Worktree | None = None
         if worktree:
             repo = repository_of(folder)
             if repo is None:
                 raise SquadError(f"{folder} is not inside a git repository: --worktree needs one")
-            branch = worktree if isinstance(worktree, str) else None
-            planned = Worktree(repo, repo.parent / f"{repo.name}.worktrees" / safe_name(name),
-                               branch or f"escouade/{safe_name(name)}", worktree_base or "", name)
-            folder = planned.path / folder.resolve().relative_to(repo)  # the same subfolder, in the worktree
-            # the same project (its id, privacy), fenced to the worktree
-            project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private)
+            planned = agent_worktrees.plan(repo, name, worktree if isinstance(worktree, str) else None,
+                                           worktree_base or "")
+            folder, project = agent_worktrees.moved_into(planned, folder.resolve(), repo, project)
         self.rules.start_soon()  # the plugins that decide run before the first request
         try:
             agent = Agent(ref, program=program, name=name, cwd=folder,
@@ -333,23 +332,10 @@ class Squad:
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
             self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
         if planned is not None:
-            state_of(agent).prepare_then_start(self._make_worktree(agent, planned, worktree_base),
-                                     name=f"escouade worktree of {agent.name}")
+            state_of(agent).prepare_then_start(agent_worktrees.make(state_of(agent), planned, worktree_base),
+                                               name=f"escouade worktree of {agent.name}")
         agent.start()
         return agent
-
-    async def _make_worktree(self, agent: Agent, planned: Worktree, base: str | None,
-                             parent: Worktree | None = None) -> None:
-        """``git worktree add`` for ``agent`` (off ``parent``'s branch for a fork), then
-        its first diff stat (what views show)."""
-        made = await Worktree.create(parent.path if parent else planned.repo, planned.agent, branch=planned.branch,
-                                     base=parent.branch if parent else base, path=planned.path)
-        if parent is not None:
-            made.base = parent.base  # a fork merges where its parent merges
-        agent.worktree = made
-        await made.diffstat()
-        agent.conversation.add_notice(f"Working in its own git worktree: {made.path}, branch {made.branch} "
-                                      f"(off {parent.branch if parent else made.base}).")
 
     # -- one prompt to several agents, merges, forks -------------------------------------------------
     def agent_for(self, name: str) -> Agent:
@@ -377,8 +363,8 @@ class Squad:
         (a task of the squad's), then ``then()`` (a view redraws its comparison)."""
         async def restat() -> None:
             await asyncio.gather(*(t.wait() for t in turns), return_exceptions=True)
-            await asyncio.gather(*(self._restat(t.agent) for t in turns if t.agent.worktree is not None),
-                                 return_exceptions=True)
+            await asyncio.gather(*(agent_worktrees.restat(state_of(t.agent)) for t in turns
+                                   if t.agent.worktree is not None), return_exceptions=True)
             if then is not None:
                 then()
         return self._own(restat(), "escouade diff stats after a prompt")
@@ -388,63 +374,32 @@ class Squad:
         ``names``, each ended (a failed turn is returned with its ``error``, not raised)."""
         turns = self.ask_soon(names, prompt, **send)
         await asyncio.gather(*(t.wait() for t in turns), return_exceptions=True)
-        await asyncio.gather(*(self._restat(t.agent) for t in turns if t.agent.worktree is not None))
+        await asyncio.gather(*(agent_worktrees.restat(state_of(t.agent)) for t in turns
+                               if t.agent.worktree is not None))
         return turns
 
     async def merge(self, name: str) -> Any:
         """Merge agent ``name``'s worktree branch into its base (:meth:`Worktree.merge`)
         and journal it; :class:`SquadError` when it has no worktree."""
-        agent = self.get(name)
-        wt = self._worktree_of(agent)
-        try:
-            result = await wt.merge()
-        except WorktreeError as exc:
-            raise SquadError(str(exc)) from None
-        self.rules.journal.add("worktrees", "Output", text=f"merge: {result}", agent=agent.name)
-        agent.conversation.add_notice(str(result), level="info" if result.ok else "warning")
-        await self._restat(agent)
-        return result
+        return await self._on_worktree(name, agent_worktrees.merge, self.rules.journal)
 
     async def rebase(self, name: str) -> Any:
         """Rebase agent ``name``'s worktree branch onto its base (:meth:`Worktree.rebase`)."""
-        agent = self.get(name)
-        try:
-            result = await self._worktree_of(agent).rebase()
-        except WorktreeError as exc:
-            raise SquadError(str(exc)) from None
-        agent.conversation.add_notice(str(result), level="info" if result.ok else "warning")
-        await self._restat(agent)
-        return result
+        return await self._on_worktree(name, agent_worktrees.rebase)
 
     async def discard(self, name: str, force: bool = False) -> None:
         """Stop agent ``name`` and remove its worktree and branch
         (:meth:`Worktree.discard`; refused with uncommitted changes unless ``force``), and
         journal it."""
+        await self._on_worktree(name, agent_worktrees.discard, self.rules.journal, force)
+
+    async def _on_worktree(self, name: str, work: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
+        """``work(agent's state, *args)`` (:mod:`.agent_worktrees`), git's refusals said as :class:`SquadError`."""
         agent = self.get(name)
-        wt = self._worktree_of(agent)
         try:
-            if not force and await wt.dirty():
-                await wt.discard()  # raises, saying which files
-            await agent.close()
-            await wt.discard(force=force)
+            return await work(state_of(agent), *args)
         except WorktreeError as exc:
             raise SquadError(str(exc)) from None
-        self.rules.journal.add("worktrees", "Output", text=f"discard: {wt.branch} and {wt.path} removed",
-                               agent=agent.name)
-        agent.conversation.add_notice(f"Worktree {wt.path} and branch {wt.branch} removed.")
-        agent.worktree = None
-        state_of(agent).notify_status()
-
-    def _worktree_of(self, agent: Agent) -> Worktree:
-        if agent.worktree is None:
-            raise SquadError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
-        return agent.worktree
-
-    @staticmethod
-    async def _restat(agent: Agent) -> None:
-        if agent.worktree is not None and await agent.worktree.exists():
-            await agent.worktree.diffstat()
-        state_of(agent).notify_status()
 
     def fork(self, parent: str | Agent, name: str | None = None) -> Agent:
         """A new agent of ``parent``'s harness carrying its conversation, returned at once
@@ -462,18 +417,15 @@ class Squad:
         cwd, project = source.cwd, source.project
         planned: Worktree | None = None
         if source.worktree is not None:
-            wt = source.worktree
-            planned = Worktree(wt.repo, wt.repo.parent / f"{wt.repo.name}.worktrees" / safe_name(name),
-                               f"escouade/{safe_name(name)}", wt.base, name)
-            cwd = planned.path / source.cwd.relative_to(wt.path)
-            if project is not None:
-                project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private)
+            planned = agent_worktrees.plan(source.worktree.repo, name, base=source.worktree.base)
+            cwd, project = agent_worktrees.moved_into(planned, source.cwd, source.worktree.path, project)
         agent = Agent(source.harness, program=source.program, name=name, cwd=cwd, policies=list(source.policies),
                       via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
                       mcp=source.mcp)
         self._add(agent)
         state_of(agent).claim_version_check()  # the parent's program: checked already
-        state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned), name=f"escouade fork of {source.name}")
+        state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned),
+                                           name=f"escouade fork of {source.name}")
         agent.start()
         return agent
 
@@ -482,7 +434,7 @@ class Squad:
         from ..core.render_text import render_items
         if planned is not None:
             await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
-            await self._make_worktree(agent, planned, None, parent=source.worktree)
+            await agent_worktrees.make(state_of(agent), planned, None, parent=source.worktree)
         caps = source.agent_capabilities or {}
         offers = (caps.get("sessionCapabilities") or {}).get("fork") is not None and caps.get("loadSession")
         if offers and source.session is not None and source.session_id:
@@ -570,17 +522,18 @@ class Squad:
         project = Project.for_folder(Path(cwd)) if cwd and Path(cwd).is_dir() else None
         recorded = head.get("worktree") if isinstance(head.get("worktree"), dict) else {}
         if project is not None and recorded.get("repo") and Path(recorded["repo"]).is_dir():
-            repo_project = Project.for_folder(Path(recorded["repo"]))  # the repository's project, fenced to the worktree
+            # the repository's project, fenced to the worktree
+            repo_project = Project.for_folder(Path(recorded["repo"]))
             project = Project(id=repo_project.id, name=repo_project.name, folder=project.folder,
                               private=repo_project.private or project.private)
         agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
         if isinstance(head.get("worktree"), dict):  # reattached: git still has it (or the view says it has gone)
             try:
-                agent.worktree = Worktree.from_record(head["worktree"])
+                state_of(agent).in_worktree(Worktree.from_record(head["worktree"]))
             except KeyError:
                 pass
             else:
-                self._own(self._restat(agent), f"escouade worktree of {agent.name}")
+                self._own(agent_worktrees.restat(state_of(agent)), f"escouade worktree of {agent.name}")
         self._add(agent)
         if ref is not None:
             agent.start()

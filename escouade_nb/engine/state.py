@@ -320,6 +320,11 @@ class AgentState:
         primer, self.primer = self.primer, None
         return primer
 
+    def in_worktree(self, worktree: Worktree | None) -> None:
+        """It works in ``worktree`` now (made before its start, or found again on a
+        resume); None: its worktree was discarded."""
+        self.worktree = worktree
+
     # -- the program's version against the manifest's ``tested`` range ---------------------------
     def check_version(self, version: str | None) -> None:
         """Warn in the conversation when ``version`` is outside the manifest's ``tested``

@@ -136,7 +136,8 @@ class Agent:
     fence = _read("fence", "The folder the client's fs is fenced to: a private project's folder, else None.")
     uses_client_fs = _read("uses_client_fs", "Whether we offer ``fs/*`` (the manifest's ``acp.fs``, not through a "
                                              "launcher unless told otherwise).")
-    transcript = _read("transcript", "The transcript file of the current process (None between a process and the next).")
+    transcript = _read("transcript", "The transcript file of the current process (None between a process and the "
+                                     "next).")
     argv: Callable[[], list[str]] = _read("argv", "")  # type: ignore[assignment]
 
     pid = property(lambda self: self._state._of_session("pid"), doc="The process id (its process group's too).")

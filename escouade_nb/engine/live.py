@@ -91,7 +91,7 @@ class Live:
         acp_spec = agent.harness.harness.acp
         env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})
         if agent.record and agent.transcript is None:
-            agent.transcript = Transcript.new(agent.name, {
+            agent.use_transcript(Transcript.new(agent.name, {
                 "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),
                 "started_from": os.getcwd(),  # the notebook's folder: its project lists it (engine/listing.py)
                 **({"worktree": agent.worktree.record()} if agent.worktree is not None else {}),
@@ -99,11 +99,12 @@ class Live:
                 **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),
                 **({"system_prompt": agent.system_prompt, "system_prompt_mode": agent.system_prompt_mode}
                    if agent.system_prompt else {})},
-                on_error=agent.transcript_failed)
+                on_error=agent.transcript_failed))
         self.desk = CardDesk(agent)
         client = EscouadeClient(cwd=agent.cwd, on_permission=self.desk.on_permission, on_update=self._fold,
                                 on_file_written=lambda path, old, new: self.workspace.file_written(path, old, new),
-                                fence=agent.fence, also=agent.add_dirs, terminal_env=env, on_elicitation=self.desk.on_elicitation,
+                                fence=agent.fence, also=agent.add_dirs, terminal_env=env,
+                                on_elicitation=self.desk.on_elicitation,
                                 on_elicitation_complete=self.desk.on_elicitation_complete)
         self.workspace = Workspace(agent.conversation, agent.cwd, name=agent.name, fenced=agent.private,
                                    terminals=client.terminals)
@@ -186,11 +187,9 @@ class Live:
         session.closing = True
         if by_you and self.current:
             waited = f" after {_duration(time.monotonic() - self.waiting_since)}" if self.waiting_since else ""
-            agent.error = f"agent {agent.name!r} was stopped by you while it started"
-            agent.conversation.add_notice(f"Stopped by you while starting{waited}: its process was ended "
-                                          f"(Restart starts it again).")
-            agent.set_status(AgentStatus.CLOSED)
-            agent.wake_waiters()
+            agent.stopped_while_starting(f"agent {agent.name!r} was stopped by you while it started",
+                                         f"Stopped by you while starting{waited}: its process was ended "
+                                         f"(Restart starts it again).")
         if session.process is not None:
             await terminate_group(session.process, grace=STOP_GRACE)
             await session.exited.wait()
@@ -222,16 +221,13 @@ class Live:
                                                                          auth_terminal=True))
             self._check_version()
             ours = (session.agent_capabilities.get("_meta") or {}).get("escouade") or {}
-            agent.reads_refusal_messages = bool(ours.get("refusalMessage"))
+            agent.initialized(ours)
             await self.open()
         except TimeoutError:
             await self._abort(f"agent {agent.name!r} did not answer initialize/session/new within "
                               f"{agent.start_timeout:g} s ({START_LIMIT_ENV})")
         except AuthRequired as exc:
-            agent.auth_required = exc
-            agent.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(exc))
-            agent.set_status(AgentStatus.SIGN_IN)
-            agent.wake_waiters()
+            agent.needs_sign_in(exc)
         except AgentError as exc:
             await self._abort(str(exc))
         except acp.RequestError as exc:
@@ -338,7 +334,7 @@ class Live:
             return
         if agent.transcript is not None:
             agent.transcript.event("session", session_id=self.session.session_id)
-        agent.auth_required = None
+        agent.signed_in()
         self.ready.set()
         agent.set_status(AgentStatus.IDLE)
         agent.wake_waiters()
@@ -362,7 +358,7 @@ class Live:
             agent.conversation.add_notice("Sign-in failed", level="error", detail=str(error))
             raise error from None
         if self.ready.is_set():  # signed in again during a session (a prompt got -32000): it goes on
-            agent.auth_required = None
+            agent.signed_in()
             agent.set_status(AgentStatus.IDLE)
             return
         await self.session_ready()
@@ -392,11 +388,7 @@ class Live:
 
     # -- the end ---------------------------------------------------------------------------------
     def _fail(self, error: str) -> None:
-        agent = self.agent
-        agent.error = error
-        agent.conversation.add_notice(f"Could not start: {error}", level="error")
-        agent.set_status(AgentStatus.FAILED)
-        agent.wake_waiters()
+        self.agent.fail_start(error, notice=f"Could not start: {error}")
 
     async def _abort(self, error: str) -> None:
         self._fail(error)
@@ -413,9 +405,8 @@ class Live:
         if session.process is not None and agent.transcript is not None:
             agent.transcript.event("exit", code=info.code, stderr_tail=info.stderr_tail, expected=info.expected)
         if not info.expected and agent.status is not AgentStatus.FAILED:
-            agent.error = session.fatal or str(AgentExited(agent.name, info.code, info.stderr_tail))
-            agent.conversation.add_notice(f"Agent exited with code {info.code}", level="error",
-                                          detail=info.stderr_tail)
+            agent.process_exited(session.fatal or str(AgentExited(agent.name, info.code, info.stderr_tail)),
+                                 info.code, info.stderr_tail)
         why = "agent exited" if not info.expected else "agent restarted" if agent.restarting else "agent closed"
         self.desk.close(why)
         self.kernel.close()

@@ -117,7 +117,8 @@ class AgentState:
         self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
         self.sessions_elsewhere: dict[str, str] = {}  # session id -> its folder, of session/list rows not of cwd
         self.sessions_hidden = 0  # rows of other folders left out of the last session/list page
-        self._stop_task: asyncio.Task | None = None  # Stop pressed while it starts: its process ended (awaited by close)
+        # Stop pressed while it starts: its process ended (awaited by close)
+        self._stop_task: asyncio.Task | None = None
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.controls.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -261,10 +262,12 @@ class AgentState:
             return
         self.notify_status()
 
-    def fail_start(self, message: str) -> None:
-        """The start cannot happen (its worktree was refused…): ``failed``, saying why."""
+    def fail_start(self, message: str, *, notice: str | None = None) -> None:
+        """The start cannot happen (its worktree was refused, the agent refused the
+        session…): ``failed``, saying why (``notice``: the conversation's words, else
+        ``message``)."""
         self.error = message
-        self.conversation.add_notice(message, level="error")
+        self.conversation.add_notice(message if notice is None else notice, level="error")
         if self.status is not AgentStatus.FAILED:
             self.set_status(AgentStatus.FAILED)
         self.wake_waiters()
@@ -298,6 +301,50 @@ class AgentState:
         """Queue ``prompt`` (text or ACP content blocks) as a turn of the agent: what a card's
         feedback, a question's answers and a sign-in's retry send."""
         return self.turns.send(Turn(self.public, blocks(prompt)))
+
+    def stopped_while_starting(self, error: str, notice: str) -> None:
+        """Stop was pressed while it started: ``closed`` (Restart starts it again), saying so."""
+        self.error = error
+        self.conversation.add_notice(notice)
+        self.set_status(AgentStatus.CLOSED)
+        self.wake_waiters()
+
+    def process_exited(self, error: str, code: int | None, stderr_tail: str) -> None:
+        """Its process ended by itself (not closed by us): ``error`` says how; the
+        conversation shows the exit code and the end of its stderr."""
+        self.error = error
+        self.conversation.add_notice(f"Agent exited with code {code}", level="error", detail=stderr_tail)
+
+    def initialized(self, escouade_meta: dict[str, Any]) -> None:
+        """The agent answered ``initialize``: what its ``_meta.escouade`` says it reads
+        (``refusalMessage``: a rule plugin's reason in a refusal)."""
+        self.reads_refusal_messages = bool(escouade_meta.get("refusalMessage"))
+
+    def needs_sign_in(self, error: AuthRequired) -> None:
+        """The agent wants a sign-in before a session (``initialize``/``session/new``
+        refused): status ``sign-in``, the waiters woken (``ready()`` raises it)."""
+        self.auth_required = error
+        self.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(error))
+        self.set_status(AgentStatus.SIGN_IN)
+        self.wake_waiters()
+
+    def signed_in(self) -> None:
+        """A session opened (or a sign-in during one went through): no sign-in is wanted."""
+        self.auth_required = None
+
+    def sign_in_started(self, job: Any) -> None:
+        """A terminal sign-in runs (``job``: :class:`~.sign_in.TerminalSignIn`); the view shows its input box."""
+        self.sign_in_job = job
+        self.notify_status()
+
+    def sign_in_ended(self) -> None:
+        """The terminal sign-in's program ended."""
+        self.sign_in_job = None
+        self.notify_status()
+
+    def retry_after_sign_in(self, prompt: list[dict[str, Any]]) -> None:
+        """Send once more the prompt refused for want of a sign-in (``sign_in_retry``: its turn)."""
+        self.sign_in_retry = self.send(prompt)
 
     def wants_sign_in(self, error: AuthRequired, prompt: list[dict[str, Any]], primer: dict[str, Any] | None) -> None:
         """The agent refused ``prompt`` until the user signs in: kept (with a fork's
@@ -389,7 +436,8 @@ class AgentState:
         """Rule plugins first (a team's denial beats the mode), then the kernel's reads
         (:meth:`.kernel_access.KernelAccess.policy`), then the mode."""
         kernel = self.live.kernel.policy if self.live is not None and self.live.kernel.server_names else None
-        return [*self.policies, *([kernel] if kernel else []), *([self.controls.policy] if self.controls.applies else [])]
+        mode = [self.controls.policy] if self.controls.applies else []
+        return [*self.policies, *([kernel] if kernel else []), *mode]
 
     async def next_card(self, kind: str, timeout: float | None, what: str) -> Any:
         """The next card of ``kind`` (``"permission"`` or ``"question"``) not handed out yet,
@@ -434,7 +482,7 @@ class AgentState:
                 self.auth_required = None
                 if self.transcript is not None:  # a new process, a new transcript, which names the one before
                     self.previous_transcript = self.transcript.path
-                self.transcript = None
+                self.use_transcript(None)
                 self.conversation.add_notice("Restarted: a new process and a new session.")
                 self.start()
             finally:
@@ -445,8 +493,8 @@ class AgentState:
         (skipping what ``replay`` says the conversation has) and writes on in that file."""
         self.resume_id = session_id  # the next Live reloads it
         self._replay = replay
-        self.transcript = Transcript(path, on_error=self.transcript_failed)
-        self.transcript.event("resume")
+        self.use_transcript(Transcript(path, on_error=self.transcript_failed))
+        self._transcript.event("resume")
 
     async def _close_session(self) -> None:
         live, task = self.live, self._main_task
@@ -495,8 +543,9 @@ class AgentState:
         """The transcript file of the current process (None between a process and the next)."""
         return self._transcript
 
-    @transcript.setter
-    def transcript(self, transcript: Transcript | None) -> None:
+    def use_transcript(self, transcript: Transcript | None) -> None:
+        """Write on in ``transcript`` (a new process's file, or the one a resume reopens;
+        None between a process and the next)."""
         self._transcript = transcript
         if transcript is not None:
             self.keeper.attached()  # a new segment: its mark, and the notices that waited for it

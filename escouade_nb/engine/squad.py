@@ -218,7 +218,7 @@ class Squad:
 
     def _add(self, agent: Agent) -> None:
         """Put ``agent`` in the table; it forks through this squad (:meth:`Agent.fork`)."""
-        state_of(agent).forker = self
+        state_of(agent).in_squad(self)
         self.agents[agent.name] = agent
 
     def _free_name(self, base: str) -> str:
@@ -440,13 +440,13 @@ class Squad:
         if offers and source.session is not None and source.session_id:
             result = await source.session.request("session/fork", {"sessionId": source.session_id,
                                                                    "cwd": str(agent.cwd), "mcpServers": []})
-            state_of(agent).resume_id = (result or {}).get("sessionId")
+            state_of(agent).opens_session((result or {}).get("sessionId"))
             agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
                                           f"conversation itself (session {state_of(agent).resume_id}).")
             return
         speaker = source.harness.harness.speaker or source.harness.harness.display_name
         text = render_items(list(source.conversation.items), speaker=speaker)
-        state_of(agent).primer = carried_conversation(agent.name, source.name, text, speaker)
+        state_of(agent).carries(carried_conversation(agent.name, source.name, text, speaker))
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
             f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "

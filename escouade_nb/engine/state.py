@@ -367,6 +367,20 @@ class AgentState:
         primer, self.primer = self.primer, None
         return primer
 
+    def in_squad(self, forker: Forker) -> None:
+        """It is one of ``forker``'s agents (a squad's): :meth:`~.agent.Agent.fork` goes through it."""
+        self.forker = forker
+
+    def opens_session(self, session_id: str | None) -> None:
+        """Its next start opens ``session_id`` (one of the agent's own: a fork made with
+        ``session/fork``) instead of a new session."""
+        self.resume_id = session_id
+
+    def carries(self, primer: dict[str, Any]) -> None:
+        """A fork's conversation so far (:func:`~..core.prompt.carried_conversation`), sent
+        with its first prompt (:meth:`take_primer`)."""
+        self.primer = primer
+
     def in_worktree(self, worktree: Worktree | None) -> None:
         """It works in ``worktree`` now (made before its start, or found again on a
         resume); None: its worktree was discarded."""

@@ -82,13 +82,13 @@ class Live:
         self.mode = mode
         self.ready = asyncio.Event()
         self.told_about_questions = False  # the questionsInText preamble, once per session
-        self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.harness.acp.questions_in_text else ""
+        self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.acp.questions_in_text else ""
         self.cancel_sent = False  # one session/cancel per Stop
         self.ended = False
         self.waiting: str | None = None  # the request a start waits for the answer to (``initialize``…)
         self.waiting_since: float | None = None  # time.monotonic() when the start began
         self.stopped_starting = False  # Stop pressed (or closed) while it started
-        acp_spec = agent.harness.harness.acp
+        acp_spec = agent.harness.acp
         env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})
         if agent.record and agent.transcript is None:
             agent.use_transcript(Transcript.new(agent.name, {
@@ -113,7 +113,9 @@ class Live:
         self.session = AgentSession(
             name=agent.name, argv=agent.argv(), cwd=agent.cwd, env=env, client=client, fold=self._fold,
             withdrawn=self.desk.withdrawn, on_fatal=self._on_fatal, on_models=agent.controls.set_models,
-            on_exit=lambda info: self.end(), start_timeout=agent.start_timeout, fold_child=self._fold_child,
+            on_exit=lambda info: self.end(), fold_child=self._fold_child,
+            # None: no limit, which AgentSession handles (anyio.fail_after(None)); its annotation says float
+            start_timeout=agent.start_timeout,  # type: ignore[arg-type]
             line_observers=[transcript.wire_line] if transcript is not None else ())
         self.desk.session = self.session
         client.on_child_permission = self.desk.on_child_permission
@@ -210,8 +212,9 @@ class Live:
                 task.cancel()
             await asyncio.gather(ticker, steps, gone, return_exceptions=True)
             self.waiting = None
-        if steps.done() and not steps.cancelled() and steps.exception() is not None:
-            raise steps.exception()
+        failure = steps.exception() if steps.done() and not steps.cancelled() else None
+        if failure is not None:
+            raise failure
 
     async def _handshake_steps(self) -> None:
         agent, session = self.agent, self.session

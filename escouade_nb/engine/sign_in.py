@@ -39,7 +39,7 @@ class TerminalSignIn:
     def __init__(self, agent: AgentHandle, method: dict[str, Any]) -> None:
         self.agent = agent
         self.method = method
-        acp = agent.harness.harness.acp
+        acp = agent.harness.acp
         args = [str(a) for a in method.get("args") or []]
         self.argv = launch_argv(agent.via, [agent.program, *acp.args, *args])
         self.env = {**agent_environment(acp.remove_env or (), {**(acp.env or {}), **agent.extra_env}),

@@ -254,13 +254,13 @@ class Squad:
         if name is not None and name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
         launcher = shlex.split(via) if isinstance(via, str) else list(via or [])
-        if launcher:
-            program = (ref.harness.locate.names[0] if ref.harness.locate and ref.harness.locate.names
-                       else ref.short_id)
+        if launcher:  # the program is wherever the launcher puts it: named, not looked up
+            program: str | None = (ref.harness.locate.names[0] if ref.harness.locate and ref.harness.locate.names
+                                   else ref.short_id)
         else:
             program = locate_program(ref.harness)
-            if program is None:
-                raise ProgramNotFound(ref)
+        if program is None:
+            raise ProgramNotFound(ref)
         return ref, folder, launcher, program
 
     def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
@@ -520,7 +520,7 @@ class Squad:
             raise ProgramNotFound(ref)
         cwd = head.get("cwd")
         project = Project.for_folder(Path(cwd)) if cwd and Path(cwd).is_dir() else None
-        recorded = head.get("worktree") if isinstance(head.get("worktree"), dict) else {}
+        recorded: dict[str, Any] = head["worktree"] if isinstance(head.get("worktree"), dict) else {}
         if project is not None and recorded.get("repo") and Path(recorded["repo"]).is_dir():
             # the repository's project, fenced to the worktree
             repo_project = Project.for_folder(Path(recorded["repo"]))

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -124,7 +124,7 @@ class AgentState:
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
                              f"{', '.join(self.controls.escouade_modes())}")
         self._initial_mode = mode
-        if self.private and harness.harness.acp.fs is False:
+        if self.private and harness.acp.fs is False:
             raise AgentError(f"{harness.harness.display_name} reads and writes files by itself (its manifest says "
                              f'"fs": false), so it cannot run in a private project: the fence would not hold')
 
@@ -163,15 +163,15 @@ class AgentState:
         """Whether we offer ``fs/*``: the manifest's ``acp.fs`` (default true), but not
         through a launcher — the files are not ours — unless told otherwise."""
         if self._fs_override is not None:
-            return self._fs_override and self.harness.harness.acp.fs is not False
-        return self.harness.harness.acp.fs is not False and not self.via
+            return self._fs_override and self.harness.acp.fs is not False
+        return self.harness.acp.fs is not False and not self.via
 
     def argv(self) -> list[str]:
         """The command line: ``[*via, program, *acp.args]`` — ``via`` is a launcher
         prefix such as ``ssh host`` or ``kubectl exec -i POD --`` (ACP is plain stdio);
         through ``ssh``, the remote command is quoted and wrapped so that ending the local
         ``ssh`` ends the remote agent too (:mod:`.launcher`)."""
-        return launch_argv(self.via, [self.program, *self.harness.harness.acp.args])
+        return launch_argv(self.via, [self.program, *self.harness.acp.args])
 
     def set_status(self, status: AgentStatus | str) -> None:
         """Move the status machine; :class:`InvalidTransition` for a move it lacks."""
@@ -289,6 +289,7 @@ class AgentState:
     async def ready_session(self) -> AgentSession:
         """The current session, once ready (see :meth:`ready`)."""
         await self.ready()
+        assert self.live is not None  # ready: a live session
         return self.live.session
 
     def transcript_failed(self, exc: OSError) -> None:
@@ -396,7 +397,7 @@ class AgentState:
         self.version_checked = True
         tested = self.harness.harness.tested
         status = version_status(version, tested)
-        if status in ("older", "newer"):
+        if status in ("older", "newer") and tested is not None:
             self.conversation.add_notice(
                 f"{self.harness.harness.display_name} {version} is {status} than the versions tested with this "
                 f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
@@ -427,7 +428,7 @@ class AgentState:
     def questions_from_text(self, turn: Turn) -> None:
         """A ``questionsInText`` harness ended its turn on an ``<escouade_question>``
         block: a question card."""
-        if self.harness.harness.acp.questions_in_text and self.live is not None:
+        if self.harness.acp.questions_in_text and self.live is not None:
             questions = plans.questions_in(turn.text)
             if questions:
                 self.live.desk.add_question(Question("", message="", mode="text", questions=questions))
@@ -453,7 +454,7 @@ class AgentState:
         mode = [self.controls.policy] if self.controls.applies else []
         return [*self.policies, *([kernel] if kernel else []), *mode]
 
-    async def next_card(self, kind: str, timeout: float | None, what: str) -> Any:
+    async def next_card(self, kind: Literal["permission", "question"], timeout: float | None, what: str) -> Any:
         """The next card of ``kind`` (``"permission"`` or ``"question"``) not handed out yet,
         waiting for one; ``TimeoutError`` after ``timeout`` seconds (``what`` names it),
         :class:`AgentError` when the agent ends first."""
@@ -507,8 +508,9 @@ class AgentState:
         (skipping what ``replay`` says the conversation has) and writes on in that file."""
         self.resume_id = session_id  # the next Live reloads it
         self._replay = replay
-        self.use_transcript(Transcript(path, on_error=self.transcript_failed))
-        self._transcript.event("resume")
+        transcript = Transcript(path, on_error=self.transcript_failed)
+        self.use_transcript(transcript)
+        transcript.event("resume")
 
     async def _close_session(self) -> None:
         live, task = self.live, self._main_task
@@ -549,7 +551,7 @@ class AgentState:
             return
         session.closing = True
         session.client.terminals.kill_now()
-        if session.alive:
+        if session.alive and session.pid is not None:
             kill_group_now(session.pid)
 
     @property

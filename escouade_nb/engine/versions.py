@@ -34,7 +34,9 @@ class ProgramVersions:
         self._own = own
 
     @staticmethod
-    def _key(program: str, version_args: list[str]) -> tuple | None:
+    def _key(program: str | None, version_args: list[str]) -> tuple | None:
+        if program is None:
+            return None
         try:
             stat = os.stat(program)
         except OSError:
@@ -48,12 +50,12 @@ class ProgramVersions:
             return True, self._read[key]
         return False, None
 
-    async def version_of(self, program: str, version_args: list[str]) -> str | None:
+    async def version_of(self, program: str | None, version_args: list[str]) -> str | None:
         """The program's version, read once per program file without blocking the loop;
         callers asking while it is read share that one read (one caller cancelled does
-        not cancel the others'). ``None`` when it has no readable version."""
+        not cancel the others'). ``None`` when it has no readable version (or no program)."""
         key = self._key(program, version_args)
-        if key is None:
+        if key is None or program is None:
             return None  # no such file (any more)
         if key in self._read:
             return self._read[key]
@@ -81,11 +83,11 @@ class ProgramVersions:
             then(await self.version_of(program, version_args))
         self._own(read(), f"escouade --version of {program}")
 
-    def now(self, program: str, version_args: list[str]) -> str | None:
+    def now(self, program: str | None, version_args: list[str]) -> str | None:
         """:meth:`version_of` for code without a loop (it blocks while ``--version``
         runs): the same cache."""
         key = self._key(program, version_args)
-        if key is None:
+        if key is None or program is None:
             return None
         if key not in self._read:
             self._read[key] = read_version(program, version_args)

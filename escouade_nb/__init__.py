@@ -21,7 +21,8 @@ from ._lazy import lazy_names
 
 _LAZY = {
     "__version__": "_version", "EscouadeError": "_errors",
-    "Agent": "engine.agent", "AgentError": "wire.errors", "AgentExited": "wire.errors",
+    "Agent": "engine.squad",  # the squad module: it registers who forks a lone agent (Agent.fork)
+    "AgentError": "wire.errors", "AgentExited": "wire.errors",
     "AuthRequired": "wire.errors", "NoEventLoop": "wire.errors",
     "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
     "Turn": "engine.turns", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",

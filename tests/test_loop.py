@@ -116,7 +116,7 @@ def test_start_returns_while_the_version_is_read(harnesses):
             agent = squad.start("slow", cwd=harnesses / "ws")
             assert agent.status == "starting" and _version_notices(agent) == []  # nothing read yet
             await agent.ready()  # the agent's own initialize gives 0.1.0, most often before --version ends
-            if squad._reads:  # still reading: initialize's version was left to it
+            if squad.versions.reads:  # still reading: initialize's version was left to it
                 assert _version_notices(agent) == []
             await _until(lambda: _version_notices(agent))
         try:

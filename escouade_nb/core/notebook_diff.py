@@ -89,9 +89,9 @@ class CellChange:
         if self.new_index is None:  # removed
             return f"old cell {(self.old_index or 0) + 1} ({self.cell_type}{ident}) removed"
         where = f"cell {self.new_index + 1}"
-        words = [] if self.kind == "unchanged" else [self.kind]
-        if self.moved:
-            words.append(f"moved from {self.old_index + 1}")  # type: ignore[operator]
+        words: list[str] = [] if self.kind == "unchanged" else [self.kind]
+        if self.moved and self.old_index is not None:  # a moved cell has both indexes
+            words.append(f"moved from {self.old_index + 1}")
         return f"{where} ({self.cell_type}{ident}) {', '.join(words)}"
 
 
@@ -251,9 +251,9 @@ def _match(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[dict[i
     matched_new: set[int] = set()
     for j, cell in enumerate(new):
         cid = _id(cell)
-        i = old_by_id.get(cid) if cid is not None else None
-        if i is not None and i not in pairs:
-            pairs[i] = j
+        paired = old_by_id.get(cid) if cid is not None else None
+        if paired is not None and paired not in pairs:
+            pairs[paired] = j
             matched_new.add(j)
     ids_ignored = not pairs and bool(old_by_id) and any(_id(c) for c in new)
 
@@ -270,10 +270,10 @@ def _match(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[dict[i
         waiting.setdefault((_type(old[i]), sources_old[i]), []).append(i)
     for j in free_new:
         queue = waiting.get((_type(new[j]), sources_new[j]), [])
-        i = next((i for i in queue if may_pair(i, j)), None)
-        if i is not None:
-            queue.remove(i)
-            pairs[i] = j
+        same = next((i for i in queue if may_pair(i, j)), None)
+        if same is not None:
+            queue.remove(same)
+            pairs[same] = j
             matched_new.add(j)
     free_old = [i for i in free_old if i not in pairs]
     free_new = [j for j in free_new if j not in matched_new]
@@ -327,8 +327,8 @@ def _compare(old: dict[str, Any], new: dict[str, Any], i: int, j: int, *, moved:
         details.append(f"type {_type(old)} → {_type(new)}")
     old_src, new_src = cell_source(old), cell_source(new)
     source = tuple(diff_lines(old_src, new_src)) if old_src != new_src else ()
-    old_out = old.get("outputs") if isinstance(old.get("outputs"), list) else []
-    new_out = new.get("outputs") if isinstance(new.get("outputs"), list) else []
+    old_out: list[Any] = old["outputs"] if isinstance(old.get("outputs"), list) else []
+    new_out: list[Any] = new["outputs"] if isinstance(new.get("outputs"), list) else []
     if old_out != new_out:
         if not new_out:
             details.append(f"outputs cleared ({_plural(len(old_out), 'output')} before)")

@@ -307,7 +307,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
     if isinstance(item, Plan):
         lines = ["[plan]" + (" (removed)" if item.removed else "")]
         for e in item.entries:
-            lines.append(f"  {PLAN_MARK.get(e.get('status'), '[?]')} {e.get('content', '')}")
+            lines.append(f"  {PLAN_MARK.get(str(e.get('status')), '[?]')} {e.get('content', '')}")
         if item.markdown:
             lines.append(_indent(item.markdown))
         return "\n".join(lines)

@@ -32,6 +32,7 @@ from ..wire.process import StderrRing
 from ..wire.session import SessionPage
 from .cards import PermissionCard, Policy, QuestionCard
 from .controls import Controls
+from .interfaces import default_forker
 from .kernel_access import context_blocks
 from .live import Live
 from .resume import rebuild, resumed
@@ -135,7 +136,8 @@ class Agent:
     fence = _read("fence", "The folder the client's fs is fenced to: a private project's folder, else None.")
     uses_client_fs = _read("uses_client_fs", "Whether we offer ``fs/*`` (the manifest's ``acp.fs``, not through a "
                                              "launcher unless told otherwise).")
-    transcript = _read("transcript", "The transcript file of the current process (None between a process and the next).")
+    transcript = _read("transcript", "The transcript file of the current process (None between a process and the "
+                                     "next).")
     argv: Callable[[], list[str]] = _read("argv", "")  # type: ignore[assignment]
 
     pid = property(lambda self: self._state._of_session("pid"), doc="The process id (its process group's too).")
@@ -204,11 +206,12 @@ class Agent:
     def fork(self, name: str | None = None) -> Agent:
         """A new agent of this harness carrying this conversation, in the squad
         (:meth:`~.squad.Squad.fork`: ``session/fork`` where offered, else the conversation
-        as context of its first prompt); returned at once, starting. :class:`AgentError`
-        for an agent made outside the squad."""
-        forker = self._state.forker
+        as context of its first prompt); returned at once, starting. An agent no squad
+        holds forks into the process-wide one (``get_squad()``); :class:`AgentError` when
+        no squad was loaded (``escouade_nb.Agent`` loads it)."""
+        forker = self._state.forker or default_forker()
         if forker is None:
-            raise AgentError(f"agent {self.name!r} is not in a squad: only the squad's agents fork (Squad.fork)")
+            raise AgentError(f"agent {self.name!r} is not in a squad and none is loaded: fork it with Squad.fork")
         return forker.fork(self, name)
 
     async def authenticate(self, method_id: str) -> Agent:

@@ -316,7 +316,7 @@ class CardDesk:
                 self.kernel.recognise(call)
             if asked is not None and request is None:  # the client's notes, made on the live call
                 asked.mcp, asked.kernel_notebook = call.mcp, call.kernel_notebook
-        perm.plan = plans.plan_of(asked, agent.harness.harness.acp.tools)
+        perm.plan = plans.plan_of(asked, agent.harness.acp.tools)
         card = PermissionCard(agent.public, self, perm, subagent=subagent)
         self.cards.append(card)
         self._arrived("permission", card)
@@ -414,7 +414,7 @@ class CardDesk:
     def _tool_of(self, call: ToolCall) -> str:
         from ..permissions.request import normalise
 
-        return normalise(call, self.agent.harness.harness.acp.tools).tool
+        return normalise(call, self.agent.harness.acp.tools).tool
 
     def note_unasked(self, call: ToolCall) -> None:
         """A tool call that ended without a card of its own, of a tool an earlier card of

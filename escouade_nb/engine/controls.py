@@ -35,7 +35,7 @@ CLIENT_SIDE = ("default", "acceptEdits", "bypassPermissions")
 
 def acp_mode_of(harness: HarnessRef, mode: str) -> str | None:
     """The agent's own mode id an Escouade ``mode`` maps to in the manifest, or None."""
-    acp_spec = harness.harness.acp
+    acp_spec = harness.acp
     return acp_spec.read_only_mode if mode == "readOnly" else (acp_spec.modes or {}).get(mode)
 
 
@@ -45,11 +45,11 @@ def escouade_modes(harness: HarnessRef) -> dict[str, str]:
     (``acp.modes``), ``readOnly`` when it has ``acp.readOnlyMode``. A mode without a
     mapping is not offered."""
     h = harness.harness
-    mapping = h.acp.modes or {}
+    mapping = harness.acp.modes or {}
     meanings = {m.id: (m.meaning_text() or m.id) for m in h.mode_caps()}
-    out = {mode: meanings.get(mode, mode) for mode in ("default", "acceptEdits", "bypassPermissions")
-           if mode in mapping}
-    if h.acp.read_only_mode:
+    out: dict[str, str] = {mode: meanings.get(mode, mode) for mode in ("default", "acceptEdits", "bypassPermissions")
+                           if mode in mapping}
+    if harness.acp.read_only_mode:
         out["readOnly"] = meanings.get("readOnly", "Read only: the agent changes nothing.")
     return out
 
@@ -59,8 +59,9 @@ class Controls:
 
     ``mode`` is Escouade's mode (``default``, ``acceptEdits``, ``bypassPermissions``,
     ``readOnly``) the agent is in, mapped back from its own (None: a mode of its own
-    that none maps to; see :meth:`follow`), and that the client applies to permission requests; ``models`` the agent's own
-    raw ``models`` state when it sends one (goose's, in the ``session/new`` answer).
+    that none maps to; see :meth:`follow`), and that the client applies to permission
+    requests; ``models`` the agent's own raw ``models`` state when it sends one (goose's,
+    in the ``session/new`` answer).
     Every setter shows the change at once and rolls it back, with a notice, when the
     agent refuses."""
 
@@ -163,7 +164,8 @@ class Controls:
         previous, self.mode = self.mode, mode
         self.agent.notify_status()
         # an agent with no mode to switch is sent nothing: the client applies the mode alone
-        if (self.opened and not self._agent_mode_ids()) or await self.set_mode(acp_mode):
+        if (self.opened and not self._agent_mode_ids()) or (acp_mode is not None  # an offered mode is mapped
+                                                             and await self.set_mode(acp_mode)):
             self.chosen = mode  # a restart sets it again
             return True
         self.mode = previous
@@ -191,7 +193,7 @@ class Controls:
         kind ``other``, titled "Write") — the tools rule plugins see as ``kind: edit``."""
         if call.kind in EDIT_KINDS:
             return True
-        return normalise(call, self.agent.harness.harness.acp.tools or {}).kind == "edit"
+        return normalise(call, self.agent.harness.acp.tools or {}).kind == "edit"
 
     @property
     def applies(self) -> bool:
@@ -286,7 +288,7 @@ class Controls:
         our own transport (:meth:`AgentSession.request`)."""
         session = await self.agent.ready_session()
         conv = self.agent.conversation
-        option_id = self.agent.harness.harness.acp.model_option
+        option_id = self.agent.harness.acp.model_option
         ids = {o.get("id") for o in conv.config_options}
         if option_id is None or option_id not in ids:
             option_id = next((o.get("id") for o in conv.config_options if o.get("category") == "model"), None)

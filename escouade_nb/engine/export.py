@@ -197,7 +197,7 @@ def _plan_md(plan: Plan) -> str:
     marks = {"[x]": "[x]", "[~]": "[ ] *(in progress)*", "[ ]": "[ ]"}
     lines = ["**plan**" + (" *(removed)*" if plan.removed else "")]
     for e in plan.entries:
-        mark = marks.get(PLAN_MARK.get(e.get("status"), ""), "[ ]")
+        mark = marks.get(PLAN_MARK.get(str(e.get("status")), ""), "[ ]")
         lines.append(f"- {mark} {no_raw_html(str(e.get('content', '')))}")
     if plan.markdown:
         lines.append("\n" + no_raw_html(plan.markdown))

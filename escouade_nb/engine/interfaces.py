@@ -8,7 +8,7 @@ This module imports no engine module, so that no part imports another through it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,7 +21,8 @@ from ..wire.errors import AuthRequired
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 
-__all__ = ["AgentHandle", "Forker", "KernelRequests", "LiveSession", "ResumedAgent"]
+__all__ = ["AgentHandle", "Forker", "KernelRequests", "LiveSession", "ResumedAgent", "default_forker",
+           "register_default_forker"]
 
 
 class ResumedAgent(Protocol):
@@ -75,9 +76,6 @@ class AgentHandle(ResumedAgent, Protocol):
     @property
     def transcript(self) -> Transcript | None: ...
 
-    @transcript.setter
-    def transcript(self, transcript: Transcript | None) -> None: ...
-
     @property
     def session(self) -> AgentSession | None: ...
 
@@ -86,6 +84,9 @@ class AgentHandle(ResumedAgent, Protocol):
 
     @property
     def auth_methods(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def agent_info(self) -> dict[str, Any] | None: ...
 
     @property
     def restarting(self) -> bool: ...
@@ -112,7 +113,25 @@ class AgentHandle(ResumedAgent, Protocol):
 
     def cards_answered(self) -> None: ...
 
-    def fail_start(self, message: str) -> None: ...
+    def fail_start(self, message: str, *, notice: str | None = None) -> None: ...
+
+    def stopped_while_starting(self, error: str, notice: str) -> None: ...
+
+    def process_exited(self, error: str, code: int | None, stderr_tail: str) -> None: ...
+
+    def initialized(self, escouade_meta: dict[str, Any]) -> None: ...
+
+    def needs_sign_in(self, error: AuthRequired) -> None: ...
+
+    def signed_in(self) -> None: ...
+
+    def sign_in_started(self, job: Any) -> None: ...
+
+    def sign_in_ended(self) -> None: ...
+
+    def retry_after_sign_in(self, prompt: list[dict[str, Any]]) -> None: ...
+
+    def use_transcript(self, transcript: Transcript | None) -> None: ...
 
     def transcript_failed(self, exc: OSError) -> None: ...
 
@@ -129,6 +148,14 @@ class AgentHandle(ResumedAgent, Protocol):
 
     def active_policies(self) -> list[Any]: ...
 
+    def check_version(self, version: str | None) -> None: ...
+
+    def in_worktree(self, worktree: Any) -> None: ...
+
+    def claim_version_check(self) -> None: ...
+
+    def release_version_check(self) -> None: ...
+
     def send(self, prompt: str | Sequence[Any]) -> Any: ...
 
     async def ready(self) -> Any: ...
@@ -137,11 +164,29 @@ class AgentHandle(ResumedAgent, Protocol):
 
     async def restart(self) -> Any: ...
 
+    async def close(self) -> None: ...
+
 
 class Forker(Protocol):
     """Who forks an agent (the squad: :meth:`~.squad.Squad.fork`)."""
 
     def fork(self, agent: Any, name: str | None = None) -> Any: ...
+
+
+_default_forker: Callable[[], Forker] | None = None
+
+
+def register_default_forker(source: Callable[[], Forker]) -> None:
+    """Who forks an agent that no squad holds: ``source()`` gives it when one forks
+    (:mod:`.squad` registers :func:`~.squad.get_squad` when it is imported)."""
+    global _default_forker
+    _default_forker = source
+
+
+def default_forker() -> Forker | None:
+    """The forker registered by :func:`register_default_forker` (the process-wide squad,
+    made on first use), or None when none was registered."""
+    return _default_forker() if _default_forker is not None else None
 
 
 class KernelRequests(Protocol):

@@ -187,8 +187,8 @@ def context_blocks(variables: Sequence[str] = (), cells: Sequence[int] | str = (
     what ``inspect_variable`` answers) and one for the cells (``kernel://cells/3-5``: In/Out
     of those execution counts). ``cells`` is a list of execution counts or a range text
     (``"3-5"``, ``"1,4-6"``). Agents without ``embeddedContext`` get them as
-    text blocks naming them, by the prompt gate (:func:`~..core.prompt.gate`). Raises ``KeyError`` for a variable the kernel lacks and
-    ``ValueError`` for a bad range or a cell that was not run."""
+    text blocks naming them, by the prompt gate (:func:`~..core.prompt.gate`). Raises
+    ``KeyError`` for a variable the kernel lacks and ``ValueError`` for a bad range or a cell that was not run."""
     from ..core import variables as kvars
 
     ns = user_namespace()[0] if namespace is None else namespace
@@ -306,7 +306,7 @@ class KernelAccess:
         # SDK passes them as --mcp-config) would show an HTTP entry's header, or a stdio
         # entry's env, to every local user: it gets the stdio bridge with its token in a
         # 0600 file, the entry naming only the file. So does an agent without HTTP MCP.
-        acp, grant = agent.harness.harness.acp, self.grant
+        acp, grant = agent.harness.acp, self.grant
         if caps.get("http") and not (acp is not None and acp.mcp_in_argv):
             return {"type": "http", "name": SERVER, "url": server.url,
                     "headers": [{"name": "Authorization", "value": f"Bearer {grant.token}"}]}

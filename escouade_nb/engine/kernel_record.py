@@ -99,7 +99,8 @@ class KernelRecord:
             chosen = perm.chosen or {}
             call_id = perm.tool_call.tool_call_id if perm.tool_call else None
             self._write({"phase": "answer", "call": call_id, "tool": "run_code", "outcome": perm.state,
-                         "option_id": perm.option_id, "option_kind": chosen.get("kind"), "option_name": chosen.get("name"),
+                         "option_id": perm.option_id, "option_kind": chosen.get("kind"),
+                         "option_name": chosen.get("name"),
                          "answered_by": perm.answered_by, "message": perm.message, "denied": perm.denied,
                          "asked_at": round(opened.asked_at, 3) if opened else None})
             code = opened.code if opened else str(((perm.tool_call.raw_input if perm.tool_call else None) or {})
@@ -138,7 +139,7 @@ class KernelRecord:
         if opened is None:  # a card made in another task than the call's end: by its code then
             key = next((k for k, o in self._open.items() if o.code == code), _NONE)
             if key is not _NONE:
-                opened = self._open.pop(key)
+                opened = self._open.pop(key)  # type: ignore[call-overload]  # a key of _open (not _NONE)
         if opened is None:  # no card was made (the kernel was busy first)
             self._write({"phase": "result", "call": None, "tool": "run_code", "status": status,
                          "arguments": kernel_calls.code_fields(code), **kernel_calls.output_fields(text)})

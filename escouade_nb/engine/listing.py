@@ -23,6 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..wire import transcript as tr
 from .worktree import repository_of
@@ -103,7 +104,7 @@ def histories(folder: Path | None = None) -> list[History]:
     for path, (head, mtime) in heads.items():
         if path.resolve() in named_before:
             continue  # a restart's file follows it: the history is listed by its newest
-        worktree = head.get("worktree") if isinstance(head.get("worktree"), dict) else {}
+        worktree: dict[str, Any] = head["worktree"] if isinstance(head.get("worktree"), dict) else {}
         out.append(History(str(head.get("agent", "")), path, mtime, tr.first_prompt(path), _resolved(head.get("cwd")),
                            _resolved(worktree.get("repo")), _resolved(head.get("started_from"))))
     return sorted(out, key=lambda h: (h.name, -h.written, h.path.name))

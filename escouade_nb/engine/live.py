@@ -22,7 +22,6 @@ from ..core import acp_v1_25
 from ..core import plans
 from ..core.adapters import adapt
 from ..core.status import AgentStatus
-from ..manifest import version_status
 from ..wire.client import EscouadeClient, capabilities
 from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import agent_environment, terminate_group
@@ -83,16 +82,16 @@ class Live:
         self.mode = mode
         self.ready = asyncio.Event()
         self.told_about_questions = False  # the questionsInText preamble, once per session
-        self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.harness.acp.questions_in_text else ""
+        self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.acp.questions_in_text else ""
         self.cancel_sent = False  # one session/cancel per Stop
         self.ended = False
         self.waiting: str | None = None  # the request a start waits for the answer to (``initialize``…)
         self.waiting_since: float | None = None  # time.monotonic() when the start began
         self.stopped_starting = False  # Stop pressed (or closed) while it started
-        acp_spec = agent.harness.harness.acp
+        acp_spec = agent.harness.acp
         env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})
         if agent.record and agent.transcript is None:
-            agent.transcript = Transcript.new(agent.name, {
+            agent.use_transcript(Transcript.new(agent.name, {
                 "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),
                 "started_from": os.getcwd(),  # the notebook's folder: its project lists it (engine/listing.py)
                 **({"worktree": agent.worktree.record()} if agent.worktree is not None else {}),
@@ -100,11 +99,12 @@ class Live:
                 **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),
                 **({"system_prompt": agent.system_prompt, "system_prompt_mode": agent.system_prompt_mode}
                    if agent.system_prompt else {})},
-                on_error=agent.transcript_failed)
+                on_error=agent.transcript_failed))
         self.desk = CardDesk(agent)
         client = EscouadeClient(cwd=agent.cwd, on_permission=self.desk.on_permission, on_update=self._fold,
                                 on_file_written=lambda path, old, new: self.workspace.file_written(path, old, new),
-                                fence=agent.fence, also=agent.add_dirs, terminal_env=env, on_elicitation=self.desk.on_elicitation,
+                                fence=agent.fence, also=agent.add_dirs, terminal_env=env,
+                                on_elicitation=self.desk.on_elicitation,
                                 on_elicitation_complete=self.desk.on_elicitation_complete)
         self.workspace = Workspace(agent.conversation, agent.cwd, name=agent.name, fenced=agent.private,
                                    terminals=client.terminals)
@@ -113,7 +113,9 @@ class Live:
         self.session = AgentSession(
             name=agent.name, argv=agent.argv(), cwd=agent.cwd, env=env, client=client, fold=self._fold,
             withdrawn=self.desk.withdrawn, on_fatal=self._on_fatal, on_models=agent.controls.set_models,
-            on_exit=lambda info: self.end(), start_timeout=agent.start_timeout, fold_child=self._fold_child,
+            on_exit=lambda info: self.end(), fold_child=self._fold_child,
+            # None: no limit, which AgentSession handles (anyio.fail_after(None)); its annotation says float
+            start_timeout=agent.start_timeout,  # type: ignore[arg-type]
             line_observers=[transcript.wire_line] if transcript is not None else ())
         self.desk.session = self.session
         client.on_child_permission = self.desk.on_child_permission
@@ -187,11 +189,9 @@ class Live:
         session.closing = True
         if by_you and self.current:
             waited = f" after {_duration(time.monotonic() - self.waiting_since)}" if self.waiting_since else ""
-            agent.error = f"agent {agent.name!r} was stopped by you while it started"
-            agent.conversation.add_notice(f"Stopped by you while starting{waited}: its process was ended "
-                                          f"(Restart starts it again).")
-            agent.set_status(AgentStatus.CLOSED)
-            agent.wake_waiters()
+            agent.stopped_while_starting(f"agent {agent.name!r} was stopped by you while it started",
+                                         f"Stopped by you while starting{waited}: its process was ended "
+                                         f"(Restart starts it again).")
         if session.process is not None:
             await terminate_group(session.process, grace=STOP_GRACE)
             await session.exited.wait()
@@ -212,8 +212,9 @@ class Live:
                 task.cancel()
             await asyncio.gather(ticker, steps, gone, return_exceptions=True)
             self.waiting = None
-        if steps.done() and not steps.cancelled() and steps.exception() is not None:
-            raise steps.exception()
+        failure = steps.exception() if steps.done() and not steps.cancelled() else None
+        if failure is not None:
+            raise failure
 
     async def _handshake_steps(self) -> None:
         agent, session = self.agent, self.session
@@ -223,16 +224,13 @@ class Live:
                                                                          auth_terminal=True))
             self._check_version()
             ours = (session.agent_capabilities.get("_meta") or {}).get("escouade") or {}
-            agent.reads_refusal_messages = bool(ours.get("refusalMessage"))
+            agent.initialized(ours)
             await self.open()
         except TimeoutError:
             await self._abort(f"agent {agent.name!r} did not answer initialize/session/new within "
                               f"{agent.start_timeout:g} s ({START_LIMIT_ENV})")
         except AuthRequired as exc:
-            agent.auth_required = exc
-            agent.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(exc))
-            agent.set_status(AgentStatus.SIGN_IN)
-            agent.wake_waiters()
+            agent.needs_sign_in(exc)
         except AgentError as exc:
             await self._abort(str(exc))
         except acp.RequestError as exc:
@@ -248,17 +246,9 @@ class Live:
     def _check_version(self) -> None:
         """Warn when the version the agent gives in ``initialize`` (``agentInfo``) is
         outside the manifest's ``tested`` range (for agents without a version flag)."""
-        agent = self.agent
         version = (self.session.agent_info or {}).get("version")
-        tested = agent.harness.harness.tested
-        if not version or tested is None or agent.version_checked:
-            return
-        agent.version_checked = True
-        status = version_status(version, tested)
-        if status in ("older", "newer"):
-            agent.conversation.add_notice(
-                f"{agent.harness.harness.display_name} {version} is {status} than the versions tested with this "
-                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
+        if version and self.agent.harness.harness.tested is not None:
+            self.agent.check_version(version)
 
     async def open(self) -> None:
         """``session/new``, or ``session/load`` when resuming an agent that supports it."""
@@ -347,7 +337,7 @@ class Live:
             return
         if agent.transcript is not None:
             agent.transcript.event("session", session_id=self.session.session_id)
-        agent.auth_required = None
+        agent.signed_in()
         self.ready.set()
         agent.set_status(AgentStatus.IDLE)
         agent.wake_waiters()
@@ -371,7 +361,7 @@ class Live:
             agent.conversation.add_notice("Sign-in failed", level="error", detail=str(error))
             raise error from None
         if self.ready.is_set():  # signed in again during a session (a prompt got -32000): it goes on
-            agent.auth_required = None
+            agent.signed_in()
             agent.set_status(AgentStatus.IDLE)
             return
         await self.session_ready()
@@ -401,11 +391,7 @@ class Live:
 
     # -- the end ---------------------------------------------------------------------------------
     def _fail(self, error: str) -> None:
-        agent = self.agent
-        agent.error = error
-        agent.conversation.add_notice(f"Could not start: {error}", level="error")
-        agent.set_status(AgentStatus.FAILED)
-        agent.wake_waiters()
+        self.agent.fail_start(error, notice=f"Could not start: {error}")
 
     async def _abort(self, error: str) -> None:
         self._fail(error)
@@ -422,9 +408,8 @@ class Live:
         if session.process is not None and agent.transcript is not None:
             agent.transcript.event("exit", code=info.code, stderr_tail=info.stderr_tail, expected=info.expected)
         if not info.expected and agent.status is not AgentStatus.FAILED:
-            agent.error = session.fatal or str(AgentExited(agent.name, info.code, info.stderr_tail))
-            agent.conversation.add_notice(f"Agent exited with code {info.code}", level="error",
-                                          detail=info.stderr_tail)
+            agent.process_exited(session.fatal or str(AgentExited(agent.name, info.code, info.stderr_tail)),
+                                 info.code, info.stderr_tail)
         why = "agent exited" if not info.expected else "agent restarted" if agent.restarting else "agent closed"
         self.desk.close(why)
         self.kernel.close()

@@ -39,7 +39,7 @@ class TerminalSignIn:
     def __init__(self, agent: AgentHandle, method: dict[str, Any]) -> None:
         self.agent = agent
         self.method = method
-        acp = agent.harness.harness.acp
+        acp = agent.harness.acp
         args = [str(a) for a in method.get("args") or []]
         self.argv = launch_argv(agent.via, [agent.program, *acp.args, *args])
         self.env = {**agent_environment(acp.remove_env or (), {**(acp.env or {}), **agent.extra_env}),
@@ -130,13 +130,11 @@ async def sign_in_with_terminal(agent: AgentHandle, method: dict[str, Any]) -> N
     re-initialize) and send once more the prompt it refused for want of a sign-in
     (``agent.sign_in_retry`` is that turn). :class:`AgentError` when the program fails."""
     job = TerminalSignIn(agent, method)
-    agent.sign_in_job = job
-    agent.notify_status()  # the view shows the input box
+    agent.sign_in_started(job)
     try:
         code = await job.run()
     finally:
-        agent.sign_in_job = None
-        agent.notify_status()
+        agent.sign_in_ended()
     name = method.get("name") or method.get("id")
     if job.stopped:
         agent.conversation.add_notice(f"Sign-in {name!r} stopped: the agent was closed", level="warning")
@@ -148,4 +146,4 @@ async def sign_in_with_terminal(agent: AgentHandle, method: dict[str, Any]) -> N
     prompt = agent.take_auth_prompt()
     await agent.restart()
     if prompt is not None:  # once: a new refusal keeps it again for the next sign-in
-        agent.sign_in_retry = agent.send(prompt)
+        agent.retry_after_sign_in(prompt)

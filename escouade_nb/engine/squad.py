@@ -22,14 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from .agent import Agent, state_of
+from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
-from .worktree import Worktree, WorktreeError, repository_of, safe_name
+from .versions import ProgramVersions
+from . import agent_worktrees
+from .worktree import Worktree, WorktreeError, repository_of
 from .._errors import EscouadeError
 from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
-from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, read_version, version_status
-from ..manifest.locate import read_version_async
+from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
 from ..permissions import RulePlugins
 from ..wire.errors import running_loop
 from ..manifest.project import Project
@@ -44,13 +46,11 @@ class AgentTable(dict):
     """The squad's agents by name (a ``dict``); ``on_change`` is told (no argument) when
     one is set or removed, so a squad view sees agents come and go."""
 
-    def __init__(self, forker: Any = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.on_change: Observers[[]] = Observers("squad agents")
-        self.forker = forker  # the squad: its agents fork through it (Agent.fork)
 
     def __setitem__(self, name: str, agent: Agent) -> None:
-        state_of(agent).forker = self.forker
         super().__setitem__(name, agent)
         self.on_change.emit()
 
@@ -143,10 +143,9 @@ class Squad:
     """All agents of this process, by name."""
 
     def __init__(self) -> None:
-        self.agents: AgentTable = AgentTable(self)
-        self._versions: dict[tuple, str | None] = {}  # (program, args, mtime, size) -> version read
-        self._reads: dict[tuple, asyncio.Task] = {}  # the same key -> its read in flight
+        self.agents: AgentTable = AgentTable()
         self._tasks: dict[asyncio.Task, bool] = {}  # the squad's own tasks -> whether aclose() cancels it
+        self.versions = ProgramVersions(self._own)  # the programs' --version, read once per program file
         self._discovery: Discovery | None = None
         self.rules = RulePlugins()  # rule plugins: host, broker (every agent's policy), journal, states
 
@@ -165,7 +164,7 @@ class Squad:
             program = locate_program(ref.harness)
             row = HarnessRow(ref, program, None, "missing" if program is None else READING)
             if program is not None:
-                known, version = self._known(program, ref.harness.version_args)
+                known, version = self.versions.known(program, ref.harness.version_args)
                 if known:
                     row.version, row.status = version, version_status(version, ref.harness.tested)
             rows.append(row)
@@ -174,7 +173,7 @@ class Squad:
         if pending:
             if _running_loop() is None:
                 for r in pending:
-                    r.version = self.version_now(r.program, r.ref.harness.version_args)
+                    r.version = self.versions.now(r.program, r.ref.harness.version_args)
                     r.status = version_status(r.version, r.ref.harness.tested)
             else:
                 listing._task = self._own(self._fill(listing, pending), "escouade listing versions")
@@ -182,67 +181,12 @@ class Squad:
 
     async def _fill(self, listing: Listing, rows: list[HarnessRow]) -> None:
         async def one(row: HarnessRow) -> None:
-            listing._filled(row, await self.version_of(row.program, row.ref.harness.version_args))
+            listing._filled(row, await self.versions.version_of(row.program, row.ref.harness.version_args))
         await asyncio.gather(*(one(r) for r in rows))
 
-    @staticmethod
-    def _key(program: str, version_args: list[str]) -> tuple | None:
-        try:
-            stat = os.stat(program)
-        except OSError:
-            return None
-        return (program, tuple(version_args), stat.st_mtime_ns, stat.st_size)
-
-    def _known(self, program: str, version_args: list[str]) -> tuple[bool, str | None]:
-        """(True, version) when this program file's version was read already."""
-        key = self._key(program, version_args)
-        if key is not None and key in self._versions:
-            return True, self._versions[key]
-        return False, None
-
-    async def version_of(self, program: str, version_args: list[str]) -> str | None:
-        """The program's version (``versionArgs``), read once per program file (path,
-        size, modification time) without blocking the loop: starting fifty agents of one
-        harness runs ``--version`` once, not fifty times, and callers asking while it runs
-        share that one read. ``None`` when it has no readable version."""
-        key = self._key(program, version_args)
-        if key is None:
-            return None  # no such file (any more)
-        if key in self._versions:
-            return self._versions[key]
-        task = self._reads.get(key)
-        if task is None:
-            task = self._reads[key] = self._own(read_version_async(program, version_args),
-                                                f"escouade --version of {program}")
-
-            def done(t: asyncio.Task, key: tuple = key) -> None:
-                self._reads.pop(key, None)
-                if not t.cancelled() and t.exception() is None:
-                    self._versions[key] = t.result()
-            task.add_done_callback(done)
-        return await asyncio.shield(task)  # one caller cancelled does not cancel the others' read
-
     def read_version_soon(self, program: str, version_args: list[str], then: Callable[[str | None], None]) -> None:
-        """Call ``then(version)`` with :meth:`version_of` — at once when it was read
-        already, else once read (a task the squad owns)."""
-        known, version = self._known(program, version_args)
-        if known:
-            then(version)
-            return
-
-        async def read() -> None:
-            then(await self.version_of(program, version_args))
-        self._own(read(), f"escouade --version of {program}")
-
-    def version_now(self, program: str, version_args: list[str]) -> str | None:
-        """:meth:`version_of` for code without a loop (it blocks while ``--version``
-        runs): the same cache."""
-        key = self._key(program, version_args)
-        if key is None:
-            return None
-        if key not in self._versions:
-            self._versions[key] = read_version(program, version_args)
-        return self._versions[key]
+        """Call ``then(version)`` with the program's version (:meth:`.versions.ProgramVersions.read_soon`)."""
+        self.versions.read_soon(program, version_args, then)
 
     def _own(self, coro: Coroutine[Any, Any, Any], name: str, *, cancel: bool = True) -> asyncio.Task:
         """Run ``coro`` as a task of the squad's own: kept until done, its failure
@@ -258,34 +202,10 @@ class Squad:
         task.add_done_callback(done)
         return task
 
-    def _check_version(self, agent: Agent, version: str | None) -> None:
-        """Warn in the agent's conversation when ``version`` is outside the manifest's
-        ``tested`` range, unless a version was compared already (``agent.version_checked``:
-        one warning at most, whoever compares)."""
-        if version is None or agent.version_checked:
-            return
-        agent.version_checked = True
-        status = version_status(version, agent.harness.harness.tested)
-        if status in ("older", "newer"):
-            tested = agent.harness.harness.tested
-            agent.conversation.add_notice(
-                f"{agent.harness.harness.display_name} {version} is {status} than the versions tested with this "
-                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
-
-    async def _check_later(self, agent: Agent, program: str, version_args: list[str]) -> None:
-        """The program's ``--version`` is what counts; the version the agent gives in
-        ``initialize`` only when it has none. While it is read, ``version_checked`` is set
-        so the agent's own check (at ``initialize``) leaves it to this; if it gives no
-        version, the one ``initialize`` gave meanwhile is compared here, or, if that has
-        not come yet, the agent compares it itself when it comes."""
-        version = None
-        try:
-            version = await self.version_of(program, version_args)
-        finally:
-            agent.version_checked = False
-            if version is None:
-                version = (agent.agent_info or {}).get("version")
-            self._check_version(agent, version)
+    def _add(self, agent: Agent) -> None:
+        """Put ``agent`` in the table; it forks through this squad (:meth:`Agent.fork`)."""
+        state_of(agent).in_squad(self)
+        self.agents[agent.name] = agent
 
     def _free_name(self, base: str) -> str:
         if base not in self.agents or self.agents[base].status in NAME_REUSED:
@@ -320,13 +240,13 @@ class Squad:
         if name is not None and name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
         launcher = shlex.split(via) if isinstance(via, str) else list(via or [])
-        if launcher:
-            program = (ref.harness.locate.names[0] if ref.harness.locate and ref.harness.locate.names
-                       else ref.short_id)
+        if launcher:  # the program is wherever the launcher puts it: named, not looked up
+            program: str | None = (ref.harness.locate.names[0] if ref.harness.locate and ref.harness.locate.names
+                                   else ref.short_id)
         else:
             program = locate_program(ref.harness)
-            if program is None:
-                raise ProgramNotFound(ref)
+        if program is None:
+            raise ProgramNotFound(ref)
         return ref, folder, launcher, program
 
     def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
@@ -367,25 +287,23 @@ class Squad:
         for extra in add_dirs:
             if not (folder / extra).is_dir():
                 raise SquadError(f"--add-dir {extra}: no such folder ({(folder / extra).resolve()})")
-        running_loop(f"starting an agent of {ref.short_id!r}")  # NoEventLoop (where it works) before anything is registered
+        # NoEventLoop (where it works) before anything is registered
+        running_loop(f"starting an agent of {ref.short_id!r}")
         env: dict[str, str] = {}
         if account is not None:
             if not ref.harness.account_var:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
             env[ref.harness.account_var] = str(account_dir(ref, account))
-        project = Project.for_folder(folder, private=private)
+        project: Project | None = Project.for_folder(folder, private=private)
         name = name or self._free_name(ref.short_id)
         planned: Worktree | None = None
         if worktree:
             repo = repository_of(folder)
             if repo is None:
                 raise SquadError(f"{folder} is not inside a git repository: --worktree needs one")
-            branch = worktree if isinstance(worktree, str) else None
-            planned = Worktree(repo, repo.parent / f"{repo.name}.worktrees" / safe_name(name),
-                               branch or f"escouade/{safe_name(name)}", worktree_base or "", name)
-            folder = planned.path / folder.resolve().relative_to(repo)  # the same subfolder, in the worktree
-            # the same project (its id, privacy), fenced to the worktree
-            project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private)
+            planned = agent_worktrees.plan(repo, name, worktree if isinstance(worktree, str) else None,
+                                           worktree_base or "")
+            folder, project = agent_worktrees.moved_into(planned, folder.resolve(), repo, project)
         self.rules.start_soon()  # the plugins that decide run before the first request
         try:
             agent = Agent(ref, program=program, name=name, cwd=folder,
@@ -396,33 +314,14 @@ class Squad:
                           system_prompt_mode=system_prompt_mode, session_id=session_id)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
-        self.agents[agent.name] = agent
+        self._add(agent)
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
-            known, version = self._known(program, ref.harness.version_args)
-            if known:
-                self._check_version(agent, version)
-            else:
-                agent.version_checked = True  # claimed until read: see _check_later
-                self._own(self._check_later(agent, program, ref.harness.version_args),
-                          f"escouade version check of {agent.name}")
+            self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
         if planned is not None:
-            state_of(agent).prepare_then_start(self._make_worktree(agent, planned, worktree_base),
-                                     name=f"escouade worktree of {agent.name}")
+            state_of(agent).prepare_then_start(agent_worktrees.make(state_of(agent), planned, worktree_base),
+                                               name=f"escouade worktree of {agent.name}")
         agent.start()
         return agent
-
-    async def _make_worktree(self, agent: Agent, planned: Worktree, base: str | None,
-                             parent: Worktree | None = None) -> None:
-        """``git worktree add`` for ``agent`` (off ``parent``'s branch for a fork), then
-        its first diff stat (what views show)."""
-        made = await Worktree.create(parent.path if parent else planned.repo, planned.agent, branch=planned.branch,
-                                     base=parent.branch if parent else base, path=planned.path)
-        if parent is not None:
-            made.base = parent.base  # a fork merges where its parent merges
-        agent.worktree = made
-        await made.diffstat()
-        agent.conversation.add_notice(f"Working in its own git worktree: {made.path}, branch {made.branch} "
-                                      f"(off {parent.branch if parent else made.base}).")
 
     # -- one prompt to several agents, merges, forks -------------------------------------------------
     def agent_for(self, name: str) -> Agent:
@@ -450,8 +349,8 @@ class Squad:
         (a task of the squad's), then ``then()`` (a view redraws its comparison)."""
         async def restat() -> None:
             await asyncio.gather(*(t.wait() for t in turns), return_exceptions=True)
-            await asyncio.gather(*(self._restat(t.agent) for t in turns if t.agent.worktree is not None),
-                                 return_exceptions=True)
+            await asyncio.gather(*(agent_worktrees.restat(state_of(t.agent)) for t in turns
+                                   if t.agent.worktree is not None), return_exceptions=True)
             if then is not None:
                 then()
         return self._own(restat(), "escouade diff stats after a prompt")
@@ -461,63 +360,32 @@ class Squad:
         ``names``, each ended (a failed turn is returned with its ``error``, not raised)."""
         turns = self.ask_soon(names, prompt, **send)
         await asyncio.gather(*(t.wait() for t in turns), return_exceptions=True)
-        await asyncio.gather(*(self._restat(t.agent) for t in turns if t.agent.worktree is not None))
+        await asyncio.gather(*(agent_worktrees.restat(state_of(t.agent)) for t in turns
+                               if t.agent.worktree is not None))
         return turns
 
     async def merge(self, name: str) -> Any:
         """Merge agent ``name``'s worktree branch into its base (:meth:`Worktree.merge`)
         and journal it; :class:`SquadError` when it has no worktree."""
-        agent = self.get(name)
-        wt = self._worktree_of(agent)
-        try:
-            result = await wt.merge()
-        except WorktreeError as exc:
-            raise SquadError(str(exc)) from None
-        self.rules.journal.add("worktrees", "Output", text=f"merge: {result}", agent=agent.name)
-        agent.conversation.add_notice(str(result), level="info" if result.ok else "warning")
-        await self._restat(agent)
-        return result
+        return await self._on_worktree(name, agent_worktrees.merge, self.rules.journal)
 
     async def rebase(self, name: str) -> Any:
         """Rebase agent ``name``'s worktree branch onto its base (:meth:`Worktree.rebase`)."""
-        agent = self.get(name)
-        try:
-            result = await self._worktree_of(agent).rebase()
-        except WorktreeError as exc:
-            raise SquadError(str(exc)) from None
-        agent.conversation.add_notice(str(result), level="info" if result.ok else "warning")
-        await self._restat(agent)
-        return result
+        return await self._on_worktree(name, agent_worktrees.rebase)
 
     async def discard(self, name: str, force: bool = False) -> None:
         """Stop agent ``name`` and remove its worktree and branch
         (:meth:`Worktree.discard`; refused with uncommitted changes unless ``force``), and
         journal it."""
+        await self._on_worktree(name, agent_worktrees.discard, self.rules.journal, force)
+
+    async def _on_worktree(self, name: str, work: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
+        """``work(agent's state, *args)`` (:mod:`.agent_worktrees`), git's refusals said as :class:`SquadError`."""
         agent = self.get(name)
-        wt = self._worktree_of(agent)
         try:
-            if not force and await wt.dirty():
-                await wt.discard()  # raises, saying which files
-            await agent.close()
-            await wt.discard(force=force)
+            return await work(state_of(agent), *args)
         except WorktreeError as exc:
             raise SquadError(str(exc)) from None
-        self.rules.journal.add("worktrees", "Output", text=f"discard: {wt.branch} and {wt.path} removed",
-                               agent=agent.name)
-        agent.conversation.add_notice(f"Worktree {wt.path} and branch {wt.branch} removed.")
-        agent.worktree = None
-        agent.notify_status()
-
-    def _worktree_of(self, agent: Agent) -> Worktree:
-        if agent.worktree is None:
-            raise SquadError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
-        return agent.worktree
-
-    @staticmethod
-    async def _restat(agent: Agent) -> None:
-        if agent.worktree is not None and await agent.worktree.exists():
-            await agent.worktree.diffstat()
-        agent.notify_status()
 
     def fork(self, parent: str | Agent, name: str | None = None) -> Agent:
         """A new agent of ``parent``'s harness carrying its conversation, returned at once
@@ -535,18 +403,15 @@ class Squad:
         cwd, project = source.cwd, source.project
         planned: Worktree | None = None
         if source.worktree is not None:
-            wt = source.worktree
-            planned = Worktree(wt.repo, wt.repo.parent / f"{wt.repo.name}.worktrees" / safe_name(name),
-                               f"escouade/{safe_name(name)}", wt.base, name)
-            cwd = planned.path / source.cwd.relative_to(wt.path)
-            if project is not None:
-                project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private)
+            planned = agent_worktrees.plan(source.worktree.repo, name, base=source.worktree.base)
+            cwd, project = agent_worktrees.moved_into(planned, source.cwd, source.worktree.path, project)
         agent = Agent(source.harness, program=source.program, name=name, cwd=cwd, policies=list(source.policies),
                       via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
                       mcp=source.mcp)
-        self.agents[agent.name] = agent
-        agent.version_checked = True  # the parent's program: checked already
-        state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned), name=f"escouade fork of {source.name}")
+        self._add(agent)
+        state_of(agent).claim_version_check()  # the parent's program: checked already
+        state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned),
+                                           name=f"escouade fork of {source.name}")
         agent.start()
         return agent
 
@@ -555,19 +420,19 @@ class Squad:
         from ..core.render_text import render_items
         if planned is not None:
             await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
-            await self._make_worktree(agent, planned, None, parent=source.worktree)
+            await agent_worktrees.make(state_of(agent), planned, None, parent=source.worktree)
         caps = source.agent_capabilities or {}
         offers = (caps.get("sessionCapabilities") or {}).get("fork") is not None and caps.get("loadSession")
         if offers and source.session is not None and source.session_id:
             result = await source.session.request("session/fork", {"sessionId": source.session_id,
                                                                    "cwd": str(agent.cwd), "mcpServers": []})
-            state_of(agent).resume_id = (result or {}).get("sessionId")
+            state_of(agent).opens_session((result or {}).get("sessionId"))
             agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
                                           f"conversation itself (session {state_of(agent).resume_id}).")
             return
         speaker = source.harness.harness.speaker or source.harness.harness.display_name
         text = render_items(list(source.conversation.items), speaker=speaker)
-        state_of(agent).primer = carried_conversation(agent.name, source.name, text, speaker)
+        state_of(agent).carries(carried_conversation(agent.name, source.name, text, speaker))
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
             f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "
@@ -641,20 +506,21 @@ class Squad:
             raise ProgramNotFound(ref)
         cwd = head.get("cwd")
         project = Project.for_folder(Path(cwd)) if cwd and Path(cwd).is_dir() else None
-        recorded = head.get("worktree") if isinstance(head.get("worktree"), dict) else {}
+        recorded: dict[str, Any] = head["worktree"] if isinstance(head.get("worktree"), dict) else {}
         if project is not None and recorded.get("repo") and Path(recorded["repo"]).is_dir():
-            repo_project = Project.for_folder(Path(recorded["repo"]))  # the repository's project, fenced to the worktree
+            # the repository's project, fenced to the worktree
+            repo_project = Project.for_folder(Path(recorded["repo"]))
             project = Project(id=repo_project.id, name=repo_project.name, folder=project.folder,
                               private=repo_project.private or project.private)
         agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
         if isinstance(head.get("worktree"), dict):  # reattached: git still has it (or the view says it has gone)
             try:
-                agent.worktree = Worktree.from_record(head["worktree"])
+                state_of(agent).in_worktree(Worktree.from_record(head["worktree"]))
             except KeyError:
                 pass
             else:
-                self._own(self._restat(agent), f"escouade worktree of {agent.name}")
-        self.agents[agent.name] = agent
+                self._own(agent_worktrees.restat(state_of(agent)), f"escouade worktree of {agent.name}")
+        self._add(agent)
         if ref is not None:
             agent.start()
         return agent
@@ -788,6 +654,9 @@ def get_squad() -> Squad:
         if in_kernel:
             _squad.discovery()
     return _squad
+
+
+register_default_forker(get_squad)  # an agent built outside a squad forks into this one (Agent.fork)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

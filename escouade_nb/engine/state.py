@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -29,7 +29,7 @@ from ..core.conversation import Change, Conversation, Question, ToolCall
 from ..core.observers import Observers
 from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
-from ..manifest import HarnessRef
+from ..manifest import HarnessRef, version_status
 from ..manifest.project import Project
 from ..wire.errors import AgentError, AuthRequired, running_loop
 from ..wire.process import kill_group_now
@@ -117,13 +117,14 @@ class AgentState:
         self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
         self.sessions_elsewhere: dict[str, str] = {}  # session id -> its folder, of session/list rows not of cwd
         self.sessions_hidden = 0  # rows of other folders left out of the last session/list page
-        self._stop_task: asyncio.Task | None = None  # Stop pressed while it starts: its process ended (awaited by close)
+        # Stop pressed while it starts: its process ended (awaited by close)
+        self._stop_task: asyncio.Task | None = None
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.controls.escouade_modes():
             raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
                              f"{', '.join(self.controls.escouade_modes())}")
         self._initial_mode = mode
-        if self.private and harness.harness.acp.fs is False:
+        if self.private and harness.acp.fs is False:
             raise AgentError(f"{harness.harness.display_name} reads and writes files by itself (its manifest says "
                              f'"fs": false), so it cannot run in a private project: the fence would not hold')
 
@@ -138,6 +139,8 @@ class AgentState:
                                   doc="``initialize``'s ``agentCapabilities`` (wire dict).")
 
     auth_methods = property(lambda self: self._of_session("auth_methods", []), doc="Its ``authMethods``.")
+
+    agent_info = property(lambda self: self._of_session("agent_info"), doc="``initialize``'s ``agentInfo``.")
 
     @property
     def restarting(self) -> bool:
@@ -160,15 +163,15 @@ class AgentState:
         """Whether we offer ``fs/*``: the manifest's ``acp.fs`` (default true), but not
         through a launcher — the files are not ours — unless told otherwise."""
         if self._fs_override is not None:
-            return self._fs_override and self.harness.harness.acp.fs is not False
-        return self.harness.harness.acp.fs is not False and not self.via
+            return self._fs_override and self.harness.acp.fs is not False
+        return self.harness.acp.fs is not False and not self.via
 
     def argv(self) -> list[str]:
         """The command line: ``[*via, program, *acp.args]`` — ``via`` is a launcher
         prefix such as ``ssh host`` or ``kubectl exec -i POD --`` (ACP is plain stdio);
         through ``ssh``, the remote command is quoted and wrapped so that ending the local
         ``ssh`` ends the remote agent too (:mod:`.launcher`)."""
-        return launch_argv(self.via, [self.program, *self.harness.harness.acp.args])
+        return launch_argv(self.via, [self.program, *self.harness.acp.args])
 
     def set_status(self, status: AgentStatus | str) -> None:
         """Move the status machine; :class:`InvalidTransition` for a move it lacks."""
@@ -259,10 +262,12 @@ class AgentState:
             return
         self.notify_status()
 
-    def fail_start(self, message: str) -> None:
-        """The start cannot happen (its worktree was refused…): ``failed``, saying why."""
+    def fail_start(self, message: str, *, notice: str | None = None) -> None:
+        """The start cannot happen (its worktree was refused, the agent refused the
+        session…): ``failed``, saying why (``notice``: the conversation's words, else
+        ``message``)."""
         self.error = message
-        self.conversation.add_notice(message, level="error")
+        self.conversation.add_notice(message if notice is None else notice, level="error")
         if self.status is not AgentStatus.FAILED:
             self.set_status(AgentStatus.FAILED)
         self.wake_waiters()
@@ -284,6 +289,7 @@ class AgentState:
     async def ready_session(self) -> AgentSession:
         """The current session, once ready (see :meth:`ready`)."""
         await self.ready()
+        assert self.live is not None  # ready: a live session
         return self.live.session
 
     def transcript_failed(self, exc: OSError) -> None:
@@ -296,6 +302,50 @@ class AgentState:
         """Queue ``prompt`` (text or ACP content blocks) as a turn of the agent: what a card's
         feedback, a question's answers and a sign-in's retry send."""
         return self.turns.send(Turn(self.public, blocks(prompt)))
+
+    def stopped_while_starting(self, error: str, notice: str) -> None:
+        """Stop was pressed while it started: ``closed`` (Restart starts it again), saying so."""
+        self.error = error
+        self.conversation.add_notice(notice)
+        self.set_status(AgentStatus.CLOSED)
+        self.wake_waiters()
+
+    def process_exited(self, error: str, code: int | None, stderr_tail: str) -> None:
+        """Its process ended by itself (not closed by us): ``error`` says how; the
+        conversation shows the exit code and the end of its stderr."""
+        self.error = error
+        self.conversation.add_notice(f"Agent exited with code {code}", level="error", detail=stderr_tail)
+
+    def initialized(self, escouade_meta: dict[str, Any]) -> None:
+        """The agent answered ``initialize``: what its ``_meta.escouade`` says it reads
+        (``refusalMessage``: a rule plugin's reason in a refusal)."""
+        self.reads_refusal_messages = bool(escouade_meta.get("refusalMessage"))
+
+    def needs_sign_in(self, error: AuthRequired) -> None:
+        """The agent wants a sign-in before a session (``initialize``/``session/new``
+        refused): status ``sign-in``, the waiters woken (``ready()`` raises it)."""
+        self.auth_required = error
+        self.conversation.add_notice("The agent asks you to sign in", level="warning", detail=str(error))
+        self.set_status(AgentStatus.SIGN_IN)
+        self.wake_waiters()
+
+    def signed_in(self) -> None:
+        """A session opened (or a sign-in during one went through): no sign-in is wanted."""
+        self.auth_required = None
+
+    def sign_in_started(self, job: Any) -> None:
+        """A terminal sign-in runs (``job``: :class:`~.sign_in.TerminalSignIn`); the view shows its input box."""
+        self.sign_in_job = job
+        self.notify_status()
+
+    def sign_in_ended(self) -> None:
+        """The terminal sign-in's program ended."""
+        self.sign_in_job = None
+        self.notify_status()
+
+    def retry_after_sign_in(self, prompt: list[dict[str, Any]]) -> None:
+        """Send once more the prompt refused for want of a sign-in (``sign_in_retry``: its turn)."""
+        self.sign_in_retry = self.send(prompt)
 
     def wants_sign_in(self, error: AuthRequired, prompt: list[dict[str, Any]], primer: dict[str, Any] | None) -> None:
         """The agent refused ``prompt`` until the user signs in: kept (with a fork's
@@ -318,6 +368,49 @@ class AgentState:
         primer, self.primer = self.primer, None
         return primer
 
+    def in_squad(self, forker: Forker) -> None:
+        """It is one of ``forker``'s agents (a squad's): :meth:`~.agent.Agent.fork` goes through it."""
+        self.forker = forker
+
+    def opens_session(self, session_id: str | None) -> None:
+        """Its next start opens ``session_id`` (one of the agent's own: a fork made with
+        ``session/fork``) instead of a new session."""
+        self.resume_id = session_id
+
+    def carries(self, primer: dict[str, Any]) -> None:
+        """A fork's conversation so far (:func:`~..core.prompt.carried_conversation`), sent
+        with its first prompt (:meth:`take_primer`)."""
+        self.primer = primer
+
+    def in_worktree(self, worktree: Worktree | None) -> None:
+        """It works in ``worktree`` now (made before its start, or found again on a
+        resume); None: its worktree was discarded."""
+        self.worktree = worktree
+
+    # -- the program's version against the manifest's ``tested`` range ---------------------------
+    def check_version(self, version: str | None) -> None:
+        """Warn in the conversation when ``version`` is outside the manifest's ``tested``
+        range, unless a version was compared already (``version_checked``: one warning at
+        most, whoever compares — the squad's ``--version`` read or ``initialize``)."""
+        if version is None or self.version_checked:
+            return
+        self.version_checked = True
+        tested = self.harness.harness.tested
+        status = version_status(version, tested)
+        if status in ("older", "newer") and tested is not None:
+            self.conversation.add_notice(
+                f"{self.harness.harness.display_name} {version} is {status} than the versions tested with this "
+                f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
+
+    def claim_version_check(self) -> None:
+        """The version is compared elsewhere (the squad reads ``--version``; a fork's parent
+        was compared): ``initialize``'s is not."""
+        self.version_checked = True
+
+    def release_version_check(self) -> None:
+        """The squad's ``--version`` read is over: the next :meth:`check_version` compares."""
+        self.version_checked = False
+
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card
         ``cancelled`` (ACP requires the client to), mark unfinished tool calls cancelled.
@@ -335,7 +428,7 @@ class AgentState:
     def questions_from_text(self, turn: Turn) -> None:
         """A ``questionsInText`` harness ended its turn on an ``<escouade_question>``
         block: a question card."""
-        if self.harness.harness.acp.questions_in_text and self.live is not None:
+        if self.harness.acp.questions_in_text and self.live is not None:
             questions = plans.questions_in(turn.text)
             if questions:
                 self.live.desk.add_question(Question("", message="", mode="text", questions=questions))
@@ -358,9 +451,10 @@ class AgentState:
         """Rule plugins first (a team's denial beats the mode), then the kernel's reads
         (:meth:`.kernel_access.KernelAccess.policy`), then the mode."""
         kernel = self.live.kernel.policy if self.live is not None and self.live.kernel.server_names else None
-        return [*self.policies, *([kernel] if kernel else []), *([self.controls.policy] if self.controls.applies else [])]
+        mode = [self.controls.policy] if self.controls.applies else []
+        return [*self.policies, *([kernel] if kernel else []), *mode]
 
-    async def next_card(self, kind: str, timeout: float | None, what: str) -> Any:
+    async def next_card(self, kind: Literal["permission", "question"], timeout: float | None, what: str) -> Any:
         """The next card of ``kind`` (``"permission"`` or ``"question"``) not handed out yet,
         waiting for one; ``TimeoutError`` after ``timeout`` seconds (``what`` names it),
         :class:`AgentError` when the agent ends first."""
@@ -403,7 +497,7 @@ class AgentState:
                 self.auth_required = None
                 if self.transcript is not None:  # a new process, a new transcript, which names the one before
                     self.previous_transcript = self.transcript.path
-                self.transcript = None
+                self.use_transcript(None)
                 self.conversation.add_notice("Restarted: a new process and a new session.")
                 self.start()
             finally:
@@ -414,8 +508,9 @@ class AgentState:
         (skipping what ``replay`` says the conversation has) and writes on in that file."""
         self.resume_id = session_id  # the next Live reloads it
         self._replay = replay
-        self.transcript = Transcript(path, on_error=self.transcript_failed)
-        self.transcript.event("resume")
+        transcript = Transcript(path, on_error=self.transcript_failed)
+        self.use_transcript(transcript)
+        transcript.event("resume")
 
     async def _close_session(self) -> None:
         live, task = self.live, self._main_task
@@ -456,7 +551,7 @@ class AgentState:
             return
         session.closing = True
         session.client.terminals.kill_now()
-        if session.alive:
+        if session.alive and session.pid is not None:
             kill_group_now(session.pid)
 
     @property
@@ -464,8 +559,9 @@ class AgentState:
         """The transcript file of the current process (None between a process and the next)."""
         return self._transcript
 
-    @transcript.setter
-    def transcript(self, transcript: Transcript | None) -> None:
+    def use_transcript(self, transcript: Transcript | None) -> None:
+        """Write on in ``transcript`` (a new process's file, or the one a resume reopens;
+        None between a process and the next)."""
         self._transcript = transcript
         if transcript is not None:
             self.keeper.attached()  # a new segment: its mark, and the notices that waited for it

@@ -165,10 +165,35 @@ class TurnQueue:
             turn._finish(error=AgentError(f"agent {agent.name!r}: {exc}"))
 
     async def _prompt(self, turn: Turn) -> None:
+        """Run ``turn``: sent once the session is ready; its answer, or why there is none,
+        says how it ends."""
+        if not await self._ready_to_send(turn):
+            return
+        live = self.agent.live
+        session = live.session
+        wire_prompt, primer = self._begin(turn, live)
+        try:
+            response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
+        except Exception as exc:
+            await self._unanswered(turn, live, exc, primer)
+        else:
+            self._answered(turn, live, response)
+        finally:
+            if turn.cancelled_by_user or turn.stop_reason == "cancelled":
+                self.stopped_in = live
+            elif turn.stop_reason is not None or turn.error is not None:
+                self.stopped_in = None
+            self.current = None
+            live.cancel_sent = False
+            self.agent.turn_ended(turn)
+
+    async def _ready_to_send(self, turn: Turn) -> bool:
+        """Read the turn's attachments and wait for the session; False when the turn
+        ended instead (the agent has ended, or could not start)."""
         agent = self.agent
         if agent.status in ENDED and not agent.restarting:
             turn._finish(error=AgentError(f"agent {agent.name!r} is {agent.status}; the prompt was not sent"))
-            return
+            return False
         if turn.attach:
             turn.prompt = [*turn.prompt, *[attachment_block(p, await asyncio.to_thread(_read_attachment, p))
                                            for p in turn.attach]]
@@ -177,33 +202,43 @@ class TurnQueue:
             await agent.ready()
         except AgentError as exc:
             turn._finish(error=exc)
-            return
-        live = agent.live
-        session = live.session
+            return False
+        return True
+
+    def _begin(self, turn: Turn, live: Any) -> tuple[list[Any], dict[str, Any] | None]:
+        """The turn runs: its prompt fitted to what the agent takes (notices for what is
+        left out), in the conversation; returns the prompt as sent — before the user's
+        words, each block marked as ours (context, not commands): the questionsInText
+        instruction and a --system-prompt where no systemPrompt took them; a fork's
+        conversation so far (``primer``, also returned)."""
+        agent = self.agent
         self.current = turn
         turn.status = "running"
         turn.started = time.monotonic()
         turn.usage_before = dict(agent.conversation.usage or {})
         agent.set_status(AgentStatus.WORKING)
-        turn.prompt, notices = gate(turn.prompt, agent.agent_capabilities.get("promptCapabilities") or {},
-                                    who=agent.name)
+        takes = agent.agent_capabilities.get("promptCapabilities") or {}
+        turn.prompt, notices = gate(turn.prompt, takes, who=agent.name)
         for notice in notices:
             agent.conversation.add_notice(notice, level="warning")
-        # before the user's words, each block marked as ours (context, not commands): the questionsInText
-        # instruction and a --system-prompt where no systemPrompt took them; a fork's conversation so far
         preamble = live.take_preamble()
         primer = agent.take_primer()
-        carried = gate([primer], agent.agent_capabilities.get("promptCapabilities") or {})[0] if primer else []
+        carried = gate([primer], takes)[0] if primer else []
         wire_prompt = [*([context({"type": "text", "text": preamble}, "preamble")] if preamble else []),
                        *carried, *turn.prompt]
         agent.conversation.add_user_message(turn.prompt, sent=wire_prompt)
-        try:
-            response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
-        except ConnectionError:
+        return wire_prompt, primer
+
+    async def _unanswered(self, turn: Turn, live: Any, exc: Exception, primer: dict[str, Any] | None) -> None:
+        """The prompt got no ACP answer: the process ended, the agent answered an error
+        (a sign-in wanted: the prompt, and ``primer``, kept for the retry), or an answer
+        the SDK's schema refuses; the turn ends saying so."""
+        agent, session = self.agent, live.session
+        if isinstance(exc, ConnectionError):
             with anyio.move_on_after(5):
                 await session.exited.wait()
             turn._finish(error=live.turn_error())
-        except acp.RequestError as exc:
+        elif isinstance(exc, acp.RequestError):
             if exc.code == acp.RequestError.auth_required().code:
                 refused = AuthRequired(f"agent {agent.name!r}: {exc}", agent.auth_methods)
                 agent.wants_sign_in(refused, turn.prompt, primer)  # sent again after a terminal sign-in
@@ -212,7 +247,7 @@ class TurnQueue:
                 agent.conversation.add_notice(f"The agent answered the prompt with an error: {exc}", level="error",
                                               detail=json.dumps(exc.data, default=str) if exc.data else "")
                 turn._finish(error=AgentError(f"agent {agent.name!r} failed the turn: {exc}"))
-        except ValidationError:  # an answer the SDK's schema refuses (a stop reason outside ACP's list)
+        elif isinstance(exc, ValidationError):  # e.g. a stop reason outside ACP's list
             answer = session.prompt_answer or {}
             stop = answer.get("stopReason")
             if isinstance(stop, str) and stop:
@@ -225,31 +260,27 @@ class TurnQueue:
                                               detail=json.dumps(answer, default=str)[:2000])
                 turn._finish(error=AgentError(f"agent {agent.name!r} answered the prompt with something that is "
                                               f"not an ACP answer"))
-        except Exception as exc:  # a bug of ours: the turn fails, the agent lives on
-            log.exception("prompt failed")
+        else:  # a bug of ours: the turn fails, the agent lives on
+            log.error("prompt failed", exc_info=exc)
             turn._finish(error=AgentError(f"agent {agent.name!r}: {exc}"))
-        else:
-            if session.closing and not turn.cancelled_by_user:
-                # closed during the turn: an agent offering session/close answers the prompt ``cancelled``
-                # (as if session/cancel had been sent); the turn ends as with one that does not
-                turn._finish(error=live.turn_error())
-                return
-            agent.questions_from_text(turn)
-            if response.stop_reason == "refusal":
-                agent.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "
-                                              "your text is kept above.", level="warning")
-            self._instant_after_stop(turn, live, response.stop_reason)
-            if response.stop_reason == "cancelled" and turn.cancelled_by_user:
-                agent.conversation.add_notice(STOPPED_BY_YOU)  # the turn's last item (a resume rebuilds it too)
-            turn._finish(stop_reason=response.stop_reason)
-        finally:
-            if turn.cancelled_by_user or turn.stop_reason == "cancelled":
-                self.stopped_in = live
-            elif turn.stop_reason is not None or turn.error is not None:
-                self.stopped_in = None
-            self.current = None
-            live.cancel_sent = False
-            agent.turn_ended(turn)
+
+    def _answered(self, turn: Turn, live: Any, response: Any) -> None:
+        """The agent answered the prompt: the turn ends with its stop reason (a
+        ``questionsInText`` question, a refusal, a Stop said in the conversation)."""
+        agent = self.agent
+        if live.session.closing and not turn.cancelled_by_user:
+            # closed during the turn: an agent offering session/close answers the prompt ``cancelled``
+            # (as if session/cancel had been sent); the turn ends as with one that does not
+            turn._finish(error=live.turn_error())
+            return
+        agent.questions_from_text(turn)
+        if response.stop_reason == "refusal":
+            agent.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "
+                                          "your text is kept above.", level="warning")
+        self._instant_after_stop(turn, live, response.stop_reason)
+        if response.stop_reason == "cancelled" and turn.cancelled_by_user:
+            agent.conversation.add_notice(STOPPED_BY_YOU)  # the turn's last item (a resume rebuilds it too)
+        turn._finish(stop_reason=response.stop_reason)
 
     def _instant_after_stop(self, turn: Turn, live: Any, stop_reason: str) -> None:
         """A turn right after a Stop, on the same process, that ended at once with nothing

@@ -34,8 +34,8 @@ EDIT_KINDS = ("edit", "delete", "move")
 
 def paths_of(call: ToolCall) -> list[str]:
     """The files a tool call aims at: its locations, diff paths, and path-like inputs."""
-    paths = [loc.get("path") for loc in call.locations if loc.get("path")]
-    paths += [c.get("path") for c in call.content if c.get("type") == "diff" and c.get("path")]
+    paths = [str(loc["path"]) for loc in call.locations if loc.get("path")]
+    paths += [str(c["path"]) for c in call.content if c.get("type") == "diff" and c.get("path")]
     if isinstance(call.raw_input, dict):
         for key in ("path", "file_path", "filePath", "filename", "notebook_path"):
             if isinstance(call.raw_input.get(key), str):
@@ -90,7 +90,7 @@ class Workspace:
             call = change.item
             if not isinstance(call, ToolCall):
                 continue
-            paths = [c.get("path") for c in call.diffs if is_notebook_path(c.get("path"))]
+            paths = [str(c["path"]) for c in call.diffs if is_notebook_path(c.get("path"))]
             if not paths:
                 continue
             if not looked_up:

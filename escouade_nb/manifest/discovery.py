@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._resources import shipped_dir
-from .models import MANIFEST_FILENAME, Harness, Manifest, ManifestError, Source, load_manifest
+from .models import MANIFEST_FILENAME, AcpConfig, Harness, Manifest, ManifestError, Source, load_manifest
 
 ENTRY_POINT_GROUP = "escouade_nb.plugins"
 """Entry-point group through which installed packages contribute plugins."""
@@ -53,6 +53,14 @@ class HarnessRef:
     def folder(self) -> Path:
         """The plugin folder (the one holding the manifest)."""
         return self.path.parent
+
+    @property
+    def acp(self) -> AcpConfig:
+        """The harness's ``acp`` object: every harness :func:`discover` finds has one (it
+        lists described harnesses only). ``ValueError`` for a reference made by hand without."""
+        if self.harness.acp is None:
+            raise ValueError(f"harness {self.id} has no acp object: it is not described")
+        return self.harness.acp
 
 
 @dataclass

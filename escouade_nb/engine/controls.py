@@ -99,7 +99,7 @@ class Controls:
         ids = self._agent_mode_ids()
         if ids:
             return {m: text for m, text in offered.items() if acp_mode_of(self.agent.harness, m) in ids}
-        name = self.agent.harness.harness.display_name
+        name = self.agent.harness.display_name
         return {m: f"{text} (applied by escouade_nb to permission requests: {name} has no mode to switch)"
                 for m, text in offered.items() if m in CLIENT_SIDE}
 

@@ -430,12 +430,12 @@ class Squad:
             agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
                                           f"conversation itself (session {state_of(agent).resume_id}).")
             return
-        speaker = source.harness.harness.speaker or source.harness.harness.display_name
+        speaker = source.harness.speaker
         text = render_items(list(source.conversation.items), speaker=speaker)
         state_of(agent).carries(carried_conversation(agent.name, source.name, text, speaker))
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
-            f"Forked from {source.name} as a new session ({source.harness.harness.display_name}: {why}): the "
+            f"Forked from {source.name} as a new session ({source.harness.display_name}: {why}): the "
             f"conversation so far ({len(source.conversation.items)} items) goes, as text, with your first prompt.")
 
     def resumable(self) -> dict[str, Path]:

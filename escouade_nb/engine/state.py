@@ -121,11 +121,11 @@ class AgentState:
         self._stop_task: asyncio.Task | None = None
         self.conversation.subscribe(self._collect)
         if mode is not None and mode != "default" and mode not in self.controls.escouade_modes():
-            raise AgentError(f"{harness.harness.display_name} does not offer the mode {mode!r}; it offers: "
+            raise AgentError(f"{harness.display_name} does not offer the mode {mode!r}; it offers: "
                              f"{', '.join(self.controls.escouade_modes())}")
         self._initial_mode = mode
         if self.private and harness.acp.fs is False:
-            raise AgentError(f"{harness.harness.display_name} reads and writes files by itself (its manifest says "
+            raise AgentError(f"{harness.display_name} reads and writes files by itself (its manifest says "
                              f'"fs": false), so it cannot run in a private project: the fence would not hold')
 
     @property
@@ -399,7 +399,7 @@ class AgentState:
         status = version_status(version, tested)
         if status in ("older", "newer") and tested is not None:
             self.conversation.add_notice(
-                f"{self.harness.harness.display_name} {version} is {status} than the versions tested with this "
+                f"{self.harness.display_name} {version} is {status} than the versions tested with this "
                 f"manifest ({tested.oldest}–{tested.newest}).", level="warning")
 
     def claim_version_check(self) -> None:

@@ -55,6 +55,16 @@ class HarnessRef:
         return self.path.parent
 
     @property
+    def display_name(self) -> str:
+        """The harness's name as people read it (the manifest's ``displayName``)."""
+        return self.harness.display_name
+
+    @property
+    def speaker(self) -> str:
+        """Who speaks in a conversation: the manifest's ``speaker``, else its display name."""
+        return self.harness.speaker or self.harness.display_name
+
+    @property
     def acp(self) -> AcpConfig:
         """The harness's ``acp`` object: every harness :func:`discover` finds has one (it
         lists described harnesses only). ``ValueError`` for a reference made by hand without."""

@@ -123,7 +123,7 @@ def status_line(agent: Agent) -> str:
     status = status_text(agent.status)
     if agent.status == AgentStatus.EXITED and agent.exit is not None:
         status += f" (code {agent.exit.code})"
-    return f"{agent.name} · {agent.harness.harness.display_name}{_where(agent)} · {status}"
+    return f"{agent.name} · {agent.harness.display_name}{_where(agent)} · {status}"
 
 
 def _placeholder(name: str, status: AgentStatus, words: str) -> str:
@@ -245,7 +245,7 @@ class ConversationView(FrontView):
                  speaker: str | None = None) -> None:
         super().__init__(kind=kind)
         self.agent = agent
-        self.speaker = speaker or agent.harness.harness.speaker or agent.harness.harness.display_name
+        self.speaker = speaker or agent.harness.speaker
         self.feed = Feed(agent.conversation, speaker=self.speaker, accept=accept)
         self.feed.on_ops = self.push
         self.hold(self.feed.close)
@@ -455,7 +455,7 @@ class AgentView(ConversationView):
                      m.get("args") or []) + ")" if m.get("type") == "terminal" else ""]))}
                 for m in a.auth_methods]}
         return {
-            "name": a.name, "harness": a.harness.harness.display_name, "folder": str(a.cwd), "where": _where(a),
+            "name": a.name, "harness": a.harness.display_name, "folder": str(a.cwd), "where": _where(a),
             "status": str(status), "status_text": text, "tone": STATUS_TONE.get(status, "idle"),
             "title": conv.title, "placeholder": _placeholder(a.name, status, text),
             "usage": {"used": usage.get("used"), "size": usage.get("size"),
@@ -488,7 +488,7 @@ class AgentView(ConversationView):
         if a.status in ENDED:
             ended = status_text(a.status) + (f" (code {a.exit.code})" if a.status == AgentStatus.EXITED
                                              and a.exit is not None else "")
-        harness = a.harness.harness.display_name
+        harness = a.harness.display_name
         body = self.static_body()
         said = "Its conversation so far is below; " if body else ""
         head = (f'<div class="esc-head"><div class="esc-head-row"><div class="esc-head-main"><b>{name}</b> · '

@@ -56,7 +56,7 @@ class CompareView(CurrentText, FrontView):
     def head(self, turn: Turn) -> dict[str, str]:
         """A column's head: the agent's name, harness and where it works (no status)."""
         agent = turn.agent
-        return {"name": agent.name, "harness": agent.harness.harness.display_name, "where": _where(agent)}
+        return {"name": agent.name, "harness": agent.harness.display_name, "where": _where(agent)}
 
     def state(self) -> dict[str, Any]:
         state = {"heads": [self.head(t) for t in self.turns],
@@ -132,7 +132,7 @@ class CompareView(CurrentText, FrontView):
         wt = getattr(agent, "worktree", None)
         where = f" · worktree {wt.branch} (off {wt.base})" if wt is not None else ""
         return (f'<div class="escouade-compare-head esc-compare-head"><b>{esc(agent.name)}</b>'
-                f'<span class="esc-dim"> · {esc(agent.harness.harness.display_name)}{esc(where)}</span></div>')
+                f'<span class="esc-dim"> · {esc(agent.harness.display_name)}{esc(where)}</span></div>')
 
     def text(self) -> str:
         """The whole plain text: each turn's, then the table without times (and what

@@ -125,8 +125,17 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def processes_named(fragment: str) -> list[int]:
-    """PIDs (not zombies) whose command line contains ``fragment``."""
+def environ_of(pid: int) -> list[str]:
+    """The ``NAME=value`` entries of ``pid``'s environment ([] when it is gone or not ours to read)."""
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return []
+
+
+def processes_named(fragment: str, marked: str | None = None) -> list[int]:
+    """PIDs (not zombies) whose command line contains ``fragment`` and, when ``marked``
+    (a ``NAME=value`` entry) is given, whose environment holds it."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -136,7 +145,8 @@ def processes_named(fragment: str) -> list[int]:
         except OSError:
             continue
         if fragment in cmd and process_alive(int(entry.name)):
-            out.append(int(entry.name))
+            if marked is None or marked in environ_of(int(entry.name)):
+                out.append(int(entry.name))
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "escouade_nb"
+PACKAGE = Path(__file__).resolve().parents[2] / "escouade_nb"
 
 RANKS = {"_version": 0, "_resources": 0, "_lazy": 0, "core": 1, "manifest": 1, "wire": 2, "permissions": 3, "engine": 4,
          "widgets": 5, "magics": 6, "tools": 7}

@@ -281,7 +281,7 @@ def test_core_modules_stay_pure():
     import ast
 
     for name in ("variables.py", "notebook.py"):
-        tree = ast.parse((Path(__file__).parent.parent / "escouade_nb" / "core" / name).read_text())
+        tree = ast.parse((Path(__file__).parents[2] / "escouade_nb" / "core" / name).read_text())
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not imported & {"pandas", "numpy", "polars", "xarray", "asyncio", "subprocess", "nbformat", "os"}, name

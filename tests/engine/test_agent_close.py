@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import time
 
-from test_failure_cases import P_INIT, P_NEW, Script, run, steps_of
+from scripted_agent import P_INIT, P_NEW, Script, run, steps_of
 
 from escouade_nb.wire.process import EOF_GRACE
 

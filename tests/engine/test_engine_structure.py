@@ -167,7 +167,7 @@ def test_session_set_model_goes_through_our_own_transport(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).parent / "agents" / "goose_like_agent.py"
+    script = Path(__file__).parents[1] / "agents" / "goose_like_agent.py"
     program = tmp_path / "goose"
     program.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
     program.chmod(program.stat().st_mode | stat.S_IEXEC)
@@ -233,7 +233,10 @@ def test_an_interrupted_restart_still_restarts(tmp_path):
     run(go())
 
 
-def test_restarts_and_closes_at_once_leave_one_process_or_none(tmp_path):
+def test_restarts_and_closes_at_once_leave_one_process_or_none(tmp_path, own_processes):
+    def _fake_pids() -> set[int]:  # this test's fake agents only (conftest.py's own_processes)
+        return own_processes("escouade-fake-agent")
+
     async def go():
         before = _fake_pids()
         agent = fake(tmp_path)

@@ -26,12 +26,12 @@ from acp.schema import ClientCapabilities, HttpMcpServer, McpServerStdio, ToolCa
 from kernel_client import Kernel
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from test_fake_agent import AGENT_CMD, RecordingClient
+from acp_clients import AGENT_CMD, RecordingClient
 
 from escouade_nb.engine.kernel_server import (BUSY_GRACE, SERVER_NAME, TOOLS, KernelServer, Refused,
                                               run_result_text)
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 BRIDGE = [sys.executable, "-m", "escouade_nb.tools.mcp_bridge"]
 
 

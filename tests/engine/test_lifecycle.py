@@ -17,7 +17,7 @@ import pytest
 from escouade_nb.engine.agent import Agent, AgentError, AgentExited
 from escouade_nb.core.conversation import Notice
 from escouade_nb.core.render_text import render_items
-from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run, steps_of, until
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run, steps_of, until
 from view_helpers import buttons_of, html_shown
 
 END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
@@ -71,8 +71,7 @@ def test_exit_is_shown_cards_and_tool_calls_closed_and_restart_works(tmp_path):
     s = Script(tmp_path, EXITS, BACK)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             view = AgentView(agent)
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)
@@ -99,8 +98,6 @@ def test_exit_is_shown_cards_and_tool_calls_closed_and_restart_works(tmp_path):
             result = await agent.send("hello")
             assert result.text == "hello again"
             assert "Restarted" in render_items(agent.conversation.items)
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok(runs=2)
@@ -119,8 +116,7 @@ def test_kill_9_mid_stream(tmp_path):
     s = Script(tmp_path, f"[P]\n{_stream(200, 0.02)}\n{END}", BACK)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             turn = agent.send("go")
             await until(lambda: turn.text.count("tick") >= 5, 10, "some of the stream")
             pid = agent.pid
@@ -133,8 +129,6 @@ def test_kill_9_mid_stream(tmp_path):
             assert "Agent exited with code -9" in render_items(agent.conversation.items)
             await agent.restart()
             assert (await agent.send("hello")).text == "hello again"
-        finally:
-            await agent.close()
 
     run(go())
 
@@ -145,15 +139,12 @@ def test_a_5_mib_line(tmp_path):
     s = Script(tmp_path, f"[P]\nA> {_chunk(big)}\n{END}")
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             started = time.monotonic()
             result = await agent.send("go")
             assert result.text == big
             assert time.monotonic() - started < 10
             assert agent.transport.skipped_count == 0 and agent.status == "idle"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -231,8 +222,7 @@ def test_disk_full_when_writing_the_transcript(tmp_path, monkeypatch):
     s = Script(tmp_path, f"[P]\nA> {_chunk('still working')}\n{END}")
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             view = AgentView(agent)
             result = await agent.send("go")
             assert result.text == "still working" and agent.status == "idle"
@@ -241,8 +231,6 @@ def test_disk_full_when_writing_the_transcript(tmp_path, monkeypatch):
             assert notice.level == "warning" and "No space left on device" in notice.text
             assert "not be resumable" in notice.text
             assert "No space left on device" in repr(view)
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -277,12 +265,9 @@ def _first_session(tmp_path, *runs):
     s = Script(tmp_path, ORIGINAL, *runs)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             result = await agent.send("go")
             assert result.text == "Hello world" + "Done."
-        finally:
-            await agent.close()
         return agent.transcript.path, content(agent.conversation)
 
     path, text = run(go())
@@ -382,13 +367,10 @@ def test_a_conversation_restarted_then_resumed_keeps_what_came_before_the_restar
     s = Script(tmp_path, ORIGINAL, AFTER_RESTART, RELOAD_S2)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             assert (await agent.send("go")).text == "Hello worldDone."
             await agent.restart()
             assert (await agent.send("more")).text == "More."
-        finally:
-            await agent.close()
         return agent.transcript.path
 
     path = run(go())
@@ -543,8 +525,7 @@ def test_an_agent_that_exits_leaves_nothing_running(tmp_path):
     s = Script(tmp_path, f'[P]\n!> {{"spawn": ["sleep", "600"]}}\n!> {{"sleep": 0.2}}\n!> {{"exit": 3}}')
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             await agent.ready()
             pid = agent.pid
             turn = agent.send("go")
@@ -552,8 +533,6 @@ def test_an_agent_that_exits_leaves_nothing_running(tmp_path):
             with pytest.raises(AgentExited):
                 await turn
             await until(lambda: not group_members(pid), 2, "the child's end")
-        finally:
-            await agent.close()
 
     run(go())
 

@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from test_failure_cases import INIT_RESULT, Script, run
+from scripted_agent import INIT_RESULT, Script, run
 
 from escouade_nb.manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from escouade_nb.manifest.models import ManifestError
@@ -75,14 +75,11 @@ def test_your_mcp_servers_reach_session_new_and_their_secrets_no_transcript(tmp_
     s = Script(tmp_path, "\n".join([INIT_C, INIT_HTTP, _new(expected)]))
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             await agent.ready()
             texts = [getattr(i, "text", "") for i in agent.conversation.items]
             assert any("'legacy' (sse) was not given" in t for t in texts), texts  # said once, not sent
             return agent.transcript.path
-        finally:
-            await agent.close()
 
     path = run(go())
     s.assert_ok()
@@ -102,11 +99,8 @@ def test_mcp_none_gives_none_of_your_servers(tmp_path, monkeypatch):
     s = Script(tmp_path, "\n".join([INIT_C, INIT_HTTP, _new([])]))
 
     async def go():
-        agent = s.agent(mcp=[])
-        try:
+        async with s.running(mcp=[]) as agent:
             await agent.ready()
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -163,7 +157,7 @@ def test_a_server_of_your_mcp_json_reaches_the_agent_which_calls_it(tmp_path, mo
     from escouade_nb.engine.agent import Agent
     from escouade_nb.manifest import discover, locate_program
 
-    server = Path(__file__).resolve().parent / "fixtures" / "mcp_echo_server.py"
+    server = Path(__file__).resolve().parents[1] / "fixtures" / "mcp_echo_server.py"
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"files": {
         "command": sys.executable, "args": [str(server)], "env": {"ECHO_TOKEN": "tok-echo-4242"}}}}))

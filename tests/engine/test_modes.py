@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import pytest
+from acp_clients import fake_agent
 
 from escouade_nb.engine.agent import Agent, AgentError
 from escouade_nb.manifest import discover, locate_program
@@ -11,9 +12,6 @@ from escouade_nb.core.plans import answers_prompt, plan_of, questions_in, visibl
 from escouade_nb.core.conversation import ToolCall
 
 
-def fake_agent(tmp_path, **kwargs) -> Agent:
-    ref = discover().find("fake")
-    return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, **kwargs)
 
 
 def run(coro):
@@ -314,7 +312,7 @@ def _modes(current: str, *ids: str) -> dict:
 
 
 def _scripted(tmp_path, session_result: dict, *lines: str, acp: dict, forbid=None):
-    from test_failure_cases import P_INIT, Script
+    from scripted_agent import P_INIT, Script
 
     new = ('C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":[]}}\n'
            "A> " + json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1", **session_result}},
@@ -335,7 +333,7 @@ def test_the_mode_menus_show_the_agents_real_mode(tmp_path):
     from escouade_nb.core.conversation import Notice
     from escouade_nb.widgets import AgentView
     from escouade_nb.widgets.squad_view import agent_row
-    from test_failure_cases import until
+    from scripted_agent import until
 
     s = _scripted(tmp_path, {"modes": _modes("accept-edits", "ask", "accept-edits", "auto-approve", "plan")},
                   PROMPT % (2, "go"),
@@ -346,8 +344,7 @@ def test_the_mode_menus_show_the_agents_real_mode(tmp_path):
                   ENDS % 3, acp=VIBE_LIKE)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             view = AgentView(agent)
 
             def menu() -> dict | None:  # the Mode menu the view's head shows
@@ -365,8 +362,6 @@ def test_the_mode_menus_show_the_agents_real_mode(tmp_path):
             await until(lambda: menu()["value"] is None, 2, "no Escouade mode shown")
             await agent.send("again")
             assert agent.escouade_mode == "default"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -381,13 +376,10 @@ def test_the_mode_menus_show_the_agents_real_mode_from_its_config_option(tmp_pat
         "modes": {"default": "auto", "bypassPermissions": "full-access"}, "readOnlyMode": "read-only"})
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             await agent.ready()
             assert agent.escouade_mode == "readOnly"
             assert list(agent.escouade_modes()) == ["default", "bypassPermissions", "readOnly"]
-        finally:
-            await agent.close()
 
     run(go())
 
@@ -412,8 +404,7 @@ def test_escouade_modes_a_harness_cannot_switch_are_not_offered_as_if_they_worke
                   forbid=[{"method": "session/set_mode"}, {"method": "session/set_config_option"}])
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             assert "readOnly" in agent.escouade_modes()  # before a session: what the manifest maps
             await agent.ready()
             modes = agent.escouade_modes()
@@ -424,8 +415,6 @@ def test_escouade_modes_a_harness_cannot_switch_are_not_offered_as_if_they_worke
             card = await agent.next_permission(timeout=5)
             await turn
             assert card.label == "Allowed once by the mode (accept edits)"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -457,8 +446,7 @@ def test_accept_edits_recognises_writes_by_the_manifests_tools_map(tmp_path):
                        "tools": {"write": "Write", "shell": "Bash"}})
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             await agent.ready()
             assert await agent.set_escouade_mode("acceptEdits")
             turn = agent.send("write")
@@ -469,8 +457,6 @@ def test_accept_edits_recognises_writes_by_the_manifests_tools_map(tmp_path):
             assert shell.state == "pending"  # a command is not an edit: the user decides
             shell.choose("reject_once")
             await turn
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()

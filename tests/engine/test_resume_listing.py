@@ -13,27 +13,9 @@ from pathlib import Path
 from escouade_nb.engine.resume import resumable_text
 from escouade_nb.engine.squad import Squad
 from escouade_nb.wire import transcript as tr
+from transcript_files import SETUP, _line, _prompt, _write
 
 
-def _line(kind: str, **fields) -> str:
-    return json.dumps({"t": 1.0, "kind": kind, **fields})
-
-
-def _prompt(id_: int, *texts: str) -> str:
-    blocks = [{"type": "text", "text": t} for t in texts]
-    return _line("out", msg={"jsonrpc": "2.0", "id": id_, "method": "session/prompt",
-                             "params": {"sessionId": "s1", "prompt": blocks}})
-
-
-def _write(path: Path, *lines: str, when: float | None = None, **header) -> Path:
-    path.write_text("\n".join([_line("header", **header), *lines]) + "\n", encoding="utf-8")
-    if when is not None:
-        os.utime(path, (when, when))
-    return path
-
-
-SETUP = [_line("out", msg={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}),
-         _line("in", msg={"jsonrpc": "2.0", "id": 0, "result": {"agentCapabilities": {}, "pad": "x" * 5000}})]
 
 
 def test_each_agent_lists_its_newest_transcript_with_its_last_write_and_first_prompt(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run
 
 SSHD = shutil.which("sshd") or next((p for p in ("/usr/sbin/sshd",) if os.path.exists(p)), None)
 SSH, KEYGEN = shutil.which("ssh"), shutil.which("ssh-keygen")
@@ -96,7 +96,7 @@ def _pids(s: Script, run_no: int) -> list[int]:
 
 async def _started(s: Script, run_no: int) -> list[int]:
     """The pids of run ``run_no`` once the agent has spawned its child (all alive)."""
-    from test_failure_cases import until
+    from scripted_agent import until
 
     await until(lambda: len(_pids(s, run_no)) == 2, 10, "the agent and its child")
     pids = _pids(s, run_no)
@@ -133,16 +133,13 @@ def test_restart_through_ssh_ends_the_remote_agent_and_starts_a_new_one(tmp_path
     s = Script(tmp_path, STUBBORN, WORKS)
 
     async def go():
-        agent = s.agent(via=ssh_launcher, fs=True)
-        try:
+        async with s.running(via=ssh_launcher, fs=True) as agent:
             await agent.ready()
             first = await _started(s, 0)
             await agent.restart()
             assert await _gone(first) == [], "the remote agent outlived Restart"
             assert (await agent.send("go")).text == "over ssh"  # the new one, over ssh, works
             second = _pids(s, 1)
-        finally:
-            await agent.close()
         assert await _gone(second) == []
 
     run(go(), timeout=90)

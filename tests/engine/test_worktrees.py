@@ -248,7 +248,7 @@ def test_side_by_side_view_compares_the_turns_and_the_squad_view_shows_worktrees
 
 
 def test_fork_with_session_fork_loads_the_forked_session_in_a_new_process(tmp_path):
-    from test_failure_cases import P_INIT, P_NEW, Script, _chunk
+    from scripted_agent import P_INIT, P_NEW, Script, _chunk
 
     init = P_INIT.replace('"loadSession":false', '"loadSession":true,"sessionCapabilities":{"fork":{}}')
     new = P_NEW.replace('"mcpServers":[]', '"mcpServers":"$ANY"')
@@ -313,7 +313,7 @@ def test_ask_three_agents_two_fake_one_goose_shaped_returns_three_turns(repo, tm
 
     from escouade_nb.engine.compare import comparison, comparison_text
 
-    sys.path.insert(0, str(Path(__file__).parent / "agents"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "agents"))
     try:
         from model_server import ModelServer
     finally:
@@ -321,7 +321,7 @@ def test_ask_three_agents_two_fake_one_goose_shaped_returns_three_turns(repo, tm
     bin_dir = tmp_path / "bin"  # `goose` exists only on this test's PATH, as in tests/agents
     bin_dir.mkdir()
     (bin_dir / "goose").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
-                                   f"{shlex.quote(str(Path(__file__).parent / 'agents' / 'goose_like_agent.py'))} \"$@\"\n")
+                                   f"{shlex.quote(str(Path(__file__).parents[1] / 'agents' / 'goose_like_agent.py'))} \"$@\"\n")
     (bin_dir / "goose").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
 

@@ -20,7 +20,7 @@ from kernel_client import Kernel, kernel_with_env, act, buttons_of, wait_for
 
 pytestmark = pytest.mark.kernel
 
-HOSTILE = Path(__file__).parent / "fixtures" / "hostile_agent.py"
+HOSTILE = Path(__file__).parents[1] / "fixtures" / "hostile_agent.py"
 
 
 @pytest.fixture(scope="module")

@@ -110,14 +110,13 @@ def test_a_second_resume_after_a_turn_with_reused_ids_rebuilds_what_was_live(rou
 # -- the same, over a scripted agent: ids reused, a replay on session/resume, who answered ---------
 
 def _script_runs() -> tuple[str, str]:
-    from test_acp_2026 import END, INIT_ANY, _chunk, _init_result, _update
-    from test_failure_cases import P_NEW, P_PROMPT
+    from scripted_agent import END, INIT_ANY, P_NEW, P_PROMPT, chunk_line, init_result, update_line
 
     options = ('[{"optionId":"yes","name":"Allow","kind":"allow_once"},'
                '{"optionId":"no","name":"Reject","kind":"reject_once"}]')
 
     def edit(name: str, status: str = "pending") -> str:
-        return _update('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Edit ' + name + '","kind":"edit",'
+        return update_line('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Edit ' + name + '","kind":"edit",'
                        '"status":"' + status + '"}')
 
     def ask(name: str) -> str:  # the same JSON-RPC id and tool call id in both processes
@@ -125,17 +124,17 @@ def _script_runs() -> tuple[str, str]:
                 '"toolCall":{"toolCallId":"t1","title":"Edit ' + name + '","kind":"edit"},"options":' + options + '}}')
 
     answered = 'C> {"jsonrpc":"2.0","id":100,"result":"$ANY"}'
-    first = "\n".join([INIT_ANY, _init_result('{"resume":{}}'), P_NEW, P_PROMPT, edit("a.txt"), ask("a.txt"),
-                       answered, edit("a.txt", "completed"), _chunk("Edited a."), END, '!> {"wait_eof": 5}'])
+    first = "\n".join([INIT_ANY, init_result('{"resume":{}}'), P_NEW, P_PROMPT, edit("a.txt"), ask("a.txt"),
+                       answered, edit("a.txt", "completed"), chunk_line("Edited a."), END, '!> {"wait_eof": 5}'])
     second = "\n".join([
-        INIT_ANY, _init_result('{"resume":{}}'),
+        INIT_ANY, init_result('{"resume":{}}'),
         'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s1"}}',
         # it must not replay, and does: the history again before its answer
-        _update('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"go"}}'),
-        edit("a.txt", "completed"), _chunk("Edited a."),
+        update_line('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"go"}}'),
+        edit("a.txt", "completed"), chunk_line("Edited a."),
         'A> {"jsonrpc":"2.0","id":1,"result":{}}',
         P_PROMPT.replace('"go"', '"more"'), edit("b.txt"), ask("b.txt"), answered, edit("b.txt", "failed"),
-        _chunk("Not allowed."), END, '!> {"wait_eof": 5}'])
+        chunk_line("Not allowed."), END, '!> {"wait_eof": 5}'])
     return first, second
 
 
@@ -149,7 +148,7 @@ def scripted(tmp_path_factory):
 
     from escouade_nb.core.render_text import render_items
     from escouade_nb.engine.agent import Agent
-    from test_failure_cases import Script, run
+    from scripted_agent import Script, run
 
     s = Script(tmp_path_factory.mktemp("scripted"), *_script_runs(), forbid=[{"method": "session/load"}])
 
@@ -203,7 +202,7 @@ def test_a_resume_keeps_who_answered_a_plan_why_a_card_was_cancelled_and_a_quest
     from escouade_nb.core.render_text import render_items
     from escouade_nb.engine.agent import Agent
     from escouade_nb.engine.squad import Squad
-    from test_failure_cases import run
+    from scripted_agent import run
 
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
@@ -247,29 +246,25 @@ def test_a_call_the_agent_ran_without_asking_keeps_its_note_after_a_resume(tmp_p
 
     from escouade_nb.core.render_text import render_items
     from escouade_nb.engine.agent import Agent
-    from test_acp_2026 import END, INIT_ANY, _init_result, _update
-    from test_failure_cases import P_NEW, P_PROMPT, Script, run
+    from scripted_agent import END, INIT_ANY, P_NEW, P_PROMPT, Script, init_result, run, update_line
 
     def edit(call: str, name: str, status: str) -> str:
-        return _update('{"sessionUpdate":"tool_call","toolCallId":"' + call + '","title":"Edit ' + name + '",'
+        return update_line('{"sessionUpdate":"tool_call","toolCallId":"' + call + '","title":"Edit ' + name + '",'
                        '"kind":"edit","status":"' + status + '"}')
 
     s = Script(tmp_path, "\n".join([
-        INIT_ANY, _init_result(), P_NEW, P_PROMPT, edit("t1", "a.txt", "pending"),
+        INIT_ANY, init_result(), P_NEW, P_PROMPT, edit("t1", "a.txt", "pending"),
         'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":'
         '{"toolCallId":"t1"},"options":[{"optionId":"always","name":"Allow always","kind":"allow_always"}]}}',
         'C> {"jsonrpc":"2.0","id":100,"result":"$ANY"}', edit("t1", "a.txt", "completed"),
         edit("t2", "b.txt", "completed"), END, '!> {"wait_eof": 5}']))
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             turn = agent.send("go")
             (await agent.next_permission(timeout=10)).choose("always")
             await turn
             return agent, render_items(agent.conversation.items)
-        finally:
-            await agent.close()
 
     agent, shown = run(go())
     assert "[tool] Edit b.txt (edit, completed)\n  not asked: earlier in this session you chose" in shown

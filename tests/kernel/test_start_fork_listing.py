@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernel_client import act, kernel_with_env, wait_for
-from test_acp_2026 import INIT_ANY, _init_result
-from test_failure_cases import Script
+from scripted_agent import INIT_ANY, Script, init_result
 
 pytestmark = pytest.mark.kernel
 
@@ -136,7 +135,7 @@ def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_grou
 
 # -- item 9 -----------------------------------------------------------------------------------------
 LISTER = "\n".join([
-    INIT_ANY, _init_result('{"list":{},"resume":{}}'),
+    INIT_ANY, init_result('{"list":{},"resume":{}}'),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY"}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
     # an agent that ignores the cwd asked for: a session of another folder in its list
@@ -146,7 +145,7 @@ LISTER = "\n".join([
     '!> {"wait_eof": 60}',
 ])
 OPENED_ELSEWHERE = "\n".join([
-    INIT_ANY, _init_result('{"list":{},"resume":{}}'),
+    INIT_ANY, init_result('{"list":{},"resume":{}}'),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s9","cwd":"$OTHER"}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{}}',
     '!> {"wait_eof": 60}',
@@ -176,7 +175,7 @@ def test_sessions_of_other_folders_are_not_listed_as_this_ones_and_open_in_their
 
 
 def test_resume_lists_this_projects_agents_says_others_exist_and_asks_which_of_two(kernel):
-    from test_resume_listing import SETUP, _prompt, _write
+    from transcript_files import SETUP, _prompt, _write
 
     folder = kernel.root / "transcripts"
     folder.mkdir(exist_ok=True)

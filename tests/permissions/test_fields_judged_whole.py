@@ -9,12 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
 from fixtures.plugins.cards import HERE, Card, make_rules
-from kernel_client import processes_named
 
 from escouade_nb.core.conversation import ToolCall
 from escouade_nb.manifest.project import Project
@@ -25,16 +23,7 @@ PURE = "test.fixture.pure"
 LIMIT = getattr(request_module, "MAX_REQUEST", 4 * 1024 * 1024)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_orphan_plugins():
-    before = set(processes_named(FIXTURES))
-    yield
-    deadline = time.monotonic() + 10
-    left = set(processes_named(FIXTURES)) - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = set(processes_named(FIXTURES)) - before
-    assert not left, f"plugin processes left behind: {sorted(left)}"
+pytestmark = pytest.mark.usefixtures("no_orphan_plugins")  # tests/conftest.py
 
 
 def run(coro):

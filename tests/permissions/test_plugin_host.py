@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.plugins.cards import HERE, Card, make_rules
-from kernel_client import process_alive, processes_named
+from kernel_client import process_alive
 
 from escouade_nb.core.conversation import ToolCall
 from escouade_nb.manifest.project import Project
@@ -21,17 +21,7 @@ FIXTURES = str(HERE)
 CLOCK = r"\d\d:\d\d:\d\d"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_orphan_plugins():
-    """No fixture plugin process may outlive these tests."""
-    before = set(processes_named(FIXTURES))
-    yield
-    deadline = time.monotonic() + 10
-    left = set(processes_named(FIXTURES)) - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = set(processes_named(FIXTURES)) - before
-    assert not left, f"plugin processes left behind: {sorted(left)}"
+pytestmark = pytest.mark.usefixtures("no_orphan_plugins")  # tests/conftest.py
 
 
 def run(coro):

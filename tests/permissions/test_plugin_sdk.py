@@ -181,7 +181,7 @@ def test_bench_passes_on_team_rules_and_prints_each_delay():
 
 
 def test_bench_fails_on_a_wrong_answer_and_on_a_slow_one(tmp_path: Path):
-    fixtures = Path(__file__).parent / "fixtures" / "plugins"
+    fixtures = Path(__file__).parents[1] / "fixtures" / "plugins"
     decisions = tmp_path / "d.jsonl"
     decisions.write_text("\n".join(json.dumps(x) for x in [
         {"request": {"tool": "Bash", "input": {"command": "fast=allow"}}, "expect": {"decision": "allow"}},

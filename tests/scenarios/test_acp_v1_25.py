@@ -16,43 +16,29 @@ import sys
 from escouade_nb.core.conversation import Compaction, Notice, Unknown
 from escouade_nb.core.render_text import render_item, render_items
 from escouade_nb.engine.agent import Agent
-from test_failure_cases import P_NEW, P_PROMPT, Script, run
+from scripted_agent import END, INIT_ANY, P_NEW, P_PROMPT, Script, chunk_line, init_result, run, update_line
 from view_helpers import buttons_of, html_shown
 
 INIT_2026 = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
              '{"fs":{"readTextFile":true,"writeTextFile":true},"session":{"notices":{},"compaction":{}}}}}')
 
 
-def _init_result(session_caps: str = "{}", load: bool = False) -> str:
-    return ('A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":'
-            + ("true" if load else "false") + ',"sessionCapabilities":' + session_caps + '},"authMethods":[]}}')
-
-
-def _update(update: str, session: str = "s1") -> str:
-    return f'A> {{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{session}","update":{update}}}}}'
-
-
-def _chunk(text: str) -> str:
-    return _update('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"' + text + '"}}')
-
-
-END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
 
 # -- notices and compaction ---------------------------------------------------------------------
 NOTICES = "\n".join([
-    INIT_2026, _init_result(), P_NEW, P_PROMPT,
-    _chunk("Before."),
-    _update('{"sessionUpdate":"notice","severity":"warning","title":"Rate limit close",'
+    INIT_2026, init_result(), P_NEW, P_PROMPT,
+    chunk_line("Before."),
+    update_line('{"sessionUpdate":"notice","severity":"warning","title":"Rate limit close",'
             '"description":"80% of the hourly budget used"}'),
-    _update('{"sessionUpdate":"compaction_update","compactionId":"c1","status":"in_progress"}'),
-    _update('{"sessionUpdate":"compaction_summary_chunk","compactionId":"c1",'
+    update_line('{"sessionUpdate":"compaction_update","compactionId":"c1","status":"in_progress"}'),
+    update_line('{"sessionUpdate":"compaction_summary_chunk","compactionId":"c1",'
             '"content":{"type":"text","text":"Kept: the failing test "}}'),
-    _update('{"sessionUpdate":"compaction_summary_chunk","compactionId":"c1",'
+    update_line('{"sessionUpdate":"compaction_summary_chunk","compactionId":"c1",'
             '"content":{"type":"text","text":"in test_a.py."}}'),
-    _update('{"sessionUpdate":"compaction_update","compactionId":"c1","status":"completed"}'),
-    _update('{"sessionUpdate":"notice","severity":"fyi","title":"Odd severity"}'),
-    _update('{"sessionUpdate":"hologram_update","shape":"cube"}'),
-    _chunk("After."),
+    update_line('{"sessionUpdate":"compaction_update","compactionId":"c1","status":"completed"}'),
+    update_line('{"sessionUpdate":"notice","severity":"fyi","title":"Odd severity"}'),
+    update_line('{"sessionUpdate":"hologram_update","shape":"cube"}'),
+    chunk_line("After."),
     END,
 ])
 
@@ -63,15 +49,12 @@ def test_notices_and_compaction_are_advertised_shown_and_replayed(tmp_path):
     s = Script(tmp_path, NOTICES)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             view = AgentView(agent)
             result = await agent.send("go")
             assert result.stop_reason == "end_turn"
             await asyncio.sleep(0.1)
             return agent.transcript.path, agent.conversation, repr(view), "".join(html_shown(view))
-        finally:
-            await agent.close()
 
     path, conv, shown, html = run(go())
     s.assert_ok()
@@ -134,13 +117,12 @@ def test_compaction_upsert_patches_and_failed():
 
 # -- the session lifecycle -------------------------------------------------------------------------
 LIFECYCLE_CAPS = '{"list":{},"resume":{},"close":{},"delete":{},"additionalDirectories":{}}'
-INIT_ANY = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}')
 FIRST = "\n".join([
-    INIT_ANY, _init_result(LIFECYCLE_CAPS, load=True),
+    INIT_ANY, init_result(LIFECYCLE_CAPS, load=True),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":[],'
     '"additionalDirectories":["$EXTRA"]}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
-    P_PROMPT, _chunk("Hello."), END,
+    P_PROMPT, chunk_line("Hello."), END,
     'C> {"jsonrpc":"2.0","id":3,"method":"session/list","params":{"cwd":"$WS","cursor":"$ABSENT"}}',
     'A> {"jsonrpc":"2.0","id":3,"result":{"sessions":[{"sessionId":"s1","cwd":"$WS","title":"Fix tests",'
     '"updatedAt":"2026-10-01T09:00:00Z"}],"nextCursor":"p2"}}',
@@ -154,14 +136,14 @@ FIRST = "\n".join([
     '!> {"wait_eof": 5}',
 ])
 RESUMED = "\n".join([
-    INIT_ANY, _init_result(LIFECYCLE_CAPS, load=True),
+    INIT_ANY, init_result(LIFECYCLE_CAPS, load=True),
     # session/resume, not session/load (no replay): the agent sends nothing before its answer
     'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s1","cwd":"$WS",'
     '"mcpServers":[],"additionalDirectories":["$EXTRA"]}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{}}',
     'C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1","prompt":[{"type":"text",'
     '"text":"more"}]}}',
-    _chunk("More."), END,
+    chunk_line("More."), END,
     'C> {"jsonrpc":"2.0","id":6,"method":"session/close","params":{"sessionId":"s1"}}',
     'A> {"jsonrpc":"2.0","id":6,"result":{}}',
     '!> {"wait_eof": 5}',
@@ -175,8 +157,7 @@ def test_list_delete_close_then_resume_without_replay(tmp_path):
                forbid=[{"method": "session/load"}])
 
     async def first():
-        agent = s.agent(add_dirs=[extra])
-        try:
+        async with s.running(add_dirs=[extra]) as agent:
             assert (await agent.send("go")).text == "Hello."
             page = await agent.sessions()
             assert page.sessions == [{"sessionId": "s1", "cwd": str(s.ws), "title": "Fix tests",
@@ -186,8 +167,6 @@ def test_list_delete_close_then_resume_without_replay(tmp_path):
             assert [i["sessionId"] for i in last.sessions] == ["old"] and last.next_cursor is None
             await agent.delete_session("old")
             assert agent.session.additional_directories == [str(extra)]
-        finally:
-            await agent.close()
         assert agent.status == "closed"
         return agent.transcript.path
 
@@ -212,7 +191,7 @@ def test_list_delete_close_then_resume_without_replay(tmp_path):
     assert text.rstrip().endswith("you: more\nagent: More.")
 
 
-NO_LIFECYCLE = "\n".join([INIT_ANY, _init_result(), P_NEW, '!> {"wait_eof": 5}'])
+NO_LIFECYCLE = "\n".join([INIT_ANY, init_result(), P_NEW, '!> {"wait_eof": 5}'])
 
 
 def test_without_the_capabilities_nothing_is_sent_and_errors_say_why(tmp_path):
@@ -226,8 +205,7 @@ def test_without_the_capabilities_nothing_is_sent_and_errors_say_why(tmp_path):
                                                {"method": "session/delete"}, {"method": "logout"}])
 
     async def go():
-        agent = s.agent(add_dirs=[extra])
-        try:
+        async with s.running(add_dirs=[extra]) as agent:
             await agent.ready()
             for call, missing in ((agent.sessions(), "sessionCapabilities.list"),
                                   (agent.delete_session("x"), "sessionCapabilities.delete"),
@@ -240,8 +218,6 @@ def test_without_the_capabilities_nothing_is_sent_and_errors_say_why(tmp_path):
                     raise AssertionError("no error")
             notices = [i.text for i in agent.conversation.items if isinstance(i, Notice)]
             assert any("does not take additional directories" in n for n in notices), notices
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -252,7 +228,7 @@ def test_without_the_capabilities_nothing_is_sent_and_errors_say_why(tmp_path):
 # -- the magics, in a kernel ----------------------------------------------------------------------
 MAGICS_CAPS = '{"list":{},"resume":{},"additionalDirectories":{},"systemPrompt":{"mode":{"override":{}}}}'
 MAGICS = "\n".join([
-    INIT_ANY, _init_result(MAGICS_CAPS, load=True),
+    INIT_ANY, init_result(MAGICS_CAPS, load=True),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY",'
     '"additionalDirectories":["$EXTRA","$EXTRA2"],'
     '"systemPrompt":{"mode":"override","content":[{"type":"text","text":"Answer in French."}]}}}',
@@ -264,11 +240,11 @@ MAGICS = "\n".join([
 ])
 OPENED = "\n".join([
     # a listed session, no transcript of ours: session/load for its replay (resume would show nothing)
-    INIT_ANY, _init_result(MAGICS_CAPS, load=True),
+    INIT_ANY, init_result(MAGICS_CAPS, load=True),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS",'
     '"additionalDirectories":["$EXTRA","$EXTRA2"]}}',
-    _update('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"fix the tests"}}'),
-    _chunk("Fixed."),
+    update_line('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"fix the tests"}}'),
+    chunk_line("Fixed."),
     'A> {"jsonrpc":"2.0","id":1,"result":{}}',
     '!> {"wait_eof": 10}',
 ])
@@ -317,7 +293,7 @@ def test_magics_add_dir_system_prompt_and_sessions(tmp_path, monkeypatch):
 
 # -- fences widened to the additional directories ----------------------------------------------------
 FENCED = "\n".join([
-    INIT_ANY, _init_result('{"additionalDirectories":{}}'),
+    INIT_ANY, init_result('{"additionalDirectories":{}}'),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","additionalDirectories":["$EXTRA"]}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
     P_PROMPT,
@@ -354,11 +330,11 @@ def test_a_private_projects_fence_takes_in_the_additional_directories(tmp_path):
 # -- the client's system prompt ----------------------------------------------------------------------
 def _system_prompt_runs(offer: str) -> list[str]:
     run_ = "\n".join([
-        INIT_ANY, _init_result('{"systemPrompt":' + offer + '}'),
+        INIT_ANY, init_result('{"systemPrompt":' + offer + '}'),
         'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","systemPrompt":{"mode":"append",'
         '"content":[{"type":"text","text":"$ANY"}]}}}',
         'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
-        P_PROMPT, _chunk("Oui."), END,
+        P_PROMPT, chunk_line("Oui."), END,
     ])
     return [run_, run_]  # the same again after a restart: resent
 
@@ -370,14 +346,11 @@ def test_questions_preamble_and_system_prompt_go_in_system_prompt_where_offered(
     s.ref.harness.acp.questions_in_text = True
 
     async def go():
-        agent = s.agent(system_prompt="Answer in French.", system_prompt_mode="override")
-        try:
+        async with s.running(system_prompt="Answer in French.", system_prompt_mode="override") as agent:
             assert (await agent.send("go")).text == "Oui."
             await agent.restart()
             assert (await agent.send("go")).text == "Oui."
             return [i.text for i in agent.conversation.items if isinstance(i, Notice)]
-        finally:
-            await agent.close()
 
     notices = run(go())
     s.assert_ok(runs=2)
@@ -391,12 +364,12 @@ def test_questions_preamble_and_system_prompt_go_in_system_prompt_where_offered(
 
 
 NO_SYSTEM_PROMPT = "\n".join([
-    INIT_ANY, _init_result(),
+    INIT_ANY, init_result(),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","systemPrompt":"$ABSENT"}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
     'C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1","prompt":[{"type":"text",'
     '"text":"$ANY"},{"type":"text","text":"go"}]}}',
-    _chunk("Oui."), END,
+    chunk_line("Oui."), END,
 ])
 
 
@@ -407,11 +380,8 @@ def test_without_the_offer_the_system_prompt_goes_before_the_first_prompt(tmp_pa
     s.ref.harness.acp.questions_in_text = True
 
     async def go():
-        agent = s.agent(system_prompt="Answer in French.")
-        try:
+        async with s.running(system_prompt="Answer in French.") as agent:
             assert (await agent.send("go")).text == "Oui."
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -421,7 +391,7 @@ def test_without_the_offer_the_system_prompt_goes_before_the_first_prompt(tmp_pa
 
 # -- smaller stable things --------------------------------------------------------------------------
 NAMED = "\n".join([
-    INIT_ANY, _init_result(), P_NEW, P_PROMPT,
+    INIT_ANY, init_result(), P_NEW, P_PROMPT,
     # the request is the first the client hears of the call: its stable name must survive the SDK's model
     'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":'
     '{"toolCallId":"t1","name":"Bash","title":"Run ls","kind":"execute","rawInput":{"command":"ls"},'
@@ -437,8 +407,7 @@ def test_the_tool_calls_stable_name_comes_first_for_rule_plugins(tmp_path):
     s = Script(tmp_path, NAMED)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)
             call = card.permission.tool_call
@@ -448,15 +417,13 @@ def test_the_tool_calls_stable_name_comes_first_for_rule_plugins(tmp_path):
             assert normalise(call, {"Shell": "Write", "Bash": "Bash"}).tool == "Bash"
             card.choose("ok")
             assert (await turn).stop_reason == "end_turn"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
 
 
 CONFIG = "\n".join([
-    INIT_ANY, _init_result(),
+    INIT_ANY, init_result(),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS"}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1","configOptions":[{"id":"effort","name":"Effort",'
     '"type":"select","currentValue":"low","options":[{"value":"low","name":"Low"},{"value":"high","name":"High"}]}]}}',
@@ -473,8 +440,7 @@ def test_an_abandoned_set_config_option_is_withdrawn_with_cancel_request(tmp_pat
     s = Script(tmp_path, CONFIG)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             await agent.ready()
             task = asyncio.ensure_future(agent.set_config_option("effort", "high"))
             await asyncio.sleep(0.3)
@@ -487,8 +453,6 @@ def test_an_abandoned_set_config_option_is_withdrawn_with_cancel_request(tmp_pat
             assert agent.conversation.config_options[0]["currentValue"] == "low"  # rolled back
             await asyncio.sleep(0.3)  # the late error answer is dropped, nothing breaks
             assert agent.status == "idle"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -501,12 +465,11 @@ def test_an_abandoned_set_config_option_is_withdrawn_with_cancel_request(tmp_pat
 def test_session_set_model_only_with_a_models_state(tmp_path):
     """Without a config option of category model nor a models state (goose's), no
     ``session/set_model`` (gone from ACP) is sent: a clear error instead."""
-    s = Script(tmp_path, "\n".join([INIT_ANY, _init_result(), P_NEW, '!> {"wait_eof": 5}']),
+    s = Script(tmp_path, "\n".join([INIT_ANY, init_result(), P_NEW, '!> {"wait_eof": 5}']),
                forbid=[{"method": "session/set_model"}])
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             await agent.ready()
             try:
                 await agent.set_model("big")
@@ -514,8 +477,6 @@ def test_session_set_model_only_with_a_models_state(tmp_path):
                 assert "no config option of category 'model'" in str(exc)
             else:
                 raise AssertionError("no error")
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -532,13 +493,13 @@ def test_the_session_setup_is_resent_on_resume_from_the_transcript(tmp_path):
     extra = (tmp_path / "extra").resolve()
     extra.mkdir()
     first = "\n".join([
-        INIT_ANY, _init_result(SETUP_CAPS),
+        INIT_ANY, init_result(SETUP_CAPS),
         'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS",' + SETUP_PARAMS + '}}',
         'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
-        P_PROMPT, _chunk("Oui."), END,
+        P_PROMPT, chunk_line("Oui."), END,
     ])
     again = "\n".join([
-        INIT_ANY, _init_result(SETUP_CAPS),
+        INIT_ANY, init_result(SETUP_CAPS),
         'C> {"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"s1","cwd":"$WS",'
         + SETUP_PARAMS + '}}',
         'A> {"jsonrpc":"2.0","id":1,"result":{}}',
@@ -547,11 +508,8 @@ def test_the_session_setup_is_resent_on_resume_from_the_transcript(tmp_path):
     s = Script(tmp_path, first, again, variables={"EXTRA": str(extra)})
 
     async def go():
-        agent = s.agent(add_dirs=[extra], system_prompt="Answer in French.")
-        try:
+        async with s.running(add_dirs=[extra], system_prompt="Answer in French.") as agent:
             assert (await agent.send("go")).text == "Oui."
-        finally:
-            await agent.close()
         resumed = Agent.resume(agent.transcript.path, s.ref, program=sys.executable)
         assert resumed.add_dirs == [extra] and resumed.system_prompt == "Answer in French."
         try:
@@ -580,12 +538,9 @@ def test_logout_where_offered(tmp_path):
     s = Script(tmp_path, LOGOUT)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             await agent.logout()
             assert any(isinstance(i, Notice) and i.text.startswith("Signed out") for i in agent.conversation.items)
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -595,14 +550,14 @@ def test_logout_where_offered(tmp_path):
 INIT_SUBAGENTS = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
                   '{"subagents":{}}}}')
 SUBAGENT = "\n".join([
-    INIT_SUBAGENTS, _init_result(), P_NEW, P_PROMPT,
-    _update('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Task: find the bug","kind":"other",'
+    INIT_SUBAGENTS, init_result(), P_NEW, P_PROMPT,
+    update_line('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Task: find the bug","kind":"other",'
             '"status":"in_progress"}'),
     # announced on the parent session, before anything carries the child's id
-    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","title":"explorer","description":"looks around",'
+    update_line('{"sessionUpdate":"subagent_update","sessionId":"c1","title":"explorer","description":"looks around",'
             '"capabilities":{"cancel":{}},"state":{"state":"running"}}'),
-    _update('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Looking."}}', session="c1"),
-    _update('{"sessionUpdate":"tool_call","toolCallId":"c1-t1","title":"Read a.py","kind":"read",'
+    update_line('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Looking."}}', session="c1"),
+    update_line('{"sessionUpdate":"tool_call","toolCallId":"c1-t1","title":"Read a.py","kind":"read",'
             '"status":"pending"}', session="c1"),
     # the child's own requests go through: a read, a permission
     'A> {"jsonrpc":"2.0","id":102,"method":"fs/read_text_file","params":{"sessionId":"c1","path":"$WS/a.py"}}',
@@ -612,8 +567,8 @@ SUBAGENT = "\n".join([
     '"options":[{"optionId":"ok","name":"Allow once","kind":"allow_once"},'
     '{"optionId":"no","name":"Reject","kind":"reject_once"}]}}',
     'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}',
-    _update('{"sessionUpdate":"tool_call_update","toolCallId":"c1-t2","status":"in_progress"}', session="c1"),
-    _update('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Running the tests."}}',
+    update_line('{"sessionUpdate":"tool_call_update","toolCallId":"c1-t2","status":"in_progress"}', session="c1"),
+    update_line('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Running the tests."}}',
             session="c1"),
     # a session nobody announced is still refused
     'A> {"jsonrpc":"2.0","id":101,"method":"fs/read_text_file","params":{"sessionId":"zz","path":"$WS/a.py"}}',
@@ -621,7 +576,7 @@ SUBAGENT = "\n".join([
     # the user stops the parent: its session/cancel, then the child's (it allows cancel)
     'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}',
     'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"c1"}}',
-    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","state":{"state":"idle","stopReason":"cancelled"}}'),
+    update_line('{"sessionUpdate":"subagent_update","sessionId":"c1","state":{"state":"idle","stopReason":"cancelled"}}'),
     'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"cancelled"}}',
 ])
 
@@ -639,8 +594,7 @@ def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with
         asked.append(card.agent_name)
 
     async def go():
-        agent = s.agent(policies=[policy])
-        try:
+        async with s.running(policies=[policy]) as agent:
             view = AgentView(agent)
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)
@@ -661,8 +615,6 @@ def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with
             result = await turn
             await asyncio.sleep(0.1)
             return agent, result, repr(view)
-        finally:
-            await agent.close()
 
     agent, result, shown = run(go())
     s.assert_ok()
@@ -709,16 +661,16 @@ async def until_text(agent, text, timeout=10.0):
 
 
 SUBAGENT_RULES = "\n".join([
-    INIT_SUBAGENTS, _init_result(), P_NEW, P_PROMPT,
-    _update('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Task","kind":"other","status":"in_progress"}'),
-    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","title":"tester","state":{"state":"running"}}'),
+    INIT_SUBAGENTS, init_result(), P_NEW, P_PROMPT,
+    update_line('{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Task","kind":"other","status":"in_progress"}'),
+    update_line('{"sessionUpdate":"subagent_update","sessionId":"c1","title":"tester","state":{"state":"running"}}'),
     'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"c1","toolCall":'
     '{"toolCallId":"c1-t1","title":"npm test","kind":"execute","rawInput":{"command":"npm test"}},'
     '"options":[{"optionId":"ok","name":"Allow once","kind":"allow_once"},'
     '{"optionId":"no","name":"Reject","kind":"reject_once"}]}}',
     # the team's rule plugin allows it: the subagent is answered without the user
     'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}',
-    _update('{"sessionUpdate":"subagent_update","sessionId":"c1","state":{"state":"idle","stopReason":"end_turn"}}'),
+    update_line('{"sessionUpdate":"subagent_update","sessionId":"c1","state":{"state":"idle","stopReason":"end_turn"}}'),
     END,
 ])
 
@@ -769,7 +721,7 @@ SIGNED_OUT = "\n".join([
 ])
 SIGNED_IN = "\n".join([
     INIT_AUTH, TERMINAL_AUTH, P_NEW, P_PROMPT,  # reconnected; the refused prompt sent once more
-    _chunk("Signed in, going."), END,
+    chunk_line("Signed in, going."), END,
 ])
 
 
@@ -780,8 +732,7 @@ def test_a_terminal_sign_in_answered_from_the_view_then_the_prompt_retried(tmp_p
     s = Script(tmp_path, SIGNED_OUT, SIGNED_IN, forbid=[{"method": "authenticate"}])
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             view = AgentView(agent)
             view.act({"k": "act", "act": "send", "text": "go"})  # refused: the text goes back in the input
             while agent.status != "sign-in":
@@ -804,8 +755,6 @@ def test_a_terminal_sign_in_answered_from_the_view_then_the_prompt_retried(tmp_p
             await asyncio.sleep(0.1)
             assert view.prompt_value == ""  # sent again by the sign-in: not left to send twice
             return agent, retried, view
-        finally:
-            await agent.close()
 
     agent, retried, view = run(go(), timeout=40)
     s.assert_ok(runs=2)
@@ -856,7 +805,7 @@ def test_the_shipped_fake_agent_lists_its_sessions_and_answers_close(tmp_path, m
 
 
 LISTED = "\n".join([
-    INIT_ANY, _init_result('{"list":{},"delete":{}}', load=True),
+    INIT_ANY, init_result('{"list":{},"delete":{}}', load=True),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY"}}',
     'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
     'C> {"jsonrpc":"2.0","id":3,"method":"session/list","params":{"cwd":"$WS"}}',
@@ -868,10 +817,10 @@ LISTED = "\n".join([
     '!> {"wait_eof": 5}',
 ])
 LISTED_OPEN = "\n".join([  # Open on the row of s1: a new agent on it (session/load: its replay is the view)
-    INIT_ANY, _init_result('{"list":{},"delete":{}}', load=True),
+    INIT_ANY, init_result('{"list":{},"delete":{}}', load=True),
     'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS"}}',
-    _update('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"fix the tests"}}'),
-    _chunk("Fixed."),
+    update_line('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"fix the tests"}}'),
+    chunk_line("Fixed."),
     'A> {"jsonrpc":"2.0","id":1,"result":{}}',
     '!> {"wait_eof": 5}',
 ])
@@ -936,7 +885,7 @@ def test_the_sessions_view_opens_a_row_and_deletes_one_once_confirmed(tmp_path, 
 def test_closing_the_agent_ends_a_terminal_sign_in_under_way(tmp_path):
     from escouade_nb.engine.agent import AuthRequired
     from escouade_nb.wire.errors import AgentError
-    from test_failure_cases import alive
+    from scripted_agent import alive
 
     s = Script(tmp_path, SIGNED_OUT, forbid=[{"method": "authenticate"}])
 

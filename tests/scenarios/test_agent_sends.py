@@ -7,7 +7,7 @@ import json
 
 from escouade_nb.core.conversation import Conversation, Message
 from escouade_nb.core.render_text import diff_lines, lines_of, render_items
-from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, _chunk, run
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, run
 
 
 def test_a_stop_reason_outside_the_v1_list_keeps_the_turn(tmp_path):
@@ -22,15 +22,12 @@ A> {{"jsonrpc":"2.0","id":3,"result":{{"stopReason":"end_turn"}}}}
 """)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             turn = await agent.send("go")  # not an error: the turn keeps its text and its stop reason as given
             assert turn.stop_reason == "error" and turn.text == "half an answer" and turn.status == "error"
             shown = render_items(agent.conversation.items)
             assert "stop reason outside ACP's list: 'error'" in shown and "validation error" not in shown.lower()
             assert (await agent.send("again")).stop_reason == "end_turn"  # the agent goes on
-        finally:
-            await agent.close()
     run(go())
 
 
@@ -80,13 +77,10 @@ A> {{"jsonrpc":"2.0","id":3,"result":{{"stopReason":"end_turn"}}}}
     expected = "you: go\nagent: Going.\nyou: two words\nagent: Done.\nyou: from another client"
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             assert (await agent.send("go")).text == "Going."
             assert (await agent.send("two words")).text == "Done."
             assert render_items(agent.conversation.items) == expected
-        finally:
-            await agent.close()
         return agent.transcript.path
 
     path = run(go())
@@ -124,13 +118,10 @@ A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
         assert conversation.current_mode_id == "autoEdit"
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             assert (await agent.send("go")).text == "Switching. Done."
             check(agent.conversation)
             assert agent.escouade_mode == "acceptEdits"
-        finally:
-            await agent.close()
         return agent.transcript.path
 
     path = run(go())
@@ -158,10 +149,9 @@ def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(tmp_pa
         return [i.text for i in agent.conversation.items if isinstance(i, Notice) and "right after a Stop" in i.text]
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             turn = agent.send("go")
-            from test_failure_cases import until
+            from scripted_agent import until
             await until(lambda: "Working" in turn.text, 5, "the first reply")
             agent.cancel()
             assert (await turn).stop_reason == "cancelled"
@@ -172,8 +162,6 @@ def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(tmp_pa
             assert "did not answer this prompt" in notice and "Restart" in notice
             assert (await agent.send("third")).text == ""  # empty, but not after a Stop: not flagged again
             assert len(flagged(agent)) == 1
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -212,16 +200,13 @@ def test_non_text_content_is_shown_for_what_it_is(tmp_path):
     s = Script(tmp_path, script)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             view = AgentView(agent)
             result = await agent.send("go")
             import asyncio
             await asyncio.sleep(0.3)
             html = "".join(html_shown(view))
             return render_items(result.items), html
-        finally:
-            await agent.close()
 
     text, html = run(go())
     s.assert_ok()
@@ -245,7 +230,7 @@ def test_a_turn_the_user_stopped_ends_on_a_marker_live_and_after_a_resume(tmp_pa
     from escouade_nb.core.conversation import STOPPED_BY_YOU, Notice
     from escouade_nb.engine.agent import Agent
     from escouade_nb.engine.squad import Squad
-    from test_failure_cases import until
+    from scripted_agent import until
 
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))

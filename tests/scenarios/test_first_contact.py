@@ -22,7 +22,7 @@ import pytest
 
 from escouade_nb.magics import USAGE, _start_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IPYTHON = Path(sys.executable).parent / "ipython"
 
 BROKEN = {"id": "dev.example.brokenfake", "name": "Broken fake", "contributes": {"harnesses": [

@@ -15,7 +15,7 @@ import json
 import re
 
 from fixtures.plugins.cards import make_rules
-from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, run, until
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, run, until
 
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.render_text import render_item
@@ -108,8 +108,7 @@ C> {{"jsonrpc":"2.0","id":101,"result":{{"outcome":{{"outcome":"selected","optio
             card.deny(by="the team's policy", message="no deletes here")
 
     async def go():
-        agent = s.agent(policies=[no_deletes])
-        try:
+        async with s.running(policies=[no_deletes]) as agent:
             turn = agent.send("go")
             first = await agent.next_permission(timeout=10)
             second = await agent.next_permission(timeout=10)
@@ -117,8 +116,6 @@ C> {{"jsonrpc":"2.0","id":101,"result":{{"outcome":{{"outcome":"selected","optio
             # the same words whatever carried the refusal: cancelled (no reject option), or reject_once
             assert first.label == second.label == "Denied by the team's policy — no deletes here"
             assert (first.state, second.state) == ("cancelled", "selected")
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -321,15 +318,12 @@ def test_a_call_the_agent_ran_without_asking_after_an_earlier_grant_says_so(tmp_
     s = Script(tmp_path, GRANT)
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)
             card.choose("session")
             result = await turn
             return {c.tool_call_id: c for c in result.tool_calls}
-        finally:
-            await agent.close()
 
     calls = run(go())
     s.assert_ok()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install-agents.sh"
 needs_flock = pytest.mark.skipif(shutil.which("flock") is None, reason="flock (util-linux) is not installed")
 

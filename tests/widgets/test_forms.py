@@ -11,7 +11,7 @@ import html
 import json
 
 import pytest
-from test_failure_cases import P_INIT, P_NEW, P_PROMPT, Script, run, until
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, run, until
 
 from escouade_nb.widgets import AgentView
 from view_helpers import buttons_of, form_fields
@@ -51,8 +51,7 @@ def with_form(tmp_path, answer: dict, body) -> None:
     s = Script(tmp_path, _asks(answer))
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             view = AgentView(agent)
             turn = agent.send("go")
             q = await agent.next_question(timeout=10)
@@ -62,8 +61,6 @@ def with_form(tmp_path, answer: dict, body) -> None:
             finally:
                 view.close()
             assert (await turn).stop_reason == "end_turn"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -75,8 +72,7 @@ def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(tmp_path)
     s = Script(tmp_path, _asks({"action": "accept", "content": good}))
 
     async def go():
-        agent = s.agent()
-        try:
+        async with s.running() as agent:
             turn = agent.send("go")
             q = await agent.next_question(timeout=10)
             wrong = [
@@ -98,8 +94,6 @@ def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(tmp_path)
                 assert q.state == "pending"  # nothing was sent: the scripted agent would fail on it
             assert q.accept(good)  # a number may be an integer (ratio 1)
             assert (await turn).stop_reason == "end_turn"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()

@@ -257,11 +257,11 @@ def test_big_messages_travel_deflated():
 
 
 def test_one_widget_model_per_view_none_per_item(tmp_path):
-    from test_widgets import fake_agent  # the real fake agent
+    from acp_clients import fake_agent  # the real fake agent
     from escouade_nb.widgets import AgentView, TurnView
 
     async def go():
-        agent = fake_agent(tmp_path)
+        agent = fake_agent(tmp_path, record=False)
         await agent.ready()
         front.shared_layout()  # the one Layout all views share (made once per kernel)
         before = set(_instances)

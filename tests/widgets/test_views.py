@@ -19,8 +19,9 @@ from pathlib import Path
 
 import ipywidgets as w
 import pytest
+from acp_clients import fake_agent as shipped_fake_agent
 
-from test_failure_cases import until
+from scripted_agent import until
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.status import AgentStatus
 from escouade_nb.engine.agent import Agent
@@ -40,8 +41,8 @@ def run(coro, timeout: float = 60):
 
 
 def fake_agent(tmp_path, **kwargs) -> Agent:
-    ref = discover().find("fake")
-    return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, record=False, **kwargs)
+    """The shipped fake agent, not recorded (a view's test needs no transcript)."""
+    return shipped_fake_agent(tmp_path, record=False, **kwargs)
 
 
 class Agents:

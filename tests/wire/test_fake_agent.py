@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,80 +16,26 @@ from acp.schema import (
     AgentMessageChunk,
     AgentPlanUpdate,
     AgentThoughtChunk,
-    AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
     FileSystemCapabilities,
     Implementation,
-    ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallProgress,
     ToolCallStart,
-    WriteTextFileResponse,
 )
+
+from acp_clients import AGENT_CMD, RecordingClient
 
 from escouade_nb.tools.fake_agent import AGENT_NAME, AGENT_VERSION, find_file_name
 
-ROOT = Path(__file__).resolve().parents[1]
-_SCRIPT = Path(sys.executable).with_name("escouade-fake-agent")
-AGENT_CMD: list[str] = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.tools.fake_agent"]
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_OPTIONS = [
     ("allow-once", "Allow once", "allow_once"),
     ("allow-always", "Always allow", "allow_always"),
     ("reject-once", "Reject", "reject_once"),
 ]
-
-
-class RecordingClient:
-    """Minimal ACP client: records updates, answers permissions, serves fs on disk."""
-
-    def __init__(self, answer: str = "allow-once") -> None:
-        # answer: an option id, "cancelled", or "wait" (resolve ``self.pending`` yourself)
-        self.answer = answer
-        self.updates: list[Any] = []
-        self.commands: list[Any] = []
-        self.permissions: list[tuple[Any, list[Any]]] = []
-        self.reads: list[str] = []
-        self.writes: list[tuple[str, str]] = []
-        self.pending: asyncio.Future[RequestPermissionResponse] | None = None
-        self.permission_asked = asyncio.Event()
-
-    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kw: Any):
-        self.permissions.append((tool_call, options))
-        self.permission_asked.set()
-        if self.answer == "wait":
-            self.pending = asyncio.get_running_loop().create_future()
-            return await self.pending
-        if self.answer == "cancelled":
-            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer))
-
-    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
-        if getattr(update, "session_update", None) == "available_commands_update":
-            self.commands.append(update)  # sent once after session/new: kept apart from the turns' updates
-            return
-        self.updates.append(update)
-
-    async def read_text_file(self, session_id: str, path: str, line=None, limit=None, **kw: Any):
-        self.reads.append(path)
-        p = Path(path)
-        if not p.exists():
-            raise RequestError.resource_not_found(path)
-        return ReadTextFileResponse(content=p.read_text(encoding="utf-8"))
-
-    async def write_text_file(self, session_id: str, path: str, content: str, **kw: Any):
-        self.writes.append((path, content))
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(content, encoding="utf-8")
-        return WriteTextFileResponse()
-
-    # views -----------------------------------------------------------------
-    def of(self, cls: type) -> list[Any]:
-        return [u for u in self.updates if isinstance(u, cls)]
-
-    def text(self) -> str:
-        return "".join(u.content.text for u in self.of(AgentMessageChunk))
 
 
 @asynccontextmanager

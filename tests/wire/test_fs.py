@@ -340,7 +340,7 @@ def test_on_write_path_is_the_named_path(tmp_path: Path) -> None:
 
 # -- end to end: the fake agent over real pipes, our EscouadeClient on this side -------------
 
-from test_terminals import escouade_session  # noqa: E402
+from acp_clients import escouade_session  # noqa: E402
 
 
 def test_e2e_write_outside_refused_in_a_private_project(project: Path) -> None:

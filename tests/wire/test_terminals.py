@@ -394,67 +394,8 @@ def test_not_serving_refuses(tmp_path: Path) -> None:
 
 # -- end to end: the fake agent over real pipes, our EscouadeClient on this side -------------
 
-import subprocess  # noqa: E402
-from contextlib import asynccontextmanager  # noqa: E402
-from typing import Any  # noqa: E402
-
-from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
-from acp.schema import Implementation  # noqa: E402
-
+from acp_clients import escouade_session  # noqa: E402
 from escouade_nb.wire.client import EscouadeClient, capabilities  # noqa: E402
-
-_SCRIPT = Path(sys.executable).with_name("escouade-fake-agent")
-AGENT_CMD = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "escouade_nb.tools.fake_agent"]
-
-
-class Session:
-    """What one end-to-end session saw."""
-
-    def __init__(self) -> None:
-        self.updates: list[dict[str, Any]] = []
-        self.writes: list[tuple[Path, str | None, str]] = []
-        self.wire: list[dict[str, Any]] = []
-        self.client: EscouadeClient | None = None
-        self.conn: Any = None
-        self.session_id = ""
-
-    async def prompt(self, text: str) -> str:
-        """Send a prompt; return the agent's reply text of that turn."""
-        start = len(self.updates)
-        with anyio.fail_after(20):
-            response = await self.conn.prompt(session_id=self.session_id, prompt=[text_block(text)])
-        assert response.stop_reason == "end_turn"
-        return "".join(u["content"]["text"] for u in self.updates[start:]
-                       if u.get("sessionUpdate") == "agent_message_chunk")
-
-    def requests(self, method: str) -> list[dict[str, Any]]:
-        return [m["params"] for m in self.wire if m.get("method") == method and "id" in m]
-
-    def tool_updates(self) -> list[dict[str, Any]]:
-        return [u for u in self.updates if u.get("sessionUpdate") in ("tool_call", "tool_call_update")]
-
-
-@asynccontextmanager
-async def escouade_session(cwd: Path, *, fence: Path | None = None, fs: bool = True, terminal: bool = True):
-    """The fake agent as a real process, spoken to by ``EscouadeClient`` (its terminals
-    served for the session's lifetime)."""
-    s = Session()
-
-    async def no_permission(tool_call, options):
-        raise AssertionError(f"unexpected permission request: {tool_call}")
-
-    client = s.client = EscouadeClient(cwd=cwd, on_permission=no_permission, on_update=s.updates.append,
-                                       on_file_written=lambda *w: s.writes.append(w), fence=fence)
-    async with client.terminals:
-        async with spawn_agent_process(client, *AGENT_CMD, cwd=cwd, transport_kwargs={"stderr": subprocess.DEVNULL},
-                                       observers=[lambda ev: s.wire.append(ev.message)]) as (conn, _proc):
-            s.conn = conn
-            with anyio.fail_after(15):
-                await conn.initialize(protocol_version=PROTOCOL_VERSION,
-                                      client_capabilities=capabilities(fs, terminal),
-                                      client_info=Implementation(name="test", version="0"))
-                s.session_id = (await conn.new_session(cwd=str(cwd))).session_id
-            yield s
 
 
 def test_capabilities() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from jupyter_client.manager import KernelManager
 
-from view_helpers import buttons_of  # noqa: F401 (the kernel tests read cards with it)
+from view_helpers import buttons_of as buttons_of  # re-exported: the kernel tests read cards with it
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Result:
     comms: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (read at, comm_open/msg/close)
 
 
-def kernel_with_env(cwd: Path, env: dict[str, str]) -> "Kernel":
+def kernel_with_env(cwd: Path, env: dict[str, str]) -> Kernel:
     """A :class:`Kernel` started with ``env`` added to this process's environment (which
     is put back as it was at once: only the kernel keeps it)."""
     saved = {k: os.environ.get(k) for k in env}
@@ -150,14 +150,14 @@ def processes_named(fragment: str, marked: str | None = None) -> list[int]:
     return out
 
 
-def update_message(kernel: "Kernel", model_id: str, state: dict) -> None:
+def update_message(kernel: Kernel, model_id: str, state: dict) -> None:
     """Send the message a browser sends when the user changes a widget's value."""
     msg = kernel.kc.session.msg("comm_msg", {"comm_id": model_id,
                                              "data": {"method": "update", "state": state, "buffer_paths": []}})
     kernel.kc.shell_channel.send(msg)
 
 
-def act(kernel: "Kernel", model_id: str, content: dict) -> None:
+def act(kernel: Kernel, model_id: str, content: dict) -> None:
     """Send the message the views' front-end (``widgets/escouade.js``) sends when the user
     acts: a click on a card's button, Stop, a menu's choice (``{"act": NAME, ...}``)."""
     msg = kernel.kc.session.msg("comm_msg", {"comm_id": model_id,

@@ -26,23 +26,23 @@ async def _close_timed(s: Script) -> tuple[float, int | None]:
     return time.monotonic() - started, agent.exit.code
 
 
-def test_an_agent_that_exits_on_end_of_input_is_not_signalled(tmp_path):
-    s = Script(tmp_path, HANDSHAKE)  # once its steps are done, stdin's end exits it with 0
+def test_an_agent_that_exits_on_end_of_input_is_not_signalled(script):
+    s = script(HANDSHAKE)  # once its steps are done, stdin's end exits it with 0
     took, code = run(_close_timed(s))
     assert code == 0  # it ended by itself: before the grace it died of the SIGTERM sent at once (-15)
     assert took < 1.0, f"close took {took:.2f} s"
     s.assert_ok()
 
 
-def test_an_agent_that_ignores_end_of_input_gets_the_grace_then_sigterm(tmp_path):
-    s = Script(tmp_path, [*HANDSHAKE, {"hang": True}])  # never reads its stdin's end; SIGTERM ends it
+def test_an_agent_that_ignores_end_of_input_gets_the_grace_then_sigterm(script):
+    s = script([*HANDSHAKE, {"hang": True}])  # never reads its stdin's end; SIGTERM ends it
     took, code = run(_close_timed(s))
     assert code == -signal.SIGTERM
     assert EOF_GRACE <= took < EOF_GRACE + 1.0, f"close took {took:.2f} s"
 
 
-def test_an_agent_that_ignores_end_of_input_and_sigterm_is_killed(tmp_path):
-    s = Script(tmp_path, [{"ignore_sigterm": True}, *HANDSHAKE, {"hang": True}])
+def test_an_agent_that_ignores_end_of_input_and_sigterm_is_killed(script):
+    s = script([{"ignore_sigterm": True}, *HANDSHAKE, {"hang": True}])
     took, code = run(_close_timed(s))
     assert code == -signal.SIGKILL
     assert EOF_GRACE + 3.0 <= took < EOF_GRACE + 4.0, f"close took {took:.2f} s"  # 3 s: terminate_group's grace

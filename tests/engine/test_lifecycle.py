@@ -48,13 +48,13 @@ def content(conversation) -> str:
 
 
 # -- an agent that exits: shown, cards and tool calls closed, restart ---------------------------
-EXITS = f"""
+EXITS = """
 [P]
-A> {{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s1","update":{{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Write notes.txt","kind":"edit","status":"pending"}}}}}}
-A> {{"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{{"sessionId":"s1","toolCall":{{"toolCallId":"t1"}},"options":[{{"optionId":"ok","name":"Allow once","kind":"allow_once"}},{{"optionId":"no","name":"Reject","kind":"reject_once"}}]}}}}
-!> {{"sleep": 0.3}}
+A> {"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"tool_call","toolCallId":"t1","title":"Write notes.txt","kind":"edit","status":"pending"}}}
+A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":{"toolCallId":"t1"},"options":[{"optionId":"ok","name":"Allow once","kind":"allow_once"},{"optionId":"no","name":"Reject","kind":"reject_once"}]}}
+!> {"sleep": 0.3}
 E> boom: the model went away
-!> {{"exit": 5}}
+!> {"exit": 5}
 """
 BACK = f"""
 {P_INIT}
@@ -65,10 +65,10 @@ A> {_chunk("hello again")}
 """
 
 
-def test_exit_is_shown_cards_and_tool_calls_closed_and_restart_works(tmp_path):
+def test_exit_is_shown_cards_and_tool_calls_closed_and_restart_works(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, EXITS, BACK)
+    s = script(EXITS, BACK)
 
     async def go():
         async with s.running() as agent:
@@ -112,8 +112,8 @@ def _stream(n: int, gap: float) -> str:
     return "\n".join(lines)
 
 
-def test_kill_9_mid_stream(tmp_path):
-    s = Script(tmp_path, f"[P]\n{_stream(200, 0.02)}\n{END}", BACK)
+def test_kill_9_mid_stream(script):
+    s = script(f"[P]\n{_stream(200, 0.02)}\n{END}", BACK)
 
     async def go():
         async with s.running() as agent:
@@ -134,9 +134,9 @@ def test_kill_9_mid_stream(tmp_path):
 
 
 # -- big lines, floods, hangs ---------------------------------------------------------------------------
-def test_a_5_mib_line(tmp_path):
+def test_a_5_mib_line(script):
     big = "é" + "z" * (5 * 1024 * 1024) + "🚀"
-    s = Script(tmp_path, f"[P]\nA> {_chunk(big)}\n{END}")
+    s = script(f"[P]\nA> {_chunk(big)}\n{END}")
 
     async def go():
         async with s.running() as agent:
@@ -150,9 +150,9 @@ def test_a_5_mib_line(tmp_path):
     s.assert_ok()
 
 
-def test_100_mb_of_stderr_stalls_nothing(tmp_path):
+def test_100_mb_of_stderr_stalls_nothing(script):
     total = 100 * 1024 * 1024
-    s = Script(tmp_path, f'[P]\n!> {{"stderr_fill": {total}, "chunk": 4194304}}\nE> last words\n'
+    s = script(f'[P]\n!> {{"stderr_fill": {total}, "chunk": 4194304}}\nE> last words\n'
                          f'A> {_chunk("done")}\n{END}')
 
     async def go():
@@ -187,9 +187,9 @@ def test_100_mb_of_stderr_stalls_nothing(tmp_path):
     s.assert_ok()
 
 
-def test_hung_agent_never_answering_initialize(tmp_path):
+def test_hung_agent_never_answering_initialize(script):
     """It also ignores SIGTERM: the group is killed after the grace."""
-    s = Script(tmp_path, [{"ignore_sigterm": True}, {"spawn": ["sleep", "600"]}, {"hang": True}])
+    s = script([{"ignore_sigterm": True}, {"spawn": ["sleep", "600"]}, {"hang": True}])
 
     async def go():
         agent = s.agent(start_timeout=1)
@@ -210,7 +210,7 @@ def test_hung_agent_never_answering_initialize(tmp_path):
 
 
 # -- disk full --------------------------------------------------------------------------------------------
-def test_disk_full_when_writing_the_transcript(tmp_path, monkeypatch):
+def test_disk_full_when_writing_the_transcript(tmp_path, script, monkeypatch):
     from escouade_nb.wire import transcript
     from escouade_nb.widgets import AgentView
 
@@ -219,7 +219,7 @@ def test_disk_full_when_writing_the_transcript(tmp_path, monkeypatch):
     monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(folder))
     monkeypatch.setattr(transcript.time, "strftime", lambda *a: "20000101-000000")
     (folder / f"script-20000101-000000-{os.getpid()}.jsonl").symlink_to("/dev/full")
-    s = Script(tmp_path, f"[P]\nA> {_chunk('still working')}\n{END}")
+    s = script(f"[P]\nA> {_chunk('still working')}\n{END}")
 
     async def go():
         async with s.running() as agent:
@@ -360,11 +360,11 @@ RELOAD_S2 = (f"{LOAD_INIT}\n" + LOAD.replace('"s1"', '"s2"') + f"A> {_user('more
              f"A> {_chunk('More.', 's2')}" + LOADED + AGAIN.replace('"s1"', '"s2"'))
 
 
-def test_a_conversation_restarted_then_resumed_keeps_what_came_before_the_restart(tmp_path):
+def test_a_conversation_restarted_then_resumed_keeps_what_came_before_the_restart(script):
     """Restart starts a new process, session and transcript file; a later resume (a new
     kernel) still shows the conversation from before the restart, once, and reloads the
     newest session."""
-    s = Script(tmp_path, ORIGINAL, AFTER_RESTART, RELOAD_S2)
+    s = script(ORIGINAL, AFTER_RESTART, RELOAD_S2)
 
     async def go():
         async with s.running() as agent:
@@ -487,8 +487,8 @@ def _wait_group(pid: int, count: int, timeout: float = 5.0) -> list[int]:
 
 
 @pytest.mark.kernel
-def test_escouade_stop_kills_the_whole_process_group(kernel, tmp_path):
-    s = Script(tmp_path, GROUPED, name="grouped")
+def test_escouade_stop_kills_the_whole_process_group(kernel, script):
+    s = script(GROUPED, name="grouped")
     s.install(kernel.plugins)
     out = kernel.run(f"g = %escouade grouped --cwd {s.ws}\nawait g.ready()\nprint('PID', g.pid)").text
     pid = int(re.search(r"PID (\d+)", out).group(1))
@@ -501,11 +501,11 @@ def test_escouade_stop_kills_the_whole_process_group(kernel, tmp_path):
 
 
 @pytest.mark.kernel
-def test_kernel_shutdown_kills_the_whole_process_group(tmp_path, monkeypatch):
+def test_kernel_shutdown_kills_the_whole_process_group(tmp_path, script, monkeypatch):
     """An agent that ignores SIGTERM and left a child: both are gone after shutdown."""
     from kernel_client import Kernel
 
-    s = Script(tmp_path, [{"ignore_sigterm": True}, *GROUPED], name="stubborn")
+    s = script([{"ignore_sigterm": True}, *GROUPED], name="stubborn")
     plugins = tmp_path / "plugins"
     s.install(plugins)
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
@@ -520,9 +520,9 @@ def test_kernel_shutdown_kills_the_whole_process_group(tmp_path, monkeypatch):
     assert _wait_group(pid, 0, timeout=10) == []
 
 
-def test_an_agent_that_exits_leaves_nothing_running(tmp_path):
+def test_an_agent_that_exits_leaves_nothing_running(script):
     """It crashed mid-turn, leaving a child in its process group: the child goes too."""
-    s = Script(tmp_path, f'[P]\n!> {{"spawn": ["sleep", "600"]}}\n!> {{"sleep": 0.2}}\n!> {{"exit": 3}}')
+    s = script('[P]\n!> {"spawn": ["sleep", "600"]}\n!> {"sleep": 0.2}\n!> {"exit": 3}')
 
     async def go():
         async with s.running() as agent:
@@ -546,7 +546,7 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
 """
 
 
-def test_rule_plugin_killed_mid_decision(tmp_path, monkeypatch):
+def test_rule_plugin_killed_mid_decision(tmp_path, script, monkeypatch):
     """kill -9 of the rule plugin deciding a card: the user is asked at once (not after
     the plugins' time limit), the session goes on, the plugin is restarted."""
     from fixtures.plugins.cards import make_rules
@@ -555,7 +555,7 @@ def test_rule_plugin_killed_mid_decision(tmp_path, monkeypatch):
 
     seen = tmp_path / "plugin-input.log"
     monkeypatch.setenv("FIXTURE_LOG", str(seen))
-    s = Script(tmp_path, ASKS)
+    s = script(ASKS)
 
     async def go():
         rules = make_rules(tmp_path, "hang")  # a plugin that never answers: it is mid-decision until killed
@@ -589,13 +589,13 @@ def test_rule_plugin_killed_mid_decision(tmp_path, monkeypatch):
 
 
 @pytest.mark.kernel
-def test_nothing_lost_across_a_kernel_restart(tmp_path, monkeypatch):
+def test_nothing_lost_across_a_kernel_restart(tmp_path, script, monkeypatch):
     """Kernel 1 runs a session; kernel 2 resumes it from the transcript while the plugin
     is gone ("Harness missing", readable), then again once it is back: ``session/load``,
     the conversation once, and the session goes on."""
     from kernel_client import Kernel
 
-    s = Script(tmp_path, ORIGINAL, RELOADED, name="keeper")
+    s = script(ORIGINAL, RELOADED, name="keeper")
     plugins, away = tmp_path / "plugins", tmp_path / "away"
     s.install(plugins)
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))

@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from scripted_agent import INIT_RESULT, Script, run
+from scripted_agent import INIT_RESULT, run
 
 from escouade_nb.manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from escouade_nb.manifest.models import ManifestError
@@ -66,13 +66,13 @@ INIT_HTTP = INIT_RESULT.replace('"loadSession":false,', '"loadSession":false,"mc
 INIT_C = 'C> {"jsonrpc":"2.0","id":0,"method":"initialize"}'
 
 
-def test_your_mcp_servers_reach_session_new_and_their_secrets_no_transcript(tmp_path, monkeypatch):
+def test_your_mcp_servers_reach_session_new_and_their_secrets_no_transcript(tmp_path, script, monkeypatch):
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps(CONFIG))
     monkeypatch.setenv("ESCOUADE_NB_MCP_CONFIG", str(config))
     monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
     expected = [to_acp(n, s) for n, s in read_mcp_config(config).items() if n != "legacy"]
-    s = Script(tmp_path, "\n".join([INIT_C, INIT_HTTP, _new(expected)]))
+    s = script("\n".join([INIT_C, INIT_HTTP, _new(expected)]))
 
     async def go():
         async with s.running() as agent:
@@ -92,11 +92,11 @@ def test_your_mcp_servers_reach_session_new_and_their_secrets_no_transcript(tmp_
     assert "«redacted»" in written
 
 
-def test_mcp_none_gives_none_of_your_servers(tmp_path, monkeypatch):
+def test_mcp_none_gives_none_of_your_servers(tmp_path, script, monkeypatch):
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps(CONFIG))
     monkeypatch.setenv("ESCOUADE_NB_MCP_CONFIG", str(config))
-    s = Script(tmp_path, "\n".join([INIT_C, INIT_HTTP, _new([])]))
+    s = script("\n".join([INIT_C, INIT_HTTP, _new([])]))
 
     async def go():
         async with s.running(mcp=[]) as agent:

@@ -6,8 +6,8 @@ import json
 import pytest
 from acp_clients import fake_agent
 
-from escouade_nb.engine.agent import Agent, AgentError
-from escouade_nb.manifest import discover, locate_program
+from escouade_nb.engine.agent import AgentError
+from escouade_nb.manifest import discover
 from escouade_nb.core.plans import answers_prompt, plan_of, questions_in, visible_text
 from escouade_nb.core.conversation import ToolCall
 

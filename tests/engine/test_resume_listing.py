@@ -4,7 +4,6 @@ was last written and its first prompt, read from the files' heads only, in a thr
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 import time

@@ -113,8 +113,8 @@ async def _gone(pids: list[int], timeout: float = 15) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def test_stop_through_ssh_ends_the_remote_agent(tmp_path, ssh_launcher):
-    s = Script(tmp_path, STUBBORN)
+def test_stop_through_ssh_ends_the_remote_agent(script, ssh_launcher):
+    s = script(STUBBORN)
 
     async def go():
         agent = s.agent(via=ssh_launcher, fs=True)
@@ -129,8 +129,8 @@ def test_stop_through_ssh_ends_the_remote_agent(tmp_path, ssh_launcher):
     run(go(), timeout=60)
 
 
-def test_restart_through_ssh_ends_the_remote_agent_and_starts_a_new_one(tmp_path, ssh_launcher):
-    s = Script(tmp_path, STUBBORN, WORKS)
+def test_restart_through_ssh_ends_the_remote_agent_and_starts_a_new_one(script, ssh_launcher):
+    s = script(STUBBORN, WORKS)
 
     async def go():
         async with s.running(via=ssh_launcher, fs=True) as agent:

@@ -247,8 +247,8 @@ def test_side_by_side_view_compares_the_turns_and_the_squad_view_shows_worktrees
     run(go())
 
 
-def test_fork_with_session_fork_loads_the_forked_session_in_a_new_process(tmp_path):
-    from scripted_agent import P_INIT, P_NEW, Script, _chunk
+def test_fork_with_session_fork_loads_the_forked_session_in_a_new_process(script):
+    from scripted_agent import P_INIT, P_NEW, _chunk
 
     init = P_INIT.replace('"loadSession":false', '"loadSession":true,"sessionCapabilities":{"fork":{}}')
     new = P_NEW.replace('"mcpServers":[]', '"mcpServers":"$ANY"')
@@ -267,7 +267,7 @@ C> {{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{{"sessionId":"s1
 A> {_chunk("Again", "s1-fork")}
 A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
 """
-    s = Script(tmp_path, parent_run, fork_run)
+    s = script(parent_run, fork_run)
 
     async def go():
         squad = Squad()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import Kernel, kernel_with_env, act, buttons_of, wait_for
+from kernel_client import kernel_with_env, act, buttons_of, wait_for
 
 pytestmark = pytest.mark.kernel
 

@@ -239,20 +239,20 @@ def test_a_resume_keeps_who_answered_a_plan_why_a_card_was_cancelled_and_a_quest
     assert render_items(Agent.resume(agent.transcript.path, None, program=None).conversation.items) == shown
 
 
-def test_a_call_the_agent_ran_without_asking_keeps_its_note_after_a_resume(tmp_path):
+def test_a_call_the_agent_ran_without_asking_keeps_its_note_after_a_resume(script):
     """Item 6: "not asked: earlier in this session you chose “Allow always”" is the client's
     note, on no wire line: it is on record, and a resume shows it."""
     import sys
 
     from escouade_nb.core.render_text import render_items
     from escouade_nb.engine.agent import Agent
-    from scripted_agent import END, INIT_ANY, P_NEW, P_PROMPT, Script, init_result, run, update_line
+    from scripted_agent import END, INIT_ANY, P_NEW, P_PROMPT, init_result, run, update_line
 
     def edit(call: str, name: str, status: str) -> str:
         return update_line('{"sessionUpdate":"tool_call","toolCallId":"' + call + '","title":"Edit ' + name + '",'
                        '"kind":"edit","status":"' + status + '"}')
 
-    s = Script(tmp_path, "\n".join([
+    s = script("\n".join([
         INIT_ANY, init_result(), P_NEW, P_PROMPT, edit("t1", "a.txt", "pending"),
         'A> {"jsonrpc":"2.0","id":100,"method":"session/request_permission","params":{"sessionId":"s1","toolCall":'
         '{"toolCallId":"t1"},"options":[{"optionId":"always","name":"Allow always","kind":"allow_always"}]}}',

@@ -8,7 +8,6 @@ refused run as refused. Real kernels, the shipped ``fake`` agent, its real MCP c
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernel_client import act, kernel_with_env, wait_for
-from scripted_agent import INIT_ANY, Script, init_result
+from scripted_agent import INIT_ANY, init_result
 
 pytestmark = pytest.mark.kernel
 
@@ -84,13 +84,13 @@ def _group(pgid: int) -> list[int]:
     return out
 
 
-def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_group(kernel, tmp_path):
+def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_group(kernel, script):
     """An agent that does not answer ``initialize`` (it starts its own servers: here a
     child in its group, then a long sleep): the start is not cut at a fixed limit, the
     head says what it waits for and how long, the conversation says it still waits, Stop
     is offered and ends the process group; ``%escouade stop`` during a start ends it too."""
     hanging = [{"spawn": ["sleep", "600"]}, {"hang": True}]
-    slow = Script(tmp_path, hanging, hanging, name="slow")  # one run per start
+    slow = script(hanging, hanging, name="slow")  # one run per start
     slow.install(kernel.plugins)
     kernel.run("import escouade_nb.engine.live as live_mod\n"
                "live_mod.STILL_STARTING, live_mod.START_TICK = 0.3, 0.1  # the notice and redraws come soon\n"
@@ -157,10 +157,10 @@ def _shown(res) -> list[str]:
             if m["msg_type"] in ("display_data", "update_display_data")]
 
 
-def test_sessions_of_other_folders_are_not_listed_as_this_ones_and_open_in_their_own(kernel, tmp_path):
+def test_sessions_of_other_folders_are_not_listed_as_this_ones_and_open_in_their_own(kernel, tmp_path, script):
     other = (tmp_path / "other-project").resolve()
     other.mkdir()
-    s = Script(tmp_path, LISTER, OPENED_ELSEWHERE, name="lister", variables={"OTHER": str(other)})
+    s = script(LISTER, OPENED_ELSEWHERE, name="lister", variables={"OTHER": str(other)})
     s.install(kernel.plugins)
     kernel.run(f"lister = %escouade lister --cwd {s.ws}\nawait lister.ready()")
     res = kernel.run("%escouade sessions lister\nfor _ in range(100):\n    await asyncio.sleep(0.05)\n"

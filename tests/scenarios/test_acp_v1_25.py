@@ -16,7 +16,7 @@ import sys
 from escouade_nb.core.conversation import Compaction, Notice, Unknown
 from escouade_nb.core.render_text import render_item, render_items
 from escouade_nb.engine.agent import Agent
-from scripted_agent import END, INIT_ANY, P_NEW, P_PROMPT, Script, chunk_line, init_result, run, update_line
+from scripted_agent import END, INIT_ANY, P_NEW, P_PROMPT, chunk_line, init_result, run, update_line
 from view_helpers import buttons_of, html_shown
 
 INIT_2026 = ('C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":'
@@ -43,10 +43,10 @@ NOTICES = "\n".join([
 ])
 
 
-def test_notices_and_compaction_are_advertised_shown_and_replayed(tmp_path):
+def test_notices_and_compaction_are_advertised_shown_and_replayed(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, NOTICES)
+    s = script(NOTICES)
 
     async def go():
         async with s.running() as agent:
@@ -150,10 +150,10 @@ RESUMED = "\n".join([
 ])
 
 
-def test_list_delete_close_then_resume_without_replay(tmp_path):
+def test_list_delete_close_then_resume_without_replay(tmp_path, script):
     extra = (tmp_path / "extra").resolve()
     extra.mkdir()
-    s = Script(tmp_path, FIRST, RESUMED, variables={"EXTRA": str(extra)},
+    s = script(FIRST, RESUMED, variables={"EXTRA": str(extra)},
                forbid=[{"method": "session/load"}])
 
     async def first():
@@ -194,14 +194,14 @@ def test_list_delete_close_then_resume_without_replay(tmp_path):
 NO_LIFECYCLE = "\n".join([INIT_ANY, init_result(), P_NEW, '!> {"wait_eof": 5}'])
 
 
-def test_without_the_capabilities_nothing_is_sent_and_errors_say_why(tmp_path):
+def test_without_the_capabilities_nothing_is_sent_and_errors_say_why(tmp_path, script):
     """An agent offering none of it: no session/close on close, sessions() and
     delete_session() say what is missing, --add-dir is said not given."""
     from escouade_nb.wire.errors import AgentError
 
     extra = tmp_path / "extra"
     extra.mkdir()
-    s = Script(tmp_path, NO_LIFECYCLE, forbid=[{"method": "session/close"}, {"method": "session/list"},
+    s = script(NO_LIFECYCLE, forbid=[{"method": "session/close"}, {"method": "session/list"},
                                                {"method": "session/delete"}, {"method": "logout"}])
 
     async def go():
@@ -250,7 +250,7 @@ OPENED = "\n".join([
 ])
 
 
-def test_magics_add_dir_system_prompt_and_sessions(tmp_path, monkeypatch):
+def test_magics_add_dir_system_prompt_and_sessions(tmp_path, script, monkeypatch):
     import pytest
 
     pytest.importorskip("ipykernel")
@@ -259,7 +259,7 @@ def test_magics_add_dir_system_prompt_and_sessions(tmp_path, monkeypatch):
     extra, extra2 = (tmp_path / "extra").resolve(), (tmp_path / "extra2").resolve()
     extra.mkdir()
     extra2.mkdir()
-    s = Script(tmp_path, MAGICS, OPENED, name="sessy", variables={"EXTRA": str(extra), "EXTRA2": str(extra2)},
+    s = script(MAGICS, OPENED, name="sessy", variables={"EXTRA": str(extra), "EXTRA2": str(extra2)},
                forbid=[{"method": "session/resume"}])
     plugins = tmp_path / "plugins"
     s.install(plugins)
@@ -305,7 +305,7 @@ FENCED = "\n".join([
 ])
 
 
-def test_a_private_projects_fence_takes_in_the_additional_directories(tmp_path):
+def test_a_private_projects_fence_takes_in_the_additional_directories(tmp_path, script):
     from escouade_nb.manifest.project import Project
 
     extra, out = (tmp_path / "extra").resolve(), (tmp_path / "out").resolve()
@@ -313,7 +313,7 @@ def test_a_private_projects_fence_takes_in_the_additional_directories(tmp_path):
     out.mkdir()
     (extra / "notes.txt").write_text("from the other folder\n")
     (out / "secret.txt").write_text("secret\n")
-    s = Script(tmp_path, FENCED, variables={"EXTRA": str(extra), "OUT": str(out)})
+    s = script(FENCED, variables={"EXTRA": str(extra), "OUT": str(out)})
 
     async def go():
         agent = s.agent(add_dirs=[extra])
@@ -339,10 +339,10 @@ def _system_prompt_runs(offer: str) -> list[str]:
     return [run_, run_]  # the same again after a restart: resent
 
 
-def test_questions_preamble_and_system_prompt_go_in_system_prompt_where_offered(tmp_path):
+def test_questions_preamble_and_system_prompt_go_in_system_prompt_where_offered(script):
     from escouade_nb.core.plans import QUESTIONS_PREAMBLE
 
-    s = Script(tmp_path, *_system_prompt_runs("{}"))
+    s = script(*_system_prompt_runs("{}"))
     s.ref.harness.acp.questions_in_text = True
 
     async def go():
@@ -373,10 +373,10 @@ NO_SYSTEM_PROMPT = "\n".join([
 ])
 
 
-def test_without_the_offer_the_system_prompt_goes_before_the_first_prompt(tmp_path):
+def test_without_the_offer_the_system_prompt_goes_before_the_first_prompt(script):
     from escouade_nb.core.plans import QUESTIONS_PREAMBLE
 
-    s = Script(tmp_path, NO_SYSTEM_PROMPT)
+    s = script(NO_SYSTEM_PROMPT)
     s.ref.harness.acp.questions_in_text = True
 
     async def go():
@@ -401,10 +401,10 @@ NAMED = "\n".join([
 ])
 
 
-def test_the_tool_calls_stable_name_comes_first_for_rule_plugins(tmp_path):
+def test_the_tool_calls_stable_name_comes_first_for_rule_plugins(script):
     from escouade_nb.permissions.request import agent_tool_name, normalise
 
-    s = Script(tmp_path, NAMED)
+    s = script(NAMED)
 
     async def go():
         async with s.running() as agent:
@@ -436,8 +436,8 @@ CONFIG = "\n".join([
 ])
 
 
-def test_an_abandoned_set_config_option_is_withdrawn_with_cancel_request(tmp_path):
-    s = Script(tmp_path, CONFIG)
+def test_an_abandoned_set_config_option_is_withdrawn_with_cancel_request(script):
+    s = script(CONFIG)
 
     async def go():
         async with s.running() as agent:
@@ -462,10 +462,10 @@ def test_an_abandoned_set_config_option_is_withdrawn_with_cancel_request(tmp_pat
     assert cancel["params"] == {"requestId": request["id"]}
 
 
-def test_session_set_model_only_with_a_models_state(tmp_path):
+def test_session_set_model_only_with_a_models_state(script):
     """Without a config option of category model nor a models state (goose's), no
     ``session/set_model`` (gone from ACP) is sent: a clear error instead."""
-    s = Script(tmp_path, "\n".join([INIT_ANY, init_result(), P_NEW, '!> {"wait_eof": 5}']),
+    s = script("\n".join([INIT_ANY, init_result(), P_NEW, '!> {"wait_eof": 5}']),
                forbid=[{"method": "session/set_model"}])
 
     async def go():
@@ -487,7 +487,7 @@ SETUP_PARAMS = ('"additionalDirectories":["$EXTRA"],"systemPrompt":{"mode":"appe
                 '"text":"Answer in French."}]}')
 
 
-def test_the_session_setup_is_resent_on_resume_from_the_transcript(tmp_path):
+def test_the_session_setup_is_resent_on_resume_from_the_transcript(tmp_path, script):
     """A new kernel resuming the agent sets the session up as it was: the same
     ``additionalDirectories`` and ``systemPrompt`` (kept in the transcript's header)."""
     extra = (tmp_path / "extra").resolve()
@@ -505,7 +505,7 @@ def test_the_session_setup_is_resent_on_resume_from_the_transcript(tmp_path):
         'A> {"jsonrpc":"2.0","id":1,"result":{}}',
         '!> {"wait_eof": 5}',
     ])
-    s = Script(tmp_path, first, again, variables={"EXTRA": str(extra)})
+    s = script(first, again, variables={"EXTRA": str(extra)})
 
     async def go():
         async with s.running(add_dirs=[extra], system_prompt="Answer in French.") as agent:
@@ -534,8 +534,8 @@ LOGOUT = "\n".join([
 ])
 
 
-def test_logout_where_offered(tmp_path):
-    s = Script(tmp_path, LOGOUT)
+def test_logout_where_offered(script):
+    s = script(LOGOUT)
 
     async def go():
         async with s.running() as agent:
@@ -581,12 +581,12 @@ SUBAGENT = "\n".join([
 ])
 
 
-def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with_the_parent(tmp_path):
+def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with_the_parent(script):
     from escouade_nb.core.conversation import Message, Permission, Subagent
     from escouade_nb.widgets import AgentView
     from escouade_nb.widgets.squad_view import agent_row
 
-    s = Script(tmp_path, SUBAGENT)
+    s = script(SUBAGENT)
     (s.ws / "a.py").write_text("x = 1\n")
     asked: list[str] = []
 
@@ -675,7 +675,7 @@ SUBAGENT_RULES = "\n".join([
 ])
 
 
-def test_a_subagents_request_reaches_rule_plugins_named_parent_child(tmp_path, monkeypatch):
+def test_a_subagents_request_reaches_rule_plugins_named_parent_child(tmp_path, script, monkeypatch):
     """The real team-rules plugin decides a subagent's request; its journal names the
     agent "parent › child" (what the broker sent as ``agent.name``)."""
     from escouade_nb.engine.squad import Squad
@@ -684,7 +684,7 @@ def test_a_subagents_request_reaches_rule_plugins_named_parent_child(tmp_path, m
 
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
-    s = Script(tmp_path, SUBAGENT_RULES)
+    s = script(SUBAGENT_RULES)
 
     async def go():
         squad = Squad()
@@ -725,11 +725,11 @@ SIGNED_IN = "\n".join([
 ])
 
 
-def test_a_terminal_sign_in_answered_from_the_view_then_the_prompt_retried(tmp_path):
+def test_a_terminal_sign_in_answered_from_the_view_then_the_prompt_retried(script):
     from escouade_nb.engine.agent import AuthRequired
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, SIGNED_OUT, SIGNED_IN, forbid=[{"method": "authenticate"}])
+    s = script(SIGNED_OUT, SIGNED_IN, forbid=[{"method": "authenticate"}])
 
     async def go():
         async with s.running() as agent:
@@ -826,11 +826,11 @@ LISTED_OPEN = "\n".join([  # Open on the row of s1: a new agent on it (session/l
 ])
 
 
-def test_the_sessions_view_opens_a_row_and_deletes_one_once_confirmed(tmp_path, monkeypatch):
+def test_the_sessions_view_opens_a_row_and_deletes_one_once_confirmed(tmp_path, script, monkeypatch):
     from escouade_nb.engine.squad import Squad
     from escouade_nb.widgets.sessions_view import SessionsView
 
-    s = Script(tmp_path, LISTED, LISTED_OPEN, name="lister")
+    s = script(LISTED, LISTED_OPEN, name="lister")
     plugins = tmp_path / "plugins"
     s.install(plugins)
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
@@ -882,12 +882,12 @@ def test_the_sessions_view_opens_a_row_and_deletes_one_once_confirmed(tmp_path, 
     s.assert_ok(runs=2)
 
 
-def test_closing_the_agent_ends_a_terminal_sign_in_under_way(tmp_path):
+def test_closing_the_agent_ends_a_terminal_sign_in_under_way(script):
     from escouade_nb.engine.agent import AuthRequired
     from escouade_nb.wire.errors import AgentError
     from scripted_agent import alive
 
-    s = Script(tmp_path, SIGNED_OUT, forbid=[{"method": "authenticate"}])
+    s = script(SIGNED_OUT, forbid=[{"method": "authenticate"}])
 
     async def go():
         import pytest

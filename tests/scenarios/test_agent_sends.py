@@ -7,11 +7,11 @@ import json
 
 from escouade_nb.core.conversation import Conversation, Message
 from escouade_nb.core.render_text import diff_lines, lines_of, render_items
-from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, run
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, _chunk, run
 
 
-def test_a_stop_reason_outside_the_v1_list_keeps_the_turn(tmp_path):
-    s = Script(tmp_path, f"""
+def test_a_stop_reason_outside_the_v1_list_keeps_the_turn(script):
+    s = script(f"""
 {P_INIT}
 {P_NEW}
 {P_PROMPT}
@@ -56,11 +56,11 @@ def _user_chunk(text: str) -> str:
             '{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":%s}}}}' % json.dumps(text))
 
 
-def test_an_agent_echoing_the_prompt_shows_it_once(tmp_path):
+def test_an_agent_echoing_the_prompt_shows_it_once(script):
     """mistral-vibe sends the user's prompt back as ``user_message_chunk`` during the live
     turn: it is folded into the prompt already shown (however it is chunked), live and in
     the view rebuilt from the transcript; a user message that is not the echo is shown."""
-    s = Script(tmp_path, f"""
+    s = script(f"""
 {P_INIT}
 {P_NEW}
 {P_PROMPT}
@@ -90,7 +90,7 @@ A> {{"jsonrpc":"2.0","id":3,"result":{{"stopReason":"end_turn"}}}}
     s.assert_ok()
 
 
-def test_gemini_mode_update_text_is_a_notice_not_a_reply(tmp_path):
+def test_gemini_mode_update_text_is_a_notice_not_a_reply(script):
     """Gemini CLI says a change of its approval mode as a reply chunk, ``[MODE_UPDATE]
     autoEdit``: its named adapter makes it a notice and the mode change it means (the
     menus move); the reply around it is kept — live and rebuilt from the transcript."""
@@ -98,7 +98,7 @@ def test_gemini_mode_update_text_is_a_notice_not_a_reply(tmp_path):
     from escouade_nb.engine.agent import Agent
 
     modes = {"currentModeId": "default", "availableModes": [{"id": i, "name": i} for i in ("default", "autoEdit")]}
-    s = Script(tmp_path, f"""
+    s = script(f"""
 {P_INIT}
 C> {{"jsonrpc":"2.0","id":1,"method":"session/new","params":{{"cwd":"$WS","mcpServers":[]}}}}
 A> {{"jsonrpc":"2.0","id":1,"result":{{"sessionId":"s1","modes":{json.dumps(modes, separators=(",", ":"))}}}}}
@@ -129,7 +129,7 @@ A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
     s.assert_ok()
 
 
-def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(tmp_path):
+def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(script):
     """claude-agent-acp 0.23.1: after a Stop, its next turn ends in ~5 ms with nothing (and
     its replies then come one turn late). The conversation says so and points at Restart;
     an empty turn that does not follow a Stop is not flagged."""
@@ -138,7 +138,7 @@ def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(tmp_pa
     prompt = ('C> {{"jsonrpc":"2.0","id":{id},"method":"session/prompt","params":{{"sessionId":"s1",'
               '"prompt":[{{"type":"text","text":"{text}"}}]}}}}')
     ends = 'A> {{"jsonrpc":"2.0","id":{id},"result":{{"stopReason":"{why}"}}}}'
-    s = Script(tmp_path, "\n".join([
+    s = script("\n".join([
         P_INIT, P_NEW, P_PROMPT, f"A> {_chunk('Working')}",
         'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}',
         ends.format(id=2, why="cancelled"),
@@ -175,7 +175,7 @@ def _content(block: dict) -> str:
         "sessionUpdate": "agent_message_chunk", "content": block}}}, separators=(",", ":"))
 
 
-def test_non_text_content_is_shown_for_what_it_is(tmp_path):
+def test_non_text_content_is_shown_for_what_it_is(script):
     """Images, audio, resource links and embedded resources in a reply and a tool call:
     an image inline (size-capped), an http link as a link, an embedded text as a collapsed
     block, and the text repr says what each is — never the bare word ``image``."""
@@ -195,9 +195,9 @@ def test_non_text_content_is_shown_for_what_it_is(tmp_path):
     tool = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {
         "sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Screenshot", "kind": "other",
         "status": "completed", "content": [{"type": "content", "content": blocks[1]}]}}}, separators=(",", ":"))
-    script = "\n".join([P_INIT, P_NEW, P_PROMPT, *[f"A> {_content(b)}" for b in blocks], f"A> {tool}",
-                        'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'])
-    s = Script(tmp_path, script)
+    transcript = "\n".join([P_INIT, P_NEW, P_PROMPT, *[f"A> {_content(b)}" for b in blocks], f"A> {tool}",
+                            'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'])
+    s = script(transcript)
 
     async def go():
         async with s.running() as agent:

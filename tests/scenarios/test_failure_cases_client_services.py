@@ -10,7 +10,7 @@ import asyncio
 import re
 import sys
 
-from scripted_agent import Script, alive, responses_to, run
+from scripted_agent import alive, responses_to, run
 
 # -- F08 ----------------------------------------------------------------------------------------
 F08 = """
@@ -33,7 +33,7 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
 """
 
 
-def test_F08_fs_writes_are_fenced_to_the_private_project(tmp_path):
+def test_F08_fs_writes_are_fenced_to_the_private_project(tmp_path, script):
     """A private project's folder is a fence: ``..``, a sibling prefix, a symlink out,
     a read outside, another session — refused with an error and no side effect; a
     relative path inside is resolved against the session folder and written."""
@@ -46,7 +46,7 @@ def test_F08_fs_writes_are_fenced_to_the_private_project(tmp_path):
     ws.mkdir()
     (ws / "link").symlink_to(out)
     (tmp_path / "ws-evil").mkdir()
-    s = Script(tmp_path, F08, variables={"OUT": str(out)})
+    s = script(F08, variables={"OUT": str(out)})
 
     async def go():
         agent = s.agent()
@@ -99,10 +99,10 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
 """
 
 
-def test_F09_terminal_output_truncation_and_exit_status(tmp_path):
+def test_F09_terminal_output_truncation_and_exit_status(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F09, variables={"PYTHON": sys.executable})
+    s = script(F09, variables={"PYTHON": sys.executable})
 
     async def go():
         async with s.running() as agent:

@@ -10,7 +10,7 @@ import asyncio
 import sys
 
 import pytest
-from scripted_agent import SCRIPT_AGENT, Script, run, until
+from scripted_agent import SCRIPT_AGENT, run, until
 
 from escouade_nb.core.conversation import Notice
 from escouade_nb.core.render_text import render_items
@@ -37,10 +37,10 @@ A> {"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"Invalid mode"}}
 """
 
 
-def test_F10_mode_switch_is_reflected(tmp_path):
+def test_F10_mode_switch_is_reflected(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F10)
+    s = script(F10)
 
     async def go():
         async with s.running() as agent:
@@ -110,10 +110,10 @@ A> {"jsonrpc":"2.0","id":4,"error":{"code":-32001,"message":"Browser login faile
 """
 
 
-def test_F11_auth_required_leads_to_authenticate_and_one_retry(tmp_path):
+def test_F11_auth_required_leads_to_authenticate_and_one_retry(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F11)
+    s = script(F11)
 
     async def go():
         async with s.running() as agent:
@@ -156,8 +156,8 @@ def test_F11_auth_required_leads_to_authenticate_and_one_retry(tmp_path):
                        "authenticate", "session/prompt"]
 
 
-def test_F11_no_sign_in_loop(tmp_path):
-    s = Script(tmp_path, F11_REFUSED)
+def test_F11_no_sign_in_loop(script):
+    s = script(F11_REFUSED)
 
     async def go():
         async with s.running() as agent:
@@ -188,10 +188,10 @@ A> {"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"Authentication requ
 """
 
 
-def test_F11_terminal_sign_in_shows_the_login_command(tmp_path):
+def test_F11_terminal_sign_in_shows_the_login_command(script):
     """The login command runs in a client terminal (shown); an empty answer makes it
     fail (exit 3): said, and no restart (the whole success path: test_acp_2026.py)."""
-    s = Script(tmp_path, F11_TERMINAL)
+    s = script(F11_TERMINAL)
 
     async def go():
         async with s.running() as agent:

@@ -12,7 +12,7 @@ import json
 import re
 import time
 
-from scripted_agent import Script, run
+from scripted_agent import run
 from view_helpers import html_shown, record
 
 from escouade_nb.core.conversation import Unknown
@@ -33,13 +33,13 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn","_meta":{"x":1}}}
 """
 
 
-def test_F03_unknown_update_kinds_and_fields_are_kept(tmp_path, caplog):
+def test_F03_unknown_update_kinds_and_fields_are_kept(script, caplog):
     import logging
 
     from escouade_nb.widgets import AgentView
 
     caplog.set_level(logging.DEBUG)
-    s = Script(tmp_path, F03)
+    s = script(F03)
 
     async def go():
         async with s.running() as agent:
@@ -92,10 +92,10 @@ A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
 """
 
 
-def test_F04_new_file_diff_renders(tmp_path):
+def test_F04_new_file_diff_renders(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F04)
+    s = script(F04)
     ws = s.ws
 
     async def go():
@@ -153,11 +153,11 @@ class _Markup(html.parser.HTMLParser):
     handle_startendtag = handle_starttag
 
 
-def test_F15_agent_text_is_never_live_html(tmp_path):
+def test_F15_agent_text_is_never_live_html(script):
     from escouade_nb.widgets import AgentView
     from escouade_nb.widgets.agent_view import TurnView
 
-    s = Script(tmp_path, F15)
+    s = script(F15)
 
     async def go():
         async with s.running() as agent:

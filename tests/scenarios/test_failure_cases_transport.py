@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from scripted_agent import P_INIT, P_NEW, Script, _chunk, alive, run, until
+from scripted_agent import P_INIT, P_NEW, _chunk, alive, run, until
 
 from escouade_nb.core.conversation import Notice
 from escouade_nb.core.render_text import render_items
@@ -32,8 +32,8 @@ A> {{"jsonrpc":"2.0","id":3,"result":{{"stopReason":"end_turn"}}}}
 """
 
 
-def test_F02_long_line_and_split_utf8(tmp_path):
-    s = Script(tmp_path, F02)
+def test_F02_long_line_and_split_utf8(script):
+    s = script(F02)
 
     async def go():
         async with s.running() as agent:
@@ -59,13 +59,13 @@ A> {_chunk("y" * (3 << 20))}
 """
 
 
-def test_F02_line_over_the_cap_is_a_clear_transport_error(tmp_path, monkeypatch):
+def test_F02_line_over_the_cap_is_a_clear_transport_error(script, monkeypatch):
     """Above the transport's cap (lowered here to 1 MiB) the line cannot be taken:
     the UI says so, the agent is torn down, and the turn fails instead of hanging."""
     from escouade_nb.wire.transport import LineTransport
 
     monkeypatch.setitem(LineTransport.__init__.__kwdefaults__, "max_line_bytes", 1 << 20)
-    s = Script(tmp_path, F02_OVER_CAP)
+    s = script(F02_OVER_CAP)
 
     async def go():
         async with s.running() as agent:
@@ -97,8 +97,8 @@ A+> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}
 """
 
 
-def test_F05_updates_before_the_session_new_answer_are_buffered(tmp_path):
-    s = Script(tmp_path, F05)
+def test_F05_updates_before_the_session_new_answer_are_buffered(script):
+    s = script(F05)
 
     async def go():
         async with s.running() as agent:
@@ -136,10 +136,10 @@ A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
 """
 
 
-def test_F07_agent_dies_mid_turn_after_flooding_stderr(tmp_path):
+def test_F07_agent_dies_mid_turn_after_flooding_stderr(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F07, F07_AGAIN)
+    s = script(F07, F07_AGAIN)
 
     async def go():
         async with s.running() as agent:
@@ -183,10 +183,10 @@ A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":%s,"agentCapabilities":{}
 
 
 @pytest.mark.parametrize("version", ["2", '"1.0.0"'])
-def test_F12_protocol_version_is_checked(tmp_path, version):
+def test_F12_protocol_version_is_checked(script, version):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F12 % version)
+    s = script(F12 % version)
 
     async def go():
         async with s.running() as agent:

@@ -12,7 +12,7 @@ import json
 import time
 
 import pytest
-from scripted_agent import Script, responses_to, run, until
+from scripted_agent import responses_to, run, until
 from view_helpers import buttons_of
 
 from escouade_nb.core.conversation import Notice
@@ -44,10 +44,10 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
 """
 
 
-def test_F01_pending_permission_is_answered_cancelled_on_stop(tmp_path):
+def test_F01_pending_permission_is_answered_cancelled_on_stop(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F01)
+    s = script(F01)
 
     async def go():
         async with s.running() as agent:
@@ -86,10 +86,10 @@ def test_F01_pending_permission_is_answered_cancelled_on_stop(tmp_path):
     s.assert_ok()
 
 
-def test_F01_agent_withdraws_its_request(tmp_path):
+def test_F01_agent_withdraws_its_request(script):
     """``$/cancel_request`` from the agent: the client answers 100 (cancelled or
     -32800) and the card closes."""
-    s = Script(tmp_path, F01_WITHDRAWN)
+    s = script(F01_WITHDRAWN)
 
     async def go():
         async with s.running() as agent:
@@ -122,10 +122,10 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
 """
 
 
-def test_F06_one_session_cancel_and_the_turn_is_cancelled(tmp_path):
+def test_F06_one_session_cancel_and_the_turn_is_cancelled(script):
     from escouade_nb.widgets import AgentView
 
-    s = Script(tmp_path, F06)
+    s = script(F06)
 
     async def go():
         async with s.running() as agent:
@@ -168,10 +168,10 @@ A> {"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}
 NO_OVERLAP = [{"method": "session/prompt", "while_open": "session/prompt"}]
 
 
-def test_F13_second_prompt_is_queued_not_sent(tmp_path):
+def test_F13_second_prompt_is_queued_not_sent(script):
     from escouade_nb.widgets.agent_view import TurnView
 
-    s = Script(tmp_path, F13, forbid=NO_OVERLAP)
+    s = script(F13, forbid=NO_OVERLAP)
 
     async def go():
         async with s.running() as agent:
@@ -200,8 +200,8 @@ A> {"jsonrpc":"2.0","id":3,"result":{"stopReason":"refusal"}}
 """
 
 
-def test_F13_a_refused_prompt_keeps_the_text_and_says_why(tmp_path):
-    s = Script(tmp_path, F13_REFUSED, forbid=NO_OVERLAP)
+def test_F13_a_refused_prompt_keeps_the_text_and_says_why(script):
+    s = script(F13_REFUSED, forbid=NO_OVERLAP)
 
     async def go():
         async with s.running() as agent:
@@ -247,7 +247,7 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
     ('{"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false}}', "data.csv"),
     ("{}", "my data.csv"),  # no promptCapabilities at all: the same as all false
 ])
-def test_F14_prompt_content_is_gated_on_prompt_capabilities(tmp_path, caps, csv):
+def test_F14_prompt_content_is_gated_on_prompt_capabilities(tmp_path, script, caps, csv):
     from escouade_nb.widgets import AgentView
 
     ws = (tmp_path / "ws").resolve()
@@ -256,7 +256,7 @@ def test_F14_prompt_content_is_gated_on_prompt_capabilities(tmp_path, caps, csv)
     (ws / csv).write_text("a,b\n1,2\n")
     uri = (ws / csv).as_uri()
     assert ("%20" in uri) == (" " in csv)
-    s = Script(tmp_path, F14_NO % caps, variables={"URI": uri, "NAME": csv})
+    s = script(F14_NO % caps, variables={"URI": uri, "NAME": csv})
 
     async def go():
         async with s.running() as agent:
@@ -276,12 +276,12 @@ def test_F14_prompt_content_is_gated_on_prompt_capabilities(tmp_path, caps, csv)
     assert blocks[1]["uri"].startswith("file:///")
 
 
-def test_F14_images_and_embedded_files_when_the_agent_takes_them(tmp_path):
+def test_F14_images_and_embedded_files_when_the_agent_takes_them(tmp_path, script):
     ws = (tmp_path / "ws").resolve()
     ws.mkdir()
     (ws / "plot.png").write_bytes(PNG)
     (ws / "data.csv").write_text("a,b\n1,2\n")
-    s = Script(tmp_path, F14_YES, variables={"URI": (ws / "data.csv").as_uri()})
+    s = script(F14_YES, variables={"URI": (ws / "data.csv").as_uri()})
 
     async def go():
         async with s.running() as agent:

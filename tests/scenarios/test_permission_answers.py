@@ -15,7 +15,7 @@ import json
 import re
 
 from fixtures.plugins.cards import make_rules
-from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, run, until
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, run, until
 
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.render_text import render_item
@@ -45,11 +45,11 @@ async def _started(rules: RulePlugins, *ids: str) -> RulePlugins:
 
 # -- a denial always reaches the agent -------------------------------------------------------------------
 
-def test_a_rule_plugins_denial_reaches_an_agent_that_offers_no_reject_option(tmp_path):
+def test_a_rule_plugins_denial_reaches_an_agent_that_offers_no_reject_option(tmp_path, script):
     call = {"toolCallId": "x1", "title": "Run rm -rf build", "kind": "execute", "status": "pending",
             "rawInput": {"command": "rm -rf build fast=deny"}}
     told = "Refused by Fixture fast through Escouade: fast says no"
-    s = Script(tmp_path, f"""
+    s = script(f"""
 {P_INIT}
 {P_NEW}
 {P_PROMPT}
@@ -88,11 +88,11 @@ C> {{"jsonrpc":"2.0","id":100,"result":{{"outcome":{{"outcome":"cancelled"}},"_m
     s.assert_ok()
 
 
-def test_a_policys_denial_reaches_an_agent_that_offers_no_reject_option(tmp_path):
+def test_a_policys_denial_reaches_an_agent_that_offers_no_reject_option(script):
     """A policy of the engine's own (the Escouade mode is one) refuses with ``card.deny``."""
     call = {"toolCallId": "d1", "title": "Delete old.txt", "kind": "delete", "status": "pending",
             "locations": [{"path": "$WS/old.txt"}]}
-    s = Script(tmp_path, f"""
+    s = script(f"""
 {P_INIT}
 {P_NEW}
 {P_PROMPT}
@@ -141,7 +141,7 @@ run()
 '''
 
 
-def test_rule_plugins_tell_tool_calls_apart(tmp_path, monkeypatch):
+def test_rule_plugins_tell_tool_calls_apart(tmp_path, script, monkeypatch):
     """Three requests without ``rawInput`` — a delete, an edit, a write — once reached the
     plugin alike (``kind: edit, tool: Edit``); the ACP fields tell them apart."""
     plugin = tmp_path / "plugins" / "kinds"
@@ -160,7 +160,7 @@ def test_rule_plugins_tell_tool_calls_apart(tmp_path, monkeypatch):
             "content": [{"type": "diff", "path": "$WS/src/app.py", "oldText": "a = 1\n", "newText": "a = 2\n"}]}
     write = {"toolCallId": "k3", "title": "Write notes/new.md", "kind": "edit", "status": "pending",
              "content": [{"type": "diff", "path": "$WS/notes/new.md", "oldText": None, "newText": "hello\n"}]}
-    s = Script(tmp_path, f"""
+    s = script(f"""
 {P_INIT}
 {P_NEW}
 {P_PROMPT}
@@ -245,12 +245,12 @@ SILENT_OPTIONS = ('[{"optionId":"a","name":"","kind":"allow_always"},{"optionId"
                   '{"optionId":"c","name":"Reject","kind":"reject_always"}]')
 
 
-def test_labels_say_what_the_option_said(tmp_path):
+def test_labels_say_what_the_option_said(script):
     def run_call(tcid: str, title: str) -> dict:
         return {"toolCallId": tcid, "title": title, "kind": "execute", "status": "pending",
                 "rawInput": {"command": title}}
 
-    s = Script(tmp_path, f"""
+    s = script(f"""
 {P_INIT}
 {P_NEW}
 {P_PROMPT}
@@ -310,12 +310,12 @@ A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}
 """
 
 
-def test_a_call_the_agent_ran_without_asking_after_an_earlier_grant_says_so(tmp_path):
+def test_a_call_the_agent_ran_without_asking_after_an_earlier_grant_says_so(script):
     """After "Allow for remainder of this session" on a command, the agent runs the next
     command without asking (vibe, kimi, gemini, claude-agent, opencode and fast-agent do;
     none says why): its tool card says which earlier answer let it, and nothing is said of a
     call of another tool."""
-    s = Script(tmp_path, GRANT)
+    s = script(GRANT)
 
     async def go():
         async with s.running() as agent:

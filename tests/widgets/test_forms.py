@@ -66,10 +66,10 @@ def with_form(tmp_path, answer: dict, body) -> None:
     s.assert_ok()
 
 
-def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(tmp_path):
+def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(script):
     good = {"name": "web", "replicas": 3, "ratio": 1, "color": "green", "email": "ops@example.com",
             "day": "2026-03-01"}
-    s = Script(tmp_path, _asks({"action": "accept", "content": good}))
+    s = script(_asks({"action": "accept", "content": good}))
 
     async def go():
         async with s.running() as agent:

@@ -26,7 +26,7 @@ from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.status import AgentStatus
 from escouade_nb.engine.agent import Agent
 from escouade_nb.engine.harness_update import UpdateJob, run_update, running_groups
-from escouade_nb.manifest import discover, locate_program
+from escouade_nb.manifest import discover
 from escouade_nb.widgets import AgentView, TurnView, views_of
 from escouade_nb.widgets import agent_view, views
 from escouade_nb.widgets.journal_view import JournalView

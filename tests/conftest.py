@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_client import environ_of, process_alive, processes_named
+from kernel_client import environ_of, left_behind, process_alive, processes_named
 from scripted_agent import Script
 
 # transcripts of the agents the tests start go to a scratch folder, kernels included
@@ -118,9 +118,5 @@ def no_orphan_plugins() -> Iterator[None]:
     """No process of the fixture rule plugins (``tests/fixtures/plugins``) outlives the module's tests."""
     before = set(processes_named(FIXTURE_PLUGINS))
     yield
-    deadline = time.monotonic() + 10
-    left = set(processes_named(FIXTURE_PLUGINS)) - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = set(processes_named(FIXTURE_PLUGINS)) - before
+    left = left_behind(FIXTURE_PLUGINS, before)
     assert not left, f"plugin processes left behind: {sorted(left)}"

@@ -3,6 +3,7 @@ cells, read iopub, send the messages a view's front-end sends (``act``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -148,6 +149,28 @@ def processes_named(fragment: str, marked: str | None = None) -> list[int]:
             if marked is None or marked in environ_of(int(entry.name)):
                 out.append(int(entry.name))
     return out
+
+
+def left_behind(fragment: str, before: set[int], timeout: float = 10) -> set[int]:
+    """PIDs with ``fragment`` in their command line that were not in ``before`` and still run
+    after up to ``timeout`` s (polled every 0.1 s): what a test's processes left behind."""
+    deadline = time.monotonic() + timeout
+    left = set(processes_named(fragment)) - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = set(processes_named(fragment)) - before
+    return left
+
+
+def write_updatable_harness(plugins: Path, **fields: Any) -> None:
+    """A plugin ``test.updatable`` in ``plugins`` with the harness ``updatable``: the shipped fake
+    agent found on PATH, whose update command echoes two lines; ``fields`` are added to the harness."""
+    (plugins / "updatable").mkdir(parents=True)
+    (plugins / "updatable" / "escouade-plugin.json").write_text(json.dumps({
+        "id": "test.updatable", "name": "Updatable",
+        "contributes": {"harnesses": [{
+            "id": "updatable", "name": "Updatable", "locate": {"names": ["escouade-fake-agent"]},
+            **fields, "updateCommand": "echo updating the agent && echo done", "acp": {"args": []}}]}}))
 
 
 def update_message(kernel: Kernel, model_id: str, state: dict) -> None:

@@ -149,18 +149,14 @@ def test_sessions_list_and_update_outcome_saved_without_their_kernel(tmp_path, m
     """The sessions view saves the list as a static table and the update view its outcome as
     text: read back from the saved notebook by nbconvert, with no kernel and nothing transient
     ("asking … for its sessions…", "running…", "version unknown")."""
-    import json
     import os
     import sysconfig
 
+    from kernel_client import write_updatable_harness
+
     monkeypatch.setenv("PATH", sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", ""))
     plugins = tmp_path / "plugins"
-    (plugins / "updatable").mkdir(parents=True)
-    (plugins / "updatable" / "escouade-plugin.json").write_text(json.dumps({
-        "id": "test.updatable", "name": "Updatable",
-        "contributes": {"harnesses": [{
-            "id": "updatable", "name": "Updatable", "locate": {"names": ["escouade-fake-agent"]},
-            "updateCommand": "echo updating the agent && echo done", "acp": {"args": []}}]}}))
+    write_updatable_harness(plugins)
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
     wait = ("import asyncio, gc\nfrom escouade_nb.widgets.{mod} import {cls}\n"
             "for _ in range(400):\n    if [v for v in gc.get_objects() if isinstance(v, {cls}) and {cond}]: break\n"

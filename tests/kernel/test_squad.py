@@ -1,11 +1,10 @@
 """The squad in a real kernel: start options, launcher, accounts, squad view, resume, update."""
 
-import json
 import re
 
 import pytest
 
-from kernel_client import Kernel
+from kernel_client import Kernel, write_updatable_harness
 
 pytestmark = pytest.mark.kernel
 
@@ -17,13 +16,7 @@ def kernel(tmp_path, monkeypatch):
     # a launcher (`env`) finds the agent on the kernel's PATH, as a remote host would on its own
     monkeypatch.setenv("PATH", sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", ""))
     plugins = tmp_path / "plugins"
-    (plugins / "updatable").mkdir(parents=True)
-    (plugins / "updatable" / "escouade-plugin.json").write_text(json.dumps({
-        "id": "test.updatable", "name": "Updatable",
-        "contributes": {"harnesses": [{
-            "id": "updatable", "name": "Updatable", "locate": {"names": ["escouade-fake-agent"]},
-            "accountVar": "FAKE_ACCOUNT_HOME", "updateCommand": "echo updating the agent && echo done",
-            "acp": {"args": []}}]}}))
+    write_updatable_harness(plugins, accountVar="FAKE_ACCOUNT_HOME")
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
     monkeypatch.setenv("ESCOUADE_NB_ACCOUNTS_DIR", str(tmp_path / "accounts"))
     monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kernel_client import processes_named
+from kernel_client import left_behind, processes_named
 
 from escouade_nb.core.conversation import Permission
 from escouade_nb.manifest.discovery import HarnessRef
@@ -27,11 +27,7 @@ TEAM_RULES_PROGRAM = "plugins/team-rules/team_rules.py"
 def no_orphan_plugins():
     before = set(processes_named(TEAM_RULES_PROGRAM))
     yield
-    deadline = time.monotonic() + 10
-    left = set(processes_named(TEAM_RULES_PROGRAM)) - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = set(processes_named(TEAM_RULES_PROGRAM)) - before
+    left = left_behind(TEAM_RULES_PROGRAM, before)
     assert not left, f"team-rules processes left behind: {sorted(left)}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,9 @@ class Kernel:
             raise AssertionError(f"cell failed: {res.error}\n{res.text}")
         return res
 
-    def drain_iopub(self, seconds: float) -> Result:
-        """Read iopub for ``seconds`` (background traffic, e.g. widget updates)."""
+    def drain_iopub(self, seconds: float, until: Callable[[dict[str, Any]], bool] | None = None) -> Result:
+        """Read iopub for ``seconds`` (background traffic, e.g. widget updates), or only until a
+        message for which ``until`` is true (then at once: no waiting out the whole time)."""
         res = Result()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -89,6 +91,8 @@ class Kernel:
                 break
             self._count_comm(res, msg)
             res.messages.append(msg)
+            if until is not None and until(msg):
+                break
         return res
 
     def _count_comm(self, res: Result, msg: dict[str, Any]) -> None:

@@ -312,7 +312,9 @@ def test_listing_magic_displays_at_once_then_updates(harnesses):
         assert "slow-agent (version: reading…)" in first.text and "9.9.9" not in first.text
         (shown,) = [m for m in first.messages if m["msg_type"] == "display_data"]
         display_id = shown["content"]["transient"]["display_id"]
-        late = k.drain_iopub(SLEEP + 3)
+        late = k.drain_iopub(SLEEP + 3, until=lambda m: m["msg_type"] == "update_display_data"
+                             and "slower-agent 9.9.8" in m["content"]["data"].get("text/plain", "")
+                             and "slow-agent 9.9.9" in m["content"]["data"].get("text/plain", ""))
         updates = [m["content"]["data"]["text/plain"] for m in late.messages
                    if m["msg_type"] == "update_display_data" and m["content"]["transient"]["display_id"] == display_id]
         assert any("slow-agent 9.9.9 (newer than tested)" in u and "slower-agent 9.9.8" in u for u in updates)

@@ -1,35 +1,43 @@
 """The squad in a real kernel: start options, launcher, accounts, squad view, resume, update."""
 
+import os
 import re
+import sysconfig
 
 import pytest
 
-from kernel_client import Kernel, write_updatable_harness
+from kernel_client import Kernel, kernel_with_env, write_updatable_harness
 
 pytestmark = pytest.mark.kernel
 
 
-@pytest.fixture
-def kernel(tmp_path, monkeypatch):
-    import os
-    import sysconfig
-    # a launcher (`env`) finds the agent on the kernel's PATH, as a remote host would on its own
-    monkeypatch.setenv("PATH", sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", ""))
-    plugins = tmp_path / "plugins"
+@pytest.fixture(scope="module")
+def squad_kernel(tmp_path_factory):
+    """One kernel for the module's tests (a kernel start is seconds)."""
+    root = tmp_path_factory.mktemp("squad")
+    plugins = root / "plugins"
     write_updatable_harness(plugins, accountVar="FAKE_ACCOUNT_HOME")
-    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
-    monkeypatch.setenv("ESCOUADE_NB_ACCOUNTS_DIR", str(tmp_path / "accounts"))
-    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
-    (tmp_path / "ws").mkdir()
-    k = Kernel(tmp_path / "ws")
+    # a launcher (`env`) finds the agent on the kernel's PATH, as a remote host would on its own
+    env = {"PATH": sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", ""),
+           "ESCOUADE_NB_PLUGINS_DIR": str(plugins), "ESCOUADE_NB_ACCOUNTS_DIR": str(root / "accounts"),
+           "ESCOUADE_NB_TRANSCRIPTS_DIR": str(root / "transcripts")}
+    (root / "ws").mkdir()
+    k = kernel_with_env(root / "ws", env)
+    k.root = root
     k.run("%load_ext escouade_nb\nimport asyncio, os")
     yield k
-    k.run("from escouade_nb import get_squad\nawait asyncio.gather(*(a.close() for a in get_squad().agents.values()))",
-          allow_error=True)
     k.shutdown()
 
 
-def test_start_options_mode_via_account(kernel, tmp_path):
+@pytest.fixture
+def kernel(squad_kernel):
+    """The module's kernel; the agents a test started are closed after it, as before each test's own kernel."""
+    yield squad_kernel
+    squad_kernel.run("from escouade_nb import get_squad\n"
+                     "await asyncio.gather(*(a.close() for a in get_squad().agents.values()))", allow_error=True)
+
+
+def test_start_options_mode_via_account(kernel):
     out = kernel.run(
         "a = %escouade fake --mode acceptEdits --as moded\nawait a.ready()\nawait asyncio.sleep(0.2)\n"
         "print(a.escouade_mode, a.conversation.current_mode_id)\n"
@@ -45,7 +53,7 @@ def test_start_options_mode_via_account(kernel, tmp_path):
     assert "acceptEdits accept-edits" in out
     assert "env False" in out  # a launcher: the files are not ours, no client fs
     assert "remote · Fake · via env · idle" in out
-    acc = tmp_path / "accounts" / "updatable"
+    acc = kernel.root / "accounts" / "updatable"
     assert f"['FAKE_ACCOUNT_HOME={acc / 'work'}']" in out and f"['FAKE_ACCOUNT_HOME={acc / 'home'}']" in out
     assert (acc / "work").is_dir() and (acc / "home").is_dir()
     bad = kernel.run("%escouade fake --mode sideways").text

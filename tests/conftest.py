@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from kernel_client import environ_of, left_behind, process_alive, processes_named
-from scripted_agent import Script
 
 # transcripts of the agents the tests start go to a scratch folder, kernels included
 if "ESCOUADE_NB_TRANSCRIPTS_DIR" not in os.environ:
@@ -87,10 +86,12 @@ def nothing_written_into_the_checkout():
 
 
 @pytest.fixture
-def script(tmp_path: Path) -> Callable[..., Script]:
+def script(tmp_path: Path) -> Callable[..., Any]:
     """The scripted agent of this test: ``script(*runs, **options)`` is
     ``Script(tmp_path, *runs, **options)`` (``tests/scripted_agent.py``: the runs' notation,
     the options, :meth:`Script.running` for an agent closed at the end of a block)."""
+
+    from scripted_agent import Script  # imports the engine: not before the environment above is set
 
     def make(*runs: Any, **options: Any) -> Script:
         return Script(tmp_path, *runs, **options)

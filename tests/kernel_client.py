@@ -3,15 +3,17 @@ cells, read iopub, send the messages a view's front-end sends (``act``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import KernelManager
 
-from view_helpers import buttons_of  # noqa: F401 (the kernel tests read cards with it)
+from view_helpers import buttons_of as buttons_of  # re-exported: the kernel tests read cards with it
 
 
 @dataclass
@@ -24,7 +26,7 @@ class Result:
     comms: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (read at, comm_open/msg/close)
 
 
-def kernel_with_env(cwd: Path, env: dict[str, str]) -> "Kernel":
+def kernel_with_env(cwd: Path, env: dict[str, str]) -> Kernel:
     """A :class:`Kernel` started with ``env`` added to this process's environment (which
     is put back as it was at once: only the kernel keeps it)."""
     saved = {k: os.environ.get(k) for k in env}
@@ -77,8 +79,9 @@ class Kernel:
             raise AssertionError(f"cell failed: {res.error}\n{res.text}")
         return res
 
-    def drain_iopub(self, seconds: float) -> Result:
-        """Read iopub for ``seconds`` (background traffic, e.g. widget updates)."""
+    def drain_iopub(self, seconds: float, until: Callable[[dict[str, Any]], bool] | None = None) -> Result:
+        """Read iopub for ``seconds`` (background traffic, e.g. widget updates), or only until a
+        message for which ``until`` is true (then at once: no waiting out the whole time)."""
         res = Result()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -88,6 +91,8 @@ class Kernel:
                 break
             self._count_comm(res, msg)
             res.messages.append(msg)
+            if until is not None and until(msg):
+                break
         return res
 
     def _count_comm(self, res: Result, msg: dict[str, Any]) -> None:
@@ -125,8 +130,17 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def processes_named(fragment: str) -> list[int]:
-    """PIDs (not zombies) whose command line contains ``fragment``."""
+def environ_of(pid: int) -> list[str]:
+    """The ``NAME=value`` entries of ``pid``'s environment ([] when it is gone or not ours to read)."""
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return []
+
+
+def processes_named(fragment: str, marked: str | None = None) -> list[int]:
+    """PIDs (not zombies) whose command line contains ``fragment`` and, when ``marked``
+    (a ``NAME=value`` entry) is given, whose environment holds it."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -136,18 +150,41 @@ def processes_named(fragment: str) -> list[int]:
         except OSError:
             continue
         if fragment in cmd and process_alive(int(entry.name)):
-            out.append(int(entry.name))
+            if marked is None or marked in environ_of(int(entry.name)):
+                out.append(int(entry.name))
     return out
 
 
-def update_message(kernel: "Kernel", model_id: str, state: dict) -> None:
+def left_behind(fragment: str, before: set[int], timeout: float = 10) -> set[int]:
+    """PIDs with ``fragment`` in their command line that were not in ``before`` and still run
+    after up to ``timeout`` s (polled every 0.1 s): what a test's processes left behind."""
+    deadline = time.monotonic() + timeout
+    left = set(processes_named(fragment)) - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = set(processes_named(fragment)) - before
+    return left
+
+
+def write_updatable_harness(plugins: Path, **fields: Any) -> None:
+    """A plugin ``test.updatable`` in ``plugins`` with the harness ``updatable``: the shipped fake
+    agent found on PATH, whose update command echoes two lines; ``fields`` are added to the harness."""
+    (plugins / "updatable").mkdir(parents=True)
+    (plugins / "updatable" / "escouade-plugin.json").write_text(json.dumps({
+        "id": "test.updatable", "name": "Updatable",
+        "contributes": {"harnesses": [{
+            "id": "updatable", "name": "Updatable", "locate": {"names": ["escouade-fake-agent"]},
+            **fields, "updateCommand": "echo updating the agent && echo done", "acp": {"args": []}}]}}))
+
+
+def update_message(kernel: Kernel, model_id: str, state: dict) -> None:
     """Send the message a browser sends when the user changes a widget's value."""
     msg = kernel.kc.session.msg("comm_msg", {"comm_id": model_id,
                                              "data": {"method": "update", "state": state, "buffer_paths": []}})
     kernel.kc.shell_channel.send(msg)
 
 
-def act(kernel: "Kernel", model_id: str, content: dict) -> None:
+def act(kernel: Kernel, model_id: str, content: dict) -> None:
     """Send the message the views' front-end (``widgets/escouade.js``) sends when the user
     acts: a click on a card's button, Stop, a menu's choice (``{"act": NAME, ...}``)."""
     msg = kernel.kc.session.msg("comm_msg", {"comm_id": model_id,

@@ -1,0 +1,146 @@
+"""``--via "ssh …"`` against a real sshd on 127.0.0.1: the agent runs on the "remote" side
+of a real SSH connection, and Stop (``close()``) and Restart end it there too — not only
+the local ``ssh`` client — even an agent that ignores end of input and SIGTERM, with a
+child in its process group (see ``escouade_nb/engine/launcher.py``).
+
+The sshd is Debian's openssh-server, with its own host key, config and user key in a
+temporary folder, started and stopped here; the tests are skipped, with one line, where
+it is not installed or cannot start (it needs its privilege-separation folder,
+``/run/sshd``, made here when missing and we may)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run
+
+SSHD = shutil.which("sshd") or next((p for p in ("/usr/sbin/sshd",) if os.path.exists(p)), None)
+SSH, KEYGEN = shutil.which("ssh"), shutil.which("ssh-keygen")
+PRIVSEP = Path("/run/sshd")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ssh_launcher(tmp_path_factory):
+    """The ``ssh`` launcher argv to a fresh sshd on 127.0.0.1 (stopped at the end)."""
+    if not (SSHD and SSH and KEYGEN):
+        pytest.skip("no sshd/ssh/ssh-keygen here (Debian: apt-get install openssh-server)")
+    if not PRIVSEP.is_dir():
+        try:
+            PRIVSEP.mkdir(mode=0o755, parents=True)
+        except OSError as exc:
+            pytest.skip(f"sshd needs {PRIVSEP}, which cannot be made here: {exc}")
+    folder = tmp_path_factory.mktemp("sshd")
+    for key in ("host_key", "user_key"):
+        subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(folder / key)], check=True)
+    (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
+    port = _free_port()
+    (folder / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\nPidFile {folder / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n")
+    log = open(folder / "sshd.log", "wb")
+    daemon = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stdout=log, stderr=log)
+    launcher = [SSH, "-p", str(port), "-i", str(folder / "user_key"), "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={folder / 'known_hosts'}",
+                "-o", "LogLevel=ERROR", f"{getpass.getuser()}@127.0.0.1"]
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            probe = subprocess.run([*launcher, "true"], capture_output=True, timeout=10)
+            if probe.returncode == 0:
+                break
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                pytest.skip(f"sshd did not start: {(folder / 'sshd.log').read_text()[-300:]}"
+                            f"{probe.stderr.decode(errors='replace')[-200:]}")
+            time.sleep(0.2)
+        yield launcher
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(5)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+
+
+STUBBORN = (f"{P_INIT}\n{P_NEW}\n"
+            '!> {"ignore_sigterm": true}\n'
+            f'!> {{"spawn": ["{sys.executable}", "-c", "import time; time.sleep(600)"]}}\n'
+            '!> {"hang": true}')
+"""An agent that ignores stdin's end and SIGTERM, with a child in its process group."""
+WORKS = f"{P_INIT}\n{P_NEW}\n{P_PROMPT}\nA> {_chunk('over ssh')}\n" \
+        'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
+
+
+def _pids(s: Script, run_no: int) -> list[int]:
+    """The agent's and its child's pids of run ``run_no`` (the scripted agent logs them)."""
+    notes = [e["line"] for e in s.entries("note", run=run_no)]
+    return [int(n.split()[-1]) for n in notes if n.startswith(("start pid", "spawned"))]
+
+
+async def _started(s: Script, run_no: int) -> list[int]:
+    """The pids of run ``run_no`` once the agent has spawned its child (all alive)."""
+    from scripted_agent import until
+
+    await until(lambda: len(_pids(s, run_no)) == 2, 10, "the agent and its child")
+    pids = _pids(s, run_no)
+    assert all(alive(p) for p in pids), pids
+    return pids
+
+
+async def _gone(pids: list[int], timeout: float = 15) -> list[int]:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while [p for p in pids if alive(p)] and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def test_stop_through_ssh_ends_the_remote_agent(script, ssh_launcher):
+    s = script(STUBBORN)
+
+    async def go():
+        agent = s.agent(via=ssh_launcher, fs=True)
+        try:
+            await agent.ready()
+            assert agent.argv()[:len(ssh_launcher)] == ssh_launcher
+            pids = await _started(s, 0)
+        finally:
+            await agent.close()  # Stop: the local ssh ends, and so must the remote agent and its child
+        assert await _gone(pids) == [], "the remote agent outlived Stop"
+
+    run(go(), timeout=60)
+
+
+def test_restart_through_ssh_ends_the_remote_agent_and_starts_a_new_one(script, ssh_launcher):
+    s = script(STUBBORN, WORKS)
+
+    async def go():
+        async with s.running(via=ssh_launcher, fs=True) as agent:
+            await agent.ready()
+            first = await _started(s, 0)
+            await agent.restart()
+            assert await _gone(first) == [], "the remote agent outlived Restart"
+            assert (await agent.send("go")).text == "over ssh"  # the new one, over ssh, works
+            second = _pids(s, 1)
+        assert await _gone(second) == []
+
+    run(go(), timeout=90)
+    assert s.statuses()[-1]["status"] == "ok"

@@ -120,7 +120,7 @@ def identify(call: Any, known: ToolCall | None = None) -> tuple[str, dict[str, A
     sentence of its own) and stating arguments that fit the tool whole (:func:`fits`:
     from the request, else from ``known``). None otherwise — a request is matched by what it
     asks for, never by words in its title. The shapes of the seven released agents are in
-    ``tests/test_gate.py`` (measured)."""
+    ``tests/kernel/test_gate.py`` (measured)."""
     ours = {SERVER: KERNEL_TOOLS}
     found = mcp_tool_of(call, ours)
     if found is None and known is not None:

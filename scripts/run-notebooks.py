@@ -29,7 +29,8 @@ must be the *finished* forms, so:
 A cell whose saved outputs differ from what it displayed first gets the tag
 ``nbval-ignore-output``: nbval compares a fresh run's *first* displays (it drops every
 update), so it cannot compare a finished form. The other cells of the notebook are still
-compared. ``tests/scenarios/test_shipped_notebooks.py`` fails on any absolute path or transient word left in a committed notebook.
+compared. ``tests/scenarios/test_shipped_notebooks.py`` fails on any absolute path or
+transient word left in a committed notebook.
 """
 
 from __future__ import annotations

@@ -456,14 +456,20 @@ USAGE = "usage:\n" + "".join(command.usage for command in COMMANDS).rstrip("\n")
 
 
 def _help(words: list[str]) -> None:
-    """``%escouade help [SUBCOMMAND]``: the whole usage, or that subcommand's."""
+    """``%escouade help [SUBCOMMAND]``: the whole usage, or that subcommand's (``start``:
+    the start of an agent, the form whose first word is a harness). A help flag after it
+    (``help --help``) asks for the same."""
+    words = [w for w in words if w not in HELP_FLAGS]
     if not words:
         print(USAGE)
         return
-    command = next((c for c in COMMANDS if words[0] in c.names), None)
-    if command is None or len(words) > 1:
+    command = START if words[0] == "start" else next((c for c in COMMANDS if words[0] in c.names), None)
+    if len(words) > 1:
+        raise _UsageError(f"help takes one subcommand, or none (got {len(words)} words)")
+    if command is None:
         names = ", ".join(n for c in COMMANDS for n in c.names)
-        raise _UsageError(f"help takes one subcommand ({names}), or none")
+        raise _UsageError(f"help takes one subcommand ({names}, or start for the start of an agent), "
+                          f"or none: {words[0]!r} is not one")
     print(command.help())
 
 

@@ -236,7 +236,8 @@ class Squad:
         ref = self.find(harness)
         folder = Path(cwd).expanduser() if cwd else Path.cwd()
         if not folder.is_dir():
-            raise SquadError(f"folder {folder} does not exist")
+            raise SquadError(f"{folder} is a file, not a folder" if folder.exists()
+                             else f"folder {folder} does not exist")
         if name is not None and name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
         launcher = shlex.split(via) if isinstance(via, str) else list(via or [])

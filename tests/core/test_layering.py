@@ -59,13 +59,10 @@ def imports(path: Path, root: Path = PACKAGE) -> list[tuple[str, bool]]:
             else:
                 target = node.module or ""
             if target.startswith("escouade_nb"):
-                if node.module is None or target in ("escouade_nb",):  # from . import x: x may be a module
-                    for a in node.names:
-                        sub = f"{target}.{a.name}"
-                        where = root.parent / sub.replace(".", "/")
-                        found.append((sub if where.with_suffix(".py").exists() or where.is_dir() else target, top))
-                else:
-                    found.append((target, top))
+                for a in node.names:  # from PACKAGE import x: x may be a module of it (from ..engine import agent)
+                    sub = f"{target}.{a.name}"
+                    where = root.parent / sub.replace(".", "/")
+                    found.append((sub if where.with_suffix(".py").exists() or where.is_dir() else target, top))
         else:
             visit(node, top)
 
@@ -251,3 +248,16 @@ def test_the_circle_and_facade_checks_can_fail(tmp_path):
     assert "escouade_nb.engine.agent" in graph["escouade_nb.engine.cards"]
     assert sorted(_sccs(graph)) == [["escouade_nb.engine.a", "escouade_nb.engine.b"],
                                     ["escouade_nb.engine.agent", "escouade_nb.engine.cards"]]
+
+
+def test_the_checks_see_a_module_imported_from_its_package(tmp_path):
+    """``from ..engine import agent`` (a module named from its package, not the package's
+    ``__init__``) is an import of that module, for the façade rule and the circle check."""
+    engine = tmp_path / "escouade_nb" / "engine"
+    engine.mkdir(parents=True)
+    (engine / "__init__.py").write_text("")
+    (engine / "agent.py").write_text("from escouade_nb.engine import cards\n")
+    (engine / "cards.py").write_text("def f():\n    from ..engine import agent\n")
+    graph = file_graph(tmp_path / "escouade_nb")
+    assert graph["escouade_nb.engine.cards"] == {"escouade_nb.engine.agent"}
+    assert _sccs(graph) == [["escouade_nb.engine.agent", "escouade_nb.engine.cards"]]

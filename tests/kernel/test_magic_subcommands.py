@@ -74,3 +74,18 @@ def test_every_word_is_dispatched_to_its_handler(monkeypatch):
     assert [(c.names, words) for c, words in called] == [
         *((table[name].names, [name, "x"]) for name in table), ((), ["fake", "--cwd", "x"]), ((), [])]
     assert set(table) == {n for c in COMMANDS if c.handler is not None for n in c.names}
+
+
+@pytest.mark.parametrize("text", ["help start", "help start --help", "start --help"])
+def test_help_start_is_the_start_s_usage(line, text):
+    assert line(text) == (START.help() + "\n", "")
+
+
+@pytest.mark.parametrize("text", ["help --help", "--help --help", "help -h"])
+def test_help_asked_twice_is_the_whole_usage(line, text):
+    assert line(text) == (USAGE + "\n", "")
+
+
+def test_help_of_two_subcommands_says_so(line):
+    out, err = line("help stop fork")
+    assert not out and err.startswith("escouade: help takes one subcommand, or none (got 2 words)")

@@ -190,7 +190,7 @@ A> {"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"Authentication requ
 
 def test_F11_terminal_sign_in_shows_the_login_command(script):
     """The login command runs in a client terminal (shown); an empty answer makes it
-    fail (exit 3): said, and no restart (the whole success path: test_acp_2026.py)."""
+    fail (exit 3): said, and no restart (the whole success path: test_acp_v1_25.py)."""
     s = script(F11_TERMINAL)
 
     async def go():

@@ -43,6 +43,21 @@ def test_the_wheel_holds_every_shipped_plugin_and_front_end_file(wheel):
     assert not [n for n in names if n.startswith(("plugins/", "widgets/", "tests/", "notebooks/"))]
 
 
+def test_the_wheel_installs_the_prebuilt_jupyterlab_extension(wheel):
+    """labextension/prebuilt (committed) lands where JupyterLab finds prebuilt extensions, with
+    its install.json: ``pip install`` alone enables it."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    data = next(n.split("/", 1)[0] for n in names if n.endswith(".data/data/share/jupyter/labextensions/"
+                                                                    "escouade-nb/package.json"))
+    built = shipped_files("labextension/prebuilt")
+    assert any(f.startswith("labextension/prebuilt/static/remoteEntry.") for f in built), built
+    missing = [f for f in built | {"labextension/install.json"}
+               if f"{data}/data/share/jupyter/labextensions/escouade-nb/"
+                  f"{f.removeprefix('labextension/prebuilt/').removeprefix('labextension/')}" not in names]
+    assert missing == []
+    assert not [n for n in names if "node_modules" in n or n.startswith("labextension/")]
+
+
 def test_the_wheel_says_the_package_is_typed(wheel):
     """PEP 561: ``py.typed`` ships, so a type checker reads the package's own annotations."""
     assert "escouade_nb/py.typed" in zipfile.ZipFile(wheel).namelist()

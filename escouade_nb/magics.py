@@ -481,10 +481,13 @@ def load(ipython) -> None:
     then take what is alive out of the cyclic GC's scans: see
     :func:`~.engine.kernel_server.preload_in_kernel`. The squad itself is made at first use,
     not here: what a notebook sets after loading (``ESCOUADE_NB_CONFIG_DIR``, its plugins
-    folder…) must count."""
+    folder…) must count. Last, the channel to the notebook's pages starts (the pages are pinged:
+    :mod:`.widgets.notebook_pages`), for ``notebook_cells(source="live")``."""
     ipython.register_magics(EscouadeMagics)
     from .widgets.tables import register
     register(ipython)  # the listings' HTML
     from .engine.squad import preload_in_kernel  # importing the squad loads the engine first
     from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)
     preload_in_kernel()
+    from .widgets.notebook_pages import start_in_kernel
+    start_in_kernel(ipython)  # the channel to the notebook's page (labextension/): the pages are pinged now

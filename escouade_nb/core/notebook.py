@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from .variables import cell_bound
 
-__all__ = ["NotebookRef", "kernel_notebook", "file_cells", "output_text", "MAX_OUTPUT"]
+__all__ = ["NotebookRef", "kernel_notebook", "file_cells", "live_cells", "output_text", "MAX_OUTPUT"]
 
 MAX_OUTPUT = 2000
 """Characters of one cell's outputs (as text) kept by :func:`file_cells`."""
@@ -133,3 +133,53 @@ def file_cells(nb: Mapping[str, Any], *, start: int | None = None, end: int | No
                     "execution_count": cell.get("execution_count"), "source": _text(cell.get("source")),
                     "outputs": outputs})
     return out
+
+
+MAX_LIVE_CELLS = 10_000
+"""Cells of a live notebook read beyond which the page's answer is refused as malformed."""
+
+
+def _page_str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"the page sent a {what} that is not text")
+    return value
+
+
+def live_cells(cells: Any, *, start: int | None = None, end: int | None = None,
+               max_output: int = MAX_OUTPUT) -> tuple[int, list[dict[str, Any]]]:
+    """The cells a notebook page sent (the kernel's channel: ``[{"id", "cell_type",
+    "source", "execution_count", "outputs": [nbformat-like outputs]}]``, untrusted),
+    numbered from 1, positions ``start`` to ``end`` inclusive (negative: from the last):
+    ``(total, [{"index", "id", "cell_type", "source", "sha256" (hex SHA-256 of the
+    source's UTF-8), "execution_count", "outputs" (text cut to ``max_output``, or None)}])``.
+    ``ValueError`` for a malformed answer or bounds that are not integers."""
+    import hashlib
+
+    if not isinstance(cells, list) or len(cells) > MAX_LIVE_CELLS:
+        raise ValueError("the page sent no list of cells")
+    n = len(cells)
+    what = "positions in the notebook (integers from 1)"
+    lo, hi = max(1, cell_bound(start, 1, n, what)), min(n, cell_bound(end, n, n, what))
+    out = []
+    for index in range(lo, hi + 1):
+        cell = cells[index - 1]
+        if not isinstance(cell, Mapping):
+            raise ValueError(f"the page sent cell {index} as no object")
+        source = _page_str(cell.get("source"), "cell source")
+        cell_id = cell.get("id")
+        count = cell.get("execution_count")
+        outputs = None
+        kind = _page_str(cell.get("cell_type"), "cell type")[:20]
+        if kind == "code":
+            raw = cell.get("outputs") or []
+            if not isinstance(raw, list):
+                raise ValueError(f"the page sent the outputs of cell {index} as no list")
+            text = "".join(output_text(o) for o in raw if isinstance(o, Mapping))
+            if len(text) > max_output:
+                text = f"{text[:max_output]}… [cut: {len(text):,} characters in all]"
+            outputs = text or None
+        out.append({"index": index, "id": cell_id[:200] if isinstance(cell_id, str) else None, "cell_type": kind,
+                    "source": source, "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
+                    "execution_count": count if isinstance(count, int) and not isinstance(count, bool) else None,
+                    "outputs": outputs})
+    return n, out

@@ -1,7 +1,8 @@
 """The kernel MCP server's read tools: looks at the user's values (``repr``, ``len``,
 ``shape``… of :mod:`escouade_nb.core.variables`) run in worker threads within a budget
 (:class:`Readers`, never on the loop), and the answers the model reads
-(:func:`list_variables_text`, :func:`inspect_variable_text`, :func:`notebook_cells_text`).
+(:func:`list_variables_text`, :func:`inspect_variable_text`, :func:`notebook_cells_text`,
+:func:`live_cells_text`).
 """
 
 import asyncio
@@ -9,7 +10,7 @@ import concurrent.futures
 import queue
 import threading
 import time
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,31 @@ async def _file_text(ref: notebook_core.NotebookRef | None, start: int | None, e
         if c["outputs"]:
             lines += ["--- outputs ---", c["outputs"].rstrip("\n")]
     return "\n".join(lines)
+
+
+async def live_cells_text(read: Callable[[], Awaitable[dict[str, Any]]] | None, start: int | None,
+                          end: int | None, ref: notebook_core.NotebookRef | None) -> str:
+    """``notebook_cells(source="live")``'s answer, JSON: ``{"source": "live", "notebook"
+    (the page's path), "cells_in_notebook", "cells": [{"index", "id", "cell_type", "source",
+    "sha256", "execution_count", "outputs"}]}`` (:func:`~..core.notebook.live_cells`).
+    ``read()`` is the channel's (:meth:`.kernel_server.LiveNotebook.live_cells`);
+    ``None``: this kernel has none. :class:`ToolFailure` in one line when no page answers
+    (the channel's own), for a malformed answer or bad bounds."""
+    import json
+
+    if read is None:
+        raise ToolFailure('source="live" needs escouade_nb loaded in a kernel whose notebook is open in '
+                          'JupyterLab 4 or Notebook 7 (this server has no channel to a page): source="file" '
+                          "reads the saved notebook")
+    got = await read()
+    try:
+        total, cells = notebook_core.live_cells(got.get("cells"), start=start, end=end)
+    except ValueError as exc:
+        raise ToolFailure(str(exc)) from None
+    answer = {"source": "live", "notebook": got.get("path") or (str(ref.path) if ref is not None else None),
+              "note": "as open in the page now, unsaved edits included", "cells_in_notebook": total,
+              "cells": cells}
+    return json.dumps(answer, ensure_ascii=False, indent=1)
 
 
 def _read_notebook(path: Path) -> Any:

@@ -24,7 +24,11 @@ Tools (input schemas in each tool's description; results are plain text):
     a result is shown by its ``repr``);
     ``file``: the saved cells of the notebook file when the kernel knows its path
     (``__session__``/``JPY_SESSION_NAME``, see :mod:`escouade_nb.core.notebook`; the file
-    is read in a thread, and the answer says which file); ``both``.
+    is read in a thread, and the answer says which file); ``both``; ``live``: the notebook
+    as its page shows it now, unsaved edits included, through the kernel's channel to
+    the page (:class:`LiveNotebook`, given by :func:`use_live_notebook`; JSON with each
+    cell's id, type, source, its SHA-256, execution count and outputs as text; a tool
+    error in one line when no page answers).
 ``run_code(code)``
     always asks the caller's owner first (:meth:`ToolOwner.ask_run_code`: a permission
     card), then runs the code in the user namespace on the loop: stdout/stderr captured
@@ -87,13 +91,14 @@ from .._version import __version__
 from ..core import notebook as notebook_core
 from .kernel_http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_third_party_loggers, \
     serve_on_loopback
-from .kernel_reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, notebook_cells_text
+from .kernel_reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, live_cells_text, \
+    notebook_cells_text
 from .kernel_run import execute, run_result_text
 from .kernel_tools import INSTRUCTIONS, TOOLS, ToolFailure, register_tools
 from .token_files import TokenFiles
 
-__all__ = ["SERVER_NAME", "TOOLS", "DEFAULT_BUSY_LIMIT", "Refused", "ToolOwner", "Grant", "KernelServer",
-           "run_result_text"]
+__all__ = ["SERVER_NAME", "TOOLS", "DEFAULT_BUSY_LIMIT", "Refused", "ToolOwner", "LiveNotebook", "Grant",
+           "KernelServer", "run_result_text", "use_live_notebook"]
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +147,28 @@ class ToolOwner(Protocol):
     async def allow_read(self, tool: str, arguments: dict) -> None: ...
 
     def ran_code(self, code: str, result: dict) -> None: ...
+
+
+@runtime_checkable
+class LiveNotebook(Protocol):
+    """The kernel's channel to the page that shows its notebook (Jupyter-side: the views'
+    layer implements it, :class:`escouade_nb.widgets.notebook_pages.NotebookPages`; the
+    engine never imports it). ``live_cells()`` answers ``{"path": str, "cells": list}``
+    (the cells as the page sent them, checked by the reader) or raises
+    :class:`~.kernel_tools.ToolFailure` with one line for the model (no page answered)."""
+
+    async def live_cells(self) -> dict[str, Any]: ...
+
+
+_live_notebook: LiveNotebook | None = None
+
+
+def use_live_notebook(live: LiveNotebook | None) -> None:
+    """Give this process's kernel servers the channel to the notebook's page (one kernel per
+    process: ``%load_ext escouade_nb`` calls it); ``None`` takes it away. A server made with
+    its own ``live=`` keeps that one."""
+    global _live_notebook
+    _live_notebook = live
 
 
 def ipython_shell() -> Any:
@@ -201,19 +228,21 @@ class KernelServer:
     ``KernelServer(namespace=dict)`` serves that dict (plain asyncio, tests); without a
     namespace it serves IPython's ``user_ns`` (hidden names: ``user_ns_hidden``) when a
     shell runs, else an empty namespace of its own (a script's globals are never shown).
-    ``busy_limit``: seconds, see the module.
+    ``busy_limit``: seconds, see the module. ``live``: the channel ``notebook_cells(source="live")``
+    reads through (default: the one given to :func:`use_live_notebook`, if any).
     ``url`` is ``http://127.0.0.1:PORT/mcp`` once started."""
 
     _shared: ClassVar["weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, KernelServer]"] = \
         weakref.WeakKeyDictionary()
 
     def __init__(self, namespace: dict | None = None, *, busy_limit: float = DEFAULT_BUSY_LIMIT,
-                 hidden: Container[str] = ()) -> None:
+                 hidden: Container[str] = (), live: LiveNotebook | None = None) -> None:
         if busy_limit <= 0:
             raise ValueError(f"busy_limit must be > 0 seconds, got {busy_limit!r}")
         self._namespace = namespace
         self._own_namespace: dict | None = None
         self._hidden = hidden
+        self._live = live
         self.busy_limit = float(busy_limit)
         self._grants: dict[str, Grant] = {}
         self._sessions: dict[str, Grant] = {}  # Mcp-Session-Id -> the grant whose request opened it
@@ -341,7 +370,8 @@ class KernelServer:
         # machine): one turn of the loop each, so that its other callbacks run in between
         await asyncio.sleep(0)
         register_tools(mcp, Field, self._call, variables=self._list_variables, variable=self._inspect_variable,
-                       cells=self._notebook_cells, notebook_ref=self._notebook_ref, run=self._run_code)
+                       cells=self._notebook_cells, live_cells=self._live_cells, notebook_ref=self._notebook_ref,
+                       run=self._run_code)
         await asyncio.sleep(0)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
         await asyncio.sleep(0)
@@ -537,6 +567,10 @@ class KernelServer:
                               ref: notebook_core.NotebookRef | None) -> str:
         return await notebook_cells_text(self._readers, self._user_ns()[0], start, end, source, ref,
                                          self.read_budget)
+
+    async def _live_cells(self, start: int | None, end: int | None, ref: notebook_core.NotebookRef | None) -> str:
+        live = self._live if self._live is not None else _live_notebook
+        return await live_cells_text(live.live_cells if live is not None else None, start, end, ref)
 
     async def _run_code(self, code: str) -> tuple[str, str]:
         """Ask, run, tell the owner: ``(text the model reads, "ok" | "error")``."""

@@ -38,13 +38,15 @@ Call = Callable[[str, dict, Callable[[], Awaitable[Any]]], Awaitable[str]]
 
 def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[..., Awaitable[str]],
                    variable: Callable[..., Awaitable[str]], cells: Callable[..., Awaitable[str]],
-                   notebook_ref: Callable[[], Any], run: Callable[[str], Awaitable[Any]]) -> None:
+                   live_cells: Callable[..., Awaitable[str]], notebook_ref: Callable[[], Any],
+                   run: Callable[[str], Awaitable[Any]]) -> None:
     """Register the four tools on ``mcp`` (an ``MCPServer``). Their signatures are the
     input schemas (pydantic ``Field`` descriptions go into them); ``structured_output=False``:
     text only. Each one goes through ``call`` to its implementation, given the tool's
     arguments: ``variables`` (``list_variables``), ``variable`` (``inspect_variable``),
     ``cells`` (``notebook_cells``; ``notebook_ref()`` names the notebook file it would read,
-    for the owner's consent) and ``run`` (``run_code``)."""
+    for the owner's consent), ``live_cells`` (``notebook_cells(source="live")``: the open
+    notebook, through its page) and ``run`` (``run_code``)."""
     from typing import Annotated, Literal
 
 
@@ -84,18 +86,25 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
                                                        "counts from the end (-1 is the last).")] = None,
         end: Annotated[int | None, Field(description="Last cell, inclusive (same numbering as "
                                                      "start).")] = None,
-        source: Annotated[Literal["history", "file", "both"], Field(
+        source: Annotated[Literal["history", "file", "both", "live"], Field(
             description="history: the cells run in this kernel (In/Out, outputs as text); file: the saved "
-                        "cells of the notebook file the kernel runs, when it knows it; both.")] = "history",
+                        "cells of the notebook file the kernel runs, when it knows it; both; live: the "
+                        "notebook as open in the user's page now, unsaved edits included (JSON: id, "
+                        "cell_type, source, sha256, execution_count, outputs as text).")] = "history",
     ) -> str:
         """The notebook's cells: those run in this kernel with their execution counts and results
         (source="history"), and/or the saved cells and outputs of the notebook file (source="file"; the
-        answer names the file read, or says the kernel does not know it).
-        Input: {"start": int|null, "end": int|null, "source": "history"|"file"|"both"}."""
+        answer names the file read, or says the kernel does not know it), or the notebook as the user's
+        JupyterLab or Notebook 7 page shows it now, unsaved edits included (source="live"; JSON, each cell
+        with its id, cell_type, source, sha256 of the source, execution_count and outputs as text; an error
+        when no such page is open).
+        Input: {"start": int|null, "end": int|null, "source": "history"|"file"|"both"|"live"}."""
         args: dict[str, Any] = {"start": start, "end": end, "source": source}
-        ref = notebook_ref() if source in ("file", "both") else None
+        ref = notebook_ref() if source in ("file", "both", "live") else None
         if ref is not None:
             args["path"] = str(ref.path)  # for the owner: a private project's fence covers the file too
+        if source == "live":
+            return await call("notebook_cells", args, lambda: live_cells(start, end, ref))
         return await call("notebook_cells", args, lambda: cells(start, end, source, ref))
 
     async def run_code(

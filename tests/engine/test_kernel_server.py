@@ -112,7 +112,7 @@ def test_tools_are_listed_with_documented_schemas():
                 rows = by_name["inspect_variable"].input_schema["properties"]["rows"]
                 assert (rows["default"], rows["minimum"], rows["maximum"]) == (5, 0, 1000)
                 assert by_name["notebook_cells"].input_schema["properties"]["source"]["enum"] == \
-                    ["history", "file", "both"]
+                    ["history", "file", "both", "live"]
                 assert by_name["run_code"].input_schema["required"] == ["code"]
         finally:
             await server.aclose()

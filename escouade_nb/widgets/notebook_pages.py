@@ -1,0 +1,279 @@
+"""The browser pages that show this kernel's notebook: the kernel's side of the channel to
+escouade_nb's JupyterLab 4 / Notebook 7 extension (its sources in the top-level
+``labextension/``; the wheel installs it prebuilt).
+
+The wire, comm target ``escouade_nb.notebook`` on both sides:
+
+- the kernel *pings*: it opens a comm on the pages' target and closes it at once
+  (:meth:`NotebookPages.start`, and again whenever it knows no page). Every browser tab
+  showing this kernel gets it: each has its own connection to the kernel.
+- each notebook panel that got the ping opens a comm of its own to the kernel's target
+  and says hello, ``{"v": 1, "client": ID, "hello": {"path", "panel"}}`` (its notebook's
+  server path, its panel id); the kernel keeps it as a :class:`Page` (:attr:`pages`),
+  forgotten on the panel's ``bye`` (the comm closed: panel closed, page left) or when it
+  does not answer within :data:`REPLY_WAIT`.
+- an operation, ``{"op", "req", "to": CLIENT}``, goes on ONE page's comm: a comm belongs to
+  one browser connection, so the other tabs never see it (``to`` is checked there too);
+  the answer is ``{"reply": REQ, "client", "ok", ...}`` or ``{"ok": false, "error"}``.
+
+The page is untrusted here: a reply counts only for a request under way, from the client
+it was sent to (anything else is counted in :attr:`strays` and dropped), and its contents
+are checked by whoever reads them (:func:`escouade_nb.core.notebook.live_cells`).
+Nothing here blocks the loop or starts a task: a request awaits its own future in the
+caller's task, within :data:`REPLY_WAIT`; comm callbacks (which JupyterLab ≥ 4.6 may
+deliver on a kernel subshell's thread) are handed to the kernel's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..core import notebook as notebook_core
+from ..engine.kernel_tools import ToolFailure
+from .front import on_loop
+
+__all__ = ["TARGET", "Page", "NotebookPages", "NO_PAGE", "start_in_kernel"]
+
+log = logging.getLogger(__name__)
+
+TARGET = "escouade_nb.notebook"
+PROTOCOL = 1
+HELLO_WAIT = 2.0
+"""Seconds a request waits for a page's hello after a ping, when the kernel knows none."""
+REPLY_WAIT = 5.0
+"""Seconds a request waits for the page's answer; a page that does not answer is forgotten
+and the request is sent once more, to another page (after a new ping when none is left)."""
+MAX_FIELD = 1000
+"""Characters kept of a hello's client id, path and panel id."""
+NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
+           "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
+           'source="file" reads the saved notebook')
+
+
+@dataclass
+class Page:
+    """One notebook panel in one browser tab: ``client`` (its id), ``path`` (its
+    notebook's server path, as the page said), ``panel`` (its id in the page), ``comm``
+    (its own comm to the kernel), ``order`` (of its last hello among all pages')."""
+
+    client: str
+    path: str
+    panel: str
+    comm: Any
+    order: int
+
+
+def _kernel_comm(data: dict) -> Any:
+    """A kernel comm opened on the pages' target (ipykernel's ``comm.create_comm``)."""
+    from comm import create_comm
+
+    return create_comm(target_name=TARGET, data=data)
+
+
+def _text(value: Any) -> str:
+    return value[:MAX_FIELD] if isinstance(value, str) else ""
+
+
+def shows(kernel_notebook: Path, page_path: str) -> bool:
+    """Whether a page's server path (``sub/nb.ipynb``, maybe with a drive prefix such as
+    ``RTC:``) names the kernel's notebook (an absolute path): its last parts are the page's."""
+    if ":" in page_path.split("/", 1)[0]:
+        page_path = page_path.split(":", 1)[1]
+    parts = PurePosixPath(page_path).parts
+    return bool(parts) and tuple(kernel_notebook.parts[-len(parts):]) == parts
+
+
+class NotebookPages:
+    """The pages showing this kernel's notebook, and the requests made to them.
+
+    ``open_comm(data)`` opens a kernel comm on :data:`TARGET` (the ping; ipykernel's
+    ``comm.create_comm`` by default), ``comm_manager`` takes the target the pages open
+    their comms to (``comm.get_comm_manager()`` by default), ``notebook()`` names the
+    kernel's notebook (``None``: unknown; the pages are then not told apart by path).
+    :attr:`round_trips` keeps the seconds of the last 100 answered requests (kernel → page
+    → kernel)."""
+
+    def __init__(self, open_comm: Callable[[dict], Any] | None = None, comm_manager: Any = None,
+                 notebook: Callable[[], Path | None] | None = None) -> None:
+        self._open_comm = open_comm
+        self._comm_manager = comm_manager
+        self._notebook = notebook
+        self.pages: dict[str, Page] = {}
+        self._waiting: dict[str, tuple[str, asyncio.Future]] = {}
+        self._ids = itertools.count(1)
+        self._hellos = itertools.count()
+        self._hello: asyncio.Event | None = None
+        self._started = False
+        self.strays = 0
+        """Replies dropped: for no request under way, or from a client it was not sent to."""
+        self.round_trips: deque[float] = deque(maxlen=100)
+
+    # -- the wire ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Take the pages' comms (register the kernel's target) and ping the pages. Call it
+        on the kernel's loop (``%load_ext escouade_nb`` does); idempotent but for the ping."""
+        if not self._started:
+            manager = self._comm_manager
+            if manager is None:
+                from comm import get_comm_manager
+
+                manager = get_comm_manager()
+            manager.register_target(TARGET, on_loop(self._opened))
+            self._started = True
+        self.ping()
+
+    def ping(self) -> None:
+        """Ask every page showing this kernel to (re)introduce itself."""
+        open_comm = self._open_comm or _kernel_comm
+        try:
+            comm = open_comm({"v": PROTOCOL, "ping": True})
+            comm.close()
+        except Exception:
+            log.debug("escouade_nb: the ping to the notebook pages failed", exc_info=True)
+
+    def _opened(self, comm: Any, msg: dict) -> None:
+        data = (msg.get("content") or {}).get("data")
+        hello = data.get("hello") if isinstance(data, dict) else None
+        client = _text(data.get("client")) if isinstance(data, dict) else ""
+        if not isinstance(hello, dict) or not client:
+            comm.close()  # not a page of ours
+            return
+        page = Page(client=client, path=_text(hello.get("path")), panel=_text(hello.get("panel")), comm=comm,
+                    order=next(self._hellos))
+        old = self.pages.pop(client, None)
+        if old is not None and old.comm is not comm:
+            self._close(old.comm)
+        self.pages[client] = page
+        comm.on_msg(on_loop(lambda m: self._message(page, m)))
+        comm.on_close(on_loop(lambda m: self._gone(page)))
+        if self._hello is not None:
+            self._hello.set()
+
+    def _message(self, page: Page, msg: dict) -> None:
+        data = (msg.get("content") or {}).get("data")
+        if not isinstance(data, dict):
+            return
+        if data.get("hello") is not None and isinstance(data["hello"], dict):  # again, on the same comm
+            page.path, page.panel = _text(data["hello"].get("path")), _text(data["hello"].get("panel"))
+            page.order = next(self._hellos)
+            if self._hello is not None:
+                self._hello.set()
+            return
+        req = data.get("reply")
+        waiting = self._waiting.get(req) if isinstance(req, str) else None
+        if waiting is None or waiting[0] != page.client or data.get("client") != page.client or waiting[1].done():
+            self.strays += 1
+            return
+        waiting[1].set_result(data)
+
+    def _gone(self, page: Page) -> None:
+        if self.pages.get(page.client) is page:
+            del self.pages[page.client]
+
+    @staticmethod
+    def _close(comm: Any) -> None:
+        try:
+            comm.close()
+        except Exception:
+            log.debug("escouade_nb: closing a page's comm failed", exc_info=True)
+
+    # -- choosing the page --------------------------------------------------------------------
+    def choose(self) -> Page | None:
+        """The page an operation goes to: among those showing the kernel's notebook (all of
+        them when the kernel does not know it, or when every page shows one same other path:
+        the notebook was renamed since the kernel started), the latest to say hello."""
+        pages = list(self.pages.values())
+        nb = self._notebook() if self._notebook is not None else None
+        mine = pages if nb is None else [p for p in pages if shows(nb, p.path)]
+        if not mine and len({p.path for p in pages}) == 1:
+            mine = pages
+        return max(mine, key=lambda p: p.order, default=None)
+
+    async def _page(self) -> Page:
+        page = self.choose()
+        if page is not None:
+            return page
+        self._hello = asyncio.Event()
+        self.ping()
+        deadline = time.monotonic() + HELLO_WAIT
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    await asyncio.wait_for(self._hello.wait(), left)
+                except TimeoutError:
+                    break
+                self._hello.clear()
+                page = self.choose()
+                if page is not None:
+                    return page
+        finally:
+            self._hello = None
+        raise ToolFailure(NO_PAGE)
+
+    # -- requests -------------------------------------------------------------------------------
+    async def request(self, op: str, **fields: Any) -> tuple[Page, dict]:
+        """Send ``op`` to one page and await its answer: ``(page, reply)``. A page that does
+        not answer within :data:`REPLY_WAIT` is forgotten and the request goes once more to
+        another. :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
+        model) when no page answers, or with the page's own error."""
+        loop = asyncio.get_running_loop()
+        for _attempt in range(2):
+            page = await self._page()
+            req = f"r{next(self._ids)}"
+            answer: asyncio.Future = loop.create_future()
+            self._waiting[req] = (page.client, answer)
+            started = time.monotonic()
+            try:
+                page.comm.send({"v": PROTOCOL, "op": op, "req": req, "to": page.client, **fields})
+                reply = await asyncio.wait_for(answer, REPLY_WAIT)
+            except TimeoutError:
+                self._gone(page)  # gone without a bye (a reload, a closed window)
+                self._close(page.comm)
+                continue
+            finally:
+                self._waiting.pop(req, None)
+            self.round_trips.append(time.monotonic() - started)
+            if reply.get("ok") is not True:
+                raise ToolFailure(f"the notebook page answered: {_text(reply.get('error'))[:300] or 'an error'}")
+            return page, reply
+        raise ToolFailure(NO_PAGE)
+
+    async def live_cells(self) -> dict[str, Any]:
+        """The notebook's cells as its page shows them now, unsaved edits included:
+        ``{"path": the page's notebook path, "client": its id, "cells": [...]}`` — the cells
+        as the page sent them (unchecked: :func:`~escouade_nb.core.notebook.live_cells`
+        checks them). :class:`~escouade_nb.engine.kernel_tools.ToolFailure` as :meth:`request`."""
+        page, reply = await self.request("cells")
+        return {"path": _text(reply.get("path")) or page.path, "client": page.client, "cells": reply.get("cells")}
+
+
+_pages: NotebookPages | None = None
+
+
+def start_in_kernel(shell: Any) -> NotebookPages | None:
+    """This kernel's :class:`NotebookPages`, started once (``%load_ext escouade_nb``) and
+    given to the kernel's MCP server (:func:`~escouade_nb.engine.kernel_server.use_live_notebook`);
+    a later call pings the pages again. ``None`` outside an IPython kernel."""
+    global _pages
+    if getattr(shell, "kernel", None) is None:
+        return None
+    if _pages is None:
+        from ..engine.kernel_server import use_live_notebook
+
+        def notebook() -> Path | None:
+            ref = notebook_core.kernel_notebook(shell.user_ns, os.environ, Path.cwd())
+            return ref.path if ref is not None else None
+
+        _pages = NotebookPages(notebook=notebook)
+        use_live_notebook(_pages)
+    _pages.start()
+    return _pages

@@ -1,0 +1,171 @@
+"""The kernel's channel to the notebook page it runs in (the JupyterLab extension installed
+with the package, ``labextension/``), in a real JupyterLab: the kernel's MCP tool
+``notebook_cells(source="live")`` reads a cell the user typed and did not save, with its
+id and the SHA-256 of its source; with the same notebook open in a second browser tab,
+each read is answered by one tab only, and by the other once the first closes its
+notebook; nothing the kernel did not ask for comes back. One kernel → page → kernel round
+trip is measured and printed (``-s``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+SETUP = """%load_ext escouade_nb
+import asyncio
+from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.widgets import notebook_pages
+class Owner:
+    name = "browser test"
+    async def ask_run_code(self, code):
+        return None
+server = await KernelServer.shared()
+grant = server.grant(Owner())
+print("URL", server.url)
+print("TOKEN", grant.token)"""
+
+PING = """pages = notebook_pages.start_in_kernel(get_ipython())
+for _ in range(400):
+    if len(pages.pages) >= 2:
+        break
+    await asyncio.sleep(0.05)
+print("PAGES", len(pages.pages))"""
+
+TYPED = 'typed = "not saved yet, ça va"'
+
+ROUND_TRIPS = """import time as _time
+_rt = []
+for _ in range(30):
+    _t0 = _time.perf_counter()
+    await pages.request("cells")
+    _rt.append(_time.perf_counter() - _t0)
+[round(x * 1000, 1) for x in sorted(_rt)]"""
+
+PANEL = "window.jupyterapp.shell.currentWidget"
+
+
+def until(check, what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.1)
+    return got
+
+
+def answered(page) -> list[str]:
+    got = page.evaluate(f"() => ({PANEL}.node.dataset.escouadeAnswered || '')")
+    return got.split()
+
+
+class Mcp:
+    """The mcp SDK's client in a process of its own (tests/fixtures/mcp_call.py)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), url], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "ESCOUADE_MCP_TOKEN": token})
+        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+
+    def call(self, tool: str, **arguments: Any) -> dict:
+        self.proc.stdin.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def live(self) -> dict:
+        got = self.call("notebook_cells", source="live")
+        assert not got["is_error"], got["text"]
+        return json.loads(got["text"])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
+    page = nb.page
+    nb.open([SETUP, "x = 1", PING])
+    assert page.evaluate("() => window.jupyterapp.isPluginActivated('escouade-nb:channel')"), \
+        "the extension installed with the package is active"
+    nb.run_cell(0)
+    out = nb.output(0).inner_text()
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    second = None
+    try:
+        # the user types into cell 2 and does not save
+        nb.cell(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.type(TYPED)
+        page.keyboard.press("Escape")
+        ids = page.evaluate(f"() => {PANEL}.content.model.sharedModel.cells.map(c => c.id)")
+
+        sent = time.time()
+        got = mcp.live()
+        took = time.time() - sent
+        assert page.evaluate(f"() => {PANEL}.context.model.dirty"), "the typed cell was not saved"
+        assert got["notebook"] == nb.path and got["cells_in_notebook"] == 3
+        cells = got["cells"]
+        assert [c["id"] for c in cells] == ids
+        assert cells[1]["source"] == TYPED
+        assert cells[1]["sha256"] == hashlib.sha256(TYPED.encode("utf-8")).hexdigest()
+        assert cells[0]["execution_count"] == 1 and "URL http://127.0.0.1:" in cells[0]["outputs"]
+        assert cells[1]["execution_count"] is None and cells[1]["outputs"] is None
+        saved = mcp.call("notebook_cells", source="file")["text"]
+        assert "x = 1" in saved and TYPED not in saved  # the file on disk is the saved version
+        assert answered(page) == ["r1"]
+
+        # the same notebook in a second browser tab (its own connection to the kernel)
+        second = lab_page.context.new_page()
+        second.goto(f"{nb.lab.url}/lab/workspaces/escouade-second-tab?reset")
+        second.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                                 "'docmanager:open')", timeout=60_000)
+        second.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
+                        nb.path)
+        second.locator(".jp-NotebookPanel:not(.lm-mod-hidden) [data-status='idle']").wait_for(timeout=60_000)
+        until(lambda: second.evaluate(f"() => !!({PANEL} && {PANEL}.node.dataset.escouadeClient)"),
+              "the second tab's panel has its client id")
+        nb.run_cell(2)  # the kernel pings its pages: both tabs say hello
+        assert "PAGES 2" in nb.output(2).inner_text()
+
+        tabs = {"first": page, "second": second}
+        before = {name: answered(tab) for name, tab in tabs.items()}
+        got = mcp.live()
+        after = {name: answered(tab) for name, tab in tabs.items()}
+        new = {name: after[name][len(before[name]):] for name in tabs}
+        answering = [name for name in tabs if new[name]]
+        assert len(answering) == 1 and len(new[answering[0]]) == 1, f"one tab answers one read: {new}"
+        # the answer is the answering tab's own copy (without collaboration the tabs' copies differ)
+        expected = TYPED if answering[0] == "first" else "x = 1"
+        assert got["cells"][1]["source"] == expected, (answering, got["cells"][1])
+
+        # the answering tab closes the notebook: the next read goes to the other tab
+        closing = tabs[answering[0]]
+        closing.evaluate(f"() => {{ const w = {PANEL}; w.context.model.dirty = false; w.dispose(); }}")
+        other = "second" if answering[0] == "first" else "first"
+        before_other = answered(tabs[other])
+        got = mcp.live()
+        assert len(answered(tabs[other])) == len(before_other) + 1
+        assert got["cells"][1]["source"] == (TYPED if other == "first" else "x = 1")
+
+        # nothing came back that the kernel did not ask for; one round trip, measured in the kernel
+        state = mcp.call("run_code", code="(pages.strays, len(pages.pages))")
+        assert state["text"] == "result:\n(0, 1)", state
+        rt = mcp.call("run_code", code=ROUND_TRIPS)
+        ms = json.loads(rt["text"].split("\n", 1)[1])
+        print(f"\nkernel → page → kernel, 30 reads of a 3-cell notebook: median {statistics.median(ms)} ms, "
+              f"min {ms[0]} ms, max {ms[-1]} ms; one notebook_cells(live) through MCP: {took * 1000:.0f} ms",
+              file=sys.stderr)
+    finally:
+        mcp.close()
+        if second is not None:
+            second.close()

@@ -1,0 +1,159 @@
+"""The kernel's side of the channel to its notebook's pages (``widgets/notebook_pages``),
+with comms of our own standing for the browser tabs: the ping, the hellos, each request
+sent on ONE page's comm (the page that said hello last among those showing the kernel's
+notebook), replies from another client or for no request dropped, a page that closes its
+comm forgotten, one that does not answer replaced by another, and the one-line error when
+no page answers. The real pages: tests/browser/test_lab_live_cells.py."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from escouade_nb.engine.kernel_tools import ToolFailure
+from escouade_nb.widgets import notebook_pages
+from escouade_nb.widgets.notebook_pages import NO_PAGE, TARGET, NotebookPages, shows
+
+
+class Comm:
+    """A comm of the kernel's side: what was sent on it, its callbacks."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self.closed = False
+        self.on_message = None
+        self.on_closed = None
+
+    def send(self, data: dict) -> None:
+        self.sent.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def on_msg(self, fn) -> None:
+        self.on_message = fn
+
+    def on_close(self, fn) -> None:
+        self.on_closed = fn
+
+
+class Manager:
+    def __init__(self) -> None:
+        self.targets: dict[str, Any] = {}
+
+    def register_target(self, name: str, fn) -> None:
+        self.targets[name] = fn
+
+
+class Tab:
+    """One notebook panel in one browser tab: answers the pings with a hello on its own
+    comm, and each request sent on that comm (unless told to stay silent)."""
+
+    def __init__(self, pages: NotebookPages, manager: Manager, client: str, path: str, cells: list) -> None:
+        self.pages, self.manager, self.client, self.path, self.cells = pages, manager, client, path, cells
+        self.comm: Comm | None = None
+        self.answered: list[str] = []
+        self.silent = False
+
+    def ping(self) -> None:
+        self.comm = Comm()
+        self.manager.targets[TARGET](self.comm, {"content": {"data": {
+            "v": 1, "client": self.client, "hello": {"path": self.path, "panel": "id-" + self.client}}}})
+
+    def serve(self) -> None:
+        """Answer what was sent on this tab's comm since the last call."""
+        assert self.comm is not None
+        while self.comm.sent:
+            op = self.comm.sent.pop(0)
+            assert op["to"] == self.client
+            if self.silent:
+                continue
+            self.answered.append(op["req"])
+            self.comm.on_message({"content": {"data": {"v": 1, "client": self.client, "reply": op["req"],
+                                                       "ok": True, "path": self.path, "cells": self.cells}}})
+
+
+def setup(tabs: list[tuple[str, str]], notebook: Path | None = Path("/srv/work/nb.ipynb")):
+    manager = Manager()
+    opened: list[Tab] = []
+    made: list[Tab] = []
+
+    def open_comm(data: dict) -> Comm:
+        assert data == {"v": 1, "ping": True}
+        for tab in made:
+            tab.ping()
+        opened.append(data)
+        return Comm()
+
+    pages = NotebookPages(open_comm=open_comm, comm_manager=manager, notebook=lambda: notebook)
+    made.extend(Tab(pages, manager, client, path, [{"id": client, "cell_type": "code", "source": client}])
+                for client, path in tabs)
+    return pages, made, opened
+
+
+async def served(pages: NotebookPages, tabs: list[Tab], coro) -> Any:
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        await asyncio.sleep(0.01)
+        for tab in tabs:
+            if tab.comm is not None:
+                tab.serve()
+    return task.result()
+
+
+def test_a_request_goes_to_one_page_the_latest_of_those_showing_the_notebook():
+    async def main() -> None:
+        pages, (a, b, other), opened = setup([("a", "work/nb.ipynb"), ("b", "nb.ipynb"), ("c", "other.ipynb")])
+        pages.start()
+        assert len(opened) == 1 and set(pages.pages) == {"a", "b", "c"}
+        got = await served(pages, [a, b, other], pages.live_cells())
+        assert got["client"] == "b" and b.answered == ["r1"] and a.answered == [] and other.answered == []
+        assert pages.strays == 0 and len(pages.round_trips) == 1
+        # a reply from a client the request was not sent to, and one for no request: dropped
+        assert a.comm is not None
+        a.comm.on_message({"content": {"data": {"client": "a", "reply": "r1", "ok": True, "cells": []}}})
+        a.comm.on_message({"content": {"data": {"client": "b", "reply": "r9", "ok": True, "cells": []}}})
+        assert pages.strays == 2
+        # b closes its panel: the next request goes to a
+        assert b.comm is not None and b.comm.on_closed is not None
+        b.comm.on_closed({})
+        got = await served(pages, [a, b, other], pages.live_cells())
+        assert got["client"] == "a" and a.answered == ["r2"]
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_page_that_does_not_answer_is_replaced(monkeypatch):
+    monkeypatch.setattr(notebook_pages, "REPLY_WAIT", 0.2)
+
+    async def main() -> None:
+        pages, (a, b), _ = setup([("a", "nb.ipynb"), ("b", "nb.ipynb")])
+        pages.start()
+        b.silent = True  # a reloaded tab: its comm is gone, it said no bye
+        got = await served(pages, [a, b], pages.live_cells())
+        assert got["client"] == "a" and "b" not in pages.pages and b.comm is not None and b.comm.closed
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_no_page_answers_in_one_line(monkeypatch):
+    monkeypatch.setattr(notebook_pages, "HELLO_WAIT", 0.2)
+
+    async def main() -> None:
+        pages, _, opened = setup([])
+        pages.start()
+        with pytest.raises(ToolFailure) as failed:
+            await pages.live_cells()
+        assert str(failed.value) == NO_PAGE and "\n" not in NO_PAGE
+        assert len(opened) == 2  # pinged again before giving up
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_page_path_names_the_kernels_notebook():
+    nb = Path("/srv/work/sub/nb.ipynb")
+    assert shows(nb, "sub/nb.ipynb") and shows(nb, "nb.ipynb") and shows(nb, "RTC:sub/nb.ipynb")
+    assert not shows(nb, "other/nb.ipynb") and not shows(nb, "b.ipynb") and not shows(nb, "")

@@ -1,11 +1,11 @@
 // Builds the prebuilt extension (prebuilt/) with @jupyterlab/builder, against the JupyterLab core
 // described by @jupyterlab/core-meta (its core.package.json): node and this folder's node_modules
 // are all it needs, no Python JupyterLab. The builder reads the core's metadata as the package.json
-// of the folder given as --core-path: a temporary copy.
+// of the folder given as --core-path: a copy in .core-meta/ here, removed after. (The build is the
+// same byte for byte wherever this folder is: see webpack.config.js.)
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -13,7 +13,9 @@ const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(join(here, 'package.json'));
 const coreMeta = join(dirname(require.resolve('@jupyterlab/core-meta/package.json')), 'core.package.json');
 const builder = join(dirname(require.resolve('@jupyterlab/builder/package.json')), 'lib', 'build-labextension.js');
-const core = mkdtempSync(join(tmpdir(), 'escouade-nb-core-'));
+const core = join(here, '.core-meta');
+rmSync(core, { recursive: true, force: true });
+mkdirSync(core);
 try {
   copyFileSync(coreMeta, join(core, 'package.json'));
   const run = spawnSync(process.execPath, [builder, '--core-path', core, here], { stdio: 'inherit' });

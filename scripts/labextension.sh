@@ -14,7 +14,8 @@ if [ "${1:-}" = "--check" ]; then
     work="$(mktemp -d)"
     trap 'rm -rf "$work"' EXIT
     mkdir "$work/labextension"
-    cp -r labextension/package.json labextension/package-lock.json labextension/build.mjs labextension/src \
+    cp -r labextension/package.json labextension/package-lock.json labextension/build.mjs labextension/webpack.config.js \
+        labextension/src \
         "$work/labextension/"
     started=$SECONDS
     (cd "$work/labextension" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build >/dev/null)

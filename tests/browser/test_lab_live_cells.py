@@ -162,7 +162,9 @@ def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
         assert state["text"] == "result:\n(0, 1)", state
         rt = mcp.call("run_code", code=ROUND_TRIPS)
         ms = json.loads(rt["text"].split("\n", 1)[1])
-        print(f"\nkernel → page → kernel, 30 reads of a 3-cell notebook: median {statistics.median(ms)} ms, "
+        print(f"\ntwo tabs: the {answering[0]} answered, then the {other} once the {answering[0]} closed its notebook",
+              file=sys.stderr)
+        print(f"kernel → page → kernel, 30 reads of a 3-cell notebook: median {statistics.median(ms)} ms, "
               f"min {ms[0]} ms, max {ms[-1]} ms; one notebook_cells(live) through MCP: {took * 1000:.0f} ms",
               file=sys.stderr)
     finally:

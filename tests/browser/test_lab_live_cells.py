@@ -4,7 +4,7 @@ with the package, ``labextension/``), in a real JupyterLab: the kernel's MCP too
 id and the SHA-256 of its source; with the same notebook open in a second browser tab,
 each read is answered by one tab only, and by the other once the first closes its
 notebook; nothing the kernel did not ask for comes back. One kernel → page → kernel round
-trip is measured and printed (``-s``)."""
+trip is measured and printed (``-s``). The same read in Notebook 7."""
 
 from __future__ import annotations
 
@@ -171,3 +171,43 @@ def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
         mcp.close()
         if second is not None:
             second.close()
+
+
+def test_in_notebook_7_the_kernel_reads_an_unsaved_cell(nb):
+    """The same extension in Notebook 7 (/notebooks/…, installed with ``notebook``): the
+    kernel reads the cell the user typed and did not save."""
+    import copy
+
+    import nbformat
+
+    book = nbformat.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    book.cells = [nbformat.v4.new_code_cell(src) for src in (SETUP, "x = 1")]
+    nbformat.write(book, str(nb.lab.root / nb.path))
+    page = nb.lab_page.context.new_page()  # the Lab page's login cookie: no token in the address
+    mcp = None
+    try:
+        response = page.goto(f"{nb.lab.url}/notebooks/{nb.path}")
+        assert response is not None and response.status != 404, "no Notebook 7 here (pip install notebook)"
+        seven = copy.copy(nb)
+        seven.page = page
+        seven.cell(1).wait_for(timeout=60_000)
+        page.locator(".jp-NotebookPanel[data-escouade-client]").wait_for(timeout=30_000)
+        until(lambda: (s := nb.lab.sessions_for(nb.path)) and s[0]["kernel"]["execution_state"] == "idle",
+              "the kernel idle", 60)
+        seven.run_cell(0)
+        lines = dict(line.split(" ", 1) for line in seven.output(0).inner_text().splitlines()
+                     if line[:4] in ("URL ", "TOKE"))
+        mcp = Mcp(lines["URL"], lines["TOKEN"])
+        seven.cell(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.type(TYPED)
+        page.keyboard.press("Escape")
+        got = mcp.live()
+        assert got["notebook"] == nb.path and [c["source"] for c in got["cells"]] == [SETUP, TYPED]
+        assert got["cells"][1]["sha256"] == hashlib.sha256(TYPED.encode("utf-8")).hexdigest()
+        assert TYPED not in mcp.call("notebook_cells", source="file")["text"]
+    finally:
+        if mcp is not None:
+            mcp.close()
+        page.close()

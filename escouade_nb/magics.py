@@ -481,8 +481,8 @@ def load(ipython) -> None:
     then take what is alive out of the cyclic GC's scans: see
     :func:`~.engine.kernel_server.preload_in_kernel`. The squad itself is made at first use,
     not here: what a notebook sets after loading (``ESCOUADE_NB_CONFIG_DIR``, its plugins
-    folder…) must count. Last, the channel to the notebook's pages starts (the pages are pinged:
-    :mod:`.widgets.notebook_pages`), for ``notebook_cells(source="live")``."""
+    folder…) must count. Last, the channel to the notebook's pages takes its comm target
+    (:mod:`.widgets.notebook_pages`; the pages are pinged at the first live read)."""
     ipython.register_magics(EscouadeMagics)
     from .widgets.tables import register
     register(ipython)  # the listings' HTML
@@ -490,4 +490,4 @@ def load(ipython) -> None:
     from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)
     preload_in_kernel()
     from .widgets.notebook_pages import start_in_kernel
-    start_in_kernel(ipython)  # the channel to the notebook's page (labextension/): the pages are pinged now
+    start_in_kernel(ipython)  # the channel to the notebook's page (labextension/): its comm target

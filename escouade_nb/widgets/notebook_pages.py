@@ -4,9 +4,11 @@ escouade_nb's JupyterLab 4 / Notebook 7 extension (its sources in the top-level
 
 The wire, comm target ``escouade_nb.notebook`` on both sides:
 
-- the kernel *pings*: it opens a comm on the pages' target and closes it at once
-  (:meth:`NotebookPages.start`, and again whenever it knows no page). Every browser tab
-  showing this kernel gets it: each has its own connection to the kernel.
+- the kernel *pings*: it opens a comm on the pages' target and closes it at once, when an
+  operation needs a page and it knows none (:meth:`NotebookPages.ping`; nothing is sent
+  before, so a notebook that never reads live costs nothing, and a page without the
+  extension — VS Code, a JupyterLab without it — sees no comm it cannot place). Every
+  browser tab showing this kernel gets it: each has its own connection to the kernel.
 - each notebook panel that got the ping opens a comm of its own to the kernel's target
   and says hello, ``{"v": 1, "client": ID, "hello": {"path", "panel"}}`` (its notebook's
   server path, its panel id); the kernel keeps it as a :class:`Page` (:attr:`pages`),
@@ -119,8 +121,9 @@ class NotebookPages:
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
-        """Take the pages' comms (register the kernel's target) and ping the pages. Call it
-        on the kernel's loop (``%load_ext escouade_nb`` does); idempotent but for the ping."""
+        """Take the pages' comms (register the kernel's target). Call it on the kernel's
+        loop (``%load_ext escouade_nb`` does); idempotent. The pages are pinged when an
+        operation first needs one."""
         if not self._started:
             manager = self._comm_manager
             if manager is None:
@@ -129,7 +132,6 @@ class NotebookPages:
                 manager = get_comm_manager()
             manager.register_target(TARGET, on_loop(self._opened))
             self._started = True
-        self.ping()
 
     def ping(self) -> None:
         """Ask every page showing this kernel to (re)introduce itself."""
@@ -261,8 +263,8 @@ _pages: NotebookPages | None = None
 
 def start_in_kernel(shell: Any) -> NotebookPages | None:
     """This kernel's :class:`NotebookPages`, started once (``%load_ext escouade_nb``) and
-    given to the kernel's MCP server (:func:`~escouade_nb.engine.kernel_server.use_live_notebook`);
-    a later call pings the pages again. ``None`` outside an IPython kernel."""
+    given to the kernel's MCP server (:func:`~escouade_nb.engine.kernel_server.use_live_notebook`).
+    ``None`` outside an IPython kernel."""
     global _pages
     if getattr(shell, "kernel", None) is None:
         return None

@@ -1,8 +1,8 @@
 // escouade_nb's page side of the kernel's channel to the notebook it runs (JupyterLab 4, Notebook 7).
 //
 // For every notebook panel, on the kernel connection it has, the page registers the comm target
-// `escouade_nb.notebook`. When the kernel wants its pages (at `%load_ext escouade_nb`, and again when it
-// knows none) it opens a short comm on that target: a ping, which every browser tab showing the kernel
+// `escouade_nb.notebook`. When the kernel needs a page and knows none (its first live read, or one that
+// went unanswered) it opens a short comm on that target: a ping, which every browser tab showing the kernel
 // receives. Each panel then opens a comm of its own to the kernel (same target name, the kernel's side)
 // and says hello: {client, hello: {path, panel}}. A comm belongs to one kernel connection, so what the
 // kernel sends on a panel's comm reaches that panel only: two tabs never both act on one operation

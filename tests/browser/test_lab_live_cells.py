@@ -34,6 +34,7 @@ print("URL", server.url)
 print("TOKEN", grant.token)"""
 
 PING = """pages = notebook_pages.start_in_kernel(get_ipython())
+pages.ping()
 for _ in range(400):
     if len(pages.pages) >= 2:
         break

@@ -4,7 +4,8 @@ with the package, ``labextension/``), in a real JupyterLab: the kernel's MCP too
 id and the SHA-256 of its source; with the same notebook open in a second browser tab,
 each read is answered by one tab only, and by the other once the first closes its
 notebook; nothing the kernel did not ask for comes back. One kernel → page → kernel round
-trip is measured and printed (``-s``). The same read in Notebook 7."""
+trip is measured and printed (``-s``). The same read in Notebook 7, and after a page reload
+(the page that left is forgotten, the new one answers)."""
 
 from __future__ import annotations
 
@@ -212,3 +213,39 @@ def test_in_notebook_7_the_kernel_reads_an_unsaved_cell(nb):
         if mcp is not None:
             mcp.close()
         page.close()
+
+
+def test_after_a_page_reload_the_new_page_answers(nb):
+    """A reload of the page (the notebook reopened on the same kernel): the kernel forgets the
+    page that left and reads through the new one — what the user typed after the reload."""
+    page = nb.page
+    nb.open([SETUP, "x = 1"])
+    nb.run_cell(0)
+    lines = dict(line.split(" ", 1) for line in nb.output(0).inner_text().splitlines()
+                 if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    try:
+        before = page.evaluate(f"() => {PANEL}.node.dataset.escouadeClient")
+        assert [c["source"] for c in mcp.live()["cells"]] == [SETUP, "x = 1"]
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        nb.lab_page.load()
+        page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
+                      nb.path)
+        nb.cell(1).wait_for(timeout=60_000)
+        after = until(lambda: page.evaluate(f"() => {PANEL} && {PANEL}.node.dataset.escouadeClient"),
+                      "the reopened panel has its client id")
+        assert after != before
+        nb.cell(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.type(TYPED)
+        page.keyboard.press("Escape")
+        sent = time.time()
+        got = mcp.live()
+        took = time.time() - sent
+        assert got["cells"][1]["source"] == TYPED
+        assert answered(page), "the new page answered"
+        clients = mcp.call("run_code", code="[p.client for p in notebook_pages._pages.pages.values()]")
+        assert clients["text"] == f"result:\n[{after!r}]", clients
+        print(f"\nthe first live read after a reload: {took * 1000:.0f} ms", file=sys.stderr)
+    finally:
+        mcp.close()

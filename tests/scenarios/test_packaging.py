@@ -44,12 +44,13 @@ def test_the_wheel_holds_every_shipped_plugin_and_front_end_file(wheel):
 
 
 def test_the_wheel_installs_the_prebuilt_jupyterlab_extension(wheel):
-    """labextension/prebuilt (committed) lands where JupyterLab finds prebuilt extensions, with
-    its install.json: ``pip install`` alone enables it."""
+    """labextension/prebuilt (built by the package build, never committed) lands where JupyterLab
+    finds prebuilt extensions, with its install.json: ``pip install`` alone enables it."""
     names = set(zipfile.ZipFile(wheel).namelist())
     data = next(n.split("/", 1)[0] for n in names if n.endswith(".data/data/share/jupyter/labextensions/"
                                                                     "escouade-nb/package.json"))
-    built = shipped_files("labextension/prebuilt")
+    assert not shipped_files("labextension/prebuilt")  # the build makes it: no bundle in git
+    built = {p.relative_to(ROOT).as_posix() for p in (ROOT / "labextension" / "prebuilt").rglob("*") if p.is_file()}
     assert any(f.startswith("labextension/prebuilt/static/remoteEntry.") for f in built), built
     missing = [f for f in built | {"labextension/install.json"}
                if f"{data}/data/share/jupyter/labextensions/escouade-nb/"

@@ -151,7 +151,9 @@ def live_cells(cells: Any, *, start: int | None = None, end: int | None = None,
     "source", "execution_count", "outputs": [nbformat-like outputs]}]``, untrusted),
     numbered from 1, positions ``start`` to ``end`` inclusive (negative: from the last):
     ``(total, [{"index", "id", "cell_type", "source", "sha256" (hex SHA-256 of the
-    source's UTF-8), "execution_count", "outputs" (text cut to ``max_output``, or None)}])``.
+    source's UTF-8), "execution_count", "outputs" (text cut to ``max_output``, or None),
+    "pending" (an agent's change under review: the source is the pending one), and then
+    "pending_change" (``insert``, ``edit`` or ``delete``)}])``.
     ``ValueError`` for a malformed answer or bounds that are not integers."""
     import hashlib
 
@@ -178,8 +180,12 @@ def live_cells(cells: Any, *, start: int | None = None, end: int | None = None,
             if len(text) > max_output:
                 text = f"{text[:max_output]}… [cut: {len(text):,} characters in all]"
             outputs = text or None
-        out.append({"index": index, "id": cell_id[:200] if isinstance(cell_id, str) else None, "cell_type": kind,
-                    "source": source, "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
-                    "execution_count": count if isinstance(count, int) and not isinstance(count, bool) else None,
-                    "outputs": outputs})
+        pending = cell.get("pending")
+        item = {"index": index, "id": cell_id[:200] if isinstance(cell_id, str) else None, "cell_type": kind,
+                "source": source, "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
+                "execution_count": count if isinstance(count, int) and not isinstance(count, bool) else None,
+                "outputs": outputs, "pending": isinstance(pending, str)}
+        if isinstance(pending, str):  # an agent's change under review: the source is the pending one
+            item["pending_change"] = pending[:20]
+        out.append(item)
     return n, out

@@ -24,8 +24,10 @@ Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md``
   and its allowance lets exactly that code run once when the server receives it; a
   ``run_code`` the server receives without one gets its own card (in the agent's announced
   call when there is one). A provable request for a read tool goes through the rule
-  plugins, then escouade_nb allows it (reading the kernel is what the server is for).
-  Anything else is a normal request;
+  plugins, then escouade_nb allows it (reading the kernel is what the server is for); so does
+  one for an edit of the open notebook (``insert_cell``, ``edit_cell``, ``delete_cell``: not
+  asked before, reviewed after — Keep or Reject in the notebook). Anything else is a normal
+  request;
 * every call is on record (:mod:`.kernel_record`): the transcript and the journal;
 * not offered through a launcher (``--via``: ``127.0.0.1`` would name the remote host),
   nor outside a kernel unless asked; what cannot be offered is said once.
@@ -59,13 +61,21 @@ log = logging.getLogger(__name__)
 
 SERVER = "escouade"
 """The kernel's MCP server's name in ``mcpServers`` (its tools are ``mcp__escouade__*``)."""
-KERNEL_TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code")
-READ_TOOLS = frozenset(KERNEL_TOOLS) - {"run_code"}
+KERNEL_TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code", "insert_cell", "edit_cell",
+                "delete_cell")
+READ_TOOLS = frozenset({"list_variables", "inspect_variable", "notebook_cells"})
+EDIT_TOOLS = frozenset({"insert_cell", "edit_cell", "delete_cell"})
+"""Changes to the open notebook: not asked before they are made (the user reviews each one after,
+Keep or Reject), but through the rule plugins and on record like any call."""
 TOOL_ARGUMENTS: dict[str, tuple[dict[str, tuple[type, ...]], frozenset[str]]] = {
     "list_variables": ({"include_all": (bool,)}, frozenset()),
     "inspect_variable": ({"name": (str,), "rows": (int,), "attributes": (bool,)}, frozenset({"name"})),
     "notebook_cells": ({"start": (int, type(None)), "end": (int, type(None)), "source": (str,)}, frozenset()),
     "run_code": ({"code": (str,)}, frozenset({"code"})),
+    "insert_cell": ({"source": (str,), "cell_type": (str,), "after_cell_id": (str, type(None))}, frozenset({"source"})),
+    "edit_cell": ({"cell_id": (str,), "source": (str,), "base_sha256": (str,)},
+                  frozenset({"cell_id", "source", "base_sha256"})),
+    "delete_cell": ({"cell_id": (str,), "base_sha256": (str,)}, frozenset({"cell_id", "base_sha256"})),
 }
 """Each kernel tool's arguments (the input schemas of :mod:`.kernel_server`): name ->
 accepted types, and the required names. A request states a kernel tool's arguments only
@@ -494,8 +504,9 @@ class KernelAccess:
         return None
 
     async def allow_read(self, tool: str, arguments: dict[str, Any]) -> None:
-        """A read tool: allowed (the agent's own request, if any, went through the rule
-        plugins already); the notebook file only inside a private project's fence."""
+        """A read tool, or an edit of the open notebook (:data:`EDIT_TOOLS`, reviewed after):
+        allowed (the agent's own request, if any, went through the rule plugins already); the
+        notebook file only inside a private project's fence."""
         fence = self.agent.fence
         path = arguments.get("path")
         if fence is not None and isinstance(path, str):
@@ -510,11 +521,12 @@ class KernelAccess:
         one (:meth:`identify`, noted on the frozen request) — is allowed once, by
         escouade_nb: reading the kernel is what the server is for."""
         asked = card.request
-        if asked is None or asked.mcp is None or asked.mcp[0] != SERVER or asked.mcp[1] not in READ_TOOLS:
+        if asked is None or asked.mcp is None or asked.mcp[0] != SERVER or asked.mcp[1] not in READ_TOOLS | EDIT_TOOLS:
             return
         option = next((o for o in card.options if o.get("kind") == "allow_once"), None)
         if option is not None and card.state == "pending":
-            card.choose(option["optionId"], by="escouade_nb (a read of the kernel's own server)")
+            card.choose(option["optionId"], by="escouade_nb (a read of the kernel's own server)"
+                        if asked.mcp[1] in READ_TOOLS else "escouade_nb (an edit of the open notebook, reviewed after)")
 
     def ran_code(self, code: str, result: dict[str, Any]) -> None:
         """The code ran: its output goes on the card's tool call (a call the agent did

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..permissions.journal import Journal
 from ..permissions.request import target_of
 from ..wire import kernel_calls
+from .kernel_tools import EDIT_TOOLS
 
 if TYPE_CHECKING:
     from .interfaces import AgentHandle
@@ -123,7 +124,8 @@ class KernelRecord:
                 self._run_done(arguments, status, text)
                 return
             allowed = status not in ("refused", "cancelled")
-            self._write({"phase": "read", "tool": tool, "arguments": _short(arguments), "status": status,
+            self._write({"phase": "edit" if tool in EDIT_TOOLS else "read", "tool": tool,
+                         "arguments": _short(arguments), "status": status,
                          "allowed_by": READ_BY if allowed else None, **kernel_calls.output_fields(text),
                          **({"detail": text[:kernel_calls.DETAIL_MAX]} if status != "ok" else {})}, output=False)
             self._journal("allowed" if allowed else "refused" if status == "refused" else "cancelled", tool,

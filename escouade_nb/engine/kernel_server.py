@@ -34,6 +34,13 @@ Tools (input schemas in each tool's description; results are plain text):
     card), then runs the code in the user namespace on the loop: stdout/stderr captured
     per call (two runs awaiting at once keep their own output, see ``_execute``), the
     last expression's ``repr``, an exception as its traceback text.
+``insert_cell(source, cell_type="code", after_cell_id=None)``,
+``edit_cell(cell_id, source, base_sha256)``, ``delete_cell(cell_id, base_sha256)``
+    change the notebook open in the user's page, through the channel
+    (:meth:`LiveNotebook.change_cell`), at once and pending the user's review: JSON
+    ``{"cell_id", "status": "pending review", "change"}``. Not asked first (the owner's
+    ``allow_read`` check, as for a read, and its ``tool_done``); the page refuses an edit
+    or delete whose ``base_sha256`` is not its cell's source's hash now ("changed since").
 
 What the read tools run of the user's values, exactly (the values' own code, which may be
 slow or hang): ``repr``; ``len``; for values with a ``shape`` of integers, the ``shape``,
@@ -158,6 +165,15 @@ class LiveNotebook(Protocol):
     :class:`~.kernel_tools.ToolFailure` with one line for the model (no page answered)."""
 
     async def live_cells(self) -> dict[str, Any]: ...
+
+    async def change_cell(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """An agent's change, applied by the page at once and pending review there: ``op``
+        ``insert`` (``source``, ``cell_type``, ``after``), ``edit`` (``cell``, ``source``,
+        ``base``: the SHA-256 the agent read, checked by the page as it applies the edit) or
+        ``delete`` (``cell``, ``base``); ``agent`` names who. Answers the page's reply
+        (``cell_id``, ``change``) or raises :class:`~.kernel_tools.ToolFailure` (no page,
+        the cell changed since, no such cell)."""
+        ...
 
 
 _live_notebook: LiveNotebook | None = None
@@ -371,7 +387,7 @@ class KernelServer:
         await asyncio.sleep(0)
         register_tools(mcp, Field, self._call, variables=self._list_variables, variable=self._inspect_variable,
                        cells=self._notebook_cells, live_cells=self._live_cells, notebook_ref=self._notebook_ref,
-                       run=self._run_code)
+                       run=self._run_code, change=self._change_cell)
         await asyncio.sleep(0)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
         await asyncio.sleep(0)
@@ -571,6 +587,38 @@ class KernelServer:
     async def _live_cells(self, start: int | None, end: int | None, ref: notebook_core.NotebookRef | None) -> str:
         live = self._live if self._live is not None else _live_notebook
         return await live_cells_text(live.live_cells if live is not None else None, start, end, ref)
+
+    async def _change_cell(self, tool: str, fields: dict[str, Any]) -> str:
+        """``insert_cell``, ``edit_cell``, ``delete_cell``: through the channel to the page,
+        at once (no card: the user reviews the change after); JSON ``{"cell_id", "status":
+        "pending review", "change"}``."""
+        import json
+
+        live = self._live if self._live is not None else _live_notebook
+        if live is None:
+            raise ToolFailure(f"{tool} needs escouade_nb loaded in a kernel whose notebook is open in JupyterLab 4 "
+                              "or Notebook 7 (this server has no channel to a page)")
+        grant = CALLER.get()
+        agent = str(getattr(grant.owner, "name", "") or "") if grant is not None else ""
+        if tool == "insert_cell":
+            op, wire = "insert", {"source": fields["source"], "cell_type": fields["cell_type"],
+                                  "after": fields["after_cell_id"]}
+        elif tool == "edit_cell":
+            op, wire = "edit", {"cell": fields["cell_id"], "source": fields["source"], "base": fields["base_sha256"]}
+        else:
+            op, wire = "delete", {"cell": fields["cell_id"], "base": fields["base_sha256"]}
+        reply = await live.change_cell(op, {**wire, "agent": agent})
+        cell_id = reply.get("cell_id")
+        change = reply.get("change")
+        if not isinstance(cell_id, str) or not cell_id:
+            raise ToolFailure("the notebook page answered no cell id")
+        removed = change == "removed"
+        answer = {"cell_id": cell_id[:200], "status": "removed" if removed else "pending review",
+                  "change": change if isinstance(change, str) else op,
+                  "note": "your own pending new cell: removed at once" if removed else
+                          "made in the open notebook; the user keeps or rejects it (notebook_cells(source=\"live\") "
+                          "shows it with pending: true and its new sha256)"}
+        return json.dumps(answer, ensure_ascii=False)
 
     async def _run_code(self, code: str) -> tuple[str, str]:
         """Ask, run, tell the owner: ``(text the model reads, "ok" | "error")``."""

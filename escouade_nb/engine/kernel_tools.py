@@ -1,4 +1,4 @@
-"""The kernel MCP server's four tools as the model sees them: their names, the server's
+"""The kernel MCP server's tools as the model sees them: their names, the server's
 instructions, each tool's input schema and description (:func:`register_tools`), and
 :class:`ToolFailure`, an anticipated failure whose text the model reads.
 """
@@ -8,7 +8,9 @@ from typing import Any
 
 from .._errors import EscouadeError
 
-TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code")
+TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code", "insert_cell", "edit_cell", "delete_cell")
+EDIT_TOOLS = ("insert_cell", "edit_cell", "delete_cell")
+"""The changes to the notebook open in the user's page: made at once, pending the user's review."""
 
 INSTRUCTIONS = (
     "The live Jupyter kernel this agent was started from. list_variables and inspect_variable read the "
@@ -18,7 +20,10 @@ INSTRUCTIONS = (
     "These run in worker threads with a 2-second budget per call: a value whose repr (or len, head...) takes "
     "longer is reported as such, and is not started again while it still runs. notebook_cells gives the cells "
     "run so far (their results' repr, same budget) and the saved notebook file; run_code runs Python in the "
-    "kernel after the user allows it (a permission card)."
+    "kernel after the user allows it (a permission card). insert_cell, edit_cell and delete_cell change the "
+    "notebook open in the user's JupyterLab or Notebook 7 page: each change is made at once and answers "
+    "\"pending review\" with the cell id (the user keeps or rejects it); edit_cell and delete_cell name the "
+    "sha256 of the source you read (notebook_cells(source=\"live\")) and are refused when the cell changed since."
 )
 
 
@@ -39,14 +44,15 @@ Call = Callable[[str, dict, Callable[[], Awaitable[Any]]], Awaitable[str]]
 def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[..., Awaitable[str]],
                    variable: Callable[..., Awaitable[str]], cells: Callable[..., Awaitable[str]],
                    live_cells: Callable[..., Awaitable[str]], notebook_ref: Callable[[], Any],
-                   run: Callable[[str], Awaitable[Any]]) -> None:
+                   run: Callable[[str], Awaitable[Any]], change: Callable[[str, dict], Awaitable[str]]) -> None:
     """Register the four tools on ``mcp`` (an ``MCPServer``). Their signatures are the
     input schemas (pydantic ``Field`` descriptions go into them); ``structured_output=False``:
     text only. Each one goes through ``call`` to its implementation, given the tool's
     arguments: ``variables`` (``list_variables``), ``variable`` (``inspect_variable``),
     ``cells`` (``notebook_cells``; ``notebook_ref()`` names the notebook file it would read,
     for the owner's consent), ``live_cells`` (``notebook_cells(source="live")``: the open
-    notebook, through its page) and ``run`` (``run_code``)."""
+    notebook, through its page), ``run`` (``run_code``) and ``change`` (``insert_cell``,
+    ``edit_cell``, ``delete_cell``: ``change(tool, fields)``, through the page too)."""
     from typing import Annotated, Literal
 
 
@@ -118,5 +124,48 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
         Input: {"code": str}."""
         return await call("run_code", {"code": code}, lambda: run(code))
 
-    for fn in (list_variables, inspect_variable, notebook_cells, run_code):
+    def with_path(args: dict[str, Any]) -> dict[str, Any]:
+        ref = notebook_ref()
+        if ref is not None:
+            args["path"] = str(ref.path)  # for the owner: a private project's fence covers the notebook too
+        return args
+
+    async def insert_cell(
+        source: Annotated[str, Field(description="The new cell's source.")],
+        cell_type: Annotated[Literal["code", "markdown", "raw"], Field(description="The new cell's type.")] = "code",
+        after_cell_id: Annotated[str | None, Field(description="The id of the cell to insert after (from "
+                                                               "notebook_cells(source=\"live\")); null: at the "
+                                                               "end.")] = None,
+    ) -> str:
+        """Insert a cell in the notebook open in the user's page, now. It is pending the user's review (Keep or
+        Reject). Returns JSON {"cell_id", "status": "pending review", ...}.
+        Input: {"source": str, "cell_type": "code"|"markdown"|"raw", "after_cell_id": str|null}."""
+        fields = {"source": source, "cell_type": cell_type, "after_cell_id": after_cell_id}
+        return await call("insert_cell", with_path(dict(fields)), lambda: change("insert_cell", fields))
+
+    async def edit_cell(
+        cell_id: Annotated[str, Field(description="The cell's id (notebook_cells(source=\"live\")).")],
+        source: Annotated[str, Field(description="The cell's whole new source.")],
+        base_sha256: Annotated[str, Field(description="The sha256 of the cell's source as you read it "
+                                                      "(notebook_cells(source=\"live\")).")],
+    ) -> str:
+        """Replace a cell's source in the notebook open in the user's page, now, pending the user's review.
+        Refused (an error saying the cell changed since) when its source is no longer the one base_sha256
+        names: read it again. Returns JSON {"cell_id", "status": "pending review", ...}.
+        Input: {"cell_id": str, "source": str, "base_sha256": str}."""
+        fields = {"cell_id": cell_id, "source": source, "base_sha256": base_sha256}
+        return await call("edit_cell", with_path(dict(fields)), lambda: change("edit_cell", fields))
+
+    async def delete_cell(
+        cell_id: Annotated[str, Field(description="The cell's id (notebook_cells(source=\"live\")).")],
+        base_sha256: Annotated[str, Field(description="The sha256 of the cell's source as you read it.")],
+    ) -> str:
+        """Delete a cell of the notebook open in the user's page: marked for deletion now, pending the user's
+        review (a cell you inserted and that is still pending is removed at once). Refused when the cell
+        changed since base_sha256. Returns JSON {"cell_id", "status": "pending review", ...}.
+        Input: {"cell_id": str, "base_sha256": str}."""
+        fields = {"cell_id": cell_id, "base_sha256": base_sha256}
+        return await call("delete_cell", with_path(dict(fields)), lambda: change("delete_cell", fields))
+
+    for fn in (list_variables, inspect_variable, notebook_cells, run_code, insert_cell, edit_cell, delete_cell):
         mcp.add_tool(fn, structured_output=False)

@@ -222,13 +222,14 @@ class NotebookPages:
         raise ToolFailure(NO_PAGE)
 
     # -- requests -------------------------------------------------------------------------------
-    async def request(self, op: str, **fields: Any) -> tuple[Page, dict]:
+    async def request(self, op: str, *, again: bool = True, **fields: Any) -> tuple[Page, dict]:
         """Send ``op`` to one page and await its answer: ``(page, reply)``. A page that does
         not answer within :data:`REPLY_WAIT` is forgotten and the request goes once more to
-        another. :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
+        another (``again=False``: not sent twice — a change, which the silent page may have
+        made). :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
         model) when no page answers, or with the page's own error."""
         loop = asyncio.get_running_loop()
-        for _attempt in range(2):
+        for _attempt in range(2 if again else 1):
             page = await self._page()
             req = f"r{next(self._ids)}"
             answer: asyncio.Future = loop.create_future()
@@ -240,12 +241,17 @@ class NotebookPages:
             except TimeoutError:
                 self._gone(page)  # gone without a bye (a reload, a closed window)
                 self._close(page.comm)
+                if not again:
+                    raise ToolFailure(f"the notebook page did not answer within {REPLY_WAIT:g} s: the change may or "
+                                      'may not be made, read the notebook again (notebook_cells(source="live"))'
+                                      ) from None
                 continue
             finally:
                 self._waiting.pop(req, None)
             self.round_trips.append(time.monotonic() - started)
             if reply.get("ok") is not True:
-                raise ToolFailure(f"the notebook page answered: {_text(reply.get('error'))[:300] or 'an error'}")
+                error = _text(reply.get("error"))[:400] or "an error"
+                raise ToolFailure(error if reply.get("stale") is True else f"the notebook page answered: {error}")
             return page, reply
         raise ToolFailure(NO_PAGE)
 
@@ -256,6 +262,16 @@ class NotebookPages:
         checks them). :class:`~escouade_nb.engine.kernel_tools.ToolFailure` as :meth:`request`."""
         page, reply = await self.request("cells")
         return {"path": _text(reply.get("path")) or page.path, "client": page.client, "cells": reply.get("cells")}
+
+    async def change_cell(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """An agent's change (``op`` ``insert``, ``edit``, ``delete``; see
+        :class:`~escouade_nb.engine.kernel_server.LiveNotebook`), sent once to one page, which
+        checks the cell's hash as it applies it and marks the cell pending review in its
+        metadata: the page's reply (``cell_id``, ``change``). Not sent twice."""
+        if op not in ("insert", "edit", "delete"):
+            raise ValueError(f"no such change: {op!r}")
+        _page, reply = await self.request(op, again=False, **fields)
+        return {"cell_id": _text(reply.get("cell_id")), "change": _text(reply.get("change")) or op}
 
 
 _pages: NotebookPages | None = None

@@ -1,7 +1,8 @@
 """The transcript's own record of each call of the kernel's MCP tools, and its replay.
 
 A call of the kernel's server (``run_code``, ``list_variables``, ``inspect_variable``,
-``notebook_cells``) is not on the ACP wire: the agent reaches the kernel over MCP, and the
+``notebook_cells``, ``insert_cell``, ``edit_cell``, ``delete_cell``) is not on the ACP wire:
+the agent reaches the kernel over MCP, and the
 ``run_code`` card is the client's own. So escouade_nb writes lines of its own in the
 agent's transcript — client-side ``event`` records, as ``start``/``exit``/``resume`` are:
 ``{"t": epoch seconds, "kind": "event", "event": "kernel_tool", "data": {"phase": …}}``.
@@ -30,6 +31,11 @@ agent's transcript — client-side ``event`` records, as ``start``/``exit``/``re
 ``read``
     a read tool's call: ``tool``, ``arguments``, ``allowed_by``, ``status``, ``chars``,
     and ``detail`` (the error, cut) when it did not answer.
+``edit``
+    a change of the open notebook (``insert_cell``, ``edit_cell``, ``delete_cell``: made at
+    once, pending the user's review), the same fields as ``read``: ``arguments`` (the new
+    source whole up to 1,000 characters), ``status`` (``error`` for a stale edit: its
+    ``detail`` says the cell changed since).
 
 :class:`KernelReplay` rebuilds the ``run_code`` cards from these lines when a transcript is
 replayed (``%escouade resume``): the card in its place, its answer, the output on its call.

@@ -12,7 +12,14 @@
 // kernel's next message, so long work awaited here would hold back the kernel's own replies (a
 // deadlock: a cell run awaited here never finishes). Answers go out with a later `send`.
 // Nothing the kernel sends is evaluated: only the operations named below run, on this panel's own
-// notebook.
+// notebook: `cells` (read), `insert`, `edit`, `delete` (an agent's change, pending review).
+//
+// An agent's change is applied at once and marked pending in the cell's own metadata
+// (PENDING below: what changed, the source before it, by whom), so a save keeps it pending and a
+// reload still shows it. A stale change is refused HERE, at the moment it would apply: `edit` and
+// `delete` carry the SHA-256 of the source the agent read, compared with the cell's source now.
+// The agent's changes are not in the user's undo history (one transaction outside the undo
+// manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back.
 
 import { INotebookTracker } from '@jupyterlab/notebook';
 
@@ -22,6 +29,78 @@ const PROTOCOL = 1;
 const MAX_TEXT = 20000;
 // request ids this panel answered, kept in its data-escouade-answered attribute (the last ones)
 const KEEP = 20;
+// the metadata key of an agent's change under review: {change: 'insert'|'edit'|'delete', original
+// (the source before an edit or delete), agent, at}
+const PENDING = 'escouade_pending';
+const CELL_TYPES = ['code', 'markdown', 'raw'];
+const MAX_SOURCE = 1000000;
+
+// SHA-256 (FIPS 180-4) of a string's UTF-8, in hex: synchronous, so the staleness check and the change
+// are one step, and available where crypto.subtle is not (a page served over plain http off localhost).
+const K256 = new Uint32Array([
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2
+]);
+
+function sha256Hex(text) {
+  const data = new TextEncoder().encode(text);
+  const blocks = Math.ceil((data.length + 9) / 64);
+  const padded = new Uint8Array(blocks * 64);
+  padded.set(data);
+  padded[data.length] = 0x80;
+  const view = new DataView(padded.buffer);
+  const bits = data.length * 8;
+  view.setUint32(padded.length - 8, Math.floor(bits / 0x100000000));
+  view.setUint32(padded.length - 4, bits >>> 0);
+  const h = new Uint32Array([
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19
+  ]);
+  const w = new Uint32Array(64);
+  const rotr = (x, n) => (x >>> n) | (x << (32 - n));
+  for (let block = 0; block < blocks; block++) {
+    for (let t = 0; t < 16; t++) {
+      w[t] = view.getUint32(block * 64 + t * 4);
+    }
+    for (let t = 16; t < 64; t++) {
+      const s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >>> 3);
+      const s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >>> 10);
+      w[t] = (w[t - 16] + s0 + w[t - 7] + s1) >>> 0;
+    }
+    let [a, b, c, d, e, f, g, hh] = h;
+    for (let t = 0; t < 64; t++) {
+      const t1 = (hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K256[t] + w[t]) >>> 0;
+      const t2 = ((rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) >>> 0;
+      hh = g;
+      g = f;
+      f = e;
+      e = (d + t1) >>> 0;
+      d = c;
+      c = b;
+      b = a;
+      a = (t1 + t2) >>> 0;
+    }
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+    h[5] += f;
+    h[6] += g;
+    h[7] += hh;
+  }
+  return Array.from(h, x => x.toString(16).padStart(8, '0')).join('');
+}
+
+function pendingOf(cell) {
+  const value = cell.getMetadata ? cell.getMetadata(PENDING) : undefined;
+  return value && typeof value === 'object' ? value : null;
+}
 
 function newClientId() {
   if (globalThis.crypto && typeof globalThis.crypto.randomUUID === 'function') {
@@ -68,12 +147,87 @@ function cellsOf(panel) {
   }
   return model.sharedModel.cells.map(cell => {
     const item = { id: cell.id, cell_type: cell.cell_type, source: cell.getSource() };
+    const pending = pendingOf(cell);
+    if (pending !== null) {
+      item.pending = String(pending.change || 'edit');
+    }
     if (cell.cell_type === 'code') {
       item.execution_count = cell.execution_count ?? null;
       item.outputs = (cell.getOutputs ? cell.getOutputs() : []).map(outputForKernel);
     }
     return item;
   });
+}
+
+// An agent's change to this panel's notebook, pending review: {ok, cell_id} or {ok: false, error}.
+// The staleness check and the change happen in one synchronous step after the hash is known, so no
+// keystroke (an event, never a microtask) can fall between them.
+function change(panel, data) {
+  const model = panel.content.model;
+  if (!model) {
+    return { ok: false, error: 'the notebook is not loaded in this page yet' };
+  }
+  const notebook = model.sharedModel;
+  const agent = typeof data.agent === 'string' ? data.agent.slice(0, 200) : '';
+  const at = new Date().toISOString();
+  const find = id => notebook.cells.findIndex(cell => cell.id === id);
+  if (data.op === 'insert') {
+    const kind = CELL_TYPES.includes(data.cell_type) ? data.cell_type : null;
+    if (kind === null || typeof data.source !== 'string' || data.source.length > MAX_SOURCE) {
+      return { ok: false, error: 'an insert needs a source and a cell_type code, markdown or raw' };
+    }
+    let index = notebook.cells.length;
+    if (data.after !== null && data.after !== undefined) {
+      const after = find(data.after);
+      if (after < 0) {
+        return { ok: false, error: `no cell ${String(data.after).slice(0, 80)} in the notebook` };
+      }
+      index = after + 1;
+    }
+    let inserted = null;
+    notebook.transact(() => {
+      inserted = notebook.insertCell(index, {
+        cell_type: kind,
+        source: data.source,
+        metadata: { [PENDING]: { change: 'insert', agent, at } }
+      });
+    }, false);
+    return { ok: true, cell_id: inserted.id, change: 'insert' };
+  }
+  if (typeof data.cell !== 'string' || typeof data.base !== 'string') {
+    return { ok: false, error: 'an edit or delete needs a cell id and the sha256 of its source' };
+  }
+  if (data.op === 'edit' && (typeof data.source !== 'string' || data.source.length > MAX_SOURCE)) {
+    return { ok: false, error: 'an edit needs a source' };
+  }
+  const index = find(data.cell);
+  if (index < 0) {
+    return { ok: false, error: `no cell ${data.cell.slice(0, 80)} in the notebook` };
+  }
+  const cell = notebook.cells[index];
+  // the staleness check and the change in one synchronous step: nothing the user types falls between
+  const hash = sha256Hex(cell.getSource());
+  if (hash !== data.base.toLowerCase()) {
+    return {
+      ok: false,
+      stale: true,
+      error: `cell ${data.cell.slice(0, 80)} changed since you read it (its sha256 is now ${hash}): read it again`
+    };
+  }
+  const before = pendingOf(cell);
+  const original = before !== null ? before.original : cell.getSource();
+  const fresh = before !== null && before.change === 'insert'; // the agent's own new cell, still under review
+  notebook.transact(() => {
+    if (data.op === 'delete' && fresh) {
+      notebook.deleteCell(index); // nothing of the user's to restore: gone at once
+    } else if (data.op === 'edit') {
+      cell.setSource(data.source);
+      cell.setMetadata(PENDING, fresh ? { change: 'insert', agent, at } : { change: 'edit', original, agent, at });
+    } else {
+      cell.setMetadata(PENDING, { change: 'delete', original, agent, at });
+    }
+  }, false);
+  return { ok: true, cell_id: data.cell, change: data.op === 'delete' && fresh ? 'removed' : data.op };
 }
 
 function attach(panel) {
@@ -115,6 +269,16 @@ function attach(panel) {
       } else {
         send({ reply: req, ok: true, path: panel.context.path, cells });
       }
+      return;
+    }
+    if (data.op === 'insert' || data.op === 'edit' || data.op === 'delete') {
+      let answer;
+      try {
+        answer = change(panel, data);
+      } catch (err) {
+        answer = { ok: false, error: `the change failed: ${String(err).slice(0, 200)}` };
+      }
+      send({ reply: req, ...answer });
       return;
     }
     send({ reply: req, ok: false, error: `unknown operation ${String(data.op).slice(0, 40)}` });

@@ -37,6 +37,9 @@ class Page:
         self.reads += 1
         return {"path": "work/nb.ipynb", "client": "tab-1", "cells": self.cells}
 
+    async def change_cell(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("no change here")
+
 
 class Owner:
     name = "test owner"

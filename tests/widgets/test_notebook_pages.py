@@ -160,3 +160,33 @@ def test_a_page_path_names_the_kernels_notebook():
     nb = Path("/srv/work/sub/nb.ipynb")
     assert shows(nb, "sub/nb.ipynb") and shows(nb, "nb.ipynb") and shows(nb, "RTC:sub/nb.ipynb")
     assert not shows(nb, "other/nb.ipynb") and not shows(nb, "b.ipynb") and not shows(nb, "")
+
+
+def test_a_change_goes_to_one_page_once_and_a_stale_one_says_so(monkeypatch):
+    """An edit the page does not answer is not sent to another page (the silent one may have
+    made it); a stale edit's error is the page's own words, without a prefix."""
+    monkeypatch.setattr(notebook_pages, "REPLY_WAIT", 0.2)
+
+    async def main() -> None:
+        pages, (a, b), _ = setup([("a", "nb.ipynb"), ("b", "nb.ipynb")])
+        pages.start()
+        pages.ping()
+        b.silent = True
+        with pytest.raises(ToolFailure) as failed:
+            await served(pages, [a, b], pages.change_cell("insert", {"source": "1", "cell_type": "code",
+                                                                      "after": None, "agent": "x"}))
+        assert "may or may not be made" in str(failed.value) and a.answered == []
+        # the page refuses a stale edit: its words reach the model as they are
+        assert a.comm is not None
+        task = asyncio.ensure_future(pages.change_cell("edit", {"cell": "a", "source": "2", "base": "0" * 64,
+                                                                "agent": "x"}))
+        await asyncio.sleep(0.02)
+        (op,) = a.comm.sent
+        assert op["op"] == "edit" and op["cell"] == "a" and op["base"] == "0" * 64 and op["to"] == "a"
+        a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": False, "stale": True,
+                                                "error": "cell a changed since you read it: read it again"}}})
+        with pytest.raises(ToolFailure) as stale:
+            await task
+        assert str(stale.value) == "cell a changed since you read it: read it again"
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -1,0 +1,81 @@
+"""The agent's changes to the notebook open in JupyterLab (the kernel's MCP tools
+``insert_cell`` / ``edit_cell``, through the extension installed with the package): an
+inserted cell appears under the one named, pending review in its own metadata (not in the
+user's undo history), and the live read shows it with ``pending: true``; after the user
+typed into a cell, an edit naming the hash the agent read before is refused by the page
+("changed since") and the user's text stays; an edit naming the hash of what is there now
+is made, pending, and a save keeps it pending in the file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from test_lab_live_cells import PANEL, SETUP, Mcp, until
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+CELLS = f"() => {PANEL}.content.model.sharedModel.cells.map(c => [c.id, c.getSource(), c.getMetadata('escouade_pending') || null])"
+UNDO = f"() => {PANEL}.content.model.sharedModel.undoManager.undoStack.length"
+
+
+def test_an_insert_is_pending_and_a_stale_edit_is_refused_after_the_user_typed(nb):
+    page = nb.page
+    nb.open([SETUP, "df = 1"])
+    nb.run_cell(0)
+    out = nb.output(0).inner_text()
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    try:
+        cells = mcp.live()["cells"]
+        load = cells[1]
+        assert load["source"] == "df = 1" and load["pending"] is False
+
+        # insert under the second cell: at once, pending review, not in the user's undo history
+        undo_before = page.evaluate(UNDO)
+        got = mcp.call("insert_cell", source="print('by the agent')", after_cell_id=load["id"])
+        assert not got["is_error"], got["text"]
+        answer = json.loads(got["text"])
+        assert answer["status"] == "pending review" and answer["change"] == "insert"
+        shown = page.evaluate(CELLS)
+        assert [c[0] for c in shown][:2] == [cells[0]["id"], load["id"]] and shown[2][0] == answer["cell_id"]
+        assert shown[2][1] == "print('by the agent')" and shown[2][2]["change"] == "insert"
+        assert shown[2][2]["agent"] == "browser test"
+        assert page.evaluate(UNDO) == undo_before, "the agent's insert is not an undo step of the user's"
+        live = mcp.live()["cells"]
+        assert (live[2]["id"], live[2]["pending"], live[2]["pending_change"]) == (answer["cell_id"], True, "insert")
+
+        # the user types into the load cell after the agent read it
+        nb.cell(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("df = 2")
+        page.keyboard.press("Escape")
+        until(lambda: page.evaluate(CELLS)[1][1] == "df = 2", "the typed text is in the model")
+        stale = mcp.call("edit_cell", cell_id=load["id"], source="df = 3", base_sha256=load["sha256"])
+        assert stale["is_error"] and "changed since" in stale["text"], stale
+        assert page.evaluate(CELLS)[1][1:] == ["df = 2", None], "the user's text stays, nothing pending"
+
+        # the edit naming what is there now is made, pending, the user's text kept for Reject
+        fresh = mcp.call("edit_cell", cell_id=load["id"], source="df = 3", base_sha256=sha("df = 2"))
+        assert not fresh["is_error"], fresh["text"]
+        assert json.loads(fresh["text"])["status"] == "pending review"
+        source, pending = page.evaluate(CELLS)[1][1:]
+        assert source == "df = 3" and pending["change"] == "edit" and pending["original"] == "df = 2"
+        live = mcp.live()["cells"][1]
+        assert (live["source"], live["sha256"], live["pending"]) == ("df = 3", sha("df = 3"), True)
+
+        # a save keeps both changes pending, in the cells' metadata
+        page.evaluate(f"() => {PANEL}.context.save()")
+        until(lambda: not page.evaluate(f"() => {PANEL}.context.model.dirty"), "the notebook is saved")
+        saved = json.loads((nb.lab.root / nb.path).read_text())
+        marks = [c["metadata"].get("escouade_pending", {}).get("change") for c in saved["cells"]]
+        assert marks == [None, "edit", "insert"], marks
+        # the undo measure means something: the user's own insert is an undo step
+        steps = page.evaluate(UNDO)
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:insert-cell-below')")
+        until(lambda: page.evaluate(UNDO) > steps, "the user's insert is on the undo stack")
+    finally:
+        mcp.close()

@@ -1,0 +1,118 @@
+"""``insert_cell``, ``edit_cell``, ``delete_cell`` through the kernel's MCP server (plain
+asyncio, the ``mcp`` SDK's client) with a page of our own standing for the notebook's
+(it checks the hash as the real page does, tests/browser/test_lab_cell_edits.py): each change
+answers at once "pending review" with the cell id, asks no card (the owner's read check,
+with the notebook path, is all), and tells the owner how it ended; a stale edit is a tool
+error saying the cell changed since; the live read shows a pending cell with ``pending:
+true``; without a channel, one line."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from typing import Any
+
+from test_live_cells_read import Owner, client, text_of
+
+from escouade_nb.engine.kernel_server import KernelServer, LiveNotebook
+from escouade_nb.engine.kernel_tools import ToolFailure
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Page:
+    """The page's side, as labextension/src/index.js does it: changes marked pending in place."""
+
+    def __init__(self) -> None:
+        self.cells: list[dict[str, Any]] = [{"id": "a1", "cell_type": "code", "source": "df = load()"}]
+        self.ops: list[tuple[str, dict]] = []
+
+    async def live_cells(self) -> dict[str, Any]:
+        return {"path": "nb.ipynb", "client": "t", "cells": [dict(c) for c in self.cells]}
+
+    async def change_cell(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        self.ops.append((op, fields))
+        if op == "insert":
+            at = len(self.cells) if fields["after"] is None else \
+                [c["id"] for c in self.cells].index(fields["after"]) + 1
+            cell = {"id": f"n{len(self.ops)}", "cell_type": fields["cell_type"], "source": fields["source"],
+                    "pending": "insert"}
+            self.cells.insert(at, cell)
+            return {"cell_id": cell["id"], "change": "insert"}
+        (cell,) = [c for c in self.cells if c["id"] == fields["cell"]]
+        if sha(cell["source"]) != fields["base"]:
+            raise ToolFailure(f"cell {cell['id']} changed since you read it: read it again")
+        if op == "edit":
+            cell["source"] = fields["source"]
+        cell.setdefault("pending", op)
+        return {"cell_id": cell["id"], "change": op}
+
+
+class Owner2(Owner):
+    def __init__(self) -> None:
+        super().__init__()
+        self.done: list[tuple[str, str]] = []
+
+    def tool_done(self, tool: str, arguments: dict, status: str, text: str) -> None:
+        self.done.append((tool, status))
+
+
+def test_changes_answer_pending_review_at_once_and_a_stale_edit_is_refused():
+    async def main() -> None:
+        page = Page()
+        assert isinstance(page, LiveNotebook)
+        server = await KernelServer(namespace={"__session__": "/srv/work/nb.ipynb"}, live=page).start()
+        try:
+            owner = Owner2()
+            async with client(server.url, server.grant(owner).token) as session:
+                got = await session.call_tool("insert_cell", {"source": "df.plot()", "after_cell_id": "a1"})
+                assert not got.is_error, text_of(got)
+                answer = json.loads(text_of(got))
+                assert answer["status"] == "pending review" and answer["cell_id"] == "n1"
+                assert page.ops[-1] == ("insert", {"source": "df.plot()", "cell_type": "code", "after": "a1",
+                                                   "agent": "test owner"})
+                assert owner.reads[-1] == ("insert_cell", {"source": "df.plot()", "cell_type": "code",
+                                                           "after_cell_id": "a1", "path": "/srv/work/nb.ipynb"})
+                live = json.loads(text_of(await session.call_tool("notebook_cells", {"source": "live"})))
+                new = live["cells"][1]
+                assert (new["id"], new["pending"], new["pending_change"], new["sha256"]) == \
+                    ("n1", True, "insert", sha("df.plot()"))
+                assert live["cells"][0]["pending"] is False and "pending_change" not in live["cells"][0]
+                # the user typed into a1 after the agent read it: the edit naming the old hash is refused
+                page.cells[0]["source"] = "df = load('2024')"
+                stale = await session.call_tool("edit_cell", {"cell_id": "a1", "source": "df = 1",
+                                                              "base_sha256": sha("df = load()")})
+                assert stale.is_error and "changed since" in text_of(stale) and "\n" not in text_of(stale)
+                assert page.cells[0]["source"] == "df = load('2024')"
+                # the edit naming what is there now is made, pending
+                ok = await session.call_tool("edit_cell", {"cell_id": "a1", "source": "df = 1",
+                                                           "base_sha256": sha("df = load('2024')")})
+                assert not ok.is_error and json.loads(text_of(ok))["status"] == "pending review"
+                gone = await session.call_tool("delete_cell", {"cell_id": "n1", "base_sha256": sha("df.plot()")})
+                assert json.loads(text_of(gone))["cell_id"] == "n1"
+                assert owner.done == [("insert_cell", "ok"), ("notebook_cells", "ok"), ("edit_cell", "error"),
+                                      ("edit_cell", "ok"), ("delete_cell", "ok")]
+        finally:
+            await server.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_changes_without_a_channel_say_so_in_one_line():
+    async def main() -> None:
+        server = await KernelServer(namespace={}).start()
+        try:
+            async with client(server.url, server.grant(Owner()).token) as session:
+                for tool, args in (("insert_cell", {"source": "1"}),
+                                   ("edit_cell", {"cell_id": "a", "source": "1", "base_sha256": "0" * 64}),
+                                   ("delete_cell", {"cell_id": "a", "base_sha256": "0" * 64})):
+                    got = await session.call_tool(tool, args)
+                    assert got.is_error and "\n" not in text_of(got).strip()
+                    assert f"{tool} needs escouade_nb loaded in a kernel" in text_of(got)
+        finally:
+            await server.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

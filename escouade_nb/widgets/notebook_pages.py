@@ -43,7 +43,7 @@ from ..core import notebook as notebook_core
 from ..engine.kernel_tools import ToolFailure
 from .front import on_loop
 
-__all__ = ["TARGET", "Page", "NotebookPages", "NO_PAGE", "start_in_kernel"]
+__all__ = ["TARGET", "Page", "NotebookPages", "NO_PAGE", "NO_PAGE_TO_CHANGE", "start_in_kernel"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,9 @@ MAX_FIELD = 1000
 NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
            "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
            'source="file" reads the saved notebook')
+NO_PAGE_TO_CHANGE = ("changing a cell needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb's "
+                     "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
+                     "nothing was changed")
 
 
 @dataclass
@@ -200,7 +203,7 @@ class NotebookPages:
             mine = pages
         return max(mine, key=lambda p: p.order, default=None)
 
-    async def _page(self) -> Page:
+    async def _page(self, none: str = NO_PAGE) -> Page:
         page = self.choose()
         if page is not None:
             return page
@@ -219,7 +222,7 @@ class NotebookPages:
                     return page
         finally:
             self._hello = None
-        raise ToolFailure(NO_PAGE)
+        raise ToolFailure(none)
 
     # -- requests -------------------------------------------------------------------------------
     async def request(self, op: str, *, again: bool = True, **fields: Any) -> tuple[Page, dict]:
@@ -229,8 +232,9 @@ class NotebookPages:
         made). :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
         model) when no page answers, or with the page's own error."""
         loop = asyncio.get_running_loop()
+        none = NO_PAGE if op == "cells" else NO_PAGE_TO_CHANGE
         for _attempt in range(2 if again else 1):
-            page = await self._page()
+            page = await self._page(none)
             req = f"r{next(self._ids)}"
             answer: asyncio.Future = loop.create_future()
             self._waiting[req] = (page.client, answer)
@@ -253,7 +257,7 @@ class NotebookPages:
                 error = _text(reply.get("error"))[:400] or "an error"
                 raise ToolFailure(error if reply.get("stale") is True else f"the notebook page answered: {error}")
             return page, reply
-        raise ToolFailure(NO_PAGE)
+        raise ToolFailure(none)
 
     async def live_cells(self) -> dict[str, Any]:
         """The notebook's cells as its page shows them now, unsaved edits included:

@@ -31,6 +31,7 @@ from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import StderrRing
 from ..wire.session import SessionPage
 from .cards import PermissionCard, Policy, QuestionCard
+from .cell_review import PendingEdit
 from .controls import Controls
 from .interfaces import default_forker
 from .kernel_access import context_blocks
@@ -170,6 +171,12 @@ class Agent:
     @property
     def pending_cards(self) -> list[PermissionCard]:
         return list(self.live.desk.cards) if self.live is not None else []
+
+    @property
+    def pending_edits(self) -> list[PendingEdit]:
+        """Its changes to the open notebook still pending review, oldest first: each with
+        ``.keep()`` and ``.reject()`` (await them or not; see :mod:`.cell_review`)."""
+        return self._state.edit_review.pending
 
     @property
     def pending_questions(self) -> list[QuestionCard]:

@@ -544,6 +544,13 @@ class KernelAccess:
             call.status = "failed" if result.get("error") else "completed"
             conversation.touch(call)
 
+    def edited(self, cell_id: str, change: str, live: Any) -> None:
+        """The kernel's server made a change in the open notebook for this session: one of
+        the agent's pending edits (``agent.pending_edits``)."""
+        review = getattr(self.agent, "edit_review", None)
+        if review is not None:
+            review.add(cell_id, change, live)
+
     def tool_done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:
         """The kernel's server ended a call (see ``ToolOwner``): on record."""
         self.record.done(tool, arguments, status, text)

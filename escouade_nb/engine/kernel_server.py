@@ -155,6 +155,9 @@ class ToolOwner(Protocol):
 
     def ran_code(self, code: str, result: dict) -> None: ...
 
+    # optional: ``edited(cell_id, change, live)``, told of each change the page made
+    # (``insert``, ``edit``, ``delete``, ``removed``) with the channel that made it
+
 
 @runtime_checkable
 class LiveNotebook(Protocol):
@@ -173,6 +176,12 @@ class LiveNotebook(Protocol):
         ``delete`` (``cell``, ``base``); ``agent`` names who. Answers the page's reply
         (``cell_id``, ``change``) or raises :class:`~.kernel_tools.ToolFailure` (no page,
         the cell changed since, no such cell)."""
+        ...
+
+    async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
+        """Keep (``keep``) or Reject an agent's pending change of a cell, in the page:
+        ``{"outcome": "kept" | "rejected"}``, or :class:`~.kernel_tools.ToolFailure` (no
+        page, the cell is not pending review)."""
         ...
 
 
@@ -612,6 +621,13 @@ class KernelServer:
         change = reply.get("change")
         if not isinstance(cell_id, str) or not cell_id:
             raise ToolFailure("the notebook page answered no cell id")
+        owner = grant.owner if grant is not None else None
+        edited = getattr(owner, "edited", None)
+        if callable(edited):  # the owner's pending edits (agent.pending_edits)
+            try:
+                edited(cell_id[:200], change if isinstance(change, str) else op, live)
+            except Exception:
+                log.exception("kernel MCP server: %s.edited failed", getattr(owner, "name", owner))
         removed = change == "removed"
         answer = {"cell_id": cell_id[:200], "status": "removed" if removed else "pending review",
                   "change": change if isinstance(change, str) else op,

@@ -36,6 +36,7 @@ from ..wire.process import kill_group_now
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 from .cards import Policy
+from .cell_review import EditReview
 from .controls import Controls
 from .interfaces import Forker
 from .kernel_access import in_kernel as kernel_in_process
@@ -88,6 +89,7 @@ class AgentState:
         self.system_prompt = system_prompt  # the user's --system-prompt (ACP systemPrompt where offered)
         self.system_prompt_mode = system_prompt_mode
         self.conversation = Conversation()
+        self.edit_review = EditReview()  # its changes to the open notebook, pending review
         self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
         self.status = AgentStatus.STARTING
         self.error: str | None = None
@@ -536,6 +538,7 @@ class AgentState:
                     task.cancel()
             await self._close_session()
             self.turns.close()
+            self.edit_review.close()
             if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):
                 self.set_status(AgentStatus.CLOSED)
             self.wake_waiters()

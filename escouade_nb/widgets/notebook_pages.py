@@ -277,6 +277,14 @@ class NotebookPages:
         _page, reply = await self.request(op, again=False, **fields)
         return {"cell_id": _text(reply.get("cell_id")), "change": _text(reply.get("change")) or op}
 
+    async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
+        """Keep or Reject an agent's pending change of a cell, in one page (sent once):
+        ``{"outcome": "kept" | "rejected"}``; see
+        :class:`~escouade_nb.engine.kernel_server.LiveNotebook`."""
+        _page, reply = await self.request("settle", again=False, cell=cell_id, keep=bool(keep))
+        outcome = reply.get("outcome")
+        return {"outcome": outcome if outcome in ("kept", "rejected") else None}
+
 
 _pages: NotebookPages | None = None
 

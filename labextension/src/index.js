@@ -230,6 +230,38 @@ function change(panel, data) {
   return { ok: true, cell_id: data.cell, change: data.op === 'delete' && fresh ? 'removed' : data.op };
 }
 
+// Keep (data.keep true) or Reject an agent's pending change of a cell: {ok, outcome} or {ok: false, error}.
+// Keep: the mark removed (a delete done). Reject: exactly what was there before (the source before the
+// agent's first change, the mark removed; a new cell removed). Outside the user's undo history too.
+function settle(panel, data) {
+  const model = panel.content.model;
+  if (!model) {
+    return { ok: false, error: 'the notebook is not loaded in this page yet' };
+  }
+  const notebook = model.sharedModel;
+  const index = typeof data.cell === 'string' ? notebook.cells.findIndex(cell => cell.id === data.cell) : -1;
+  if (index < 0) {
+    return { ok: false, error: `no cell ${String(data.cell).slice(0, 80)} in the notebook` };
+  }
+  const cell = notebook.cells[index];
+  const pending = pendingOf(cell);
+  if (pending === null) {
+    return { ok: false, error: `cell ${data.cell.slice(0, 80)} has no change pending review` };
+  }
+  const keep = data.keep === true;
+  notebook.transact(() => {
+    if ((keep && pending.change === 'delete') || (!keep && pending.change === 'insert')) {
+      notebook.deleteCell(index);
+      return;
+    }
+    if (!keep && pending.change === 'edit' && typeof pending.original === 'string') {
+      cell.setSource(pending.original);
+    }
+    cell.deleteMetadata(PENDING);
+  }, false);
+  return { ok: true, cell_id: data.cell, outcome: keep ? 'kept' : 'rejected' };
+}
+
 function attach(panel) {
   const client = newClientId();
   const node = panel.node;
@@ -271,10 +303,10 @@ function attach(panel) {
       }
       return;
     }
-    if (data.op === 'insert' || data.op === 'edit' || data.op === 'delete') {
+    if (data.op === 'insert' || data.op === 'edit' || data.op === 'delete' || data.op === 'settle') {
       let answer;
       try {
-        answer = change(panel, data);
+        answer = data.op === 'settle' ? settle(panel, data) : change(panel, data);
       } catch (err) {
         answer = { ok: false, error: `the change failed: ${String(err).slice(0, 200)}` };
       }

@@ -1,5 +1,7 @@
 """The agent's changes to the notebook open in JupyterLab (the kernel's MCP tools
-``insert_cell`` / ``edit_cell``, through the extension installed with the package): an
+``insert_cell`` / ``edit_cell``, through the extension installed with the package), and their
+Keep / Reject from Python (``agent.pending_edits``: a Reject restores the user's text exactly
+and removes a new cell, awaited or not; a Keep leaves the cell, unmarked): an
 inserted cell appears under the one named, pending review in its own metadata (not in the
 user's undo history), and the live read shows it with ``pending: true``; after the user
 typed into a cell, an edit naming the hash the agent read before is refused by the page
@@ -13,6 +15,15 @@ import json
 
 from test_lab_live_cells import PANEL, SETUP, Mcp, until
 
+# the grant's owner keeps the agent's pending edits, as an agent's session does (agent.pending_edits)
+REVIEW = SETUP.replace("""    async def ask_run_code(self, code):
+        return None""", """    async def ask_run_code(self, code):
+        return None
+    def edited(self, cell_id, change, live):
+        review.add(cell_id, change, live)""").replace("import asyncio", "import asyncio\n"
+                                                     "from escouade_nb.engine.cell_review import EditReview\n"
+                                                     "review = EditReview()")
+
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -24,7 +35,7 @@ UNDO = f"() => {PANEL}.content.model.sharedModel.undoManager.undoStack.length"
 
 def test_an_insert_is_pending_and_a_stale_edit_is_refused_after_the_user_typed(nb):
     page = nb.page
-    nb.open([SETUP, "df = 1"])
+    nb.open([REVIEW, "df = 1"])
     nb.run_cell(0)
     out = nb.output(0).inner_text()
     lines = dict(line.split(" ", 1) for line in out.splitlines() if line[:4] in ("URL ", "TOKE"))
@@ -73,6 +84,25 @@ def test_an_insert_is_pending_and_a_stale_edit_is_refused_after_the_user_typed(n
         saved = json.loads((nb.lab.root / nb.path).read_text())
         marks = [c["metadata"].get("escouade_pending", {}).get("change") for c in saved["cells"]]
         assert marks == [None, "edit", "insert"], marks
+
+        # Reject both from Python (review.pending: agent.pending_edits), one awaited, one not: the user's
+        # text is back exactly, the new cell gone, nothing pending; none of it in the user's undo history
+        undo_before = page.evaluate(UNDO)
+        got = mcp.call("run_code", code="edits = review.pending\n"
+                                        "print([(e.cell_id, e.change) for e in edits])\n"
+                                        "print(await edits[1].reject())\n"
+                                        "edits[0].reject()")
+        assert f"[('{answer['cell_id']}', 'insert'), ('{load['id']}', 'edit')]\nrejected" in got["text"], got
+        until(lambda: len(page.evaluate(CELLS)) == 2, "the rejected new cell is gone")
+        assert [c[1:] for c in page.evaluate(CELLS)] == [[shown[0][1], None], ["df = 2", None]]
+        assert page.evaluate(UNDO) == undo_before
+        assert mcp.call("run_code", code="review.pending")["text"] == "result:\n[]"
+
+        # Keep: an inserted cell stays, its mark gone
+        kept = json.loads(mcp.call("insert_cell", source="kept = True")["text"])["cell_id"]
+        assert "kept" in mcp.call("run_code", code="await review.pending[0].keep()")["text"]
+        assert page.evaluate(CELLS)[-1] == [kept, "kept = True", None]
+
         # the undo measure means something: the user's own insert is an undo step
         steps = page.evaluate(UNDO)
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:insert-cell-below')")

@@ -15,6 +15,7 @@ from typing import Any
 
 from test_live_cells_read import Owner, client, text_of
 
+from escouade_nb.engine.cell_review import EditReview
 from escouade_nb.engine.kernel_server import KernelServer, LiveNotebook
 from escouade_nb.engine.kernel_tools import ToolFailure
 
@@ -47,14 +48,37 @@ class Page:
             raise ToolFailure(f"cell {cell['id']} changed since you read it: read it again")
         if op == "edit":
             cell["source"] = fields["source"]
+        if cell.get("pending") == "insert" and op == "delete":
+            self.cells.remove(cell)
+            return {"cell_id": cell["id"], "change": "removed"}
+        cell.setdefault("original", cell["source"] if op == "delete" else self.before)
         cell.setdefault("pending", op)
         return {"cell_id": cell["id"], "change": op}
+
+    before = ""
+
+    async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
+        self.ops.append(("settle", {"cell": cell_id, "keep": keep}))
+        cell = next((c for c in self.cells if c["id"] == cell_id and "pending" in c), None)
+        if cell is None:
+            raise ToolFailure(f"the notebook page answered: cell {cell_id} has no change pending review")
+        change = cell.pop("pending")
+        original = cell.pop("original", None)
+        if (keep and change == "delete") or (not keep and change == "insert"):
+            self.cells.remove(cell)
+        elif not keep and change == "edit":
+            cell["source"] = original
+        return {"outcome": "kept" if keep else "rejected"}
 
 
 class Owner2(Owner):
     def __init__(self) -> None:
         super().__init__()
         self.done: list[tuple[str, str]] = []
+        self.review = EditReview()
+
+    def edited(self, cell_id: str, change: str, live: Any) -> None:
+        self.review.add(cell_id, change, live)
 
     def tool_done(self, tool: str, arguments: dict, status: str, text: str) -> None:
         self.done.append((tool, status))
@@ -88,6 +112,7 @@ def test_changes_answer_pending_review_at_once_and_a_stale_edit_is_refused():
                 assert stale.is_error and "changed since" in text_of(stale) and "\n" not in text_of(stale)
                 assert page.cells[0]["source"] == "df = load('2024')"
                 # the edit naming what is there now is made, pending
+                page.before = "df = load('2024')"
                 ok = await session.call_tool("edit_cell", {"cell_id": "a1", "source": "df = 1",
                                                            "base_sha256": sha("df = load('2024')")})
                 assert not ok.is_error and json.loads(text_of(ok))["status"] == "pending review"
@@ -95,6 +120,47 @@ def test_changes_answer_pending_review_at_once_and_a_stale_edit_is_refused():
                 assert json.loads(text_of(gone))["cell_id"] == "n1"
                 assert owner.done == [("insert_cell", "ok"), ("notebook_cells", "ok"), ("edit_cell", "error"),
                                       ("edit_cell", "ok"), ("delete_cell", "ok")]
+                # the agent deleted its own new cell: gone, nothing to review of it; its edit of a1 is pending
+                assert [(e.cell_id, e.change) for e in owner.review.pending] == [("a1", "edit")]
+        finally:
+            await server.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_keep_and_reject_awaited_or_not_and_reject_restores_exactly():
+    async def main() -> None:
+        page = Page()
+        server = await KernelServer(namespace={}, live=page).start()
+        try:
+            owner = Owner2()
+            async with client(server.url, server.grant(owner).token) as session:
+                new = json.loads(text_of(await session.call_tool("insert_cell", {"source": "1 + 1"})))["cell_id"]
+                page.before = "df = load()"
+                await session.call_tool("edit_cell", {"cell_id": "a1", "source": "df = 2",
+                                                      "base_sha256": sha("df = load()")})
+                edits = owner.review.pending
+                assert [(e.cell_id, e.change, e.state) for e in edits] == [(new, "insert", "pending"),
+                                                                           ("a1", "edit", "pending")]
+                # Reject, awaited: the user's source back exactly, the new cell gone
+                assert await edits[1].reject() == "rejected"
+                assert [(c["id"], c["source"], c.get("pending")) for c in page.cells] == \
+                    [("a1", "df = load()", None), (new, "1 + 1", "insert")]
+                settling = edits[0].reject()  # not awaited: it runs all the same
+                while not settling.done:
+                    await asyncio.sleep(0.01)
+                assert [c["id"] for c in page.cells] == ["a1"] and page.cells[0]["source"] == "df = load()"
+                assert owner.review.pending == [] and (edits[0].state, edits[1].state) == ("rejected", "rejected")
+                # Keep: the change stays; a settled edit is not settled twice
+                await session.call_tool("insert_cell", {"source": "kept = True"})
+                (kept,) = owner.review.pending
+                assert await kept.keep() == "kept" and page.cells[-1]["source"] == "kept = True"
+                assert "pending" not in page.cells[-1]
+                try:
+                    kept.reject()
+                    raise AssertionError("a settled edit was settled again")
+                except ValueError as exc:
+                    assert "already kept" in str(exc)
         finally:
             await server.aclose()
 

@@ -40,6 +40,9 @@ class Page:
     async def change_cell(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError("no change here")
 
+    async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
+        raise AssertionError("no change here")
+
 
 class Owner:
     name = "test owner"

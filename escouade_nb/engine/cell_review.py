@@ -1,0 +1,139 @@
+"""An agent's changes to the open notebook, pending the user's review, from Python:
+:class:`EditReview` (one per agent: ``agent.pending_edits`` is its list) and
+:class:`PendingEdit`, with ``.keep()`` and ``.reject()``.
+
+The pending state itself lives in the page, in each cell's metadata (see
+``labextension/src/index.js``: the change, the source before it): Keep and Reject are
+operations the kernel sends to the page (:meth:`~.kernel_server.LiveNotebook.settle_cell`),
+which keeps the change (the mark removed; a delete done) or takes it back exactly (the
+source before restored; a new cell removed), outside the user's undo history. This list is
+the kernel's own knowledge of what this agent changed and has not yet settled through it.
+
+``keep()`` / ``reject()`` start the operation at once and return a :class:`Settling`,
+which may be awaited (for the outcome, or the page's error) or not: the task belongs to
+the :class:`EditReview`, which cancels what is still running on :meth:`EditReview.close`;
+an error nobody awaited is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Generator
+from typing import Any
+
+from .kernel_tools import ToolFailure
+
+__all__ = ["PendingEdit", "Settling", "EditReview"]
+
+log = logging.getLogger(__name__)
+
+
+class Settling:
+    """A Keep or Reject under way: ``await`` it for the outcome (``"kept"``,
+    ``"rejected"``); the page's error is raised as :class:`~.kernel_tools.ToolFailure`.
+    Not awaiting it is fine: it runs all the same."""
+
+    def __init__(self, task: asyncio.Task) -> None:
+        self.task = task
+
+    def __await__(self) -> Generator[Any, None, str]:
+        return self.task.__await__()
+
+    @property
+    def done(self) -> bool:
+        return self.task.done()
+
+    def __repr__(self) -> str:
+        if not self.task.done():
+            return "<Settling: under way>"
+        if self.task.cancelled():
+            return "<Settling: cancelled>"
+        error = self.task.exception()
+        return f"<Settling: {self.task.result() if error is None else f'failed: {error}'}>"
+
+
+class PendingEdit:
+    """One change of this agent's to a cell, pending review: ``cell_id``, ``change``
+    (``insert``, ``edit``, ``delete``), ``at`` (epoch seconds of the last change), ``state``
+    (``pending``, ``kept``, ``rejected``)."""
+
+    def __init__(self, review: EditReview, cell_id: str, change: str, live: Any) -> None:
+        self._review = review
+        self.cell_id = cell_id
+        self.change = change
+        self.at = time.time()
+        self.state = "pending"
+        self._live = live
+
+    def keep(self) -> Settling:
+        """Keep the change (the cell stays as the agent made it; a delete is done)."""
+        return self._review._settle(self, True)
+
+    def reject(self) -> Settling:
+        """Take the change back exactly: the source before it restored, a new cell removed,
+        a cell marked for deletion left as it was."""
+        return self._review._settle(self, False)
+
+    def __repr__(self) -> str:
+        return f"<PendingEdit {self.change} of cell {self.cell_id} ({self.state})>"
+
+
+class EditReview:
+    """An agent's :class:`PendingEdit` list and the Keep/Reject tasks under way."""
+
+    def __init__(self) -> None:
+        self._edits: list[PendingEdit] = []
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def pending(self) -> list[PendingEdit]:
+        """The changes still pending, oldest first (a copy)."""
+        return [e for e in self._edits if e.state == "pending"]
+
+    def add(self, cell_id: str, change: str, live: Any) -> PendingEdit | None:
+        """A change the page made (the kernel's MCP server calls it through the owner):
+        a second change of a pending cell stays one pending edit (an insert stays an insert);
+        ``removed`` (the agent deleted its own new cell) drops it."""
+        same = next((e for e in self._edits if e.cell_id == cell_id and e.state == "pending"), None)
+        if change == "removed":
+            if same is not None:
+                self._edits.remove(same)
+            return None
+        if same is not None:
+            if same.change != "insert":
+                same.change = change
+            same.at, same._live = time.time(), live
+            return same
+        edit = PendingEdit(self, cell_id, change, live)
+        self._edits.append(edit)
+        return edit
+
+    def _settle(self, edit: PendingEdit, keep: bool) -> Settling:
+        if edit.state != "pending":
+            raise ValueError(f"this change was already {edit.state}")
+        task = asyncio.get_running_loop().create_task(self._run(edit, keep))
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return Settling(task)
+
+    async def _run(self, edit: PendingEdit, keep: bool) -> str:
+        reply = await edit._live.settle_cell(edit.cell_id, keep)
+        outcome = reply.get("outcome") if isinstance(reply, dict) else None
+        if outcome not in ("kept", "rejected"):
+            raise ToolFailure("the notebook page answered no outcome")
+        edit.state = outcome
+        if edit in self._edits:
+            self._edits.remove(edit)
+        return outcome
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("escouade_nb: a Keep or Reject failed: %s", task.exception())
+
+    def close(self) -> None:
+        """Cancel the Keep/Reject operations under way (the agent closes)."""
+        for task in list(self._tasks):
+            task.cancel()

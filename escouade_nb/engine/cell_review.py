@@ -13,6 +13,10 @@ the kernel's own knowledge of what this agent changed and has not yet settled th
 which may be awaited (for the outcome, or the page's error) or not: the task belongs to
 the :class:`EditReview`, which cancels what is still running on :meth:`EditReview.close`;
 an error nobody awaited is logged.
+
+The user's Keep and Reject buttons in the page (drawn inside the cell) do not act there:
+the page tells the kernel, which settles the change through the agent's review
+(:func:`pending_edit` finds it), so this list stays true.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Generator
 from typing import Any
 
 from .kernel_tools import ToolFailure
 
-__all__ = ["PendingEdit", "Settling", "EditReview"]
+__all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit"]
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +72,16 @@ class PendingEdit:
         self.state = "pending"
         self._live = live
 
-    def keep(self) -> Settling:
-        """Keep the change (the cell stays as the agent made it; a delete is done)."""
-        return self._review._settle(self, True)
+    def keep(self, *, client: str | None = None) -> Settling:
+        """Keep the change (the cell stays as the agent made it, its provenance in its
+        metadata; a delete is done). ``client``: the page to do it in (the one whose button
+        was clicked), else the page the channel chooses."""
+        return self._review._settle(self, True, client)
 
-    def reject(self) -> Settling:
+    def reject(self, *, client: str | None = None) -> Settling:
         """Take the change back exactly: the source before it restored, a new cell removed,
         a cell marked for deletion left as it was."""
-        return self._review._settle(self, False)
+        return self._review._settle(self, False, client)
 
     def __repr__(self) -> str:
         return f"<PendingEdit {self.change} of cell {self.cell_id} ({self.state})>"
@@ -86,6 +93,8 @@ class EditReview:
     def __init__(self) -> None:
         self._edits: list[PendingEdit] = []
         self._tasks: set[asyncio.Task] = set()
+        self._busy: set[str] = set()  # cells whose Keep or Reject is under way
+        _reviews.add(self)
 
     @property
     def pending(self) -> list[PendingEdit]:
@@ -110,16 +119,23 @@ class EditReview:
         self._edits.append(edit)
         return edit
 
-    def _settle(self, edit: PendingEdit, keep: bool) -> Settling:
+    def _settle(self, edit: PendingEdit, keep: bool, client: str | None = None) -> Settling:
         if edit.state != "pending":
             raise ValueError(f"this change was already {edit.state}")
-        task = asyncio.get_running_loop().create_task(self._run(edit, keep))
+        if edit.cell_id in self._busy:
+            raise ValueError("this change is being kept or rejected already")
+        task = asyncio.get_running_loop().create_task(self._run(edit, keep, client))
+        self._busy.add(edit.cell_id)
+        task.add_done_callback(lambda _t: self._busy.discard(edit.cell_id))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
         return Settling(task)
 
-    async def _run(self, edit: PendingEdit, keep: bool) -> str:
-        reply = await edit._live.settle_cell(edit.cell_id, keep)
+    async def _run(self, edit: PendingEdit, keep: bool, client: str | None) -> str:
+        if client is None:
+            reply = await edit._live.settle_cell(edit.cell_id, keep)
+        else:
+            reply = await edit._live.settle_cell(edit.cell_id, keep, client=client)
         outcome = reply.get("outcome") if isinstance(reply, dict) else None
         if outcome not in ("kept", "rejected"):
             raise ToolFailure("the notebook page answered no outcome")
@@ -137,3 +153,17 @@ class EditReview:
         """Cancel the Keep/Reject operations under way (the agent closes)."""
         for task in list(self._tasks):
             task.cancel()
+        _reviews.discard(self)
+
+
+_reviews: weakref.WeakSet[EditReview] = weakref.WeakSet()
+
+
+def pending_edit(cell_id: str) -> PendingEdit | None:
+    """The pending edit of ``cell_id`` in any open agent's review (the page's Keep or Reject
+    button names only the cell), or ``None``."""
+    for review in list(_reviews):
+        for edit in review._edits:
+            if edit.cell_id == cell_id and edit.state == "pending":
+                return edit
+    return None

@@ -18,6 +18,13 @@ The wire, comm target ``escouade_nb.notebook`` on both sides:
   one browser connection, so the other tabs never see it (``to`` is checked there too);
   the answer is ``{"reply": REQ, "client", "ok", ...}`` or ``{"ok": false, "error"}``.
 
+- the user's Keep or Reject (the buttons the page draws inside a cell pending review) is
+  not done in the page: the page says ``{"client", "decide": {"cell", "keep"}}`` on its
+  comm (in its hello when it had none open), and the kernel settles it — through the agent's review when an agent's
+  ``pending_edits`` holds the cell (so that list stays true and the agent is told of a
+  Reject), else directly (a pending cell from a saved notebook) — with a ``settle``
+  operation sent back to that page.
+
 The page is untrusted here: a reply counts only for a request under way, from the client
 it was sent to (anything else is counted in :attr:`strays` and dropped), and its contents
 are checked by whoever reads them (:func:`escouade_nb.core.notebook.live_cells`).
@@ -40,6 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..core import notebook as notebook_core
+from ..engine import cell_review
 from ..engine.kernel_tools import ToolFailure
 from .front import on_loop
 
@@ -121,6 +129,7 @@ class NotebookPages:
         self.strays = 0
         """Replies dropped: for no request under way, or from a client it was not sent to."""
         self.round_trips: deque[float] = deque(maxlen=100)
+        self._tasks: set[asyncio.Task] = set()  # Keep/Reject of pending cells no agent's review holds
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -162,6 +171,8 @@ class NotebookPages:
         comm.on_close(on_loop(lambda m: self._gone(page)))
         if self._hello is not None:
             self._hello.set()
+        if isinstance(data, dict) and isinstance(data.get("decide"), dict):  # a click in a page with no comm yet
+            self._decide(page, data["decide"])
 
     def _message(self, page: Page, msg: dict) -> None:
         data = (msg.get("content") or {}).get("data")
@@ -173,12 +184,43 @@ class NotebookPages:
             if self._hello is not None:
                 self._hello.set()
             return
+        if isinstance(data.get("decide"), dict):
+            self._decide(page, data["decide"])
+            return
         req = data.get("reply")
         waiting = self._waiting.get(req) if isinstance(req, str) else None
         if waiting is None or waiting[0] != page.client or data.get("client") != page.client or waiting[1].done():
             self.strays += 1
             return
         waiting[1].set_result(data)
+
+    def _decide(self, page: Page, decision: dict) -> None:
+        """The user clicked Keep or Reject in ``page``: settle it through the agent's review
+        that holds the cell, else directly (a task this object owns: :meth:`close`)."""
+        cell, keep = decision.get("cell"), decision.get("keep")
+        if not isinstance(cell, str) or not cell or len(cell) > MAX_FIELD or not isinstance(keep, bool):
+            self.strays += 1
+            return
+        edit = cell_review.pending_edit(cell)
+        if edit is not None:
+            try:
+                edit.keep(client=page.client) if keep else edit.reject(client=page.client)
+            except ValueError:  # settled, or being settled, already (a second click)
+                pass
+            return
+        task = asyncio.get_running_loop().create_task(self.settle_cell(cell, keep, client=page.client))
+        self._tasks.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("escouade_nb: a Keep or Reject from the page failed: %s", task.exception())
+
+    def close(self) -> None:
+        """Cancel the Keep/Reject operations under way that no agent's review owns."""
+        for task in list(self._tasks):
+            task.cancel()
 
     def _gone(self, page: Page) -> None:
         if self.pages.get(page.client) is page:
@@ -203,8 +245,9 @@ class NotebookPages:
             mine = pages
         return max(mine, key=lambda p: p.order, default=None)
 
-    async def _page(self, none: str = NO_PAGE) -> Page:
-        page = self.choose()
+    async def _page(self, none: str = NO_PAGE, client: str | None = None) -> Page:
+        page = self.pages.get(client) if client is not None else None
+        page = page if page is not None else self.choose()
         if page is not None:
             return page
         self._hello = asyncio.Event()
@@ -225,16 +268,18 @@ class NotebookPages:
         raise ToolFailure(none)
 
     # -- requests -------------------------------------------------------------------------------
-    async def request(self, op: str, *, again: bool = True, **fields: Any) -> tuple[Page, dict]:
+    async def request(self, op: str, *, again: bool = True, client: str | None = None,
+                      **fields: Any) -> tuple[Page, dict]:
         """Send ``op`` to one page and await its answer: ``(page, reply)``. A page that does
         not answer within :data:`REPLY_WAIT` is forgotten and the request goes once more to
         another (``again=False``: not sent twice — a change, which the silent page may have
-        made). :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
+        made). ``client``: that page when it is still here (else the one :meth:`choose` gives).
+        :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
         model) when no page answers, or with the page's own error."""
         loop = asyncio.get_running_loop()
         none = NO_PAGE if op == "cells" else NO_PAGE_TO_CHANGE
         for _attempt in range(2 if again else 1):
-            page = await self._page(none)
+            page = await self._page(none, client)
             req = f"r{next(self._ids)}"
             answer: asyncio.Future = loop.create_future()
             self._waiting[req] = (page.client, answer)
@@ -277,11 +322,11 @@ class NotebookPages:
         _page, reply = await self.request(op, again=False, **fields)
         return {"cell_id": _text(reply.get("cell_id")), "change": _text(reply.get("change")) or op}
 
-    async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
-        """Keep or Reject an agent's pending change of a cell, in one page (sent once):
-        ``{"outcome": "kept" | "rejected"}``; see
+    async def settle_cell(self, cell_id: str, keep: bool, client: str | None = None) -> dict[str, Any]:
+        """Keep or Reject an agent's pending change of a cell, in one page (sent once; the
+        page ``client`` when given and still here): ``{"outcome": "kept" | "rejected"}``; see
         :class:`~escouade_nb.engine.kernel_server.LiveNotebook`."""
-        _page, reply = await self.request("settle", again=False, cell=cell_id, keep=bool(keep))
+        _page, reply = await self.request("settle", again=False, client=client, cell=cell_id, keep=bool(keep))
         outcome = reply.get("outcome")
         return {"outcome": outcome if outcome in ("kept", "rejected") else None}
 

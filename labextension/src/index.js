@@ -18,6 +18,12 @@
 // (PENDING below: what changed, the source before it, by whom), so a save keeps it pending and a
 // reload still shows it. A stale change is refused HERE, at the moment it would apply: `edit` and
 // `delete` carry the SHA-256 of the source the agent read, compared with the cell's source now.
+// A cell pending review shows, INSIDE the cell (a bar at its end), what changed — "new cell by NAME",
+// the new source against the old line by line, or a proposed deletion — with Keep and Reject; the
+// notebook's toolbar offers Keep all / Reject all while any is pending. A click does not change the
+// notebook here: the page tells the kernel ({decide: {cell, keep}}), which settles it through the
+// agent's review (its `pending_edits` stays true, a Reject is told to the agent) by sending `settle`
+// back; the bar goes as soon as the cell's mark does (the settle removes it).
 // The agent's changes are not in the user's undo history (one transaction outside the undo
 // manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back.
 
@@ -33,6 +39,10 @@ const KEEP = 20;
 // (the source before an edit or delete), agent, at}
 const PENDING = 'escouade_pending';
 const CELL_TYPES = ['code', 'markdown', 'raw'];
+// milliseconds a clicked Keep/Reject waits for the kernel before its buttons come back
+const DECIDE_WAIT = 10000;
+// lines of each side beyond which the review shows the old and new sources whole instead of a diff
+const DIFF_LINES = 400;
 const MAX_SOURCE = 1000000;
 
 // SHA-256 (FIPS 180-4) of a string's UTF-8, in hex: synchronous, so the staleness check and the change
@@ -100,6 +110,96 @@ function sha256Hex(text) {
 function pendingOf(cell) {
   const value = cell.getMetadata ? cell.getMetadata(PENDING) : undefined;
   return value && typeof value === 'object' ? value : null;
+}
+
+// The lines of `before` and `after` as [' ' | '-' | '+', line] (a longest common subsequence).
+function lineDiff(before, after) {
+  const a = before.split('\n');
+  const b = after.split('\n');
+  if (a.length > DIFF_LINES || b.length > DIFF_LINES) {
+    return [...a.map(line => ['-', line]), ...b.map(line => ['+', line])];
+  }
+  const common = Array.from({ length: a.length + 1 }, () => new Uint16Array(b.length + 1));
+  for (let i = a.length - 1; i >= 0; i--) {
+    for (let j = b.length - 1; j >= 0; j--) {
+      common[i][j] = a[i] === b[j] ? common[i + 1][j + 1] + 1 : Math.max(common[i + 1][j], common[i][j + 1]);
+    }
+  }
+  const out = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    if (i < a.length && j < b.length && a[i] === b[j]) {
+      out.push([' ', a[i++]]);
+      j++;
+    } else if (j < b.length && (i >= a.length || common[i][j + 1] >= common[i + 1][j])) {
+      out.push(['+', b[j++]]);
+    } else {
+      out.push(['-', a[i++]]);
+    }
+  }
+  return out;
+}
+
+function element(tag, style, text) {
+  const node = document.createElement(tag);
+  if (style) {
+    node.style.cssText = style;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+const BAR_STYLE =
+  'margin:4px 0 4px 64px;padding:4px 8px;border-left:3px solid var(--jp-warn-color1,#f57c00);' +
+  'background:var(--jp-warn-color3,#fff3e0);font-size:var(--jp-ui-font-size1,13px);' +
+  'color:var(--jp-ui-font-color1,#000)';
+const BUTTON_STYLE = 'margin-left:8px;cursor:pointer';
+
+function button(label, onClick, busy) {
+  const node = element('button', BUTTON_STYLE, label);
+  node.type = 'button';
+  node.className = 'jp-Button escouade-review-button';
+  node.disabled = busy;
+  node.addEventListener('click', event => {
+    event.stopPropagation();
+    onClick();
+  });
+  return node;
+}
+
+// The review bar of one pending cell: what changed, Keep and Reject (disabled while a click waits).
+function reviewBar(cell, pending, busy, decide) {
+  const bar = element('div', BAR_STYLE);
+  bar.className = 'escouade-review';
+  bar.dataset.cell = cell.id;
+  bar.dataset.change = String(pending.change || 'edit');
+  const who = typeof pending.agent === 'string' && pending.agent ? pending.agent : 'an agent';
+  const head = element('div', 'display:flex;align-items:center;gap:4px');
+  let title;
+  if (pending.change === 'insert') {
+    title = `New cell by ${who}`;
+  } else if (pending.change === 'delete') {
+    title = `${who} deletes this cell (Keep deletes it)`;
+  } else {
+    title = `Edited by ${who}`;
+  }
+  head.appendChild(element('span', 'flex:1;font-weight:600', busy ? `${title} — ${busy}…` : title));
+  head.appendChild(button('Keep', () => decide(cell.id, true), busy !== null));
+  head.appendChild(button('Reject', () => decide(cell.id, false), busy !== null));
+  bar.appendChild(head);
+  if (pending.change === 'edit' && typeof pending.original === 'string') {
+    const diff = element('pre', 'margin:4px 0 0;font-family:var(--jp-code-font-family,monospace);white-space:pre-wrap');
+    diff.className = 'escouade-review-diff';
+    for (const [sign, line] of lineDiff(pending.original, cell.getSource())) {
+      const color = sign === '+' ? 'var(--jp-success-color3,#e8f5e9)' : sign === '-' ? 'var(--jp-error-color3,#ffebee)' : '';
+      diff.appendChild(element('div', color ? `background:${color}` : '', `${sign} ${line}`));
+    }
+    bar.appendChild(diff);
+  }
+  return bar;
 }
 
 function newClientId() {
@@ -311,19 +411,17 @@ function attach(panel) {
         answer = { ok: false, error: `the change failed: ${String(err).slice(0, 200)}` };
       }
       send({ reply: req, ...answer });
+      refresh(); // the review drawn as the change is (a settled cell's bar gone at once)
       return;
     }
     send({ reply: req, ok: false, error: `unknown operation ${String(data.op).slice(0, 40)}` });
   };
 
-  // The kernel's ping: open this panel's comm (or say hello again on the open one).
-  const onPing = () => {
+  // Open this panel's comm to the kernel and say hello, with `extra` (a decision: the kernel may not yet
+  // listen on a comm it is just given) (false when there is no kernel to open it to).
+  const openComm = (extra = {}) => {
     if (kernel === null || kernel.isDisposed) {
-      return;
-    }
-    if (comm !== null && !comm.isDisposed) {
-      send(hello());
-      return;
+      return false;
     }
     const opened = kernel.createComm(TARGET);
     comm = opened;
@@ -336,12 +434,115 @@ function attach(panel) {
       }
     };
     try {
-      opened.open(hello()); // a future: never awaited here
+      opened.open({ ...hello(), ...extra }); // a future: never awaited here
     } catch (err) {
       comm = null;
       console.warn('escouade_nb: the channel to the kernel did not open', err);
+      return false;
+    }
+    return true;
+  };
+
+  // The kernel's ping: open this panel's comm (or say hello again on the open one).
+  const onPing = () => {
+    if (comm !== null && !comm.isDisposed) {
+      send(hello());
+      return;
+    }
+    openComm();
+  };
+
+  // -- the review: Keep and Reject inside each pending cell, Keep all / Reject all in the toolbar --
+  const waiting = new Map(); // cell id -> {label, until}: a click the kernel has not settled yet
+  let drawn = ''; // what the toolbar's review shows now
+
+  // The user's Keep or Reject: told to the kernel, which settles it (nothing changes here before).
+  const decide = (cellId, keep) => {
+    if (waiting.has(cellId)) {
+      return;
+    }
+    const decision = { decide: { cell: cellId, keep } };
+    if (comm !== null && !comm.isDisposed) {
+      send(decision);
+    } else if (!openComm(decision)) {
+      console.warn('escouade_nb: no kernel to tell the review to');
+      return;
+    }
+    waiting.set(cellId, { label: keep ? 'keeping' : 'rejecting', until: Date.now() + DECIDE_WAIT });
+    refresh();
+  };
+
+  const toolbarReview = element('span', 'display:none;align-items:center;margin:0 8px;font-size:var(--jp-ui-font-size1,13px)');
+  toolbarReview.className = 'escouade-review-all';
+  const toolbarText = element('span', '');
+  toolbarReview.appendChild(toolbarText);
+  const pendingCells = () => {
+    const model = panel.content.model;
+    return model ? model.sharedModel.cells.filter(cell => pendingOf(cell) !== null) : [];
+  };
+  toolbarReview.appendChild(button('Keep all', () => pendingCells().forEach(cell => decide(cell.id, true)), false));
+  toolbarReview.appendChild(button('Reject all', () => pendingCells().forEach(cell => decide(cell.id, false)), false));
+  if (panel.toolbar && panel.toolbar.node) {
+    panel.toolbar.node.appendChild(toolbarReview);
+  }
+
+  const refresh = () => {
+    const notebook = panel.content;
+    if (!notebook.model) {
+      return;
+    }
+    const now = Date.now();
+    let count = 0;
+    for (const widget of notebook.widgets) {
+      const cell = widget.model && widget.model.sharedModel;
+      if (!cell) {
+        continue;
+      }
+      const pending = pendingOf(cell);
+      let bar = widget.node.querySelector(':scope > .escouade-review');
+      const wait = waiting.get(cell.id);
+      if (wait && (pending === null || wait.until < now)) {
+        waiting.delete(cell.id); // settled, or the kernel did not act: the buttons come back
+      }
+      if (pending === null) {
+        if (bar) {
+          bar.remove();
+        }
+        continue;
+      }
+      count++;
+      const busy = waiting.has(cell.id) ? waiting.get(cell.id).label : null;
+      const key = JSON.stringify([pending.change, pending.agent, pending.original, pending.at, busy,
+        pending.change === 'edit' ? cell.getSource() : '']);
+      if (bar && bar.dataset.key === key) {
+        continue;
+      }
+      if (bar) {
+        bar.remove();
+      }
+      bar = reviewBar(cell, pending, busy, decide);
+      bar.dataset.key = key;
+      widget.node.appendChild(bar); // at the cell's end: the cell's own widgets keep their places
+    }
+    const shown = String(count);
+    if (shown !== drawn) {
+      drawn = shown;
+      toolbarText.textContent = count === 1 ? '1 change pending review' : `${count} changes pending review`;
+      toolbarReview.style.display = count > 0 ? 'inline-flex' : 'none';
     }
   };
+  // the cells' marks change through the shared model (a kernel's settle, a collaborator, a reload):
+  // redrawn on every change of the notebook, and each second for the cells drawn later
+  const onChanged = () => refresh();
+  const watch = () => {
+    if (panel.content.model) {
+      panel.content.model.sharedModel.changed.connect(onChanged);
+      panel.content.model.contentChanged.connect(onChanged);
+      refresh();
+    }
+  };
+  panel.context.ready.then(watch, () => undefined);
+  const ticking = setInterval(refresh, 1000);
 
   const register = () => {
     const next = (panel.sessionContext.session && panel.sessionContext.session.kernel) || null;
@@ -373,6 +574,7 @@ function attach(panel) {
   panel.sessionContext.ready.then(register, () => undefined);
   register();
   panel.disposed.connect(() => {
+    clearInterval(ticking);
     bye();
     window.removeEventListener('pagehide', bye);
     panel.sessionContext.kernelChanged.disconnect(register);

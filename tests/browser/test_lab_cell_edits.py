@@ -109,3 +109,57 @@ def test_an_insert_is_pending_and_a_stale_edit_is_refused_after_the_user_typed(n
         until(lambda: page.evaluate(UNDO) > steps, "the user's insert is on the undo stack")
     finally:
         mcp.close()
+
+
+# the owner as an agent's session is: its pending edits
+REVIEWED = REVIEW.replace("""    def edited(self, cell_id, change, live):
+        review.add(cell_id, change, live)""", """    def edited(self, cell_id, change, live):
+        review.add(cell_id, change, live)""")
+BARS = f"() => Array.from({PANEL}.node.querySelectorAll('.jp-Cell .escouade-review'), b => b.dataset.cell)"
+TOOLBAR = f"() => {PANEL}.node.querySelector('.escouade-review-all')"
+
+
+def test_keep_and_reject_are_clicked_inside_the_cell(nb):
+    page = nb.page
+    nb.open([REVIEWED, "df = 1"])
+    nb.run_cell(0)
+    out = nb.output(0).inner_text()
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    try:
+        load = mcp.live()["cells"][1]
+
+        # insert → its review inside the new cell ("new cell by NAME", Keep, Reject), and in the toolbar
+        new = json.loads(mcp.call("insert_cell", source="by = 'the agent'", after_cell_id=load["id"])["text"])
+        until(lambda: page.evaluate(BARS) == [new["cell_id"]], "the review bar is inside the new cell")
+        bar = nb.cell(2).locator(".escouade-review")
+        assert "New cell by browser test" in bar.inner_text()
+        until(lambda: "1 change pending review" in nb.panel.locator(".escouade-review-all").inner_text(),
+              "the toolbar counts it")
+
+        # Keep by click: the kernel settles it (review.pending: agent.pending_edits stays true), the bar goes
+        bar.get_by_role("button", name="Keep").click()
+        until(lambda: page.evaluate(BARS) == [], "the bar is gone after the Keep")
+        cells = page.evaluate(f"() => {PANEL}.content.model.sharedModel.cells.map(c => [c.id, c.getSource(), "
+                              "c.getMetadata('escouade_pending') || null, c.getMetadata('escouade') || null])")
+        assert cells[2][:3] == [new["cell_id"], "by = 'the agent'", None]
+        assert mcp.call("run_code", code="review.pending")["text"] == "result:\n[]"
+        assert not page.locator(".escouade-review-all").first.is_visible()
+
+        # an edit shows the new source against the old inside the cell
+        mcp.call("edit_cell", cell_id=load["id"], source="df = 9", base_sha256=sha("df = 1"))
+        until(lambda: page.evaluate(BARS) == [load["id"]], "the edit's review bar is in the load cell")
+        diff = nb.cell(1).locator(".escouade-review-diff").inner_text()
+        assert "- df = 1" in diff and "+ df = 9" in diff, diff
+
+        # insert → Reject by click → gone, and the edit rejected too by Reject all: the user's text back
+        gone = json.loads(mcp.call("insert_cell", source="gone = True")["text"])["cell_id"]
+        until(lambda: gone in page.evaluate(BARS), "the second insert's bar")
+        nb.panel.locator(f".escouade-review[data-cell='{gone}']").get_by_role("button", name="Reject").click()
+        until(lambda: gone not in [c[0] for c in page.evaluate(CELLS)], "the rejected cell is gone")
+        nb.panel.locator(".escouade-review-all").get_by_role("button", name="Reject all").click()
+        until(lambda: page.evaluate(BARS) == [], "nothing pending after Reject all")
+        assert page.evaluate(CELLS)[1][1:] == ["df = 1", None]
+
+    finally:
+        mcp.close()

@@ -190,3 +190,51 @@ def test_a_change_goes_to_one_page_once_and_a_stale_one_says_so(monkeypatch):
         assert str(stale.value) == "cell a changed since you read it: read it again"
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_review(monkeypatch):
+    """The page's ``decide`` does nothing by itself: the kernel settles it, with a ``settle``
+    sent back to the page that asked — through the agent's review when one holds the cell
+    (its pending_edits stays true), else directly (a pending cell of a saved notebook)."""
+    from escouade_nb.engine.cell_review import EditReview
+
+    async def main() -> None:
+        pages, (a, b), _ = setup([("a", "nb.ipynb"), ("b", "nb.ipynb")])
+        pages.start()
+        pages.ping()
+        assert a.comm is not None and b.comm is not None
+        review = EditReview()
+        edit = review.add("c7", "insert", pages)
+        assert edit is not None
+        # tab a (not the latest to say hello) clicks Keep: the settle goes to tab a, on its comm
+        a.comm.on_message({"content": {"data": {"client": "a", "decide": {"cell": "c7", "keep": True}}}})
+        a.comm.on_message({"content": {"data": {"client": "a", "decide": {"cell": "c7", "keep": True}}}})  # twice
+        await asyncio.sleep(0.02)
+        (op,) = a.comm.sent
+        assert (op["op"], op["cell"], op["keep"], op["to"]) == ("settle", "c7", True, "a") and b.comm.sent == []
+        a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": True, "outcome": "kept"}}})
+        await asyncio.sleep(0.02)
+        assert edit.state == "kept" and review.pending == []
+        # a cell no agent's review holds: settled directly, by a task the pages own
+        b.comm.on_message({"content": {"data": {"client": "b", "decide": {"cell": "old", "keep": False}}}})
+        await asyncio.sleep(0.02)
+        (op,) = b.comm.sent
+        assert (op["op"], op["cell"], op["keep"]) == ("settle", "old", False)
+        pages.close()
+        await asyncio.sleep(0.02)
+        assert not pages._tasks
+        # a page with no comm open yet (a reload of a saved notebook with pending cells) says it in its hello
+        late = Comm()
+        a.manager.targets[TARGET](late, {"content": {"data": {"v": 1, "client": "z", "hello": {
+            "path": "nb.ipynb", "panel": "p"}, "decide": {"cell": "saved", "keep": True}}}})
+        await asyncio.sleep(0.02)
+        (op,) = late.sent
+        assert (op["op"], op["cell"], op["keep"], op["to"]) == ("settle", "saved", True, "z")
+        pages.close()
+                # a decision that is not one is dropped
+        strays = pages.strays
+        b.comm.on_message({"content": {"data": {"client": "b", "decide": {"cell": 3, "keep": "yes"}}}})
+        assert pages.strays == strays + 1
+        review.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -16,7 +16,9 @@ an error nobody awaited is logged.
 
 The user's Keep and Reject buttons in the page (drawn inside the cell) do not act there:
 the page tells the kernel, which settles the change through the agent's review
-(:func:`pending_edit` finds it), so this list stays true.
+(:func:`pending_edit` finds it), so this list stays true. A Reject is told to the agent
+once, in its next tool result of the kernel's MCP server or its next prompt
+(:meth:`EditReview.take_notice`).
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ class PendingEdit:
 
     def reject(self, *, client: str | None = None) -> Settling:
         """Take the change back exactly: the source before it restored, a new cell removed,
-        a cell marked for deletion left as it was."""
+        a cell marked for deletion left as it was. The agent is told (see
+        :meth:`EditReview.take_notice`)."""
         return self._review._settle(self, False, client)
 
     def __repr__(self) -> str:
@@ -94,6 +97,7 @@ class EditReview:
         self._edits: list[PendingEdit] = []
         self._tasks: set[asyncio.Task] = set()
         self._busy: set[str] = set()  # cells whose Keep or Reject is under way
+        self._untold: list[str] = []  # cells whose change was rejected, not yet told to the agent
         _reviews.add(self)
 
     @property
@@ -142,7 +146,19 @@ class EditReview:
         edit.state = outcome
         if edit in self._edits:
             self._edits.remove(edit)
+        if outcome == "rejected":
+            self._untold.append(f"{edit.change} of cell {edit.cell_id}")
         return outcome
+
+    def take_notice(self) -> str | None:
+        """What the agent has not yet been told of the user's review, once: the changes the
+        user rejected since (named by cell), or ``None``."""
+        if not self._untold:
+            return None
+        told, self._untold = self._untold, []
+        return ("[escouade_nb notice] The user rejected your change(s) to the open notebook: "
+                + "; ".join(told) + ". They are taken back (the source before restored, a new cell removed): "
+                'read the cells again (notebook_cells(source="live")) before changing them.')
 
     def _finished(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)

@@ -551,6 +551,11 @@ class KernelAccess:
         if review is not None:
             review.add(cell_id, change, live)
 
+    def notice(self) -> str | None:
+        """What the agent learns in its next tool result, once: the user's Reject of its changes."""
+        review = getattr(self.agent, "edit_review", None)
+        return review.take_notice() if review is not None else None
+
     def tool_done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:
         """The kernel's server ended a call (see ``ToolOwner``): on record."""
         self.record.done(tool, arguments, status, text)

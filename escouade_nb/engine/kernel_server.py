@@ -156,7 +156,8 @@ class ToolOwner(Protocol):
     def ran_code(self, code: str, result: dict) -> None: ...
 
     # optional: ``edited(cell_id, change, live)``, told of each change the page made
-    # (``insert``, ``edit``, ``delete``, ``removed``) with the channel that made it
+    # (``insert``, ``edit``, ``delete``, ``removed``) with the channel that made it;
+    # ``notice()`` -> str | None, appended once to its next tool result (a Reject of its change)
 
 
 @runtime_checkable
@@ -512,7 +513,7 @@ class KernelServer:
                     await self._consent(allow(tool, arguments))
             answer = await impl()
             text, status = answer if isinstance(answer, tuple) else (answer, "ok")
-            return text
+            return self._with_notice(grant.owner, text)
         except ToolFailure as exc:
             status, text = exc.status, str(exc)
             raise ToolError(text) from None
@@ -524,6 +525,20 @@ class KernelServer:
             raise ToolError(text) from None
         finally:
             self._tell_done(grant.owner, tool, arguments, status, text)
+
+    @staticmethod
+    def _with_notice(owner: Any, text: str) -> str:
+        """``text`` and the owner's ``notice()`` (optional: what the agent must learn, such as
+        the user's Reject of its change), once."""
+        notice = getattr(owner, "notice", None)
+        if not callable(notice):
+            return text
+        try:
+            told = notice()
+        except Exception:
+            log.exception("kernel MCP server: %s.notice failed", getattr(owner, "name", owner))
+            return text
+        return f"{text}\n\n{told}" if isinstance(told, str) and told else text
 
     @staticmethod
     def _tell_done(owner: Any, tool: str, arguments: dict, status: str, text: str) -> None:

@@ -224,7 +224,10 @@ class TurnQueue:
         preamble = live.take_preamble()
         primer = agent.take_primer()
         carried = gate([primer], takes)[0] if primer else []
+        review = getattr(agent, "edit_review", None)
+        told = review.take_notice() if review is not None else None  # the user's Reject, told once
         wire_prompt = [*([context({"type": "text", "text": preamble}, "preamble")] if preamble else []),
+                       *([context({"type": "text", "text": told}, "notice")] if told else []),
                        *carried, *turn.prompt]
         agent.conversation.add_user_message(turn.prompt, sent=wire_prompt)
         return wire_prompt, primer

@@ -111,10 +111,12 @@ def test_an_insert_is_pending_and_a_stale_edit_is_refused_after_the_user_typed(n
         mcp.close()
 
 
-# the owner as an agent's session is: its pending edits
+# the owner as an agent's session is: its pending edits, the notice of a Reject
 REVIEWED = REVIEW.replace("""    def edited(self, cell_id, change, live):
         review.add(cell_id, change, live)""", """    def edited(self, cell_id, change, live):
-        review.add(cell_id, change, live)""")
+        review.add(cell_id, change, live)
+    def notice(self):
+        return review.take_notice()""")
 BARS = f"() => Array.from({PANEL}.node.querySelectorAll('.jp-Cell .escouade-review'), b => b.dataset.cell)"
 TOOLBAR = f"() => {PANEL}.node.querySelector('.escouade-review-all')"
 
@@ -160,6 +162,12 @@ def test_keep_and_reject_are_clicked_inside_the_cell(nb):
         nb.panel.locator(".escouade-review-all").get_by_role("button", name="Reject all").click()
         until(lambda: page.evaluate(BARS) == [], "nothing pending after Reject all")
         assert page.evaluate(CELLS)[1][1:] == ["df = 1", None]
+
+        # the agent learns the Rejects in its next tool result, the cells named, once
+        told = mcp.call("notebook_cells", source="live")
+        assert not told["is_error"]
+        assert "rejected" in told["text"] and gone in told["text"] and load["id"] in told["text"], told["text"]
+        assert "rejected" not in mcp.call("notebook_cells", source="live")["text"]
 
     finally:
         mcp.close()

@@ -2,7 +2,7 @@
 asyncio, the ``mcp`` SDK's client) with a page of our own standing for the notebook's
 (it checks the hash as the real page does, tests/browser/test_lab_cell_edits.py): each change
 answers at once "pending review" with the cell id, asks no card (the owner's read check,
-with the notebook path, is all), and tells the owner how it ended; a stale edit is a tool
+with the notebook path, is all), and tells the owner how it ended (a Reject told to the agent in its next tool result, once); a stale edit is a tool
 error saying the cell changed since; the live read shows a pending cell with ``pending:
 true``; without a channel, one line."""
 
@@ -180,5 +180,73 @@ def test_changes_without_a_channel_say_so_in_one_line():
                     assert f"{tool} needs escouade_nb loaded in a kernel" in text_of(got)
         finally:
             await server.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+class Owner3(Owner2):
+    """An owner as an agent's session is: the notice of its review."""
+
+    def notice(self) -> str | None:
+        return self.review.take_notice()
+
+
+def test_a_reject_is_told_in_the_next_tool_result_once():
+    async def main() -> None:
+        page = Page()
+        server = await KernelServer(namespace={}, live=page).start()
+        try:
+            owner = Owner3()
+            async with client(server.url, server.grant(owner).token) as session:
+                new = json.loads(text_of(await session.call_tool("insert_cell", {"source": "1 + 1"})))["cell_id"]
+                page.before = "df = load()"
+                await session.call_tool("edit_cell", {"cell_id": "a1", "source": "df = 2",
+                                                      "base_sha256": sha("df = load()")})
+                first, second = owner.review.pending
+                assert await first.reject() == "rejected" and await second.keep() == "kept"
+                told = text_of(await session.call_tool("notebook_cells", {"source": "live"}))
+                assert f"The user rejected your change(s) to the open notebook: insert of cell {new}." in told
+                assert "a1" not in told.split("[escouade_nb notice]")[1], "a kept change is not told"
+                again = text_of(await session.call_tool("notebook_cells", {"source": "live"}))
+                assert "rejected" not in again, "told once"
+        finally:
+            await server.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+class Settled:
+    """A page that answers every Keep or Reject."""
+
+    async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
+        return {"outcome": "kept" if keep else "rejected"}
+
+
+def test_a_reject_is_told_in_the_next_prompt_when_no_tool_call_came_first(tmp_path):
+    from escouade_nb.engine.agent import Agent, state_of
+    from escouade_nb.manifest import discover, locate_program
+
+    async def main() -> None:
+        ref = discover().find("fake")
+        agent = Agent(ref, program=locate_program(ref.harness), cwd=tmp_path)
+        try:
+            await agent.ready()
+            sent: list = []
+            agent.transport.observers.append(
+                lambda d, m: d == "out" and m.get("method") == "session/prompt" and sent.append(m["params"]["prompt"]))
+            review = state_of(agent).edit_review
+            review.add("c1", "insert", Settled())
+            review.add("c2", "edit", Settled())
+            first, second = agent.pending_edits
+            assert await first.reject() == "rejected" and await second.keep() == "kept"
+            await agent.send("hello one")
+            await agent.send("hello two")
+            notices = [[b for b in prompt if (b.get("_meta") or {}).get("escouade") == {"context": "notice"}]
+                       for prompt in sent]
+            assert [len(n) for n in notices] == [1, 0], "told once, in the next prompt"
+            assert "rejected your change(s) to the open notebook: insert of cell c1." in notices[0][0]["text"]
+            assert "c2" not in notices[0][0]["text"]
+        finally:
+            await agent.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))

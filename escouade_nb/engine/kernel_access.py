@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..core.conversation import ToolCall, frozen_request
+from ..core.conversation import Message, ToolCall, frozen_request
 from ..manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from ..manifest.models import ManifestError
 from ..permissions.request import mcp_arguments_of, mcp_tool_of
@@ -550,6 +550,17 @@ class KernelAccess:
         review = getattr(self.agent, "edit_review", None)
         if review is not None:
             review.add(cell_id, change, live)
+
+    def provenance(self) -> dict[str, Any]:
+        """Who makes a change now (a kept cell's metadata ``escouade``): the agent's name,
+        its manifest's harness id, the ACP session id, the 1-based turn of the conversation."""
+        agent = self.agent
+        live = getattr(agent, "live", None)
+        session = getattr(getattr(live, "session", None), "session_id", None)
+        turns = sum(1 for item in agent.conversation.items if isinstance(item, Message) and item.role == "user")
+        harness = getattr(agent, "harness", None)
+        return {"agent": agent.name, "harness": getattr(harness, "short_id", None),
+                "session": session if isinstance(session, str) else None, "turn": turns or None}
 
     def notice(self) -> str | None:
         """What the agent learns in its next tool result, once: the user's Reject of its changes."""

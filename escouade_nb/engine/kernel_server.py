@@ -157,6 +157,8 @@ class ToolOwner(Protocol):
 
     # optional: ``edited(cell_id, change, live)``, told of each change the page made
     # (``insert``, ``edit``, ``delete``, ``removed``) with the channel that made it;
+    # ``provenance()`` -> {"agent", "harness", "session", "turn"}, sent with each change (the
+    # page writes it, with ``at``, into a kept cell's metadata ``escouade``);
     # ``notice()`` -> str | None, appended once to its next tool result (a Reject of its change)
 
 
@@ -632,7 +634,7 @@ class KernelServer:
             op, wire = "edit", {"cell": fields["cell_id"], "source": fields["source"], "base": fields["base_sha256"]}
         else:
             op, wire = "delete", {"cell": fields["cell_id"], "base": fields["base_sha256"]}
-        reply = await live.change_cell(op, {**wire, "agent": agent})
+        reply = await live.change_cell(op, {**wire, "agent": agent, "by": self._provenance(grant, agent)})
         cell_id = reply.get("cell_id")
         change = reply.get("change")
         if not isinstance(cell_id, str) or not cell_id:
@@ -651,6 +653,25 @@ class KernelServer:
                           "made in the open notebook; the user keeps or rejects it (notebook_cells(source=\"live\") "
                           "shows it with pending: true and its new sha256)"}
         return json.dumps(answer, ensure_ascii=False)
+
+    @staticmethod
+    def _provenance(grant: Any, agent: str) -> dict[str, Any]:
+        """Who makes a change, for the cell's metadata once kept: ``agent``, ``harness``,
+        ``session``, ``turn`` (the owner's ``provenance()``, optional) and ``at`` (now, ISO-8601 UTC)."""
+        from datetime import UTC, datetime
+
+        by: dict[str, Any] = {"agent": agent, "harness": None, "session": None, "turn": None}
+        told = getattr(grant.owner, "provenance", None) if grant is not None else None
+        if callable(told):
+            try:
+                got = told()
+            except Exception:
+                log.exception("kernel MCP server: %s.provenance failed", getattr(grant.owner, "name", grant.owner))
+                got = None
+            if isinstance(got, dict):
+                by.update({k: got[k] for k in ("agent", "harness", "session", "turn") if k in got})
+        by["at"] = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return by
 
     async def _run_code(self, code: str) -> tuple[str, str]:
         """Ask, run, tell the owner: ``(text the model reads, "ok" | "error")``."""

@@ -24,6 +24,8 @@
 // notebook here: the page tells the kernel ({decide: {cell, keep}}), which settles it through the
 // agent's review (its `pending_edits` stays true, a Reject is told to the agent) by sending `settle`
 // back; the bar goes as soon as the cell's mark does (the settle removes it).
+// A Keep writes the cell's provenance, which the kernel sent with the change (PENDING.by), into its
+// metadata under PROVENANCE: {agent, harness, session, turn, at}.
 // The agent's changes are not in the user's undo history (one transaction outside the undo
 // manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back.
 
@@ -39,6 +41,8 @@ const KEEP = 20;
 // (the source before an edit or delete), agent, at}
 const PENDING = 'escouade_pending';
 const CELL_TYPES = ['code', 'markdown', 'raw'];
+// the metadata key of a kept cell's provenance: {agent, harness, session, turn, at}
+const PROVENANCE = 'escouade';
 // milliseconds a clicked Keep/Reject waits for the kernel before its buttons come back
 const DECIDE_WAIT = 10000;
 // lines of each side beyond which the review shows the old and new sources whole instead of a diff
@@ -112,6 +116,21 @@ function pendingOf(cell) {
   return value && typeof value === 'object' ? value : null;
 }
 
+// The provenance the kernel sent with a change, kept to known fields of known types.
+function provenanceOf(by) {
+  if (!by || typeof by !== 'object') {
+    return null;
+  }
+  const text = (value, max) => (typeof value === 'string' ? value.slice(0, max) : null);
+  return {
+    agent: text(by.agent, 200),
+    harness: text(by.harness, 200),
+    session: text(by.session, 200),
+    turn: Number.isInteger(by.turn) ? by.turn : null,
+    at: text(by.at, 40)
+  };
+}
+
 // The lines of `before` and `after` as [' ' | '-' | '+', line] (a longest common subsequence).
 function lineDiff(before, after) {
   const a = before.split('\n');
@@ -132,10 +151,10 @@ function lineDiff(before, after) {
     if (i < a.length && j < b.length && a[i] === b[j]) {
       out.push([' ', a[i++]]);
       j++;
-    } else if (j < b.length && (i >= a.length || common[i][j + 1] >= common[i + 1][j])) {
-      out.push(['+', b[j++]]);
+    } else if (i < a.length && (j >= b.length || common[i + 1][j] >= common[i][j + 1])) {
+      out.push(['-', a[i++]]); // the old line first, as a diff reads
     } else {
-      out.push(['-', a[i++]]);
+      out.push(['+', b[j++]]);
     }
   }
   return out;
@@ -270,6 +289,7 @@ function change(panel, data) {
   const notebook = model.sharedModel;
   const agent = typeof data.agent === 'string' ? data.agent.slice(0, 200) : '';
   const at = new Date().toISOString();
+  const by = provenanceOf(data.by); // the kernel's: written as the cell's provenance on Keep
   const find = id => notebook.cells.findIndex(cell => cell.id === id);
   if (data.op === 'insert') {
     const kind = CELL_TYPES.includes(data.cell_type) ? data.cell_type : null;
@@ -289,7 +309,7 @@ function change(panel, data) {
       inserted = notebook.insertCell(index, {
         cell_type: kind,
         source: data.source,
-        metadata: { [PENDING]: { change: 'insert', agent, at } }
+        metadata: { [PENDING]: { change: 'insert', agent, at, by } }
       });
     }, false);
     return { ok: true, cell_id: inserted.id, change: 'insert' };
@@ -322,9 +342,9 @@ function change(panel, data) {
       notebook.deleteCell(index); // nothing of the user's to restore: gone at once
     } else if (data.op === 'edit') {
       cell.setSource(data.source);
-      cell.setMetadata(PENDING, fresh ? { change: 'insert', agent, at } : { change: 'edit', original, agent, at });
+      cell.setMetadata(PENDING, fresh ? { change: 'insert', agent, at, by } : { change: 'edit', original, agent, at, by });
     } else {
-      cell.setMetadata(PENDING, { change: 'delete', original, agent, at });
+      cell.setMetadata(PENDING, { change: 'delete', original, agent, at, by });
     }
   }, false);
   return { ok: true, cell_id: data.cell, change: data.op === 'delete' && fresh ? 'removed' : data.op };
@@ -358,6 +378,10 @@ function settle(panel, data) {
       cell.setSource(pending.original);
     }
     cell.deleteMetadata(PENDING);
+    const by = keep ? provenanceOf(pending.by) : null;
+    if (by !== null) {
+      cell.setMetadata(PROVENANCE, by);
+    }
   }, false);
   return { ok: true, cell_id: data.cell, outcome: keep ? 'kept' : 'rejected' };
 }
@@ -515,6 +539,9 @@ function attach(panel) {
       const key = JSON.stringify([pending.change, pending.agent, pending.original, pending.at, busy,
         pending.change === 'edit' ? cell.getSource() : '']);
       if (bar && bar.dataset.key === key) {
+        if (bar !== widget.node.lastElementChild) {
+          widget.node.appendChild(bar); // a new cell's own parts were attached after it: back to the end
+        }
         continue;
       }
       if (bar) {

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 
 from test_lab_live_cells import PANEL, SETUP, Mcp, until
 
@@ -111,17 +113,19 @@ def test_an_insert_is_pending_and_a_stale_edit_is_refused_after_the_user_typed(n
         mcp.close()
 
 
-# the owner as an agent's session is: its pending edits, the notice of a Reject
+# the owner as an agent's session is: its pending edits, its provenance, the notice of a Reject
 REVIEWED = REVIEW.replace("""    def edited(self, cell_id, change, live):
         review.add(cell_id, change, live)""", """    def edited(self, cell_id, change, live):
         review.add(cell_id, change, live)
+    def provenance(self):
+        return {"agent": "browser test", "harness": "fake-agent", "session": "s-1", "turn": 2}
     def notice(self):
         return review.take_notice()""")
 BARS = f"() => Array.from({PANEL}.node.querySelectorAll('.jp-Cell .escouade-review'), b => b.dataset.cell)"
 TOOLBAR = f"() => {PANEL}.node.querySelector('.escouade-review-all')"
 
 
-def test_keep_and_reject_are_clicked_inside_the_cell(nb):
+def test_keep_and_reject_are_clicked_inside_the_cell_and_a_kept_cell_says_who_wrote_it(nb, tmp_path):
     page = nb.page
     nb.open([REVIEWED, "df = 1"])
     nb.run_cell(0)
@@ -136,15 +140,22 @@ def test_keep_and_reject_are_clicked_inside_the_cell(nb):
         until(lambda: page.evaluate(BARS) == [new["cell_id"]], "the review bar is inside the new cell")
         bar = nb.cell(2).locator(".escouade-review")
         assert "New cell by browser test" in bar.inner_text()
+        until(lambda: page.evaluate(f"() => {PANEL}.node.querySelectorAll('.jp-Cell')[2].lastElementChild"
+                                    ".classList.contains('escouade-review')"), "the bar is at the cell's end")
         until(lambda: "1 change pending review" in nb.panel.locator(".escouade-review-all").inner_text(),
               "the toolbar counts it")
 
-        # Keep by click: the kernel settles it (review.pending: agent.pending_edits stays true), the bar goes
+        # Keep by click: the kernel settles it (review.pending: agent.pending_edits stays true), the bar goes,
+        # the cell says who wrote it
         bar.get_by_role("button", name="Keep").click()
         until(lambda: page.evaluate(BARS) == [], "the bar is gone after the Keep")
         cells = page.evaluate(f"() => {PANEL}.content.model.sharedModel.cells.map(c => [c.id, c.getSource(), "
                               "c.getMetadata('escouade_pending') || null, c.getMetadata('escouade') || null])")
-        assert cells[2][:3] == [new["cell_id"], "by = 'the agent'", None]
+        kept_id, source, pending, provenance = cells[2]
+        assert (kept_id, source, pending) == (new["cell_id"], "by = 'the agent'", None)
+        assert {k: provenance[k] for k in ("agent", "harness", "session", "turn")} == {
+            "agent": "browser test", "harness": "fake-agent", "session": "s-1", "turn": 2}
+        assert provenance["at"].endswith("Z") and provenance["at"][:2] == "20", provenance
         assert mcp.call("run_code", code="review.pending")["text"] == "result:\n[]"
         assert not page.locator(".escouade-review-all").first.is_visible()
 
@@ -152,7 +163,7 @@ def test_keep_and_reject_are_clicked_inside_the_cell(nb):
         mcp.call("edit_cell", cell_id=load["id"], source="df = 9", base_sha256=sha("df = 1"))
         until(lambda: page.evaluate(BARS) == [load["id"]], "the edit's review bar is in the load cell")
         diff = nb.cell(1).locator(".escouade-review-diff").inner_text()
-        assert "- df = 1" in diff and "+ df = 9" in diff, diff
+        assert diff.splitlines() == ["- df = 1", "+ df = 9"], diff
 
         # insert → Reject by click → gone, and the edit rejected too by Reject all: the user's text back
         gone = json.loads(mcp.call("insert_cell", source="gone = True")["text"])["cell_id"]
@@ -169,5 +180,17 @@ def test_keep_and_reject_are_clicked_inside_the_cell(nb):
         assert "rejected" in told["text"] and gone in told["text"] and load["id"] in told["text"], told["text"]
         assert "rejected" not in mcp.call("notebook_cells", source="live")["text"]
 
+        # the provenance survives a save and nbconvert
+        page.evaluate(f"() => {PANEL}.context.save()")
+        until(lambda: not page.evaluate(f"() => {PANEL}.context.model.dirty"), "the notebook is saved")
+        saved = nb.lab.root / nb.path
+        converted = tmp_path / "converted.ipynb"
+        subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--output",
+                        str(converted), str(saved)], check=True, capture_output=True, cwd=tmp_path)
+        for path in (saved, converted):
+            written = json.loads(path.read_text())
+            by = [c["metadata"].get("escouade") for c in written["cells"]]
+            assert by[0] is None and by[1] is None and by[2]["session"] == "s-1", (path, by)
+            assert [c["id"] for c in written["cells"]] == [c[0] for c in cells[:2]] + [new["cell_id"]]
     finally:
         mcp.close()

@@ -2,7 +2,8 @@
 asyncio, the ``mcp`` SDK's client) with a page of our own standing for the notebook's
 (it checks the hash as the real page does, tests/browser/test_lab_cell_edits.py): each change
 answers at once "pending review" with the cell id, asks no card (the owner's read check,
-with the notebook path, is all), and tells the owner how it ended (a Reject told to the agent in its next tool result, once); a stale edit is a tool
+with the notebook path, is all), and tells the owner how it ended (its provenance sent with the change, for the cell's
+metadata once kept; a Reject told to the agent in its next tool result, once); a stale edit is a tool
 error saying the cell changed since; the live read shows a pending cell with ``pending:
 true``; without a channel, one line."""
 
@@ -96,8 +97,11 @@ def test_changes_answer_pending_review_at_once_and_a_stale_edit_is_refused():
                 assert not got.is_error, text_of(got)
                 answer = json.loads(text_of(got))
                 assert answer["status"] == "pending review" and answer["cell_id"] == "n1"
+                by = page.ops[-1][1].pop("by")
                 assert page.ops[-1] == ("insert", {"source": "df.plot()", "cell_type": "code", "after": "a1",
                                                    "agent": "test owner"})
+                assert {k: by[k] for k in ("agent", "harness", "session", "turn")} == {
+                    "agent": "test owner", "harness": None, "session": None, "turn": None}  # no provenance()
                 assert owner.reads[-1] == ("insert_cell", {"source": "df.plot()", "cell_type": "code",
                                                            "after_cell_id": "a1", "path": "/srv/work/nb.ipynb"})
                 live = json.loads(text_of(await session.call_tool("notebook_cells", {"source": "live"})))
@@ -185,13 +189,16 @@ def test_changes_without_a_channel_say_so_in_one_line():
 
 
 class Owner3(Owner2):
-    """An owner as an agent's session is: the notice of its review."""
+    """An owner as an agent's session is: its provenance, the notice of its review."""
+
+    def provenance(self) -> dict[str, Any]:
+        return {"agent": "claude", "harness": "claude-agent", "session": "sess-9", "turn": 3}
 
     def notice(self) -> str | None:
         return self.review.take_notice()
 
 
-def test_a_reject_is_told_in_the_next_tool_result_once():
+def test_each_change_carries_its_provenance_and_a_reject_is_told_in_the_next_tool_result_once():
     async def main() -> None:
         page = Page()
         server = await KernelServer(namespace={}, live=page).start()
@@ -199,6 +206,10 @@ def test_a_reject_is_told_in_the_next_tool_result_once():
             owner = Owner3()
             async with client(server.url, server.grant(owner).token) as session:
                 new = json.loads(text_of(await session.call_tool("insert_cell", {"source": "1 + 1"})))["cell_id"]
+                by = page.ops[-1][1]["by"]
+                at = by.pop("at")
+                assert by == {"agent": "claude", "harness": "claude-agent", "session": "sess-9", "turn": 3}
+                assert at.endswith("Z") and "T" in at
                 page.before = "df = load()"
                 await session.call_tool("edit_cell", {"cell_id": "a1", "source": "df = 2",
                                                       "base_sha256": sha("df = load()")})
@@ -246,6 +257,28 @@ def test_a_reject_is_told_in_the_next_prompt_when_no_tool_call_came_first(tmp_pa
             assert [len(n) for n in notices] == [1, 0], "told once, in the next prompt"
             assert "rejected your change(s) to the open notebook: insert of cell c1." in notices[0][0]["text"]
             assert "c2" not in notices[0][0]["text"]
+        finally:
+            await agent.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_the_provenance_of_a_real_agents_change_names_it_its_harness_session_and_turn(tmp_path):
+    from escouade_nb.engine.agent import Agent, state_of
+    from escouade_nb.manifest import discover, locate_program
+
+    async def main() -> None:
+        ref = discover().find("fake")
+        agent = Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, name="scribe")
+        try:
+            await agent.ready()
+            await agent.send("hello one")
+            await agent.send("hello two")
+            live = state_of(agent).live
+            assert live is not None
+            assert live.kernel.provenance() == {"agent": "scribe", "harness": "fake",
+                                                "session": live.session.session_id, "turn": 2}
+            assert isinstance(live.session.session_id, str) and live.session.session_id
         finally:
             await agent.close()
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tool belt: ruff (lint) on the package, scripts/ and benchmarks/, and mypy (types, with
+# The tool belt: ruff (lint) on the package, scripts/, benchmarks/ and tests/, and mypy (types, with
 # the pydantic plugin) on the package, both as configured in pyproject.toml. Installs the
 # `test` and `dev` extras into the virtual environment scripts/test.sh uses (ESCOUADE_VENV,
 # else .venv). Their caches go outside the checkout: MYPY_CACHE_DIR and RUFF_CACHE_DIR, else
@@ -13,8 +13,8 @@ caches="${XDG_CACHE_HOME:-$HOME/.cache}/escouade_nb"
 mypy_cache="${MYPY_CACHE_DIR:-$caches/mypy}"
 ruff_cache="${RUFF_CACHE_DIR:-$caches/ruff}"
 failed=0
-echo "ruff check escouade_nb scripts benchmarks"
-"$venv/bin/python" -m ruff check --cache-dir "$ruff_cache" escouade_nb scripts benchmarks || failed=1
+echo "ruff check escouade_nb scripts benchmarks tests"
+"$venv/bin/python" -m ruff check --cache-dir "$ruff_cache" escouade_nb scripts benchmarks tests || failed=1
 echo "mypy (cache: $mypy_cache)"
 "$venv/bin/python" -m mypy --cache-dir "$mypy_cache" || failed=1
 exit "$failed"

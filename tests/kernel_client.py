@@ -41,6 +41,15 @@ def kernel_with_env(cwd: Path, env: dict[str, str]) -> Kernel:
                 os.environ[key] = value
 
 
+def scratch_kernel(tmp: Path) -> Kernel:
+    """A :class:`Kernel` in ``tmp/ws`` whose rule plugins, config, transcripts and journal
+    are folders of ``tmp``: a kernel started again on the same ``tmp`` finds what the last
+    one left (a restart, a resume)."""
+    env = {"ESCOUADE_NB_PLUGINS_DIR": str(tmp / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(tmp / "config"),
+           "ESCOUADE_NB_TRANSCRIPTS_DIR": str(tmp / "transcripts"), "ESCOUADE_NB_JOURNAL_DIR": str(tmp / "journal")}
+    return kernel_with_env(tmp / "ws", env)
+
+
 class Kernel:
     """One kernel in ``cwd``. ``run(code)`` executes and waits for idle."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def buttons_of(html: str) -> list[dict]:
     """The buttons a card's HTML shows: ``{"act", "key", "value", "label"}`` each."""
-    import html as html_lib  # noqa: F811 (the parameter is the text)
+    import html as html_lib  # (the parameter is the text)
     import re
 
     out = []

@@ -10,9 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from agent_configs import AGENTS, AGENTS_DIR, SUITE_TOKEN  # noqa: E402
-from kernel_client import process_alive  # noqa: E402
-from model_server import ModelServer  # noqa: E402
+from agent_configs import AGENTS, AGENTS_DIR, SUITE_TOKEN
+from kernel_client import process_alive
+from model_server import ModelServer
 
 
 def pytest_configure(config):

@@ -114,7 +114,7 @@ class GooseLike:
             return
         try:
             result = handler(params)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if rid is not None:
                 self.send({"id": rid, "error": {"code": -32603, "message": "Internal error", "data": str(exc)}})
             return
@@ -155,7 +155,7 @@ class GooseLike:
         body = json.dumps({"model": s["model"], "messages": s["messages"], "tools": TOOLS, "stream": False}).encode()
         req = urllib.request.Request(f"{host.rstrip('/')}/{path}", data=body,
                                      headers={"Content-Type": "application/json", "Authorization": "Bearer fake"})
-        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback only, checked above
+        with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only, checked above
             return json.loads(resp.read())["choices"][0]["message"]
 
     def prompt(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -528,7 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         path = urlsplit(self.path).path
         entry = self.server.owner._log("GET", self.path, self.client_address[0], "models", None)
         if path.rstrip("/").endswith("/models"):
@@ -542,10 +542,10 @@ class _Handler(BaseHTTPRequestHandler):
             entry["answer"] = "404"
             self._send(404, "application/json", b'{"error": {"message": "not found"}}')
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._send(200, "text/plain", b"")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if self.headers.get("Content-Encoding") in ("gzip",):

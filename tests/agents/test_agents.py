@@ -73,7 +73,7 @@ REPORT: dict[str, dict] = {}
 class AgentKernel(Kernel):
     """A kernel whose environment (inherited by the agents it starts) is ``env``."""
 
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:  # noqa: D107 - same as Kernel
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:  # same as Kernel
         from jupyter_client.manager import KernelManager
 
         self.km = KernelManager(kernel_name="python3")

@@ -212,7 +212,7 @@ class Lab:
                    f"--ServerApp.root_dir={self.root}"]
             if os.geteuid() == 0:
                 cmd.append("--allow-root")
-            log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server's life
+            log = open(self.log_path, "ab")  # kept open for the server's life
             self.proc = subprocess.Popen(cmd, env=env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          preexec_fn=_term_when_parent_dies)

@@ -54,7 +54,8 @@ def test_side_by_side_turns_live_then_saved_without_their_kernel(nb):
         assert pin.locator(".esc-pin-title").inner_text() == "Edit notes.txt"
         assert heads.nth(i).inner_text() == f"{name} · Fake · worktree escouade/{name} (off main) · no changes"
         # one status, said once and the same everywhere: the turn's head and the table's row
-        eventually(lambda: "waiting for you" in col.locator(".esc-head .esc-status").inner_text(), "turn head says waiting")
+        eventually(lambda: "waiting for you" in col.locator(".esc-head .esc-status").inner_text(),  # noqa: B023 (called now)
+                   "turn head says waiting")
         note = col.evaluate(PINNED_NOTE)  # the card in the transcript says where to answer it: just below
         assert note and "answer it below this turn" in note and "prompt box" not in note, note
     eventually(lambda: [r[1] for r in comparison_rows(table)[1:]] == ["waiting for you"] * 2, "rows say waiting")

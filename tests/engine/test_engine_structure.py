@@ -155,7 +155,7 @@ def test_every_status_move_is_in_the_table(tmp_path):
         await agent.send("hello")
         await agent.close()
         assert seen == ["idle", "working", "idle", "closed"]
-        for a, b in zip(["starting", *seen], seen):
+        for a, b in zip(["starting", *seen], seen, strict=False):
             assert AgentStatus(a).can_go(AgentStatus(b)), (a, b)
     run(go())
 

@@ -122,7 +122,8 @@ def test_new_notebook_and_not_a_notebook_fall_back_to_the_text_diff() -> None:
     assert d.new_file and d.summary() == "2 cells"
     assert d.text().splitlines() == ["new notebook new.ipynb: 2 cells", "  cell 1 (markdown, id t) added",
                                      "    +# T", "  cell 2 (code, id c) added", "    (empty)"]
-    for old, new, why in (("{", new, "the old text is not valid JSON (Expecting property name enclosed in double "
+    # the cases are made before the loop rebinds new
+    for old, new, why in (("{", new, "the old text is not valid JSON (Expecting property name enclosed in double "  # noqa: B020
                                      "quotes at line 1 column 2)"),
                           (new, "[1]", "the new text is JSON but not a notebook (a list, not an object)"),
                           (new, '{"a": 1}', 'the new text is JSON but not a notebook (no "cells" list)')):

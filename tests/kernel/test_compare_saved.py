@@ -99,7 +99,7 @@ def test_side_by_side_turns_saved_whole_with_their_frozen_comparison(tmp_path, m
     rows = [line.split("  ") for line in plain.splitlines() if line.startswith(("a ", "b "))]
     assert len(rows) == 2 and all(any("1 file changed, +1 -0 (notes.txt)" in c for c in r) for r in rows), rows
     assert "a: merged into main since" in plain
-    table, since = eval(nb.cells[5].outputs[0]["text"])  # noqa: S307 - the view's text after the merge: a list
+    table, since = eval(nb.cells[5].outputs[0]["text"])  # the view's text after the merge: a list
     head, *rows = [[c.strip() for c in line.split("  ") if c.strip()] for line in table.splitlines()]
     assert head[-3:] == ["files changed", "tool calls", "cards"], head
     assert [r[-3] for r in rows] == ["1 file changed, +1 -0 (notes.txt)"] * 2, rows  # not "none": a record

@@ -8,11 +8,10 @@ real MCP calls."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from kernel_client import Kernel, kernel_with_env, wait_for
+from kernel_client import Kernel, scratch_kernel, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -34,12 +33,6 @@ SHOWN = ("v = AgentView(a)\nkeys = {v.feed.key(i) for i in a.conversation.items[
          " 'n': len(a.conversation.items)}))")
 
 
-def _kernel(tmp: Path) -> Kernel:
-    env = {"ESCOUADE_NB_PLUGINS_DIR": str(tmp / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(tmp / "config"),
-           "ESCOUADE_NB_TRANSCRIPTS_DIR": str(tmp / "transcripts"), "ESCOUADE_NB_JOURNAL_DIR": str(tmp / "journal")}
-    return kernel_with_env(tmp / "ws", env)
-
-
 def _shown(kernel: Kernel, n: int | None = None) -> dict:
     return json.loads(kernel.run(SHOWN.replace("N", "None" if n is None else str(n))).text.strip().splitlines()[-1])
 
@@ -57,7 +50,7 @@ def rounds(tmp_path_factory):
     (tmp / "ws" / "notes.txt").write_text("notes\n")
     (tmp / "ws" / "cellcard.txt").write_text("card\n")
     seen: dict = {}
-    first = _kernel(tmp)
+    first = scratch_kernel(tmp)
     try:
         first.run(SETUP + "a = %escouade fake --as rt\nawait a.ready()")
         wait_for(first, "a.kernel_tools_state[0] == 'connected'", timeout=30)
@@ -68,7 +61,7 @@ def rounds(tmp_path_factory):
         seen["live1"] = _shown(first)
     finally:
         first.shutdown()
-    second = _kernel(tmp)
+    second = scratch_kernel(tmp)
     try:
         second.run(SETUP + "a = %escouade resume rt")
         seen["resumed1"] = _shown(second, seen["live1"]["n"])
@@ -77,7 +70,7 @@ def rounds(tmp_path_factory):
         seen["live2"] = _shown(second)
     finally:
         second.shutdown()
-    third = _kernel(tmp)
+    third = scratch_kernel(tmp)
     try:
         third.run(SETUP + "a = %escouade resume rt")
         seen["resumed2"] = _shown(third, seen["live2"]["n"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import Kernel, kernel_with_env, wait_for
+from kernel_client import Kernel, scratch_kernel, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -23,12 +23,6 @@ CARDS = ("[(i.request.tool_call_id, i.request.raw_input, answer_label(i)) for i 
 ORDER = ("[type(i).__name__ + (':' + answer_label(i) if type(i).__name__ == 'Permission' else '') for i in a.conversation.items"
          " if type(i).__name__ in ('Permission', 'Message') and getattr(i, 'role', 'user') == 'user' or "
          "type(i).__name__ == 'Permission']")
-
-
-def _kernel(tmp: Path) -> Kernel:
-    env = {"ESCOUADE_NB_PLUGINS_DIR": str(tmp / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(tmp / "config"),
-           "ESCOUADE_NB_TRANSCRIPTS_DIR": str(tmp / "transcripts"), "ESCOUADE_NB_JOURNAL_DIR": str(tmp / "journal")}
-    return kernel_with_env(tmp / "ws", env)
 
 
 def _records(tmp: Path) -> list[dict]:
@@ -53,7 +47,7 @@ def runs(tmp_path_factory):
     (tmp / "ws").mkdir()
     (tmp / "plugins").mkdir()  # no rule plugin installed
     seen: dict = {"tmp": tmp}
-    first = _kernel(tmp)
+    first = scratch_kernel(tmp)
     try:
         first.run("%load_ext escouade_nb\nfrom escouade_nb.core.render_text import answer_label\n"
                   "async def next_open(agent):\n"
@@ -77,7 +71,7 @@ def runs(tmp_path_factory):
         first.run("await a.close()", allow_error=True)
     finally:
         first.shutdown()
-    second = _kernel(tmp)
+    second = scratch_kernel(tmp)
     try:
         second.run("%load_ext escouade_nb\nfrom escouade_nb.core.render_text import answer_label\n"
                    "a = %escouade resume rec")

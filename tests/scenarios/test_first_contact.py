@@ -33,7 +33,7 @@ BROKEN = {"id": "dev.example.brokenfake", "name": "Broken fake", "contributes": 
 def _cells(out: str) -> dict[int, str]:
     """What each numbered input of a piped IPython session printed (``In [N]:`` to the next)."""
     parts = re.split(r"^In \[(\d+)\]: ", out, flags=re.M)
-    return {int(n): text.strip() for n, text in zip(parts[1::2], parts[2::2])}
+    return {int(n): text.strip() for n, text in zip(parts[1::2], parts[2::2], strict=False)}
 
 
 @pytest.fixture(scope="module")

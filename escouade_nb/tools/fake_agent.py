@@ -33,6 +33,11 @@ fork's conversation so far, a preamble), nor an embedded resource.
 ``inspect VAR``     MCP: ``inspect_variable`` of VAR on the ``escouade`` server (line start)
 ``run code CODE``   MCP: ``run_code`` of CODE (the rest of the prompt) on ``escouade``
 ``call S T {json}`` MCP: tool T of server S with those arguments (default ``{}``)
+``live cells``      MCP: ``notebook_cells(source="live")`` on ``escouade`` (a line of its own)
+``insert cell …``   MCP: ``insert_cell`` of the rest of the prompt (``insert markdown cell``,
+                    ``insert cell after ID``); ``edit cell ID SRC`` / ``delete cell ID``: the
+                    live cells read, then ``edit_cell``/``delete_cell`` naming the hash read;
+                    ``execute cell ID``: ``execute_cell`` (see :mod:`.fake_live`). Checked first
 ``run CMD``         an ``execute`` tool call behind a permission (simulated)
 ``edit`` / write    an ``edit`` tool call with a diff behind a permission
 ``terminal args``   ``terminal/create`` echo + args, embedded in a tool call; reports the output

@@ -1,6 +1,7 @@
 """The fake agent's MCP side: the servers given in ``session/new|load`` (``mcpServers``:
 http and stdio), connected at once, and the scenarios that call their tools
-(``variables``, ``inspect VAR``, ``run code CODE``, ``call S T {json}``).
+(``variables``, ``inspect VAR``, ``run code CODE``, ``call S T {json}``, and the live
+notebook's words of :mod:`.fake_live`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from typing import Any
 from acp import start_tool_call, text_block, tool_content, update_tool_call
 from acp.schema import ToolCallUpdate
 
+from .fake_live import LiveCellWords
 from .fake_session import FakeParts, _Session, _Turn
 from .fake_words import AGENT_NAME, AGENT_VERSION, _log
 
 
-class McpTools(FakeParts):
+class McpTools(LiveCellWords, FakeParts):
     """The MCP servers of each session and the scenarios calling their tools. Keywords,
     each at the start of a line: "variables", "inspect VAR", "run code CODE", "call SERVER
-    TOOL {json}". Checked before every other scenario ("run code" before "run")."""
+    TOOL {json}", and the live notebook's (:mod:`.fake_live`, checked first). Checked before
+    every other scenario ("run code" before "run")."""
 
     _MCP_VARIABLES_RE = re.compile(r"^[ \t]*(?:list[ \t]+)?variables[ \t]*[.!?]?[ \t]*$", re.IGNORECASE | re.MULTILINE)
     _MCP_INSPECT_RE = re.compile(r"^[ \t]*inspect[ \t]+`?([A-Za-z_][\w]*)`?", re.IGNORECASE | re.MULTILINE)
@@ -85,6 +88,9 @@ class McpTools(FakeParts):
         return code
 
     async def _dispatch_mcp(self, turn: _Turn, text: str) -> str | None:
+        live = await self._dispatch_live(turn, text)
+        if live is not None:
+            return live
         m = self._MCP_CALL_RE.search(text)
         if m:
             raw = m.group(3).strip()
@@ -111,6 +117,17 @@ class McpTools(FakeParts):
         """Ask permission (``mcp__SERVER__TOOL``, kind ``other``, rawInput the arguments, as
         claude-agent does), then call the tool: a ``tool_call`` in progress, its update
         completed or failed with the result as text, and a reply naming the result."""
+        got = await self._mcp_result(turn, server, tool, arguments)
+        if isinstance(got, str):
+            return got
+        text, failed = got
+        await turn.say(f"mcp__{server}__{tool} {'failed' if failed else 'returned'}: {text}")
+        return "end_turn"
+
+    async def _mcp_result(self, turn: _Turn, server: str, tool: str,
+                          arguments: dict[str, Any]) -> tuple[str, bool] | str:
+        """:meth:`_mcp_call` without the reply: ``(the result's text, whether it failed)``, or
+        the turn's stop reason when the tool was not called (what happened already said)."""
         link = turn.session.mcp.get(server)
         if link is None:
             given = ", ".join(sorted(turn.session.mcp)) or "none"
@@ -136,8 +153,7 @@ class McpTools(FakeParts):
             text, failed = f"{type(exc).__name__}: {exc}", True
         await turn.send(update_tool_call(call_id, status="failed" if failed else "completed",
                                          content=[tool_content(text_block(text))], raw_output={"text": text}))
-        await turn.say(f"{title} {'failed' if failed else 'returned'}: {text}")
-        return "end_turn"
+        return text, failed
 
 
 MCP_CONNECT_TIMEOUT = 15.0

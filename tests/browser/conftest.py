@@ -56,7 +56,7 @@ CHROMIUM_ARGS = [
 # The pictures shown in the README: with ESCOUADE_BROWSER_UPDATE_DOCS=1 the suite copies them to docs/.
 DOCS = HERE.parent.parent / "docs"
 DOCS_SHOTS = ("agent-view", "agent-view-dark", "permission-card", "plan-approval", "journal", "kernel-tools",
-              "orchestration")
+              "orchestration", "reviewed-cell")
 DOCS_MAX_BYTES = 300_000
 MARK = "ESCOUADE_BROWSER_SUITE"  # environment marker of every process the suite starts
 RUN_ID = uuid.uuid4().hex[:12]

@@ -131,6 +131,7 @@ def run_it(nb, model_server, harness: str, name: str) -> None:
     pin = view.locator(".esc-pin")  # the card waiting for you, pinned by the prompt box
     pin.wait_for(timeout=TURN * 1000)
     assert pin.count() == 1, "exactly one card"
+    assert "Run an unreviewed cell in the notebook" in pin.inner_text(), "the card says the cell is pending review"
     assert SOURCE.splitlines()[0] in pin.inner_text(), "the card shows the cell's source"
     pin.get_by_role("button", name="Run", exact=True).click()
     until(lambda: "total 259.5" in nb.output(2).inner_text(), "the output is in the cell", timeout=TURN)

@@ -36,6 +36,12 @@ agent's transcript — client-side ``event`` records, as ``start``/``exit``/``re
     once, pending the user's review), the same fields as ``read``: ``arguments`` (the new
     source whole up to 1,000 characters), ``status`` (``error`` for a stale edit: its
     ``detail`` says the cell changed since).
+``settle``
+    one of those changes was answered (the user's Keep or Reject, in the page, a view or
+    Python; or dropped: the agent removed its own new cell before review): ``cell`` (its
+    id), ``change`` (``insert``, ``edit``, ``delete``), ``outcome`` (``kept``,
+    ``rejected``, ``dropped``). The conversation's notice saying so is beside it (what
+    ``%escouade resume`` shows).
 
 :class:`KernelReplay` rebuilds the ``run_code`` cards from these lines when a transcript is
 replayed (``%escouade resume``): the card in its place, its answer, the output on its call.

@@ -119,7 +119,8 @@ def written_html(written: Written) -> str:
         parts.append(f"<div class='escouade-written-agent' data-agent='{e(agent)}'><b>{e(agent)}</b>"
                      f"<table class='escouade-written'><tr><th>#</th><th>cell</th><th>harness</th><th>session</th>"
                      f"<th>turn</th><th>at</th><th>first line</th><th>ran</th></tr>{rows}</table></div>")
-    return _listing("".join(parts))
+    left = "<style>.esc-listing .escouade-written th,.esc-listing .escouade-written td{text-align:left}</style>"
+    return _listing(left + "".join(parts))
 
 
 PRINTERS: dict[tuple[str, str], Any] = {

@@ -149,6 +149,13 @@ class EditReview:
         self._tell(self.on_change)
         return edit
 
+    def restore(self, cell_id: str, change: str, outcome: str) -> None:
+        """An answer read back from the transcript (``%escouade resume``): in
+        :attr:`settled`, told to no one (it is on record already)."""
+        edit = PendingEdit(self, cell_id, change, None)
+        edit.state = outcome
+        self.settled.append(edit)
+
     def _answered(self, edit: PendingEdit, outcome: str) -> None:
         edit.state, edit.settled_at = outcome, time.time()
         self.settled.append(edit)

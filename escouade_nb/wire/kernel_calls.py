@@ -70,6 +70,21 @@ RAN = ("ok", "error")
 """The ``result`` statuses of a ``run_code`` whose code ran."""
 
 
+def settled(records: Sequence[Any]) -> list[dict[str, str]]:
+    """The ``settle`` lines of ``records`` (a transcript's), in order: ``[{"cell", "change",
+    "outcome"}]`` (text fields only; a line missing one is skipped), what the review of
+    the agent rebuilt from them says was kept, rejected or dropped."""
+    out = []
+    for rec in records:
+        data = getattr(rec, "data", None) or {}
+        if getattr(rec, "kind", None) == "event" and getattr(rec, "event", None) == EVENT and \
+                data.get("phase") == "settle":
+            fields = {k: v[:200] for k in ("cell", "change", "outcome") if isinstance(v := data.get(k), str) and v}
+            if len(fields) == 3:
+                out.append(fields)
+    return out
+
+
 def code_fields(code: str) -> dict[str, Any]:
     """``{"code": CODE}``, or above :data:`CODE_MAX` characters its start with
     ``code_cut``, ``code_chars`` and ``code_sha256``."""

@@ -144,10 +144,16 @@ def test_each_answer_is_in_the_transcript_and_resume_shows_it(tmp_path):
     assert [(s["cell"], s["change"], s["outcome"]) for s in settles] == [
         ("c1", "insert", "kept"), ("c2", "edit", "rejected"), ("c9", "insert", "dropped")]
 
-    resumed = Agent.resume(path, None, program=None)  # the record outlives the view and the kernel
-    try:
-        again = render_items(resumed.conversation.items)
-        for words in ("new cell c1 kept", "edit of cell c2 rejected (taken back)", "new cell c9 dropped"):
-            assert f"Notebook review: {words}" in again
-    finally:
-        run(resumed.close())
+    async def resumed_view() -> tuple[str, str]:
+        resumed = Agent.resume(path, None, program=None)  # the record outlives the view and the kernel
+        view = AgentView(resumed)
+        try:
+            return render_items(resumed.conversation.items), view.companion_bundle()["text/plain"]
+        finally:
+            view.close()
+            await resumed.close()
+
+    again, saved = run(resumed_view())
+    for words in ("new cell c1 kept", "edit of cell c2 rejected (taken back)", "new cell c9 dropped"):
+        assert f"Notebook review: {words}" in again
+    assert "Its changes to the notebook: new cell c1: kept; edit of cell c2: rejected; new cell c9: dropped" in saved

@@ -39,9 +39,12 @@ from typing import Any
 
 from .kernel_tools import ToolFailure
 
-__all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit"]
+__all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit", "CHANGE_WORDS"]
 
 log = logging.getLogger(__name__)
+
+CHANGE_WORDS = {"insert": "new cell", "edit": "edit of cell", "delete": "deletion of cell"}
+"""How a change is named to the user (:attr:`PendingEdit.label`)."""
 
 
 class Settling:
@@ -84,6 +87,11 @@ class PendingEdit:
         self._live = live
 
     @property
+    def label(self) -> str:
+        """The change named for the user: ``new cell ID``, ``edit of cell ID``, ``deletion of cell ID``."""
+        return f"{CHANGE_WORDS.get(self.change, self.change)} {self.cell_id}"
+
+    @property
     def settling(self) -> bool:
         """A Keep or Reject of it is under way."""
         return self.cell_id in self._review._busy
@@ -109,12 +117,16 @@ class EditReview:
 
     ``on_change()``: called when the pending list changes or a settle starts;
     ``on_settled(edit)``: called once per answer (``edit.state`` ``kept``, ``rejected``,
-    ``dropped``). Both optional; an exception in them is logged, never raised."""
+    ``dropped``); ``on_failed(edit, keep, error)``: a Keep (``keep`` true) or Reject that
+    failed (no page answered, the page's error): the change stays pending. All optional; an
+    exception in them is logged, never raised."""
 
     def __init__(self, on_change: Callable[[], object] | None = None,
-                 on_settled: Callable[[PendingEdit], object] | None = None) -> None:
+                 on_settled: Callable[[PendingEdit], object] | None = None,
+                 on_failed: Callable[[PendingEdit, bool, BaseException], object] | None = None) -> None:
         self.on_change = on_change
         self.on_settled = on_settled
+        self.on_failed = on_failed
         self.settled: list[PendingEdit] = []
         """The answered changes, oldest first (kept, rejected, dropped)."""
         self._edits: list[PendingEdit] = []
@@ -190,13 +202,17 @@ class EditReview:
         return Settling(task)
 
     async def _run(self, edit: PendingEdit, keep: bool, client: str | None) -> str:
-        if client is None:
-            reply = await edit._live.settle_cell(edit.cell_id, keep)
-        else:
-            reply = await edit._live.settle_cell(edit.cell_id, keep, client=client)
-        outcome = reply.get("outcome") if isinstance(reply, dict) else None
-        if outcome not in ("kept", "rejected"):
-            raise ToolFailure("the notebook page answered no outcome")
+        try:
+            if client is None:
+                reply = await edit._live.settle_cell(edit.cell_id, keep)
+            else:
+                reply = await edit._live.settle_cell(edit.cell_id, keep, client=client)
+            outcome = reply.get("outcome") if isinstance(reply, dict) else None
+            if outcome not in ("kept", "rejected"):
+                raise ToolFailure("the notebook page answered no outcome")
+        except Exception as exc:
+            self._tell(self.on_failed, edit, keep, exc)
+            raise
         if edit in self._edits:
             self._edits.remove(edit)
         if outcome == "rejected":

@@ -91,7 +91,8 @@ class AgentState:
         self.system_prompt_mode = system_prompt_mode
         self.conversation = Conversation()
         # its changes to the open notebook, pending review: the views redraw as it changes, each answer on record
-        self.edit_review = EditReview(on_change=self.notify_status, on_settled=self._edit_settled)
+        self.edit_review = EditReview(on_change=self.notify_status, on_settled=self._edit_settled,
+                                      on_failed=self._edit_not_settled)
         self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
         self.status = AgentStatus.STARTING
         self.error: str | None = None
@@ -198,12 +199,16 @@ class AgentState:
         ``kernel_tool`` line of phase ``settle`` (``cell``, ``change``, ``outcome``)."""
         words = {"kept": "kept", "rejected": "rejected (taken back)",
                  "dropped": "dropped (the agent removed its own new cell before review)"}
-        change = {"insert": "new cell", "edit": "edit of cell", "delete": "deletion of cell"}.get(edit.change,
-                                                                                                  edit.change)
-        self.conversation.add_notice(f"Notebook review: {change} {edit.cell_id} {words.get(edit.state, edit.state)}")
+        self.conversation.add_notice(f"Notebook review: {edit.label} {words.get(edit.state, edit.state)}")
         if self.transcript is not None:
             self.transcript.event(kernel_calls.EVENT, phase="settle", tool=None, cell=edit.cell_id,
                                   change=edit.change, outcome=edit.state)
+
+    def _edit_not_settled(self, edit: Any, keep: bool, error: BaseException) -> None:
+        """A Keep or Reject of one of its changes failed (no page answered…): said in the
+        conversation, the change still pending (the view offers it again)."""
+        self.conversation.add_notice(f"Notebook review: the {'Keep' if keep else 'Reject'} of {edit.label} was not "
+                                     f"done ({error}); it is still pending", level="warning")
 
     def notify_status(self) -> None:
         """Tell status observers that something they show changed (a mode)."""

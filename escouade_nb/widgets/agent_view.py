@@ -119,10 +119,6 @@ def _where(agent: Agent) -> str:
     return where
 
 
-CHANGE_WORDS = {"insert": "new cell", "edit": "edit of cell", "delete": "deletion of cell"}
-"""How the agent view names each kind of change to the open notebook."""
-
-
 def review_state(agent: Agent) -> dict[str, Any] | None:
     """The agent's changes to the open notebook pending review, as the agent view draws
     them (``head["review"]``): ``{"edits": [{"cell", "change", "label", "busy"}]}`` (oldest
@@ -132,7 +128,7 @@ def review_state(agent: Agent) -> dict[str, Any] | None:
     if not edits:
         return None
     return {"edits": [{"cell": e.cell_id, "change": e.change, "busy": e.settling,
-                       "label": f"{CHANGE_WORDS.get(e.change, e.change)} {e.cell_id}"} for e in edits]}
+                       "label": e.label} for e in edits]}
 
 
 def review_summary(agent: Agent) -> list[str]:
@@ -142,8 +138,8 @@ def review_summary(agent: Agent) -> list[str]:
     review = getattr(agent, "edit_review", None)
     if review is None:
         return []
-    lines = [f"{CHANGE_WORDS.get(e.change, e.change)} {e.cell_id}: {e.state}" for e in review.settled]
-    lines += [f"{CHANGE_WORDS.get(e.change, e.change)} {e.cell_id}: pending, not answered" for e in review.pending]
+    lines = [f"{e.label}: {e.state}" for e in review.settled]
+    lines += [f"{e.label}: pending, not answered" for e in review.pending]
     return lines
 
 

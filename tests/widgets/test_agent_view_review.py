@@ -157,3 +157,35 @@ def test_each_answer_is_in_the_transcript_and_resume_shows_it(tmp_path):
     for words in ("new cell c1 kept", "edit of cell c2 rejected (taken back)", "new cell c9 dropped"):
         assert f"Notebook review: {words}" in again
     assert "Its changes to the notebook: new cell c1: kept; edit of cell c2: rejected; new cell c9: dropped" in saved
+
+
+class NoPage:
+    """No page answers: the settle fails as the channel says."""
+
+    async def settle_cell(self, cell_id: str, keep: bool, client: str | None = None) -> dict[str, Any]:
+        from escouade_nb.engine.kernel_tools import ToolFailure
+
+        raise ToolFailure("changing a cell needs this notebook open (no such page answered): nothing was changed")
+
+
+def test_a_keep_all_that_no_page_answers_says_so_and_offers_them_again(tmp_path):
+    async def go():
+        agent = fake_agent(tmp_path, name="scribe")
+        view = None
+        try:
+            await agent.ready()
+            view = AgentView(agent)
+            state_of(agent).edit_review.add("c1", "insert", NoPage())
+            view.act({"k": "act", "act": "review", "value": "keep", "key": ""})
+            assert review_of(view)["edits"][0]["busy"] is True  # under way: no button offered twice
+            shown = lambda: render_items(agent.conversation.items)  # noqa: E731
+            await until(lambda: "was not done" in shown())
+            assert "Notebook review: the Keep of new cell c1 was not done (changing a cell needs this notebook " \
+                   "open (no such page answered): nothing was changed); it is still pending" in shown()
+            await until(lambda: not review_of(view)["edits"][0]["busy"])  # offered again
+            assert [e.state for e in agent.pending_edits] == ["pending"]
+        finally:
+            if view is not None:
+                view.close()
+            await agent.close()
+    run(go())

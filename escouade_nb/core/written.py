@@ -1,7 +1,9 @@
 """What each agent wrote in a notebook: the cells an agent changed and the user kept, read
 from their provenance (a kept cell's metadata ``"escouade": {"agent", "harness",
 "session", "turn", "at"}``, written by the page on Keep; and the code an agent ran in it,
-``ran``, when there is one). Pure: the caller reads the file (in a thread) or asks the
+``ran``: ``{agent, harness, session, turn, at, code, execution_count}``, when there is
+one; a cell an agent only ran, ``escouade`` holding ``ran`` alone, was not written by it
+and is not listed). Pure: the caller reads the file (in a thread) or asks the
 page; untrusted values are kept to known fields of known types, cut.
 
 :func:`written_rows` gives the rows, :class:`Written` holds them with where they were

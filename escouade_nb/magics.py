@@ -336,6 +336,25 @@ class EscouadeMagics(Magics):
         squad.sessions_soon(agent.name, done, cursor=words[2] if len(words) == 3 else None, everywhere=everywhere)
         return None
 
+    def _written(self, squad: Squad, words: list[str]) -> None:
+        """``written [PATH]``: what each agent wrote (the cells kept with their provenance),
+        in that saved notebook or, with no path, this kernel's open one; read off the loop
+        (:func:`~.engine.written_reads.read_written`) and shown in this cell's output when read."""
+        if len(words) > 2:
+            raise _UsageError("written takes one notebook path, or none (this kernel's notebook)")
+        self._need_loop()
+        from .engine.written_reads import read_written
+        from .widgets.views import clicks
+
+        path = words[1] if len(words) == 2 else None
+        handle = display({"text/plain": f"reading {path or 'this notebook'}…"}, raw=True, display_id=True)
+
+        async def read() -> None:
+            written = await read_written(path, ns=self.shell.user_ns if self.shell is not None else None)
+            if handle is not None:
+                handle.update(written)
+        clicks.start(read())  # its owner: a task of the views' (logged if it fails)
+
     def _export(self, squad: Squad, words: list[str]) -> None:
         """``export AGENT PATH.ipynb [--force]``: checked now, written by a task of the
         squad's; this cell's output says when it is written (or why not)."""
@@ -424,6 +443,10 @@ COMMANDS: tuple[Subcommand, ...] = (
   %escouade export AGENT PATH.ipynb [--force]
                                             the agent's conversation as a notebook (--force: replace PATH)
 """, EscouadeMagics._export),
+    Subcommand(("written",), """\
+  %escouade written [PATH.ipynb]            what each agent wrote: the cells kept, with their provenance
+                                            (no path: this kernel's open notebook, else its saved file)
+""", EscouadeMagics._written),
     Subcommand(("squad",), "  %escouade squad                           all agents of this kernel, live\n",
                EscouadeMagics._squad_view),
     Subcommand(("merge", "rebase"),

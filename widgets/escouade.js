@@ -247,8 +247,9 @@ class ConversationUI {
     this.newBtn = h("button", { class: "esc-new", hidden: true, onclick: () => this.toBottom() });
     this.pins = h("div", { class: "esc-pins", "aria-live": "polite" });
     this.queued = h("div", { class: "esc-queued" });
+    this.review = h("div", { class: "esc-review", "aria-live": "polite" });
     this.root.append(this.headEl, this.signIn, h("div", { class: "esc-scroll-wrap" }, this.scroll, this.newBtn),
-      this.pins, this.queued);
+      this.pins, this.review, this.queued);
     if (kind === "agent") this.root.append(this.composer());
     el.append(this.root);
     // whether the view follows the conversation: read when the user (or we) scroll, never in a
@@ -327,6 +328,7 @@ class ConversationUI {
     for (const n of this.headEl.querySelectorAll(".esc-stop, .esc-menu")) n.remove();
     this.signIn.replaceChildren();
     this.queued.replaceChildren();
+    this.review.replaceChildren();
     for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) n.classList.remove("esc-pinned");
     // what was still waiting or running never will: its status word says so
     for (const st of this.transcript.querySelectorAll(".esc-st-waiting, .esc-st-in_progress, .esc-st-pending")) {
@@ -517,6 +519,37 @@ class ConversationUI {
     if (this.box) this.box.focus();
   }
 
+  // the agent's changes to the open notebook still pending review (head.review, from agent.pending_edits):
+  // Keep all / Reject all and one Keep / Reject each; a click says "review" to the kernel, which settles it
+  // through the agent's review; the list is redrawn from the kernel's next head (nothing left once answered)
+  drawReview(review) {
+    const edits = (review && review.edits) || [];
+    if (!edits.length) { this.review.replaceChildren(); return; }
+    const decide = (value, key, btn) => { btn.disabled = true; this.act({ act: "review", value, key }); };
+    const all = h("div", { class: "esc-review-head" },
+      h("span", { class: "esc-badge", text: "review" }),
+      h("span", { class: "esc-review-count", text: ` ${edits.length} change${edits.length === 1 ? "" : "s"} to the notebook pending review ` }));
+    const keepAll = h("button", { class: "esc-btn esc-allow esc-review-keep-all", text: "Keep all", title: "Keep every pending change of this agent's (its provenance written in each cell's metadata)" });
+    const rejectAll = h("button", { class: "esc-btn esc-reject esc-review-reject-all", text: "Reject all", title: "Take back every pending change of this agent's (the agent is told)" });
+    keepAll.onclick = () => { rejectAll.disabled = true; decide("keep", "", keepAll); };
+    rejectAll.onclick = () => { keepAll.disabled = true; decide("reject", "", rejectAll); };
+    all.append(keepAll, " ", rejectAll);
+    const rows = edits.map((e) => {
+      const row = h("div", { class: "esc-review-item", "data-cell": e.cell },
+        h("span", { class: "esc-review-what", text: e.label, title: e.cell }));
+      if (e.busy) row.append(h("span", { class: "esc-dim", text: " settling…" }));
+      else {
+        const keep = h("button", { class: "esc-btn esc-allow esc-review-keep", text: "Keep" });
+        const reject = h("button", { class: "esc-btn esc-reject esc-review-reject", text: "Reject" });
+        keep.onclick = () => { reject.disabled = true; decide("keep", e.cell, keep); };
+        reject.onclick = () => { keep.disabled = true; decide("reject", e.cell, reject); };
+        row.append(" ", keep, " ", reject);
+      }
+      return row;
+    });
+    this.review.replaceChildren(all, ...rows);
+  }
+
   // -- the head ---------------------------------------------------------------------------------------
   setHead(head) {
     this.head = head;
@@ -553,6 +586,7 @@ class ConversationUI {
     this.headEl.replaceChildren(h("div", { class: "esc-head-row" }, main, side), ...(sub.childNodes.length ? [sub] : []));
     this.drawSignIn(head.sign_in);
     this.queued.replaceChildren(...(head.queued || []).map((t) => h("div", { class: "esc-queued-item", title: t }, h("span", { class: "esc-badge", text: "queued" }), h("span", { text: " " + t }))));
+    this.drawReview(head.review);
     if (this.box) {
       this.box.placeholder = head.placeholder || "";
       // an agent that takes no prompt (closed, exited…): its box is off and its hint says why

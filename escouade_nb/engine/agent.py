@@ -31,7 +31,7 @@ from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import StderrRing
 from ..wire.session import SessionPage
 from .cards import PermissionCard, Policy, QuestionCard
-from .cell_review import PendingEdit
+from .cell_review import EditReview, PendingEdit
 from .controls import Controls
 from .interfaces import default_forker
 from .kernel_access import context_blocks
@@ -177,6 +177,12 @@ class Agent:
         """Its changes to the open notebook still pending review, oldest first: each with
         ``.keep()`` and ``.reject()`` (await them or not; see :mod:`.cell_review`)."""
         return self._state.edit_review.pending
+
+    @property
+    def edit_review(self) -> EditReview:
+        """Its :class:`~.cell_review.EditReview`: the pending changes, ``settled`` (what was
+        kept, rejected or dropped, oldest first) and ``settle_all(keep)`` (Keep all / Reject all)."""
+        return self._state.edit_review
 
     @property
     def pending_questions(self) -> list[QuestionCard]:

@@ -19,6 +19,13 @@ the page tells the kernel, which settles the change through the agent's review
 (:func:`pending_edit` finds it), so this list stays true. A Reject is told to the agent
 once, in its next tool result of the kernel's MCP server or its next prompt
 (:meth:`EditReview.take_notice`).
+
+Every answer is on record: :attr:`EditReview.settled` keeps what was ``kept``, ``rejected``
+or ``dropped`` (the agent removed its own new cell before review), and the review's
+``on_settled(edit)`` callback (the agent's state: a notice in the conversation, so in the
+transcript, which ``%escouade resume`` replays; and a ``kernel_tool`` line of phase
+``settle``) is called once per answer. ``on_change()`` is called whenever the pending list
+changes (a change arrives, is settled, starts settling): the agent's views redraw from it.
 """
 
 from __future__ import annotations
@@ -27,14 +34,17 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .kernel_tools import ToolFailure
 
-__all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit"]
+__all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit", "CHANGE_WORDS"]
 
 log = logging.getLogger(__name__)
+
+CHANGE_WORDS = {"insert": "new cell", "edit": "edit of cell", "delete": "deletion of cell"}
+"""How a change is named to the user (:attr:`PendingEdit.label`)."""
 
 
 class Settling:
@@ -64,7 +74,8 @@ class Settling:
 class PendingEdit:
     """One change of this agent's to a cell, pending review: ``cell_id``, ``change``
     (``insert``, ``edit``, ``delete``), ``at`` (epoch seconds of the last change), ``state``
-    (``pending``, ``kept``, ``rejected``)."""
+    (``pending``, ``kept``, ``rejected``, ``dropped``), ``settled_at`` (epoch seconds of
+    the answer, else ``None``)."""
 
     def __init__(self, review: EditReview, cell_id: str, change: str, live: Any) -> None:
         self._review = review
@@ -72,7 +83,18 @@ class PendingEdit:
         self.change = change
         self.at = time.time()
         self.state = "pending"
+        self.settled_at: float | None = None
         self._live = live
+
+    @property
+    def label(self) -> str:
+        """The change named for the user: ``new cell ID``, ``edit of cell ID``, ``deletion of cell ID``."""
+        return f"{CHANGE_WORDS.get(self.change, self.change)} {self.cell_id}"
+
+    @property
+    def settling(self) -> bool:
+        """A Keep or Reject of it is under way."""
+        return self.cell_id in self._review._busy
 
     def keep(self, *, client: str | None = None) -> Settling:
         """Keep the change (the cell stays as the agent made it, its provenance in its
@@ -91,9 +113,22 @@ class PendingEdit:
 
 
 class EditReview:
-    """An agent's :class:`PendingEdit` list and the Keep/Reject tasks under way."""
+    """An agent's :class:`PendingEdit` list and the Keep/Reject tasks under way.
 
-    def __init__(self) -> None:
+    ``on_change()``: called when the pending list changes or a settle starts;
+    ``on_settled(edit)``: called once per answer (``edit.state`` ``kept``, ``rejected``,
+    ``dropped``); ``on_failed(edit, keep, error)``: a Keep (``keep`` true) or Reject that
+    failed (no page answered, the page's error): the change stays pending. All optional; an
+    exception in them is logged, never raised."""
+
+    def __init__(self, on_change: Callable[[], object] | None = None,
+                 on_settled: Callable[[PendingEdit], object] | None = None,
+                 on_failed: Callable[[PendingEdit, bool, BaseException], object] | None = None) -> None:
+        self.on_change = on_change
+        self.on_settled = on_settled
+        self.on_failed = on_failed
+        self.settled: list[PendingEdit] = []
+        """The answered changes, oldest first (kept, rejected, dropped)."""
         self._edits: list[PendingEdit] = []
         self._tasks: set[asyncio.Task] = set()
         self._busy: set[str] = set()  # cells whose Keep or Reject is under way
@@ -113,15 +148,45 @@ class EditReview:
         if change == "removed":
             if same is not None:
                 self._edits.remove(same)
+                self._answered(same, "dropped")
             return None
         if same is not None:
             if same.change != "insert":
                 same.change = change
             same.at, same._live = time.time(), live
+            self._tell(self.on_change)
             return same
         edit = PendingEdit(self, cell_id, change, live)
         self._edits.append(edit)
+        self._tell(self.on_change)
         return edit
+
+    def restore(self, cell_id: str, change: str, outcome: str) -> None:
+        """An answer read back from the transcript (``%escouade resume``): in
+        :attr:`settled`, told to no one (it is on record already)."""
+        edit = PendingEdit(self, cell_id, change, None)
+        edit.state = outcome
+        self.settled.append(edit)
+
+    def _answered(self, edit: PendingEdit, outcome: str) -> None:
+        edit.state, edit.settled_at = outcome, time.time()
+        self.settled.append(edit)
+        self._tell(self.on_settled, edit)
+        self._tell(self.on_change)
+
+    @staticmethod
+    def _tell(callback: Callable[..., object] | None, *args: Any) -> None:
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("escouade_nb: an observer of the review failed")
+
+    def settle_all(self, keep: bool) -> list[Settling]:
+        """Keep (``keep`` true) or Reject every change still pending and not already being
+        settled: one :class:`Settling` each (await them or not)."""
+        return [self._settle(e, keep) for e in self.pending if e.cell_id not in self._busy]
 
     def _settle(self, edit: PendingEdit, keep: bool, client: str | None = None) -> Settling:
         if edit.state != "pending":
@@ -133,21 +198,26 @@ class EditReview:
         task.add_done_callback(lambda _t: self._busy.discard(edit.cell_id))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+        self._tell(self.on_change)
         return Settling(task)
 
     async def _run(self, edit: PendingEdit, keep: bool, client: str | None) -> str:
-        if client is None:
-            reply = await edit._live.settle_cell(edit.cell_id, keep)
-        else:
-            reply = await edit._live.settle_cell(edit.cell_id, keep, client=client)
-        outcome = reply.get("outcome") if isinstance(reply, dict) else None
-        if outcome not in ("kept", "rejected"):
-            raise ToolFailure("the notebook page answered no outcome")
-        edit.state = outcome
+        try:
+            if client is None:
+                reply = await edit._live.settle_cell(edit.cell_id, keep)
+            else:
+                reply = await edit._live.settle_cell(edit.cell_id, keep, client=client)
+            outcome = reply.get("outcome") if isinstance(reply, dict) else None
+            if outcome not in ("kept", "rejected"):
+                raise ToolFailure("the notebook page answered no outcome")
+        except Exception as exc:
+            self._tell(self.on_failed, edit, keep, exc)
+            raise
         if edit in self._edits:
             self._edits.remove(edit)
         if outcome == "rejected":
             self._untold.append(f"{edit.change} of cell {edit.cell_id}")
+        self._answered(edit, outcome)
         return outcome
 
     def take_notice(self) -> str | None:
@@ -162,6 +232,7 @@ class EditReview:
 
     def _finished(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
+        self._tell(self.on_change)  # a failed settle leaves the change pending: redrawn so
         if not task.cancelled() and task.exception() is not None:
             log.warning("escouade_nb: a Keep or Reject failed: %s", task.exception())
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.adapters import adapt
 from ..core.status import AgentStatus
 from ..manifest import Harness, HarnessRef, Manifest
+from ..wire import kernel_calls
 from ..wire import transcript as tr
 
 if TYPE_CHECKING:
@@ -175,6 +176,10 @@ def rebuild(agent: ResumedAgent, transcript_path: Path, harness: HarnessRef | No
                          adapt=lambda update: adapt(agent.harness.short_id, agent.conversation, update))
     finally:
         agent.keeper.paused = False
+    review = getattr(agent, "edit_review", None)
+    if review is not None:  # what the user answered of its changes to the notebook (the saved form says it)
+        for done in kernel_calls.settled(records):
+            review.restore(done["cell"], done["change"], done["outcome"])
     session_id = info.get("session_id")
     agent.resume_from(transcript_path, session_id, ReplaySkip.of(expected_replay(records, session_id)))
     if harness is None:

@@ -31,6 +31,7 @@ from ..core.prompt import blocks
 from ..core.status import BUSY, ENDED, AgentStatus, InvalidTransition
 from ..manifest import HarnessRef, version_status
 from ..manifest.project import Project
+from ..wire import kernel_calls
 from ..wire.errors import AgentError, AuthRequired, running_loop
 from ..wire.process import kill_group_now
 from ..wire.session import AgentSession
@@ -89,7 +90,9 @@ class AgentState:
         self.system_prompt = system_prompt  # the user's --system-prompt (ACP systemPrompt where offered)
         self.system_prompt_mode = system_prompt_mode
         self.conversation = Conversation()
-        self.edit_review = EditReview()  # its changes to the open notebook, pending review
+        # its changes to the open notebook, pending review: the views redraw as it changes, each answer on record
+        self.edit_review = EditReview(on_change=self.notify_status, on_settled=self._edit_settled,
+                                      on_failed=self._edit_not_settled)
         self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
         self.status = AgentStatus.STARTING
         self.error: str | None = None
@@ -189,6 +192,23 @@ class AgentState:
         """The initial status of an agent rebuilt from its transcript (before anyone
         subscribes): ``resumable`` or ``harness missing``."""
         self.status, self.error = status, error
+
+    def _edit_settled(self, edit: Any) -> None:
+        """One of its changes to the open notebook was answered: said in the conversation (a
+        notice, so in the transcript: ``%escouade resume`` shows it) and written as a
+        ``kernel_tool`` line of phase ``settle`` (``cell``, ``change``, ``outcome``)."""
+        words = {"kept": "kept", "rejected": "rejected (taken back)",
+                 "dropped": "dropped (the agent removed its own new cell before review)"}
+        self.conversation.add_notice(f"Notebook review: {edit.label} {words.get(edit.state, edit.state)}")
+        if self.transcript is not None:
+            self.transcript.event(kernel_calls.EVENT, phase="settle", tool=None, cell=edit.cell_id,
+                                  change=edit.change, outcome=edit.state)
+
+    def _edit_not_settled(self, edit: Any, keep: bool, error: BaseException) -> None:
+        """A Keep or Reject of one of its changes failed (no page answered…): said in the
+        conversation, the change still pending (the view offers it again)."""
+        self.conversation.add_notice(f"Notebook review: the {'Keep' if keep else 'Reject'} of {edit.label} was not "
+                                     f"done ({error}); it is still pending", level="warning")
 
     def notify_status(self) -> None:
         """Tell status observers that something they show changed (a mode)."""

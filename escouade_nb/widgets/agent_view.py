@@ -119,6 +119,30 @@ def _where(agent: Agent) -> str:
     return where
 
 
+def review_state(agent: Agent) -> dict[str, Any] | None:
+    """The agent's changes to the open notebook pending review, as the agent view draws
+    them (``head["review"]``): ``{"edits": [{"cell", "change", "label", "busy"}]}`` (oldest
+    first; ``busy``: a Keep or Reject of it under way), or ``None`` when none is pending."""
+    review = getattr(agent, "edit_review", None)
+    edits = review.pending if review is not None else []
+    if not edits:
+        return None
+    return {"edits": [{"cell": e.cell_id, "change": e.change, "busy": e.settling,
+                       "label": e.label} for e in edits]}
+
+
+def review_summary(agent: Agent) -> list[str]:
+    """What was answered of the agent's changes to the open notebook, one line each
+    (``new cell ID: kept``), oldest first; then those still pending (``…: pending, not
+    answered``). Empty when it changed nothing."""
+    review = getattr(agent, "edit_review", None)
+    if review is None:
+        return []
+    lines = [f"{e.label}: {e.state}" for e in review.settled]
+    lines += [f"{e.label}: pending, not answered" for e in review.pending]
+    return lines
+
+
 def status_line(agent: Agent) -> str:
     status = status_text(agent.status)
     if agent.status == AgentStatus.EXITED and agent.exit is not None:
@@ -360,7 +384,7 @@ class AgentView(ConversationView):
         self.prompt_value = ""
         self.actions.update(send=self._act_send, stop=self._act_stop, restart=self._act_restart,
                             close_agent=self._act_close_agent, set=self._act_set, sign_in=self._act_sign_in,
-                            sign_in_input=self._act_sign_in_input)
+                            sign_in_input=self._act_sign_in_input, review=self._act_review)
         _views.setdefault(agent, weakref.WeakSet()).add(self)
         self._retry_seen = None
         self.hold(agent.on_status.subscribe(self._retry))
@@ -415,6 +439,24 @@ class AgentView(ConversationView):
             return
         _run(spec[4](bool(value) if spec[0] == "bool" else value))
 
+    def _act_review(self, msg: dict) -> None:
+        """Keep all / Reject all (``key`` empty) or Keep / Reject of one change (``key``: its
+        cell id), through ``agent.pending_edits``; a change already answered or being
+        answered (another view, the page, Python) is left alone."""
+        value, key = msg.get("value"), str(msg.get("key") or "")
+        if value not in ("keep", "reject"):
+            return
+        review = getattr(self.agent, "edit_review", None)
+        if review is None:
+            return
+        if not key:
+            review.settle_all(value == "keep")
+            return
+        edit = next((e for e in review.pending if e.cell_id == key), None)
+        if edit is None or edit.settling:
+            return
+        edit.keep() if value == "keep" else edit.reject()
+
     def _act_sign_in(self, msg: dict) -> None:
         _run(self.agent.authenticate(str(msg.get("value"))))
 
@@ -466,6 +508,7 @@ class AgentView(ConversationView):
                     "restart": status in CAN_RESTART},  # Stop while it starts: ends the start
             "sign_in": sign_in,
             "queued": [_prompt_text(t) for t in a.turns.queued],
+            "review": review_state(a),
             "commands": [{"name": c["name"], "description": str(c.get("description") or ""), "hint": _hint(c)}
                          for c in conv.commands
                          if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]],
@@ -491,17 +534,21 @@ class AgentView(ConversationView):
         harness = a.harness.display_name
         body = self.static_body()
         said = "Its conversation so far is below; " if body else ""
+        reviewed = review_summary(a)
+        review_html = ('<div class="esc-saved-review esc-small"><b>Its changes to the notebook</b><ul>'
+                       + "".join(f"<li>{esc(line)}</li>" for line in reviewed) + "</ul></div>") if reviewed else ""
         head = (f'<div class="esc-head"><div class="esc-head-row"><div class="esc-head-main"><b>{name}</b> · '
                 f'{esc(harness)}{f" · {esc(ended)}" if ended else ""}</div></div>'
                 f'<div class="esc-dim esc-small">The live view of this agent was here. {said}'
                 f'<code>%escouade resume {name}</code> brings it back (the finished turns of '
-                f'<code>%%escouade</code> cells stay in their outputs).</div></div>')
+                f'<code>%%escouade</code> cells stay in their outputs).</div>{review_html}</div>')
         # a scroll box, as live: a long conversation does not make the saved notebook endless
         transcript = (f'<div class="esc-transcript esc-static-transcript" style="max-height:min(70vh,720px);'
                       f'overflow-y:auto">{body}</div>') if body else ""
         html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
         text = saved_text(self.feed.items, self.speaker)
-        plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + ("\n" + text if text else "")
+        plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + (
+            "\nIts changes to the notebook: " + "; ".join(reviewed) if reviewed else "") + ("\n" + text if text else "")
         return {"text/plain": plain, "text/html": html}
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from ..engine.squad import READING
 from .front import palette_css
 
 if TYPE_CHECKING:
+    from ..core.written import Written
     from ..engine.squad import Listing
     from ..engine.turns import Turn
     from ..permissions.broker import PluginsListing
@@ -92,7 +93,38 @@ def comparison_html(source: list[Turn] | Comparison | list[dict[str, str]], *, d
     return f"<table class='escouade-comparison'><tr>{head}</tr>{body}</table>"
 
 
+def _code(text: str | None) -> str:
+    return f"<code>{e(text)}</code>" if text else ""
+
+
+def written_html(written: Written) -> str:
+    """``%escouade written``'s table (``escouade_nb.written()``): where it was read, then
+    per agent the cells kept with their provenance (cell position and id, harness, session,
+    turn, time, the source's first line, the code run in it if any); the error in one line
+    when nothing could be read."""
+    if written.error is not None:
+        return _listing(f"<span class='esc-bad'>{e(written.error)}</span>")
+    if not written.rows:
+        return _listing(f"<code>{e(written.where)}</code>: <span class='esc-dim'>no cell kept from an agent "
+                        f"(no cell has escouade provenance)</span>")
+    parts = [f"<b>What each agent wrote</b> in <code>{e(written.where)}</code>"]
+    for agent in written.agents:
+        rows = "".join(
+            f"<tr data-cell='{e(r['cell'] or '')}'><td>{r['index']}</td><td><code>{e(r['cell'] or '')}</code></td>"
+            f"<td>{e(r['harness'] or '')}</td><td><code>{e(r['session'] or '')}</code></td>"
+            f"<td>{'' if r['turn'] is None else r['turn']}</td><td{_NOWRAP}>{e(r['at'] or '')}</td>"
+            f"<td><code>{e(r['first line'])}</code></td>"
+            f"<td>{_code(r['ran'])}</td></tr>"
+            for r in written.rows if r["agent"] == agent)
+        parts.append(f"<div class='escouade-written-agent' data-agent='{e(agent)}'><b>{e(agent)}</b>"
+                     f"<table class='escouade-written'><tr><th>#</th><th>cell</th><th>harness</th><th>session</th>"
+                     f"<th>turn</th><th>at</th><th>first line</th><th>ran</th></tr>{rows}</table></div>")
+    left = "<style>.esc-listing .escouade-written th,.esc-listing .escouade-written td{text-align:left}</style>"
+    return _listing(left + "".join(parts))
+
+
 PRINTERS: dict[tuple[str, str], Any] = {
+    ("escouade_nb.core.written", "Written"): written_html,
     ("escouade_nb.engine.squad", "Listing"): squad_html,
     ("escouade_nb.permissions.broker", "PluginsListing"): plugins_html,
 }

@@ -36,6 +36,12 @@ agent's transcript — client-side ``event`` records, as ``start``/``exit``/``re
     once, pending the user's review), the same fields as ``read``: ``arguments`` (the new
     source whole up to 1,000 characters), ``status`` (``error`` for a stale edit: its
     ``detail`` says the cell changed since).
+``settle``
+    one of those changes was answered (the user's Keep or Reject, in the page, a view or
+    Python; or dropped: the agent removed its own new cell before review): ``cell`` (its
+    id), ``change`` (``insert``, ``edit``, ``delete``), ``outcome`` (``kept``,
+    ``rejected``, ``dropped``). The conversation's notice saying so is beside it (what
+    ``%escouade resume`` shows).
 
 :class:`KernelReplay` rebuilds the ``run_code`` cards from these lines when a transcript is
 replayed (``%escouade resume``): the card in its place, its answer, the output on its call.
@@ -62,6 +68,21 @@ PASSED_BY = "escouade_nb"
 (``engine/cards.py``): a request answered so, with a ``card`` line of its id after it, is folded."""
 RAN = ("ok", "error")
 """The ``result`` statuses of a ``run_code`` whose code ran."""
+
+
+def settled(records: Sequence[Any]) -> list[dict[str, str]]:
+    """The ``settle`` lines of ``records`` (a transcript's), in order: ``[{"cell", "change",
+    "outcome"}]`` (text fields only; a line missing one is skipped), what the review of
+    the agent rebuilt from them says was kept, rejected or dropped."""
+    out = []
+    for rec in records:
+        data = getattr(rec, "data", None) or {}
+        if getattr(rec, "kind", None) == "event" and getattr(rec, "event", None) == EVENT and \
+                data.get("phase") == "settle":
+            fields = {k: v[:200] for k in ("cell", "change", "outcome") if isinstance(v := data.get(k), str) and v}
+            if len(fields) == 3:
+                out.append(fields)
+    return out
 
 
 def code_fields(code: str) -> dict[str, Any]:

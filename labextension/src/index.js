@@ -270,6 +270,10 @@ function cellsOf(panel) {
     if (pending !== null) {
       item.pending = String(pending.change || 'edit');
     }
+    const by = cell.getMetadata ? cell.getMetadata(PROVENANCE) : undefined; // a kept cell's: %escouade written
+    if (by && typeof by === 'object') {
+      item.escouade = by;
+    }
     if (cell.cell_type === 'code') {
       item.execution_count = cell.execution_count ?? null;
       item.outputs = (cell.getOutputs ? cell.getOutputs() : []).map(outputForKernel);

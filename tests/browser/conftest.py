@@ -178,7 +178,9 @@ class Lab:
             "c.ServerApp.tornado_settings = {'page_config_data': {'buildCheck': False, 'buildAvailable': False}}\n"
             "c.LanguageServerManager.autodetect = False\n"
             # window.jupyterapp: the suite opens and closes notebooks with the app's own commands
-            "c.LabApp.expose_app_in_browser = True\n")
+            "c.LabApp.expose_app_in_browser = True\n"
+            # the same in Notebook 7's pages (/notebooks/PATH)
+            "c.JupyterNotebookApp.expose_app_in_browser = True\n")
         settings = {
             # no "get notified about Jupyter news?" toast over the screenshots, no requests out
             ("@jupyterlab", "apputils-extension", "notification"): {"fetchNews": "false", "checkForUpdates": False},

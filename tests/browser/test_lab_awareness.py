@@ -14,9 +14,12 @@ import json
 from test_lab_cell_edits import BARS, CELLS, REVIEWED
 from test_lab_live_cells import PANEL, Mcp, until
 
+# the kernel pings its pages until both tabs said hello (a tab whose kernel connection was not up yet
+# missed the first ping)
 RELAY = """pages = notebook_pages.start_in_kernel(get_ipython())
-pages.ping()
 for _ in range(400):
+    if _ % 20 == 0:
+        pages.ping()
     if len(pages.pages) >= 2:
         break
     await asyncio.sleep(0.05)

@@ -236,14 +236,17 @@ class NotebookPages:
 
     def _relink(self, page: Page, pending: Any) -> None:
         """A hello: when ``page`` is a new client of the tab that made pending changes (a
-        reload), the ones its document still holds (``pending``, the cell ids) are now its, the
-        others are dropped (not saved before the reload: gone with it; the agent is told)."""
+        reload: the page that made them said bye), the ones its document still holds
+        (``pending``, the cell ids) are now its, the others are dropped (not saved before the
+        reload: gone with it; the agent is told). Nothing is concluded while the page that made
+        a change is still here."""
         if not page.tab or not isinstance(pending, list):
             return  # no tab id, or the page's notebook not loaded yet: nothing to conclude
         held = {c for c in pending if isinstance(c, str)}
         for cell, (client, tab) in list(self._made.items()):
-            if tab != page.tab or client == page.client:
-                continue
+            if tab != page.tab or client == page.client or client in self.pages:
+                continue  # another tab; or the page that made it is still here (a tab opened from it copies
+                # its sessionStorage, so its tab id: not a reload)
             if cell in held:
                 self._made[cell] = (page.client, page.tab)
             else:

@@ -135,6 +135,10 @@ def test_a_reload_relinks_the_pending_changes_it_kept_and_drops_the_others_once(
                 ("b", {"change": "insert", "agent": "claude", "cell": "saved"}),
                 ("b", {"change": "insert", "agent": "claude", "cell": "unsaved"})]
             assert not any("elsewhere" in m for m in a.sent), "not the page that made the change"
+            # a browser tab opened from tab 1 (its sessionStorage, so its tab id, copied) while tab 1 is
+            # still here: not a reload, nothing concluded
+            hello(manager, "copy", "tab-1", [])
+            assert [e.cell_id for e in review.pending] == ["saved", "unsaved"] and review.take_notice() is None
             # tab 1 reloads: bye, then the new page's hello with what its document holds pending
             a.on_closed({})
             hello(manager, "b2", "tab-2", [])  # a hello from another tab concludes nothing

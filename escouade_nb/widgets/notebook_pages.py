@@ -77,6 +77,12 @@ REPLY_WAIT = 5.0
 and the request is sent once more, to another page (after a new ping when none is left)."""
 MAX_FIELD = 1000
 """Characters kept of a hello's client id, path and panel id."""
+RELINK_PINGS = (3.0, 10.0)
+"""Seconds after a page that made pending changes leaves (its bye) at which the kernel pings
+the pages, while no page holds those changes: a reloaded page says hello by itself, this is
+for one that could not (no sessionStorage)."""
+MAX_PENDING = 10000
+"""Cell ids read of a hello's ``pending`` list (the cells pending review in that page)."""
 NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
            "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
            'source="file" reads the saved notebook')
@@ -146,6 +152,7 @@ class NotebookPages:
         self.round_trips: deque[float] = deque(maxlen=100)
         self._tasks: set[asyncio.Task] = set()  # Keep/Reject of pending cells no agent's review holds
         self._made: dict[str, tuple[str, str]] = {}  # cell id -> (client, tab) of the page that changed it, pending
+        self._timers: set[asyncio.TimerHandle] = set()  # the pings after a bye (RELINK_PINGS)
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -242,7 +249,7 @@ class NotebookPages:
         a change is still here."""
         if not page.tab or not isinstance(pending, list):
             return  # no tab id, or the page's notebook not loaded yet: nothing to conclude
-        held = {c for c in pending if isinstance(c, str)}
+        held = {c for c in pending[:MAX_PENDING] if isinstance(c, str)}
         for cell, (client, tab) in list(self._made.items()):
             if tab != page.tab or client == page.client or client in self.pages:
                 continue  # another tab; or the page that made it is still here (a tab opened from it copies
@@ -283,10 +290,33 @@ class NotebookPages:
         """Cancel the Keep/Reject operations under way that no agent's review owns."""
         for task in list(self._tasks):
             task.cancel()
+        for timer in list(self._timers):
+            timer.cancel()
+        self._timers.clear()
 
     def _gone(self, page: Page) -> None:
         if self.pages.get(page.client) is page:
             del self.pages[page.client]
+            if any(client == page.client for client, _tab in self._made.values()):
+                for delay in RELINK_PINGS:
+                    self._ping_later(delay)
+
+    def _ping_later(self, delay: float) -> None:
+        """Ping the pages in ``delay`` seconds if a pending change's page is still gone then."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        timer: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            if timer is not None:
+                self._timers.discard(timer)
+            if any(client not in self.pages for client, _tab in self._made.values()):
+                self.ping()
+
+        timer = loop.call_later(delay, fire)
+        self._timers.add(timer)
 
     @staticmethod
     def _close(comm: Any) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from escouade_nb.engine.cell_review import EditReview
+from escouade_nb.widgets import notebook_pages
 from escouade_nb.widgets.notebook_pages import TARGET, NotebookPages
 
 
@@ -70,10 +71,15 @@ async def answer(comm: Comm, coro, **reply: Any) -> Any:
     return task.result()
 
 
-def setup() -> tuple[NotebookPages, Manager]:
+def setup(pings: list | None = None) -> tuple[NotebookPages, Manager]:
     manager = Manager()
-    pages = NotebookPages(open_comm=lambda data: Comm(), comm_manager=manager,
-                          notebook=lambda: Path("/srv/work/nb.ipynb"))
+
+    def ping(data: dict) -> Comm:
+        if pings is not None:
+            pings.append(data)
+        return Comm()
+
+    pages = NotebookPages(open_comm=ping, comm_manager=manager, notebook=lambda: Path("/srv/work/nb.ipynb"))
     pages.start()
     return pages, manager
 
@@ -118,9 +124,12 @@ def test_the_users_edit_or_deletion_of_a_cell_the_agent_touched_this_turn_is_tol
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
-def test_a_reload_relinks_the_pending_changes_it_kept_and_drops_the_others_once():
+def test_a_reload_relinks_the_pending_changes_it_kept_and_drops_the_others_once(monkeypatch):
+    monkeypatch.setattr(notebook_pages, "RELINK_PINGS", (0.05, 5.0))
+
     async def main() -> None:
-        pages, manager = setup()
+        pings: list = []
+        pages, manager = setup(pings)
         b = hello(manager, "b", "tab-2", [])  # another tab of the notebook
         a = hello(manager, "a", "tab-1", [])  # the latest hello: the changes go to this one
         review = EditReview()
@@ -141,6 +150,8 @@ def test_a_reload_relinks_the_pending_changes_it_kept_and_drops_the_others_once(
             assert [e.cell_id for e in review.pending] == ["saved", "unsaved"] and review.take_notice() is None
             # tab 1 reloads: bye, then the new page's hello with what its document holds pending
             a.on_closed({})
+            await asyncio.sleep(0.2)
+            assert len(pings) == 1, "the kernel pings while no page holds its pending changes"
             hello(manager, "b2", "tab-2", [])  # a hello from another tab concludes nothing
             assert [e.cell_id for e in review.pending] == ["saved", "unsaved"]
             hello(manager, "a2", "tab-1", None)  # not loaded yet: nothing concluded
@@ -154,6 +165,8 @@ def test_a_reload_relinks_the_pending_changes_it_kept_and_drops_the_others_once(
             # Keep from Python goes to the reloaded page (the one holding the cell), not the latest hello
             assert await answer(a2, kept.keep(), outcome="kept") == "kept"
             assert review.pending == [] and kept.state == "kept"
+            pages.close()
+            assert not pages._timers, "the later ping cancelled with the pages"
         finally:
             review.close()
 

@@ -26,6 +26,12 @@ or ``dropped`` (the agent removed its own new cell before review), and the revie
 transcript, which ``%escouade resume`` replays; and a ``kernel_tool`` line of phase
 ``settle``) is called once per answer. ``on_change()`` is called whenever the pending list
 changes (a change arrives, is settled, starts settling): the agent's views redraw from it.
+
+The agent also learns, once, in the same notice: that the user edited or deleted a cell it
+touched in its current turn (inserted, edited, ran: :meth:`EditReview.touch`;
+:func:`user_changed`, told by the page), so it does not rebuild from a stale picture; and
+that a change of its was dropped — gone without a Keep or Reject (:func:`drop`: the page
+reloaded without saving it, the user deleted the cell) — which then leaves the list.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import Any
 
 from .kernel_tools import ToolFailure
 
-__all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit", "CHANGE_WORDS"]
+__all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit", "user_changed", "drop", "CHANGE_WORDS"]
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +80,9 @@ class Settling:
 class PendingEdit:
     """One change of this agent's to a cell, pending review: ``cell_id``, ``change``
     (``insert``, ``edit``, ``delete``), ``at`` (epoch seconds of the last change), ``state``
-    (``pending``, ``kept``, ``rejected``, ``dropped``), ``settled_at`` (epoch seconds of
-    the answer, else ``None``)."""
+    (``pending``, ``kept``, ``rejected``, ``dropped``: gone without a Keep or Reject, see
+    :func:`drop`), ``settled_at`` (epoch seconds of the answer, else ``None``), ``why`` (why
+    it was dropped, else ``None``)."""
 
     def __init__(self, review: EditReview, cell_id: str, change: str, live: Any) -> None:
         self._review = review
@@ -84,6 +91,7 @@ class PendingEdit:
         self.at = time.time()
         self.state = "pending"
         self.settled_at: float | None = None
+        self.why: str | None = None
         self._live = live
 
     @property
@@ -133,6 +141,10 @@ class EditReview:
         self._tasks: set[asyncio.Task] = set()
         self._busy: set[str] = set()  # cells whose Keep or Reject is under way
         self._untold: list[str] = []  # cells whose change was rejected, not yet told to the agent
+        self._touched: set[str] = set()  # cells the agent changed or ran in its current turn
+        self._changed: list[str] = []  # the user's changes of those, not yet told
+        self._told: set[tuple[str, str]] = set()  # (cell, what) already noted in this turn
+        self._dropped: list[str] = []  # changes dropped, not yet told
         _reviews.add(self)
 
     @property
@@ -145,6 +157,7 @@ class EditReview:
         a second change of a pending cell stays one pending edit (an insert stays an insert);
         ``removed`` (the agent deleted its own new cell) drops it."""
         same = next((e for e in self._edits if e.cell_id == cell_id and e.state == "pending"), None)
+        self.touch(cell_id)
         if change == "removed":
             if same is not None:
                 self._edits.remove(same)
@@ -188,6 +201,40 @@ class EditReview:
         settled: one :class:`Settling` each (await them or not)."""
         return [self._settle(e, keep) for e in self.pending if e.cell_id not in self._busy]
 
+    def touch(self, cell_id: str) -> None:
+        """The agent touched ``cell_id`` in its current turn (an insert, edit or delete through
+        :meth:`add`; a run of the cell): the user's later change of it is told to the agent."""
+        self._touched.add(cell_id)
+        self._told = {t for t in self._told if t[0] != cell_id}  # touched again: a new change is news
+
+    def new_turn(self) -> None:
+        """The agent's next turn begins: what it touched before is no longer "this turn"."""
+        self._touched.clear()
+        self._told.clear()
+
+    def user_changed(self, cell_id: str, what: str) -> bool:
+        """The user ``edited`` or ``deleted`` ``cell_id``: noted for the agent (once per cell
+        and kind) when it touched the cell in its current turn; a deletion drops the cell's
+        pending edit. Whether the agent will be told."""
+        if what == "deleted":
+            self._drop(cell_id, "the user deleted the cell", tell=False)
+        if cell_id not in self._touched or (cell_id, what) in self._told:
+            return False
+        self._told.add((cell_id, what))
+        self._changed.append(f"cell {cell_id} {'deleted' if what == 'deleted' else 'edited'} by the user")
+        return True
+
+    def _drop(self, cell_id: str, why: str, tell: bool = True) -> bool:
+        edit = next((e for e in self._edits if e.cell_id == cell_id and e.state == "pending"), None)
+        if edit is None or cell_id in self._busy:
+            return False
+        edit.why = why
+        self._edits.remove(edit)
+        self._answered(edit, "dropped")
+        if tell:
+            self._dropped.append(f"{edit.change} of cell {cell_id} ({why})")
+        return True
+
     def _settle(self, edit: PendingEdit, keep: bool, client: str | None = None) -> Settling:
         if edit.state != "pending":
             raise ValueError(f"this change was already {edit.state}")
@@ -221,14 +268,23 @@ class EditReview:
         return outcome
 
     def take_notice(self) -> str | None:
-        """What the agent has not yet been told of the user's review, once: the changes the
-        user rejected since (named by cell), or ``None``."""
-        if not self._untold:
+        """What the agent has not yet been told of the user's review and changes, once: the
+        changes the user rejected since (named by cell), the cells it touched this turn that
+        the user edited or deleted, its changes dropped; or ``None``."""
+        if not (self._untold or self._changed or self._dropped):
             return None
-        told, self._untold = self._untold, []
-        return ("[escouade_nb notice] The user rejected your change(s) to the open notebook: "
-                + "; ".join(told) + ". They are taken back (the source before restored, a new cell removed): "
-                'read the cells again (notebook_cells(source="live")) before changing them.')
+        parts = []
+        if self._untold:
+            parts.append("The user rejected your change(s) to the open notebook: " + "; ".join(self._untold)
+                         + ". They are taken back (the source before restored, a new cell removed).")
+        if self._changed:
+            parts.append("The user changed cells you touched in this turn: " + "; ".join(self._changed) + ".")
+        if self._dropped:
+            parts.append("Your change(s) to the open notebook were dropped, neither kept nor rejected: "
+                         + "; ".join(self._dropped) + ".")
+        self._untold, self._changed, self._dropped = [], [], []
+        return ("[escouade_nb notice] " + " ".join(parts)
+                + ' Read the cells again (notebook_cells(source="live")) before changing them.')
 
     def _finished(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
@@ -244,6 +300,19 @@ class EditReview:
 
 
 _reviews: weakref.WeakSet[EditReview] = weakref.WeakSet()
+
+
+def user_changed(cell_id: str, what: str) -> int:
+    """The user ``edited`` or ``deleted`` ``cell_id`` (the page saw it): each open agent's
+    review that touched the cell in its current turn notes it for the agent
+    (:meth:`EditReview.user_changed`). How many agents will be told."""
+    return sum(review.user_changed(cell_id, what) for review in list(_reviews))
+
+
+def drop(cell_id: str, why: str) -> bool:
+    """The pending edit of ``cell_id`` is gone without a Keep or Reject (``why``, told to the
+    agent once): marked ``dropped`` and out of ``agent.pending_edits``. Whether one was."""
+    return any([review._drop(cell_id, why) for review in list(_reviews)])
 
 
 def pending_edit(cell_id: str) -> PendingEdit | None:

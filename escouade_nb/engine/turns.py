@@ -226,6 +226,8 @@ class TurnQueue:
         carried = gate([primer], takes)[0] if primer else []
         review = getattr(agent, "edit_review", None)
         told = review.take_notice() if review is not None else None  # the user's Reject, told once
+        if review is not None:
+            review.new_turn()  # the user's changes are told for the cells touched in this turn
         wire_prompt = [*([context({"type": "text", "text": preamble}, "preamble")] if preamble else []),
                        *([context({"type": "text", "text": told}, "notice")] if told else []),
                        *carried, *turn.prompt]

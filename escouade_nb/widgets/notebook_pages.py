@@ -25,6 +25,19 @@ The wire, comm target ``escouade_nb.notebook`` on both sides:
   Reject), else directly (a pending cell from a saved notebook) — with a ``settle``
   operation sent back to that page.
 
+- awareness (``labextension/src/aware.js``): the hello also carries ``tab`` (the browser
+  tab's id, the same across its reloads) and ``pending`` (the ids of the cells pending
+  review in that page's document, ``null`` while it is not loaded); a tab the kernel once
+  pinged says hello by itself after a reload. A hello from a new client of the tab that
+  made a change is a reload: the changes its document still holds are re-linked to it, the
+  others (not saved before the reload) are dropped
+  (:func:`~escouade_nb.engine.cell_review.drop`: the agent is told once). The page reports
+  ``{"client", "touched": {"cell", "what": "edited" | "deleted"}}`` when the user changes a
+  cell the kernel changed through it (:func:`~escouade_nb.engine.cell_review.user_changed`
+  decides which agent is told). After a change or a settle, every other page of the same
+  notebook gets ``{"elsewhere": {"change", "agent", "cell"}, "to"}`` (no answer): without
+  real-time collaboration its copy is out of date, and it says so.
+
 The page is untrusted here: a reply counts only for a request under way, from the client
 it was sent to (anything else is counted in :attr:`strays` and dropped), and its contents
 are checked by whoever reads them (:func:`escouade_nb.core.notebook.live_cells`).
@@ -64,6 +77,12 @@ REPLY_WAIT = 5.0
 and the request is sent once more, to another page (after a new ping when none is left)."""
 MAX_FIELD = 1000
 """Characters kept of a hello's client id, path and panel id."""
+RELINK_PINGS = (3.0, 10.0)
+"""Seconds after a page that made pending changes leaves (its bye) at which the kernel pings
+the pages, while no page holds those changes: a reloaded page says hello by itself, this is
+for one that could not (no sessionStorage)."""
+MAX_PENDING = 10000
+"""Cell ids read of a hello's ``pending`` list (the cells pending review in that page)."""
 NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
            "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
            'source="file" reads the saved notebook')
@@ -76,13 +95,15 @@ NO_PAGE_TO_CHANGE = ("changing a cell needs this notebook open in JupyterLab 4 o
 class Page:
     """One notebook panel in one browser tab: ``client`` (its id), ``path`` (its
     notebook's server path, as the page said), ``panel`` (its id in the page), ``comm``
-    (its own comm to the kernel), ``order`` (of its last hello among all pages')."""
+    (its own comm to the kernel), ``order`` (of its last hello among all pages'), ``tab``
+    (its browser tab's id, the same across a reload of the tab; ``""`` when unknown)."""
 
     client: str
     path: str
     panel: str
     comm: Any
     order: int
+    tab: str = ""
 
 
 def _kernel_comm(data: dict) -> Any:
@@ -130,6 +151,8 @@ class NotebookPages:
         """Replies dropped: for no request under way, or from a client it was not sent to."""
         self.round_trips: deque[float] = deque(maxlen=100)
         self._tasks: set[asyncio.Task] = set()  # Keep/Reject of pending cells no agent's review holds
+        self._made: dict[str, tuple[str, str]] = {}  # cell id -> (client, tab) of the page that changed it, pending
+        self._timers: set[asyncio.TimerHandle] = set()  # the pings after a bye (RELINK_PINGS)
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -162,7 +185,7 @@ class NotebookPages:
             comm.close()  # not a page of ours
             return
         page = Page(client=client, path=_text(hello.get("path")), panel=_text(hello.get("panel")), comm=comm,
-                    order=next(self._hellos))
+                    order=next(self._hellos), tab=_text(hello.get("tab")))
         old = self.pages.pop(client, None)
         if old is not None and old.comm is not comm:
             self._close(old.comm)
@@ -171,6 +194,7 @@ class NotebookPages:
         comm.on_close(on_loop(lambda m: self._gone(page)))
         if self._hello is not None:
             self._hello.set()
+        self._relink(page, hello.get("pending"))
         if isinstance(data, dict) and isinstance(data.get("decide"), dict):  # a click in a page with no comm yet
             self._decide(page, data["decide"])
 
@@ -181,11 +205,16 @@ class NotebookPages:
         if data.get("hello") is not None and isinstance(data["hello"], dict):  # again, on the same comm
             page.path, page.panel = _text(data["hello"].get("path")), _text(data["hello"].get("panel"))
             page.order = next(self._hellos)
+            page.tab = _text(data["hello"].get("tab")) or page.tab
             if self._hello is not None:
                 self._hello.set()
+            self._relink(page, data["hello"].get("pending"))
             return
         if isinstance(data.get("decide"), dict):
             self._decide(page, data["decide"])
+            return
+        if isinstance(data.get("touched"), dict):
+            self._touched(data["touched"])
             return
         req = data.get("reply")
         waiting = self._waiting.get(req) if isinstance(req, str) else None
@@ -212,6 +241,46 @@ class NotebookPages:
         self._tasks.add(task)
         task.add_done_callback(self._settled)
 
+    def _relink(self, page: Page, pending: Any) -> None:
+        """A hello: when ``page`` is a new client of the tab that made pending changes (a
+        reload: the page that made them said bye), the ones its document still holds
+        (``pending``, the cell ids) are now its, the others are dropped (not saved before the
+        reload: gone with it; the agent is told). Nothing is concluded while the page that made
+        a change is still here."""
+        if not page.tab or not isinstance(pending, list):
+            return  # no tab id, or the page's notebook not loaded yet: nothing to conclude
+        held = {c for c in pending[:MAX_PENDING] if isinstance(c, str)}
+        for cell, (client, tab) in list(self._made.items()):
+            if tab != page.tab or client == page.client or client in self.pages:
+                continue  # another tab; or the page that made it is still here (a tab opened from it copies
+                # its sessionStorage, so its tab id: not a reload)
+            if cell in held:
+                self._made[cell] = (page.client, page.tab)
+            else:
+                del self._made[cell]
+                cell_review.drop(cell, "the notebook's page was reloaded without saving it, so the change is gone")
+
+    def _touched(self, touched: dict) -> None:
+        """The user changed a cell the kernel changed through a page (``what``: ``edited``,
+        ``deleted``): told to the agents that touched it in their current turn."""
+        cell, what = touched.get("cell"), touched.get("what")
+        if not isinstance(cell, str) or not cell or len(cell) > MAX_FIELD or what not in ("edited", "deleted"):
+            self.strays += 1
+            return
+        if what == "deleted":
+            self._made.pop(cell, None)
+        cell_review.user_changed(cell, what)
+
+    def _tell_others(self, page: Page, note: dict[str, Any]) -> None:
+        """Tell the other pages of ``page``'s notebook that it changed there (no answer)."""
+        for other in list(self.pages.values()):
+            if other.client == page.client or other.path != page.path:
+                continue
+            try:
+                other.comm.send({"v": PROTOCOL, "to": other.client, "elsewhere": note})
+            except Exception:
+                log.debug("escouade_nb: telling another page failed", exc_info=True)
+
     def _settled(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -221,10 +290,33 @@ class NotebookPages:
         """Cancel the Keep/Reject operations under way that no agent's review owns."""
         for task in list(self._tasks):
             task.cancel()
+        for timer in list(self._timers):
+            timer.cancel()
+        self._timers.clear()
 
     def _gone(self, page: Page) -> None:
         if self.pages.get(page.client) is page:
             del self.pages[page.client]
+            if any(client == page.client for client, _tab in self._made.values()):
+                for delay in RELINK_PINGS:
+                    self._ping_later(delay)
+
+    def _ping_later(self, delay: float) -> None:
+        """Ping the pages in ``delay`` seconds if a pending change's page is still gone then."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        timer: asyncio.TimerHandle | None = None
+
+        def fire() -> None:
+            if timer is not None:
+                self._timers.discard(timer)
+            if any(client not in self.pages for client, _tab in self._made.values()):
+                self.ping()
+
+        timer = loop.call_later(delay, fire)
+        self._timers.add(timer)
 
     @staticmethod
     def _close(comm: Any) -> None:
@@ -319,15 +411,28 @@ class NotebookPages:
         metadata: the page's reply (``cell_id``, ``change``). Not sent twice."""
         if op not in ("insert", "edit", "delete"):
             raise ValueError(f"no such change: {op!r}")
-        _page, reply = await self.request(op, again=False, **fields)
-        return {"cell_id": _text(reply.get("cell_id")), "change": _text(reply.get("change")) or op}
+        page, reply = await self.request(op, again=False, **fields)
+        cell_id, change = _text(reply.get("cell_id")), _text(reply.get("change")) or op
+        if cell_id:
+            if change == "removed":
+                self._made.pop(cell_id, None)
+            else:
+                self._made[cell_id] = (page.client, page.tab)
+        self._tell_others(page, {"change": change, "agent": _text(fields.get("agent"))[:200], "cell": cell_id})
+        return {"cell_id": cell_id, "change": change}
 
     async def settle_cell(self, cell_id: str, keep: bool, client: str | None = None) -> dict[str, Any]:
         """Keep or Reject an agent's pending change of a cell, in one page (sent once; the
-        page ``client`` when given and still here): ``{"outcome": "kept" | "rejected"}``; see
+        page ``client`` when given and still here, else the page that made the change, else the
+        one :meth:`choose` gives): ``{"outcome": "kept" | "rejected"}``; see
         :class:`~escouade_nb.engine.kernel_server.LiveNotebook`."""
-        _page, reply = await self.request("settle", again=False, client=client, cell=cell_id, keep=bool(keep))
+        if client is None and cell_id in self._made:
+            client = self._made[cell_id][0]
+        page, reply = await self.request("settle", again=False, client=client, cell=cell_id, keep=bool(keep))
         outcome = reply.get("outcome")
+        self._made.pop(cell_id, None)
+        if outcome in ("kept", "rejected"):
+            self._tell_others(page, {"change": outcome, "agent": "", "cell": cell_id})
         return {"outcome": outcome if outcome in ("kept", "rejected") else None}
 
 

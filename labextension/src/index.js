@@ -31,6 +31,8 @@
 
 import { INotebookTracker } from '@jupyterlab/notebook';
 
+import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
+
 const TARGET = 'escouade_nb.notebook';
 const PROTOCOL = 1;
 // characters of one output's text sent to the kernel (the kernel clips the answer further)
@@ -414,10 +416,21 @@ function attach(panel) {
     }
   };
 
-  const hello = () => ({ v: PROTOCOL, client, hello: { path: panel.context.path, panel: panel.id } });
+  const hello = () => ({
+    v: PROTOCOL,
+    client,
+    hello: { path: panel.context.path, panel: panel.id, tab: tabId(), pending: pendingIds(panel, pendingOf) }
+  });
+  // the user's changes of the cells changed through this page, and the notice of changes in other tabs
+  const aware = watcher(panel, (cell, what) => send({ touched: { cell, what } }));
+  const elsewhere = elsewhereNotice(panel);
 
   const operate = data => {
     const req = data.req;
+    if (data.elsewhere && data.to === client) {
+      elsewhere.show(data.elsewhere); // another tab of this notebook applied a change
+      return;
+    }
     if ((typeof req !== 'string' && typeof req !== 'number') || data.to !== client) {
       return;
     }
@@ -434,7 +447,11 @@ function attach(panel) {
     if (data.op === 'insert' || data.op === 'edit' || data.op === 'delete' || data.op === 'settle') {
       let answer;
       try {
-        answer = data.op === 'settle' ? settle(panel, data) : change(panel, data);
+        answer = aware.apply(() => (data.op === 'settle' ? settle(panel, data) : change(panel, data)),
+          data.op !== 'settle' && typeof data.cell === 'string' ? data.cell : null);
+        if (answer.ok && data.op === 'insert') {
+          aware.apply(() => undefined, answer.cell_id); // the new cell watched too
+        }
       } catch (err) {
         answer = { ok: false, error: `the change failed: ${String(err).slice(0, 200)}` };
       }
@@ -473,6 +490,7 @@ function attach(panel) {
 
   // The kernel's ping: open this panel's comm (or say hello again on the open one).
   const onPing = () => {
+    markLinked(panel.context.path); // after a reload this tab says hello unasked
     if (comm !== null && !comm.isDisposed) {
       send(hello());
       return;
@@ -564,7 +582,10 @@ function attach(panel) {
   };
   // the cells' marks change through the shared model (a kernel's settle, a collaborator, a reload):
   // redrawn on every change of the notebook, and each second for the cells drawn later
-  const onChanged = () => refresh();
+  const onChanged = () => {
+    refresh();
+    aware.check();
+  };
   const watch = () => {
     if (panel.content.model) {
       panel.content.model.sharedModel.changed.connect(onChanged);
@@ -587,6 +608,15 @@ function attach(panel) {
     comm = null;
     if (kernel !== null) {
       kernel.registerCommTarget(TARGET, onPing);
+      if (wasLinked(panel.context.path)) {
+        // a reload: say hello (with the cells pending here) once the notebook is loaded
+        const linked = kernel;
+        panel.context.ready.then(() => {
+          if (kernel === linked && (comm === null || comm.isDisposed)) {
+            openComm();
+          }
+        }, () => undefined);
+      }
     }
   };
 

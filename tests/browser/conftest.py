@@ -178,7 +178,9 @@ class Lab:
             "c.ServerApp.tornado_settings = {'page_config_data': {'buildCheck': False, 'buildAvailable': False}}\n"
             "c.LanguageServerManager.autodetect = False\n"
             # window.jupyterapp: the suite opens and closes notebooks with the app's own commands
-            "c.LabApp.expose_app_in_browser = True\n")
+            "c.LabApp.expose_app_in_browser = True\n"
+            # the same in Notebook 7's pages (/notebooks/PATH)
+            "c.JupyterNotebookApp.expose_app_in_browser = True\n")
         settings = {
             # no "get notified about Jupyter news?" toast over the screenshots, no requests out
             ("@jupyterlab", "apputils-extension", "notification"): {"fetchNews": "false", "checkForUpdates": False},
@@ -399,16 +401,42 @@ class Notebook:
 
     # -- set up ------------------------------------------------------------------------------
     def open(self, cells: list[str], timeout: float = 60) -> None:
+        self.write(cells)
+        self.page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
+                           self.path)
+        self.cell(len(cells) - 1).wait_for(timeout=timeout * 1000)
+        self.wait_kernel_idle(timeout)
+
+    def write(self, cells: list[str]) -> None:
+        """Write this test's notebook (code cells) into the server's root, opened nowhere."""
         import nbformat
 
         nb = nbformat.v4.new_notebook()
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
         nbformat.write(nb, str(self.lab.root / self.path))
-        self.page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
-                           self.path)
-        self.cell(len(cells) - 1).wait_for(timeout=timeout * 1000)
-        self.wait_kernel_idle(timeout)
+
+    def in_notebook_7(self, timeout: float = 60) -> Notebook:
+        """This notebook (already written) opened in Notebook 7 (``/notebooks/PATH``) in a new
+        page of the session's browser context (its login cookie): a copy of this object
+        driving that page (``.page``; close it with ``.page.close()``), once the extension's
+        panel is there and the kernel idle. Fails when the server has no Notebook 7."""
+        import copy
+
+        page = self.lab_page.context.new_page()
+        page.on("console", lambda m: m.type == "error" and self.lab_page.errors.append(f"console (nb7): {m.text}"))
+        response = page.goto(f"{self.lab.url}/notebooks/{self.path}")
+        assert response is not None and response.status != 404, "no Notebook 7 here (pip install notebook)"
+        seven = copy.copy(self)
+        seven.page = page
+        seven.cell(0).wait_for(timeout=timeout * 1000)
+        page.locator(".jp-NotebookPanel[data-escouade-client]").wait_for(timeout=timeout * 1000)
+        deadline = time.monotonic() + timeout
+        while not ((s := self.lab.sessions_for(self.path)) and s[0]["kernel"]["execution_state"] == "idle"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kernel of {self.path} not idle after {timeout} s in Notebook 7")
+            time.sleep(0.2)
+        return seven
 
     def wait_kernel_idle(self, timeout: float = 60) -> None:
         """The server says the kernel is idle and so does the notebook's toolbar."""

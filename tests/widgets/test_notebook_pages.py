@@ -218,6 +218,7 @@ def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_r
         # a cell no agent's review holds: settled directly, by a task the pages own
         b.comm.on_message({"content": {"data": {"client": "b", "decide": {"cell": "old", "keep": False}}}})
         await asyncio.sleep(0.02)
+        assert b.comm.sent.pop(0)["elsewhere"] == {"change": "kept", "agent": "", "cell": "c7"}  # told, not asked
         (op,) = b.comm.sent
         assert (op["op"], op["cell"], op["keep"]) == ("settle", "old", False)
         pages.close()

@@ -725,8 +725,6 @@ class KernelServer:
     async def _execute_cell(self, cell_id: str) -> tuple[str, str]:
         """``execute_cell``: read the cell from the page, ask (one card, the source whole), have the
         page run it if unchanged, tell the owner: ``(the outputs as text, "ok" | "error")``."""
-        from ..core import notebook as notebook_core
-
         live: Any = self.live_notebook()
         if live is None or not callable(getattr(live, "run_cell", None)):
             raise ToolFailure("execute_cell needs escouade_nb loaded in a kernel whose notebook is open in JupyterLab "

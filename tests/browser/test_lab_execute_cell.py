@@ -5,13 +5,15 @@ exactly one card shows the cell's source and says it is unreviewed; *Run* runs i
 notebook (its output in that cell, its execution count set), the tool result carries that
 output as text, and the cell's metadata records the code that ran (``escouade.ran``), which a
 Keep then keeps beside who wrote it, and a save keeps in the file. A turn started by a ``%%escouade`` cell asks to run
-another cell: *Don't run* → nothing runs (no output, no execution count) and the agent is told."""
+another cell: *Don't run* → nothing runs (no output, no execution count) and the agent is told.
+*Run* from a ``%%escouade`` turn works alike. A cell the user changed after the card showed it is refused by the page as stale, not run."""
 
 from __future__ import annotations
 
 import json
+import threading
 
-from test_lab_live_cells import PANEL, until
+from test_lab_live_cells import PANEL, SETUP, Mcp, until
 
 
 def open_with_ids(nb, cells: list[tuple[str, str]], timeout: float = 60) -> None:
@@ -56,8 +58,9 @@ def test_one_card_then_run_puts_the_output_in_the_cell_and_dont_run_runs_nothing
         ("insert", INSERT),
         ("ask", """t = a.send('call escouade execute_cell {"cell_id": "%s"}' % cid)"""),
         ("result", "r = await t\nprint(r.text)"),
-        ("guard", "print('this must not run')"),
+        ("guard", "print('not before Run')"),
         ("magic", '%%escouade runner\ncall escouade execute_cell {"cell_id": "guard"}'),
+        ("magic-again", '%%escouade runner\ncall escouade execute_cell {"cell_id": "guard"}'),
     ])
     for i in range(3):
         nb.run_cell(i)
@@ -109,16 +112,63 @@ def test_one_card_then_run_puts_the_output_in_the_cell_and_dont_run_runs_nothing
     nb.run_cell(7)
     pin.wait_for(timeout=30_000)
     assert "Run a cell in the notebook" in pin.locator(".esc-pin-title").inner_text()
-    assert "this must not run" in view.inner_text()
+    assert "not before Run" in view.inner_text()
     pin.get_by_role("button", name="Don't run", exact=True).click()
     until(lambda: "I did not call mcp__escouade__execute_cell: permission refused" in view.inner_text(),
           "the agent is told")
     nb.wait_status(view, "idle")
     assert cell_state(page, "guard")[1:4] == [None, "", None], "nothing ran"
 
+    # the same from a %%escouade turn, Run: the kernel's queue is free (the magic's cell returned at once)
+    nb.run_cell(8)
+    pin.wait_for(timeout=30_000)
+    pin.get_by_role("button", name="Run", exact=True).click()
+    until(lambda: "execute_cell returned: cell guard ran in the notebook" in view.inner_text(), "the agent has it")
+    nb.wait_status(view, "idle")
+    guard = cell_state(page, "guard")
+    assert guard[2] == "not before Run\n" and guard[1] > count and guard[3]["ran"]["code"] == "print('not before Run')"
+
     # a save keeps the code that ran, in the file
     page.evaluate(f"() => {PANEL}.context.save()")
     until(lambda: not page.evaluate(f"() => {PANEL}.context.model.dirty"), "the notebook is saved")
     saved = {c["id"]: c for c in json.loads((nb.lab.root / nb.path).read_text())["cells"]}
     assert saved[cid]["metadata"]["escouade"]["ran"] == ran and saved[cid]["execution_count"] == count
-    assert "escouade" not in saved["guard"]["metadata"] and saved["guard"]["outputs"] == []
+    assert saved["guard"]["metadata"]["escouade"] == {"ran": guard[3]["ran"]}, "run, never written by an agent"
+
+
+# an owner that allows the run once the user has changed the cell after it was read (the card's source):
+# the page must refuse it as stale, whatever the kernel allowed
+STALE = SETUP.replace("""    async def ask_run_code(self, code):
+        return None""", """    async def ask_run_code(self, code):
+        return None
+    async def ask_execute_cell(self, cell_id, source, unreviewed):
+        shown.append(source)
+        pages = notebook_pages.start_in_kernel(get_ipython())
+        while (await pages.cell_to_run(cell_id))["source"] == source:
+            await asyncio.sleep(0.1)
+shown = []""")
+
+
+def test_a_cell_changed_after_its_card_is_refused_as_stale_and_not_run(nb):
+    page = nb.page
+    open_with_ids(nb, [("setup", STALE), ("target", "print('as the card showed it')")])
+    nb.run_cell(0)
+    out = nb.output(0).inner_text()
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    try:
+        got: dict = {}
+        caller = threading.Thread(target=lambda: got.update(mcp.call("execute_cell", cell_id="target")))
+        caller.start()
+        # the user types into the cell while the card waits
+        nb.cell(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("print('typed after the card')")
+        page.keyboard.press("Escape")
+        caller.join(60)
+        assert got["is_error"] and "changed since the card showed it" in got["text"], got
+        assert "nothing was run" in got["text"]
+        assert cell_state(page, "target")[:4] == ["print('typed after the card')", None, "", None], "not run"
+        assert mcp.call("run_code", code="shown")["text"] == "result:\n[\"print('as the card showed it')\"]"
+    finally:
+        mcp.close()

@@ -465,11 +465,15 @@ class KernelAccess:
                 raise RuntimeError(why)
         except Exception as exc:
             log.debug("execute_cell's request: not to be run now (%s); passed on to the server", exc)
+            # answered at once, on the record as any card (a resume rebuilds it so): nothing can run from it
+            passed = self.live.desk.new_card(wire, options)
             option = next((o for o in options if o.get("kind") == "allow_once"), None)
+            why = "nothing to run now: the kernel's server answers why"
             if option is None:
-                return {"outcome": "cancelled"}
-            return {"outcome": "selected", "optionId": option["optionId"],
-                    "_meta": {"escouade": {"by": "escouade_nb"}}}
+                passed.deny(by="escouade_nb", message=why)
+            else:
+                passed.choose(option["optionId"], by="escouade_nb", message=why)
+            return await self.live.desk.decide(passed)
         source, unreviewed = cell["source"], bool(cell.get("pending"))
         return await self._ask_cell_request(wire, call, options, cell_id, source, unreviewed)
 

@@ -126,8 +126,21 @@ def test_a_rule_plugin_sees_the_whole_source_its_denial_runs_nothing_and_is_on_r
                   if '"kernel_tool"' in line]
         results = [(e["tool"], e["status"]) for e in events if e.get("phase") == "result"]
         assert results == [("execute_cell", "ok"), ("execute_cell", "busy")], events
+
+        # a resume rebuilds the cards from the transcript: what each asked, the cell's whole source
+        k.run("await a.close()")
+        out = k.run("import json\nb = %escouade resume runner\n"
+                    "print(json.dumps([[i.request.mcp, i.request.raw_input, i.answered_by] for i in b.conversation.items "
+                    "if type(i).__name__ == 'Permission']))", timeout=60).text
+        cards = json.loads(out.strip().splitlines()[-1])
+        ok = {"source": "total = 6 * 7\nprint(total)", "cell_id": "c-ok", "unreviewed": True}
+        assert [(c[0], c[1]["cell_id"], c[2]) for c in cards] == [
+            (["escouade", "execute_cell"], "c-rm", "Exec rules via Escouade"),
+            (["escouade", "execute_cell"], "c-ok", "Exec rules via Escouade"),
+            (None, "c-ok", "escouade_nb")], cards  # the third, refused by the server (a cell ran): answered at once
+        assert cards[1][1] == ok and cards[0][1]["source"].count("x = 1\n") == 300
     finally:
-        k.run("await a.close()", allow_error=True)
+        k.run("await a.close()\nawait b.close()", allow_error=True)
         k.shutdown()
 
 

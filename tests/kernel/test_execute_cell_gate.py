@@ -52,6 +52,8 @@ PAGE = textwrap.dedent('''
         async def live_cells(self):
             return {"path": "nb.ipynb", "cells": []}
         async def cell_to_run(self, cell_id):
+            if cell_id == "c-typed":  # the user types into it between the card and the server's call
+                self.cells[cell_id] = self.cells.get(cell_id, "") + "#"
             source = self.cells[cell_id]
             return {"source": source, "sha256": hashlib.sha256(source.encode()).hexdigest(),
                     "pending": cell_id == "c-ok"}
@@ -108,6 +110,13 @@ def test_a_rule_plugin_sees_the_whole_source_its_denial_runs_nothing_and_is_on_r
         assert lines[-1] == "1 c-ok runner"
         assert json.loads(seen.read_text().splitlines()[1])["unreviewed"] is True
 
+        # the cell changed between the agent's request (its card) and the server's call: stale, not run
+        out = k.run("r = await a.send('call escouade execute_cell {\"cell_id\": \"c-typed\"}')\n"
+                    "print(r.text)\nprint(len(page.runs))", timeout=60).text
+        assert out.startswith("mcp__escouade__execute_cell failed:") and "changed since the card you answered" in out
+        assert out.strip().endswith("1"), "not run"
+        assert json.loads(seen.read_text().splitlines()[2])["source"] == "#", "the card showed the first read"
+
         # a cell that awaits the turn holds the kernel's queue: the page's run would wait behind it (a
         # deadlock), so the call is refused before any card, nothing run
         out = k.run("from escouade_nb.widgets import notebook_pages\npage.queue = notebook_pages.start_in_kernel("
@@ -120,12 +129,13 @@ def test_a_rule_plugin_sees_the_whole_source_its_denial_runs_nothing_and_is_on_r
         runs = [(e["verdict"], e.get("by"), e.get("message")) for e in journal
                 if e["tool"] == "mcp__escouade__execute_cell"]
         assert runs == [("refused", "Exec rules via Escouade", "no shutil in this notebook"),
+                        ("allowed", "Exec rules via Escouade", "cells may run here"),
                         ("allowed", "Exec rules via Escouade", "cells may run here")], journal
         (path,) = (tmp_path / "transcripts").glob("runner-*.jsonl")
         events = [json.loads(line)["data"] for line in path.read_text(encoding="utf-8").splitlines()
                   if '"kernel_tool"' in line]
         results = [(e["tool"], e["status"]) for e in events if e.get("phase") == "result"]
-        assert results == [("execute_cell", "ok"), ("execute_cell", "busy")], events
+        assert results == [("execute_cell", "ok"), ("execute_cell", "refused"), ("execute_cell", "busy")], events
 
         # a resume rebuilds the cards from the transcript: what each asked, the cell's whole source
         k.run("await a.close()")
@@ -137,6 +147,7 @@ def test_a_rule_plugin_sees_the_whole_source_its_denial_runs_nothing_and_is_on_r
         assert [(c[0], c[1]["cell_id"], c[2]) for c in cards] == [
             (["escouade", "execute_cell"], "c-rm", "Exec rules via Escouade"),
             (["escouade", "execute_cell"], "c-ok", "Exec rules via Escouade"),
+            (["escouade", "execute_cell"], "c-typed", "Exec rules via Escouade"),
             (None, "c-ok", "escouade_nb")], cards  # the third, refused by the server (a cell ran): answered at once
         assert cards[1][1] == ok and cards[0][1]["source"].count("x = 1\n") == 300
     finally:

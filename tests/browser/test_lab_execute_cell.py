@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 
-from test_lab_live_cells import PANEL, SETUP, Mcp, until
+from test_lab_live_cells import PANEL, SETUP, Mcp, answered, until
 
 
 def open_with_ids(nb, cells: list[tuple[str, str]], timeout: float = 60) -> None:
@@ -160,6 +160,7 @@ def test_a_cell_changed_after_its_card_is_refused_as_stale_and_not_run(nb):
         got: dict = {}
         caller = threading.Thread(target=lambda: got.update(mcp.call("execute_cell", cell_id="target")))
         caller.start()
+        until(lambda: answered(page), "the page gave the cell's source for the card")
         # the user types into the cell while the card waits
         nb.cell(1).locator(".jp-InputArea-editor").click()
         page.keyboard.press("Control+a")

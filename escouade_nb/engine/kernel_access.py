@@ -647,8 +647,9 @@ class KernelAccess:
         return None
 
     def ran_cell(self, cell_id: str, source: str, text: str, failed: bool) -> None:
-        """The page ran the cell: its outputs' text goes on the card's tool call (one we made is
-        closed by us; the agent's own by the agent)."""
+        """The page ran the cell, or did not (``failed``: it raised, was stale, the page went away):
+        ``text`` goes on the card's tool call (one we made is closed by us; the agent's own by the
+        agent)."""
         key = _cell_key(cell_id, source)
         waiting = self._allowed.get(key)
         if not waiting:

@@ -206,7 +206,7 @@ class LiveNotebook(Protocol):
 # ``running() -> str | None``: why a cell run from the page would wait now (a cell of the kernel is
 # running), else None; ``cell_to_run(cell_id) -> {"source", "sha256", "pending": bool}`` (a code
 # cell as the page shows it now, or ToolFailure: no page, no such cell, not a code cell);
-# ``run_cell(cell_id, base, by) -> {"execution_count", "outputs": [nbformat-like outputs], "source"}``:
+# ``run_cell(cell_id, base, by) -> {"execution_count", "outputs": [nbformat-like outputs]}``:
 # the page runs the cell when its source's SHA-256 is still ``base`` (else ToolFailure "changed
 # since"), writes ``by`` and the code that ran into its metadata, and answers when the run ended.
 
@@ -742,7 +742,12 @@ class KernelServer:
         self._check_busy()
         self._check_queue(live)  # a cell started while the card waited
         agent = str(getattr(owner, "name", "") or "")
-        ran = await live.run_cell(cell_id, sha, self._provenance(grant, agent))
+        told = getattr(owner, "ran_cell", None)
+        try:
+            ran = await live.run_cell(cell_id, sha, self._provenance(grant, agent))
+        except ToolFailure as exc:  # stale, the page gone: the card's call says so too
+            self._tell_ran(told, owner, cell_id, source, str(exc), True)
+            raise
         outputs = ran.get("outputs") if isinstance(ran.get("outputs"), list) else []
         failed = any(isinstance(o, Mapping) and o.get("output_type") == "error" for o in outputs)
         try:
@@ -754,13 +759,17 @@ class KernelServer:
         count = item["execution_count"]
         text = f"cell {cell_id} ran in the notebook [{count if count is not None else ' '}]" + \
             (" and raised" if failed else "") + ":\n" + (item["outputs"] or "(no output)")
-        told = getattr(owner, "ran_cell", None)
+        self._tell_ran(told, owner, cell_id, source, text, failed)
+        return text, "error" if failed else "ok"
+
+    @staticmethod
+    def _tell_ran(told: Any, owner: Any, cell_id: str, source: str, text: str, failed: bool) -> None:
+        """The owner's ``ran_cell`` (optional), told how a cell's run ended; never raises."""
         if callable(told):
             try:
                 told(cell_id, source, text, failed)
             except Exception:
                 log.exception("kernel MCP server: %s.ran_cell failed", getattr(owner, "name", owner))
-        return text, "error" if failed else "ok"
 
     @staticmethod
     def _check_queue(live: Any) -> None:

@@ -298,7 +298,11 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         notebooks = "".join("\n" + _indent(cut(content_text(d, kernel_nb)))
                             for d in (call.diffs if call else []) if is_notebook_path(d.get("path")))
         code = call.raw_input.get("code") if call is not None and isinstance(call.raw_input, dict) else None
-        if call is not None and call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
+        if call is not None and call.mcp is not None and call.mcp[1] == "execute_cell" and \
+                isinstance(call.raw_input, dict):
+            code = call.raw_input.get("source")  # the cell's whole source
+        if call is not None and call.mcp is not None and call.mcp[1] in ("run_code", "execute_cell") and \
+                isinstance(code, str):
             notebooks += "\n" + _indent(reveal(code)[0])  # the code asked to run, whole, hidden characters shown
         if item.state == "pending":
             note = f" ({item.note})" if item.note and not item.deciding else ""

@@ -284,6 +284,8 @@ class CardDesk:
             found = kernel.identify(probe, known)
             if found is not None and found[0] == "run_code":
                 return await kernel.agent_asks_run_code(tool_call, options, found[1]["code"])
+            if found is not None and found[0] == "execute_cell":
+                return await kernel.agent_asks_execute_cell(tool_call, options, found[1]["cell_id"])
         card = self.new_card(tool_call, options)
         return await self.decide(card)
 

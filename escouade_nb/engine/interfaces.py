@@ -198,6 +198,9 @@ class KernelRequests(Protocol):
 
     async def agent_asks_run_code(self, tool_call: dict[str, Any], options: list[dict[str, Any]], code: str) -> Any: ...
 
+    async def agent_asks_execute_cell(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
+                                      cell_id: str) -> Any: ...
+
 
 class LiveSession(Protocol):
     """One process of an agent as its kernel access sees it (:class:`~.live.Live`)."""

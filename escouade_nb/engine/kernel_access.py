@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 SERVER = "escouade"
 """The kernel's MCP server's name in ``mcpServers`` (its tools are ``mcp__escouade__*``)."""
 KERNEL_TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code", "insert_cell", "edit_cell",
-                "delete_cell")
+                "delete_cell", "execute_cell")
 READ_TOOLS = frozenset({"list_variables", "inspect_variable", "notebook_cells"})
 EDIT_TOOLS = frozenset({"insert_cell", "edit_cell", "delete_cell"})
 """Changes to the open notebook: not asked before they are made (the user reviews each one after,
@@ -76,12 +76,15 @@ TOOL_ARGUMENTS: dict[str, tuple[dict[str, tuple[type, ...]], frozenset[str]]] = 
     "edit_cell": ({"cell_id": (str,), "source": (str,), "base_sha256": (str,)},
                   frozenset({"cell_id", "source", "base_sha256"})),
     "delete_cell": ({"cell_id": (str,), "base_sha256": (str,)}, frozenset({"cell_id", "base_sha256"})),
+    "execute_cell": ({"cell_id": (str,)}, frozenset({"cell_id"})),
 }
 """Each kernel tool's arguments (the input schemas of :mod:`.kernel_server`): name ->
 accepted types, and the required names. A request states a kernel tool's arguments only
 when one of its candidates (:func:`~..permissions.request.mcp_arguments_of`) fits this
 whole: no other key, every type right, nothing required missing."""
 RUN_TITLE = "Run code in the kernel"
+CELL_TITLE = "Run a cell in the notebook"
+UNREVIEWED_TITLE = "Run an unreviewed cell in the notebook (an agent change pending your Keep or Reject)"
 APPROVAL_LIFETIME = 120.0
 """Seconds an allowance of the agent's own ``run_code`` request waits for the server's call
 (which follows it within milliseconds); it also ends with its tool call (finished,
@@ -120,6 +123,23 @@ def run_request(call: ToolCall, code: str) -> ToolCall:
     kind ``execute``, the exact ``code`` as ``rawInput`` — nothing else of the agent's."""
     return frozen_request(call, title=RUN_TITLE, kind="execute", raw_input={"code": code}, content=[],
                           locations=[], meta=None, extra={}, mcp=(SERVER, "run_code"), kernel_notebook=None)
+
+
+def cell_request(call: ToolCall, cell_id: str, source: str, unreviewed: bool) -> ToolCall:
+    """The frozen request of a "Run a cell in the notebook" card: ``call``'s id, our title (saying
+    when the cell is unreviewed), kind ``execute``, ``rawInput`` ``{"source", "cell_id",
+    "unreviewed"}``: the cell's whole source as the page showed it when asked (what rule plugins see
+    as ``mcp__escouade__execute_cell``'s input) — nothing else of the agent's."""
+    return frozen_request(call, title=UNREVIEWED_TITLE if unreviewed else CELL_TITLE, kind="execute",
+                          raw_input={"source": source, "cell_id": cell_id, "unreviewed": unreviewed}, content=[],
+                          locations=[], meta=None, extra={}, mcp=(SERVER, "execute_cell"), kernel_notebook=None)
+
+
+def _cell_key(cell_id: str, source: str) -> tuple[str, str, str]:
+    """An allowance's key for a cell run: the cell and the SHA-256 of the source the card showed."""
+    import hashlib
+
+    return ("cell", cell_id, hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def identify(call: Any, known: ToolCall | None = None) -> tuple[str, dict[str, Any]] | None:
@@ -244,9 +264,11 @@ class KernelAccess:
         self.why = ""
         self.allow_all_runs = False  # the user chose "run without asking again in this session"
         self._runs = 0
-        self._allowed: dict[str, list[ToolCall]] = {}  # run_code calls allowed, by code, until they ran
-        # the agent's own run_code requests allowed, unused: (code, card, time.monotonic() when allowed)
-        self._approved: list[tuple[str, PermissionCard, float]] = []
+        # run_code calls allowed, by code (an execute_cell's: by _cell_key), until they ran
+        self._allowed: dict[Any, list[ToolCall]] = {}
+        # the agent's own run_code (execute_cell) requests allowed, unused: (code or _cell_key, card,
+        # time.monotonic() when allowed)
+        self._approved: list[tuple[Any, PermissionCard, float]] = []
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
         self.record = KernelRecord(self.agent)  # every call on record: transcript and journal
@@ -420,6 +442,74 @@ class KernelAccess:
             return {**answer, "optionId": refuse["optionId"]}
         return {"outcome": "cancelled", "_meta": answer.get("_meta")}
 
+    async def agent_asks_execute_cell(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
+                                      cell_id: str) -> dict[str, Any]:
+        """The agent's own permission request, provably for ``execute_cell`` of ``cell_id``: the
+        cell's source is read from the page now and the card shows it whole ("Run a cell in the
+        notebook", saying when the cell is unreviewed; *Run* / *Run without asking again in this
+        session* / *Don't run*), decided by the rule plugins, then the user; allowed, exactly that
+        cell with exactly that source may run once when the server receives the call (no second
+        card; a changed cell is refused as stale). When the cell cannot be read (no page, no such
+        cell) there is nothing to show: the request is let through to the server, which answers
+        that error, or asks with its own card if the page answers by then; so is one the server
+        would refuse at once (a cell of the kernel running: its queue is held)."""
+        known = self.agent.conversation.tool_calls.get(str(tool_call.get("toolCallId", "")))
+        wire = {"toolCallId": tool_call.get("toolCallId")} if known is not None else tool_call
+        call = known if known is not None else ToolCall("", tool_call_id=str(tool_call.get("toolCallId", "")))
+        try:
+            cell = await self._cell_to_run(cell_id)
+            live = self._server.live_notebook() if self._server is not None else None
+            running = getattr(live, "running", None)
+            why = running() if callable(running) else None
+            if why:  # the server refuses it at once: nothing to ask
+                raise RuntimeError(why)
+        except Exception as exc:
+            log.debug("execute_cell's request: not to be run now (%s); passed on to the server", exc)
+            # answered at once, on the record as any card (a resume rebuilds it so): nothing can run from it
+            passed = self.live.desk.new_card(wire, options)
+            option = next((o for o in options if o.get("kind") == "allow_once"), None)
+            why = "nothing to run now: the kernel's server answers why"
+            if option is None:
+                passed.deny(by="escouade_nb", message=why)
+            else:
+                passed.choose(option["optionId"], by="escouade_nb", message=why)
+            return await self.live.desk.decide(passed)
+        source, unreviewed = cell["source"], bool(cell.get("pending"))
+        return await self._ask_cell_request(wire, call, options, cell_id, source, unreviewed)
+
+    async def _ask_cell_request(self, wire: dict[str, Any], call: ToolCall, options: list[dict[str, Any]],
+                                cell_id: str, source: str, unreviewed: bool) -> dict[str, Any]:
+        desk = self.live.desk
+        card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "execute_cell"),
+                             request=cell_request(call, cell_id, source, unreviewed))
+        self.record.card(card, source, request=True, tool="execute_cell",
+                         arguments={"cell_id": cell_id, "unreviewed": unreviewed})
+        if self.allow_all_runs:
+            card.choose("run-session", by="you (earlier, for this session)")
+        try:
+            answer = await desk.decide(card)
+        finally:
+            self.record.answered(card)
+        if self._allowed_by(card, answer):
+            self._approved.append((_cell_key(cell_id, source), card, time.monotonic()))
+            option = next((o for o in options if o.get("kind") == "allow_once"), None) or \
+                next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
+            if option is not None:
+                return {**answer, "optionId": option["optionId"]}
+            return {"outcome": "cancelled", "_meta": answer.get("_meta")}
+        refuse = next((o for o in options if o.get("kind") == "reject_once"), None)
+        if answer.get("outcome") == "selected" and refuse is not None:
+            return {**answer, "optionId": refuse["optionId"]}
+        return {"outcome": "cancelled", "_meta": answer.get("_meta")}
+
+    async def _cell_to_run(self, cell_id: str) -> dict[str, Any]:
+        """The cell as the page shows it now (the kernel server's channel), or an exception."""
+        live = self._server.live_notebook() if self._server is not None else None
+        read = getattr(live, "cell_to_run", None)
+        if not callable(read):
+            raise LookupError("no channel to a notebook page")
+        return await read(cell_id)
+
     def turn_ended(self) -> None:
         """A prompt turn ended: the allowances of the agent's own ``run_code`` requests not
         used in it end too (a later call of the same code gets a card)."""
@@ -487,6 +577,95 @@ class KernelAccess:
         if answer.get("outcome") == "cancelled":
             raise Refused(f"the call was cancelled ({message or 'the turn was stopped'}); the code was not run")
         raise Refused(f"denied by {who}{': ' + message if message else ''}; the code was not run")
+
+    async def ask_execute_cell(self, cell_id: str, source: str, unreviewed: bool) -> None:
+        """As :meth:`ask_run_code`, for ``execute_cell``: returns when the page may run cell
+        ``cell_id`` whose source is ``source`` now; raises ``Refused``. An allowance of the
+        agent's own request for this cell is used once when the card showed this very source;
+        one that showed another source (the cell changed since) refuses: stale, nothing runs.
+        Else one card "Run a cell in the notebook" with the source whole (in the agent's
+        announced call for this cell, if any)."""
+        desk = self.live.desk
+        if self.live.ended or desk.closed:
+            raise Refused("the agent's session is over")
+        now = time.monotonic()
+        self._approved = [a for a in self._approved if now - a[2] <= APPROVAL_LIFETIME and a[1].tool_call is not None
+                          and a[1].tool_call.shown_status in ("pending", "in_progress")]
+        key = _cell_key(cell_id, source)
+        for i, (approved, card, _) in enumerate(self._approved):
+            if approved == key:
+                del self._approved[i]
+                if card.tool_call is not None:
+                    self._allowed.setdefault(key, []).append(card.tool_call)
+                return
+        for i, (approved, _card, _) in enumerate(self._approved):
+            if isinstance(approved, tuple) and approved[:2] == ("cell", cell_id):
+                del self._approved[i]
+                raise Refused(f"cell {cell_id} changed since the card you answered showed it (stale); "
+                              "the cell was not run: read it again")
+        self._runs += 1
+        call = self._agent_cell_call(cell_id)
+        if call is not None:
+            wire: dict[str, Any] = {"toolCallId": call.tool_call_id}
+        else:
+            call = ToolCall("", tool_call_id=f"escouade-run-cell-{self._runs}-{secrets.token_hex(6)}")
+            wire = {"toolCallId": call.tool_call_id, "title": CELL_TITLE, "kind": "execute", "status": "pending",
+                    "rawInput": {"cell_id": cell_id}}
+        card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "execute_cell"),
+                             request=cell_request(call, cell_id, source, unreviewed))
+        self.record.card(card, source, tool="execute_cell", arguments={"cell_id": cell_id, "unreviewed": unreviewed})
+        if self.allow_all_runs:
+            card.choose("run-session", by="you (earlier, for this session)")
+        try:
+            answer = await desk.decide(card)
+        except asyncio.CancelledError:
+            card.cancel("the agent gave up on the call")
+            raise
+        finally:
+            self.record.answered(card)
+        if self._allowed_by(card, answer):
+            if card.tool_call is not None:
+                self._allowed.setdefault(key, []).append(card.tool_call)
+            return
+        who = card.permission.answered_by or "you"
+        message = card.permission.message
+        if answer.get("outcome") == "cancelled":
+            raise Refused(f"the call was cancelled ({message or 'the turn was stopped'}); the cell was not run")
+        raise Refused(f"denied by {who}{': ' + message if message else ''}; the cell was not run")
+
+    def _agent_cell_call(self, cell_id: str) -> ToolCall | None:
+        """The agent's own tool call for this ``execute_cell``, when it announced one without a card."""
+        for call in reversed(list(self.agent.conversation.tool_calls.values())):
+            if call.status not in (None, "pending", "in_progress") or call.extra.get("escouade_card") \
+                    or call.tool_call_id in self.live.desk.asked:
+                continue
+            found = self.identify(call)
+            if found is not None and found[0] == "execute_cell" and found[1].get("cell_id") == cell_id:
+                call.extra["escouade_card"] = True
+                call.mcp = (SERVER, "execute_cell")
+                return call
+        return None
+
+    def ran_cell(self, cell_id: str, source: str, text: str, failed: bool) -> None:
+        """The page ran the cell, or did not (``failed``: it raised, was stale, the page went away):
+        ``text`` goes on the card's tool call (one we made is closed by us; the agent's own by the
+        agent). A cell that ran is one the agent touched in this turn (the user's later change
+        of it is told to the agent: :meth:`~.cell_review.EditReview.touch`)."""
+        review = getattr(self.agent, "edit_review", None)
+        if review is not None and not failed:
+            review.touch(cell_id)
+        key = _cell_key(cell_id, source)
+        waiting = self._allowed.get(key)
+        if not waiting:
+            return
+        call = waiting.pop(0)
+        if not waiting:
+            del self._allowed[key]
+        conversation = self.agent.conversation
+        conversation.add_tool_content(call, {"type": "content", "content": {"type": "text", "text": text}})
+        if call.tool_call_id.startswith("escouade-run-cell-"):
+            call.status = "failed" if failed else "completed"
+            conversation.touch(call)
 
     def _agent_call(self, code: str) -> ToolCall | None:
         """The agent's own tool call for this ``run_code``, when it announced one: the

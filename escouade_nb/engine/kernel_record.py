@@ -57,11 +57,14 @@ def journal_of(agent: AgentHandle) -> Journal | None:
 
 @dataclass
 class _Open:
-    """A ``run_code`` card made and its call not ended yet."""
+    """A ``run_code`` (or ``execute_cell``) card made and its call not ended yet; ``code``:
+    the code, or the cell's source, the card showed; ``arguments``: the cell's id and more."""
 
     card: PermissionCard
     code: str
     asked_at: float
+    tool: str = "run_code"
+    arguments: dict[str, Any] | None = None
 
 
 class KernelRecord:
@@ -74,18 +77,21 @@ class KernelRecord:
         self._open: dict[asyncio.Task | None, _Open] = {}
 
     # -- the three points -------------------------------------------------------------------
-    def card(self, card: PermissionCard, code: str, request: bool = False) -> None:
+    def card(self, card: PermissionCard, code: str, request: bool = False, tool: str = "run_code",
+             arguments: dict[str, Any] | None = None) -> None:
         """The ``run_code`` card ``card`` was made for ``code`` (call it before it is answered:
         the line marks the card's place in the conversation); ``request``: the card is the
-        agent's own permission request, folded (see :mod:`..wire.kernel_calls`)."""
+        agent's own permission request, folded (see :mod:`..wire.kernel_calls`). ``tool``
+        ``execute_cell``: ``code`` is the cell's source the card shows, ``arguments`` its
+        ``cell_id`` and ``unreviewed`` (written beside the code)."""
         try:
             call = card.request or card.tool_call
-            self._open[_task()] = _Open(card, code, time.time())
+            self._open[_task()] = _Open(card, code, time.time(), tool, dict(arguments or {}))
             self._write({"phase": "card", "request": request, "call": call.tool_call_id if call else None,
-                         "server": SERVER, "tool": "run_code", "title": call.title if call else None,
+                         "server": SERVER, "tool": tool, "title": call.title if call else None,
                          "kind": call.kind if call else None,
                          "options": [{k: o.get(k) for k in ("optionId", "name", "kind")} for o in card.options],
-                         "arguments": kernel_calls.code_fields(code)})
+                         "arguments": {**kernel_calls.code_fields(code), **(arguments or {})}})
         except Exception:
             log.exception("the kernel-tool record of a card failed")
 
@@ -99,7 +105,8 @@ class KernelRecord:
             opened = self._open.get(_task())
             chosen = perm.chosen or {}
             call_id = perm.tool_call.tool_call_id if perm.tool_call else None
-            self._write({"phase": "answer", "call": call_id, "tool": "run_code", "outcome": perm.state,
+            tool = opened.tool if opened else "run_code"
+            self._write({"phase": "answer", "call": call_id, "tool": tool, "outcome": perm.state,
                          "option_id": perm.option_id, "option_kind": chosen.get("kind"),
                          "option_name": chosen.get("name"),
                          "answered_by": perm.answered_by, "message": perm.message, "denied": perm.denied,
@@ -112,7 +119,9 @@ class KernelRecord:
                 verdict, by, message = "refused", perm.answered_by or "you", perm.message
             else:  # cancelled: answered_by says why
                 verdict, by, message = "cancelled", None, perm.answered_by or perm.message
-            self._journal(verdict, "run_code", {"code": code}, by, message, call_id)
+            asked = {"source": code, **(opened.arguments or {})} if tool == "execute_cell" and opened else \
+                {"code": code}
+            self._journal(verdict, tool, asked, by, message, call_id)
         except Exception:
             log.exception("the kernel-tool record of an answer failed")
 
@@ -120,8 +129,8 @@ class KernelRecord:
         """The kernel's server ended a call of ``tool``: ``status`` ``ok``, ``error``,
         ``refused``, ``cancelled`` or ``busy``; ``text`` what the model read."""
         try:
-            if tool == "run_code":
-                self._run_done(arguments, status, text)
+            if tool in ("run_code", "execute_cell"):
+                self._run_done(arguments, status, text, tool)
                 return
             allowed = status not in ("refused", "cancelled")
             self._write({"phase": "edit" if tool in EDIT_TOOLS else "read", "tool": tool,
@@ -135,16 +144,25 @@ class KernelRecord:
             log.exception("the kernel-tool record of a call's end failed")
 
     # -- inside -----------------------------------------------------------------------------
-    def _run_done(self, arguments: dict[str, Any], status: str, text: str) -> None:
+    def _run_done(self, arguments: dict[str, Any], status: str, text: str, tool: str = "run_code") -> None:
         code = str(arguments.get("code", ""))
         opened = self._open.pop(_task(), None)
+        if opened is not None and opened.tool != tool:  # cannot be: one task, one call
+            opened = None
+
+        def same(o: _Open) -> bool:  # a run_code by its code; a cell by its id
+            if tool == "execute_cell":
+                return o.tool == tool and (o.arguments or {}).get("cell_id") == arguments.get("cell_id")
+            return o.tool == tool and o.code == code
+
         if opened is None:  # a card made in another task than the call's end: by its code then
-            key = next((k for k, o in self._open.items() if o.code == code), _NONE)
+            key = next((k for k, o in self._open.items() if same(o)), _NONE)
             if key is not _NONE:
                 opened = self._open.pop(key)  # type: ignore[call-overload]  # a key of _open (not _NONE)
         if opened is None:  # no card was made (the kernel was busy first)
-            self._write({"phase": "result", "call": None, "tool": "run_code", "status": status,
-                         "arguments": kernel_calls.code_fields(code), **kernel_calls.output_fields(text)})
+            self._write({"phase": "result", "call": None, "tool": tool, "status": status,
+                         "arguments": kernel_calls.code_fields(code) if tool == "run_code" else dict(arguments),
+                         **kernel_calls.output_fields(text)})
             return
         perm = opened.card.permission
         if status == "refused" and perm.state == "cancelled" and not perm.denied:
@@ -152,7 +170,7 @@ class KernelRecord:
         if perm.state == "pending":  # the call ended before an answer (the request was cancelled)
             self.answered(opened.card)
         call = perm.tool_call
-        self._write({"phase": "result", "call": call.tool_call_id if call else None, "tool": "run_code",
+        self._write({"phase": "result", "call": call.tool_call_id if call else None, "tool": tool,
                      "status": status, **kernel_calls.output_fields(text)})
         if call is not None:
             call.kernel_run = {"status": status, "chars": len(text), "by": perm.answered_by}

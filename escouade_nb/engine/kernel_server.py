@@ -41,6 +41,16 @@ Tools (input schemas in each tool's description; results are plain text):
     ``{"cell_id", "status": "pending review", "change"}``. Not asked first (the owner's
     ``allow_read`` check, as for a read, and its ``tool_done``); the page refuses an edit
     or delete whose ``base_sha256`` is not its cell's source's hash now ("changed since").
+``execute_cell(cell_id)``
+    runs a code cell of the open notebook IN the notebook: the cell's source is read from
+    the page (:meth:`LiveNotebook.cell_to_run`), the owner asks with one card showing it
+    whole (:meth:`ToolOwner.ask_execute_cell`; rule plugins see ``mcp__escouade__execute_cell``
+    with that source), then the page runs it (:meth:`LiveNotebook.run_cell`) only if its
+    source is still the one the card showed (else "changed since", nothing run): output in
+    the cell, its execution count set, and the code that ran in its metadata
+    (``escouade.ran``). The answer is the cell's outputs as text, when its run has ended.
+    Refused before the card when a cell of the kernel is running (the page's run would
+    queue behind it, and that cell may be awaiting this very turn: a deadlock).
 
 What the read tools run of the user's values, exactly (the values' own code, which may be
 slow or hang): ``repr``; ``len``; for values with a ``shape`` of integers, the ``shape``,
@@ -160,6 +170,9 @@ class ToolOwner(Protocol):
     # ``provenance()`` -> {"agent", "harness", "session", "turn"}, sent with each change (the
     # page writes it, with ``at``, into a kept cell's metadata ``escouade``);
     # ``notice()`` -> str | None, appended once to its next tool result (a Reject of its change)
+    # ``ask_execute_cell(cell_id, source, unreviewed)``: as ``ask_run_code``, for a cell of the open
+    # notebook (its whole source now; ``unreviewed``: an agent's change pending review);
+    # ``ran_cell(cell_id, source, text, failed)``: told how it ran (the text the model reads)
 
 
 @runtime_checkable
@@ -188,6 +201,14 @@ class LiveNotebook(Protocol):
         page, the cell is not pending review)."""
         ...
 
+
+# A LiveNotebook that can run cells has also (optional, looked up by ``execute_cell``):
+# ``running() -> str | None``: why a cell run from the page would wait now (a cell of the kernel is
+# running), else None; ``cell_to_run(cell_id) -> {"source", "sha256", "pending": bool}`` (a code
+# cell as the page shows it now, or ToolFailure: no page, no such cell, not a code cell);
+# ``run_cell(cell_id, base, by) -> {"execution_count", "outputs": [nbformat-like outputs]}``:
+# the page runs the cell when its source's SHA-256 is still ``base`` (else ToolFailure "changed
+# since"), writes ``by`` and the code that ran into its metadata, and answers when the run ended.
 
 _live_notebook: LiveNotebook | None = None
 
@@ -400,7 +421,7 @@ class KernelServer:
         await asyncio.sleep(0)
         register_tools(mcp, Field, self._call, variables=self._list_variables, variable=self._inspect_variable,
                        cells=self._notebook_cells, live_cells=self._live_cells, notebook_ref=self._notebook_ref,
-                       run=self._run_code, change=self._change_cell)
+                       run=self._run_code, change=self._change_cell, execute=self._execute_cell)
         await asyncio.sleep(0)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
         await asyncio.sleep(0)
@@ -509,7 +530,7 @@ class KernelServer:
         grant.calls += 1
         status, text = "cancelled", ""
         try:
-            if tool != "run_code":
+            if tool not in ("run_code", "execute_cell"):  # these two ask with a card
                 allow = getattr(grant.owner, "allow_read", None)
                 if callable(allow):
                     await self._consent(allow(tool, arguments))
@@ -695,3 +716,68 @@ class KernelServer:
         self._runs += 1
         ns = cast(dict[str, Any], self._user_ns()[0])  # a dict: the one given, or IPython's user_ns
         return await execute(code, ns, f"<escouade run_code {self._runs}>")
+
+    def live_notebook(self) -> LiveNotebook | None:
+        """The channel to the notebook's page this server uses: its own ``live=``, else the
+        process's (:func:`use_live_notebook`), else None."""
+        return self._live if self._live is not None else _live_notebook
+
+    async def _execute_cell(self, cell_id: str) -> tuple[str, str]:
+        """``execute_cell``: read the cell from the page, ask (one card, the source whole), have the
+        page run it if unchanged, tell the owner: ``(the outputs as text, "ok" | "error")``."""
+        live: Any = self.live_notebook()
+        if live is None or not callable(getattr(live, "run_cell", None)):
+            raise ToolFailure("execute_cell needs escouade_nb loaded in a kernel whose notebook is open in JupyterLab "
+                              "4 or Notebook 7 (this server has no channel to a page): nothing was run")
+        grant = CALLER.get()
+        owner = grant.owner  # type: ignore[union-attr]
+        ask = getattr(owner, "ask_execute_cell", None)
+        if not callable(ask):
+            raise ToolFailure("execute_cell: this session has no one to ask (no permission card): nothing was run")
+        self._check_busy()
+        cell = await live.cell_to_run(cell_id)  # no page: its one-line error first
+        self._check_queue(live)
+        source, sha = cell["source"], cell["sha256"]
+        await self._consent_while_connected(ask(cell_id, source, bool(cell.get("pending"))))
+        self._check_busy()
+        self._check_queue(live)  # a cell started while the card waited
+        agent = str(getattr(owner, "name", "") or "")
+        told = getattr(owner, "ran_cell", None)
+        try:
+            ran = await live.run_cell(cell_id, sha, self._provenance(grant, agent))
+        except ToolFailure as exc:  # stale, the page gone: the card's call says so too
+            self._tell_ran(told, owner, cell_id, source, str(exc), True)
+            raise
+        outputs = ran.get("outputs") if isinstance(ran.get("outputs"), list) else []
+        failed = any(isinstance(o, Mapping) and o.get("output_type") == "error" for o in outputs)
+        try:
+            _, (item,) = notebook_core.live_cells([{"id": cell_id, "cell_type": "code", "source": source,
+                                                    "execution_count": ran.get("execution_count"),
+                                                    "outputs": outputs}])
+        except ValueError as exc:
+            raise ToolFailure(f"the notebook page answered outputs that could not be read: {exc}") from None
+        count = item["execution_count"]
+        text = f"cell {cell_id} ran in the notebook [{count if count is not None else ' '}]" + \
+            (" and raised" if failed else "") + ":\n" + (item["outputs"] or "(no output)")
+        self._tell_ran(told, owner, cell_id, source, text, failed)
+        return text, "error" if failed else "ok"
+
+    @staticmethod
+    def _tell_ran(told: Any, owner: Any, cell_id: str, source: str, text: str, failed: bool) -> None:
+        """The owner's ``ran_cell`` (optional), told how a cell's run ended; never raises."""
+        if callable(told):
+            try:
+                told(cell_id, source, text, failed)
+            except Exception:
+                log.exception("kernel MCP server: %s.ran_cell failed", getattr(owner, "name", owner))
+
+    @staticmethod
+    def _check_queue(live: Any) -> None:
+        """A cell of the kernel running now: a run from the page would wait behind it (and that
+        cell may await this very turn): refused, nothing run."""
+        running = getattr(live, "running", None)
+        why = running() if callable(running) else None
+        if why:
+            raise ToolFailure(f"execute_cell: {why}; nothing was run — call it again when the kernel is idle "
+                              "(a turn started with %%escouade or a.send(...) without await leaves it idle), "
+                              "or use run_code", "busy")

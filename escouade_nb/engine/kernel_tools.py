@@ -8,7 +8,8 @@ from typing import Any
 
 from .._errors import EscouadeError
 
-TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code", "insert_cell", "edit_cell", "delete_cell")
+TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code", "insert_cell", "edit_cell", "delete_cell",
+         "execute_cell")
 EDIT_TOOLS = ("insert_cell", "edit_cell", "delete_cell")
 """The changes to the notebook open in the user's page: made at once, pending the user's review."""
 
@@ -23,7 +24,9 @@ INSTRUCTIONS = (
     "kernel after the user allows it (a permission card). insert_cell, edit_cell and delete_cell change the "
     "notebook open in the user's JupyterLab or Notebook 7 page: each change is made at once and answers "
     "\"pending review\" with the cell id (the user keeps or rejects it); edit_cell and delete_cell name the "
-    "sha256 of the source you read (notebook_cells(source=\"live\")) and are refused when the cell changed since."
+    "sha256 of the source you read (notebook_cells(source=\"live\")) and are refused when the cell changed since. "
+    "execute_cell runs a code cell of that page in the notebook, after the user allows it (a permission card showing "
+    "the cell's source): its outputs land in the cell and come back to you as text."
 )
 
 
@@ -44,15 +47,17 @@ Call = Callable[[str, dict, Callable[[], Awaitable[Any]]], Awaitable[str]]
 def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[..., Awaitable[str]],
                    variable: Callable[..., Awaitable[str]], cells: Callable[..., Awaitable[str]],
                    live_cells: Callable[..., Awaitable[str]], notebook_ref: Callable[[], Any],
-                   run: Callable[[str], Awaitable[Any]], change: Callable[[str, dict], Awaitable[str]]) -> None:
-    """Register the four tools on ``mcp`` (an ``MCPServer``). Their signatures are the
+                   run: Callable[[str], Awaitable[Any]], change: Callable[[str, dict], Awaitable[str]],
+                   execute: Callable[[str], Awaitable[Any]]) -> None:
+    """Register the tools on ``mcp`` (an ``MCPServer``). Their signatures are the
     input schemas (pydantic ``Field`` descriptions go into them); ``structured_output=False``:
     text only. Each one goes through ``call`` to its implementation, given the tool's
     arguments: ``variables`` (``list_variables``), ``variable`` (``inspect_variable``),
     ``cells`` (``notebook_cells``; ``notebook_ref()`` names the notebook file it would read,
     for the owner's consent), ``live_cells`` (``notebook_cells(source="live")``: the open
     notebook, through its page), ``run`` (``run_code``) and ``change`` (``insert_cell``,
-    ``edit_cell``, ``delete_cell``: ``change(tool, fields)``, through the page too)."""
+    ``edit_cell``, ``delete_cell``: ``change(tool, fields)``, through the page too) and
+    ``execute`` (``execute_cell(cell_id)``: asked with a card, then run by the page)."""
     from typing import Annotated, Literal
 
 
@@ -167,5 +172,19 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
         fields = {"cell_id": cell_id, "base_sha256": base_sha256}
         return await call("delete_cell", with_path(dict(fields)), lambda: change("delete_cell", fields))
 
-    for fn in (list_variables, inspect_variable, notebook_cells, run_code, insert_cell, edit_cell, delete_cell):
+    async def execute_cell(
+        cell_id: Annotated[str, Field(description="The id of a code cell of the open notebook "
+                                                  "(notebook_cells(source=\"live\")).")],
+    ) -> str:
+        """Run a code cell of the notebook open in the user's page, in the notebook: the user is asked first
+        (a permission card showing the cell's whole source as it is now; a cell pending review may be run, the
+        card says it is unreviewed); on Run the page runs it, its outputs and execution count land in the
+        cell, and you get its outputs as text (clipped; images named by type). Refused when the user said no,
+        when the cell changed after the card was shown (read it again), or when no page is open. A cell takes
+        as long as it takes: the answer comes when it has finished.
+        Input: {"cell_id": str}."""
+        return await call("execute_cell", {"cell_id": cell_id}, lambda: execute(cell_id))
+
+    for fn in (list_variables, inspect_variable, notebook_cells, run_code, insert_cell, edit_cell, delete_cell,
+               execute_cell):
         mcp.add_tool(fn, structured_output=False)

@@ -37,6 +37,12 @@ The wire, comm target ``escouade_nb.notebook`` on both sides:
   decides which agent is told). After a change or a settle, every other page of the same
   notebook gets ``{"elsewhere": {"change", "agent", "cell"}, "to"}`` (no answer): without
   real-time collaboration its copy is out of date, and it says so.
+- ``run`` (``execute_cell``, after its card): the page checks the cell's source against the hash
+  the card showed, starts the cell's run in the notebook and answers at once
+  (``{"reply", "ok", "started": true}``); when the run has ended it sends a later message
+  ``{"ran": REQ, "client", "ok", "execution_count", "outputs"}`` (its comm handler never awaits
+  the run: JupyterLab reads the kernel's next message only after it, and the run's own
+  replies are among them).
 
 The page is untrusted here: a reply counts only for a request under way, from the client
 it was sent to (anything else is counted in :attr:`strays` and dropped), and its contents
@@ -86,6 +92,8 @@ MAX_PENDING = 10000
 NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
            "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
            'source="file" reads the saved notebook')
+NO_PAGE_TO_RUN = ("execute_cell needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb's extension, "
+                  "and no such page answered (nbclient, nbval, VS Code or a closed page have none): nothing was run")
 NO_PAGE_TO_CHANGE = ("changing a cell needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb's "
                      "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
                      "nothing was changed")
@@ -153,6 +161,9 @@ class NotebookPages:
         self._tasks: set[asyncio.Task] = set()  # Keep/Reject of pending cells no agent's review holds
         self._made: dict[str, tuple[str, str]] = {}  # cell id -> (client, tab) of the page that changed it, pending
         self._timers: set[asyncio.TimerHandle] = set()  # the pings after a bye (RELINK_PINGS)
+        self._runs: dict[str, tuple[str, asyncio.Future]] = {}  # req -> (client, the run's end) of cells running
+        self.cells_running = 0
+        """Cells of the kernel running now (IPython's pre/post_run_cell, counted by :func:`start_in_kernel`)."""
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -215,6 +226,13 @@ class NotebookPages:
             return
         if isinstance(data.get("touched"), dict):
             self._touched(data["touched"])
+            return
+        if data.get("ran") is not None:  # a cell's run ended (a later message than the reply)
+            ran = self._runs.get(data["ran"]) if isinstance(data["ran"], str) else None
+            if ran is None or ran[0] != page.client or data.get("client") != page.client or ran[1].done():
+                self.strays += 1
+                return
+            ran[1].set_result(data)
             return
         req = data.get("reply")
         waiting = self._waiting.get(req) if isinstance(req, str) else None
@@ -300,6 +318,10 @@ class NotebookPages:
             if any(client == page.client for client, _tab in self._made.values()):
                 for delay in RELINK_PINGS:
                     self._ping_later(delay)
+        for client, ended in self._runs.values():
+            if client == page.client and not ended.done():
+                ended.set_exception(ToolFailure("the notebook page closed before the cell's run ended: its outputs "
+                                                'are unknown (read the notebook again, notebook_cells(source="live"))'))
 
     def _ping_later(self, delay: float) -> None:
         """Ping the pages in ``delay`` seconds if a pending change's page is still gone then."""
@@ -369,7 +391,8 @@ class NotebookPages:
         :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
         model) when no page answers, or with the page's own error."""
         loop = asyncio.get_running_loop()
-        none = NO_PAGE if op == "cells" else NO_PAGE_TO_CHANGE
+        none = fields.pop("_none", None) or (NO_PAGE if op == "cells" else NO_PAGE_TO_RUN if op == "run"
+                                             else NO_PAGE_TO_CHANGE)
         for _attempt in range(2 if again else 1):
             page = await self._page(none, client)
             req = f"r{next(self._ids)}"
@@ -436,6 +459,59 @@ class NotebookPages:
         return {"outcome": outcome if outcome in ("kept", "rejected") else None}
 
 
+    # -- running a cell (execute_cell) ------------------------------------------------------------
+    def running(self) -> str | None:
+        """Why a cell run from the page would wait now (a cell of this kernel is running: the
+        page's run would queue behind it, and that cell may await the very turn asking), or None."""
+        if self.cells_running > 0:
+            return ("a cell of this kernel is running now (a run from the notebook would wait behind it, and that "
+                    "cell may be awaiting this very turn)")
+        return None
+
+    async def cell_to_run(self, cell_id: str) -> dict[str, Any]:
+        """A code cell as its page shows it now: ``{"source", "sha256", "pending": bool}``.
+        :class:`~escouade_nb.engine.kernel_tools.ToolFailure`: no page (in one line, nothing
+        run), no such cell, not a code cell."""
+        _page, reply = await self.request("cells", _none=NO_PAGE_TO_RUN)
+        try:
+            _total, cells = notebook_core.live_cells(reply.get("cells"))
+        except ValueError as exc:
+            raise ToolFailure(str(exc)) from None
+        cell = next((c for c in cells if c["id"] == cell_id), None)
+        if cell is None:
+            raise ToolFailure(f"no cell {cell_id[:80]} in the notebook (notebook_cells(source=\"live\") gives the "
+                              "ids): nothing was run")
+        if cell["cell_type"] != "code":
+            raise ToolFailure(f"cell {cell_id[:80]} is a {cell['cell_type']} cell: only code cells run")
+        if cell.get("pending_change") == "delete":
+            raise ToolFailure(f"cell {cell_id[:80]} is marked for deletion, pending review: not run")
+        return {"source": cell["source"], "sha256": cell["sha256"], "pending": bool(cell["pending"])}
+
+    async def run_cell(self, cell_id: str, base: str, by: dict[str, Any]) -> dict[str, Any]:
+        """Have the page run a cell in the notebook, if its source's SHA-256 is still ``base``
+        (else :class:`~escouade_nb.engine.kernel_tools.ToolFailure` "changed since", nothing
+        run); ``by`` (who asked: agent, harness, session, turn, at) goes with the code that ran
+        into the cell's metadata ``escouade.ran``. Sent once; answers when the run has ended:
+        ``{"execution_count", "outputs": [nbformat-like outputs, unchecked], "client"}``; a
+        ToolFailure when that page goes away first. Awaited in the caller's task: a
+        cancellation stops the waiting (the cell's run goes on in the page)."""
+        req = f"run{next(self._ids)}"
+        ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        page = await self._page(NO_PAGE_TO_RUN)
+        self._runs[req] = (page.client, ended)
+        try:
+            await self.request("run", again=False, client=page.client, cell=cell_id, base=base, by=by, run=req)
+            done = await ended
+        finally:
+            self._runs.pop(req, None)
+        if done.get("ok") is not True:
+            raise ToolFailure(f"the notebook page answered: {_text(done.get('error'))[:400] or 'an error'}")
+        count = done.get("execution_count")
+        return {"execution_count": count if isinstance(count, int) and not isinstance(count, bool) else None,
+                "outputs": done.get("outputs") if isinstance(done.get("outputs"), list) else [],
+                "client": page.client}
+
+
 _pages: NotebookPages | None = None
 
 
@@ -455,5 +531,17 @@ def start_in_kernel(shell: Any) -> NotebookPages | None:
 
         _pages = NotebookPages(notebook=notebook)
         use_live_notebook(_pages)
+        pages = _pages
+
+        def started(*_args: Any) -> None:
+            pages.cells_running += 1
+
+        def ended(*_args: Any) -> None:
+            pages.cells_running = max(0, pages.cells_running - 1)
+
+        events = getattr(shell, "events", None)
+        if events is not None:  # a cell running holds the kernel's queue: execute_cell says so
+            events.register("pre_run_cell", started)
+            events.register("post_run_cell", ended)
     _pages.start()
     return _pages

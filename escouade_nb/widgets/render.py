@@ -393,11 +393,13 @@ def tool_body_html(call: ToolCall, *, show_input: bool = True, content: list[dic
     parts = []
     items = call.content if content is None else content
     code = call.raw_input.get("code") if isinstance(call.raw_input, dict) else None
+    if call.mcp is not None and call.mcp[1] == "execute_cell" and isinstance(call.raw_input, dict):
+        code = call.raw_input.get("source")  # the cell's whole source, as the card asks to run it
     terminal = any(c.get("type") == "terminal" for c in call.content)
     diffs = any(c.get("type") == "diff" for c in call.content)
     if not show_input:
         pass
-    elif call.mcp is not None and call.mcp[1] == "run_code" and isinstance(code, str):
+    elif call.mcp is not None and call.mcp[1] in ("run_code", "execute_cell") and isinstance(code, str):
         parts.append(f'<div class="esc-tool-input">{run_code_html(code)}</div>')
     elif not diffs and not terminal:  # a diff or a terminal already shows it
         inp = tool_input_text(call.raw_input)

@@ -10,7 +10,8 @@ agent's transcript — client-side ``event`` records, as ``start``/``exit``/``re
 ``data`` by phase (``call`` is the card's tool call id; times are epoch seconds):
 
 ``card``
-    a ``run_code`` card was made (its place in the conversation): ``request`` (true when
+    a ``run_code`` (or ``execute_cell``: ``tool`` says, ``code`` is the cell's source the card
+    showed, beside ``cell_id`` and ``unreviewed``) card was made (its place in the conversation): ``request`` (true when
     the card is the agent's own permission request for that call, folded by identity: the
     request just before it with that id is not drawn again), ``call``, ``server``,
     ``tool``, ``title``, ``kind``, ``options`` (``{optionId, name, kind}``), ``arguments``
@@ -197,7 +198,11 @@ class KernelReplay:
             args = data.get("arguments")
             if not isinstance(args, dict):
                 args = {}
-            raw = {} if args.get("code_cut") else {"rawInput": {"code": str(args.get("code", ""))}}  # cut: the agent's
+            raw: dict[str, dict[str, Any]] = {} if args.get("code_cut") else \
+                {"rawInput": {"code": str(args.get("code", ""))}}  # cut: the agent's
+            if raw and data.get("tool") == "execute_cell":  # a cell's card: its source, as the live card asked
+                raw = {"rawInput": {"source": raw["rawInput"]["code"], "cell_id": str(args.get("cell_id", "")),
+                                    "unreviewed": args.get("unreviewed") is True}}
             known = conversation.tool_calls.get(call_id)
             mcp = (data["server"], data["tool"]) if isinstance(data.get("server"), str) and \
                 isinstance(data.get("tool"), str) else None

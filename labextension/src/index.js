@@ -12,7 +12,7 @@
 // kernel's next message, so long work awaited here would hold back the kernel's own replies (a
 // deadlock: a cell run awaited here never finishes). Answers go out with a later `send`.
 // Nothing the kernel sends is evaluated: only the operations named below run, on this panel's own
-// notebook: `cells` (read), `insert`, `edit`, `delete` (an agent's change, pending review).
+// notebook: `cells` (read), `insert`, `edit`, `delete` (an agent's change, pending review), `run` (execute_cell: ./run.js).
 //
 // An agent's change is applied at once and marked pending in the cell's own metadata
 // (PENDING below: what changed, the source before it, by whom), so a save keeps it pending and a
@@ -30,6 +30,7 @@
 // manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back.
 
 import { INotebookTracker } from '@jupyterlab/notebook';
+import { runCell } from './run';
 
 import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
 
@@ -386,7 +387,8 @@ function settle(panel, data) {
     cell.deleteMetadata(PENDING);
     const by = keep ? provenanceOf(pending.by) : null;
     if (by !== null) {
-      cell.setMetadata(PROVENANCE, by);
+      const prior = cell.getMetadata(PROVENANCE); // an agent-run cell's `ran` (./run.js) stays
+      cell.setMetadata(PROVENANCE, prior && typeof prior === 'object' && prior.ran ? { ...by, ran: prior.ran } : by);
     }
   }, false);
   return { ok: true, cell_id: data.cell, outcome: keep ? 'kept' : 'rejected' };
@@ -442,6 +444,11 @@ function attach(panel) {
       } else {
         send({ reply: req, ok: true, path: panel.context.path, cells });
       }
+      return;
+    }
+    if (data.op === 'run') {
+      // execute_cell (./run.js): answered at once, the run's end sent later (never awaited here)
+      runCell(panel, data, send, { sha256Hex, outputForKernel, provenanceOf, provenanceKey: PROVENANCE });
       return;
     }
     if (data.op === 'insert' || data.op === 'edit' || data.op === 'delete' || data.op === 'settle') {

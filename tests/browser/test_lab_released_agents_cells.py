@@ -11,8 +11,7 @@ change reviewed after), the result ("pending review" with the cell's id) reaches
 the agent holds the change (``agent.pending_edits``).
 
 ``test_..._runs_it``: then ``execute_cell`` of that cell, one card clicked *Run*, the output in the
-cell and in the model's final text. It needs ``execute_cell`` (branch h23/exec): until it is merged
-it is skipped, saying so.
+cell and in the model's final text.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from agents.agent_configs import AGENTS, DROP
 from agents.model_server import FINAL_PREFIX, ModelServer
 from test_lab_live_cells import PANEL, until
 
-from escouade_nb.engine.kernel_server import TOOLS
 
 LIVE_AGENTS = ["gemini", "claude-agent"]
 TURN = 180  # seconds a turn of a released agent may take on a loaded machine
@@ -114,9 +112,6 @@ def close_agent(nb) -> None:
 
 @pytest.mark.parametrize("harness", LIVE_AGENTS)
 def test_a_released_agent_inserts_a_cell_and_runs_it(nb, model_server, harness, tmp_path):
-    # -- runs once execute_cell is merged (branch h23/exec) ----------------------------------------------
-    if "execute_cell" not in TOOLS:
-        pytest.skip("execute_cell is not on this branch yet (h23/exec): the insert is tested alone above")
     name = start_agent(nb, model_server, harness, tmp_path)
     try:
         run_it(nb, model_server, harness, name)

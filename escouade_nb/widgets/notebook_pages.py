@@ -49,7 +49,7 @@ from typing import Any
 from ..core import notebook as notebook_core
 from ..engine import cell_review
 from ..engine.kernel_tools import ToolFailure
-from .front import on_loop
+from .front import on_loop, use_extension_pages
 
 __all__ = ["TARGET", "Page", "NotebookPages", "NO_PAGE", "NO_PAGE_TO_CHANGE", "start_in_kernel"]
 
@@ -62,6 +62,8 @@ HELLO_WAIT = 2.0
 REPLY_WAIT = 5.0
 """Seconds a request waits for the page's answer; a page that does not answer is forgotten
 and the request is sent once more, to another page (after a new ping when none is left)."""
+VIEWS_PING_EVERY = 30.0
+"""Seconds between two pings made because a view was built while no page was known."""
 MAX_FIELD = 1000
 """Characters kept of a hello's client id, path and panel id."""
 NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
@@ -130,6 +132,7 @@ class NotebookPages:
         """Replies dropped: for no request under way, or from a client it was not sent to."""
         self.round_trips: deque[float] = deque(maxlen=100)
         self._tasks: set[asyncio.Task] = set()  # Keep/Reject of pending cells no agent's review holds
+        self._views_pinged = -float("inf")
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -144,6 +147,19 @@ class NotebookPages:
                 manager = get_comm_manager()
             manager.register_target(TARGET, on_loop(self._opened))
             self._started = True
+
+    def views_extension(self) -> bool:
+        """Whether a page with escouade_nb's extension said hello (so a view may carry the
+        light module, :func:`.front.light_module`). With none known, the pages are pinged
+        (at most once every :data:`VIEWS_PING_EVERY` seconds): a view built before their
+        hello carries the whole module."""
+        if self.pages:
+            return True
+        now = time.monotonic()
+        if self._started and now - self._views_pinged >= VIEWS_PING_EVERY:
+            self._views_pinged = now
+            self.ping()
+        return False
 
     def ping(self) -> None:
         """Ask every page showing this kernel to (re)introduce itself."""
@@ -351,4 +367,6 @@ def start_in_kernel(shell: Any) -> NotebookPages | None:
         _pages = NotebookPages(notebook=notebook)
         use_live_notebook(_pages)
     _pages.start()
+    use_extension_pages(_pages.views_extension)  # the views' module travels once per page (front.light_module)
+    _pages.views_extension()  # the pages say hello now, before the first view is built
     return _pages

@@ -30,6 +30,7 @@
 // manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back.
 
 import { INotebookTracker } from '@jupyterlab/notebook';
+import { shareViews } from './views';
 
 const TARGET = 'escouade_nb.notebook';
 const PROTOCOL = 1;
@@ -618,6 +619,7 @@ const plugin = {
   autoStart: true,
   requires: [INotebookTracker],
   activate: (app, tracker) => {
+    shareViews(); // the views' module, once per page (views.js)
     const attached = new WeakSet();
     const once = panel => {
       if (!attached.has(panel)) {

@@ -65,3 +65,38 @@ def test_light_module_renders_streams_and_answers_a_card(nb):
     sizes = [int(x) for x in shown.split("modules: [", 1)[1].split("]", 1)[0].split(",")]
     assert max(sizes) < 4000, shown  # still the light module: the kernel sent the whole one on demand
     assert not [e for e in nb.errors if "escouade" in e.lower()], nb.errors
+
+
+def test_in_notebook_7_a_light_view_streams(nb):
+    """Notebook 7 with the extension: the agent view carries the light module and a prompt streams."""
+    import copy
+
+    import nbformat
+
+    book = nbformat.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    book.cells = [nbformat.v4.new_code_cell(src) for src in
+                  ("%load_ext escouade_nb", WAIT_HELLO, f"demo = %escouade fake --cwd {nb.work}", MODULES)]
+    nbformat.write(book, str(nb.lab.root / nb.path))
+    page = nb.lab_page.context.new_page()  # the Lab page's login cookie: no token in the address
+    try:
+        response = page.goto(f"{nb.lab.url}/notebooks/{nb.path}")
+        assert response is not None and response.status != 404, "no Notebook 7 here (pip install notebook)"
+        seven = copy.copy(nb)
+        seven.page = page
+        seven.cell(3).wait_for(timeout=60_000)
+        eventually(lambda: (s := nb.lab.sessions_for(nb.path)) and s[0]["kernel"]["execution_state"] == "idle",
+                   "the kernel idle", 60)
+        seven.run_cell(0)
+        seven.run_cell(1)
+        assert "extension: True" in seven.output(1).inner_text()
+        seven.run_cell(2)
+        view = seven.agent_view(2)
+        seven.wait_status(view, "idle")
+        shown = modules(seven, 3)
+        sizes = [int(x) for x in shown.split("modules: [", 1)[1].split("]", 1)[0].split(",")]
+        assert max(sizes) < 4000, shown
+        seven.send(view, "Hello from Notebook 7", key="Enter")
+        replies(view).last.get_by_text("You said: Hello from Notebook 7", exact=False).wait_for()
+    finally:
+        page.close()

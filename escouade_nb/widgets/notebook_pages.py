@@ -63,7 +63,8 @@ REPLY_WAIT = 5.0
 """Seconds a request waits for the page's answer; a page that does not answer is forgotten
 and the request is sent once more, to another page (after a new ping when none is left)."""
 VIEWS_PING_EVERY = 30.0
-"""Seconds between two pings made because a view was built while no page was known."""
+"""Seconds between two pings made because a view was built while no page was known (after
+a page of ours was seen in this kernel; before, one ping in all)."""
 MAX_FIELD = 1000
 """Characters kept of a hello's client id, path and panel id."""
 NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
@@ -132,7 +133,8 @@ class NotebookPages:
         """Replies dropped: for no request under way, or from a client it was not sent to."""
         self.round_trips: deque[float] = deque(maxlen=100)
         self._tasks: set[asyncio.Task] = set()  # Keep/Reject of pending cells no agent's review holds
-        self._views_pinged = -float("inf")
+        self._views_pinged: float | None = None
+        self._views_seen = False
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -150,13 +152,19 @@ class NotebookPages:
 
     def views_extension(self) -> bool:
         """Whether a page with escouade_nb's extension said hello (so a view may carry the
-        light module, :func:`.front.light_module`). With none known, the pages are pinged
-        (at most once every :data:`VIEWS_PING_EVERY` seconds): a view built before their
-        hello carries the whole module."""
+        light module, :func:`.front.light_module`). With none known, the pages are pinged: the
+        first time a view is built in this kernel (so a kernel that shows no view pings no page,
+        and a page without the extension gets at most that one comm it cannot place), then, once
+        a page of ours has been seen, at most every :data:`VIEWS_PING_EVERY` seconds (a reload).
+        A view built before a hello carries the whole module."""
         if self.pages:
+            self._views_seen = True
             return True
         now = time.monotonic()
-        if self._started and now - self._views_pinged >= VIEWS_PING_EVERY:
+        # once per kernel, then again only where a page of ours has been seen: a page without the
+        # extension (VS Code, a JupyterLab without it) gets one comm it cannot place, not one a view
+        if self._started and (self._views_pinged is None
+                              or (self._views_seen and now - self._views_pinged >= VIEWS_PING_EVERY)):
             self._views_pinged = now
             self.ping()
         return False
@@ -368,5 +376,4 @@ def start_in_kernel(shell: Any) -> NotebookPages | None:
         use_live_notebook(_pages)
     _pages.start()
     use_extension_pages(_pages.views_extension)  # the views' module travels once per page (front.light_module)
-    _pages.views_extension()  # the pages say hello now, before the first view is built
     return _pages

@@ -75,3 +75,29 @@ def test_the_tag_is_the_one_the_extension_build_computes():
     folder = shipped_dir("widgets")
     digest = hashlib.sha256((folder / "escouade.js").read_bytes() + b"\0" + (folder / "escouade.css").read_bytes())
     assert front.front_end_tag() == digest.hexdigest()[:16]
+
+
+class _Comm:
+    def __init__(self, opened: list) -> None:
+        self.opened = opened
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_pages_are_pinged_once_by_the_views_until_one_of_ours_said_hello(monkeypatch):
+    from escouade_nb.widgets import notebook_pages
+
+    opened: list = []
+    manager = SimpleNamespace(register_target=lambda name, fn: None)
+    pages = notebook_pages.NotebookPages(open_comm=lambda data: opened.append(data) or _Comm(opened),
+                                         comm_manager=manager)
+    pages.start()
+    assert opened == []  # started: nothing sent yet
+    assert pages.views_extension() is False and len(opened) == 1  # the first view pings
+    assert pages.views_extension() is False and len(opened) == 1  # no page of ours answered: never again
+    pages.pages["c"] = notebook_pages.Page(client="c", path="nb.ipynb", panel="p", comm=None, order=0)
+    assert pages.views_extension() is True and len(opened) == 1
+    pages.pages.clear()  # that page left (a reload): pinged again, at most every VIEWS_PING_EVERY s
+    monkeypatch.setattr(notebook_pages, "VIEWS_PING_EVERY", 0.0)
+    assert pages.views_extension() is False and len(opened) == 2

@@ -197,7 +197,11 @@ def environment(tree: Path):
             shim = bin_dir / name
             version = 'case "$1" in --version) echo "escouade-blast-agent 1.0.0"; exit 0;; esac\n' \
                 if "blast" in name else ""
-            shim.write_text(f'#!/bin/sh\n{version}exec "{sys.executable}" "{bin_dir / script}" "$@"\n')
+            # this checkout's fake agent as a module (it imports its package's fake_words)
+            run = (f'"{sys.executable}" "{bin_dir / script}"' if "blast" in name else
+                   f'"{sys.executable}" -c "import sys; sys.path.insert(0, {str(ROOT)!r}); '
+                   f'from escouade_nb.tools.fake_agent import main; sys.exit(main())"')
+            shim.write_text(f'#!/bin/sh\n{version}exec {run} "$@"\n')
             shim.chmod(0o755)
         os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
         plugin = Path(os.environ["ESCOUADE_NB_PLUGINS_DIR"]) / "blast"

@@ -35,6 +35,9 @@ from .render import (asked_body_html, block_html, esc, markdown, plan_html, pre,
 
 log = logging.getLogger(__name__)
 
+_NO_OPS: list = []
+"""The empty ops of a nudge (never extended: :meth:`.front.Outbox.push` adds only non-empty ops)."""
+
 FREEZE_BUDGET = 6 * 1024
 """Characters of markdown one message renders per batch (about 2 ms): a burst bigger
 than this is rendered over several batches, so none holds the kernel's loop for long."""
@@ -208,15 +211,18 @@ class Feed:
             self._perm_of[id(item.tool_call)] = item
 
     def _on_changes(self, changes: list[Change]) -> None:
-        if len(changes) == 1 and changes[0].kind == "updated" and type(changes[0].item) is Message:
-            msg = changes[0].item  # the hot path: one more chunk of a message this feed shows
-            key = self.prefix + msg.key
-            if key not in self._keys:
+        if len(changes) == 1:
+            change = changes[0]
+            msg = change.item
+            if change.kind == "updated" and type(msg) is Message:  # the hot path: one more chunk of a message
+                key = self.prefix + msg.key
+                if key not in self._keys:
+                    return
+                self._dirty[key] = msg
+                on_ops = self.on_ops
+                if on_ops is not None:
+                    on_ops(_NO_OPS, self._grown(key, msg), False)
                 return
-            self._dirty[key] = msg
-            if self.on_ops is not None:
-                self.on_ops([], self._grown(key, msg), False)
-            return
         urgent = state = False
         for change in changes:
             item = change.item
@@ -251,9 +257,13 @@ class Feed:
         parts' text only: ``Message.text`` is a join), the size a nudge announces."""
         if key not in self._stream:
             return 0
-        seen = self._seen.get(key, len(msg.parts))
-        self._seen[key] = len(msg.parts)
-        return sum(len(p) for p in msg.parts[seen:])
+        parts = msg.parts
+        n = len(parts)
+        seen = self._seen.get(key, n)
+        self._seen[key] = n
+        if n - seen == 1:  # the hot path: one chunk more (no slice, no generator per chunk)
+            return len(parts[-1])
+        return sum(map(len, parts[seen:])) if n > seen else 0
 
     def _nested_changed(self, sub_key: str) -> None:
         owner = self._owner.get(sub_key)

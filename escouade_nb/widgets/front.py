@@ -59,6 +59,86 @@ def front_end() -> tuple[str, str]:
     return (folder / "escouade.js").read_text(encoding="utf-8"), (folder / "escouade.css").read_text(encoding="utf-8")
 
 
+VIEWS_KEY = "escouade_nb.views"
+"""``Symbol.for`` key under which escouade_nb's JupyterLab extension puts, in each page,
+``{module, tag}``: the views' module (``widgets/escouade.js``, its stylesheet loaded with
+it) and :func:`front_end_tag` of the files it was built from."""
+
+_LIGHT_ESM = """// escouade_nb's views: the module comes from this page's escouade_nb extension, once per page
+const KEY = Symbol.for("%(key)s"), TAG = "%(tag)s";
+function fromKernel(model) {
+  const g = globalThis[Symbol.for(KEY.description + ".kernel")] ||= {};
+  if (g[TAG]) return g[TAG];
+  return g[TAG] = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      model.off("msg:custom", on); delete g[TAG]; reject(new Error("no answer")); }, 15000);
+    const on = (m) => {
+      if (!m || m.k !== "esm" || m.tag !== TAG) return;
+      clearTimeout(timer); model.off("msg:custom", on);
+      const style = document.createElement("style"); style.textContent = m.css; document.head.append(style);
+      const url = URL.createObjectURL(new Blob([m.js], { type: "text/javascript" }));
+      import(url).then((x) => resolve(x.default), reject);
+    };
+    model.on("msg:custom", on);
+    model.send({ k: "esm?" });
+  });
+}
+export default {
+  async render(props) {
+    const shared = globalThis[KEY];
+    let views;
+    try { views = shared && shared.tag === TAG ? shared.module : await fromKernel(props.model); }
+    catch (e) { return; }  // no extension and no kernel: the saved form (the companion output) stays
+    return views.render(props);
+  }
+};
+"""
+
+
+@functools.cache
+def front_end_tag() -> str:
+    """16 hex digits naming this install's views (SHA-256 of ``escouade.js``, a NUL, then
+    ``escouade.css``, as UTF-8): a page's extension is used for a view only when its copy
+    has the same tag."""
+    import hashlib
+
+    js, css = front_end()
+    return hashlib.sha256(js.encode("utf-8") + b"\0" + css.encode("utf-8")).hexdigest()[:16]
+
+
+@functools.cache
+def light_module() -> str:
+    """The ES module a view carries when the page has escouade_nb's extension (about 1 KB
+    against the ~63 KB of ``escouade.js`` + ``escouade.css``): it renders with the page's
+    copy (:data:`VIEWS_KEY`) when its tag is :func:`front_end_tag`, else asks the kernel
+    once per page for the whole module (``{"k": "esm?"}`` → ``{"k": "esm", "tag", "js",
+    "css"}``: VS Code, Colab, a tab without the extension, an older extension); with
+    neither (saved widget state, no kernel) it draws nothing and the companion stays."""
+    return _LIGHT_ESM % {"key": VIEWS_KEY, "tag": front_end_tag()}
+
+
+_extension_pages: Callable[[], bool] | None = None
+
+
+def use_extension_pages(present: Callable[[], bool] | None) -> None:
+    """Tell the views how to know whether a page with escouade_nb's extension shows this
+    kernel (the notebook pages' hello, :mod:`.notebook_pages`): ``present()`` → bool,
+    called as each view is built (it may ask the pages to say hello). ``None``: never."""
+    global _extension_pages
+    _extension_pages = present
+
+
+def extension_present() -> bool:
+    """Whether the view built now may carry :func:`light_module` (a page said hello)."""
+    if _extension_pages is None:
+        return False
+    try:
+        return bool(_extension_pages())
+    except Exception:
+        log.debug("escouade_nb: asking whether the pages have the extension failed", exc_info=True)
+        return False
+
+
 def on_loop(fn: Callable) -> Callable:
     """Bind a front-end callback to the event loop that builds the view (the kernel's).
 
@@ -189,6 +269,8 @@ class FrontView(anywidget.AnyWidget):
         self._companion_sent: dict | None = None
         self._companion_due: asyncio.TimerHandle | None = None
         kwargs.setdefault("layout", shared_layout())  # one model per view: no Layout model of its own
+        if "_esm" not in kwargs and extension_present():  # the page has the module: ~1 KB, not ~63 KB
+            kwargs["_esm"], kwargs["_css"] = light_module(), ""
         super().__init__(**kwargs)
         self.seq = 0
         self.sent_messages = 0
@@ -270,8 +352,19 @@ class FrontView(anywidget.AnyWidget):
         if content.get("k") == "snap?":
             self.snapshot(content.get("rid"))
             return
+        if content.get("k") == "esm?":  # a light module in a page without the extension
+            self.send_front_end()
+            return
         if content.get("k") == "act":
             self.act(content)
+
+    def send_front_end(self) -> None:
+        """Send the whole front-end to this model's views, ``{"k": "esm", "tag", "js", "css"}``
+        (what :func:`light_module` asks for where the page lacks the extension)."""
+        js, css = front_end()
+        self.send({"k": "esm", "tag": front_end_tag(), "js": js, "css": css})
+        self.sent_bytes += len(js) + len(css)
+        self.sent_messages += 1
 
     def act(self, message: dict[str, Any]) -> Any:
         """Do what the front-end asks (``message["act"]`` names it): the same call a

@@ -68,7 +68,7 @@ from typing import Any
 from ..core import notebook as notebook_core
 from ..engine import cell_review
 from ..engine.kernel_tools import ToolFailure
-from .front import on_loop
+from .front import on_loop, use_extension_pages
 
 __all__ = ["TARGET", "Page", "NotebookPages", "NO_PAGE", "NO_PAGE_TO_CHANGE", "start_in_kernel"]
 
@@ -81,6 +81,9 @@ HELLO_WAIT = 2.0
 REPLY_WAIT = 5.0
 """Seconds a request waits for the page's answer; a page that does not answer is forgotten
 and the request is sent once more, to another page (after a new ping when none is left)."""
+VIEWS_PING_EVERY = 30.0
+"""Seconds between two pings made because a view was built while no page was known (after
+a page of ours was seen in this kernel; before, one ping in all)."""
 MAX_FIELD = 1000
 """Characters kept of a hello's client id, path and panel id."""
 RELINK_PINGS = (3.0, 10.0)
@@ -164,6 +167,8 @@ class NotebookPages:
         self._runs: dict[str, tuple[str, asyncio.Future]] = {}  # req -> (client, the run's end) of cells running
         self.cells_running = 0
         """Cells of the kernel running now (IPython's pre/post_run_cell, counted by :func:`start_in_kernel`)."""
+        self._views_pinged: float | None = None
+        self._views_seen = False
 
     # -- the wire ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -178,6 +183,25 @@ class NotebookPages:
                 manager = get_comm_manager()
             manager.register_target(TARGET, on_loop(self._opened))
             self._started = True
+
+    def views_extension(self) -> bool:
+        """Whether a page with escouade_nb's extension said hello (so a view may carry the
+        light module, :func:`.front.light_module`). With none known, the pages are pinged: the
+        first time a view is built in this kernel (so a kernel that shows no view pings no page,
+        and a page without the extension gets at most that one comm it cannot place), then, once
+        a page of ours has been seen, at most every :data:`VIEWS_PING_EVERY` seconds (a reload).
+        A view built before a hello carries the whole module."""
+        if self.pages:
+            self._views_seen = True
+            return True
+        now = time.monotonic()
+        # once per kernel, then again only where a page of ours has been seen: a page without the
+        # extension (VS Code, a JupyterLab without it) gets one comm it cannot place, not one a view
+        if self._started and (self._views_pinged is None
+                              or (self._views_seen and now - self._views_pinged >= VIEWS_PING_EVERY)):
+            self._views_pinged = now
+            self.ping()
+        return False
 
     def ping(self) -> None:
         """Ask every page showing this kernel to (re)introduce itself."""
@@ -544,4 +568,5 @@ def start_in_kernel(shell: Any) -> NotebookPages | None:
             events.register("pre_run_cell", started)
             events.register("post_run_cell", ended)
     _pages.start()
+    use_extension_pages(_pages.views_extension)  # the views' module travels once per page (front.light_module)
     return _pages

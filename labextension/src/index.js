@@ -33,6 +33,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { runCell } from './run';
 
 import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
+import { shareViews } from './views';
 
 const TARGET = 'escouade_nb.notebook';
 const PROTOCOL = 1;
@@ -659,6 +660,7 @@ const plugin = {
   autoStart: true,
   requires: [INotebookTracker],
   activate: (app, tracker) => {
+    shareViews(); // the views' module, once per page (views.js)
     const attached = new WeakSet();
     const once = panel => {
       if (!attached.has(panel)) {

@@ -1,0 +1,103 @@
+"""The views' light module (the front-end once per page where escouade_nb's extension is): which
+module a view carries, the whole module sent when a page asks, the tag the extension's build
+computes the same way."""
+
+from __future__ import annotations
+
+import hashlib
+from types import SimpleNamespace
+
+import pytest
+
+from escouade_nb._resources import shipped_dir
+from escouade_nb.widgets import front
+from escouade_nb.widgets.squad_view import SquadView
+
+
+@pytest.fixture
+def pages_say():
+    said = {"hello": False}
+    front.use_extension_pages(lambda: said["hello"])
+    yield said
+    front.use_extension_pages(None)
+
+
+def test_a_view_carries_the_light_module_once_a_page_said_hello(pages_say):
+    before = SquadView(SimpleNamespace(agents={}))
+    pages_say["hello"] = True
+    after = SquadView(SimpleNamespace(agents={}))
+    try:
+        js, css = front.front_end()
+        assert (before._esm, before._css) == (js, css)  # built before the hello: the whole module
+        assert after._esm == front.light_module() and after._css == ""
+        assert len(after._esm) < 2000 < len(js)
+        assert front.front_end_tag() in after._esm and front.VIEWS_KEY in after._esm
+    finally:
+        before.close()
+        after.close()
+
+
+def test_without_pages_the_whole_module():
+    front.use_extension_pages(None)
+    view = SquadView(SimpleNamespace(agents={}))
+    try:
+        assert view._esm == front.front_end()[0]
+    finally:
+        view.close()
+
+
+def test_a_page_without_the_module_gets_it_from_the_kernel(pages_say):
+    pages_say["hello"] = True
+    view = SquadView(SimpleNamespace(agents={}))
+    sent: list = []
+    view.send = lambda content, buffers=None: sent.append(content)
+    try:
+        view._on_message(view, {"k": "esm?"})
+        js, css = front.front_end()
+        assert sent == [{"k": "esm", "tag": front.front_end_tag(), "js": js, "css": css}]
+    finally:
+        view.close()
+
+
+def test_a_failing_check_means_the_whole_module():
+    def broken() -> bool:
+        raise RuntimeError("no pages")
+
+    front.use_extension_pages(broken)
+    try:
+        assert front.extension_present() is False
+    finally:
+        front.use_extension_pages(None)
+
+
+def test_the_tag_is_the_one_the_extension_build_computes():
+    """labextension/webpack.config.js: SHA-256 over escouade.js's bytes, a NUL, escouade.css's bytes."""
+    folder = shipped_dir("widgets")
+    digest = hashlib.sha256((folder / "escouade.js").read_bytes() + b"\0" + (folder / "escouade.css").read_bytes())
+    assert front.front_end_tag() == digest.hexdigest()[:16]
+
+
+class _Comm:
+    def __init__(self, opened: list) -> None:
+        self.opened = opened
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_pages_are_pinged_once_by_the_views_until_one_of_ours_said_hello(monkeypatch):
+    from escouade_nb.widgets import notebook_pages
+
+    opened: list = []
+    manager = SimpleNamespace(register_target=lambda name, fn: None)
+    pages = notebook_pages.NotebookPages(open_comm=lambda data: opened.append(data) or _Comm(opened),
+                                         comm_manager=manager)
+    pages.start()
+    assert opened == []  # started: nothing sent yet
+    assert pages.views_extension() is False and len(opened) == 1  # the first view pings
+    assert pages.views_extension() is False and len(opened) == 1  # no page of ours answered: never again
+    pages.pages["c"] = notebook_pages.Page(client="c", path="nb.ipynb", panel="p", comm=None, order=0)
+    assert pages.views_extension() is True and len(opened) == 1
+    pages.pages.clear()  # that page left (a reload): pinged again, at most every VIEWS_PING_EVERY s
+    monkeypatch.setattr(notebook_pages, "VIEWS_PING_EVERY", 0.0)
+    assert pages.views_extension() is False and len(opened) == 2

@@ -525,6 +525,37 @@ class KernelAccess:
             self.allow_all_runs = True
         return True
 
+    def _prune_approved(self) -> None:
+        """Forget the allowances of the agent's own requests that lapsed (older than
+        :data:`APPROVAL_LIFETIME`, or their call no longer under way)."""
+        now = time.monotonic()
+        self._approved = [a for a in self._approved if now - a[2] <= APPROVAL_LIFETIME and a[1].tool_call is not None
+                          and a[1].tool_call.shown_status in ("pending", "in_progress")]  # the call still under way
+
+    async def _decide_run(self, card: Any, key: Any, what: str) -> None:
+        """Decide a run's card (``run_code``'s or ``execute_cell``'s): returns when it is
+        allowed (the allowance kept under ``key`` for the server's call), raises ``Refused``
+        with who refused and why (``what``: "the code", "the cell", in the message)."""
+        desk = self.live.desk
+        if self.allow_all_runs:
+            card.choose("run-session", by="you (earlier, for this session)")
+        try:
+            answer = await desk.decide(card)
+        except asyncio.CancelledError:
+            card.cancel("the agent gave up on the call")
+            raise
+        finally:
+            self.record.answered(card)
+        if self._allowed_by(card, answer):
+            if card.tool_call is not None:
+                self._allowed.setdefault(key, []).append(card.tool_call)
+            return
+        who = card.permission.answered_by or "you"
+        message = card.permission.message
+        if answer.get("outcome") == "cancelled":
+            raise Refused(f"the call was cancelled ({message or 'the turn was stopped'}); {what} was not run")
+        raise Refused(f"denied by {who}{': ' + message if message else ''}; {what} was not run")
+
     # -- the kernel server's owner (ToolOwner) -------------------------------------------------
     @property
     def name(self) -> str:
@@ -540,9 +571,7 @@ class KernelAccess:
         desk = self.live.desk
         if self.live.ended or desk.closed:
             raise Refused("the agent's session is over")
-        now = time.monotonic()
-        self._approved = [a for a in self._approved if now - a[2] <= APPROVAL_LIFETIME and a[1].tool_call is not None
-                          and a[1].tool_call.shown_status in ("pending", "in_progress")]  # the call still under way
+        self._prune_approved()
         for i, (approved, card, _) in enumerate(self._approved):
             if approved == code:
                 del self._approved[i]
@@ -559,24 +588,7 @@ class KernelAccess:
                     "rawInput": {"code": code}}
         card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "run_code"), request=run_request(call, code))
         self.record.card(card, code)
-        if self.allow_all_runs:
-            card.choose("run-session", by="you (earlier, for this session)")
-        try:
-            answer = await desk.decide(card)
-        except asyncio.CancelledError:
-            card.cancel("the agent gave up on the call")
-            raise
-        finally:
-            self.record.answered(card)
-        if self._allowed_by(card, answer):
-            if card.tool_call is not None:
-                self._allowed.setdefault(code, []).append(card.tool_call)
-            return
-        who = card.permission.answered_by or "you"
-        message = card.permission.message
-        if answer.get("outcome") == "cancelled":
-            raise Refused(f"the call was cancelled ({message or 'the turn was stopped'}); the code was not run")
-        raise Refused(f"denied by {who}{': ' + message if message else ''}; the code was not run")
+        await self._decide_run(card, code, "the code")
 
     async def ask_execute_cell(self, cell_id: str, source: str, unreviewed: bool) -> None:
         """As :meth:`ask_run_code`, for ``execute_cell``: returns when the page may run cell
@@ -588,9 +600,7 @@ class KernelAccess:
         desk = self.live.desk
         if self.live.ended or desk.closed:
             raise Refused("the agent's session is over")
-        now = time.monotonic()
-        self._approved = [a for a in self._approved if now - a[2] <= APPROVAL_LIFETIME and a[1].tool_call is not None
-                          and a[1].tool_call.shown_status in ("pending", "in_progress")]
+        self._prune_approved()
         key = _cell_key(cell_id, source)
         for i, (approved, card, _) in enumerate(self._approved):
             if approved == key:
@@ -614,24 +624,7 @@ class KernelAccess:
         card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "execute_cell"),
                              request=cell_request(call, cell_id, source, unreviewed))
         self.record.card(card, source, tool="execute_cell", arguments={"cell_id": cell_id, "unreviewed": unreviewed})
-        if self.allow_all_runs:
-            card.choose("run-session", by="you (earlier, for this session)")
-        try:
-            answer = await desk.decide(card)
-        except asyncio.CancelledError:
-            card.cancel("the agent gave up on the call")
-            raise
-        finally:
-            self.record.answered(card)
-        if self._allowed_by(card, answer):
-            if card.tool_call is not None:
-                self._allowed.setdefault(key, []).append(card.tool_call)
-            return
-        who = card.permission.answered_by or "you"
-        message = card.permission.message
-        if answer.get("outcome") == "cancelled":
-            raise Refused(f"the call was cancelled ({message or 'the turn was stopped'}); the cell was not run")
-        raise Refused(f"denied by {who}{': ' + message if message else ''}; the cell was not run")
+        await self._decide_run(card, key, "the cell")
 
     def _agent_cell_call(self, cell_id: str) -> ToolCall | None:
         """The agent's own tool call for this ``execute_cell``, when it announced one without a card."""

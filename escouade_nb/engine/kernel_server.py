@@ -270,6 +270,20 @@ def preload_in_kernel() -> bool:
     return True
 
 
+def _tell_owner(owner: Any, method: str, *args: Any) -> Any:
+    """Call the owner's optional ``method`` (see :class:`ToolOwner`: ``notice``, ``tool_done``,
+    ``edited``, ``provenance``, ``ran_code``, ``ran_cell``) with ``args``: its answer, or None
+    when it has none or it raised (logged: an owner's failure never fails the tool call)."""
+    told = getattr(owner, method, None)
+    if not callable(told):
+        return None
+    try:
+        return told(*args)
+    except Exception:
+        log.exception("kernel MCP server: %s.%s failed", getattr(owner, "name", owner), method)
+        return None
+
+
 class KernelServer:
     """The ``escouade`` MCP server of one event loop.
 
@@ -547,31 +561,14 @@ class KernelServer:
             status, text = "error", f"{tool} failed: {type(exc).__name__}: {exc}"
             raise ToolError(text) from None
         finally:
-            self._tell_done(grant.owner, tool, arguments, status, text)
+            _tell_owner(grant.owner, "tool_done", tool, arguments, status, text)  # told how the call ended
 
     @staticmethod
     def _with_notice(owner: Any, text: str) -> str:
         """``text`` and the owner's ``notice()`` (optional: what the agent must learn, such as
         the user's Reject of its change), once."""
-        notice = getattr(owner, "notice", None)
-        if not callable(notice):
-            return text
-        try:
-            told = notice()
-        except Exception:
-            log.exception("kernel MCP server: %s.notice failed", getattr(owner, "name", owner))
-            return text
+        told = _tell_owner(owner, "notice")
         return f"{text}\n\n{told}" if isinstance(told, str) and told else text
-
-    @staticmethod
-    def _tell_done(owner: Any, tool: str, arguments: dict, status: str, text: str) -> None:
-        """The owner's ``tool_done`` (optional), told how a call ended; never raises."""
-        done = getattr(owner, "tool_done", None)
-        if callable(done):
-            try:
-                done(tool, arguments, status, text)
-            except Exception:
-                log.exception("kernel MCP server: %s.tool_done failed", getattr(owner, "name", owner))
 
     @staticmethod
     async def _consent(ask: Awaitable[None]) -> None:
@@ -661,12 +658,8 @@ class KernelServer:
         if not isinstance(cell_id, str) or not cell_id:
             raise ToolFailure("the notebook page answered no cell id")
         owner = grant.owner if grant is not None else None
-        edited = getattr(owner, "edited", None)
-        if callable(edited):  # the owner's pending edits (agent.pending_edits)
-            try:
-                edited(cell_id[:200], change if isinstance(change, str) else op, live)
-            except Exception:
-                log.exception("kernel MCP server: %s.edited failed", getattr(owner, "name", owner))
+        # the owner's pending edits (agent.pending_edits)
+        _tell_owner(owner, "edited", cell_id[:200], change if isinstance(change, str) else op, live)
         removed = change == "removed"
         answer = {"cell_id": cell_id[:200], "status": "removed" if removed else "pending review",
                   "change": change if isinstance(change, str) else op,
@@ -682,15 +675,9 @@ class KernelServer:
         from datetime import UTC, datetime
 
         by: dict[str, Any] = {"agent": agent, "harness": None, "session": None, "turn": None}
-        told = getattr(grant.owner, "provenance", None) if grant is not None else None
-        if callable(told):
-            try:
-                got = told()
-            except Exception:
-                log.exception("kernel MCP server: %s.provenance failed", getattr(grant.owner, "name", grant.owner))
-                got = None
-            if isinstance(got, dict):
-                by.update({k: got[k] for k in ("agent", "harness", "session", "turn") if k in got})
+        got = _tell_owner(grant.owner, "provenance") if grant is not None else None
+        if isinstance(got, dict):
+            by.update({k: got[k] for k in ("agent", "harness", "session", "turn") if k in got})
         by["at"] = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         return by
 
@@ -702,12 +689,7 @@ class KernelServer:
         await self._consent_while_connected(owner.ask_run_code(code))
         self._check_busy()  # a block while the card waited: its client has given up too
         result = await self._execute(code)
-        told = getattr(owner, "ran_code", None)
-        if callable(told):
-            try:
-                told(code, result)
-            except Exception:
-                log.exception("kernel MCP server: %s.ran_code failed", getattr(owner, "name", owner))
+        _tell_owner(owner, "ran_code", code, result)
         return run_result_text(result), "error" if result.get("error") else "ok"
 
     async def _execute(self, code: str) -> dict[str, Any]:
@@ -742,11 +724,10 @@ class KernelServer:
         self._check_busy()
         self._check_queue(live)  # a cell started while the card waited
         agent = str(getattr(owner, "name", "") or "")
-        told = getattr(owner, "ran_cell", None)
         try:
             ran = await live.run_cell(cell_id, sha, self._provenance(grant, agent))
         except ToolFailure as exc:  # stale, the page gone: the card's call says so too
-            self._tell_ran(told, owner, cell_id, source, str(exc), True)
+            _tell_owner(owner, "ran_cell", cell_id, source, str(exc), True)
             raise
         outputs = ran.get("outputs") if isinstance(ran.get("outputs"), list) else []
         failed = any(isinstance(o, Mapping) and o.get("output_type") == "error" for o in outputs)
@@ -759,17 +740,8 @@ class KernelServer:
         count = item["execution_count"]
         text = f"cell {cell_id} ran in the notebook [{count if count is not None else ' '}]" + \
             (" and raised" if failed else "") + ":\n" + (item["outputs"] or "(no output)")
-        self._tell_ran(told, owner, cell_id, source, text, failed)
+        _tell_owner(owner, "ran_cell", cell_id, source, text, failed)
         return text, "error" if failed else "ok"
-
-    @staticmethod
-    def _tell_ran(told: Any, owner: Any, cell_id: str, source: str, text: str, failed: bool) -> None:
-        """The owner's ``ran_cell`` (optional), told how a cell's run ended; never raises."""
-        if callable(told):
-            try:
-                told(cell_id, source, text, failed)
-            except Exception:
-                log.exception("kernel MCP server: %s.ran_cell failed", getattr(owner, "name", owner))
 
     @staticmethod
     def _check_queue(live: Any) -> None:

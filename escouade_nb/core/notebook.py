@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
-from .variables import cell_bound
+from .variables import cell_bound, cut
 
-__all__ = ["NotebookRef", "kernel_notebook", "file_cells", "live_cells", "output_text", "MAX_OUTPUT"]
+__all__ = ["NotebookRef", "kernel_notebook", "file_cells", "live_cells", "output_text", "outputs_text", "MAX_OUTPUT"]
 
 MAX_OUTPUT = 2000
 """Characters of one cell's outputs (as text) kept by :func:`file_cells`."""
@@ -125,14 +125,17 @@ def file_cells(nb: Mapping[str, Any], *, start: int | None = None, end: int | No
         cell = cells[index - 1]
         outputs = None
         if cell.get("cell_type") == "code":
-            text = "".join(output_text(o) for o in cell.get("outputs") or [] if isinstance(o, Mapping))
-            if len(text) > max_output:
-                text = f"{text[:max_output]}… [cut: {len(text):,} characters in all]"
-            outputs = text or None
+            outputs = outputs_text(cell.get("outputs") or [], max_output)
         out.append({"index": index, "cell_type": cell.get("cell_type", "?"), "id": cell.get("id"),
                     "execution_count": cell.get("execution_count"), "source": _text(cell.get("source")),
                     "outputs": outputs})
     return out
+
+
+def outputs_text(outputs: list, max_output: int = MAX_OUTPUT) -> str | None:
+    """A code cell's outputs (nbformat-like dicts; anything else skipped) as one text, cut to
+    ``max_output`` characters (saying how many there were), or None when there is none."""
+    return cut("".join(output_text(o) for o in outputs if isinstance(o, Mapping)), max_output) or None
 
 
 MAX_LIVE_CELLS = 10_000
@@ -176,10 +179,7 @@ def live_cells(cells: Any, *, start: int | None = None, end: int | None = None,
             raw = cell.get("outputs") or []
             if not isinstance(raw, list):
                 raise ValueError(f"the page sent the outputs of cell {index} as no list")
-            text = "".join(output_text(o) for o in raw if isinstance(o, Mapping))
-            if len(text) > max_output:
-                text = f"{text[:max_output]}… [cut: {len(text):,} characters in all]"
-            outputs = text or None
+            outputs = outputs_text(raw, max_output)
         pending = cell.get("pending")
         item = {"index": index, "id": cell_id[:200] if isinstance(cell_id, str) else None, "cell_type": kind,
                 "source": source, "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),

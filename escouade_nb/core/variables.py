@@ -70,7 +70,8 @@ def _limited_repr(limit: int) -> reprlib.Repr:
     return r
 
 
-def _cut(text: str, limit: int) -> str:
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many there were in all."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… [cut: {len(text):,} characters in all]"
@@ -94,7 +95,7 @@ def short_repr(value: object, limit: int = MAX_REPR) -> str:
             raise TypeError(f"__repr__ returned {type(text).__name__}")
     except Exception as exc:  # a broken __repr__ is the value's problem, not ours
         return f"<{type_name(value)} object (repr failed: {_error_text(exc)})>"
-    return _cut(text, limit)
+    return cut(text, limit)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -212,7 +213,7 @@ def _head(value: Any, rows: int, limit: int) -> str | None:
             return None
         to_string = getattr(part, "to_string", None)
         text = to_string() if callable(to_string) else repr(part)
-        return _cut(text, limit) if isinstance(text, str) else None
+        return cut(text, limit) if isinstance(text, str) else None
     except Exception:
         return None
 
@@ -465,7 +466,7 @@ def history_cells(ns: Mapping[str, Any], *, start: int | None = None,
     for count in _cell_window(counts, start, end):
         source = inputs[count]
         if len(source) > MAX_SOURCE:
-            source = _cut(source, MAX_SOURCE)
+            source = cut(source, MAX_SOURCE)
         cell: dict[str, Any] = {"execution_count": count, "source": source}
         if count in outputs:
             cell["value"] = outputs[count]

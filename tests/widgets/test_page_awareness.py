@@ -16,34 +16,7 @@ from typing import Any
 from escouade_nb.engine.cell_review import EditReview
 from escouade_nb.widgets import notebook_pages
 from escouade_nb.widgets.notebook_pages import TARGET, NotebookPages
-
-
-class Comm:
-    def __init__(self) -> None:
-        self.sent: list[dict] = []
-        self.closed = False
-        self.on_message: Any = None
-        self.on_closed: Any = None
-
-    def send(self, data: dict) -> None:
-        self.sent.append(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def on_msg(self, fn) -> None:
-        self.on_message = fn
-
-    def on_close(self, fn) -> None:
-        self.on_closed = fn
-
-
-class Manager:
-    def __init__(self) -> None:
-        self.targets: dict[str, Any] = {}
-
-    def register_target(self, name: str, fn) -> None:
-        self.targets[name] = fn
+from test_notebook_pages import Comm, Manager
 
 
 def hello(pages_manager: Manager, client: str, tab: str, pending: list[str] | None,

@@ -8,16 +8,9 @@ page's side: tests/widgets/test_page_awareness.py; in a browser: tests/browser/t
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from escouade_nb.engine import cell_review
-
-
-class Settled:
-    """A page that answers every Keep or Reject."""
-
-    async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
-        return {"outcome": "kept" if keep else "rejected"}
+from test_live_cell_edits import Settled
 
 
 def test_the_users_edit_of_the_agents_cell_is_told_once_in_its_next_prompt_and_a_drop_too(tmp_path):

@@ -16,14 +16,19 @@ import threading
 from test_lab_live_cells import PANEL, SETUP, Mcp, answered, until
 
 
-def open_with_ids(nb, cells: list[tuple[str, str]], timeout: float = 60) -> None:
-    """As ``nb.open``, with each cell's id given (nbformat 4.5 keeps them)."""
+def write_with_ids(nb, cells: list[tuple[str, str]]) -> None:
+    """As ``nb.write``, with each cell's id given (nbformat 4.5 keeps them)."""
     import nbformat
 
     book = nbformat.v4.new_notebook()
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     book.cells = [nbformat.v4.new_code_cell(source, id=cell_id) for cell_id, source in cells]
     nbformat.write(book, str(nb.lab.root / nb.path))
+
+
+def open_with_ids(nb, cells: list[tuple[str, str]], timeout: float = 60) -> None:
+    """As ``nb.open``, with each cell's id given (nbformat 4.5 keeps them)."""
+    write_with_ids(nb, cells)
     nb.page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
                      nb.path)
     nb.cell(len(cells) - 1).wait_for(timeout=timeout * 1000)
@@ -49,19 +54,29 @@ cid = json.loads(r.text.split(" returned: ", 1)[1].splitlines()[0])["cell_id"]
 print("CID", cid)"""
 
 
-def test_one_card_then_run_puts_the_output_in_the_cell_and_dont_run_runs_nothing(nb):
+# the cells both front-ends run: the agent inserts a cell, then asks, in a turn started in the
+# background, to run it; the last cell awaits that turn and prints its result
+RUN_IT = [
+    ("load", "%load_ext escouade_nb"),
+    ("start", "a = %escouade fake --cwd {work} --as runner"),
+    ("x", "x = 21"),
+    ("insert", INSERT),
+    ("ask", """t = a.send('call escouade execute_cell {"cell_id": "%s"}' % cid)"""),
+    ("result", "r = await t\nprint(r.text)"),
+]
+
+
+def run_cells(nb, *extra: tuple[str, str]) -> list[tuple[str, str]]:
+    """``RUN_IT`` for this test's agent folder, then ``extra``: the cells to write (id, source)."""
+    return [(i, src.replace("{work}", str(nb.work))) for i, src in RUN_IT] + list(extra)
+
+
+def run_behind_one_card(nb) -> tuple:
+    """Run ``RUN_IT`` (written, open in ``nb.page``) like a person: one card with the inserted
+    cell's source, *Run* clicked; the output and execution count land in that cell, the code
+    that ran in its metadata (still pending review), the tool result has the output text.
+    Returns (the agent view, the cell's id, its execution count, its ``escouade.ran``)."""
     page = nb.page
-    open_with_ids(nb, [
-        ("load", "%load_ext escouade_nb"),
-        ("start", f"a = %escouade fake --cwd {nb.work} --as runner"),
-        ("x", "x = 21"),
-        ("insert", INSERT),
-        ("ask", """t = a.send('call escouade execute_cell {"cell_id": "%s"}' % cid)"""),
-        ("result", "r = await t\nprint(r.text)"),
-        ("guard", "print('not before Run')"),
-        ("magic", '%%escouade runner\ncall escouade execute_cell {"cell_id": "guard"}'),
-        ("magic-again", '%%escouade runner\ncall escouade execute_cell {"cell_id": "guard"}'),
-    ])
     for i in range(3):
         nb.run_cell(i)
     view = nb.agent_view(1)
@@ -102,6 +117,19 @@ def test_one_card_then_run_puts_the_output_in_the_cell_and_dont_run_runs_nothing
     out = nb.output(5).inner_text()
     assert f"mcp__escouade__execute_cell returned: cell {cid} ran in the notebook [{count}]:\n42" in out, out
     assert view.locator(".esc-pins .esc-pin").count() == 0
+    return view, cid, count, ran
+
+
+def test_one_card_then_run_puts_the_output_in_the_cell_and_dont_run_runs_nothing(nb):
+    page = nb.page
+    open_with_ids(nb, run_cells(
+        nb,
+        ("guard", "print('not before Run')"),
+        ("magic", '%%escouade runner\ncall escouade execute_cell {"cell_id": "guard"}'),
+        ("magic-again", '%%escouade runner\ncall escouade execute_cell {"cell_id": "guard"}'),
+    ))
+    view, cid, count, ran = run_behind_one_card(nb)
+    pin = view.locator(".esc-pins .esc-pin")
 
     # Keep: who wrote it beside the code that ran
     nb.cell(index_of(page, cid)).locator(".escouade-review button", has_text="Keep").click()

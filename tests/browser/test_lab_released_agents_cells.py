@@ -126,8 +126,11 @@ def run_it(nb, model_server, harness: str, name: str) -> None:
     pin = view.locator(".esc-pin")  # the card waiting for you, pinned by the prompt box
     pin.wait_for(timeout=TURN * 1000)
     assert pin.count() == 1, "exactly one card"
+    assert view.locator(".esc-transcript .esc-item[data-p='1']").count() == 1, "the agent's own request folded into it"
     assert "Run an unreviewed cell in the notebook" in pin.inner_text(), "the card says the cell is pending review"
-    assert SOURCE.splitlines()[0] in pin.inner_text(), "the card shows the cell's source"
+    # the pin holds the card's question and buttons; the card itself, in the conversation, shows the source
+    card = view.locator(".esc-transcript .esc-item.esc-pinned")
+    assert SOURCE.splitlines()[0] in card.inner_text(), "the card shows the cell's source"
     pin.get_by_role("button", name="Run", exact=True).click()
     until(lambda: "total 259.5" in nb.output(2).inner_text(), "the output is in the cell", timeout=TURN)
     prompt = nb.cell(2).locator(".jp-InputArea-prompt").inner_text().strip()

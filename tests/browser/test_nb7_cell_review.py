@@ -2,16 +2,17 @@
 ``notebook`` package; the same extension, installed with escouade_nb): insert → Keep by
 click → saved with its provenance; insert → Reject by click → gone, and the agent told; an
 edit naming the hash the agent read is refused as stale after the user typed into the cell;
-a second Notebook 7 tab of the notebook is told of the change the other applied. The same
-flows in JupyterLab 4: test_lab_cell_edits.py, test_lab_awareness.py."""
+a second Notebook 7 tab of the notebook is told of the change the other applied; execute_cell
+behind one card, its output in the cell. The same flows in JupyterLab 4: test_lab_cell_edits.py,
+test_lab_awareness.py, test_lab_execute_cell.py."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
 from test_lab_awareness import ELSEWHERE, RELAY
 from test_lab_cell_edits import BARS, CELLS, REVIEWED, sha
+from test_lab_execute_cell import run_behind_one_card, run_cells, write_with_ids
 from test_lab_live_cells import PANEL, Mcp, until
 
 
@@ -119,6 +120,13 @@ def test_in_notebook_7_a_second_tab_is_told_of_the_change(nb):
 
 
 def test_in_notebook_7_execute_cell_runs_behind_one_card(nb):
-    """The place for ``execute_cell`` in Notebook 7 (one card, the output in the cell): the
-    helper building execute_cell (branch h23/exec) writes it here."""
-    pytest.skip("execute_cell in Notebook 7: written with execute_cell (h23/exec)")
+    """As in JupyterLab (test_lab_execute_cell.py, the same cells and checks): the agent inserts
+    a cell and asks to run it; exactly one card shows the cell's source, *Run* runs it in the
+    notebook (the output and execution count in that cell), the tool result has the output."""
+    write_with_ids(nb, run_cells(nb))
+    seven = nb.in_notebook_7()
+    try:
+        assert "/notebooks/" in seven.page.url
+        run_behind_one_card(seven)
+    finally:
+        seven.page.close()

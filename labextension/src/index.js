@@ -32,6 +32,7 @@
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { runCell } from './run';
 
+import { reviewButton, reviewToolbarItem } from './look.js';
 import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
 import { shareViews } from './views';
 
@@ -175,32 +176,15 @@ function element(tag, style, text) {
   return node;
 }
 
-const BAR_STYLE =
-  'margin:4px 0 4px 64px;padding:4px 8px;border-left:3px solid var(--jp-warn-color1,#f57c00);' +
-  'background:var(--jp-warn-color3,#fff3e0);font-size:var(--jp-ui-font-size1,13px);' +
-  'color:var(--jp-ui-font-color1,#000)';
-const BUTTON_STYLE = 'margin-left:8px;cursor:pointer';
-
-function button(label, onClick, busy) {
-  const node = element('button', BUTTON_STYLE, label);
-  node.type = 'button';
-  node.className = 'jp-Button escouade-review-button';
-  node.disabled = busy;
-  node.addEventListener('click', event => {
-    event.stopPropagation();
-    onClick();
-  });
-  return node;
-}
-
 // The review bar of one pending cell: what changed, Keep and Reject (disabled while a click waits).
 function reviewBar(cell, pending, busy, decide) {
-  const bar = element('div', BAR_STYLE);
+  const bar = element('div', ''); // its look: ./review.css
   bar.className = 'escouade-review';
   bar.dataset.cell = cell.id;
   bar.dataset.change = String(pending.change || 'edit');
   const who = typeof pending.agent === 'string' && pending.agent ? pending.agent : 'an agent';
-  const head = element('div', 'display:flex;align-items:center;gap:4px');
+  const head = element('div', '');
+  head.className = 'escouade-review-head';
   let title;
   if (pending.change === 'insert') {
     title = `New cell by ${who}`;
@@ -209,16 +193,19 @@ function reviewBar(cell, pending, busy, decide) {
   } else {
     title = `Edited by ${who}`;
   }
-  head.appendChild(element('span', 'flex:1;font-weight:600', busy ? `${title} — ${busy}…` : title));
-  head.appendChild(button('Keep', () => decide(cell.id, true), busy !== null));
-  head.appendChild(button('Reject', () => decide(cell.id, false), busy !== null));
+  const heading = element('span', '', busy ? `${title} — ${busy}…` : title);
+  heading.className = 'escouade-review-title';
+  head.appendChild(heading);
+  head.appendChild(reviewButton('Keep', () => decide(cell.id, true), busy !== null, true));
+  head.appendChild(reviewButton('Reject', () => decide(cell.id, false), busy !== null));
   bar.appendChild(head);
   if (pending.change === 'edit' && typeof pending.original === 'string') {
-    const diff = element('pre', 'margin:4px 0 0;font-family:var(--jp-code-font-family,monospace);white-space:pre-wrap');
+    const diff = element('pre', '');
     diff.className = 'escouade-review-diff';
     for (const [sign, line] of lineDiff(pending.original, cell.getSource())) {
-      const color = sign === '+' ? 'var(--jp-success-color3,#e8f5e9)' : sign === '-' ? 'var(--jp-error-color3,#ffebee)' : '';
-      diff.appendChild(element('div', color ? `background:${color}` : '', `${sign} ${line}`));
+      const row = element('div', '', `${sign} ${line}`);
+      row.className = sign === '+' ? 'escouade-review-add' : sign === '-' ? 'escouade-review-del' : '';
+      diff.appendChild(row);
     }
     bar.appendChild(diff);
   }
@@ -508,7 +495,6 @@ function attach(panel) {
 
   // -- the review: Keep and Reject inside each pending cell, Keep all / Reject all in the toolbar --
   const waiting = new Map(); // cell id -> {label, until}: a click the kernel has not settled yet
-  let drawn = ''; // what the toolbar's review shows now
 
   // The user's Keep or Reject: told to the kernel, which settles it (nothing changes here before).
   const decide = (cellId, keep) => {
@@ -526,19 +512,13 @@ function attach(panel) {
     refresh();
   };
 
-  const toolbarReview = element('span', 'display:none;align-items:center;margin:0 8px;font-size:var(--jp-ui-font-size1,13px)');
-  toolbarReview.className = 'escouade-review-all';
-  const toolbarText = element('span', '');
-  toolbarReview.appendChild(toolbarText);
   const pendingCells = () => {
     const model = panel.content.model;
     return model ? model.sharedModel.cells.filter(cell => pendingOf(cell) !== null) : [];
   };
-  toolbarReview.appendChild(button('Keep all', () => pendingCells().forEach(cell => decide(cell.id, true)), false));
-  toolbarReview.appendChild(button('Reject all', () => pendingCells().forEach(cell => decide(cell.id, false)), false));
-  if (panel.toolbar && panel.toolbar.node) {
-    panel.toolbar.node.appendChild(toolbarReview);
-  }
+  const toolbarReview = reviewToolbarItem(panel, // a toolbar item (./look.js), there while any is pending
+    () => pendingCells().forEach(cell => decide(cell.id, true)),
+    () => pendingCells().forEach(cell => decide(cell.id, false)));
 
   const refresh = () => {
     const notebook = panel.content;
@@ -581,12 +561,7 @@ function attach(panel) {
       bar.dataset.key = key;
       widget.node.appendChild(bar); // at the cell's end: the cell's own widgets keep their places
     }
-    const shown = String(count);
-    if (shown !== drawn) {
-      drawn = shown;
-      toolbarText.textContent = count === 1 ? '1 change pending review' : `${count} changes pending review`;
-      toolbarReview.style.display = count > 0 ? 'inline-flex' : 'none';
-    }
+    toolbarReview.show(count);
   };
   // the cells' marks change through the shared model (a kernel's settle, a collaborator, a reload):
   // redrawn on every change of the notebook, and each second for the cells drawn later

@@ -52,7 +52,13 @@ const PROVENANCE = 'escouade';
 const DECIDE_WAIT = 10000;
 // lines of each side beyond which the review shows the old and new sources whole instead of a diff
 const DIFF_LINES = 400;
+// characters (UTF-16 code units, as JavaScript counts them) of the largest source an insert or edit may bring
 const MAX_SOURCE = 1000000;
+
+// Why a source is refused as too large: its length and the limit, in characters.
+function tooLarge(source) {
+  return `the source is too large: ${source.length} characters, the limit is ${MAX_SOURCE} characters`;
+}
 
 // SHA-256 (FIPS 180-4) of a string's UTF-8, in hex: synchronous, so the staleness check and the change
 // are one step, and available where crypto.subtle is not (a page served over plain http off localhost).
@@ -288,8 +294,11 @@ function change(panel, data) {
   const find = id => notebook.cells.findIndex(cell => cell.id === id);
   if (data.op === 'insert') {
     const kind = CELL_TYPES.includes(data.cell_type) ? data.cell_type : null;
-    if (kind === null || typeof data.source !== 'string' || data.source.length > MAX_SOURCE) {
+    if (kind === null || typeof data.source !== 'string') {
       return { ok: false, error: 'an insert needs a source and a cell_type code, markdown or raw' };
+    }
+    if (data.source.length > MAX_SOURCE) {
+      return { ok: false, error: tooLarge(data.source) };
     }
     let index = notebook.cells.length;
     if (data.after !== null && data.after !== undefined) {
@@ -312,8 +321,11 @@ function change(panel, data) {
   if (typeof data.cell !== 'string' || typeof data.base !== 'string') {
     return { ok: false, error: 'an edit or delete needs a cell id and the sha256 of its source' };
   }
-  if (data.op === 'edit' && (typeof data.source !== 'string' || data.source.length > MAX_SOURCE)) {
+  if (data.op === 'edit' && typeof data.source !== 'string') {
     return { ok: false, error: 'an edit needs a source' };
+  }
+  if (data.op === 'edit' && data.source.length > MAX_SOURCE) {
+    return { ok: false, error: tooLarge(data.source) };
   }
   const index = find(data.cell);
   if (index < 0) {

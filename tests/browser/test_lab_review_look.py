@@ -112,6 +112,16 @@ def test_the_review_reads_in_light_and_dark_and_its_toolbar_item_covers_no_cell_
         page.locator(".escouade-review-all").get_by_role("button", name="Reject all").click()
         until(lambda: page.evaluate(BARS) == [], "nothing pending after Reject all")
         assert not page.locator(".escouade-review-all").first.is_visible()
+
+        # a new change brings the item back; a wide window again shows it in the toolbar itself
+        # (the tool's answer: its JSON, then the notice of the Rejects above)
+        again = json.JSONDecoder().raw_decode(mcp.call("insert_cell", source="again = 1", after_cell_id=load["id"])["text"])[0]
+        until(lambda: page.evaluate(BARS) == [again["cell_id"]], "the new change's bar")
+        until(lambda: page.evaluate(PLACE)["inToolbar"], "the item is back in the toolbar (or its menu)")
+        page.set_viewport_size({"width": 1200, "height": 900})
+        until(lambda: page.evaluate(PLACE)["visible"] and not page.evaluate(PLACE)["inPopup"],
+              "in a wide window the item is in the toolbar itself")
+        assert "1 change pending review" in nb.panel.locator(".escouade-review-all").inner_text()
     finally:
         page.set_viewport_size({"width": 1200, "height": 900})
         mcp.close()

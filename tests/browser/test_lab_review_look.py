@@ -148,3 +148,26 @@ def test_a_source_too_large_for_the_page_is_refused_as_too_large(nb):
         assert not fits["is_error"], fits["text"][:300]
     finally:
         mcp.close()
+
+
+def test_in_notebook_7_the_toolbar_item_is_one_of_the_toolbars(nb):
+    nb.write([REVIEWED, "df = 1"])
+    seven = nb.in_notebook_7()
+    page = seven.page
+    seven.run_cell(0)
+    lines = dict(line.split(" ", 1) for line in seven.output(0).inner_text().splitlines()
+                 if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    try:
+        load = mcp.live()["cells"][1]
+        new = json.loads(mcp.call("insert_cell", source="seven = 7", after_cell_id=load["id"])["text"])
+        until(lambda: page.evaluate(BARS) == [new["cell_id"]], "the bar")
+        until(lambda: page.evaluate(PLACE)["visible"], "the toolbar item")
+        place = page.evaluate(PLACE)
+        assert place["inToolbar"] and place["covered"] == [], place
+        assert "1 change pending review" in page.locator(".escouade-review-all").inner_text()
+        seven.shot(seven.panel, "review-notebook-7")
+        page.locator(".escouade-review-all").get_by_role("button", name="Keep all").click()
+        until(lambda: page.evaluate(BARS) == [], "nothing pending after Keep all")
+    finally:
+        mcp.close()

@@ -33,8 +33,12 @@ def _trusted(nb: Any) -> bool:
     """Whether this Jupyter's notary knows the read notebook's signature (nbformat's
     ``NotebookNotary.check_signature``: the user saved it in this Jupyter; a worker thread's
     job: it reads the notary's database)."""
+    from jupyter_core.paths import jupyter_data_dir
     from nbformat.sign import NotebookNotary
 
+    here = Path(jupyter_data_dir())  # the notary's own defaults: its key and its signatures' database
+    if not ((here / "notebook_secret").is_file() and (here / "nbsignatures.db").is_file()):
+        return False  # nothing was ever signed here (and the notary would create both to say so)
     return bool(NotebookNotary().check_signature(nb))
 
 

@@ -27,7 +27,9 @@
 // A Keep writes the cell's provenance, which the kernel sent with the change (PENDING.by), into its
 // metadata under PROVENANCE: {agent, harness, session, turn, at}.
 // The agent's changes are not in the user's undo history (one transaction outside the undo
-// manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back.
+// manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back —
+// except when the user typed into the agent's change: then the Reject is one undoable step (./safe.js).
+// A mark from a notebook file not trusted here (./safe.js) gets only "Drop mark".
 
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { runCell } from './run';

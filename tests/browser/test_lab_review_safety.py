@@ -60,6 +60,20 @@ def test_reject_after_the_user_typed_is_undoable_and_keep_says_the_user_changed_
         page.keyboard.press("Escape")
         assert page.evaluate(CELLS)[1][2] is None, "the undo brings no review mark back"
 
+        # the same from Python (agent.pending_edits): the Reject is undoable too
+        mcp.call("edit_cell", cell_id=load["id"], source="df = 7", base_sha256=sha("df = 9\n# mine"))
+        until(lambda: page.evaluate(BARS) == [load["id"]], "the second edit's bar")
+        type_at_end(nb, 1, "  # again mine")
+        page.keyboard.press("Escape")
+        until(lambda: page.evaluate(SOURCES)[1] == "df = 7  # again mine", "typed")
+        got = mcp.call("run_code", code="e = review.pending[0]\nprint(await e.reject(), e.changed_by_user)")
+        assert got["text"].startswith("stdout:\nrejected True"), got
+        until(lambda: page.evaluate(CELLS)[1][1:] == ["df = 9\n# mine", None], "the source before the agent")
+        nb.cell(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+z")
+        until(lambda: page.evaluate(SOURCES)[1] == "df = 7  # again mine", "Ctrl+Z gives it back")
+        page.keyboard.press("Escape")
+
         # Keep after the user typed: the provenance says the user changed it after the agent
         now = page.evaluate(SOURCES)[1]
         new = answer(mcp.call("insert_cell", source="x = 1", after_cell_id=load["id"]))["cell_id"]
@@ -107,6 +121,21 @@ def test_forged_review_marks_in_a_file_not_trusted_here_can_only_be_dropped(nb):
         assert bar.get_by_role("button", name="Keep").count() == 0
         assert bar.get_by_role("button", name="Reject").count() == 0
     assert not page.locator(".escouade-review-all").first.is_visible(), "no Keep all / Reject all for them"
+
+    # the user saves the file (the server signs it: trusted from now on) and reloads: the marks stay untrusted
+    until(lambda: page.evaluate(f"() => {PANEL}.content.model.sharedModel.cells.every(c => "
+                                "(c.getMetadata('escouade_pending') || {}).untrusted === true)"), "the marks say so")
+    page.evaluate(f"() => {PANEL}.context.save()")
+    until(lambda: not page.evaluate(f"() => {PANEL}.context.model.dirty"), "the notebook is saved")
+    nb.lab_page.load()
+    page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
+                  nb.path)
+    nb.cell(1).wait_for(timeout=60_000)
+    until(lambda: len(page.evaluate(BARS)) == 2, "both marks shown after the reload")
+    assert page.evaluate(f"() => {PANEL}.content.model.sharedModel.cells.map(c => c.getMetadata('trusted'))") \
+        == [True, True], "the saved file is signed now"
+    assert nb.panel.locator(".escouade-review-untrusted").count() == 2
+    assert nb.panel.locator(".escouade-review").get_by_role("button", name="Reject").count() == 0
 
     # dropping a mark leaves the cell as it is: no forged original written, no cell deleted
     nb.cell(0).locator(".escouade-review").get_by_role("button", name="Drop mark").click()

@@ -16,10 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PROVENANCE", "COLUMNS", "Written", "written_rows", "provenance_of"]
+__all__ = ["PROVENANCE", "UNTRUSTED", "COLUMNS", "Written", "written_rows", "provenance_of"]
 
 PROVENANCE = "escouade"
 """The metadata key of a kept cell's provenance."""
+UNTRUSTED = ("{where}: this notebook is not trusted here (Jupyter does not know its signature: it was not saved "
+             "by you in this Jupyter), so what follows is only what the file claims, not a record")
+"""The line :class:`Written` shows first for a saved file Jupyter does not trust."""
 COLUMNS = ("agent", "harness", "session", "turn", "at", "cell", "first line", "ran")
 """The columns of :class:`Written`'s table, in order."""
 FIELD_MAX = 200
@@ -53,7 +56,8 @@ def _ran(by: Mapping[str, Any]) -> str | None:
 def provenance_of(cell: Mapping[str, Any]) -> dict[str, Any] | None:
     """A cell's provenance (nbformat's ``metadata.escouade``, or ``escouade`` beside the
     cell as the page sends it), its known fields of known types: ``{"agent", "harness",
-    "session", "turn", "at", "ran"}`` (``None`` for a field absent or of another type);
+    "session", "turn", "at", "ran", "changed_by_user"}`` (``None`` for a field absent or of
+    another type; ``changed_by_user``: a bool, the user changed the cell after the agent);
     ``None`` when the cell has none or names no agent."""
     meta = cell.get("metadata")
     by = meta.get(PROVENANCE) if isinstance(meta, Mapping) else None
@@ -65,14 +69,15 @@ def provenance_of(cell: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"agent": _text(by.get("agent")), "harness": _text(by.get("harness")),
             "session": _text(by.get("session")),
             "turn": turn if isinstance(turn, int) and not isinstance(turn, bool) else None,
-            "at": _text(by.get("at"), 40), "ran": _ran(by)}
+            "at": _text(by.get("at"), 40), "ran": _ran(by), "changed_by_user": by.get("changed_by_user") is True}
 
 
 def written_rows(cells: Iterable[Any]) -> list[dict[str, Any]]:
     """The rows of the cells that carry an agent's provenance, grouped by agent (agents in
     the order of their first cell, cells in notebook order): ``{"agent", "harness",
     "session", "turn", "at", "cell" (its id, or None), "index" (1-based position),
-    "first line" (of its source, cut), "ran" (code, or None)}``. A cell still pending
+    "first line" (of its source, cut), "ran" (code, or None), "changed_by_user" (bool: the
+    user changed the cell after the agent, so not all its lines are the agent's)}``. A cell still pending
     review is left out (not kept yet), as is anything that is not a cell object."""
     found: dict[str, list[dict[str, Any]]] = {}
     for index, cell in enumerate(cells, start=1):
@@ -87,7 +92,7 @@ def written_rows(cells: Iterable[Any]) -> list[dict[str, Any]]:
         first = lines[0][:LINE_MAX] if lines else ""
         found.setdefault(by["agent"], []).append(
             {**{k: by[k] for k in ("agent", "harness", "session", "turn", "at")}, "cell": _text(cell.get("id")),
-             "index": index, "first line": first, "ran": by["ran"]})
+             "index": index, "first line": first, "ran": by["ran"], "changed_by_user": by["changed_by_user"]})
     return [row for rows in found.values() for row in rows]
 
 
@@ -101,6 +106,10 @@ class Written:
     where: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    trusted: bool | None = None
+    """Whether Jupyter trusts the saved file read (its signature known to this Jupyter's
+    notary: the user saved it here); ``False``: written by someone else, its provenance is
+    only what that file claims; ``None``: not checked (the open page's cells)."""
 
     @property
     def agents(self) -> list[str]:
@@ -110,6 +119,11 @@ class Written:
     def __repr__(self) -> str:
         if self.error is not None:
             return f"escouade written: {self.error}"
+        if self.trusted is False:
+            return UNTRUSTED.format(where=self.where) + "\n" + self._rows_text()
+        return self._rows_text()
+
+    def _rows_text(self) -> str:
         if not self.rows:
             return f"{self.where}: no cell kept from an agent (no cell has escouade provenance)"
         lines = [f"{self.where}: {len(self.rows)} cell(s) kept from {len(self.agents)} agent(s)"]
@@ -118,5 +132,6 @@ class Written:
             for r in (r for r in self.rows if r["agent"] == agent):
                 lines.append(f"  cell {r['index']} ({r['cell'] or 'no id'}) · {r['harness'] or '?'} · session "
                              f"{r['session'] or '?'} · turn {r['turn'] if r['turn'] is not None else '?'} · "
-                             f"{r['at'] or '?'}: {r['first line']}" + (" · ran code" if r["ran"] else ""))
+                             f"{r['at'] or '?'}: {r['first line']}" + (" · ran code" if r["ran"] else "")
+                             + (" · then changed by the user" if r["changed_by_user"] else ""))
         return "\n".join(lines)

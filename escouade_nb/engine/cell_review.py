@@ -82,7 +82,9 @@ class PendingEdit:
     (``insert``, ``edit``, ``delete``), ``at`` (epoch seconds of the last change), ``state``
     (``pending``, ``kept``, ``rejected``, ``dropped``: gone without a Keep or Reject, see
     :func:`drop`), ``settled_at`` (epoch seconds of the answer, else ``None``), ``why`` (why
-    it was dropped, else ``None``)."""
+    it was dropped, else ``None``), ``changed_by_user`` (the page found the user had changed
+    the cell after the agent when it was kept or rejected: a Keep's provenance says so, a
+    Reject was one undoable step, so Ctrl+Z gives the user's version back)."""
 
     def __init__(self, review: EditReview, cell_id: str, change: str, live: Any) -> None:
         self._review = review
@@ -92,6 +94,7 @@ class PendingEdit:
         self.state = "pending"
         self.settled_at: float | None = None
         self.why: str | None = None
+        self.changed_by_user = False
         self._live = live
 
     @property
@@ -113,7 +116,9 @@ class PendingEdit:
     def reject(self, *, client: str | None = None) -> Settling:
         """Take the change back exactly: the source before it restored, a new cell removed,
         a cell marked for deletion left as it was. The agent is told (see
-        :meth:`EditReview.take_notice`)."""
+        :meth:`EditReview.take_notice`). When the user had changed the cell after the agent,
+        the page does it as one step of the user's undo history (Ctrl+Z gives the user's
+        version back)."""
         return self._review._settle(self, False, client)
 
     def __repr__(self) -> str:
@@ -257,6 +262,7 @@ class EditReview:
             outcome = reply.get("outcome") if isinstance(reply, dict) else None
             if outcome not in ("kept", "rejected"):
                 raise ToolFailure("the notebook page answered no outcome")
+            edit.changed_by_user = isinstance(reply, dict) and reply.get("changed_by_user") is True
         except Exception as exc:
             self._tell(self.on_failed, edit, keep, exc)
             raise

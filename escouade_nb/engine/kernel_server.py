@@ -197,8 +197,9 @@ class LiveNotebook(Protocol):
     async def settle_cell(self, cell_id: str, keep: bool) -> dict[str, Any]:
         """Keep (``keep``) or Reject an agent's pending change of a cell, in the page (a
         ``client=`` keyword may name the page, when the user clicked in one):
-        ``{"outcome": "kept" | "rejected"}``, or :class:`~.kernel_tools.ToolFailure` (no
-        page, the cell is not pending review)."""
+        ``{"outcome": "kept" | "rejected", "changed_by_user": bool}`` (``changed_by_user``:
+        the user changed the cell after the agent; may be absent), or
+        :class:`~.kernel_tools.ToolFailure` (no page, the cell is not pending review)."""
         ...
 
 

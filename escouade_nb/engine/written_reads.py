@@ -15,7 +15,7 @@ from ..core import notebook as notebook_core
 from ..core.written import Written, written_rows
 from .kernel_tools import ToolFailure
 
-__all__ = ["read_written", "written", "NO_NOTEBOOK"]
+__all__ = ["read_written", "written", "saved_trusted", "NO_NOTEBOOK"]
 
 NO_NOTEBOOK = ("no notebook to read: this kernel's notebook is not open in a page with escouade_nb's extension "
                "and the kernel does not know its file (nbclient, nbval, a console): give a path, "
@@ -29,6 +29,28 @@ def _read(path: Path) -> Any:
     return nbformat.read(str(path), as_version=4)
 
 
+def _trusted(nb: Any) -> bool:
+    """Whether this Jupyter's notary knows the read notebook's signature (nbformat's
+    ``NotebookNotary.check_signature``: the user saved it in this Jupyter; a worker thread's
+    job: it reads the notary's database)."""
+    from jupyter_core.paths import jupyter_data_dir
+    from nbformat.sign import NotebookNotary
+
+    here = Path(jupyter_data_dir())  # the notary's own defaults: its key and its signatures' database
+    if not ((here / "notebook_secret").is_file() and (here / "nbsignatures.db").is_file()):
+        return False  # nothing was ever signed here (and the notary would create both to say so)
+    return bool(NotebookNotary().check_signature(nb))
+
+
+def saved_trusted(path: Path) -> bool | None:
+    """Whether the saved notebook at ``path`` is trusted here (:func:`_trusted`); ``None``
+    when it cannot be read. Blocking: call it in a worker thread."""
+    try:
+        return _trusted(_read(path))
+    except Exception:
+        return None
+
+
 async def _from_file(path: Path) -> Written:
     try:
         nb = await asyncio.to_thread(_read, path)
@@ -37,7 +59,11 @@ async def _from_file(path: Path) -> Written:
     except Exception as exc:  # not a notebook nbformat reads: said in one line
         return Written(str(path), error=f"{path}: not read as a notebook ({type(exc).__name__}: "
                                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''})")
-    return Written(str(path), written_rows(nb.get("cells") or []))
+    try:
+        trusted: bool | None = await asyncio.to_thread(_trusted, nb)
+    except Exception:  # no notary database to read: said unknown, not trusted
+        trusted = False
+    return Written(str(path), written_rows(nb.get("cells") or []), trusted=trusted)
 
 
 async def read_written(path: str | os.PathLike[str] | None = None, *, ns: Mapping[str, Any] | None = None,

@@ -66,7 +66,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..core import notebook as notebook_core
-from ..engine import cell_review
+from ..engine import cell_review, written_reads
 from ..engine.kernel_tools import ToolFailure
 from .front import on_loop, use_extension_pages
 
@@ -279,9 +279,31 @@ class NotebookPages:
             except ValueError:  # settled, or being settled, already (a second click)
                 pass
             return
-        task = asyncio.get_running_loop().create_task(self.settle_cell(cell, keep, client=page.client))
+        task = asyncio.get_running_loop().create_task(self._settle_saved(page, cell, keep))
         self._tasks.add(task)
         task.add_done_callback(self._settled)
+
+    async def _settle_saved(self, page: Page, cell: str, keep: bool) -> None:
+        """Keep or Reject a pending mark no agent's review holds (a saved notebook's): only
+        when Jupyter trusts the saved notebook (its signature known here: the user saved it);
+        a file written by someone else can carry a forged mark (an "original" a Reject would
+        write, an "insert" a Reject would delete the user's cell for), so the page is told
+        ``{"untrusted": cell}`` instead and offers only to drop the mark."""
+        path = self._saved_path(page)
+        trusted = None if path is None else await asyncio.to_thread(written_reads.saved_trusted, path)
+        if trusted is not True:
+            try:
+                page.comm.send({"v": PROTOCOL, "to": page.client, "untrusted": cell})
+            except Exception:
+                log.debug("escouade_nb: telling a page a mark is not trusted failed", exc_info=True)
+            return
+        await self.settle_cell(cell, keep, client=page.client)
+
+    def _saved_path(self, page: Page) -> Path | None:
+        """The saved file of ``page``'s notebook: the kernel's notebook when the page shows it
+        (:func:`shows`), else None (not known here: not trusted)."""
+        mine = self._notebook() if self._notebook is not None else None
+        return mine if mine is not None and shows(mine, page.path) else None
 
     def _relink(self, page: Page, pending: Any) -> None:
         """A hello: when ``page`` is a new client of the tab that made pending changes (a
@@ -289,9 +311,17 @@ class NotebookPages:
         (``pending``, the cell ids) are now its, the others are dropped (not saved before the
         reload: gone with it; the agent is told). Nothing is concluded while the page that made
         a change is still here."""
-        if not page.tab or not isinstance(pending, list):
-            return  # no tab id, or the page's notebook not loaded yet: nothing to conclude
+        if not isinstance(pending, list):
+            return  # the page's notebook not loaded yet: nothing to conclude
         held = {c for c in pending[:MAX_PENDING] if isinstance(c, str)}
+        ours = sorted(c for c in held if cell_review.pending_edit(c) is not None)
+        if ours:  # an agent's review here holds them: the page offers Keep/Reject even in a file not trusted
+            try:
+                page.comm.send({"v": PROTOCOL, "to": page.client, "held": ours})
+            except Exception:
+                log.debug("escouade_nb: telling a page its held cells failed", exc_info=True)
+        if not page.tab:
+            return  # no tab id: no reload to tell apart
         for cell, (client, tab) in list(self._made.items()):
             if tab != page.tab or client == page.client or client in self.pages:
                 continue  # another tab; or the page that made it is still here (a tab opened from it copies
@@ -480,7 +510,8 @@ class NotebookPages:
         self._made.pop(cell_id, None)
         if outcome in ("kept", "rejected"):
             self._tell_others(page, {"change": outcome, "agent": "", "cell": cell_id})
-        return {"outcome": outcome if outcome in ("kept", "rejected") else None}
+        return {"outcome": outcome if outcome in ("kept", "rejected") else None,
+                "changed_by_user": reply.get("changed_by_user") is True}
 
 
     # -- running a cell (execute_cell) ------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 from html import escape as e
 from typing import TYPE_CHECKING, Any
 
+from ..core.written import UNTRUSTED
 from ..engine.compare import COLUMNS, SHORT, TIMES, Comparison, comparison_rows
 from ..engine.squad import READING
 from .front import palette_css
@@ -108,12 +109,16 @@ def written_html(written: Written) -> str:
         return _listing(f"<code>{e(written.where)}</code>: <span class='esc-dim'>no cell kept from an agent "
                         f"(no cell has escouade provenance)</span>")
     parts = [f"<b>What each agent wrote</b> in <code>{e(written.where)}</code>"]
+    if written.trusted is False:  # someone else's file: its provenance is only a claim
+        parts.insert(0, f"<div class='esc-bad escouade-written-untrusted'>"
+                        f"{e(UNTRUSTED.format(where=written.where))}</div>")
     for agent in written.agents:
         rows = "".join(
             f"<tr data-cell='{e(r['cell'] or '')}'><td>{r['index']}</td><td><code>{e(r['cell'] or '')}</code></td>"
             f"<td>{e(r['harness'] or '')}</td><td><code>{e(r['session'] or '')}</code></td>"
             f"<td>{'' if r['turn'] is None else r['turn']}</td><td{_NOWRAP}>{e(r['at'] or '')}</td>"
-            f"<td><code>{e(r['first line'])}</code></td>"
+            f"<td><code>{e(r['first line'])}</code>"
+            f"{' <i>(then changed by the user)</i>' if r.get('changed_by_user') else ''}</td>"
             f"<td>{_code(r['ran'])}</td></tr>"
             for r in written.rows if r["agent"] == agent)
         parts.append(f"<div class='escouade-written-agent' data-agent='{e(agent)}'><b>{e(agent)}</b>"

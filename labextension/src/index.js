@@ -27,7 +27,9 @@
 // A Keep writes the cell's provenance, which the kernel sent with the change (PENDING.by), into its
 // metadata under PROVENANCE: {agent, harness, session, turn, at}.
 // The agent's changes are not in the user's undo history (one transaction outside the undo
-// manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back.
+// manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back —
+// except when the user typed into the agent's change: then the Reject is one undoable step (./safe.js).
+// A mark from a notebook file not trusted here (./safe.js) gets only "Drop mark".
 
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { runCell } from './run';
@@ -35,6 +37,7 @@ import { runCell } from './run';
 import { reviewButton, reviewToolbarItem } from './look.js';
 import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
 import { shareViews } from './views';
+import { changedByUser, linkedElsewhere, undoable, untrustedBar, untrustedHere } from './safe.js';
 
 const TARGET = 'escouade_nb.notebook';
 const PROTOCOL = 1;
@@ -191,13 +194,15 @@ function reviewBar(cell, pending, busy, decide) {
   const who = typeof pending.agent === 'string' && pending.agent ? pending.agent : 'an agent';
   const head = element('div', '');
   head.className = 'escouade-review-head';
+  const mine = changedByUser(cell, pending, sha256Hex); // the user changed it after the agent (./safe.js)
+  bar.dataset.changedByUser = String(mine);
   let title;
   if (pending.change === 'insert') {
-    title = `New cell by ${who}`;
+    title = mine ? `New cell by ${who}, then changed by you` : `New cell by ${who}`;
   } else if (pending.change === 'delete') {
     title = `${who} deletes this cell (Keep deletes it)`;
   } else {
-    title = `Edited by ${who}`;
+    title = mine ? `Edited by ${who}, then by you` : `Edited by ${who}`;
   }
   const heading = element('span', '', busy ? `${title} — ${busy}…` : title);
   heading.className = 'escouade-review-title';
@@ -208,6 +213,9 @@ function reviewBar(cell, pending, busy, decide) {
   if (pending.change === 'edit' && typeof pending.original === 'string') {
     const diff = element('pre', '');
     diff.className = 'escouade-review-diff';
+    if (mine) {
+      diff.appendChild(element('div', 'font-style:italic', `before ${who} → now (${who}'s changes and yours)`));
+    }
     for (const [sign, line] of lineDiff(pending.original, cell.getSource())) {
       const row = element('div', '', `${sign} ${line}`);
       row.className = sign === '+' ? 'escouade-review-add' : sign === '-' ? 'escouade-review-del' : '';
@@ -313,7 +321,7 @@ function change(panel, data) {
       inserted = notebook.insertCell(index, {
         cell_type: kind,
         source: data.source,
-        metadata: { [PENDING]: { change: 'insert', agent, at, by } }
+        metadata: { [PENDING]: { change: 'insert', agent, at, by, sha: sha256Hex(data.source) } }
       });
     }, false);
     return { ok: true, cell_id: inserted.id, change: 'insert' };
@@ -349,7 +357,8 @@ function change(panel, data) {
       notebook.deleteCell(index); // nothing of the user's to restore: gone at once
     } else if (data.op === 'edit') {
       cell.setSource(data.source);
-      cell.setMetadata(PENDING, fresh ? { change: 'insert', agent, at, by } : { change: 'edit', original, agent, at, by });
+      const sha = sha256Hex(data.source); // what the agent left: the user's later changes are told apart
+      cell.setMetadata(PENDING, fresh ? { change: 'insert', agent, at, by, sha } : { change: 'edit', original, agent, at, by, sha });
     } else {
       cell.setMetadata(PENDING, { change: 'delete', original, agent, at, by });
     }
@@ -376,6 +385,18 @@ function settle(panel, data) {
     return { ok: false, error: `cell ${data.cell.slice(0, 80)} has no change pending review` };
   }
   const keep = data.keep === true;
+  const mine = changedByUser(cell, pending, sha256Hex);
+  if (!keep && mine) {
+    // the user typed into the agent's change: the mark goes (outside the undo history), then the source
+    // before the agent comes back (or the new cell goes) as one undoable step: Ctrl+Z gives the user's back
+    notebook.transact(() => cell.deleteMetadata(PENDING), false);
+    if (pending.change === 'insert') {
+      undoable(notebook, () => notebook.deleteCell(index)); // the notebook's undo (z) brings the cell back
+    } else if (typeof pending.original === 'string') {
+      undoable(cell, () => cell.setSource(pending.original)); // Ctrl+Z in the cell gives the user's version
+    }
+    return { ok: true, cell_id: data.cell, outcome: 'rejected', changed_by_user: true };
+  }
   notebook.transact(() => {
     if ((keep && pending.change === 'delete') || (!keep && pending.change === 'insert')) {
       notebook.deleteCell(index);
@@ -386,12 +407,15 @@ function settle(panel, data) {
     }
     cell.deleteMetadata(PENDING);
     const by = keep ? provenanceOf(pending.by) : null;
+    if (by !== null && mine) {
+      by.changed_by_user = true; // the cell holds the user's lines too
+    }
     if (by !== null) {
       const prior = cell.getMetadata(PROVENANCE); // an agent-run cell's `ran` (./run.js) stays
       cell.setMetadata(PROVENANCE, prior && typeof prior === 'object' && prior.ran ? { ...by, ran: prior.ran } : by);
     }
   }, false);
-  return { ok: true, cell_id: data.cell, outcome: keep ? 'kept' : 'rejected' };
+  return { ok: true, cell_id: data.cell, outcome: keep ? 'kept' : 'rejected', changed_by_user: mine };
 }
 
 function attach(panel) {
@@ -400,6 +424,8 @@ function attach(panel) {
   node.dataset.escouadeClient = client;
   let kernel = null; // the kernel connection whose comm target this panel holds
   let comm = null; // this panel's own comm to the kernel
+  const madeHere = new Set(); // cells this page marked pending (an agent's change through it), or the kernel's review holds
+  const refused = new Set(); // cells whose mark the kernel would not settle: a file not trusted here (./safe.js)
 
   const mark = req => {
     const kept = (node.dataset.escouadeAnswered || '').split(' ').filter(Boolean);
@@ -433,6 +459,25 @@ function attach(panel) {
       elsewhere.show(data.elsewhere); // another tab of this notebook applied a change
       return;
     }
+    if (data.to === client && (typeof data.untrusted === 'string' || Array.isArray(data.held))) {
+      if (typeof data.untrusted === 'string') {
+        refused.add(data.untrusted); // the kernel refused to settle it: only a way to drop the mark
+        waiting.delete(data.untrusted);
+      } else {
+        const held = new Set(data.held.filter(id => typeof id === 'string'));
+        held.forEach(id => madeHere.add(id)); // its review's: trusted, a quarantine written before it knew undone
+        const model = panel.content.model;
+        for (const cell of model ? model.sharedModel.cells : []) {
+          const pending = pendingOf(cell);
+          if (held.has(cell.id) && pending !== null && pending.untrusted === true) {
+            const { untrusted: _, ...kept } = pending;
+            model.sharedModel.transact(() => cell.setMetadata(PENDING, kept), false);
+          }
+        }
+      }
+      refresh();
+      return;
+    }
     if ((typeof req !== 'string' && typeof req !== 'number') || data.to !== client) {
       return;
     }
@@ -458,6 +503,9 @@ function attach(panel) {
           data.op !== 'settle' && typeof data.cell === 'string' ? data.cell : null);
         if (answer.ok && data.op === 'insert') {
           aware.apply(() => undefined, answer.cell_id); // the new cell watched too
+        }
+        if (answer.ok && data.op !== 'settle') {
+          madeHere.add(answer.cell_id);
         }
       } catch (err) {
         answer = { ok: false, error: `the change failed: ${String(err).slice(0, 200)}` };
@@ -524,9 +572,26 @@ function attach(panel) {
     refresh();
   };
 
+  // a mark this page did not make, in a notebook the server did not trust, or one the kernel refused
+  // (its mark then says so, `untrusted: true`, kept by a save: a later save signing the file does not make it trusted)
+  const untrusted = (cell, notTrusted) => {
+    const pending = pendingOf(cell);
+    return !madeHere.has(cell.id) && (refused.has(cell.id) || notTrusted || (pending !== null && pending.untrusted === true));
+  };
   const pendingCells = () => {
     const model = panel.content.model;
-    return model ? model.sharedModel.cells.filter(cell => pendingOf(cell) !== null) : [];
+    const notTrusted = untrustedHere(panel);
+    return model ? model.sharedModel.cells.filter(cell => pendingOf(cell) !== null && !untrusted(cell, notTrusted)) : [];
+  };
+  // The user drops an untrusted mark: the metadata goes, the cell stays as it is (an undoable step).
+  const drop = cellId => {
+    const model = panel.content.model;
+    const cell = model ? model.sharedModel.cells.find(c => c.id === cellId) : undefined;
+    if (cell !== undefined && pendingOf(cell) !== null) {
+      undoable(cell, () => cell.deleteMetadata(PENDING));
+    }
+    refused.delete(cellId);
+    refresh();
   };
   const toolbarReview = reviewToolbarItem(panel, // a toolbar item (./look.js), there while any is pending
     () => pendingCells().forEach(cell => decide(cell.id, true)),
@@ -538,6 +603,8 @@ function attach(panel) {
       return;
     }
     const now = Date.now();
+    const notTrusted = untrustedHere(panel);
+    const quarantine = [];
     let count = 0;
     for (const widget of notebook.widgets) {
       const cell = widget.model && widget.model.sharedModel;
@@ -556,10 +623,16 @@ function attach(panel) {
         }
         continue;
       }
-      count++;
+      const distrust = untrusted(cell, notTrusted);
+      if (distrust && pending.untrusted !== true) {
+        quarantine.push([cell, { ...pending, untrusted: true }]); // written after the loop: a change redraws
+      }
+      if (!distrust) {
+        count++;
+      }
       const busy = waiting.has(cell.id) ? waiting.get(cell.id).label : null;
-      const key = JSON.stringify([pending.change, pending.agent, pending.original, pending.at, busy,
-        pending.change === 'edit' ? cell.getSource() : '']);
+      const key = JSON.stringify([pending.change, pending.agent, pending.original, pending.at, busy, distrust,
+        pending.change === 'edit' || pending.change === 'insert' ? cell.getSource() : '']);
       if (bar && bar.dataset.key === key) {
         if (bar !== widget.node.lastElementChild) {
           widget.node.appendChild(bar); // a new cell's own parts were attached after it: back to the end
@@ -569,9 +642,12 @@ function attach(panel) {
       if (bar) {
         bar.remove();
       }
-      bar = reviewBar(cell, pending, busy, decide);
+      bar = distrust ? untrustedBar(cell, element, reviewButton, drop) : reviewBar(cell, pending, busy, decide);
       bar.dataset.key = key;
       widget.node.appendChild(bar); // at the cell's end: the cell's own widgets keep their places
+    }
+    if (quarantine.length > 0) { // outside the undo history
+      notebook.model.sharedModel.transact(() => quarantine.forEach(([cell, mark]) => cell.setMetadata(PENDING, mark)), false);
     }
     toolbarReview.show(count);
   };
@@ -603,15 +679,18 @@ function attach(panel) {
     comm = null;
     if (kernel !== null) {
       kernel.registerCommTarget(TARGET, onPing);
-      if (wasLinked(panel.context.path)) {
-        // a reload: say hello (with the cells pending here) once the notebook is loaded
-        const linked = kernel;
-        panel.context.ready.then(() => {
-          if (kernel === linked && (comm === null || comm.isDisposed)) {
-            openComm();
-          }
-        }, () => undefined);
-      }
+      // a reload (this tab was linked), or another tab already linked to this kernel (comms on the target:
+      // this tab opened after the kernel's ping): say hello (with the cells pending here) once loaded
+      const linked = kernel;
+      const known = wasLinked(panel.context.path);
+      panel.context.ready.then(async () => {
+        if (!known && !(await linkedElsewhere(linked))) {
+          return; // a kernel without escouade_nb, or none of its pages linked yet: the ping will come
+        }
+        if (kernel === linked && (comm === null || comm.isDisposed)) {
+          openComm();
+        }
+      }, () => undefined);
     }
   };
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import nbformat
 from written_notebooks import saved_notebook
 
-from escouade_nb.core.written import Written, provenance_of, written_rows
+from escouade_nb.core.written import UNTRUSTED, Written, provenance_of, written_rows
 
 
 def test_rows_of_a_saved_notebook_group_the_kept_cells_by_agent(tmp_path):
@@ -18,14 +18,18 @@ def test_rows_of_a_saved_notebook_group_the_kept_cells_by_agent(tmp_path):
     first = rows[0]
     assert first == {"agent": "scribe", "harness": "fake", "session": "sess-scribe", "turn": 1,
                      "at": "2026-12-04T10:01:00Z", "cell": "cell-1", "index": 2,
-                     "first line": "# plot revenue per region", "ran": None}
+                     "first line": "# plot revenue per region", "ran": None, "changed_by_user": False}
     assert rows[1]["ran"] == "df.describe()"
     assert rows[2]["first line"] == "## Findings"
 
 
 def test_untrusted_provenance_is_kept_to_known_fields_of_known_types():
     assert provenance_of({"metadata": {"escouade": {"agent": "a", "turn": True, "session": 3, "extra": "x"}}}) == {
-        "agent": "a", "harness": None, "session": None, "turn": None, "at": None, "ran": None}
+        "agent": "a", "harness": None, "session": None, "turn": None, "at": None, "ran": None,
+        "changed_by_user": False}
+    # only a real true says the user changed the cell after the agent
+    assert provenance_of({"escouade": {"agent": "a", "changed_by_user": "yes"}})["changed_by_user"] is False
+    assert provenance_of({"escouade": {"agent": "a", "changed_by_user": True}})["changed_by_user"] is True
     assert provenance_of({"metadata": {"escouade": {"agent": ""}}}) is None
     assert provenance_of({"escouade": {"agent": "from the page", "turn": 2}})["agent"] == "from the page"
     assert written_rows(["not a cell", None, {"source": "x"}]) == []
@@ -40,3 +44,12 @@ def test_the_text_table_names_each_agent_and_says_when_nothing_or_an_error(tmp_p
     assert "df.describe() · ran code" in text
     assert "no cell kept from an agent" in repr(Written("empty.ipynb"))
     assert repr(Written("", error="x.ipynb: no such file")) == "escouade written: x.ipynb: no such file"
+
+
+def test_a_cell_the_user_changed_after_the_agent_and_a_file_not_trusted_here_are_said():
+    cells = [{"id": "k", "source": "x = 1  # mine", "metadata": {"escouade": {"agent": "scribe", "changed_by_user": True}}}]
+    text = repr(Written("theirs.ipynb", written_rows(cells), trusted=False))
+    first, rest = text.split("\n", 1)
+    assert first == UNTRUSTED.format(where="theirs.ipynb") and "not trusted here" in first
+    assert "x = 1  # mine · then changed by the user" in rest
+    assert "not trusted" not in repr(Written("mine.ipynb", written_rows(cells), trusted=True))

@@ -28,6 +28,9 @@ def test_written_lists_what_each_agent_wrote_in_a_saved_notebook(tmp_path):
         assert "reading saved.ipynb…" in out.text
         (data,) = updates(k)
         text = data["text/plain"]
+        # a file the test wrote, not signed by this Jupyter: said first, so the provenance is not taken as fact
+        untrusted, text = text.split("\n", 1)
+        assert untrusted.startswith(f"{tmp_path / 'saved.ipynb'}: this notebook is not trusted here"), untrusted
         assert text.startswith(f"{tmp_path / 'saved.ipynb'}: 3 cell(s) kept from 2 agent(s)"), text
         assert "scribe:\n  cell 2 (cell-1) · fake · session sess-scribe · turn 1" in text
         assert "critic:\n  cell 3 (cell-2)" in text

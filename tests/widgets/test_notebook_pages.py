@@ -195,8 +195,18 @@ def test_a_change_goes_to_one_page_once_and_a_stale_one_says_so(monkeypatch):
 def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_review(monkeypatch):
     """The page's ``decide`` does nothing by itself: the kernel settles it, with a ``settle``
     sent back to the page that asked — through the agent's review when one holds the cell
-    (its pending_edits stays true), else directly (a pending cell of a saved notebook)."""
+    (its pending_edits stays true), else directly (a pending cell of a saved notebook) when
+    Jupyter trusts the saved notebook (its signature known here), else the page is told the
+    mark is not trusted and nothing is settled (a forged mark in someone else's file)."""
     from escouade_nb.engine.cell_review import EditReview
+
+    trusted: dict[str, Any] = {"value": True, "asked": []}
+
+    def saved_trusted(path: Path) -> bool | None:
+        trusted["asked"].append(path)
+        return trusted["value"]
+
+    monkeypatch.setattr(notebook_pages.written_reads, "saved_trusted", saved_trusted)
 
     async def main() -> None:
         pages, (a, b), _ = setup([("a", "nb.ipynb"), ("b", "nb.ipynb")])
@@ -215,12 +225,28 @@ def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_r
         a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": True, "outcome": "kept"}}})
         await asyncio.sleep(0.02)
         assert edit.state == "kept" and review.pending == []
-        # a cell no agent's review holds: settled directly, by a task the pages own
+        # a cell no agent's review holds: settled directly, by a task the pages own, the saved file trusted
         b.comm.on_message({"content": {"data": {"client": "b", "decide": {"cell": "old", "keep": False}}}})
-        await asyncio.sleep(0.02)
+        for _ in range(100):
+            if len(b.comm.sent) >= 2:
+                break
+            await asyncio.sleep(0.02)
+        assert trusted["asked"] == [Path("/srv/work/nb.ipynb")]  # the kernel's notebook, checked in a thread
         assert b.comm.sent.pop(0)["elsewhere"] == {"change": "kept", "agent": "", "cell": "c7"}  # told, not asked
         (op,) = b.comm.sent
         assert (op["op"], op["cell"], op["keep"]) == ("settle", "old", False)
+        b.comm.sent.clear()
+        # the saved file not trusted here (someone else's): the page is told, nothing settled
+        trusted["value"] = False
+        b.comm.on_message({"content": {"data": {"client": "b", "decide": {"cell": "forged", "keep": False}}}})
+        for _ in range(100):
+            if b.comm.sent:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
+        assert b.comm.sent == [{"v": 1, "to": "b", "untrusted": "forged"}]
+        b.comm.sent.clear()
+        trusted["value"] = True
         pages.close()
         await asyncio.sleep(0.02)
         assert not pages._tasks
@@ -228,7 +254,10 @@ def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_r
         late = Comm()
         a.manager.targets[TARGET](late, {"content": {"data": {"v": 1, "client": "z", "hello": {
             "path": "nb.ipynb", "panel": "p"}, "decide": {"cell": "saved", "keep": True}}}})
-        await asyncio.sleep(0.02)
+        for _ in range(100):
+            if late.sent:
+                break
+            await asyncio.sleep(0.02)
         (op,) = late.sent
         assert (op["op"], op["cell"], op["keep"], op["to"]) == ("settle", "saved", True, "z")
         pages.close()

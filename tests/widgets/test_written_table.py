@@ -75,3 +75,26 @@ def test_no_path_reads_the_open_page_then_the_saved_session_file_then_says_so(tm
 
     nothing = asyncio.run(read_written(live=LivePage(None), ns={}))
     assert nothing.error == NO_NOTEBOOK and "\n" not in NO_NOTEBOOK
+
+
+def test_a_saved_file_not_trusted_here_is_said_so_and_a_signed_one_is_not(tmp_path, monkeypatch):
+    """Provenance in someone else's file is only a claim: %escouade written says the file is not
+    trusted (nbformat's notary does not know its signature); the file the user saved (signed
+    here, as Jupyter's server signs on save) is read without that line."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))  # this Jupyter's notary: its own key and db
+    theirs = saved_notebook(tmp_path / "theirs.ipynb")
+    untrusted = asyncio.run(read_written(theirs))
+    assert untrusted.trusted is False and untrusted.agents == ["scribe", "critic"]
+    assert repr(untrusted).splitlines()[0].endswith("not a record") and "not trusted here" in repr(untrusted)
+    assert "escouade-written-untrusted" in written_html(untrusted)
+
+    mine = tmp_path / "mine.ipynb"
+    nb = nbformat.read(str(theirs), as_version=4)
+    NotebookNotary().sign(nb)
+    nbformat.write(nb, str(mine))
+    trusted = asyncio.run(read_written(mine))
+    assert trusted.trusted is True and "not trusted" not in repr(trusted)
+    assert "escouade-written-untrusted" not in written_html(trusted)

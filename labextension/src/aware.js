@@ -15,6 +15,10 @@
 //   one-line notice in the notebook's toolbar (`elsewhereNotice`). With collaboration the tabs share
 //   one document and show the change itself: no notice.
 
+import { Widget } from '@lumino/widgets';
+
+import { reviewButton, toolbarSlot } from './look.js';
+
 const TAB_KEY = 'escouade-nb:tab';
 const LINKED_KEY = 'escouade-nb:linked:';
 const MAX_WHO = 200;
@@ -146,10 +150,6 @@ export function watcher(panel, report) {
   };
 }
 
-const NOTICE_STYLE =
-  'display:none;align-items:center;margin:0 8px;padding:0 6px;border-left:3px solid var(--jp-warn-color1,#f57c00);' +
-  'background:var(--jp-warn-color3,#fff3e0);color:var(--jp-ui-font-color1,#000);' +
-  'font-size:var(--jp-ui-font-size1,13px)';
 
 function describe(note) {
   const who = typeof note.agent === 'string' && note.agent ? note.agent.slice(0, MAX_WHO) : 'an agent';
@@ -172,26 +172,17 @@ function describe(note) {
 // The one-line notice "changed in another tab" in the panel's toolbar: show(note) from the kernel's
 // {elsewhere: {change, agent, cell}}; nothing with real-time collaboration (one shared document).
 export function elsewhereNotice(panel) {
-  const node = document.createElement('span');
-  node.className = 'escouade-elsewhere';
-  node.style.cssText = NOTICE_STYLE;
+  const item = new Widget(); // a toolbar item (./look.js): laid out with the others, into the menu when narrow
+  item.addClass('escouade-elsewhere');
+  const node = item.node;
   node.setAttribute('role', 'status');
   const text = document.createElement('span');
   node.appendChild(text);
-  const close = document.createElement('button');
-  close.type = 'button';
-  close.className = 'jp-Button escouade-elsewhere-dismiss';
-  close.textContent = 'Dismiss';
-  close.style.cssText = 'margin-left:8px;cursor:pointer';
-  close.addEventListener('click', event => {
-    event.stopPropagation();
-    node.style.display = 'none';
+  const slot = toolbarSlot(panel, 'escouade-elsewhere', item);
+  node.appendChild(reviewButton('Dismiss', () => {
+    slot.place(false);
     count = 0;
-  });
-  node.appendChild(close);
-  if (panel.toolbar && panel.toolbar.node) {
-    panel.toolbar.node.appendChild(node);
-  }
+  }, false));
   let count = 0;
   return {
     show(note) {
@@ -205,7 +196,7 @@ export function elsewhereNotice(panel) {
         ? `Changed in another tab: ${what}. This tab's copy is out of date.`
         : `Changed in another tab (${count} changes, last: ${what}). This tab's copy is out of date.`;
       node.dataset.count = String(count);
-      node.style.display = 'inline-flex';
+      slot.place(true);
       return true;
     }
   };

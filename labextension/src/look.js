@@ -23,14 +23,37 @@ export function reviewButton(label, onClick, disabled, accept = false) {
   return node;
 }
 
-// The toolbar item of `panel`: {show(count)} puts it in the toolbar (after the cell type, else before the
-// spacer, else at the end) while `count` > 0, with "N change(s) pending review", and takes it out at 0.
+// A toolbar item of `panel` named `name` (a lumino Widget `item`): {place(on)} puts it in the toolbar (after the
+// cell type, else before the spacer, else at the end) or takes it out; inserted, not shown in place, because
+// the toolbar measures its items again on an insert (when narrow, its last items go to its menu first).
+export function toolbarSlot(panel, name, item) {
+  const place = on => {
+    const toolbar = panel.toolbar;
+    if (!toolbar || item.isDisposed) {
+      return;
+    }
+    const placed = item.parent !== null;
+    if (on && !placed) {
+      if (!toolbar.insertAfter('cellType', name, item) && !toolbar.insertBefore('spacer', name, item)) {
+        toolbar.addItem(name, item);
+      }
+    } else if (!on && placed) {
+      item.parent = null;
+    }
+  };
+  panel.disposed.connect(() => item.dispose());
+  return { place };
+}
+
+// The review's toolbar item of `panel`: {show(count)} puts it in the toolbar while `count` > 0, with
+// "N change(s) pending review" and Keep all / Reject all, and takes it out at 0.
 export function reviewToolbarItem(panel, keepAll, rejectAll) {
   const item = new Widget();
   item.addClass(ITEM);
   const text = document.createElement('span');
   text.className = 'escouade-review-count';
   item.node.append(text, reviewButton('Keep all', keepAll, false, true), reviewButton('Reject all', rejectAll, false));
+  const slot = toolbarSlot(panel, ITEM, item);
   let shown = -1;
   const show = count => {
     if (count === shown) {
@@ -38,21 +61,7 @@ export function reviewToolbarItem(panel, keepAll, rejectAll) {
     }
     shown = count;
     text.textContent = count === 1 ? '1 change pending review' : `${count} changes pending review`;
-    const toolbar = panel.toolbar;
-    if (!toolbar || item.isDisposed) {
-      return;
-    }
-    const placed = item.parent !== null;
-    if (count > 0 && !placed) {
-      // inserted (not shown in place): the toolbar measures its items again on an insert; before the
-      // spacer: when narrow, the toolbar's last items (the kernel's name…) go to its menu first
-      if (!toolbar.insertAfter('cellType', ITEM, item) && !toolbar.insertBefore('spacer', ITEM, item)) {
-        toolbar.addItem(ITEM, item);
-      }
-    } else if (count === 0 && placed) {
-      item.parent = null;
-    }
+    slot.place(count > 0);
   };
-  panel.disposed.connect(() => item.dispose());
   return { show, node: item.node };
 }

@@ -12,7 +12,6 @@ import asyncio
 import base64
 import hashlib
 import json
-import zlib
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,15 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from escouade_nb.core.output_images import MAX_IMAGE_BYTES, MAX_IMAGES
 from escouade_nb.engine.kernel_server import KernelServer
-
-
-def png(width: int = 2, height: int = 2) -> bytes:
-    """A real (tiny) PNG: grey pixels."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
-    head = width.to_bytes(4, "big") + height.to_bytes(4, "big") + b"\x08\x00\x00\x00\x00"
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+from png_files import png
 
 
 PNG = base64.b64encode(png()).decode()

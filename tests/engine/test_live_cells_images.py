@@ -190,3 +190,29 @@ def test_execute_cell_answers_its_images_after_the_text():
         assert (tool, status) == ("execute_cell", "ok") and told.endswith("[1 image attached]")
 
     serve(Page([], ran), body)
+
+
+def test_the_fake_agent_edits_a_cell_of_a_notebook_with_images(tmp_path):
+    """The fake agent reads the hash from the live read's text (the image blocks after it are
+    named ``[image]`` in what it reads) and its edit names it."""
+    from acp_clients import RecordingClient
+    from test_fake_agent_live_words import say
+    from test_kernel_server import fake_agent, http_entry, run
+    from test_live_cell_edits import Owner2, Page as EditPage, sha
+
+    async def main() -> None:
+        page = EditPage()
+        page.cells[0]["outputs"] = [display("image/png", PNG)]
+        page.cells[0]["execution_count"] = 1
+        server = await KernelServer(namespace={}, live=page).start()
+        client = RecordingClient("allow-once")
+        try:
+            async with fake_agent(client, tmp_path, [http_entry(server, server.grant(Owner2()))]) as (conn, sid, _):
+                page.before = "df = load()"
+                text = await say(conn, sid, client, "edit cell a1\ndf = load('2024')")
+                assert "pending review" in text, text
+                assert page.ops[-1][1]["base"] == sha("df = load()")
+        finally:
+            await server.aclose()
+
+    run(main())

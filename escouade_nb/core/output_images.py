@@ -60,7 +60,8 @@ class Images:
             return f"[{mime}{', ' + _size(n) if n is not None else ''}: {why} {what}, not attached]"
         if not isinstance(value, str) and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return ""
-        compact = "".join("".join(value).split())  # Jupyter's base64 may hold line breaks
+        joined = value if isinstance(value, str) else "".join(value)
+        compact = "".join(joined.split())  # Jupyter's base64 may hold line breaks
         if not compact:
             return ""
         if len(compact) > (self.max_bytes + 2) // 3 * 4:

@@ -82,6 +82,12 @@ class Owner:
     def ran_cell(self, cell_id: str, source: str, text: str, failed: bool) -> None:
         self.ran.append(text)
 
+    tell: str | None = None
+
+    def notice(self) -> str | None:
+        told, self.tell = self.tell, None
+        return told
+
 
 @asynccontextmanager
 async def client(url: str, token: str):
@@ -177,6 +183,7 @@ def test_execute_cell_answers_its_images_after_the_text():
            display("image/png", "@@@@")]
 
     async def body(session: ClientSession, owner: Owner) -> None:
+        owner.tell = "[escouade_nb notice] The user rejected your change"
         got = await session.call_tool("execute_cell", {"cell_id": "show"})
         assert not got.is_error
         text, *images = got.content
@@ -185,6 +192,7 @@ def test_execute_cell_answers_its_images_after_the_text():
         assert "image 1 of this answer, attached after the text]" in text.text
         assert "[image/png: refused, the page sent no valid base64]" in text.text
         assert "(1 image of this cell's outputs attached after this text, in order)" in text.text
+        assert text.text.endswith("\n\n[escouade_nb notice] The user rejected your change")  # in the text block
         assert owner.ran and PNG[20:60] not in owner.ran[-1]
         tool, status, told = owner.done[-1]
         assert (tool, status) == ("execute_cell", "ok") and told.endswith("[1 image attached]")

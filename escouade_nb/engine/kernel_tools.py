@@ -27,7 +27,9 @@ INSTRUCTIONS = (
     "\"pending review\" with the cell id (the user keeps or rejects it); edit_cell and delete_cell name the "
     "sha256 of the source you read (notebook_cells(source=\"live\")) and are refused when the cell changed since. "
     "execute_cell runs a code cell of that page in the notebook, after the user allows it (a permission card showing "
-    "the cell's source): its outputs land in the cell and come back to you as text."
+    "the cell's source): its outputs land in the cell and come back to you as text. With notebook_cells"
+    "(source=\"live\") and execute_cell, PNG and JPEG outputs also come as images after the text, which names "
+    "each one's cell (at most 4 per answer, 1 MB each; beyond, named with their size)."
 )
 
 

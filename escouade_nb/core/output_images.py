@@ -71,6 +71,8 @@ class Images:
             raw = base64.b64decode(compact, validate=True)
         except (binascii.Error, ValueError):
             return f"[{mime}: refused, the page sent no valid base64]"
+        if len(raw) > self.max_bytes:
+            return f"[{mime}, {_size(len(raw))}: over the {_size(self.max_bytes)} of one image, not attached]"
         if not raw.startswith(_MAGIC.get(mime, b"\x00")):
             return f"[{mime}: refused, the data is no {mime.split('/')[1].upper()} image]"
         if len(self.items) >= self.limit:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
+from .output_images import IMAGE_MIMES, Images
 from .variables import cell_bound, cut
 
 __all__ = ["NotebookRef", "kernel_notebook", "file_cells", "live_cells", "output_text", "outputs_text", "MAX_OUTPUT"]
@@ -88,15 +89,23 @@ def _text(value: Any) -> str:
     return ""
 
 
-def output_text(output: Mapping[str, Any]) -> str:
+def output_text(output: Mapping[str, Any], images: Images | None = None, cell_id: str | None = None,
+                index: int | None = None) -> str:
     """One nbformat v4 output as text: a stream's text, the ``text/plain`` of a result or
     a display (``[MIME]`` when it has no text form: an image…), an error's
-    ``ename: evalue`` and its traceback (terminal colours removed)."""
+    ``ename: evalue`` and its traceback (terminal colours removed). With ``images``, a
+    PNG or JPEG of a result or a display is checked and kept there (cell ``cell_id`` at
+    position ``index``), and named in a line after its text (:meth:`Images.take`)."""
     kind = output.get("output_type")
     if kind == "stream":
         return _text(output.get("text"))
     if kind in ("execute_result", "display_data"):
         data = output.get("data") or {}
+        named = [images.take(m, data[m], cell_id, index) for m in IMAGE_MIMES if m in data] \
+            if images is not None and isinstance(data, Mapping) else []
+        if any(named):
+            plain = _text(data.get("text/plain"))
+            return (plain.rstrip("\n") + "\n" if plain else "") + "\n".join(n for n in named if n) + "\n"
         if "text/plain" in data:
             return _text(data["text/plain"])
         return " ".join(f"[{mime}]" for mime in data) or ""
@@ -132,10 +141,13 @@ def file_cells(nb: Mapping[str, Any], *, start: int | None = None, end: int | No
     return out
 
 
-def outputs_text(outputs: list, max_output: int = MAX_OUTPUT) -> str | None:
+def outputs_text(outputs: list, max_output: int = MAX_OUTPUT, images: Images | None = None,
+                 cell_id: str | None = None, index: int | None = None) -> str | None:
     """A code cell's outputs (nbformat-like dicts; anything else skipped) as one text, cut to
-    ``max_output`` characters (saying how many there were), or None when there is none."""
-    return cut("".join(output_text(o) for o in outputs if isinstance(o, Mapping)), max_output) or None
+    ``max_output`` characters (saying how many there were), or None when there is none;
+    ``images``, ``cell_id``, ``index``: as :func:`output_text`."""
+    return cut("".join(output_text(o, images, cell_id, index) for o in outputs if isinstance(o, Mapping)),
+               max_output) or None
 
 
 MAX_LIVE_CELLS = 10_000
@@ -149,14 +161,15 @@ def _page_str(value: Any, what: str) -> str:
 
 
 def live_cells(cells: Any, *, start: int | None = None, end: int | None = None,
-               max_output: int = MAX_OUTPUT) -> tuple[int, list[dict[str, Any]]]:
+               max_output: int = MAX_OUTPUT, images: Images | None = None) -> tuple[int, list[dict[str, Any]]]:
     """The cells a notebook page sent (the kernel's channel: ``[{"id", "cell_type",
     "source", "execution_count", "outputs": [nbformat-like outputs]}]``, untrusted),
     numbered from 1, positions ``start`` to ``end`` inclusive (negative: from the last):
     ``(total, [{"index", "id", "cell_type", "source", "sha256" (hex SHA-256 of the
     source's UTF-8), "execution_count", "outputs" (text cut to ``max_output``, or None),
     "pending" (an agent's change under review: the source is the pending one), and then
-    "pending_change" (``insert``, ``edit`` or ``delete``)}])``.
+    "pending_change" (``insert``, ``edit`` or ``delete``)}])``. With ``images``, the PNG and
+    JPEG outputs are checked and kept there, and named in the outputs' text (:class:`Images`).
     ``ValueError`` for a malformed answer or bounds that are not integers."""
     import hashlib
 
@@ -172,6 +185,7 @@ def live_cells(cells: Any, *, start: int | None = None, end: int | None = None,
             raise ValueError(f"the page sent cell {index} as no object")
         source = _page_str(cell.get("source"), "cell source")
         cell_id = cell.get("id")
+        cell_id = cell_id[:200] if isinstance(cell_id, str) else None
         count = cell.get("execution_count")
         outputs = None
         kind = _page_str(cell.get("cell_type"), "cell type")[:20]
@@ -179,9 +193,9 @@ def live_cells(cells: Any, *, start: int | None = None, end: int | None = None,
             raw = cell.get("outputs") or []
             if not isinstance(raw, list):
                 raise ValueError(f"the page sent the outputs of cell {index} as no list")
-            outputs = outputs_text(raw, max_output)
+            outputs = outputs_text(raw, max_output, images, cell_id, index)
         pending = cell.get("pending")
-        item = {"index": index, "id": cell_id[:200] if isinstance(cell_id, str) else None, "cell_type": kind,
+        item = {"index": index, "id": cell_id, "cell_type": kind,
                 "source": source, "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
                 "execution_count": count if isinstance(count, int) and not isinstance(count, bool) else None,
                 "outputs": outputs, "pending": isinstance(pending, str)}

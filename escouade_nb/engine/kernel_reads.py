@@ -17,7 +17,8 @@ from typing import Any
 
 from ..core import notebook as notebook_core
 from ..core import variables as variables_core
-from .kernel_tools import ToolFailure
+from ..core.output_images import Images
+from .kernel_tools import ImageAnswer, ToolFailure
 
 READ_BUDGET = 2.0
 """Seconds one read tool call (``list_variables``, ``inspect_variable``, ``notebook_cells``)
@@ -292,10 +293,12 @@ async def _file_text(ref: notebook_core.NotebookRef | None, start: int | None, e
 
 
 async def live_cells_text(read: Callable[[], Awaitable[dict[str, Any]]] | None, start: int | None,
-                          end: int | None, ref: notebook_core.NotebookRef | None) -> str:
+                          end: int | None, ref: notebook_core.NotebookRef | None) -> str | ImageAnswer:
     """``notebook_cells(source="live")``'s answer, JSON: ``{"source": "live", "notebook"
     (the page's path), "cells_in_notebook", "cells": [{"index", "id", "cell_type", "source",
-    "sha256", "execution_count", "outputs"}]}`` (:func:`~..core.notebook.live_cells`).
+    "sha256", "execution_count", "outputs"}]}`` (:func:`~..core.notebook.live_cells`), and
+    when PNG or JPEG outputs came within the caps, ``"images": [{"image", "cell_id",
+    "index", "mime_type", "bytes"}]`` with the text of an :class:`ImageAnswer` carrying them.
     ``read()`` is the channel's (:meth:`.kernel_server.LiveNotebook.live_cells`);
     ``None``: this kernel has none. :class:`ToolFailure` in one line when no page answers
     (the channel's own), for a malformed answer or bad bounds."""
@@ -307,13 +310,18 @@ async def live_cells_text(read: Callable[[], Awaitable[dict[str, Any]]] | None, 
                           "reads the saved notebook")
     got = await read()
     try:
-        total, cells = notebook_core.live_cells(got.get("cells"), start=start, end=end)
+        images = Images()
+        total, cells = notebook_core.live_cells(got.get("cells"), start=start, end=end, images=images)
     except ValueError as exc:
         raise ToolFailure(str(exc)) from None
-    answer = {"source": "live", "notebook": got.get("path") or (str(ref.path) if ref is not None else None),
-              "note": "as open in the page now, unsaved edits included", "cells_in_notebook": total,
-              "cells": cells}
-    return json.dumps(answer, ensure_ascii=False, indent=1)
+    answer: dict[str, Any] = {
+        "source": "live", "notebook": got.get("path") or (str(ref.path) if ref is not None else None),
+        "note": "as open in the page now, unsaved edits included", "cells_in_notebook": total, "cells": cells}
+    if not images.items:
+        return json.dumps(answer, ensure_ascii=False, indent=1)
+    answer["images"] = images.listing()
+    answer["images_note"] = "each image follows this text as MCP image content, in this order"
+    return ImageAnswer(json.dumps(answer, ensure_ascii=False, indent=1), "ok", images.items)
 
 
 def _read_notebook(path: Path) -> Any:

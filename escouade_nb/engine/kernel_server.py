@@ -106,12 +106,13 @@ from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 from .._errors import EscouadeError
 from .._version import __version__
 from ..core import notebook as notebook_core
+from ..core.output_images import Images
 from .kernel_http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_third_party_loggers, \
     serve_on_loopback
 from .kernel_reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, live_cells_text, \
     notebook_cells_text
 from .kernel_run import execute, run_result_text
-from .kernel_tools import INSTRUCTIONS, TOOLS, ToolFailure, register_tools
+from .kernel_tools import INSTRUCTIONS, TOOLS, ImageAnswer, ToolFailure, register_tools
 from .token_files import TokenFiles
 
 __all__ = ["SERVER_NAME", "TOOLS", "DEFAULT_BUSY_LIMIT", "Refused", "ToolOwner", "LiveNotebook", "Grant",
@@ -535,23 +536,35 @@ class KernelServer:
 
     # -- the tools ----------------------------------------------------------------------
     async def _call(self, tool: str, arguments: dict,
-                    impl: Callable[[], Awaitable[str | tuple[str, str]]]) -> str:
+                    impl: Callable[[], Awaitable[str | tuple[str, str] | ImageAnswer]]) -> str | list[Any]:
         """One tool call: who called (the request's grant), the owner's consent for reads,
-        the tool, and every failure as a ToolError the model reads."""
+        the tool, and every failure as a ToolError the model reads. The answer: text, or for
+        an :class:`ImageAnswer` with images ``[TextContent, ImageContent…]`` (the owner's
+        ``tool_done`` is told the text and how many images, never their data)."""
         ToolError = self._tool_error
         grant = CALLER.get()
         if grant is None or self._grants.get(grant.token) is not grant:
             raise ToolError("this call carries no live grant of the kernel's MCP server")
         grant.calls += 1
         status, text = "cancelled", ""
+        images: list[dict[str, Any]] = []
         try:
             if tool not in ("run_code", "execute_cell"):  # these two ask with a card
                 allow = getattr(grant.owner, "allow_read", None)
                 if callable(allow):
                     await self._consent(allow(tool, arguments))
             answer = await impl()
-            text, status = answer if isinstance(answer, tuple) else (answer, "ok")
-            return self._with_notice(grant.owner, text)
+            if isinstance(answer, ImageAnswer):
+                text, status, images = answer.text, answer.status, answer.images
+            else:
+                text, status = answer if isinstance(answer, tuple) else (answer, "ok")
+            text = self._with_notice(grant.owner, text)
+            if not images:
+                return text
+            from mcp.types import ImageContent, TextContent  # imported with the server already
+
+            return [TextContent(type="text", text=text),
+                    *(ImageContent(type="image", data=i["data"], mime_type=i["mime_type"]) for i in images)]
         except ToolFailure as exc:
             status, text = exc.status, str(exc)
             raise ToolError(text) from None
@@ -562,7 +575,8 @@ class KernelServer:
             status, text = "error", f"{tool} failed: {type(exc).__name__}: {exc}"
             raise ToolError(text) from None
         finally:
-            _tell_owner(grant.owner, "tool_done", tool, arguments, status, text)  # told how the call ended
+            told = text + (f"\n[{len(images)} image{'s' if len(images) > 1 else ''} attached]" if images else "")
+            _tell_owner(grant.owner, "tool_done", tool, arguments, status, told)  # told how the call ended
 
     @staticmethod
     def _with_notice(owner: Any, text: str) -> str:
@@ -630,7 +644,8 @@ class KernelServer:
         return await notebook_cells_text(self._readers, self._user_ns()[0], start, end, source, ref,
                                          self.read_budget)
 
-    async def _live_cells(self, start: int | None, end: int | None, ref: notebook_core.NotebookRef | None) -> str:
+    async def _live_cells(self, start: int | None, end: int | None,
+                          ref: notebook_core.NotebookRef | None) -> str | ImageAnswer:
         live = self._live if self._live is not None else _live_notebook
         return await live_cells_text(live.live_cells if live is not None else None, start, end, ref)
 
@@ -705,9 +720,11 @@ class KernelServer:
         process's (:func:`use_live_notebook`), else None."""
         return self._live if self._live is not None else _live_notebook
 
-    async def _execute_cell(self, cell_id: str) -> tuple[str, str]:
+    async def _execute_cell(self, cell_id: str) -> ImageAnswer:
         """``execute_cell``: read the cell from the page, ask (one card, the source whole), have the
-        page run it if unchanged, tell the owner: ``(the outputs as text, "ok" | "error")``."""
+        page run it if unchanged, tell the owner: the outputs as text (PNG and JPEG outputs named
+        there and attached as images, checked: :class:`~..core.output_images.Images`), status
+        ``"ok"`` or ``"error"``."""
         live: Any = self.live_notebook()
         if live is None or not callable(getattr(live, "run_cell", None)):
             raise ToolFailure("execute_cell needs escouade_nb loaded in a kernel whose notebook is open in JupyterLab "
@@ -732,17 +749,21 @@ class KernelServer:
             raise
         outputs = ran.get("outputs") if isinstance(ran.get("outputs"), list) else []
         failed = any(isinstance(o, Mapping) and o.get("output_type") == "error" for o in outputs)
+        images = Images()
         try:
             _, (item,) = notebook_core.live_cells([{"id": cell_id, "cell_type": "code", "source": source,
                                                     "execution_count": ran.get("execution_count"),
-                                                    "outputs": outputs}])
+                                                    "outputs": outputs}], images=images)
         except ValueError as exc:
             raise ToolFailure(f"the notebook page answered outputs that could not be read: {exc}") from None
         count = item["execution_count"]
         text = f"cell {cell_id} ran in the notebook [{count if count is not None else ' '}]" + \
             (" and raised" if failed else "") + ":\n" + (item["outputs"] or "(no output)")
+        if images.items:
+            text += f"\n({len(images.items)} image{'s' if len(images.items) > 1 else ''} of this cell's outputs " \
+                    "attached after this text, in order)"
         _tell_owner(owner, "ran_cell", cell_id, source, text, failed)
-        return text, "error" if failed else "ok"
+        return ImageAnswer(text, "error" if failed else "ok", images.items)
 
     @staticmethod
     def _check_queue(live: Any) -> None:

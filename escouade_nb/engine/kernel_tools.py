@@ -4,6 +4,7 @@ instructions, each tool's input schema and description (:func:`register_tools`),
 """
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import EscouadeError
@@ -26,7 +27,9 @@ INSTRUCTIONS = (
     "\"pending review\" with the cell id (the user keeps or rejects it); edit_cell and delete_cell name the "
     "sha256 of the source you read (notebook_cells(source=\"live\")) and are refused when the cell changed since. "
     "execute_cell runs a code cell of that page in the notebook, after the user allows it (a permission card showing "
-    "the cell's source): its outputs land in the cell and come back to you as text."
+    "the cell's source): its outputs land in the cell and come back to you as text. With notebook_cells"
+    "(source=\"live\") and execute_cell, PNG and JPEG outputs also come as images after the text, which names "
+    "each one's cell (at most 4 per answer, 1 MB each; beyond, named with their size)."
 )
 
 
@@ -40,18 +43,34 @@ class ToolFailure(EscouadeError):
         self.status = status
 
 
-Call = Callable[[str, dict, Callable[[], Awaitable[Any]]], Awaitable[str]]
-"""``call(tool, arguments, impl)``: one tool call made by the server (grant, consent, errors)."""
+@dataclass(frozen=True)
+class ImageAnswer:
+    """A tool's answer with images: ``text`` (what the model reads first; the notice is
+    appended to it), ``status`` (as :class:`ToolFailure`'s, ``"ok"`` or ``"error"``) and
+    ``images`` (``[{"mime_type", "data" (base64)}]``, checked: :class:`~..core.output_images.Images`),
+    each sent as one MCP ``ImageContent`` after the text."""
+
+    text: str
+    status: str = "ok"
+    images: list[dict[str, Any]] = field(default_factory=list)
+
+
+Call = Callable[[str, dict, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+"""``call(tool, arguments, impl)``: one tool call made by the server (grant, consent, errors);
+its answer is text, or a list of MCP content blocks (text first) when ``impl`` answered an
+:class:`ImageAnswer` with images."""
 
 
 def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[..., Awaitable[str]],
                    variable: Callable[..., Awaitable[str]], cells: Callable[..., Awaitable[str]],
-                   live_cells: Callable[..., Awaitable[str]], notebook_ref: Callable[[], Any],
+                   live_cells: Callable[..., Awaitable[Any]], notebook_ref: Callable[[], Any],
                    run: Callable[[str], Awaitable[Any]], change: Callable[[str, dict], Awaitable[str]],
                    execute: Callable[[str], Awaitable[Any]]) -> None:
     """Register the tools on ``mcp`` (an ``MCPServer``). Their signatures are the
     input schemas (pydantic ``Field`` descriptions go into them); ``structured_output=False``:
-    text only. Each one goes through ``call`` to its implementation, given the tool's
+    text, and for ``notebook_cells(source="live")`` and ``execute_cell`` one MCP
+    ``ImageContent`` per PNG or JPEG output after it (``call`` answers the content blocks).
+    Each one goes through ``call`` to its implementation, given the tool's
     arguments: ``variables`` (``list_variables``), ``variable`` (``inspect_variable``),
     ``cells`` (``notebook_cells``; ``notebook_ref()`` names the notebook file it would read,
     for the owner's consent), ``live_cells`` (``notebook_cells(source="live")``: the open
@@ -102,13 +121,14 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
                         "cells of the notebook file the kernel runs, when it knows it; both; live: the "
                         "notebook as open in the user's page now, unsaved edits included (JSON: id, "
                         "cell_type, source, sha256, execution_count, outputs as text).")] = "history",
-    ) -> str:
+    ) -> Any:
         """The notebook's cells: those run in this kernel with their execution counts and results
         (source="history"), and/or the saved cells and outputs of the notebook file (source="file"; the
         answer names the file read, or says the kernel does not know it), or the notebook as the user's
         JupyterLab or Notebook 7 page shows it now, unsaved edits included (source="live"; JSON, each cell
-        with its id, cell_type, source, sha256 of the source, execution_count and outputs as text; an error
-        when no such page is open).
+        with its id, cell_type, source, sha256 of the source, execution_count and outputs as text; each PNG
+        or JPEG output is named there and attached as image content after the text, at most 4 images of at
+        most 1 MB each, beyond that named with their size; an error when no such page is open).
         Input: {"start": int|null, "end": int|null, "source": "history"|"file"|"both"|"live"}."""
         args: dict[str, Any] = {"start": start, "end": end, "source": source}
         ref = notebook_ref() if source in ("file", "both", "live") else None
@@ -175,13 +195,14 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
     async def execute_cell(
         cell_id: Annotated[str, Field(description="The id of a code cell of the open notebook "
                                                   "(notebook_cells(source=\"live\")).")],
-    ) -> str:
+    ) -> Any:
         """Run a code cell of the notebook open in the user's page, in the notebook: the user is asked first
         (a permission card showing the cell's whole source as it is now; a cell pending review may be run, the
         card says it is unreviewed); on Run the page runs it, its outputs and execution count land in the
-        cell, and you get its outputs as text (clipped; images named by type). Refused when the user said no,
-        when the cell changed after the card was shown (read it again), or when no page is open. A cell takes
-        as long as it takes: the answer comes when it has finished.
+        cell, and you get its outputs as text (clipped), each PNG or JPEG output named there and attached as
+        image content after the text (at most 4 images of at most 1 MB each; beyond, named with their size).
+        Refused when the user said no, when the cell changed after the card was shown (read it again), or
+        when no page is open. A cell takes as long as it takes: the answer comes when it has finished.
         Input: {"cell_id": str}."""
         return await call("execute_cell", {"cell_id": cell_id}, lambda: execute(cell_id))
 

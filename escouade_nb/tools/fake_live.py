@@ -81,7 +81,8 @@ class LiveCellWords:
             await turn.say(f"mcp__{server}__notebook_cells failed: {text}")
             return "end_turn"
         try:
-            cells = json.loads(text).get("cells") or []
+            # the JSON leads the text; a notice, or the names of image blocks, may follow it
+            cells = json.JSONDecoder().raw_decode(text.lstrip())[0].get("cells") or []
         except (ValueError, AttributeError):
             cells = []
         base = next((c.get("sha256") for c in cells if isinstance(c, dict) and c.get("id") == cell_id), None)

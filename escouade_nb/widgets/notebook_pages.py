@@ -527,7 +527,7 @@ class NotebookPages:
         """A code cell as its page shows it now: ``{"source", "sha256", "pending": bool}``.
         :class:`~escouade_nb.engine.kernel_tools.ToolFailure`: no page (in one line, nothing
         run), no such cell, not a code cell."""
-        _page, reply = await self.request("cells", _none=NO_PAGE_TO_RUN)
+        _page, reply = await self.request("cells", _none=NO_PAGE_TO_RUN, images=False)  # no image data needed
         try:
             _total, cells = notebook_core.live_cells(reply.get("cells"))
         except ValueError as exc:

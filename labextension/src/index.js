@@ -33,6 +33,7 @@
 
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { runCell } from './run';
+import { IMAGE_MIMES, imageBudget, imageForKernel } from './images.js';
 
 import { reviewButton, reviewToolbarItem } from './look.js';
 import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
@@ -239,8 +240,9 @@ function clip(value) {
 }
 
 // One nbformat output, reduced to its text: a stream's text, a result's text/plain (other MIME
-// types by name only), an error's name, value and traceback.
-function outputForKernel(output) {
+// types by name only; PNG and JPEG data too with an answer's image budget: ./images.js), an
+// error's name, value and traceback.
+function outputForKernel(output, images) {
   const kind = output.output_type;
   if (kind === 'stream') {
     return { output_type: kind, name: String(output.name || ''), text: clip(output.text) };
@@ -248,7 +250,8 @@ function outputForKernel(output) {
   if (kind === 'execute_result' || kind === 'display_data') {
     const data = {};
     for (const [mime, value] of Object.entries(output.data || {})) {
-      data[mime] = mime === 'text/plain' ? clip(value) : '';
+      const image = images && typeof images === 'object' && IMAGE_MIMES.includes(mime);
+      data[mime] = mime === 'text/plain' ? clip(value) : image ? imageForKernel(value, images) : '';
     }
     return { output_type: kind, data };
   }
@@ -264,11 +267,13 @@ function outputForKernel(output) {
 }
 
 // The notebook's cells as they are in this page now (unsaved edits included).
-function cellsOf(panel) {
+// withImages: PNG and JPEG outputs' data too (./images.js), for the kernel's live read.
+function cellsOf(panel, withImages = false) {
   const model = panel.content.model;
   if (!model) {
     return null;
   }
+  const images = withImages ? imageBudget() : null;
   return model.sharedModel.cells.map(cell => {
     const item = { id: cell.id, cell_type: cell.cell_type, source: cell.getSource() };
     const pending = pendingOf(cell);
@@ -281,7 +286,7 @@ function cellsOf(panel) {
     }
     if (cell.cell_type === 'code') {
       item.execution_count = cell.execution_count ?? null;
-      item.outputs = (cell.getOutputs ? cell.getOutputs() : []).map(outputForKernel);
+      item.outputs = (cell.getOutputs ? cell.getOutputs() : []).map(output => outputForKernel(output, images));
     }
     return item;
   });
@@ -483,7 +488,7 @@ function attach(panel) {
     }
     mark(req);
     if (data.op === 'cells') {
-      const cells = cellsOf(panel);
+      const cells = cellsOf(panel, data.images !== false);
       if (cells === null) {
         send({ reply: req, ok: false, error: 'the notebook is not loaded in this page yet' });
       } else {

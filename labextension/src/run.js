@@ -14,6 +14,7 @@
 // the kernel asked), code, execution_count}.
 
 import { NotebookActions } from '@jupyterlab/notebook';
+import { imageBudget } from './images.js';
 
 // helpers: {sha256Hex, outputForKernel, provenanceOf, provenanceKey} from index.js
 export function runCell(panel, data, send, helpers) {
@@ -76,7 +77,8 @@ export function runCell(panel, data, send, helpers) {
       return;
     }
     const count = cell.execution_count ?? null;
-    const outputs = (cell.getOutputs ? cell.getOutputs() : []).map(outputForKernel);
+    const images = imageBudget(); // PNG and JPEG data too (./images.js)
+    const outputs = (cell.getOutputs ? cell.getOutputs() : []).map(output => outputForKernel(output, images));
     try {
       model.sharedModel.transact(() => {
         const prior = cell.getMetadata(provenanceKey);

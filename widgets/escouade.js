@@ -552,8 +552,11 @@ class ConversationUI {
 
   // -- the head ---------------------------------------------------------------------------------------
   setHead(head) {
+    const hadCommands = JSON.stringify((this.head && this.head.commands) || []);
     this.head = head;
     if (!head) return;
+    // the agent's commands can arrive after "/" was typed: offer them then, as if just typed
+    if (this.box && document.activeElement === this.box && JSON.stringify(head.commands || []) !== hadCommands) this.suggest();
     this.root.dataset.agent = head.name;
     this.root.dataset.status = head.status;
     const status = h("span", { class: `esc-status esc-st-${head.tone}`, text: "● " + head.status_text });

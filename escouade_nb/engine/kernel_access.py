@@ -579,7 +579,7 @@ class KernelAccess:
                     self._allowed.setdefault(code, []).append(card.tool_call)
                 return
         self._runs += 1
-        call = self._agent_call(code)
+        call = self._agent_call("run_code", "code", code)
         if call is not None:
             wire: dict[str, Any] = {"toolCallId": call.tool_call_id}  # the agent's call keeps its own fields
         else:
@@ -614,7 +614,7 @@ class KernelAccess:
                 raise Refused(f"cell {cell_id} changed since the card you answered showed it (stale); "
                               "the cell was not run: read it again")
         self._runs += 1
-        call = self._agent_cell_call(cell_id)
+        call = self._agent_call("execute_cell", "cell_id", cell_id)
         if call is not None:
             wire: dict[str, Any] = {"toolCallId": call.tool_call_id}
         else:
@@ -625,19 +625,6 @@ class KernelAccess:
                              request=cell_request(call, cell_id, source, unreviewed))
         self.record.card(card, source, tool="execute_cell", arguments={"cell_id": cell_id, "unreviewed": unreviewed})
         await self._decide_run(card, key, "the cell")
-
-    def _agent_cell_call(self, cell_id: str) -> ToolCall | None:
-        """The agent's own tool call for this ``execute_cell``, when it announced one without a card."""
-        for call in reversed(list(self.agent.conversation.tool_calls.values())):
-            if call.status not in (None, "pending", "in_progress") or call.extra.get("escouade_card") \
-                    or call.tool_call_id in self.live.desk.asked:
-                continue
-            found = self.identify(call)
-            if found is not None and found[0] == "execute_cell" and found[1].get("cell_id") == cell_id:
-                call.extra["escouade_card"] = True
-                call.mcp = (SERVER, "execute_cell")
-                return call
-        return None
 
     def ran_cell(self, cell_id: str, source: str, text: str, failed: bool) -> None:
         """The page ran the cell, or did not (``failed``: it raised, was stale, the page went away):
@@ -660,18 +647,18 @@ class KernelAccess:
             call.status = "failed" if failed else "completed"
             conversation.touch(call)
 
-    def _agent_call(self, code: str) -> ToolCall | None:
-        """The agent's own tool call for this ``run_code``, when it announced one: the
-        newest unfinished call that provably asks our server's ``run_code`` with exactly
-        ``code`` (:meth:`identify`) and has no card yet."""
+    def _agent_call(self, tool: str, field: str, value: str) -> ToolCall | None:
+        """The agent's own tool call for this ``run_code`` or ``execute_cell``, when it announced
+        one: the newest unfinished call that provably asks our server's ``tool`` with exactly
+        ``value`` as its ``field`` (the code; the cell id) (:meth:`identify`) and has no card yet."""
         for call in reversed(list(self.agent.conversation.tool_calls.values())):
             if call.status not in (None, "pending", "in_progress") or call.extra.get("escouade_card") \
                     or call.tool_call_id in self.live.desk.asked:
                 continue
             found = self.identify(call)
-            if found is not None and found[0] == "run_code" and found[1].get("code") == code:
+            if found is not None and found[0] == tool and found[1].get(field) == value:
                 call.extra["escouade_card"] = True
-                call.mcp = (SERVER, "run_code")
+                call.mcp = (SERVER, tool)
                 return call
         return None
 

@@ -12,7 +12,7 @@
 //   learns at once which pending changes the reload kept and which it lost.
 // - Other tabs: without real-time collaboration each tab has its own copy of the notebook and only the
 //   addressed tab applies a change; the kernel tells the others ({elsewhere: {...}}), which show a
-//   one-line notice in the notebook's toolbar (`elsewhereNotice`). With collaboration the tabs share
+//   short notice in the notebook's toolbar, the whole sentence its tooltip (`elsewhereNotice`). With collaboration the tabs share
 //   one document and show the change itself: no notice.
 
 import { Widget } from '@lumino/widgets';
@@ -192,9 +192,13 @@ export function elsewhereNotice(panel) {
       }
       count++;
       const what = describe(note);
-      text.textContent = count === 1
+      // short in the toolbar (a long item would push the review's item, or itself, into the toolbar's "…"
+      // menu), the whole sentence in its tooltip and for screen readers
+      text.textContent = count === 1 ? 'Changed in another tab' : `Changed in another tab (${count})`;
+      node.title = count === 1
         ? `Changed in another tab: ${what}. This tab's copy is out of date.`
         : `Changed in another tab (${count} changes, last: ${what}). This tab's copy is out of date.`;
+      node.setAttribute('aria-label', node.title);
       node.dataset.count = String(count);
       slot.place(true);
       return true;

@@ -25,8 +25,9 @@ for _ in range(400):
     await asyncio.sleep(0.05)
 len(pages.pages)"""
 
+# the notice as shown in the panel's toolbar (not in its "…" menu): its whole sentence, the tooltip
 ELSEWHERE = f"() => {{ const n = {PANEL}.node.querySelector('.escouade-elsewhere'); " \
-            "return n && n.style.display !== 'none' ? n.textContent : null; }"
+            "return n && n.style.display !== 'none' ? n.title : null; }"
 
 
 def connect(nb) -> Mcp:
@@ -89,6 +90,9 @@ def test_the_agent_learns_the_user_edited_its_cell_and_the_other_tab_is_told(nb)
         other = tabs["second" if holding == ["first"] else "first"]
         shown = until(lambda: other.evaluate(ELSEWHERE), "the other tab says the notebook changed elsewhere")
         assert shown.startswith("Changed in another tab: a new cell by browser test."), shown
+        # short in the toolbar (the whole sentence is its tooltip): it stays beside the review's item
+        assert other.evaluate(f"() => {PANEL}.node.querySelector('.escouade-elsewhere span').textContent") \
+            == "Changed in another tab"
         assert tabs[holding[0]].evaluate(ELSEWHERE) is None, "not in the tab that shows the change"
         assert not other.evaluate(f"() => {PANEL}.context.model.collaborative"), "no real-time collaboration here"
     finally:

@@ -323,7 +323,7 @@ class KernelAccess:
         agent = self.agent
         if self._server_task is None:
             return None
-        if agent.via and self.forward is None:
+        if agent.via and not is_ssh(agent.via):
             self._not_offered(said, "the agent runs through a launcher (--via) other than ssh: 127.0.0.1 would "
                                     "name the other host, not this kernel (see docs/kernel-mcp-server.md)")
             return None
@@ -333,7 +333,7 @@ class KernelAccess:
             log.exception("the kernel's MCP server did not start")
             self._not_offered(said, f"the kernel's MCP server did not start ({exc})")
             return None
-        if self.forward is not None and not await self._forward_ready(caps, said):
+        if agent.via and not await self._forward_ready(caps, said):
             return None
         self._server = server
         if self.grant is None:
@@ -387,7 +387,9 @@ class KernelAccess:
         remote end: its port reported, the agent taking HTTP servers and keeping them off its
         command lines (the stdio bridge would run on the other host, which has neither it nor
         its token file). Else False, said once."""
-        assert self.forward is not None
+        if self.forward is None:  # before_spawn did not ask for it (the server's URL had no port)
+            self._not_offered(said, "the reverse forward to it was not asked of ssh")
+            return False
         acp = self.agent.harness.acp
         if not caps.get("http") or (acp is not None and acp.mcp_in_argv):
             self._not_offered(said, "through ssh it is offered as an HTTP server only, and this agent takes no HTTP "

@@ -11,16 +11,21 @@ travels inside the ACP message on the connection's stdin, never in an argv on ei
 (the ``-R`` words hold two ports and no secret).
 
 How N is learnt: ``ssh`` says ``Allocated port N for remote forward to 127.0.0.1:PORT`` on
-its stderr (log level INFO; :func:`forward_argv` puts ``-o LogLevel=INFO`` before the
-user's own options, where the first value given wins; a ``-q`` given in ``--via`` still
-silences it). The session's stderr drain hands each chunk to :meth:`ReverseForward.feed`
-(no extra reader, nothing waits on the loop); the entry waits for the line at most
-:data:`FORWARD_TIMEOUT` s. sshd answers the forward before it opens the session's channel,
-so the line is written before the agent's first byte reaches us.
+its stderr: at log level INFO on a connection of its own, at VERBOSE when it shares a master
+connection (``ControlMaster``/``ControlPath``, which users of two-factor logins rely on:
+measured with OpenSSH 9.2). :func:`forward_argv` therefore puts ``-o LogLevel=VERBOSE``
+before the user's own options (the first value given wins; a ``-q`` or ``-v`` given in
+``--via`` still sets its own level, and ``-q`` silences the line). VERBOSE adds a few lines of
+ssh's own to the agent's stderr ("Authenticated to …", "Transferred: …" at the end). The
+session's stderr drain hands each chunk to :meth:`ReverseForward.feed` (no extra reader,
+nothing waits on the loop); the entry waits for the line at most :data:`FORWARD_TIMEOUT` s.
+sshd answers the forward before it opens the session's channel, so the line is written
+before the agent's first byte reaches us.
 
 When the server forbids forwarding (``AllowTcpForwarding no`` or ``local``,
-``PermitListen none``, ``DisableForwarding yes``), ``ssh`` says ``Warning: remote port
-forwarding failed for listen port 0`` and goes on (``-o ExitOnForwardFailure=no``, so that
+``PermitListen none``, ``DisableForwarding yes``), ``ssh`` says ``… remote port forwarding
+failed for listen port 0`` (``Warning:``, or ``mux_client_forward: forwarding request
+failed:`` through a master connection) and goes on (``-o ExitOnForwardFailure=no``, so that
 a user's ``ExitOnForwardFailure yes`` does not end the agent): the agent runs without the
 kernel's tools and its conversation says why in one line (:class:`ForwardFailed`).
 
@@ -39,9 +44,11 @@ from .launcher import is_ssh
 
 __all__ = ["FORWARD_TIMEOUT", "ForwardFailed", "ReverseForward", "forward_argv"]
 
-FORWARD_TIMEOUT = 30.0
-"""Seconds the ``escouade`` entry waits for ``ssh`` to report the forward's remote port
-(counted from ``session/new``'s preparation: the connection is up by then)."""
+FORWARD_TIMEOUT = 10.0
+"""Seconds the ``escouade`` entry waits for ``ssh`` to report the forward's remote port,
+counted from ``session/new``'s preparation: the agent has answered ``initialize`` by then,
+so the line, written before the agent's first byte, is already in the stderr pipe; the wait
+only lets the drain read it. Only a silenced ``ssh`` makes it run out."""
 
 _ALLOCATED = re.compile(rb"Allocated port (\d+) for remote forward to ([^\s]+):(\d+)")
 _REFUSED = re.compile(rb"remote port forwarding failed for listen (?:port \d+|path \S+)")
@@ -55,14 +62,14 @@ class ForwardFailed(EscouadeError):
 
 def forward_argv(argv: Sequence[str], local_port: int) -> list[str]:
     """``argv`` (a whole command line whose program is ``ssh``) with the reverse forward to
-    ``127.0.0.1:local_port`` asked for: ``ssh -o LogLevel=INFO -o ExitOnForwardFailure=no
+    ``127.0.0.1:local_port`` asked for: ``ssh -o LogLevel=VERBOSE -o ExitOnForwardFailure=no
     -R 127.0.0.1:0:127.0.0.1:local_port <the rest as it was>``. ``ValueError`` when the
     program is not ``ssh`` or the port is not 1–65535."""
     if not is_ssh(argv):
         raise ValueError(f"not an ssh command line: {list(argv)[:1]}")
     if not 0 < int(local_port) < 65536:
         raise ValueError(f"not a TCP port: {local_port!r}")
-    return [argv[0], "-o", "LogLevel=INFO", "-o", "ExitOnForwardFailure=no",
+    return [argv[0], "-o", "LogLevel=VERBOSE", "-o", "ExitOnForwardFailure=no",
             "-R", f"127.0.0.1:0:127.0.0.1:{int(local_port)}", *argv[1:]]
 
 

@@ -11,15 +11,18 @@ import pytest
 from escouade_nb.engine.ssh_forward import ForwardFailed, ReverseForward, forward_argv
 
 ALLOCATED = (b"Warning: Permanently added '[127.0.0.1]:22401' (ED25519) to the list of known hosts.\r\n"
+             b'Authenticated to 127.0.0.1 ([127.0.0.1]:22401) using "publickey".\r\n'
              b"Allocated port 42675 for remote forward to 127.0.0.1:22499\r\n")
 REFUSED = (b"Warning: Permanently added '[127.0.0.1]:22402' (ED25519) to the list of known hosts.\r\n"
            b"Warning: remote port forwarding failed for listen port 0\r\n")
+REFUSED_TO_A_MUX_CLIENT = (b"mux_client_forward: forwarding request failed: remote port forwarding failed for listen "
+                           b"port 0\r\nmuxclient: master forward request failed\r\n")
 
 
 def test_the_forward_goes_after_the_program_so_that_it_wins_over_the_users_options():
     via = ["/usr/bin/ssh", "-p", "2222", "-o", "LogLevel=ERROR", "me@host", "sh -c 'x'"]
     assert forward_argv(via, 22499) == [
-        "/usr/bin/ssh", "-o", "LogLevel=INFO", "-o", "ExitOnForwardFailure=no", "-R", "127.0.0.1:0:127.0.0.1:22499",
+        "/usr/bin/ssh", "-o", "LogLevel=VERBOSE", "-o", "ExitOnForwardFailure=no", "-R", "127.0.0.1:0:127.0.0.1:22499",
         "-p", "2222", "-o", "LogLevel=ERROR", "me@host", "sh -c 'x'"]
     with pytest.raises(ValueError):
         forward_argv(["kubectl", "exec", "-i", "pod", "--"], 22499)
@@ -50,10 +53,11 @@ def test_another_forward_of_the_users_own_is_not_taken_for_ours():
     asyncio.run(go())
 
 
-def test_a_refused_forward_fails_in_one_line():
+@pytest.mark.parametrize("said", [REFUSED, REFUSED_TO_A_MUX_CLIENT])
+def test_a_refused_forward_fails_in_one_line(said):
     async def go():
         forward = ReverseForward(22499)
-        forward.feed(REFUSED)
+        forward.feed(said)
         with pytest.raises(ForwardFailed) as failed:
             await forward.port(timeout=5)
         assert "\n" not in str(failed.value) and "forbids it (AllowTcpForwarding" in str(failed.value)

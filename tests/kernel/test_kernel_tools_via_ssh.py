@@ -4,7 +4,7 @@
 PATH, set by the server's ``SetEnv``, finds it) and reaches the kernel through the launcher's
 reverse forward (``ssh -R 127.0.0.1:0:127.0.0.1:PORT``, ``escouade_nb/engine/ssh_forward.py``):
 it lists the kernel's variables, its ``run_code`` shows the one card and runs in the user's
-namespace; the ``escouade`` entry it received names the remote end; the token is in no argv
+namespace, through a shared master connection (``ControlPath``) too; the ``escouade`` entry it received names the remote end; the token is in no argv
 on either side (``ps`` here, and ``ps`` run through ssh there); Restart makes a new forward
 with a new token (the old one gets 401); a server that forbids forwarding (``AllowTcpForwarding
 no``, ``PermitListen none``) gets an agent that runs without the kernel's tools, told why in one line.
@@ -149,6 +149,26 @@ def test_restart_makes_a_new_forward_with_a_new_token(setup):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 401
+
+
+def test_through_a_shared_master_connection_too(setup, tmp_path):
+    """A ``ControlPath`` master (two-factor logins rely on one) reports the port only at VERBOSE."""
+    kernel, launchers = setup
+    ssh, *options, destination = launchers["open"]
+    control = ["-o", f"ControlPath={tmp_path / 'master'}"]
+    subprocess.run([ssh, *options, *control, "-o", "ControlMaster=yes", "-fN", destination], check=True, timeout=30)
+    try:
+        via = shlex.join([ssh, *options, *control, destination])
+        kernel.run(f"c = %escouade fake --via {shlex.quote(via)} --as through-master\nawait c.ready()", timeout=90)
+        try:
+            wait_for(kernel, "c.kernel_tools_state[0] == 'connected'", timeout=30)
+            out = kernel.run("r = await c.send('variables')\nprint(r.text)\nprint(c.stderr.tail())", timeout=60).text
+            assert "df" in out and "DataFrame" in out, out
+            assert "Authenticated to" not in out  # it went through the master: no login of its own
+        finally:
+            kernel.run("await c.close()", allow_error=True)
+    finally:
+        subprocess.run([ssh, *options, *control, "-O", "exit", destination], capture_output=True, timeout=30)
 
 
 @pytest.mark.parametrize("forbidden", ["AllowTcpForwarding no", "PermitListen none"])

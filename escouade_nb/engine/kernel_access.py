@@ -348,6 +348,9 @@ class KernelAccess:
         # 0600 file, the entry naming only the file. So does an agent without HTTP MCP.
         acp, grant = agent.harness.acp, self.grant
         if self.forward is not None:  # through ssh: the forward's remote end on the agent's host
+            self.why = (f"through ssh's reverse forward: 127.0.0.1:{self.forward.remote_port} on the agent's host "
+                        f"leads to this kernel's server")
+            self._notify()
             return {"type": "http", "name": SERVER, "url": self.forward.url,
                     "headers": [{"name": "Authorization", "value": f"Bearer {grant.token}"}]}
         if caps.get("http") and not (acp is not None and acp.mcp_in_argv):

@@ -92,6 +92,10 @@ def test_a_via_ssh_agent_lists_the_kernels_variables_through_the_reverse_forward
     assert facts["remote"] and facts["remote"] != local
     # the entry the agent received names the remote end (the token itself is redacted in the transcript)
     assert f'"url": "http://127.0.0.1:{facts["remote"]}/mcp"' in facts["sent"].replace('\\"', '"'), facts["sent"]
+    # reported back: the head's "kernel tools ✓" says where on the agent's host
+    state = json.loads(kernel.run("print(json.dumps(a.kernel_tools_state))").text)
+    assert state == ["connected", f"through ssh's reverse forward: 127.0.0.1:{facts['remote']} on the agent's host "
+                                  "leads to this kernel's server"], state
     out = kernel.run("r = await a.send('variables')\nprint(r.text)", timeout=60).text
     assert "df" in out and "DataFrame" in out, out
     out = kernel.run("r = await a.send('inspect df')\nprint(r.text)", timeout=60).text

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -118,6 +119,8 @@ def test_run_code_through_ssh_shows_its_card_and_runs_in_this_kernel(setup):
 
 def test_the_token_is_in_no_argv_on_either_side(setup):
     kernel, launchers = setup
+    if shutil.which("ps") is None:
+        pytest.skip("no ps here (Debian: apt-get install procps)")
     facts = _facts(kernel)
     token = facts["token"]
     assert len(token) >= 32

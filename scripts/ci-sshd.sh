@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install Debian's openssh-server for the launcher tests (tests/engine/test_via_ssh.py), unless sshd is
+# Install Debian's openssh-server for the launcher tests (tests/ssh_servers.py: test_via_ssh.py,
+# test_kernel_tools_via_ssh.py, test_agents_via_ssh.py), unless sshd is
 # there. The tests start their own sshd on 127.0.0.1 (own host key, config and user key in a temp
 # folder) and stop it; nothing here starts a service (policy-rc.d refuses it during the install).
 # Without sshd the tests are skipped with a one-line reason.

@@ -157,7 +157,7 @@ class Agent:
     def kernel_tools_state(self) -> tuple[str, str]:
         """What the current session has of the kernel's MCP server, and why: ``off`` (not
         asked), ``pending`` (starting), ``offered``, ``connected``, ``not offered`` (the
-        reason says why)."""
+        reason says why); through ssh, ``offered`` and ``connected`` say the forward's remote end."""
         if self.live is None:
             return ("pending" if self.kernel_tools else "off"), ""
         return self.live.kernel.state, self.live.kernel.why

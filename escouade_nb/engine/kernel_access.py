@@ -29,8 +29,10 @@ Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md``
   asked before, reviewed after — Keep or Reject in the notebook). Anything else is a normal
   request;
 * every call is on record (:mod:`.kernel_record`): the transcript and the journal;
-* not offered through a launcher (``--via``: ``127.0.0.1`` would name the remote host),
-  nor outside a kernel unless asked; what cannot be offered is said once.
+* through ``ssh`` (``--via "ssh …"``) offered by a reverse forward (:mod:`.ssh_forward`):
+  the HTTP entry names the forward's remote end, the token in its headers; not offered
+  through another launcher (``127.0.0.1`` would name the remote host), nor outside a kernel
+  unless asked; what cannot be offered is said once.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -52,6 +55,8 @@ from ..manifest.models import ManifestError
 from ..permissions.request import mcp_arguments_of, mcp_tool_of
 from .kernel_record import KernelRecord
 from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
+from .launcher import is_ssh
+from .ssh_forward import ForwardFailed, ReverseForward
 
 if TYPE_CHECKING:
     from .interfaces import AgentHandle, LiveSession
@@ -271,6 +276,7 @@ class KernelAccess:
         self._approved: list[tuple[Any, PermissionCard, float]] = []
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
+        self.forward: ReverseForward | None = None  # an ssh launcher's reverse forward (before_spawn)
         self.record = KernelRecord(self.agent)  # every call on record: transcript and journal
         if self.agent.kernel_tools:
             self._server_task = asyncio.get_running_loop().create_task(
@@ -317,15 +323,17 @@ class KernelAccess:
         agent = self.agent
         if self._server_task is None:
             return None
-        if agent.via:
-            self._not_offered(said, "the agent runs through a launcher (--via): 127.0.0.1 would name the other "
-                                    "host, not this kernel")
+        if agent.via and not is_ssh(agent.via):
+            self._not_offered(said, "the agent runs through a launcher (--via) other than ssh: 127.0.0.1 would "
+                                    "name the other host, not this kernel (see docs/kernel-mcp-server.md)")
             return None
         try:
             server = await asyncio.shield(self._server_task)
         except Exception as exc:  # the server could not start: the agent still runs, without it
             log.exception("the kernel's MCP server did not start")
             self._not_offered(said, f"the kernel's MCP server did not start ({exc})")
+            return None
+        if agent.via and not await self._forward_ready(caps, said):
             return None
         self._server = server
         if self.grant is None:
@@ -339,6 +347,12 @@ class KernelAccess:
         # entry's env, to every local user: it gets the stdio bridge with its token in a
         # 0600 file, the entry naming only the file. So does an agent without HTTP MCP.
         acp, grant = agent.harness.acp, self.grant
+        if self.forward is not None:  # through ssh: the forward's remote end on the agent's host
+            self.why = (f"through ssh's reverse forward: 127.0.0.1:{self.forward.remote_port} on the agent's host "
+                        f"leads to this kernel's server")
+            self._notify()
+            return {"type": "http", "name": SERVER, "url": self.forward.url,
+                    "headers": [{"name": "Authorization", "value": f"Bearer {grant.token}"}]}
         if caps.get("http") and not (acp is not None and acp.mcp_in_argv):
             return {"type": "http", "name": SERVER, "url": server.url,
                     "headers": [{"name": "Authorization", "value": f"Bearer {grant.token}"}]}
@@ -351,6 +365,45 @@ class KernelAccess:
         return {"name": SERVER, "command": sys.executable, "args": ["-m", "escouade_nb.tools.mcp_bridge"],
                 "env": [{"name": "ESCOUADE_MCP_URL", "value": server.url},
                         {"name": "ESCOUADE_MCP_TOKEN_FILE", "value": str(token_file)}]}
+
+    async def before_spawn(self, session: Any) -> None:
+        """Before the process starts: an ``ssh`` launcher (``--via "ssh …"``) given the
+        kernel's tools gets the reverse forward to the kernel's server (:mod:`.ssh_forward`:
+        ``session.argv`` gains ``-R 127.0.0.1:0:127.0.0.1:PORT``, the session's stderr drain
+        feeds the port reader). Waits for the server's start; a server that cannot start is
+        said later, by :meth:`servers`. Other agents: nothing."""
+        if self._server_task is None or not is_ssh(self.agent.via):
+            return
+        try:
+            server = await asyncio.shield(self._server_task)
+        except Exception:
+            return
+        port = urlsplit(server.url).port
+        if port is None:
+            return
+        self.forward = ReverseForward(port)
+        session.argv = self.forward.argv(session.argv)
+        session.stderr.watchers.append(self.forward.feed)
+
+    async def _forward_ready(self, caps: Mapping[str, Any], said: list[str]) -> bool:
+        """Whether an agent run through ``ssh`` gets the entry naming the reverse forward's
+        remote end: its port reported, the agent taking HTTP servers and keeping them off its
+        command lines (the stdio bridge would run on the other host, which has neither it nor
+        its token file). Else False, said once."""
+        if self.forward is None:  # before_spawn did not ask for it (the server's URL had no port)
+            self._not_offered(said, "the reverse forward to it was not asked of ssh")
+            return False
+        acp = self.agent.harness.acp
+        if not caps.get("http") or (acp is not None and acp.mcp_in_argv):
+            self._not_offered(said, "through ssh it is offered as an HTTP server only, and this agent takes no HTTP "
+                                    "MCP servers or puts them on a command line (acp.mcpInArgv)")
+            return False
+        try:
+            await self.forward.port()
+        except ForwardFailed as exc:
+            self._not_offered(said, str(exc))
+            return False
+        return True
 
     def _not_offered(self, said: list[str], why: str) -> None:
         self.state, self.why = "not offered", why

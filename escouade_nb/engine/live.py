@@ -130,6 +130,7 @@ class Live:
     async def run(self) -> None:
         """Spawn, open the session, wait for the process's end (the agent's main task)."""
         try:
+            await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
             async with self.session:
                 await self._handshake()
                 await self.session.exited.wait()

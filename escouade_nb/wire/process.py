@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -29,16 +29,21 @@ STDERR_TAIL_BYTES = 64 * 1024
 
 
 class StderrRing:
-    """The newest ``capacity`` bytes of a byte stream, kept as whole chunks."""
+    """The newest ``capacity`` bytes of a byte stream, kept as whole chunks. ``watchers``:
+    callables each given every chunk as it is fed (they must not raise nor block: the
+    drain calls them on the loop), e.g. the ssh reverse forward's port reader."""
 
     def __init__(self, capacity: int = STDERR_TAIL_BYTES) -> None:
         self.capacity = capacity
         self.total = 0
+        self.watchers: list[Callable[[bytes], None]] = []
         self._chunks: collections.deque[bytes] = collections.deque()
         self._size = 0
 
     def feed(self, data: bytes) -> None:
         self.total += len(data)
+        for watch in self.watchers:
+            watch(data)
         if len(data) >= self.capacity:
             self._chunks.clear()
             self._chunks.append(data[-self.capacity:])

@@ -6,77 +6,24 @@ child in its process group (see ``escouade_nb/engine/launcher.py``).
 The sshd is Debian's openssh-server, with its own host key, config and user key in a
 temporary folder, started and stopped here; the tests are skipped, with one line, where
 it is not installed or cannot start (it needs its privilege-separation folder,
-``/run/sshd``, made here when missing and we may)."""
+``/run/sshd``, made here when missing and we may): ``tests/ssh_servers.py``."""
 
 from __future__ import annotations
 
-import getpass
-import os
-import shutil
-import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run
-
-SSHD = shutil.which("sshd") or next((p for p in ("/usr/sbin/sshd",) if os.path.exists(p)), None)
-SSH, KEYGEN = shutil.which("ssh"), shutil.which("ssh-keygen")
-PRIVSEP = Path("/run/sshd")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from ssh_servers import sshd
 
 
 @pytest.fixture(scope="module")
 def ssh_launcher(tmp_path_factory):
     """The ``ssh`` launcher argv to a fresh sshd on 127.0.0.1 (stopped at the end)."""
-    if not (SSHD and SSH and KEYGEN):
-        pytest.skip("no sshd/ssh/ssh-keygen here (Debian: apt-get install openssh-server)")
-    if not PRIVSEP.is_dir():
-        try:
-            PRIVSEP.mkdir(mode=0o755, parents=True)
-        except OSError as exc:
-            pytest.skip(f"sshd needs {PRIVSEP}, which cannot be made here: {exc}")
-    folder = tmp_path_factory.mktemp("sshd")
-    for key in ("host_key", "user_key"):
-        subprocess.run([KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(folder / key)], check=True)
-    (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
-    port = _free_port()
-    (folder / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\nPidFile {folder / 'sshd.pid'}\n"
-        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n")
-    log = open(folder / "sshd.log", "wb")
-    daemon = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stdout=log, stderr=log)
-    launcher = [SSH, "-p", str(port), "-i", str(folder / "user_key"), "-o", "BatchMode=yes",
-                "-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={folder / 'known_hosts'}",
-                "-o", "LogLevel=ERROR", f"{getpass.getuser()}@127.0.0.1"]
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            probe = subprocess.run([*launcher, "true"], capture_output=True, timeout=10)
-            if probe.returncode == 0:
-                break
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                pytest.skip(f"sshd did not start: {(folder / 'sshd.log').read_text()[-300:]}"
-                            f"{probe.stderr.decode(errors='replace')[-200:]}")
-            time.sleep(0.2)
+    with sshd(tmp_path_factory.mktemp("sshd")) as launcher:
         yield launcher
-    finally:
-        daemon.terminate()
-        try:
-            daemon.wait(5)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        log.close()
 
 
 STUBBORN = (f"{P_INIT}\n{P_NEW}\n"

@@ -170,7 +170,8 @@ class Agent:
 
     @property
     def pending_cards(self) -> list[PermissionCard]:
-        return list(self.live.desk.cards) if self.live is not None else []
+        early = self._state.early_desk.cards if self._state.early_desk is not None else []  # before the session
+        return [*early, *(self.live.desk.cards if self.live is not None else [])]
 
     @property
     def pending_edits(self) -> list[PendingEdit]:

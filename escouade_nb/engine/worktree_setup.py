@@ -124,12 +124,13 @@ class Confirmations:
 
 
 def _card_text(config: WorktreeSetup, target: Path) -> str:
-    parts = [f"`{config.file}` asks to run commands for the agent's git worktree `{target}`."]
+    """What the card says (shown as it is, preformatted): each whole command, where, who asks."""
+    parts = [f"{config.file} (not the agent) asks to run these commands for the agent's git worktree {target}:"]
     for role, command in config.commands.items():
         when = "in the worktree once it is made" if role == "setup" else "in the worktree before discard removes it"
-        parts.append(f"**{role}** ({when}):\n\n```sh\n{command}\n```")
-    parts.append(f"Nothing runs unless you allow it. Your answer is kept for `{config.folder}` until one of "
-                 f"these commands changes. Don't run: the agent is not started and nothing is made.")
+        parts.append(f"{role}, {when}:\n" + "\n".join(f"    {line}" for line in command.splitlines()))
+    parts.append(f"Nothing runs unless you allow it. Your answer is kept for {config.folder} until one of these "
+                 f"commands changes. Don't run: the agent is not started and nothing is made.")
     return "\n\n".join(parts)
 
 
@@ -160,6 +161,7 @@ async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journ
     options = [{"optionId": "run", "name": "Run (remember for this folder)", "kind": "allow_always"},
                {"optionId": "dont-run", "name": "Don't run", "kind": "reject_once"}]
     card = desk.new_card(tool_call, options)
+    card.permission.note = f"for its worktree: {config.file.name} asks, not the agent"
     agent.notify_status()
     try:
         answer = await card.wait()

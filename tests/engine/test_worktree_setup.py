@@ -260,3 +260,60 @@ def test_closing_while_the_card_waits_cancels_it_and_nothing_is_made(repo, tmp_p
         finally:
             await closing(squad)
     run(go())
+
+
+def test_a_resume_shows_the_setup_said_and_ran_and_its_last_lines(repo, tmp_path):
+    from escouade_nb.engine.worktree_setup import Confirmations
+    from escouade_nb.manifest.project import read_worktree_config as read
+
+    config(repo, 'worktree:\n  copy: [.env]\n  setup: "echo resumed-setup-line"\n')
+    Confirmations().keep(repo, read(repo).commands, repo / ".escouade.yml")  # confirmed in an earlier kernel
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("fake", cwd=repo, name="rs", worktree=True)
+            await agent.ready()
+            assert agent.pending_cards == []
+            path = agent.worktree.path
+        finally:
+            await closing(squad)
+        again = Squad()
+        try:
+            back = again.resume("rs")
+            await back.ready()
+            said = [(i.text, i.detail) for i in back.conversation.items if type(i).__name__ == "Notice"]
+            assert any("as you confirmed them before" in t for t, _ in said)
+            assert any("Copied into the worktree: .env" in t for t, _ in said)
+            assert any(t.startswith("Worktree setup exited with code 0") and "resumed-setup-line" in d for t, d in said)
+            assert back.worktree.path == path and (path / ".env").exists()
+        finally:
+            await closing(again)
+    run(go())
+
+
+def test_the_worktrees_own_excludes_keep_the_global_ones_and_leave_the_main_worktree_alone(repo, tmp_path):
+    from escouade_nb.engine.worktree import Worktree
+    from escouade_nb.engine.worktree_setup import exclude_in_worktree
+
+    (tmp_path / "xdg" / "git").mkdir(parents=True)
+    (tmp_path / "xdg" / "git" / "ignore").write_text("*.log\n")  # the user's global excludes
+
+    async def go():
+        wt = await Worktree.create(repo, "ex")
+        try:
+            (wt.path / ".env").write_text("x\n")
+            (wt.path / "run.log").write_text("x\n")
+            (wt.path / "new.txt").write_text("x\n")
+            assert sorted(await wt.dirty()) == [".env", "new.txt"]  # the global *.log already applies
+            await exclude_in_worktree(wt, [".env"])
+            await exclude_in_worktree(wt, [".env"])  # twice: one line
+            assert await wt.dirty() == ["new.txt"]  # .env ignored, *.log still ignored
+            exclude = (wt.path.parent.parent / "proj" / ".git" / "worktrees" / "ex" / "info" / "exclude")
+            assert exclude.read_text().count("/.env") == 1
+            (repo / "other.txt").write_text("x\n")
+            status = sh("status", "--porcelain", cwd=repo)
+            assert "?? .env" in status and "?? other.txt" in status  # the main worktree sees what it saw
+        finally:
+            await wt.discard(force=True)
+    run(go())

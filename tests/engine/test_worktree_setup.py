@@ -317,3 +317,36 @@ def test_the_worktrees_own_excludes_keep_the_global_ones_and_leave_the_main_work
         finally:
             await wt.discard(force=True)
     run(go())
+
+
+def test_a_failing_or_unconfirmed_cleanup_is_said_and_the_discard_goes_on(repo, tmp_path):
+    (tmp_path / "elsewhere").write_text("not yours\n")
+    config(repo, 'worktree:\n  setup: "true"\n  cleanup: "echo cannot clean; exit 4"\n')
+
+    async def go():
+        squad = Squad()
+        try:
+            a = squad.start("fake", cwd=repo, name="fa", worktree=True)
+            (await a.next_permission(timeout=20)).choose("run")
+            await a.ready()
+            path = a.worktree.path
+            await squad.discard("fa")
+            said = "\n".join(notices(a))
+            assert "Worktree cleanup exited with code 4" in said and not path.exists()
+
+            b = squad.start("fake", cwd=repo, name="fb", worktree=True)
+            await b.ready()  # the same commands: confirmed
+            config(repo, f'worktree:\n  setup: "true"\n  cleanup: "echo changed > {tmp_path / "ran"}"\n')
+            await squad.discard("fb")  # a cleanup changed since you confirmed it: not run, said
+            assert "Worktree cleanup of" in "\n".join(notices(b)) and "not run" in "\n".join(notices(b))
+            assert not (tmp_path / "ran").exists() and not (repo.parent / "proj.worktrees" / "fb").exists()
+
+            (repo / "link").symlink_to(tmp_path / "elsewhere")
+            config(repo, 'worktree:\n  copy: [link]\n')
+            c = squad.start("fake", cwd=repo, name="fc", worktree=True)
+            with pytest.raises(Exception, match=r"worktree.copy: 'link' leads out of the repository"):
+                await c.ready()
+            assert not (repo.parent / "proj.worktrees" / "fc" / "link").exists()
+        finally:
+            await closing(squad)
+    run(go())

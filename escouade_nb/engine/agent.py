@@ -166,11 +166,15 @@ class Agent:
     def start_waiting(self) -> str | None:
         """While it starts, what it waits for and how long (``waiting 1 min 05 s for its
         answer to initialize``; redrawn every few seconds: ``on_status``), else None."""
+        early = self._state.early_desk  # its worktree's commands to confirm (worktree_setup), before any process
+        if early is not None and early.cards:
+            return "waiting for you to confirm the worktree commands of .escouade.yml"
         return self.live.waiting_text() if self.live is not None else None
 
     @property
     def pending_cards(self) -> list[PermissionCard]:
-        return list(self.live.desk.cards) if self.live is not None else []
+        early = self._state.early_desk.cards if self._state.early_desk is not None else []  # before the session
+        return [*early, *(self.live.desk.cards if self.live is not None else [])]
 
     @property
     def pending_edits(self) -> list[PendingEdit]:

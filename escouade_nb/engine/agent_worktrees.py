@@ -9,6 +9,7 @@ come out as :class:`~.worktree.WorktreeError` (the squad says them as ``SquadErr
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..manifest.project import Project
@@ -82,14 +83,19 @@ async def rebase(agent: AgentHandle) -> MergeResult:
     return result
 
 
-async def discard(agent: AgentHandle, journal: Journal, force: bool = False) -> None:
+async def discard(agent: AgentHandle, journal: Journal, force: bool = False,
+                  cleanup: Callable[[AgentHandle], Awaitable[object]] | None = None) -> None:
     """Stop ``agent`` and remove its worktree and branch (:meth:`Worktree.discard`;
-    refused with uncommitted changes unless ``force``, saying which files), and journal it."""
+    refused with uncommitted changes unless ``force``, saying which files), and journal it.
+    ``cleanup(agent)`` runs once the agent is stopped, before the removal
+    (:func:`.worktree_setup.cleanup`: ``.escouade.yml``'s command); what it leaves behind
+    is removed with the worktree."""
     wt = worktree_of(agent)
     if not force and await wt.dirty():
         await wt.discard()  # raises, saying which files
     await agent.close()
-    await wt.discard(force=force)
+    ran = await cleanup(agent) if cleanup is not None else None
+    await wt.discard(force=force or ran is not None)
     journal.add("worktrees", "Output", text=f"discard: {wt.branch} and {wt.path} removed", agent=agent.name)
     agent.conversation.add_notice(f"Worktree {wt.path} and branch {wt.branch} removed.")
     agent.in_worktree(None)

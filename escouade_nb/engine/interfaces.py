@@ -72,6 +72,7 @@ class AgentHandle(ResumedAgent, Protocol):
     reads_refusal_messages: bool
     version_checked: bool
     worktree: Any
+    early_desk: Any  # a CardDesk for cards before the session exists (worktree_setup's confirmation)
 
     @property
     def transcript(self) -> Transcript | None: ...

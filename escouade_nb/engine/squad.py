@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
@@ -26,7 +27,7 @@ from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
 from .versions import ProgramVersions
-from . import agent_worktrees
+from . import agent_worktrees, worktree_setup
 from .worktree import Worktree, WorktreeError, repository_of
 from .._errors import EscouadeError
 from ..core.observers import Observers
@@ -34,7 +35,7 @@ from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
 from ..permissions import RulePlugins
 from ..wire.errors import running_loop
-from ..manifest.project import Project
+from ..manifest.project import Project, ProjectFileError, read_worktree_config
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +303,14 @@ class Squad:
             repo = repository_of(folder)
             if repo is None:
                 raise SquadError(f"{folder} is not inside a git repository: --worktree needs one")
+            try:  # .escouade.yml's worktree block (issue 25): `worktree: false` refuses, in one line
+                setup = read_worktree_config(folder)
+            except ProjectFileError as exc:
+                raise SquadError(str(exc)) from None
+            refused = worktree_setup.refuse_worktree(setup)
+            if refused is not None:
+                raise SquadError(refused)
+            start_folder = folder.resolve()
             planned = agent_worktrees.plan(repo, name, worktree if isinstance(worktree, str) else None,
                                            worktree_base or "")
             folder, project = agent_worktrees.moved_into(planned, folder.resolve(), repo, project)
@@ -319,8 +328,12 @@ class Squad:
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
             self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
         if planned is not None:
-            state_of(agent).prepare_then_start(agent_worktrees.make(state_of(agent), planned, worktree_base),
-                                               name=f"escouade worktree of {agent.name}")
+            # its confirmation card, git worktree add, copies, setup: worktree_setup.prepare. wrap: the sandbox
+            # seam (h25/sandbox: the agent's bwrap prefix, worktree_setup.Wrap, when the agent is sandboxed)
+            state_of(agent).prepare_then_start(
+                worktree_setup.prepare(state_of(agent), planned, worktree_base, setup, start_folder,
+                                       journal=self.rules.journal, wrap=None),
+                name=f"escouade worktree of {agent.name}")
         agent.start()
         return agent
 
@@ -377,8 +390,10 @@ class Squad:
     async def discard(self, name: str, force: bool = False) -> None:
         """Stop agent ``name`` and remove its worktree and branch
         (:meth:`Worktree.discard`; refused with uncommitted changes unless ``force``), and
-        journal it."""
-        await self._on_worktree(name, agent_worktrees.discard, self.rules.journal, force)
+        journal it. ``.escouade.yml``'s ``cleanup`` runs first when you confirmed it
+        (:func:`.worktree_setup.cleanup`; its failure is said, the discard goes on)."""
+        await self._on_worktree(name, agent_worktrees.discard, self.rules.journal, force,
+                                functools.partial(worktree_setup.cleanup, journal=self.rules.journal, wrap=None))
 
     async def _on_worktree(self, name: str, work: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
         """``work(agent's state, *args)`` (:mod:`.agent_worktrees`), git's refusals said as :class:`SquadError`."""

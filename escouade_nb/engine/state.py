@@ -118,6 +118,7 @@ class AgentState:
         self._replay = ReplaySkip()
         self.worktree: Worktree | None = None  # its own git worktree and branch (``--worktree``), if any
         self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
+        self.early_desk: Any = None  # cards before its session exists (a worktree's commands to confirm)
         self.primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt
         self._restat: asyncio.Task | None = None  # its worktree's diff stat re-counted after a turn (close() cancels)
         self.sessions_elsewhere: dict[str, str] = {}  # session id -> its folder, of session/list rows not of cwd
@@ -485,6 +486,8 @@ class AgentState:
                 while True:
                     wake, live = self._wake, self.live
                     card = live.desk.take(kind) if live is not None else None
+                    if card is None and self.early_desk is not None:  # before the session: worktree_setup
+                        card = self.early_desk.take(kind)
                     if card is not None:
                         return card
                     if self.status in ENDED:  # set once the session's end is handled (cards closed)
@@ -556,6 +559,8 @@ class AgentState:
             for task in (self._restat, self._preparing):  # a worktree being made: this agent will not start
                 if task is not None:
                     task.cancel()
+            if self.early_desk is not None:  # a worktree's commands to confirm: answered cancelled
+                self.early_desk.close("agent closed")
             await self._close_session()
             self.turns.close()
             self.edit_review.close()

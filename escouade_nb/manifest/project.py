@@ -15,6 +15,12 @@ a project folder can mark itself private, but it can never turn a rule plugin on
 ``plugins:`` section (or anything else) in it is ignored. Which plugins decide for a
 project is the user's choice, kept in the user's config (see
 :mod:`escouade_nb.permissions.states`), never in the project folder.
+
+A ``worktree`` key says how an agent's git worktree (``--worktree``) is set up:
+:func:`read_worktree_config` reads it (YAML, all of it, only when the key is there) as a
+:class:`WorktreeSetup`. ``worktree: false`` refuses ``--worktree`` for the folder. Its
+``setup`` and ``cleanup`` commands never run by the file's say alone: the user confirms
+each exact command once for the folder (:mod:`escouade_nb.engine.worktree_setup`).
 """
 
 from __future__ import annotations
@@ -22,11 +28,15 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-__all__ = ["CONFIG_FILENAME", "Project", "ProjectConfig", "read_project_config"]
+from .._errors import EscouadeError
+
+__all__ = ["CONFIG_FILENAME", "Project", "ProjectConfig", "ProjectFileError", "WorktreeSetup", "read_project_config",
+           "read_worktree_config"]
 
 CONFIG_FILENAME = ".escouade.yml"
 """The project's own config file, at the top of its folder."""
@@ -113,3 +123,105 @@ class Project:
 def project_id(folder: str | Path) -> str:
     """The id of the project at ``folder`` (resolved): a UUID derived from its path."""
     return str(uuid.uuid5(_NAMESPACE, str(Path(folder).expanduser().resolve())))
+
+
+# -- the worktree's set-up (issue 25) ----------------------------------------------------------------
+
+WORKTREE_TIMEOUT = 300.0
+"""How long ``setup`` (and ``cleanup``) may run by default, in seconds (``worktree.timeout`` changes it)."""
+WORKTREE_TIMEOUT_MAX = 3600.0
+"""The longest ``worktree.timeout`` accepted, in seconds."""
+_WORKTREE_KEYS = ("copy", "setup", "cleanup", "timeout")
+_WORKTREE_LINE = re.compile(r"^worktree\s*:", re.MULTILINE)
+
+
+class ProjectFileError(EscouadeError):
+    """A ``.escouade.yml`` that cannot be followed; the message is one line naming the file and the field."""
+
+
+@dataclass(frozen=True)
+class WorktreeSetup:
+    """The ``worktree`` key of ``file`` (a ``.escouade.yml`` at the top of ``folder``, both
+    resolved). ``allowed`` False: ``worktree: false``, no worktree for this folder.
+    ``copy``: paths relative to ``folder`` (files or folders, never leaving it) copied
+    into a new worktree; ``setup`` runs in it once made, ``cleanup`` before ``discard``
+    removes it (shell lines, None when not given); ``timeout``: seconds each may run."""
+
+    file: Path
+    folder: Path
+    allowed: bool = True
+    copy: tuple[str, ...] = ()
+    setup: str | None = None
+    cleanup: str | None = None
+    timeout: float = WORKTREE_TIMEOUT
+
+    @property
+    def commands(self) -> dict[str, str]:
+        """The commands it asks to run, by role (``setup``, ``cleanup``): what a confirmation covers."""
+        return {k: v for k, v in (("setup", self.setup), ("cleanup", self.cleanup)) if v is not None}
+
+
+def read_worktree_config(folder: str | Path) -> WorktreeSetup | None:
+    """The ``worktree`` key of ``folder/.escouade.yml``: None without the file or the key,
+    else a :class:`WorktreeSetup` (``worktree: true`` gives one that does nothing). The
+    file is read whole as YAML (PyYAML's ``safe_load``) only when it has a top-level
+    ``worktree:`` line. Blocking (a small file): call it in a thread on a hot path.
+    Raises :class:`ProjectFileError` (one line naming the file and the field) for a file
+    that is not YAML, an unknown key under ``worktree``, a path that is absolute or
+    leaves the folder (``..``), a command that is not a non-empty string, a timeout that
+    is not a number of seconds in (0, 3600]."""
+    resolved = Path(folder).expanduser().resolve()
+    path = resolved / CONFIG_FILENAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not _WORKTREE_LINE.search(text):
+        return None
+    import yaml  # only when the key is there: a light import otherwise
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ProjectFileError(f"{path}: not YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict) or "worktree" not in data:
+        return None
+    return _worktree_setup(path, resolved, data["worktree"])
+
+
+def _worktree_setup(path: Path, folder: Path, value: Any) -> WorktreeSetup:
+    def bad(field: str, why: str) -> ProjectFileError:
+        return ProjectFileError(f"{path}: {field}: {why}")
+
+    if value is False or value is None or value is True:
+        return WorktreeSetup(path, folder, allowed=value is not False)
+    if not isinstance(value, dict):
+        raise bad("worktree", f"false, or a mapping of {', '.join(_WORKTREE_KEYS)}; not {value!r}")
+    unknown = [str(k) for k in value if k not in _WORKTREE_KEYS]
+    if unknown:
+        raise bad(f"worktree.{unknown[0]}", f"unknown key (known: {', '.join(_WORKTREE_KEYS)})")
+    raw = value.get("copy") or []
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise bad("worktree.copy", f"a list of paths, not {raw!r}")
+    copy: list[str] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, str) or not entry.strip():
+            raise bad(f"worktree.copy[{i}]", f"a path, not {entry!r}")
+        pure = PurePosixPath(entry.strip())
+        if pure.is_absolute() or ".." in pure.parts:
+            raise bad(f"worktree.copy[{i}]", f"{entry!r} leaves the folder: list paths inside {folder}")
+        copy.append(entry.strip())
+    commands: dict[str, str | None] = {}
+    for role in ("setup", "cleanup"):
+        command = value.get(role)
+        if command is not None and (not isinstance(command, str) or not command.strip()):
+            raise bad(f"worktree.{role}", f"a shell command (a string), not {command!r}")
+        commands[role] = command.strip() if isinstance(command, str) else None
+    timeout = value.get("timeout", WORKTREE_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= WORKTREE_TIMEOUT_MAX:
+        raise bad("worktree.timeout", f"seconds, more than 0 and at most {WORKTREE_TIMEOUT_MAX:g}; not {timeout!r}")
+    return WorktreeSetup(path, folder, True, tuple(copy), commands["setup"], commands["cleanup"], float(timeout))

@@ -1,0 +1,486 @@
+"""A worktree that sets itself up: ``.escouade.yml``'s ``worktree: {copy, setup, cleanup}``.
+
+What :func:`prepare` does for an agent started with ``--worktree`` (in this order; the agent
+starts only when each step went well):
+
+1. **Confirm** the commands. A project file never runs a command by itself: ``setup`` and
+   ``cleanup`` run only once the user confirmed those exact commands for that folder. The
+   first time (and again whenever a command changes) a permission card asks, before
+   anything is made — the card shows each whole command, the folder the worktree goes to,
+   and the file that asks. Its answer is kept (:class:`Confirmations`, in the user's config
+   folder, keyed by the folder and the exact commands); rule plugins and modes never answer
+   it. Denied: nothing is made, nothing runs, the agent is not started (``failed``).
+2. ``git worktree add`` (:func:`.agent_worktrees.make`).
+3. **Copy** the ``copy`` paths (files and folders, untracked in the repository: ``.env``,
+   ``data/``) from the folder holding ``.escouade.yml`` into the same place in the worktree,
+   in a thread. A path missing is said (a warning), not fatal; a file the worktree has
+   already (tracked, so checked out) is left as git made it. Each copied path goes into the
+   worktree's own exclude file so that ``git status`` — hence ``discard`` and ``merge`` —
+   never sees it (:func:`exclude_in_worktree`).
+4. **Setup** runs in the agent's folder in the worktree: ``/bin/sh -c SETUP`` as an async
+   process in its own group, its output (stdout and stderr interleaved) streamed into the
+   agent's conversation as a terminal card ("Worktree setup"), at most ``timeout`` seconds
+   (``worktree.timeout``, default 300 s, at most 3600 s) and the newest
+   :data:`OUTPUT_CAP` bytes kept. A failure (a non-zero exit, a signal, the timeout) is
+   said with its exit code and last lines, and the agent is not started; the worktree is
+   **kept** (see :func:`prepare`).
+
+``discard`` runs ``cleanup`` first (:func:`cleanup`), in the worktree, under the same
+bounds; its failure is said and the discard goes on.
+
+The sandbox seam: every command goes through ``wrap`` (:data:`Wrap`), which gets the argv
+and the folder and returns the argv to execute — the agent's sandbox (bubblewrap) when the
+agent is sandboxed, nothing otherwise. Squad passes the agent's own wrapper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..manifest.project import ProjectFileError, WorktreeSetup
+from ..permissions.journal import Journal
+from ..permissions.states import config_dir
+from ..wire.errors import AgentError
+from ..wire.terminals import TerminalEvent, TerminalManager
+from . import agent_worktrees
+from .cards import CardDesk
+from .interfaces import AgentHandle
+from .worktree import Worktree, git
+
+__all__ = ["CONFIRMATIONS_FILE", "LAST_LINES", "OUTPUT_CAP", "CommandResult", "Confirmations", "Copied", "SetupFailed",
+           "Wrap", "cleanup", "confirm", "copy_paths", "exclude_in_worktree", "prepare", "refuse_worktree",
+           "run_command"]
+
+OUTPUT_CAP = 256 * 1024
+"""Bytes of a setup's (or cleanup's) output kept, the newest (older ones are dropped, the card says so)."""
+LAST_LINES = 12
+"""Lines of its output a failure message quotes."""
+CONFIRMATIONS_FILE = "worktree-commands.json"
+"""The kept confirmations, in the user's config folder (``$ESCOUADE_NB_CONFIG_DIR``, else
+``<jupyter config dir>/escouade_nb``): never in a project folder."""
+
+Wrap = Callable[[list[str], Path], list[str]]
+"""The sandbox seam: ``wrap(argv, folder)`` is the argv to execute for ``argv`` run in
+``folder`` (the agent's bubblewrap prefix when it is sandboxed). None: as it is."""
+
+_ids = itertools.count(1)
+_running: set[TerminalManager] = set()  # the setups and cleanups running now (killed at interpreter exit)
+
+
+class SetupFailed(AgentError):
+    """The worktree's set-up did not happen (denied, or its command failed); one line for the user."""
+
+
+# -- the user's confirmations -----------------------------------------------------------------------
+
+class Confirmations:
+    """The commands the user confirmed, per folder: ``<config dir>/worktree-commands.json``
+    (``path`` for another file), ``{"version": 1, "folders": {FOLDER: {"setup": CMD,
+    "cleanup": CMD, "file": FILE, "at": ISO time}}}``. A folder's entry is replaced when the
+    user confirms other commands for it. Blocking file I/O: call from a thread."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else config_dir() / CONFIRMATIONS_FILE
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"version": 1, "folders": {}}
+        if not isinstance(data, dict) or not isinstance(data.get("folders"), dict):
+            return {"version": 1, "folders": {}}
+        return data
+
+    def confirmed(self, folder: Path, commands: dict[str, str]) -> bool:
+        """Whether the user confirmed exactly ``commands`` (role -> command line) for
+        ``folder``: every one of them, byte for byte."""
+        kept = self._read()["folders"].get(str(folder))
+        return isinstance(kept, dict) and all(kept.get(role) == command for role, command in commands.items())
+
+    def keep(self, folder: Path, commands: dict[str, str], file: Path) -> None:
+        """Keep the confirmation of ``commands`` for ``folder`` (asked by ``file``); written
+        whole to a temporary file, then renamed over the old one."""
+        data = self._read()
+        data["folders"][str(folder)] = {**commands, "file": str(file),
+                                        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".worktree-commands-", suffix=".json", dir=self.path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.path)
+
+
+def _card_text(config: WorktreeSetup, target: Path) -> str:
+    """What the card says (shown as it is, preformatted): each whole command, where, who asks."""
+    parts = [f"{config.file} (not the agent) asks to run these commands for the agent's git worktree {target}:"]
+    for role, command in config.commands.items():
+        when = "in the worktree once it is made" if role == "setup" else "in the worktree before discard removes it"
+        parts.append(f"{role}, {when}:\n" + "\n".join(f"    {line}" for line in command.splitlines()))
+    parts.append(f"Nothing runs unless you allow it. Your answer is kept for {config.folder} until one of these "
+                 f"commands changes. Don't run: the agent is not started and nothing is made.")
+    return "\n\n".join(parts)
+
+
+async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journal: Journal | None,
+                  confirmations: Confirmations | None = None) -> bool:
+    """Whether ``config``'s commands may run: already confirmed for its folder (said in the
+    conversation), else a permission card (:class:`~.cards.PermissionCard`, handed out by
+    ``agent.next_permission()`` and shown by the views like any card) that only the user
+    answers: *Run* (kept) or *Don't run*. ``target``: where the worktree goes (shown).
+    The decision goes in the conversation (a notice, so a transcript keeps it) and the
+    journal (plugin ``worktrees``). True when there is no command."""
+    commands = config.commands
+    if not commands:
+        return True
+    confirmations = confirmations or Confirmations()
+    shown = "; ".join(f"{role}: {command}" for role, command in commands.items())
+    if await asyncio.to_thread(confirmations.confirmed, config.folder, commands):
+        agent.conversation.add_notice(f"Worktree commands of {config.file} run as you confirmed them before for "
+                                      f"{config.folder}", detail=shown)
+        _journal(journal, agent, "Answer", f"worktree commands confirmed earlier for {config.folder}: {shown}",
+                 verdict="allowed")
+        return True
+    desk = agent.early_desk = CardDesk(agent)  # the session does not exist yet: the card's own desk
+    tool_call = {"toolCallId": f"escouade-worktree-confirm-{next(_ids)}", "kind": "execute", "status": "pending",
+                 "title": f"Run the worktree commands of {config.file}?",
+                 "rawInput": {**commands, "folder": str(target), "file": str(config.file)},
+                 "content": [{"type": "content", "content": {"type": "text", "text": _card_text(config, target)}}]}
+    options = [{"optionId": "run", "name": "Run (remember for this folder)", "kind": "allow_always"},
+               {"optionId": "dont-run", "name": "Don't run", "kind": "reject_once"}]
+    card = desk.new_card(tool_call, options)
+    card.permission.note = f"for its worktree: {config.file.name} asks, not the agent"
+    agent.notify_status()
+    try:
+        answer = await card.wait()
+    finally:
+        if not card.answered:  # the agent was closed while the card waited
+            card.cancel("agent closed")
+        desk.close("agent closed")
+    allowed = answer.get("outcome") == "selected" and answer.get("optionId") == "run"
+    if allowed:
+        await asyncio.to_thread(confirmations.keep, config.folder, commands, config.file)
+    who = card.permission.answered_by or "you"
+    agent.conversation.add_notice(f"Worktree commands of {config.file} {'allowed' if allowed else 'not allowed'} "
+                                  f"by {who}" + (", kept for this folder" if allowed else ": nothing ran"),
+                                  level="info" if allowed else "warning", detail=shown)
+    _journal(journal, agent, "Answer", f"worktree commands of {config.file} "
+             f"{'allowed' if allowed else 'refused'} by {who}: {shown}", verdict="allowed" if allowed else "refused")
+    return allowed
+
+
+def _journal(journal: Journal | None, agent: AgentHandle, kind: Any, text: str, **fields: Any) -> None:
+    if journal is not None:
+        journal.add("worktrees", kind, text=text, agent=agent.name, **fields)
+
+
+# -- copies -----------------------------------------------------------------------------------------
+
+@dataclass
+class Copied:
+    """What :func:`copy_paths` did: ``copied`` (entries copied, as listed), ``missing``
+    (not in the folder), ``kept`` (files the worktree had already: left as git made them)."""
+
+    copied: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+
+def _copy(entries: tuple[str, ...], source: Path, target: Path, repo: Path) -> Copied:
+    done = Copied()
+    for entry in entries:
+        src = source / entry
+        if not src.exists() and not src.is_symlink():
+            done.missing.append(entry)
+            continue
+        if not src.resolve().is_relative_to(repo):  # a symlink pointing out of the repository
+            raise ProjectFileError(f"worktree.copy: {entry!r} leads out of the repository {repo} "
+                                   f"(to {src.resolve()}): not copied")
+        dst = target / entry
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir() and not src.is_symlink():
+            def keep_existing(s: str, d: str) -> object:
+                if os.path.lexists(d):
+                    done.kept.append(os.path.relpath(d, target))
+                    return d
+                return shutil.copy2(s, d)
+            shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, copy_function=keep_existing)
+        elif os.path.lexists(dst):
+            done.kept.append(entry)
+            continue
+        else:
+            shutil.copy2(src, dst, follow_symlinks=False)
+        done.copied.append(entry)
+    return done
+
+
+async def copy_paths(config: WorktreeSetup, worktree: Worktree, target: Path) -> Copied:
+    """Copy ``config.copy`` from ``config.folder`` into ``target`` (the same folder inside
+    ``worktree``), in a thread; then add what was copied to the worktree's own exclude
+    file (:func:`exclude_in_worktree`). :class:`~..manifest.project.ProjectFileError` for
+    a path whose symlink leads out of the repository."""
+    done = await asyncio.to_thread(_copy, config.copy, config.folder, target, worktree.repo.resolve())
+    if done.copied:
+        relative = [str((target / e).relative_to(worktree.path)) for e in done.copied]
+        await exclude_in_worktree(worktree, relative)
+    return done
+
+
+def _global_excludes(configured: str) -> str:
+    path = Path(configured).expanduser() if configured else Path(
+        os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "git" / "ignore"
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _write_exclude(path: Path, global_text: str, paths: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.read_text(encoding="utf-8") if path.exists() else None
+    lines = [] if old is not None else [
+        "# This worktree's own excludes (escouade_nb): git reads them through this worktree's core.excludesFile.",
+        "# Your global excludes file's lines come first, since this file takes its place here.",
+        global_text.rstrip("\n")]
+    body = (old or "\n".join(x for x in lines if x) + "\n")
+    have = set(body.splitlines())
+    for p in paths:
+        line = "/" + p.strip("/").replace("\\", "/")
+        if line not in have:
+            body += line + "\n"
+    path.write_text(body, encoding="utf-8")
+
+
+async def exclude_in_worktree(worktree: Worktree, paths: list[str]) -> Path:
+    """Make git ignore ``paths`` (relative to the worktree) in ``worktree`` only: they go in
+    ``<its git dir>/info/exclude`` (``.git/worktrees/NAME/info/exclude``), which this
+    worktree's ``core.excludesFile`` names (git's per-worktree config: ``extensions.worktreeConfig``
+    is set on the repository if it was not; git itself reads ``info/exclude`` only from the
+    common git dir, which would hide them in the main worktree too). The file starts with
+    your global excludes file's lines, which it replaces in this worktree. ``git worktree
+    remove`` deletes it with the worktree. Returns the file."""
+    _, gitdir, _ = await git("rev-parse", "--absolute-git-dir", cwd=worktree.path)
+    exclude = Path(gitdir.strip()) / "info" / "exclude"
+    _, configured, _ = await git("config", "--path", "core.excludesFile", cwd=worktree.path, check=False)
+    configured = configured.strip()
+    own = configured == str(exclude)
+    global_text = "" if own else await asyncio.to_thread(_global_excludes, configured)
+    await asyncio.to_thread(_write_exclude, exclude, global_text, paths)
+    if not own:
+        _, flag, _ = await git("config", "--bool", "extensions.worktreeConfig", cwd=worktree.path, check=False)
+        if flag.strip() != "true":
+            await git("config", "extensions.worktreeConfig", "true", cwd=worktree.path)
+        await git("config", "--worktree", "core.excludesFile", str(exclude), cwd=worktree.path)
+    return exclude
+
+
+# -- running a command ------------------------------------------------------------------------------
+
+@dataclass
+class CommandResult:
+    """How a setup or cleanup command ended: ``code`` (its exit code; None when killed),
+    ``signal`` (the signal's name when killed), ``timed_out`` (the timeout in seconds when
+    it struck), ``output`` (the newest :data:`OUTPUT_CAP` bytes, ``truncated`` when older
+    ones were dropped), ``seconds`` it ran."""
+
+    role: str
+    command: str
+    code: int | None
+    signal: str | None
+    output: str
+    truncated: bool
+    seconds: float
+    timed_out: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and self.timed_out is None
+
+    @property
+    def verdict(self) -> str:
+        if self.timed_out is not None:
+            return f"timed out after {self.timed_out:g} s (killed)"
+        if self.code is None:
+            return f"killed by {self.signal or 'a signal'}"
+        return f"exited with code {self.code}"
+
+    def last_lines(self, n: int = LAST_LINES) -> str:
+        return "\n".join([ln for ln in self.output.splitlines() if ln.strip()][-n:])
+
+
+async def run_command(agent: AgentHandle, role: str, command: str, folder: Path, *, timeout: float,
+                      wrap: Wrap | None = None) -> CommandResult:
+    """Run ``command`` (a shell line: ``/bin/sh -c``, through ``wrap``) in ``folder`` as
+    an async process in a group of its own, its output shown live in ``agent``'s
+    conversation as a terminal card titled "Worktree ROLE"; killed (the whole group) after
+    ``timeout`` seconds or when the caller is cancelled. Never raises for the command's
+    own failure (see :class:`CommandResult`); :class:`SetupFailed` when it cannot start."""
+    argv = ["/bin/sh", "-c", command]
+    if wrap is not None:
+        argv = wrap(argv, folder)
+    conversation = agent.conversation
+    started = time.monotonic()
+    timed_out: float | None = None
+    async with TerminalManager(folder, id_prefix=f"worktree-{role}", default_output_byte_limit=OUTPUT_CAP) as terms:
+        _running.add(terms)
+        try:
+            try:
+                tid = await terms.create(argv[0], args=argv[1:])
+            except Exception as exc:  # acp.RequestError: the shell (or the sandbox) cannot run
+                raise SetupFailed(f"worktree {role} could not start in {folder}: {exc}") from None
+            call_id = f"escouade-worktree-{role}-{next(_ids)}"
+            conversation.apply({"sessionUpdate": "tool_call", "toolCallId": call_id, "kind": "execute",
+                                "title": f"Worktree {role}", "status": "in_progress",
+                                "rawInput": {"command": command, "cwd": str(folder)},
+                                "content": [{"type": "terminal", "terminalId": tid}]})
+            call = conversation.tool_calls[call_id]
+
+            def store(event: TerminalEvent | None = None) -> None:
+                if event is not None and event.terminal_id != tid:
+                    return
+                output, truncated, status = terms.snapshot(tid)
+                call.terminals[tid] = {"output": output, "truncated": truncated, "running": status is None,
+                                       "exit_code": getattr(status, "exit_code", None),
+                                       "signal": getattr(status, "signal", None)}
+                conversation.touch(call)
+
+            watch = terms.subscribe(store)
+            try:
+                with anyio.move_on_after(timeout) as scope:
+                    await terms.wait_for_exit(tid)
+                if scope.cancelled_caught:
+                    timed_out = timeout
+                    await terms.kill(tid)
+                status = await terms.wait_for_exit(tid)
+            finally:
+                watch.close()
+                store()
+            output, truncated, _ = terms.snapshot(tid)
+            result = CommandResult(role, command, status.exit_code, status.signal, output, truncated,
+                                   time.monotonic() - started, timed_out)
+            conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                                "status": "completed" if result.ok else "failed"})
+            return result
+        finally:
+            _running.discard(terms)
+
+
+def _kill_running() -> None:
+    for terms in list(_running):
+        terms.kill_now()
+
+
+atexit.register(_kill_running)
+
+
+def _say(agent: AgentHandle, journal: Journal | None, result: CommandResult, where: Path) -> None:
+    tail = result.last_lines()
+    text = f"Worktree {result.role} {result.verdict} in {result.seconds:.1f} s ({where})"
+    agent.conversation.add_notice(text, level="info" if result.ok else "error",
+                                  detail=f"$ {result.command}\n{tail}" if tail else f"$ {result.command}")
+    _journal(journal, agent, "Output", f"{text}: {result.command}")
+
+
+# -- the whole flow -----------------------------------------------------------------------------------
+
+async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, config: WorktreeSetup | None,
+                  start_folder: Path | None = None, *, journal: Journal | None = None,
+                  confirmations: Confirmations | None = None, wrap: Wrap | None = None) -> None:
+    """Make ``agent``'s worktree and set it up (the module's steps): confirm ``config``'s
+    commands (a card the first time), ``git worktree add``, copy, run ``setup`` in
+    ``start_folder``'s place inside the worktree (the agent's folder). Raises (the agent is
+    then not started, ``failed`` with the message): :class:`SetupFailed` when the commands
+    were not allowed (nothing made) or the setup failed (its exit code and last lines; the
+    worktree is KEPT — what the setup left is there to look at and its branch holds nothing
+    yet: ``%escouade discard NAME --force`` runs ``cleanup`` and removes it; Restart starts
+    the agent in it as it is), :class:`~.worktree.WorktreeError` for git's refusals."""
+    target = planned.path
+    if config is not None and not await confirm(agent, config, target, journal, confirmations):
+        raise SetupFailed(f"the worktree commands of {config.file} were not allowed: nothing was made or run, "
+                          f"the agent was not started")
+    await agent_worktrees.make(agent, planned, base)
+    if config is None:
+        return
+    worktree = agent.worktree
+    assert worktree is not None
+    inside = target / start_folder.relative_to(planned.repo) if start_folder is not None else target
+    if config.copy:
+        done = await copy_paths(config, worktree, inside)
+        if done.copied:
+            agent.conversation.add_notice(f"Copied into the worktree: {', '.join(done.copied)} (from {config.folder}; "
+                                          f"ignored by git in the worktree)")
+        if done.kept:
+            agent.conversation.add_notice(f"Already in the worktree, left as git checked them out: "
+                                          f"{', '.join(done.kept[:10])}" + (" …" if len(done.kept) > 10 else ""))
+        if done.missing:
+            agent.conversation.add_notice(f"Not copied, missing in {config.folder}: {', '.join(done.missing)} "
+                                          f"(listed in {config.file})", level="warning")
+        _journal(journal, agent, "Output", f"worktree copy: {len(done.copied)} copied, missing: "
+                 f"{', '.join(done.missing) or 'none'}")
+    if config.setup is None:
+        return
+    result = await run_command(agent, "setup", config.setup, inside, timeout=config.timeout, wrap=wrap)
+    _say(agent, journal, result, inside)
+    if not result.ok:
+        tail = result.last_lines(3).replace("\n", " ⏎ ")
+        raise SetupFailed(f"worktree setup {result.verdict}: {config.setup!r}"
+                          + (f"; last lines: {tail}" if tail else "")
+                          + f". The agent was not started; the worktree {target} is kept "
+                            f"(`%escouade discard {agent.name} --force` removes it)")
+
+
+async def cleanup(agent: AgentHandle, journal: Journal | None = None, *, confirmations: Confirmations | None = None,
+                  wrap: Wrap | None = None) -> CommandResult | None:
+    """Before ``agent``'s worktree is discarded: read ``.escouade.yml`` of the folder the
+    agent was started from (in the main worktree, never the worktree's copy, which the
+    agent may have edited) and run its ``cleanup`` in the agent's folder of the worktree —
+    only if the user confirmed that exact command for that folder; else it is said and not
+    run. Its failure is said (exit code, last lines); the discard goes on either way (a
+    cleanup is best effort: a worktree that cannot be removed because its cleanup failed
+    would be worse). None when nothing ran."""
+    from ..manifest.project import read_worktree_config
+
+    worktree = agent_worktrees.worktree_of(agent)
+    if not agent.cwd.is_relative_to(worktree.path):
+        return None
+    start_folder = worktree.repo / agent.cwd.relative_to(worktree.path)
+    try:
+        config = await asyncio.to_thread(read_worktree_config, start_folder)
+    except ProjectFileError as exc:
+        agent.conversation.add_notice(f"Worktree cleanup not run: {exc}", level="warning")
+        return None
+    if config is None or config.cleanup is None:
+        return None
+    confirmations = confirmations or Confirmations()
+    if not await asyncio.to_thread(confirmations.confirmed, config.folder, {"cleanup": config.cleanup}):
+        agent.conversation.add_notice(f"Worktree cleanup of {config.file} not run: you have not confirmed this "
+                                      f"command for {config.folder} (it changed since, or was never allowed)",
+                                      level="warning", detail=config.cleanup)
+        _journal(journal, agent, "Output", f"worktree cleanup not run (not confirmed): {config.cleanup}")
+        return None
+    if not agent.cwd.is_dir():
+        return None
+    result = await run_command(agent, "cleanup", config.cleanup, agent.cwd, timeout=config.timeout, wrap=wrap)
+    _say(agent, journal, result, agent.cwd)
+    return result
+
+
+def refuse_worktree(config: WorktreeSetup | None) -> str | None:
+    """The one line that refuses ``--worktree`` when ``config`` says ``worktree: false``, else None."""
+    if config is not None and not config.allowed:
+        return (f"{config.file} says `worktree: false`: agents of this folder do not work in a git worktree; "
+                f"start it without --worktree")
+    return None
+

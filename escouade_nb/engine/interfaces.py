@@ -72,6 +72,7 @@ class AgentHandle(ResumedAgent, Protocol):
     reads_refusal_messages: bool
     version_checked: bool
     worktree: Any
+    budget: Any  # its AgentBudget (engine/budget.py): set_budget, the budget card
 
     @property
     def transcript(self) -> Transcript | None: ...

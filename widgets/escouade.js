@@ -743,7 +743,7 @@ class ConversationUI {
 // -- attention: the tab's title count and opt-in notifications (one per page) -------------------------
 // Every view reports the agents it shows (name -> status); an agent waiting for you, or one that finished
 // while the page was hidden, counts in the tab's title, "(2) …". Notifications (the page's Notification
-// API) are off until turned on with a view's 🔔 toggle (kept in localStorage); the browser's permission is
+// API) are off until turned on with a view's notify toggle (kept in localStorage); the browser's permission is
 // asked only on that click, never unprompted.
 const NOTIFY_KEY = "escouade_nb.notify";
 function attention() {
@@ -822,7 +822,7 @@ function notifyToggle(compact = false) {
   const draw = () => {
     const on = a.enabled();
     const blocked = typeof Notification === "undefined" || Notification.permission === "denied";
-    btn.textContent = compact ? (on ? "🔔" : "🔕") : (on ? "🔔 notify: on" : "🔕 notify: off");
+    btn.textContent = compact ? (on ? "✓ notify" : "notify") : (on ? "notify: on" : "notify: off");
     btn.setAttribute("aria-pressed", String(on));
     btn.setAttribute("aria-label", `Notifications: ${on ? "on" : "off"}`);
     btn.title = blocked ? "Notifications are blocked by the browser for this page"

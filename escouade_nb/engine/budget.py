@@ -23,7 +23,8 @@ stays spent, so the next prompt asks again). ``await agent.next_permission()`` h
 out like any card. While it waits the running turn goes on streaming, but no other
 permission card is decided (they wait behind it) and no queued prompt is sent. It is on
 record in the transcript (``budget`` events: :mod:`..wire.transcript` replays them), so
-``%escouade resume`` shows it as it was answered.
+``%escouade resume`` shows it as it was answered; each answer is also an ``Answer`` line of the
+squad's journal under ``budget`` (``%escouade journal budget``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.conversation import Change, ToolCall, frozen_request
 from ..core.status import ENDED
 from ..wire.transcript import BUDGET_EVENT
+from .kernel_record import journal_of
 
 if TYPE_CHECKING:
     from .cards import PermissionCard
@@ -47,6 +49,8 @@ CONTINUE, STOP = "continue", "stop"
 """The budget card's option ids, exactly."""
 CARD_PREFIX = "escouade-budget-"
 """The budget card's tool call ids (``escouade-budget-N``): the client's, never the agent's."""
+JOURNAL_ID = "budget"
+"""The journal's name for the budget cards' answers (a file ``budget.jsonl`` beside the rule plugins')."""
 _serial = itertools.count(1)
 
 
@@ -307,6 +311,14 @@ class AgentBudget:
         transcript = self.state.transcript
         if transcript is not None:
             transcript.event(BUDGET_EVENT, phase="end", call=call_id, status=status)
+        journal = journal_of(self.state)
+        if journal is not None:  # beside the kernel tools' answers: who let the agent spend more, or stopped it
+            perm = card.permission
+            verdict = "allowed" if chosen == CONTINUE else "refused" if chosen == STOP else "cancelled"
+            journal.add(JOURNAL_ID, "Answer", verdict=verdict, tool="budget",
+                        target=perm.tool_call.title if perm.tool_call is not None else None,
+                        by=perm.answered_by if chosen else None, message=perm.message, request_id=call_id,
+                        agent=self.state.name, project=getattr(self.state.project, "name", None))
         squad = self.squad if scope == "squad" else None
         if squad is not None:
             squad.waiting.discard(self)

@@ -176,6 +176,8 @@ def test_a_squad_budget_sums_its_agents_and_continue_on_one_rearms_it(script, mo
     b.install(plugins)
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
     monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
 
     async def go():
         squad = Squad()
@@ -191,6 +193,11 @@ def test_a_squad_budget_sums_its_agents_and_continue_on_one_rearms_it(script, mo
             card.choose("continue")
             assert squad.budget.limits == {"tokens": 240.0}
             assert two.budget.limits == {}  # the agent has no budget of its own
+            journal = squad.rules.journal
+            journal.flush()
+            (line,) = [json.loads(x) for x in journal.path("budget").read_text().splitlines()]
+            assert line["kind"] == "Answer" and line["verdict"] == "allowed" and line["tool"] == "budget"
+            assert line["by"] == "you" and line["agent"] == "sb" and "140 of 100 tokens" in line["target"]
         finally:
             await one.close()
             await two.close()

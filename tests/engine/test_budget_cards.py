@@ -163,14 +163,19 @@ def test_seconds_of_a_slow_turn_pass_while_it_runs_continue_gives_as_much_again(
     s.assert_ok()
 
 
-def _squad_script(name: str) -> str:
-    return "\n".join([INIT_ANY, init_result(), P_NEW, P_PROMPT, chunk_line(f"I am {name}."), _end(2, tokens=70)])
+def _squad_script(name: str, ask: bool = False) -> str:
+    asking = [_ask(100, "t1"), 'C> {"jsonrpc":"2.0","id":100,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}']
+    return "\n".join([INIT_ANY, init_result(), P_NEW, P_PROMPT, *(asking if ask else []), chunk_line(f"I am {name}."),
+                      _end(2, tokens=70)])
 
 
 def test_a_squad_budget_sums_its_agents_and_continue_on_one_rearms_it(script, monkeypatch, tmp_path):
+    """With the shipped rule plugin team-rules on for the agents' folder: it is asked the agent's own
+    request (its journal says so), never the budget card."""
     from escouade_nb.engine.squad import Squad
+    from escouade_nb.permissions.commands import plugins_command
 
-    a, b = script(_squad_script("a"), name="sa"), script(_squad_script("b"), name="sb")
+    a, b = script(_squad_script("a", ask=True), name="sa"), script(_squad_script("b"), name="sb")
     plugins = tmp_path / "plugins"
     a.install(plugins)
     b.install(plugins)
@@ -181,10 +186,17 @@ def test_a_squad_budget_sums_its_agents_and_continue_on_one_rearms_it(script, mo
 
     async def go():
         squad = Squad()
+        plugins_command(squad.rules, ["on", "team-rules", "--project", str(a.ws)])
         one, two = squad.start("sa", cwd=a.ws), squad.start("sb", cwd=b.ws)
         try:
             squad.set_budget(tokens=100)
-            assert (await one.send("go")).tokens == 70
+            turn = one.send("go")
+            (guard,) = one.rules_guarding()
+            asked = await one.next_permission(timeout=10)
+            await until(lambda: not asked.permission.deciding, 10, "team-rules to answer")
+            assert asked.state == "pending"  # team-rules: "ls" is neither allowed nor denied, you decide
+            asked.choose("ok")
+            assert (await turn).tokens == 70
             assert squad.budget.spent().tokens == 70 and one.budget.card is None  # 70 of 100: on
             assert (await two.send("go")).tokens == 70
             card = await two.next_permission(timeout=5)  # 140 of 100: the agent that passed it pauses
@@ -198,6 +210,9 @@ def test_a_squad_budget_sums_its_agents_and_continue_on_one_rearms_it(script, mo
             (line,) = [json.loads(x) for x in journal.path("budget").read_text().splitlines()]
             assert line["kind"] == "Answer" and line["verdict"] == "allowed" and line["tool"] == "budget"
             assert line["by"] == "you" and line["agent"] == "sb" and "140 of 100 tokens" in line["target"]
+            decisions = [json.loads(x) for x in journal.path(guard.id).read_text().splitlines()]
+            decided = [d for d in decisions if d["kind"] == "Decision"]
+            assert [d["tool"] for d in decided] == ["Bash"], decisions  # the agent's request; never the budget card
         finally:
             await one.close()
             await two.close()

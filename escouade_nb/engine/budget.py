@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -166,7 +167,7 @@ class AgentBudget:
 
     def __init__(self, state: Any) -> None:
         self.state = state
-        self.meter = Meter(lambda: asyncio.get_running_loop().time())
+        self.meter = Meter(time.monotonic)
         self.own: Limits | None = None
         self.card: PermissionCard | None = None
         self.card_scope: str | None = None

@@ -44,7 +44,9 @@ class Turn:
     ``stop_reason``: ACP's (``end_turn``, ``cancelled``, ``max_tokens``…), None while
     running or on failure; ``text``: the agent's reply text of this turn; ``tool_calls``;
     ``items``: everything the turn added to the conversation; ``error``: the failure;
-    ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``."""
+    ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``;
+    ``tokens``: the tokens its answer reported (ACP ``PromptResponse.usage.totalTokens``),
+    None when it reported none (what budgets count: :mod:`.budget`)."""
 
     def __init__(self, agent: Any, prompt: list[dict[str, Any]], attach: list[Path] | None = None) -> None:
         self.agent = agent

@@ -573,6 +573,16 @@ class ConversationUI {
       meter.append(h("span", { text: `${fmt(head.usage.used)}${head.usage.size ? " / " + fmt(head.usage.size) : ""} tokens` + (head.usage.cost ? ` · ${head.usage.cost}` : "") }));
       side.append(meter);
     }
+    if (head.budget) {
+      const words = [head.budget.text, head.budget.squad ? `squad ${head.budget.squad}` : null].filter(Boolean).join(" · ");
+      side.append(h("span", { class: "esc-budget" + (head.budget.over ? " esc-over" : ""), title: "spent against the budget (set_budget)", text: `budget ${words}` }));
+    }
+    if (this.kind === "agent") {
+      if (!this.notifyBtn) this.notifyBtn = notifyToggle(true);
+      side.append(this.notifyBtn);
+    }
+    if (!this.attentionId) this.attentionId = "v" + (++attention().serial);
+    attention().report(this.attentionId, [[head.name, head.status]]);
     const inHead = (c) => c.key === "escouade_mode" || c.key === "model" || (c.key === "agent_mode" && !(head.controls || []).some((d) => d.key === "escouade_mode"));
     for (const c of head.controls || []) if (inHead(c)) side.append(this.control(c));
     if (head.can && head.can.stop) side.append(h("button", { class: "esc-btn esc-stop", title: head.status === "starting" ? "Stop the start: end the agent's process (Esc)" : "Cancel the running turn (Esc)", text: "■ Stop", onclick: () => this.act({ act: "stop" }) }));
@@ -722,10 +732,107 @@ class ConversationUI {
   hideComplete() { this.complete.hidden = true; this.choices = []; }
 
   close() {
+    if (this.attentionId) attention().drop(this.attentionId);
+    if (this.notifyBtn) this.notifyBtn.escForget();
     this.channel.close(); this.resized.disconnect(); this.live.stop();
     if (this.onWindow) window.removeEventListener("resize", this.onWindow);
     window.removeEventListener("pointerup", this.onPointerUp);
   }
+}
+
+// -- attention: the tab's title count and opt-in notifications (one per page) -------------------------
+// Every view reports the agents it shows (name -> status); an agent waiting for you, or one that finished
+// while the page was hidden, counts in the tab's title, "(2) …". Notifications (the page's Notification
+// API) are off until turned on with a view's notify toggle (kept in localStorage); the browser's permission is
+// asked only on that click, never unprompted.
+const NOTIFY_KEY = "escouade_nb.notify";
+function attention() {
+  const key = Symbol.for("escouade_nb.attention");
+  if (window[key]) return window[key];
+  const a = {
+    sources: new Map(), // source id -> Map(name -> status)
+    status: new Map(), // name -> the status all sources agree on (waiting wins)
+    finished: new Set(), // names that finished while the page was hidden
+    toggles: new Set(),
+    base: null,
+    serial: 0,
+    enabled() {
+      let on = false;
+      try { on = localStorage.getItem(NOTIFY_KEY) === "on"; } catch (e) { on = false; }
+      return on && typeof Notification !== "undefined" && Notification.permission === "granted";
+    },
+    async toggle() {
+      if (typeof Notification === "undefined") return;
+      const on = this.enabled();
+      if (on) { try { localStorage.setItem(NOTIFY_KEY, "off"); } catch (e) { /* private mode */ } }
+      else {
+        let perm = Notification.permission;
+        if (perm === "default") perm = await Notification.requestPermission(); // on the user's click only
+        try { localStorage.setItem(NOTIFY_KEY, perm === "granted" ? "on" : "off"); } catch (e) { /* private mode */ }
+      }
+      for (const draw of this.toggles) draw();
+    },
+    report(source, rows) { // rows: [[name, status], …]
+      this.sources.set(source, new Map(rows));
+      this.settle();
+    },
+    drop(source) { this.sources.delete(source); this.settle(); },
+    settle() {
+      const now = new Map();
+      for (const rows of this.sources.values()) for (const [name, st] of rows) {
+        if (!now.has(name) || st === "waiting") now.set(name, st);
+      }
+      for (const [name, st] of now) {
+        const before = this.status.get(name);
+        if (st === "waiting" && before !== "waiting") this.notify(`${name} waits for you`, name);
+        const busy = before === "working" || before === "waiting";
+        if (busy && st === "idle" && document.hidden) { this.finished.add(name); this.notify(`${name} finished`, name); }
+      }
+      for (const name of [...this.finished]) if (!now.has(name)) this.finished.delete(name);
+      this.status = now;
+      this.title();
+    },
+    count() {
+      const names = new Set(this.finished);
+      for (const [name, st] of this.status) if (st === "waiting") names.add(name);
+      return names.size;
+    },
+    title() {
+      const bare = document.title.replace(/^\(\d+\) /, "");
+      const n = this.count();
+      const want = n ? `(${n}) ${bare}` : bare;
+      if (document.title !== want) document.title = want;
+    },
+    notify(text, name) {
+      if (!this.enabled() || (!document.hidden && document.hasFocus())) return;
+      try { new Notification("escouade_nb", { body: text, tag: `escouade-${name}` }); } catch (e) { /* not allowed here */ }
+    },
+  };
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) { a.finished.clear(); a.title(); } });
+  // JupyterLab writes the title as you switch documents: the count is put back in front
+  const t = document.querySelector("title");
+  if (t) new MutationObserver(() => a.title()).observe(t, { childList: true, characterData: true, subtree: true });
+  window[key] = a;
+  return a;
+}
+
+function notifyToggle(compact = false) {
+  const a = attention();
+  const btn = h("button", { class: "esc-btn esc-other esc-notify", "aria-pressed": "false" });
+  const draw = () => {
+    const on = a.enabled();
+    const blocked = typeof Notification === "undefined" || Notification.permission === "denied";
+    btn.textContent = compact ? (on ? "✓ notify" : "notify") : (on ? "notify: on" : "notify: off");
+    btn.setAttribute("aria-pressed", String(on));
+    btn.setAttribute("aria-label", `Notifications: ${on ? "on" : "off"}`);
+    btn.title = blocked ? "Notifications are blocked by the browser for this page"
+      : "Notify me when an agent waits for me, or finishes while this page is hidden";
+  };
+  btn.addEventListener("click", (e) => { e.preventDefault(); a.toggle(); });
+  a.toggles.add(draw);
+  draw();
+  btn.escForget = () => a.toggles.delete(draw);
+  return btn;
 }
 
 function fmt(n) { return n >= 10000 ? Math.round(n / 1000) + "k" : String(n); }
@@ -744,6 +851,7 @@ class SquadUI {
     this.root.addEventListener("click", (e) => this.click(e));
     this.root.addEventListener("keydown", (e) => this.keys(e));
     this.timer = setInterval(() => this.tick(), 1000);
+    this.attentionId = "s" + (++attention().serial);
     this.channel = new Channel(model, (m) => this.apply(m));
     this.onOpened = () => this.showOpened();
     model.on("change:opened", this.onOpened);
@@ -765,7 +873,14 @@ class SquadUI {
   draw(s) {
     this.state = s;
     const waiting = s.rows.reduce((n, r) => n + r.cards, 0);
-    this.headEl.replaceChildren(h("div", { class: "esc-head-main" }, h("b", { text: "Squad" }), h("span", { class: "esc-dim", text: ` · ${s.rows.length} agent${s.rows.length === 1 ? "" : "s"}` + (waiting ? ` · ${waiting} waiting for you` : "") })));
+    const main = h("div", { class: "esc-head-main" }, h("b", { text: "Squad" }), h("span", { class: "esc-dim", text: ` · ${s.rows.length} agent${s.rows.length === 1 ? "" : "s"}` + (waiting ? ` · ${waiting} waiting for you` : "") }));
+    if (s.rows.some((r) => r.status === "waiting")) main.append(h("span", { class: "esc-dim esc-jump-hint", text: " · press n for the next", title: "n (with the squad view focused): the next agent waiting for you" }));
+    if (!this.notifyBtn) this.notifyBtn = notifyToggle();
+    const side = h("div", { class: "esc-head-side" });
+    if (s.budget) side.append(h("span", { class: "esc-budget", title: "the squad's spend against its budget (squad.set_budget)", text: `squad budget ${s.budget}` }));
+    side.append(this.notifyBtn);
+    this.headEl.replaceChildren(h("div", { class: "esc-head-row" }, main, side));
+    attention().report(this.attentionId, s.rows.map((r) => [r.name, r.status]));
     if (!s.rows.length) { this.table.replaceChildren(h("caption", { text: "No agents yet." })); }
     else {
       // a column no agent has anything in (worktree, subagents…) is left out
@@ -846,11 +961,33 @@ class SquadUI {
   }
 
   keys(e) {
+    if (e.key === "n" && !e.altKey && !e.ctrlKey && !e.metaKey && !e.target.closest("input, textarea, select, .esc-squad-opened")) {
+      e.preventDefault(); e.stopPropagation(); this.nextWaiting(); return;
+    }
     if (!/^[1-9]$/.test(e.key) || e.target.closest("input, textarea, select, .esc-squad-opened")) return;
     if (!this.pendingKey || performance.now() - this.since < SETTLE_MS) return;
     const buttons = [...this.pending.querySelectorAll("button[data-act]")];
     const b = buttons[Number(e.key) - 1];
     if (b && !b.disabled) { e.preventDefault(); e.stopPropagation(); b.click(); }
+  }
+
+  // n: the next agent waiting for you, after the one jumped to last (in the table's order, round): its row
+  // is focused and its view shown (scrolled to, or opened under the table)
+  nextWaiting() {
+    const rows = ((this.state && this.state.rows) || []).filter((r) => r.status === "waiting");
+    if (!rows.length) return;
+    const names = this.state.rows.map((r) => r.name);
+    const from = names.indexOf(this.jumped);
+    const next = rows.find((r) => names.indexOf(r.name) > from) || rows[0];
+    this.jumped = next.name;
+    const tr = this.table.querySelector(`tbody tr[data-agent="${CSS.escape(next.name)}"]`);
+    if (tr) {
+      for (const other of this.table.querySelectorAll("tr.esc-jumped")) other.classList.remove("esc-jumped");
+      tr.classList.add("esc-jumped");
+      tr.tabIndex = -1;
+      tr.focus({ preventScroll: true });
+    }
+    this.open(next.name);
   }
 
   open(name) {
@@ -884,7 +1021,7 @@ class SquadUI {
     }
   }
 
-  close() { clearInterval(this.timer); this.channel.close(); this.live.stop(); this.model.off("change:opened", this.onOpened); if (this.openedView) this.openedView.remove(); }
+  close() { attention().drop(this.attentionId); if (this.notifyBtn) this.notifyBtn.escForget(); clearInterval(this.timer); this.channel.close(); this.live.stop(); this.model.off("change:opened", this.onOpened); if (this.openedView) this.openedView.remove(); }
 }
 
 // -- the rule plugins' journal ------------------------------------------------------------------

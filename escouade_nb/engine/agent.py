@@ -30,6 +30,7 @@ from ..manifest.project import Project, project_id
 from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import StderrRing
 from ..wire.session import SessionPage
+from .budget import AgentBudget
 from .cards import PermissionCard, Policy, QuestionCard
 from .cell_review import EditReview, PendingEdit
 from .controls import Controls
@@ -187,6 +188,20 @@ class Agent:
         """Its :class:`~.cell_review.EditReview`: the pending changes, ``settled`` (what was
         kept, rejected or dropped, oldest first) and ``settle_all(keep)`` (Keep all / Reject all)."""
         return self._state.edit_review
+
+    def set_budget(self, tokens: float | None = None, cost: float | None = None,
+                   seconds: float | None = None) -> AgentBudget:
+        """Cap what the agent spends from now: ``tokens`` (reported at each turn's end),
+        ``cost`` (growth of its reported cost, its currency), ``seconds`` (wall time of
+        turns). Passing one pauses it on a budget card (``continue`` / ``stop``, handed out
+        by :meth:`next_permission`, never answered by rule plugins): see :mod:`.budget`.
+        All None clears it. ``ValueError`` for a limit that is not a positive number."""
+        return self._state.budget.set(tokens=tokens, cost=cost, seconds=seconds)
+
+    @property
+    def budget(self) -> AgentBudget:
+        """Its :class:`~.budget.AgentBudget`: ``limits``, ``spent`` (since set), ``card``."""
+        return self._state.budget
 
     @property
     def pending_questions(self) -> list[QuestionCard]:

@@ -58,6 +58,14 @@ class _Card:
         """The answer sent to the agent (a wire dict)."""
         return await asyncio.shield(self._future)
 
+    def on_answer(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` as soon as the card is answered, whoever answers (a budget card's
+        follow-up; at once when it already is)."""
+        if self._future.done():
+            fn()
+        else:
+            self._on_answer = [*getattr(self, "_on_answer", []), fn]
+
     def __repr__(self) -> str:
         return render_item(self._item)
 
@@ -329,6 +337,9 @@ class CardDesk:
         the mode), else the user; a card of a closed session is cancelled at once."""
         agent, perm = self.agent, card.permission
         tcid = perm.tool_call.tool_call_id if perm.tool_call else ""
+        budget = getattr(agent, "budget", None)
+        if budget is not None and not card.answered:  # a budget card waits: nothing is granted meanwhile
+            await budget.hold_permission()
         policies = agent.active_policies()
         if card.answered:
             pass  # settled on arrival (a grant of this session)
@@ -399,6 +410,8 @@ class CardDesk:
 
     # -- answers -------------------------------------------------------------------------------
     def settled(self, card: _Card) -> None:
+        for fn in getattr(card, "_on_answer", ()):
+            fn()
         if isinstance(card, PermissionCard) and card in self.cards:
             self.cards.remove(card)
             chosen = card.permission.chosen or {}

@@ -73,6 +73,7 @@ class AgentHandle(ResumedAgent, Protocol):
     version_checked: bool
     worktree: Any
     early_desk: Any  # a CardDesk for cards before the session exists (worktree_setup's confirmation)
+    budget: Any  # its AgentBudget (engine/budget.py): set_budget, the budget card
 
     @property
     def transcript(self) -> Transcript | None: ...

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import Agent, state_of
+from .budget import SquadBudget
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
@@ -149,6 +150,15 @@ class Squad:
         self.versions = ProgramVersions(self._own)  # the programs' --version, read once per program file
         self._discovery: Discovery | None = None
         self.rules = RulePlugins()  # rule plugins: host, broker (every agent's policy), journal, states
+        self.budget = SquadBudget(lambda: list(self.agents.values()))  # set_budget: the sum of its running agents
+
+    def set_budget(self, tokens: float | None = None, cost: float | None = None,
+                   seconds: float | None = None) -> SquadBudget:
+        """Cap what the squad's running agents spend together from now (each agent's spend
+        since then summed; kinds and the card as :meth:`Agent.set_budget`, the card saying
+        "the squad's budget"). All None clears it. ``ValueError`` for a limit that is not
+        a positive number."""
+        return self.budget.set(tokens=tokens, cost=cost, seconds=seconds)
 
     def discovery(self, refresh: bool = False) -> Discovery:
         if self._discovery is None or refresh:

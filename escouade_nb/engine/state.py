@@ -36,6 +36,7 @@ from ..wire.errors import AgentError, AuthRequired, running_loop
 from ..wire.process import kill_group_now
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
+from .budget import AgentBudget
 from .cards import Policy
 from .cell_review import EditReview
 from .controls import Controls
@@ -94,6 +95,7 @@ class AgentState:
         self.edit_review = EditReview(on_change=self.notify_status, on_settled=self._edit_settled,
                                       on_failed=self._edit_not_settled)
         self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
+        self.budget = AgentBudget(self)  # set_budget: what it may spend before it pauses on a card
         self.status = AgentStatus.STARTING
         self.error: str | None = None
         self.on_status: Observers[[Any]] = Observers(f"status of {self.name}")
@@ -562,6 +564,7 @@ class AgentState:
             if self.early_desk is not None:  # a worktree's commands to confirm: answered cancelled
                 self.early_desk.close("agent closed")
             await self._close_session()
+            self.budget.close()
             self.turns.close()
             self.edit_review.close()
             if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):

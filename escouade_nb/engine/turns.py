@@ -44,7 +44,9 @@ class Turn:
     ``stop_reason``: ACP's (``end_turn``, ``cancelled``, ``max_tokens``…), None while
     running or on failure; ``text``: the agent's reply text of this turn; ``tool_calls``;
     ``items``: everything the turn added to the conversation; ``error``: the failure;
-    ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``."""
+    ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``;
+    ``tokens``: the tokens its answer reported (ACP ``PromptResponse.usage.totalTokens``),
+    None when it reported none (what budgets count: :mod:`.budget`)."""
 
     def __init__(self, agent: Any, prompt: list[dict[str, Any]], attach: list[Path] | None = None) -> None:
         self.agent = agent
@@ -59,6 +61,7 @@ class Turn:
         self.ended: float | None = None  # …and when it ended
         self.usage_before: dict[str, Any] | None = None  # the agent's usage when it was sent (per-turn deltas)
         self.usage_after: dict[str, Any] | None = None  # …and when it ended (a later turn's must not count)
+        self.tokens: int | None = None  # the tokens its answer reported (PromptResponse usage.totalTokens)
         self._done = running_loop("agent.send()").create_future()  # NoEventLoop, said plainly, outside a loop
 
     @property
@@ -185,6 +188,7 @@ class TurnQueue:
                 self.stopped_in = None
             self.current = None
             live.cancel_sent = False
+            self.agent.budget.turn_ended(turn.tokens)
             self.agent.turn_ended(turn)
 
     async def _ready_to_send(self, turn: Turn) -> bool:
@@ -203,6 +207,11 @@ class TurnQueue:
         except AgentError as exc:
             turn._finish(error=exc)
             return False
+        if not await agent.budget.hold():  # a spent budget: its card first
+            agent.conversation.add_notice("Not sent: the budget card was answered Stop.", level="warning")
+            turn.cancelled_by_user = True
+            turn._finish(stop_reason="cancelled")
+            return False
         return True
 
     def _begin(self, turn: Turn, live: Any) -> tuple[list[Any], dict[str, Any] | None]:
@@ -217,6 +226,7 @@ class TurnQueue:
         turn.started = time.monotonic()
         turn.usage_before = dict(agent.conversation.usage or {})
         agent.set_status(AgentStatus.WORKING)
+        agent.budget.turn_started()
         takes = agent.agent_capabilities.get("promptCapabilities") or {}
         turn.prompt, notices = gate(turn.prompt, takes, who=agent.name)
         for notice in notices:
@@ -278,6 +288,8 @@ class TurnQueue:
             # (as if session/cancel had been sent); the turn ends as with one that does not
             turn._finish(error=live.turn_error())
             return
+        usage = getattr(response, "usage", None)
+        turn.tokens = getattr(usage, "total_tokens", None)
         agent.questions_from_text(turn)
         if response.stop_reason == "refusal":
             agent.conversation.add_notice("The agent refused this prompt (stop reason: refusal); "

@@ -266,10 +266,11 @@ class FakeAgent(McpTools, ModesAndQuestions, FilesAndTerminals):
         except _Cancelled:
             stop = "cancelled"
         session.turns += 1  # a deterministic token count, so clients can show usage
-        from acp.schema import Cost, UsageUpdate
+        from acp.schema import Cost, Usage, UsageUpdate
         await turn.send(UsageUpdate(session_update="usage_update", used=1200 * session.turns, size=200_000,
                                     cost=Cost(amount=round(0.004 * session.turns, 3), currency="USD")))
-        return PromptResponse(stop_reason=stop)
+        # the turn's own tokens (what budgets count): 1,200 a turn
+        return PromptResponse(stop_reason=stop, usage=Usage(total_tokens=1200, input_tokens=1000, output_tokens=200))
 
     # -- scenarios --------------------------------------------------------
     async def _dispatch(self, turn: _Turn, text: str) -> str:

@@ -175,6 +175,20 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _budget_head(agent: Agent) -> dict[str, Any] | None:
+    """Its spend against its budget and its squad's, for the head: ``{"text", "over",
+    "squad"}`` (texts such as ``210 of 250 tokens``), None when neither is set."""
+    budget = getattr(agent, "budget", None)
+    if budget is None:
+        return None
+    own, squad = budget.view(), budget.squad
+    shared = squad.view() if squad is not None else None
+    if own is None and shared is None:
+        return None
+    return {"text": own["text"] if own else None, "over": bool(own and own["over"] or shared and shared["over"]),
+            "squad": shared["text"] if shared else None}
+
+
 def _rules(agent: Agent) -> tuple[list[str], str | None]:
     """(names of the rule plugins guarding the agent, a hint when none do)."""
     guarding = getattr(agent, "rules_guarding", None)
@@ -503,6 +517,7 @@ class AgentView(ConversationView):
             "usage": {"used": usage.get("used"), "size": usage.get("size"),
                       "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else None}
             if usage else None,
+            "budget": _budget_head(a),
             "rules": rules, "rules_hint": hint, "tools": tools, "controls": controls,
             "can": {"stop": status in BUSY or bool(waiting), "send": status in CAN_SEND,
                     "restart": status in CAN_RESTART},  # Stop while it starts: ends the start

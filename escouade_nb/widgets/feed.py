@@ -30,6 +30,7 @@ from ..core.conversation import (Change, Compaction, Conversation, Item, Message
                                  Subagent, ToolCall, Unknown)
 from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
+from ..engine.budget import CARD_PREFIX as BUDGET_CARD
 from .render import (asked_body_html, block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html,
                      tool_header_html)
 
@@ -472,8 +473,11 @@ class Feed:
                     f'{_unanswered()}</div>')
         deciding = (' <span class="esc-dim">deciding… (rule plugins are answering)</span>'
                     if perm.deciding else f' <span class="esc-dim">— {esc(perm.note)}</span>' if perm.note else "")
+        who = f'<b>{esc(self.speaker)}</b> asks permission'
+        if perm.tool_call is not None and perm.tool_call.tool_call_id.startswith(BUDGET_CARD):  # ours, not the agent's
+            who = '<b>The budget</b> is spent: go on?'
         return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
-                f'<b>{esc(self.speaker)}</b> asks permission{deciding}</div>{self._buttons(perm)}</div>')
+                f'{who}{deciding}</div>{self._buttons(perm)}</div>')
 
     def _plan_ask(self, perm: Permission) -> str:
         body = f'<div class="esc-plan-text">{markdown(perm.plan or "")}</div>'

@@ -25,8 +25,8 @@ from .render import esc
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("agent", "harness", "folder", "worktree", "mode", "status", "last activity", "tokens", "cost", "cards",
-           "subagents")
+COLUMNS = ("agent", "harness", "folder", "worktree", "mode", "status", "last activity", "tokens", "cost", "budget",
+           "cards", "subagents")
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -95,9 +95,26 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
         "last activity": _ago(agent.last_activity, now),
         "tokens": f"{usage.get('used')}/{usage.get('size')}" if usage.get("used") is not None else "—",
         "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else "—",
+        "budget": _budget_cell(agent),
         "cards": str(len(agent.pending_cards) + len(agent.pending_questions)),
         "subagents": _subagents_cell(agent),
     }
+
+
+def _budget_cell(agent: Agent) -> str:
+    """Its spend against its own budget (``210 of 250 tokens``; "over: " when passed), else "—"."""
+    budget = getattr(agent, "budget", None)
+    shown = budget.view() if budget is not None else None
+    if not shown:
+        return "—"
+    return ("over: " if shown["over"] else "") + shown["text"]
+
+
+def squad_budget_text(squad: Squad) -> str | None:
+    """The squad's spend against its budget (``140 of 100 tokens``), else None."""
+    budget = getattr(squad, "budget", None)
+    shown = budget.view() if budget is not None else None
+    return shown["text"] if shown else None
 
 
 class SquadView(FrontView):
@@ -170,10 +187,12 @@ class SquadView(FrontView):
             cells = agent_row(agent, now)
             cells["last activity"] = ""  # the browser counts it from "at" (no message a second)
             rows.append({"name": agent.name, "cells": cells, "tone": STATUS_TONE.get(agent.status, "idle"),
+                         "status": str(agent.status),
                          "at": agent.last_activity, "cards": len(agent.pending_cards) + len(agent.pending_questions),
                          "can": {"cancel": agent.status in BUSY and agent.turns.current is not None,
                                  "restart": agent.status in CAN_RESTART, "stop": agent.status not in ENDED}})
-        return {"columns": list(COLUMNS), "rows": rows, "pending": self._oldest_card(agents)}
+        return {"columns": list(COLUMNS), "rows": rows, "pending": self._oldest_card(agents),
+                "budget": squad_budget_text(self.squad)}
 
     def _oldest_card(self, agents: list[Agent]) -> dict[str, Any] | None:
         """The card that has waited longest across the squad (by when this view first saw
@@ -272,6 +291,8 @@ class SquadView(FrontView):
             cells = agent_row(agent)
             cells["folder"] = saved_folder(agent.cwd)
             rows.append((agent, cells))
+        if all(cells["budget"] == "—" for _a, cells in rows):
+            cols.remove("budget")
         note = ('<div class="esc-dim esc-small">The squad as last drawn (live while its kernel runs: '
                 '<code>%escouade squad</code>).</div>')
         if rows:
@@ -294,7 +315,11 @@ class SquadView(FrontView):
         for _a, r in rows:
             lines.append(f"  {r['agent']:<10} {r['harness']:<8} {r['status']:<16} mode={r['mode']} "
                          f"cards={r['cards']} tokens={r['tokens']}"
-                         + (f" worktree={r['worktree']}" if r["worktree"] != "—" else ""))
+                         + (f" worktree={r['worktree']}" if r["worktree"] != "—" else "")
+                         + (f" budget={r['budget']}" if r["budget"] != "—" else ""))
+        spent = squad_budget_text(self.squad) if not self.closed else None
+        if spent:
+            lines.append(f"  squad budget: {spent}")
         return {"text/plain": "\n".join(lines), "text/html": html}
 
     def __repr__(self) -> str:
@@ -308,5 +333,9 @@ class SquadView(FrontView):
             lines.append(f"  {r['agent']:<10} {r['harness']:<8} {r['status']:<16} mode={r['mode']} "
                          f"cards={r['cards']} tokens={r['tokens']}"
                          + (f" worktree={r['worktree']}" if r["worktree"] != "—" else "")
-                         + (f" subagents={r['subagents']}" if r["subagents"] != "—" else ""))
+                         + (f" subagents={r['subagents']}" if r["subagents"] != "—" else "")
+                         + (f" budget={r['budget']}" if r["budget"] != "—" else ""))
+        spent = squad_budget_text(self.squad)
+        if spent:
+            lines.append(f"  squad budget: {spent}")
         return "\n".join(lines)

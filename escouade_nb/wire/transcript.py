@@ -74,6 +74,10 @@ QUESTION_ANSWER_EVENT = "question_answer"
 """The event of a question card settled."""
 NOT_ASKED_EVENT = "not_asked"
 """The event of the client's note on a call the agent ran without asking (``ToolCall.not_asked``)."""
+BUDGET_EVENT = "budget"
+"""The events of a budget card (``engine/budget.py``): ``{"phase": "card", "call", "title", "text",
+"options", "scope", "kinds"}`` when it is made (its answer is an ``answer`` event), ``{"phase": "end",
+"call", "status"}`` after."""
 KERNEL_RESTARTED = "the kernel restarted"
 """Why a card never answered before its process's stretch ended is shown cancelled."""
 
@@ -728,10 +732,24 @@ class _Replay:
                                     detail=data.get("stderr_tail", ""))
         elif event == "session":
             self.info["session_id"] = data.get("session_id")
+        elif event == BUDGET_EVENT and isinstance(data.get("call"), str):
+            self._budget(data)
         elif event == kernel_calls.EVENT:
             made = self.kernel.apply(conversation, data)
             if made is not None:
                 self._card_made(made)
+
+    def _budget(self, data: dict[str, Any]) -> None:
+        """A budget card made (the client's: not on the wire), or its call's end."""
+        if data.get("phase") == "card":
+            text = {"type": "content", "content": {"type": "text", "text": str(data.get("text") or "")}}
+            options = [o for o in data.get("options") or [] if isinstance(o, dict)]
+            self._card_made(self.conversation.add_permission(
+                {"toolCallId": data["call"], "title": str(data.get("title") or "Budget reached"), "kind": "other",
+                 "status": "pending", "content": [text]}, options))
+        elif data.get("phase") == "end" and data.get("status") in ("completed", "failed"):
+            self.conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": data["call"],
+                                     "status": data["status"]})
 
 
 def _question(data: dict[str, Any]) -> Question:

@@ -153,6 +153,8 @@ def status_line(agent: Agent) -> str:
 def _placeholder(name: str, status: AgentStatus, words: str) -> str:
     """The prompt box's hint: how to write to ``name``, or why it takes nothing now (the
     box is then disabled) and what brings the agent back."""
+    if status in (AgentStatus.WORKING, AgentStatus.WAITING):  # a turn runs: Enter queues, Ctrl+Enter steers
+        return f"Message {name}… (Enter queues, Ctrl+Enter: steer now, Shift+Enter: new line)"
     if status in CAN_SEND:
         return f"Message {name}… (Enter sends, Shift+Enter: new line, / commands)"
     if status in CAN_RESTART:

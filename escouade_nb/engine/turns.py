@@ -195,6 +195,7 @@ class TurnQueue:
                 await self._follow()
         except asyncio.CancelledError:
             turn._finish(error=AgentError(f"agent {agent.name!r} was closed; the prompt was not answered"))
+            self._end_steered()
             raise
         except Exception as exc:  # a bug of ours: the turn still ends, saying why
             log.exception("turn failed")
@@ -203,19 +204,24 @@ class TurnQueue:
     async def _follow(self) -> None:
         """Run the steered prompts (:attr:`steered`) before the lock goes to a queued turn,
         once the steering requests in flight are answered; closed: each ends with an error."""
-        try:
-            while self.holds or self.steered:
-                if self.holds:
-                    await asyncio.wait(list(self.holds))
-                    continue
-                turn = self.steered.pop(0)
-                if not turn.done:
+        while self.holds or self.steered:
+            if self.holds:
+                await asyncio.wait(list(self.holds))
+                continue
+            turn = self.steered.pop(0)
+            if not turn.done:
+                try:
                     await self._prompt(turn)
-        except asyncio.CancelledError:
-            for turn in self.steered:
-                turn._finish(error=AgentError(f"agent {self.agent.name!r} was closed; the prompt was not answered"))
-            self.steered.clear()
-            raise
+                except asyncio.CancelledError:
+                    turn._finish(error=AgentError(f"agent {self.agent.name!r} was closed; the prompt was not "
+                                                  f"answered"))
+                    raise
+
+    def _end_steered(self) -> None:
+        """The agent was closed: the steered prompts not run end with an error."""
+        for turn in self.steered:
+            turn._finish(error=AgentError(f"agent {self.agent.name!r} was closed; the prompt was not answered"))
+        self.steered.clear()
 
     async def _prompt(self, turn: Turn) -> None:
         """Run ``turn``: sent once the session is ready; its answer, or why there is none,

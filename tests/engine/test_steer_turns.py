@@ -214,3 +214,26 @@ def test_queued_prompts_are_listed_edited_and_dropped(script):
     prompts = [m["params"]["prompt"][0]["text"] for m in s.received() if m.get("method") == "session/prompt"]
     assert prompts == ["go", "second, edited"]
     assert "third" not in json.dumps(s.received())
+
+
+def test_a_steered_prompt_waiting_for_the_stopped_turn_ends_when_the_agent_is_closed(script):
+    s = script("\n".join([
+        INIT_ANY, PLAIN_INIT, P_NEW, PROMPT_GO, chunk_line("busy"),
+        'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}',
+        '!> {"hang": true}',  # it never ends the turn
+    ]))
+
+    async def go():
+        agent = s.agent()
+        try:
+            await agent.ready()
+            turn = agent.send("go")
+            await until(lambda: "busy" in turn.text, what="the first chunk")
+            steered = agent.steer("stop that")
+            await until(lambda: any(m.get("method") == "session/cancel" for m in s.received()), what="the cancel")
+        finally:
+            await agent.close()
+        with pytest.raises(AgentError, match="closed"):
+            await steered
+        assert turn.done and agent.queued == []
+    run(go())

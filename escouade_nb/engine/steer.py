@@ -85,12 +85,21 @@ def _send_native(agent: Agent, running: Turn, method: str, content: list[dict[st
     """Send the steering request in a task the turn queue owns; the running turn's
     followers wait for its answer (:attr:`~.turns.TurnQueue.holds`)."""
     queue = agent.turns
-    task = asyncio.get_running_loop().create_task(_native(agent, running, method, content),
+    task = asyncio.get_running_loop().create_task(_guarded(agent, running, method, content),
                                                   name=f"escouade steer {agent.name}")
     queue.holds.add(task)
     queue._tasks.add(task)  # close() cancels it with the turns
     task.add_done_callback(queue.holds.discard)
     task.add_done_callback(queue._tasks.discard)
+
+
+async def _guarded(agent: Agent, running: Turn, method: str, content: list[dict[str, Any]]) -> None:
+    """:func:`_native`; a bug of ours there still delivers the text, as a steered prompt."""
+    try:
+        await _native(agent, running, method, content)
+    except Exception:
+        log.exception("steering failed")
+        _stop_and_prompt(agent, content)
 
 
 async def _native(agent: Agent, running: Turn, method: str, content: list[dict[str, Any]]) -> None:

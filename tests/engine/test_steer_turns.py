@@ -237,3 +237,32 @@ def test_a_steered_prompt_waiting_for_the_stopped_turn_ends_when_the_agent_is_cl
             await steered
         assert turn.done and agent.queued == []
     run(go())
+
+
+def test_a_refused_native_steer_stops_the_turn_and_prompts_saying_why(script):
+    s = script("\n".join([
+        INIT_ANY, STEERING_INIT, P_NEW, PROMPT_GO, chunk_line("working"),
+        'C> {"jsonrpc":"2.0","id":3,"method":"_session/steering","params":{"sessionId":"s1"}}',
+        'A> {"jsonrpc":"2.0","id":3,"error":{"code":-32603,"message":"Internal error: steer queue full"}}',
+        'C> {"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}',
+        'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"cancelled"}}',
+        'C> {"jsonrpc":"2.0","id":4,"method":"session/prompt","params":{"sessionId":"s1",'
+        '"prompt":[{"type":"text","text":"go left"}],"_meta":{"escouade":{"steered":true}}}}',
+        chunk_line("left."),
+        'A> {"jsonrpc":"2.0","id":4,"result":{"stopReason":"end_turn"}}',
+    ]))
+
+    async def go():
+        async with s.running() as agent:
+            await agent.ready()
+            turn = agent.send("go")
+            await until(lambda: "working" in turn.text, what="the first chunk")
+            assert agent.steer("go left") is turn
+            await turn
+            assert turn.stop_reason == "cancelled"
+            await until(lambda: "left." in _text(agent), what="the steered prompt's answer")
+            text = _text(agent)
+            assert "did not take the text into its running turn (it answered _session/steering with an error" in text
+            assert text.index("[info] Stopped by you") < text.index("you (steered): go left") < text.index("left.")
+    run(go())
+    s.assert_ok()

@@ -135,7 +135,8 @@ class Turn:
 
     def __repr__(self) -> str:
         state = self.status if not self.error else f"failed: {str(self.error).splitlines()[0]}"
-        return f"<Turn {self.agent.name} {state}: {len(self.text)} chars, {len(self.tool_calls)} tool calls>"
+        steered = "steered, " if self.steered else ""
+        return f"<Turn {self.agent.name} {steered}{state}: {len(self.text)} chars, {len(self.tool_calls)} tool calls>"
 
 
 def _read_attachment(path: Path) -> bytes | None:

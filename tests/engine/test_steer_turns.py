@@ -133,11 +133,14 @@ def test_without_native_steering_the_turn_is_stopped_and_a_steered_prompt_runs_f
             assert turn.stop_reason == "cancelled" and turn.text == "reading the files (stopping)"  # nothing lost
             await steered
             assert steered.stop_reason == "end_turn" and steered.text == "src only."
+            assert repr(steered) == "<Turn script steered, end_turn: 9 chars, 0 tool calls>"
             await later
             lines = _text(agent).splitlines()
             assert lines == ["you: go", "agent: reading the files (stopping)", "[info] Stopped by you",
                              "you (steered): only src/", "agent: src only.", "you: then the docs", "agent: docs."]
             assert _replayed(agent).splitlines() == lines  # survives the transcript (resume)
+            exported = (await agent.to_notebook(tmp_path / "steered.ipynb")).read_text()
+            assert "**you (steered):**" in exported and exported.count("**you:**") == 2
     run(go())
     s.assert_ok()
 

@@ -92,6 +92,7 @@ def _prompt_parser() -> _Parser:
     p.add_argument("--with", dest="variables", default="", metavar="VARS",
                    help="kernel variables sent along, comma-separated (their summaries)")
     p.add_argument("--cells", default="", metavar="RANGE", help="execution counts whose In/Out are sent along")
+    p.add_argument("--steer", action="store_true", help="send now, into the running turn (agent.steer)")
     return p
 
 
@@ -244,6 +245,8 @@ class EscouadeMagics(Magics):
         self._need_loop()
         squad = get_squad()
         name = args.name
+        if "," in name and args.steer:
+            raise _UsageError("--steer steers one agent")
         if "," in name:  # several agents, one prompt: side by side
             names = [n.strip() for n in name.split(",") if n.strip()]
             try:
@@ -262,8 +265,10 @@ class EscouadeMagics(Magics):
             if gone is not None:
                 print(f"escouade: agent {gone.name!r} is {gone.status}; started {agent.name!r} "
                       f"({_restart_hint(squad, gone)} keeps the old conversation)", file=sys.stderr)
+        if args.steer and (variables or args.cells):
+            raise _UsageError("--steer sends the cell's text alone (no --with, no --cells)")
         try:
-            turn = agent.send(text, variables=variables, cells=args.cells)
+            turn = agent.steer(text) if args.steer else agent.send(text, variables=variables, cells=args.cells)
         except (KeyError, ValueError) as exc:
             raise _UsageError(str(exc).strip("'\"")) from None
         from .widgets import TurnView
@@ -423,6 +428,8 @@ PROMPT = Subcommand(("%%escouade",), """\
   %%escouade NAME|AGENT[,AGENT...] [--with VAR,VAR] [--cells 3-5]
                                             send the cell as a prompt to that agent (with kernel context);
                                             to several: side by side, with a comparison
+  %%escouade AGENT --steer                  send the cell now, into its running turn (else the turn is
+                                            stopped and the cell sent next, marked steered)
 """, None)
 """``%%escouade``: the cell magic (its usage only; :meth:`EscouadeMagics._prompt` runs it)."""
 

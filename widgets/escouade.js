@@ -598,13 +598,39 @@ class ConversationUI {
     if (head.tools) sub.append(h("span", { class: "esc-tools", text: ` · ${head.tools[0]}`, title: head.tools[1] }));
     this.headEl.replaceChildren(h("div", { class: "esc-head-row" }, main, side), ...(sub.childNodes.length ? [sub] : []));
     this.drawSignIn(head.sign_in);
-    this.queued.replaceChildren(...(head.queued || []).map((t) => h("div", { class: "esc-queued-item", title: t }, h("span", { class: "esc-badge", text: "queued" }), h("span", { text: " " + t }))));
+    this.drawQueued(head.queued || []);
     this.drawReview(head.review);
     if (this.box) {
       this.box.placeholder = head.placeholder || "";
       // an agent that takes no prompt (closed, exited…): its box is off and its hint says why
       this.sendBtn.disabled = this.box.disabled = !(head.can && head.can.send);
+      this.steerBtn.hidden = !head.steer;
     }
+  }
+
+  // the prompts waiting for their turn: each can be edited (Enter saves, Escape leaves it) or dropped
+  drawQueued(list) {
+    const shape = JSON.stringify(list);
+    if (this.editing !== null && this.editing !== undefined && list.some((t) => String(t.id) === this.editing)) return; // being edited
+    if (shape === this.queuedShape) return;
+    this.queuedShape = shape;
+    this.editing = null;
+    this.queued.replaceChildren(...list.map((t) => {
+      const row = h("div", { class: "esc-queued-item", "data-id": String(t.id), title: t.text });
+      const text = h("span", { class: "esc-queued-text", text: " " + t.text });
+      const edit = () => {
+        this.editing = String(t.id);
+        const box = h("input", { type: "text", class: "esc-queued-edit", value: t.text, "aria-label": "Edit the queued prompt", "data-lm-suppress-shortcuts": "true" });
+        const save = () => { const v = box.value.trim(); this.editing = null; if (v && v !== t.text) this.act({ act: "queued", value: "edit", key: String(t.id), text: v }); this.queuedShape = null; this.drawQueued(list); };
+        box.addEventListener("keydown", (e) => { e.stopPropagation(); if (e.key === "Enter") { e.preventDefault(); save(); } else if (e.key === "Escape") { e.preventDefault(); this.editing = null; this.queuedShape = null; this.drawQueued(list); } });
+        text.replaceWith(box);
+        box.focus();
+      };
+      row.append(h("span", { class: "esc-badge", text: t.steered ? "steered" : "queued" }), text,
+        h("button", { class: "esc-btn esc-other esc-queued-btn", text: "Edit", title: "Edit this queued prompt", onclick: edit }),
+        h("button", { class: "esc-btn esc-reject esc-queued-btn", text: "Drop", title: "Take this prompt out of the queue", onclick: () => this.act({ act: "queued", value: "drop", key: String(t.id) }) }));
+      return row;
+    }));
   }
 
   control(c) {
@@ -670,16 +696,17 @@ class ConversationUI {
   composer() {
     this.box = h("textarea", { class: "esc-box", rows: 2, "data-lm-suppress-shortcuts": "true", "aria-label": "Prompt" });
     this.complete = h("div", { class: "esc-complete", hidden: true, role: "listbox" });
-    this.sendBtn = h("button", { class: "esc-btn esc-send", text: "Send", title: "Send (Enter)", onclick: () => this.sendPrompt() });
+    this.sendBtn = h("button", { class: "esc-btn esc-send", text: "Send", title: "Send (Enter; queued while a turn runs)", onclick: () => this.sendPrompt() });
+    this.steerBtn = h("button", { class: "esc-btn esc-other esc-steer", text: "Steer now", title: "Send now, into the running turn (Ctrl+Enter)", hidden: true, onclick: () => this.sendPrompt(true) });
     this.box.addEventListener("keydown", (e) => this.keys(e));
     this.box.addEventListener("input", () => this.suggest());
-    return h("div", { class: "esc-composer" }, h("div", { class: "esc-box-wrap" }, this.complete, this.box), this.sendBtn);
+    return h("div", { class: "esc-composer" }, h("div", { class: "esc-box-wrap" }, this.complete, this.box), this.steerBtn, this.sendBtn);
   }
 
-  sendPrompt() {
+  sendPrompt(now) {
     const text = this.box.value;
     if (!text.trim() || this.sendBtn.disabled) return;
-    this.act({ act: "send", text });
+    this.act({ act: now && this.head && this.head.steer ? "steer" : "send", text });
     this.box.value = "";
     this.hideComplete();
     this.box.focus();
@@ -706,7 +733,7 @@ class ConversationUI {
       else if (this.head && this.head.can && this.head.can.stop) this.act({ act: "stop" });
       return;
     }
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.sendPrompt(); }
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.sendPrompt(e.ctrlKey || e.metaKey); }
   }
 
   suggest() {

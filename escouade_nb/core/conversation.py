@@ -77,6 +77,9 @@ class Message(Item):
     """``time.monotonic()`` when its first chunk was folded (None: built otherwise, e.g. our prompt)."""
     last_at: float | None = None
     """``time.monotonic()`` when its latest chunk was folded (None as ``first_at``)."""
+    steered: bool = False
+    """A prompt of the user's sent while a turn ran (``agent.steer``): into that turn, or
+    as the prompt that followed it (the views and the text say "steered")."""
 
     @property
     def text(self) -> str:
@@ -380,6 +383,7 @@ class Conversation:
         self.title: str | None = None
         self.updated_at: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.session_meta: dict[str, Any] = {}  # session_info_update's _meta, merged per key (goose's activeRunId)
         self._messages: dict[tuple[str, str], Message] = {}
         self._echo: tuple[Message, str, list[dict[str, Any]]] | None = None  # the prompt an agent may echo back
         self.compactions: dict[str, Compaction] = {}
@@ -463,6 +467,10 @@ class Conversation:
                 self.title = raw["title"]
             if "updatedAt" in raw:
                 self.updated_at = raw["updatedAt"]
+            for name, value in (raw.get("_meta") or {}).items() if isinstance(raw.get("_meta"), dict) else ():
+                merged = self.session_meta.get(name)
+                self.session_meta[name] = {**merged, **value} if isinstance(merged, dict) and isinstance(
+                    value, dict) else value
             changes.append(Change("state", name="info"))
         elif kind == "usage_update":
             self.usage = {k: v for k, v in raw.items() if k != "sessionUpdate"}
@@ -636,13 +644,14 @@ class Conversation:
         self.close_messages()
 
     def add_user_message(self, blocks: Iterable[dict[str, Any]],
-                         sent: Iterable[dict[str, Any]] | None = None) -> Message:
+                         sent: Iterable[dict[str, Any]] | None = None, *, steered: bool = False) -> Message:
         """Append the user's prompt (ACP content blocks as wire dicts). ``sent``: the
         blocks that went on the wire, when more than ``blocks`` (a preamble): an agent that
         echoes them back as ``user_message_chunk`` (mistral-vibe does, during the turn) is
-        folded into this message, however it chunks the text, until something else comes."""
+        folded into this message, however it chunks the text, until something else comes.
+        ``steered``: sent while a turn ran (:attr:`Message.steered`)."""
         changes: list[Change] = []
-        msg = Message(self._new_key("user"), role="user", closed=True)
+        msg = Message(self._new_key("user"), role="user", closed=True, steered=steered)
         blocks = list(blocks)
         for block in blocks:
             if block.get("type") == "text":

@@ -280,7 +280,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         extra = "".join(" " + content_text(b) for b in item.blocks)
         if item.role == "thought":
             return f"({speaker} thinks) {item.text}{extra}"
-        who = "you" if item.role == "user" else speaker
+        who = ("you (steered)" if item.steered else "you") if item.role == "user" else speaker
         text = item.text if item.role == "user" else visible_text(item.text)
         return f"{who}: {text}{extra}"
     if isinstance(item, ToolCall):

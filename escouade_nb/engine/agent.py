@@ -312,6 +312,37 @@ class Agent:
                 raise FileNotFoundError(f"no file to attach: {path}")
         return self.turns.send(Turn(self, [*blocks(prompt), *context], attach=paths))
 
+    def steer(self, prompt: str | Sequence[Any]) -> Turn:
+        """Send ``prompt`` (text, or ACP content blocks) now, while a turn runs; returns at
+        once the :class:`Turn` that carries it (``await`` it for its end).
+
+        Where the agent takes text into its running turn (:attr:`steering`), it goes there
+        and the running turn is returned (if that turn ended before the agent took it, the
+        text goes as a steered prompt right after it). Otherwise the running turn is
+        stopped (``session/cancel``; what it produced stays) and a new prompt carries the
+        text, marked steered, run before the prompts queued earlier: that turn is returned.
+        With no turn running it is a plain prompt, queued like :meth:`send`'s.
+        ``ValueError`` for an empty prompt (:mod:`.steer`)."""
+        from .steer import steer
+
+        return steer(self, prompt)
+
+    @property
+    def steering(self) -> str | None:
+        """The request that puts text into this agent's running turn: ``_session/steering``
+        (advertised in its ``initialize`` answer's ``_meta.steering.supported``), goose's
+        ``_goose/unstable/session/steer`` (while goose names the running turn's run id), or
+        None: :meth:`steer` stops the turn and prompts again."""
+        from .steer import native_method
+
+        return native_method(self)
+
+    @property
+    def queued(self) -> list[Turn]:
+        """The prompts waiting for their turn, in the order they will run (a steered one
+        first): each with ``.edit(text)`` and ``.drop()`` (:class:`Turn`)."""
+        return self.turns.queued
+
     def cancel(self) -> None:
         """Stop the running turn: send ``session/cancel``, answer every pending card
         ``cancelled`` (ACP requires the client to), mark unfinished tool calls cancelled.

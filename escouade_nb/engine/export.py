@@ -222,7 +222,7 @@ def notebook_cells(items: list[Item], *, speaker: str = "agent", agent_name: str
         if isinstance(item, Message):
             if item.role == "user":
                 extra = "".join(f"\n>\n> *({no_raw_html(content_text(b))})*" for b in item.blocks)
-                out.markdown(key, f"**you:**\n\n{_quote(item.text)}{extra}")
+                out.markdown(key, f"**you{' (steered)' if item.steered else ''}:**\n\n{_quote(item.text)}{extra}")
             elif item.role == "thought":
                 out.markdown(key, f"<details><summary>{speaker} thinks…</summary>\n\n{no_raw_html(item.text)}"
                                   f"\n\n</details>")

@@ -9,6 +9,7 @@ is current then, and always ends — with the agent's stop reason, or an error s
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import time
@@ -35,6 +36,8 @@ INSTANT_TURN = 0.25
 claude-agent-acp 0.23.1's bug (its next turn ends in ~5 ms, empty, and its replies come
 one turn late from then on): the conversation says so and points at Restart."""
 
+_turn_ids = itertools.count(1)
+
 
 class Turn:
     """One prompt turn. ``await turn`` waits for its end and returns the turn itself;
@@ -44,9 +47,12 @@ class Turn:
     ``stop_reason``: ACP's (``end_turn``, ``cancelled``, ``max_tokens``…), None while
     running or on failure; ``text``: the agent's reply text of this turn; ``tool_calls``;
     ``items``: everything the turn added to the conversation; ``error``: the failure;
-    ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``;
-    ``tokens``: the tokens its answer reported (ACP ``PromptResponse.usage.totalTokens``),
-    None when it reported none (what budgets count: :mod:`.budget`)."""
+    ``status``: ``queued``, ``running``, then the stop reason, ``done`` or ``failed``
+    (``dropped``: taken out of the queue before it ran, :meth:`drop`). ``id``: a number
+    unique in the kernel; ``steered``: a prompt sent while another turn ran, that stopped
+    it (``agent.steer``); ``tokens``: the tokens its answer reported (ACP
+    ``PromptResponse.usage.totalTokens``), None when it reported none (what budgets count:
+    :mod:`.budget`)."""
 
     def __init__(self, agent: Any, prompt: list[dict[str, Any]], attach: list[Path] | None = None) -> None:
         self.agent = agent
@@ -62,6 +68,8 @@ class Turn:
         self.usage_before: dict[str, Any] | None = None  # the agent's usage when it was sent (per-turn deltas)
         self.usage_after: dict[str, Any] | None = None  # …and when it ended (a later turn's must not count)
         self.tokens: int | None = None  # the tokens its answer reported (PromptResponse usage.totalTokens)
+        self.id = next(_turn_ids)
+        self.steered = False
         self._done = running_loop("agent.send()").create_future()  # NoEventLoop, said plainly, outside a loop
 
     @property
@@ -105,9 +113,33 @@ class Turn:
         """Call ``fn(turn)`` on the loop once the turn has ended (at once if it has)."""
         self._done.add_done_callback(lambda _f: fn(self))
 
+    def edit(self, text: str) -> Turn:
+        """Replace the words of this queued prompt with ``text`` (its attachments and
+        kernel context stay); returns the turn. :class:`AgentError` once it has started
+        (or ended), ``ValueError`` for empty text."""
+        if not text.strip():
+            raise ValueError("a prompt needs some text; drop() takes it out of the queue")
+        if self.status != "queued" or self.done:
+            raise AgentError(f"this prompt is {self.status}: only a queued prompt can be edited")
+        others = [b for b in self.prompt if not (isinstance(b, dict) and b.get("type") == "text")]
+        self.prompt = [{"type": "text", "text": text}, *others]
+        self.agent.turns.agent.notify_status()  # the views list the queue (the queue's agent: the state)
+        return self
+
+    def drop(self) -> None:
+        """Take this queued prompt out of the queue: it is never sent, and ends with status
+        ``dropped`` (``await turn`` returns it, ``stop_reason`` None). :class:`AgentError`
+        once it has started (or ended)."""
+        if self.status != "queued" or self.done:
+            raise AgentError(f"this prompt is {self.status}: only a queued prompt can be dropped")
+        self._finish()
+        self.status = "dropped"
+        self.agent.turns.agent.notify_status()
+
     def __repr__(self) -> str:
         state = self.status if not self.error else f"failed: {str(self.error).splitlines()[0]}"
-        return f"<Turn {self.agent.name} {state}: {len(self.text)} chars, {len(self.tool_calls)} tool calls>"
+        steered = "steered, " if self.steered else ""
+        return f"<Turn {self.agent.name} {steered}{state}: {len(self.text)} chars, {len(self.tool_calls)} tool calls>"
 
 
 def _read_attachment(path: Path) -> bytes | None:
@@ -129,6 +161,8 @@ class TurnQueue:
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._sent: list[Turn] = []  # turns sent, pruned to those still queued (see queued)
+        self.steered: list[Turn] = []  # run right after the running turn, before the queued ones (agent.steer)
+        self.holds: set[asyncio.Future] = set()  # steering requests in flight: the turn's followers wait for them
 
     def send(self, turn: Turn) -> Turn:
         task = asyncio.get_running_loop().create_task(self._run(turn), name=f"escouade turn {self.agent.name}")
@@ -141,9 +175,10 @@ class TurnQueue:
 
     @property
     def queued(self) -> list[Turn]:
-        """The turns sent but not started yet, oldest first."""
+        """The turns sent but not started yet, in the order they will run (a steered
+        prompt first); each can be edited or dropped (:meth:`Turn.edit`, :meth:`Turn.drop`)."""
         self._sent = [t for t in self._sent if t.status == "queued" and not t.done]
-        return list(self._sent)
+        return [t for t in self.steered if t.status == "queued" and not t.done] + self._sent
 
     @property
     def tasks(self) -> frozenset[asyncio.Task]:
@@ -159,13 +194,38 @@ class TurnQueue:
         agent = self.agent
         try:
             async with self._lock:
-                await self._prompt(turn)
+                if not turn.done:  # else dropped while it waited
+                    await self._prompt(turn)
+                await self._follow()
         except asyncio.CancelledError:
             turn._finish(error=AgentError(f"agent {agent.name!r} was closed; the prompt was not answered"))
+            self._end_steered()
             raise
         except Exception as exc:  # a bug of ours: the turn still ends, saying why
             log.exception("turn failed")
             turn._finish(error=AgentError(f"agent {agent.name!r}: {exc}"))
+
+    async def _follow(self) -> None:
+        """Run the steered prompts (:attr:`steered`) before the lock goes to a queued turn,
+        once the steering requests in flight are answered; closed: each ends with an error."""
+        while self.holds or self.steered:
+            if self.holds:
+                await asyncio.wait(list(self.holds))
+                continue
+            turn = self.steered.pop(0)
+            if not turn.done:
+                try:
+                    await self._prompt(turn)
+                except asyncio.CancelledError:
+                    turn._finish(error=AgentError(f"agent {self.agent.name!r} was closed; the prompt was not "
+                                                  f"answered"))
+                    raise
+
+    def _end_steered(self) -> None:
+        """The agent was closed: the steered prompts not run end with an error."""
+        for turn in self.steered:
+            turn._finish(error=AgentError(f"agent {self.agent.name!r} was closed; the prompt was not answered"))
+        self.steered.clear()
 
     async def _prompt(self, turn: Turn) -> None:
         """Run ``turn``: sent once the session is ready; its answer, or why there is none,
@@ -176,7 +236,8 @@ class TurnQueue:
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
         try:
-            response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
+            mark = {"escouade": {"steered": True}} if turn.steered else {}  # _meta: the transcript says it
+            response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt, **mark)
         except Exception as exc:
             await self._unanswered(turn, live, exc, primer)
         else:
@@ -241,7 +302,7 @@ class TurnQueue:
         wire_prompt = [*([context({"type": "text", "text": preamble}, "preamble")] if preamble else []),
                        *([context({"type": "text", "text": told}, "notice")] if told else []),
                        *carried, *turn.prompt]
-        agent.conversation.add_user_message(turn.prompt, sent=wire_prompt)
+        agent.conversation.add_user_message(turn.prompt, sent=wire_prompt, steered=turn.steered)
         return wire_prompt, primer
 
     async def _unanswered(self, turn: Turn, live: Any, exc: Exception, primer: dict[str, Any] | None) -> None:

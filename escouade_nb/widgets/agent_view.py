@@ -153,6 +153,8 @@ def status_line(agent: Agent) -> str:
 def _placeholder(name: str, status: AgentStatus, words: str) -> str:
     """The prompt box's hint: how to write to ``name``, or why it takes nothing now (the
     box is then disabled) and what brings the agent back."""
+    if status in (AgentStatus.WORKING, AgentStatus.WAITING):  # a turn runs: Enter queues, Ctrl+Enter steers
+        return f"Message {name}… (Enter queues, Ctrl+Enter: steer now, Shift+Enter: new line)"
     if status in CAN_SEND:
         return f"Message {name}… (Enter sends, Shift+Enter: new line, / commands)"
     if status in CAN_RESTART:
@@ -399,6 +401,7 @@ class AgentView(ConversationView):
         self.actions.update(send=self._act_send, stop=self._act_stop, restart=self._act_restart,
                             close_agent=self._act_close_agent, set=self._act_set, sign_in=self._act_sign_in,
                             sign_in_input=self._act_sign_in_input, review=self._act_review)
+        self.actions.update(steer=self._act_steer, queued=self._act_queued)  # Steer now, the queue's Edit / Drop
         _views.setdefault(agent, weakref.WeakSet()).add(self)
         self._retry_seen = None
         self.hold(agent.on_status.subscribe(self._retry))
@@ -418,6 +421,25 @@ class AgentView(ConversationView):
         turn = self.agent.send(text)
         turn.add_done_callback(lambda _t: self._keep_refused(turn, text))
         return turn
+
+    def _act_steer(self, msg: dict) -> Turn | None:
+        """*Steer now* / Ctrl+Enter: the box's text sent now (``agent.steer``)."""
+        text = str(msg.get("text") or "").strip()
+        if not text:
+            return None
+        self.prompt_value = ""
+        turn = self.agent.steer(text)
+        turn.add_done_callback(lambda _t: self._keep_refused(turn, text))
+        return turn
+
+    def _act_queued(self, msg: dict) -> None:
+        """Edit (``value`` ``edit``, ``text``) or Drop (``drop``) of a queued prompt, by its
+        turn's ``key`` (:attr:`Turn.id`); one that has started meanwhile is left alone."""
+        turn = next((t for t in self.agent.turns.queued if str(t.id) == str(msg.get("key"))), None)
+        text = str(msg.get("text") or "").strip()
+        if turn is None or msg.get("value") not in ("edit", "drop") or (msg.get("value") == "edit" and not text):
+            return
+        turn.edit(text) if msg.get("value") == "edit" else turn.drop()
 
     def _keep_refused(self, turn: Turn, text: str) -> None:
         """A prompt the agent would not take until you sign in goes back in the box."""
@@ -522,7 +544,8 @@ class AgentView(ConversationView):
             "can": {"stop": status in BUSY or bool(waiting), "send": status in CAN_SEND,
                     "restart": status in CAN_RESTART},  # Stop while it starts: ends the start
             "sign_in": sign_in,
-            "queued": [_prompt_text(t) for t in a.turns.queued],
+            "queued": [{"id": t.id, "text": _prompt_text(t), "steered": t.steered} for t in a.turns.queued],
+            "steer": status in CAN_SEND and a.turns.current is not None and not a.turns.current.done,
             "review": review_state(a),
             "commands": [{"name": c["name"], "description": str(c.get("description") or ""), "hint": _hint(c)}
                          for c in conv.commands

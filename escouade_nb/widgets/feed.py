@@ -395,7 +395,8 @@ class Feed:
             return self._message_whole(msg)
         if msg.role == "user":
             extra = "".join(block_html(b) for b in msg.blocks)
-            return (f'<div class="esc-msg esc-user"><div class="esc-who">you</div>'
+            who = 'you <span class="esc-steered">· steered</span>' if msg.steered else "you"
+            return (f'<div class="esc-msg esc-user"><div class="esc-who">{who}</div>'
                     f'<div class="esc-user-text">{esc(msg.text)}</div>{extra}</div>', {"c": "msg"})
         if msg.role == "thought":
             if msg.closed:

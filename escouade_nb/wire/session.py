@@ -124,6 +124,7 @@ class AgentSession:
         self.session_id: str | None = None
         self.agent_info: dict[str, Any] | None = None
         self.agent_capabilities: dict[str, Any] = {}
+        self.init_meta: dict[str, Any] = {}  # the initialize answer's top-level _meta (``steering.supported``)
         self.auth_methods: list[dict[str, Any]] = []
         self.protocol_version: Any = None  # initialize's protocolVersion as it came on the wire
         self.exit: ExitInfo | None = None
@@ -139,6 +140,7 @@ class AgentSession:
         self._stack: contextlib.AsyncExitStack | None = None
         self._ids = itertools.count(1)
         self._requests: dict[str, MemoryObjectSendStream[dict[str, Any]]] = {}
+        self._on_answer: dict[str, Callable[[dict[str, Any]], None]] = {}  # rid -> called as its answer is read
         self._prompts: set[Any] = set()  # ids of session/prompt requests not answered yet
         self.prompt_answer: dict[str, Any] | None = None  # the last session/prompt result, as it came
 
@@ -256,6 +258,8 @@ class AgentSession:
         self.agent_capabilities = merge_capabilities(dump(init.agent_capabilities) if init.agent_capabilities else {},
                                                      raw if isinstance(raw, dict) else {})
         self.auth_methods = [dump(m) for m in (init.auth_methods or [])]
+        meta = (result or {}).get("_meta")
+        self.init_meta = meta if isinstance(meta, dict) else {}
 
     def protocol_error(self) -> str | None:
         """Why the agent cannot be spoken to: its ``initialize`` answer gave a protocol
@@ -367,17 +371,22 @@ class AgentSession:
         return SetSessionConfigOptionResponse.model_validate(result or {})
 
     # -- requests the SDK's typed API lacks ------------------------------------------------------
-    async def request(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> Any:
+    async def request(self, method: str, params: dict[str, Any], timeout: float = 30.0,
+                      on_answer: Callable[[dict[str, Any]], None] | None = None) -> Any:
         """Send a JSON-RPC request through our own transport (ids ``escouade-N``, never
         the SDK's integers) and return its ``result``; raises ``acp.RequestError`` on an
         error answer, ``ConnectionError`` if the agent is gone, ``TimeoutError``. A request
         abandoned (cancelled, or timed out) is withdrawn with ``$/cancel_request``.
-        For methods the SDK's typed API does not have (``session/set_model``)."""
+        For methods the SDK's typed API does not have (``session/set_model``).
+        ``on_answer(message)``: called with the answer as it is read, before the lines
+        after it are folded (what it adds to the conversation lands in its wire place)."""
         if self.transport is None or not self.alive:
             raise ConnectionError(f"agent {self.name!r} is not running")
         rid = f"escouade-{next(self._ids)}"
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](1)
         self._requests[rid] = send
+        if on_answer is not None:
+            self._on_answer[rid] = on_answer
         try:
             await self.transport.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
             with anyio.fail_after(timeout):
@@ -391,6 +400,7 @@ class AgentSession:
             raise
         finally:
             self._requests.pop(rid, None)
+            self._on_answer.pop(rid, None)
             send.close()
         if "error" in answer:
             err = answer.get("error") or {}
@@ -409,6 +419,12 @@ class AgentSession:
         rid = message.get("id")
         if isinstance(rid, str) and rid.startswith("escouade-") and "method" not in message:
             if rid in self._requests:  # else the answer of an abandoned request: dropped
+                hook = self._on_answer.pop(rid, None)
+                if hook is not None:
+                    try:
+                        hook(message)
+                    except Exception:  # a bug of ours must not stop the reading
+                        log.exception("answer hook failed")
                 with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     self._requests[rid].send_nowait(message)
             return True

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..core.conversation import STOPPED_BY_YOU, Conversation, PermissionState, Question, QuestionState
 from ..core.prompt import is_context
-from . import kernel_calls
+from . import kernel_calls, steering
 
 MAX_BYTES = 20 * 1024 * 1024
 """A transcript file is rotated past this size (bytes)."""
@@ -607,6 +607,7 @@ class _Replay:
         self.reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
         self.prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
         self.recorded = False  # this segment records the client's notices (RECORD): none are derived then
+        self.steers: dict[Any, tuple[str, list[Any]]] = {}  # ids of steering requests -> (method, prompt)
 
     def mark(self, rec: Record) -> None:
         """A record that starts a segment ends the one before (marks in a row — a header,
@@ -642,6 +643,10 @@ class _Replay:
     def incoming(self, index: int, msg: dict[str, Any]) -> None:
         """A line the agent sent (record ``index``): an answer, an update, a card."""
         conversation, method, params = self.conversation, msg.get("method"), msg.get("params") or {}
+        if "id" in msg and "method" not in msg and msg["id"] in self.steers:  # as live: where its answer came
+            method, prompt = self.steers.pop(msg["id"])
+            if steering.delivered(method, msg):
+                conversation.add_user_message([b for b in prompt if isinstance(b, dict)], steered=True)
         if "id" in msg and "method" not in msg:
             self.reloads.discard(msg["id"])
             stopped = self.prompts.pop(msg["id"], False)
@@ -687,9 +692,13 @@ class _Replay:
         elif method == "session/cancel" and \
                 (msg.get("params") or {}).get("sessionId") not in self.conversation.subagents:
             self.prompts = dict.fromkeys(self.prompts, True)  # the user's Stop (the only session/cancel sent)
+        if method in steering.METHODS and "id" in msg:
+            self.steers[msg["id"]] = (method, list((msg.get("params") or {}).get("prompt") or []))
         if method == "session/prompt":  # the user's words, as live: not the context we put first
             sent = (msg.get("params") or {}).get("prompt") or []
-            self.conversation.add_user_message([b for b in sent if not (isinstance(b, dict) and is_context(b))])
+            ours = ((msg.get("params") or {}).get("_meta") or {}).get("escouade") or {}
+            self.conversation.add_user_message([b for b in sent if not (isinstance(b, dict) and is_context(b))],
+                                               steered=isinstance(ours, dict) and ours.get("steered") is True)
         elif "id" in msg and msg["id"] in self.cards and isinstance(msg.get("result"), dict):
             self._answered(self.cards[msg["id"]], msg["result"])
 

@@ -16,7 +16,14 @@ so this stand-in speaks goose's ACP wire as goose 1.5x does (``goose acp``):
 * files: through the client's ``fs/write_text_file`` when the client offered it, else
   written by itself (goose's own developer tools);
 * a declined tool is reported ``failed`` and the model is asked again (the turn goes on);
-  a cancelled permission or ``session/cancel`` ends the turn ``cancelled``.
+  a cancelled permission or ``session/cancel`` ends the turn ``cancelled``;
+* steering as goose's source has it (``_goose/unstable/session/steer``, not advertised): a
+  turn names its run in a ``session_info_update`` whose ``_meta.goose.activeRunId`` is the
+  run id (``null`` at its end); ``{sessionId, expectedRunId, prompt}`` is refused with
+  ``invalid_params`` unless that run is active, else queued (a ``session_info_update``
+  ``_meta.goose.queuedSteer``) and answered ``{runId, messageId}``; before its next model
+  call the turn takes it as a user message, echoed as a ``user_message_chunk`` with
+  ``_meta.goose.steer``.
 
 The model is the suite's scripted model server, reached like goose's OpenAI provider:
 ``OPENAI_HOST`` (+ ``OPENAI_BASE_PATH``, default ``v1/chat/completions``), model
@@ -51,6 +58,14 @@ TOOLS = [
                        "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}}},
 ]
 TITLES = {"developer__shell": "Shell", "developer__write": "Write"}
+
+
+class RpcError(Exception):
+    """An error answer with a JSON-RPC ``code`` (``-32602``: invalid params, as goose's)."""
+
+    def __init__(self, code: int, data: Any) -> None:
+        super().__init__(str(data))
+        self.code, self.data = code, data
 
 
 class GooseLike:
@@ -114,6 +129,10 @@ class GooseLike:
             return
         try:
             result = handler(params)
+        except RpcError as exc:
+            if rid is not None:
+                self.send({"id": rid, "error": {"code": exc.code, "message": "Invalid params", "data": exc.data}})
+            return
         except Exception as exc:
             if rid is not None:
                 self.send({"id": rid, "error": {"code": -32603, "message": "Internal error", "data": str(exc)}})
@@ -136,7 +155,7 @@ class GooseLike:
         sid = uuid.uuid4().hex[:16]
         model = os.environ.get("GOOSE_MODEL", MODELS[0])
         self.sessions[sid] = {"cwd": params.get("cwd") or os.getcwd(), "model": model, "messages": [],
-                              "cancelled": threading.Event()}
+                              "cancelled": threading.Event(), "run": None, "steers": queue.Queue()}
         return {"sessionId": sid,
                 "models": {"currentModelId": model,
                            "availableModels": [{"modelId": m, "name": m} for m in MODELS]}}
@@ -158,8 +177,37 @@ class GooseLike:
         with urllib.request.urlopen(req, timeout=30) as resp:  # loopback only, checked above
             return json.loads(resp.read())["choices"][0]["message"]
 
+    def on__goose_unstable_session_steer(self, params: dict[str, Any]) -> dict[str, Any]:
+        s = self.sessions.get(params.get("sessionId"))
+        if s is None:
+            raise RpcError(-32602, "Session not found")
+        if not params.get("expectedRunId"):
+            raise RpcError(-32602, "expectedRunId must not be empty")
+        if s["run"] is None:
+            raise RpcError(-32602, "no active run to steer")
+        if s["run"] != params["expectedRunId"]:
+            raise RpcError(-32602, {"message": "expected active run id differs", "expectedRunId": params["expectedRunId"],
+                                    "actualRunId": s["run"]})
+        mid = "msg_" + uuid.uuid4().hex[:8]
+        text = "\n".join(b.get("text", "") for b in params.get("prompt", []) if b.get("type") == "text")
+        s["steers"].put((mid, text))
+        self.update(params["sessionId"], {"sessionUpdate": "session_info_update",
+                                          "_meta": {"goose": {"queuedSteer": {"messageId": mid, "runId": s["run"]}}}})
+        return {"runId": s["run"], "messageId": mid}
+
+    def _run_id(self, sid: str, run: str | None) -> None:
+        self.sessions[sid]["run"] = run
+        self.update(sid, {"sessionUpdate": "session_info_update", "_meta": {"goose": {"activeRunId": run}}})
+
     def prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         sid = params["sessionId"]
+        self._run_id(sid, "run_" + uuid.uuid4().hex)
+        try:
+            return self._turn(sid, params)
+        finally:
+            self._run_id(sid, None)
+
+    def _turn(self, sid: str, params: dict[str, Any]) -> dict[str, Any]:
         s = self.sessions[sid]
         s["cancelled"].clear()
         text = "\n".join(b.get("text", "") for b in params.get("prompt", []) if b.get("type") == "text")
@@ -168,6 +216,11 @@ class GooseLike:
         for _ in range(5):
             if s["cancelled"].is_set():
                 return {"stopReason": "cancelled"}
+            while not s["steers"].empty():  # a steer is taken before the next model call
+                mid, steer = s["steers"].get()
+                s["messages"].append({"role": "user", "content": steer})
+                self.update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": steer},
+                                  "_meta": {"goose": {"steer": True, "messageId": mid}}})
             message = self._model(s)
             s["messages"].append({k: v for k, v in message.items() if v is not None})
             calls = message.get("tool_calls") or []

@@ -169,14 +169,21 @@ class TurnQueue:
         says how it ends."""
         if not await self._ready_to_send(turn):
             return
+        files = getattr(self.agent, "file_watch", None)  # review=True: the folder before the turn
+        if files is not None:
+            await files.before_turn()
         live = self.agent.live
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
         try:
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
         except Exception as exc:
+            if files is not None:  # its changes pend review by the time ``await turn`` returns
+                await files.after_turn()
             await self._unanswered(turn, live, exc, primer)
         else:
+            if files is not None:
+                await files.after_turn()
             self._answered(turn, live, response)
         finally:
             if turn.cancelled_by_user or turn.stop_reason == "cancelled":

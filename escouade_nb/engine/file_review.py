@@ -23,7 +23,8 @@ What is watched
     notebook the kernel runs (JupyterLab saves it while the agent works) unless the agent
     wrote it through our fs. Limits (:data:`MAX_FILE_BYTES` per file, :data:`MAX_FILES`
     files, :data:`MAX_TOTAL_BYTES` in all): a file over them is not reviewed, and the
-    conversation says so once. Snapshots run in a worker thread (``anyio.to_thread``), git
+    conversation says so once. Snapshots run in a worker thread (``asyncio.to_thread``, the
+    loop's executor, joined at exit: not anyio's, see ``tests/core/test_layering.py``), git
     as an async subprocess; a file unchanged since the last snapshot (same size, times,
     inode, and not modified within :data:`RACY_NS` of its read) is not read again.
 
@@ -58,8 +59,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import anyio
 
 from .._errors import EscouadeError
 from .cell_review import EditReview, Settling
@@ -436,8 +435,8 @@ class FileWatch:
         self.git = names is not None
         cache = self._cache
         if names is None:
-            names = await anyio.to_thread.run_sync(_walk, self.cwd)
-        snap = await anyio.to_thread.run_sync(_scan, self.cwd, names, cache)
+            names = await asyncio.to_thread(_walk, self.cwd)
+        snap = await asyncio.to_thread(_scan, self.cwd, names, cache)
         self._cache = snap.files
         return snap
 
@@ -485,7 +484,7 @@ class FileWatch:
             if rel in before.files or rel in after.files:
                 continue  # seen (unchanged, or over a limit: said below)
             try:
-                now = await anyio.to_thread.run_sync(_read_now, path)
+                now = await asyncio.to_thread(_read_now, path)
             except (OSError, FileChanged):
                 continue
             old = None if old_text is None else old_text.encode("utf-8")
@@ -537,7 +536,7 @@ class FileWatch:
                 edit.before = _take(edit.before, edit.after, hunk, from_after=True)
             else:
                 taken = _take(edit.before, edit.after, hunk, from_after=False)
-                await anyio.to_thread.run_sync(_put, edit.path, taken, edit.mode, edit.after)
+                await asyncio.to_thread(_put, edit.path, taken, edit.mode, edit.after)
                 edit.after = taken
                 self._restored(edit.path, taken)
             edit.last_hunk = hunk
@@ -550,7 +549,7 @@ class FileWatch:
         if not keep:
             if edit.before is not None and edit.mode is None:
                 edit.mode = 0o666 & ~_umask()
-            await anyio.to_thread.run_sync(_put, edit.path, edit.before, edit.mode, edit.after)
+            await asyncio.to_thread(_put, edit.path, edit.before, edit.mode, edit.after)
             self._restored(edit.path, edit.before)
         return {"outcome": "kept" if keep else "rejected"}
 

@@ -121,13 +121,14 @@ def _where(agent: Agent) -> str:
 
 def review_state(agent: Agent) -> dict[str, Any] | None:
     """The agent's changes to the open notebook pending review, as the agent view draws
-    them (``head["review"]``): ``{"edits": [{"cell", "change", "label", "busy"}]}`` (oldest
+    them (``head["review"]``): ``{"edits": [{"cell", "change", "label", "busy"}]}`` (a file's
+    change, ``review=True``: :func:`_file_state`'s fields instead) (oldest
     first; ``busy``: a Keep or Reject of it under way), or ``None`` when none is pending."""
     review = getattr(agent, "edit_review", None)
     edits = review.pending if review is not None else []
     if not edits:
         return None
-    return {"edits": [{"cell": e.cell_id, "key": e.key, "change": e.change, "busy": e.settling,
+    return {"edits": [{"cell": e.cell_id, "change": e.change, "busy": e.settling,
                        "label": e.label} if e.cell_id is not None else _file_state(e) for e in edits]}
 
 

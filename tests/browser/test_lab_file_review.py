@@ -14,7 +14,6 @@ print('pending', [e.rel for e in w.pending_edits])"""
 
 
 def test_reject_and_keep_a_file_in_the_agents_view(nb):
-    page = nb.page
     notes = nb.work / "notes.txt"
     notes.write_bytes(b"first line\r\nsecond line\r\n")
     nb.open(["%load_ext escouade_nb", f"w = %escouade fake --cwd {nb.work} --as w --review", EDIT, EDIT])

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import logging
 import os
 import stat
 import time
@@ -62,6 +63,8 @@ from typing import Any
 
 from .._errors import EscouadeError
 from .cell_review import EditReview, Settling
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FileEdit", "Hunk", "FileWatch", "FileChanged", "restore_settled", "FILE_EVENT", "MAX_FILE_BYTES",
            "MAX_FILES", "MAX_TOTAL_BYTES", "SKIPPED_FOLDERS"]
@@ -166,6 +169,52 @@ def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapsho
                 total += len(data)
         snap.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, read_ns, data)
     return snap
+
+
+_Found = dict[Path, tuple[str, "bytes | None", "bytes | None", "int | None", set[str]]]
+
+
+def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path, str | None],
+             excluded: set[Path]) -> tuple[_Found, list[str]]:
+    """What changed between ``before`` and ``after`` (a worker thread): ``{real path: (rel,
+    bytes before, bytes after, mode, through)}`` and the files over a limit. ``written``:
+    the fs writes of the turn (path as named -> text before); ``excluded``: not watched
+    unless written through our fs."""
+    fs_real = {Path(os.path.realpath(p)): old for p, old in written.items()}
+    excluded = {Path(os.path.realpath(p)) for p in excluded}
+    found: _Found = {}
+    too_big: list[str] = []
+    for rel in sorted(set(before.files) | set(after.files)):
+        b, a = before.files.get(rel), after.files.get(rel)
+        if a is b:
+            continue
+        path = cwd / rel
+        through = {"fs"} if path in fs_real else {"itself"}
+        if through == {"itself"} and path in excluded:
+            continue
+        if (b is not None and b.data is None) or (a is not None and a.data is None):
+            too_big.append(rel)
+            continue
+        b_data, a_data = (b.data if b else None), (a.data if a else None)
+        if b_data == a_data:
+            continue
+        seen = b if b is not None else a
+        found[path] = (rel, b_data, a_data, seen.mode if seen is not None else None, through)
+    for path, old_text in fs_real.items():  # written through our fs where no snapshot looks (ignored, outside)
+        rel = path.relative_to(cwd).as_posix() if path.is_relative_to(cwd) else str(path)
+        if path in found or rel in before.files or rel in after.files:
+            continue  # seen: changed, unchanged, or over a limit (said)
+        try:
+            now = _read_now(path)
+        except (OSError, FileChanged):
+            continue
+        old = None if old_text is None else old_text.encode("utf-8")
+        if old is not None and now is not None and now.startswith(b"\xef\xbb\xbf") and not old.startswith(
+                b"\xef\xbb\xbf"):
+            old = b"\xef\xbb\xbf" + old  # our fs hides a byte order mark and keeps it on write
+        if old != now:
+            found[path] = (rel, old, now, None, {"fs"})
+    return found, too_big
 
 
 async def _git_files(root: Path) -> list[str] | None:
@@ -441,60 +490,40 @@ class FileWatch:
         return snap
 
     async def before_turn(self) -> None:
-        """Snapshot the folder (a turn is about to be sent)."""
-        self._written = {}
-        self._before = await self._snapshot()
+        """Snapshot the folder (a turn is about to be sent). A failure is logged and said;
+        this turn is then not reviewed (the prompt is sent all the same)."""
+        self._written, self._before = {}, None
+        try:
+            self._before = await self._snapshot()
+        except Exception as exc:
+            log.exception("escouade_nb: the file review's snapshot failed")
+            self.conversation.add_notice(f"File review: the folder could not be read before this turn ({exc}); its "
+                                         f"changes will not be offered for review.", level="warning")
 
     def written(self, path: Path, old: str | None, new: str) -> None:
         """A write through our fs (``path`` absolute, ``old`` its text before or None)."""
         if self._before is not None:
-            self._written.setdefault(Path(os.path.normpath(path)), old)
+            self._written.setdefault(Path(path), old)
 
     async def after_turn(self) -> list[FileEdit]:
         """Compare the folder with the snapshot before the turn; each changed file becomes
-        (or updates) a pending :class:`FileEdit`. The edits added or updated."""
+        (or updates) a pending :class:`FileEdit`. The edits added or updated. A failure of
+        the review itself is logged and said in the conversation; the turn is not failed."""
         before, written = self._before, self._written
         if before is None:
             return []
         self._before, self._written = None, {}
-        after = await self._snapshot()
-        excluded = {Path(os.path.realpath(p)) for p in self._excluded()}
-        found: dict[Path, tuple[str, bytes | None, bytes | None, int | None, set[str]]] = {}
-        too_big: list[str] = []
-        for rel in sorted(set(before.files) | set(after.files)):
-            b, a = before.files.get(rel), after.files.get(rel)
-            if a is b:
-                continue
-            path = Path(os.path.normpath(self.cwd / rel))
-            through = {"fs"} if path in written else {"itself"}
-            if through == {"itself"} and Path(os.path.realpath(path)) in excluded:
-                continue
-            if (b is not None and b.data is None) or (a is not None and a.data is None):
-                too_big.append(rel)
-                continue
-            b_data, a_data = (b.data if b else None), (a.data if a else None)
-            if b_data == a_data:
-                continue
-            seen = b if b is not None else a
-            found[path] = (rel, b_data, a_data, seen.mode if seen is not None else None, through)
-        for path, old_text in written.items():
-            if path in found:
-                continue
-            rel = os.path.relpath(path, self.cwd) if path.is_relative_to(self.cwd) else str(path)
-            if rel in before.files or rel in after.files:
-                continue  # seen (unchanged, or over a limit: said below)
-            try:
-                now = await asyncio.to_thread(_read_now, path)
-            except (OSError, FileChanged):
-                continue
-            old = None if old_text is None else old_text.encode("utf-8")
-            if old is not None and now is not None and now.startswith(b"\xef\xbb\xbf") and not old.startswith(
-                    b"\xef\xbb\xbf"):
-                old = b"\xef\xbb\xbf" + old  # our fs hides a byte order mark and keeps it on write
-            if old != now:
-                found[path] = (rel, old, now, None, {"fs"})
+        try:
+            after = await self._snapshot()
+            excluded = self._excluded()
+            found, too_big = await asyncio.to_thread(_compare, self.cwd, before, after, written, excluded)
+        except Exception as exc:  # a bug of ours, or the folder gone: the turn goes on, unreviewed
+            log.exception("escouade_nb: the file review of a turn failed")
+            self.conversation.add_notice(f"File review: this turn's files could not be compared ({exc}); they are "
+                                         f"kept as written.", level="warning")
+            return []
         self._limits(after, too_big)
-        return [self._pending(path, *info) for path, info in found.items() if info]
+        return [self._pending(path, *info) for path, info in found.items()]
 
     def _limits(self, snap: _Snapshot, too_big: list[str]) -> None:
         if snap.truncated and "count" not in self._told:

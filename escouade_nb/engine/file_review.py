@@ -343,6 +343,30 @@ def _take(before: bytes | None, after: bytes | None, index: int, from_after: boo
 
 
 # -- the pending edits --------------------------------------------------------------------------------
+class FilePath(str):
+    """A file's absolute path as text (``==`` a ``str``, ``.endswith``…) that also answers
+    :class:`~pathlib.Path`'s attributes (``.name``, ``.parent``, ``.read_bytes()``…) and
+    equals a ``Path`` of the same path."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(Path(self), name)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, os.PathLike):
+            return str(self) == os.fspath(other)
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+    def __fspath__(self) -> str:
+        return str(self)
+
+
 class Hunk:
     """One hunk of a text file's pending edit: ``index`` (0-based, in the edit's current
     diff), ``diff`` (its ``@@`` header and lines); ``keep()`` / ``reject()`` as the edit's,
@@ -362,7 +386,8 @@ class Hunk:
 
 
 class FileEdit:
-    """One file the agent changed, pending review: ``path`` (absolute), ``rel`` (as shown:
+    """One file the agent changed, pending review: ``path`` (absolute: a :class:`FilePath`,
+    text that answers ``Path``'s attributes too), ``file`` (the same as a ``Path``), ``rel`` (as shown:
     relative to the agent's folder when inside it), ``change`` (``create``, ``edit``,
     ``delete``), ``diff`` (unified text; a binary file's is one line), ``hunks`` (a text
     file's, each with ``keep()`` / ``reject()``; empty for a binary file, a creation or a
@@ -376,7 +401,7 @@ class FileEdit:
     def __init__(self, review: EditReview, watch: FileWatch, path: Path, rel: str, before: bytes | None,
                  after: bytes | None, mode: int | None, through: set[str]) -> None:
         self._review, self._watch = review, watch
-        self.path, self.rel = path, rel
+        self.file, self.path, self.rel = Path(path), FilePath(path), rel
         self.before, self.after, self.mode = before, after, mode
         self.through = set(through)
         self.at = time.time()
@@ -456,8 +481,8 @@ class FileEdit:
 
 
 def _notice_of(edit: FileEdit) -> str:
-    return {"create": f"new file {edit.rel} (removed)", "edit": f"edit of {edit.rel} (its bytes before put back)",
-            "delete": f"deletion of {edit.rel} (the file restored)"}[edit.change]
+    return {"create": f"new file {edit.path} (removed)", "edit": f"edit of {edit.path} (its bytes before put back)",
+            "delete": f"deletion of {edit.path} (the file restored)"}[edit.change]
 
 
 class FileWatch:
@@ -565,9 +590,9 @@ class FileWatch:
                 edit.before = _take(edit.before, edit.after, hunk, from_after=True)
             else:
                 taken = _take(edit.before, edit.after, hunk, from_after=False)
-                await asyncio.to_thread(_put, edit.path, taken, edit.mode, edit.after)
+                await asyncio.to_thread(_put, edit.file, taken, edit.mode, edit.after)
                 edit.after = taken
-                self._restored(edit.path, taken)
+                self._restored(edit.file, taken)
             edit.last_hunk = hunk
             self._record(edit, "kept" if keep else "rejected", hunk=hunk)
             self.conversation.add_notice(f"File review: hunk {hunk + 1} of {edit.label} "
@@ -578,8 +603,8 @@ class FileWatch:
         if not keep:
             if edit.before is not None and edit.mode is None:
                 edit.mode = 0o666 & ~_umask()
-            await asyncio.to_thread(_put, edit.path, edit.before, edit.mode, edit.after)
-            self._restored(edit.path, edit.before)
+            await asyncio.to_thread(_put, edit.file, edit.before, edit.mode, edit.after)
+            self._restored(edit.file, edit.before)
         return {"outcome": "kept" if keep else "rejected"}
 
     def _restored(self, path: Path, data: bytes | None) -> None:
@@ -606,7 +631,7 @@ class FileWatch:
     def told(self, edit: FileEdit, hunk: int | None = None) -> str:
         """How a rejection is named to the agent."""
         if hunk is not None:
-            return f"hunk {hunk + 1} of the edit of {edit.rel} (taken back)"
+            return f"hunk {hunk + 1} of the edit of {edit.path} (taken back)"
         return _notice_of(edit)
 
     def _record(self, edit: FileEdit, outcome: str, hunk: int | None = None) -> None:

@@ -72,6 +72,9 @@ def test_files_changed_through_fs_and_by_itself_pend_review_and_reject_restores_
             assert set(edits) == {"crlf.txt", "sub/new_fs.txt", "latin.txt", "pic.bin", "made.txt", "gone.txt",
                                   "keep.txt"}
             assert all(isinstance(e, FileEdit) for e in edits.values())
+            crlf = edits["crlf.txt"].path  # absolute: text that answers Path's attributes too
+            assert crlf == str(s.ws / "crlf.txt") and crlf == s.ws / "crlf.txt" and s.ws / "crlf.txt" == crlf
+            assert crlf.endswith("crlf.txt") and crlf.name == "crlf.txt" and crlf.read_bytes().startswith(b"one\r\n")
             assert edits["crlf.txt"].through == {"fs"} and edits["latin.txt"].through == {"itself"}
             assert {e.rel: e.change for e in edits.values()} == {
                 "crlf.txt": "edit", "sub/new_fs.txt": "create", "latin.txt": "edit", "pic.bin": "edit",
@@ -127,7 +130,7 @@ def test_files_changed_through_fs_and_by_itself_pend_review_and_reject_restores_
     told = " ".join(b.get("text", "") for b in prompts[1]["params"]["prompt"])
     assert "The user rejected your change(s) to these files" in told
     for name in ("crlf.txt", "latin.txt", "pic.bin", "sub/new_fs.txt", "made.txt", "gone.txt"):
-        assert name in told
+        assert str(ws / name) in told  # named by their absolute paths
     assert "keep.txt" not in told
     assert "again" in told
 
@@ -201,7 +204,7 @@ def test_hunks_answered_alone_and_a_second_turn_stays_one_edit_in_a_git_reposito
     run(go())
     s.assert_ok()
     prompts = [m for m in s.received() if m.get("method") == "session/prompt"]
-    assert "hunk 2 of the edit of long.txt" in json.dumps(prompts[1]["params"]["prompt"])
+    assert f"hunk 2 of the edit of {ws / 'long.txt'}" in json.dumps(prompts[1]["params"]["prompt"])
     assert (ws / ".git" / "index").read_bytes() == index_before
     status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, check=True).stdout
     assert status == ""

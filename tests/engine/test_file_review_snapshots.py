@@ -111,3 +111,23 @@ def test_an_fs_write_outside_the_folder_is_reviewed_and_reject_keeps_its_byte_or
 
     asyncio.run(go())
     assert elsewhere.read_bytes() == b"\xef\xbb\xbfold\r\n"
+
+
+def test_a_reject_during_the_next_turn_is_not_taken_for_the_agents_change(tmp_path):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(b"v1\n")
+
+    async def go():
+        review, conversation, watch = _watch(folder)
+        await watch.before_turn()
+        (folder / "a.txt").write_bytes(b"v2\n")
+        await watch.after_turn()
+        [edit] = review.pending
+        await watch.before_turn()  # the next turn runs…
+        assert await edit.reject() == "rejected"  # …while the user rejects the last one's change
+        await watch.after_turn()
+        return review.pending
+
+    assert asyncio.run(go()) == []
+    assert (folder / "a.txt").read_bytes() == b"v1\n"

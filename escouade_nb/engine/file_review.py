@@ -161,9 +161,11 @@ def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapsho
             try:
                 with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as fh:
                     data = fh.read(MAX_FILE_BYTES + 1)
-            except OSError:
-                continue
-            if len(data) > MAX_FILE_BYTES:
+            except OSError:  # unreadable (permissions…): seen, not held, so never taken for a deletion
+                data = None
+            if data is None:
+                pass
+            elif len(data) > MAX_FILE_BYTES:
                 data = None
             else:
                 total += len(data)
@@ -193,6 +195,9 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
         if through == {"itself"} and path in excluded:
             continue
         if (b is not None and b.data is None) or (a is not None and a.data is None):
+            if a is not None and b is not None and (a.size, a.mtime_ns, a.ctime_ns, a.ino) == (
+                    b.size, b.mtime_ns, b.ctime_ns, b.ino):
+                continue  # not held (over a limit, unreadable) and unchanged
             too_big.append(rel)
             continue
         b_data, a_data = (b.data if b else None), (a.data if a else None)
@@ -560,7 +565,8 @@ class FileWatch:
             self.conversation.add_notice(
                 f"File review: {', '.join(too_big[:10])}{' …' if len(too_big) > 10 else ''} changed but "
                 f"{'is' if len(too_big) == 1 else 'are'} over {MAX_FILE_BYTES // (1024 * 1024)} MiB (or past "
-                f"{MAX_TOTAL_BYTES // (1024 * 1024)} MiB in all): not offered for review, kept as written.",
+                f"{MAX_TOTAL_BYTES // (1024 * 1024)} MiB in all, or unreadable): not offered for review, kept as "
+                f"written.",
                 level="warning")
 
     def _pending(self, path: Path, rel: str, before: bytes | None, after: bytes | None, mode: int | None,

@@ -64,6 +64,7 @@ def test_limits_the_kernel_notebook_a_change_put_back_and_a_write_with_the_same_
     folder = tmp_path / "plain"
     folder.mkdir()
     (folder / "big.bin").write_bytes(b"x" * 2000)
+    (folder / "big-unchanged.bin").write_bytes(b"z" * 2000)
     (folder / "nb.ipynb").write_text("{}")
     (folder / "same.txt").write_bytes(b"aaaa\n")
     (folder / "back.txt").write_bytes(b"v1\n")
@@ -91,6 +92,7 @@ def test_limits_the_kernel_notebook_a_change_put_back_and_a_write_with_the_same_
     assert later == ["same.txt"]
     assert settled == [("back.txt", "dropped", "the agent put the file back as it was")]
     assert any("big.bin changed but is over" in n and "not offered for review, kept as written" in n for n in notices)
+    assert not any("big-unchanged.bin" in n for n in notices)  # over the limit but unchanged: not named
 
 
 def test_an_fs_write_outside_the_folder_is_reviewed_and_reject_keeps_its_byte_order_mark(tmp_path):

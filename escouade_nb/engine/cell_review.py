@@ -27,6 +27,11 @@ transcript, which ``%escouade resume`` replays; and a ``kernel_tool`` line of ph
 ``settle``) is called once per answer. ``on_change()`` is called whenever the pending list
 changes (a change arrives, is settled, starts settling): the agent's views redraw from it.
 
+With ``review=True`` the files the agent changed join the same list
+(:class:`~.file_review.FileEdit`, added by :class:`~.file_review.FileWatch` through
+:meth:`EditReview.add_item`): their Keep and Reject are done by the edit itself (its
+``apply``), not by a page; a rejected file is told to the agent in the same notice.
+
 The agent also learns, once, in the same notice: that the user edited or deleted a cell it
 touched in its current turn (inserted, edited, ran: :meth:`EditReview.touch`;
 :func:`user_changed`, told by the page), so it does not rebuild from a stale picture; and
@@ -312,6 +317,7 @@ class EditReview:
 
     def take_notice(self) -> str | None:
         """What the agent has not yet been told of the user's review and changes, once: the
+        files whose change the user rejected (named by absolute path, first), the notebook
         changes the user rejected since (named by cell), the cells it touched this turn that
         the user edited or deleted, its changes dropped; or ``None``."""
         if not (self._untold or self._changed or self._dropped or self._files_untold):

@@ -23,9 +23,9 @@ What is watched
     notebook the kernel runs (JupyterLab saves it while the agent works) unless the agent
     wrote it through our fs. Limits (:data:`MAX_FILE_BYTES` per file, :data:`MAX_FILES`
     files, :data:`MAX_TOTAL_BYTES` in all): a file over them (or unreadable) is not
-    reviewed, and the conversation names it when it changed (the file count: once). Snapshots run in a worker thread (``asyncio.to_thread``, the
-    loop's executor, joined at exit: not anyio's, see ``tests/core/test_layering.py``), git
-    as an async subprocess; a file unchanged since the last snapshot (same size, times,
+    reviewed, and the conversation names it when it changed (the file count: once).
+    Snapshots run in a worker thread (``asyncio.to_thread``, the loop's executor, joined at
+    exit: not anyio's, see ``tests/core/test_layering.py``), git as an async subprocess; a file unchanged since the last snapshot (same size, times,
     inode, and not modified within :data:`RACY_NS` of its read) is not read again.
 
 Keep and Reject

@@ -25,8 +25,9 @@ What is watched
     files, :data:`MAX_TOTAL_BYTES` in all): a file over them (or unreadable) is not
     reviewed, and the conversation names it when it changed (the file count: once).
     Snapshots run in a worker thread (``asyncio.to_thread``, the loop's executor, joined at
-    exit: not anyio's, see ``tests/core/test_layering.py``), git as an async subprocess; a file unchanged since the last snapshot (same size, times,
-    inode, and not modified within :data:`RACY_NS` of its read) is not read again.
+    exit: not anyio's, see ``tests/core/test_layering.py``), git as an async subprocess; a
+    file unchanged since the last snapshot (same size, times, inode, and not modified within
+    :data:`RACY_NS` of its read) is not read again.
 
 Keep and Reject
     ``keep()`` leaves the file as the agent made it. ``reject()`` puts back the bytes the

@@ -83,6 +83,8 @@ def _start_parser() -> _Parser:
                    help="another folder of the session (ACP additionalDirectories; repeatable)")
     p.add_argument("--system-prompt", metavar="TEXT", help="ACP systemPrompt where the agent takes one")
     p.add_argument("--system-prompt-mode", choices=("append", "override"), default="append")
+    p.add_argument("--review", action="store_true",
+                   help="the files it changes in each turn pend your Keep or Reject (agent.pending_edits)")
     return p
 
 
@@ -228,7 +230,8 @@ class EscouadeMagics(Magics):
         agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private, mode=args.mode,
                             via=args.via, account=args.account, fs=args.fs, mcp=args.mcp,
                             kernel_tools=args.kernel_tools, worktree=args.worktree, add_dirs=args.add_dirs,
-                            system_prompt=args.system_prompt, system_prompt_mode=args.system_prompt_mode)
+                            system_prompt=args.system_prompt, system_prompt_mode=args.system_prompt_mode,
+                            review=args.review)
         from .widgets import AgentView
         _show(AgentView(agent))
         return agent
@@ -415,11 +418,12 @@ _START_USAGE = """\
                  [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]]
                                             start an agent of harness NAME and show it
                                             (--worktree: in its own git worktree and branch off HEAD)
-                 [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]]
+                 [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]] [--review]
                                             (--add-dir: another folder of the session, ACP additionalDirectories;
                                              --system-prompt: ACP systemPrompt where offered, else before the first prompt)
   (--private: a private project, never submitted to a rule plugin not turned on for it;
-   --fs: offer the client's file system even through a launcher)
+   --fs: offer the client's file system even through a launcher;
+   --review: the files it changes in each turn pend your Keep or Reject, agent.pending_edits)
 """  # noqa: E501  (the usage as printed: one line of it is longer)
 
 START = Subcommand((), _START_USAGE, EscouadeMagics._start)

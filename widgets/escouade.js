@@ -525,16 +525,19 @@ class ConversationUI {
   drawReview(review) {
     const edits = (review && review.edits) || [];
     if (!edits.length) { this.review.replaceChildren(); return; }
-    const decide = (value, key, btn) => { btn.disabled = true; this.act({ act: "review", value, key }); };
+    const decide = (value, key, btn, more) => { btn.disabled = true; this.act({ act: "review", value, key, ...(more || {}) }); };
+    const files = edits.some((e) => e.file !== undefined);
     const all = h("div", { class: "esc-review-head" },
       h("span", { class: "esc-badge", text: "review" }),
-      h("span", { class: "esc-review-count", text: ` ${edits.length} change${edits.length === 1 ? "" : "s"} to the notebook pending review ` }));
+      h("span", { class: "esc-review-count", text: ` ${edits.length} change${edits.length === 1 ? "" : "s"}${files ? "" : " to the notebook"} pending review ` }));
     const keepAll = h("button", { class: "esc-btn esc-allow esc-review-keep-all", text: "Keep all", title: "Keep every pending change of this agent's (its provenance written in each cell's metadata)" });
     const rejectAll = h("button", { class: "esc-btn esc-reject esc-review-reject-all", text: "Reject all", title: "Take back every pending change of this agent's (the agent is told)" });
     keepAll.onclick = () => { rejectAll.disabled = true; decide("keep", "", keepAll); };
     rejectAll.onclick = () => { keepAll.disabled = true; decide("reject", "", rejectAll); };
     all.append(keepAll, " ", rejectAll);
+    const open = new Set([...this.review.querySelectorAll("details[open]")].map((d) => d.dataset.key));
     const rows = edits.map((e) => {
+      if (e.file !== undefined) return this.drawReviewFile(e, decide, open);
       const row = h("div", { class: "esc-review-item", "data-cell": e.cell },
         h("span", { class: "esc-review-what", text: e.label, title: e.cell }));
       if (e.busy) row.append(h("span", { class: "esc-dim", text: " settling…" }));
@@ -548,6 +551,46 @@ class ConversationUI {
       return row;
     });
     this.review.replaceChildren(all, ...rows);
+  }
+
+  // a file the agent changed (review=True, engine/file_review.py): Keep / Reject of the file, its diff folded
+  // under it (kept open across redraws), and each hunk's Keep / Reject when it has several
+  drawReviewFile(e, decide, open) {
+    const row = h("div", { class: "esc-review-item esc-review-file", "data-key": e.key, "data-file": e.file },
+      h("span", { class: "esc-review-what", text: e.label, title: `${e.file} (${(e.through || []).map((t) => t === "fs" ? "through escouade_nb's fs" : "by the agent itself").join(", ")})` }));
+    const buttons = [];
+    if (e.busy) row.append(h("span", { class: "esc-dim", text: " settling…" }));
+    else {
+      const keep = h("button", { class: "esc-btn esc-allow esc-review-keep", text: "Keep" });
+      const reject = h("button", { class: "esc-btn esc-reject esc-review-reject", text: "Reject", title: "Put the file back as it was before the agent's change (the agent is told)" });
+      buttons.push(keep, reject);
+      keep.onclick = () => { buttons.forEach((b) => { b.disabled = true; }); decide("keep", e.key, keep); };
+      reject.onclick = () => { buttons.forEach((b) => { b.disabled = true; }); decide("reject", e.key, reject); };
+      row.append(" ", keep, " ", reject);
+    }
+    const details = h("details", { class: "esc-review-diff", "data-key": e.key }, h("summary", { text: (e.hunks || []).length ? `diff, ${e.hunks.length} hunks` : "diff" }));
+    if (open.has(e.key)) details.open = true;
+    if ((e.hunks || []).length) {
+      for (const hk of e.hunks) {
+        const box = h("div", { class: "esc-diff esc-review-hunk", "data-hunk": String(hk.index) });
+        box.innerHTML = hk.diff; // escaped by Python (widgets/render.py)
+        if (!e.busy) {
+          const keep = h("button", { class: "esc-btn esc-allow esc-review-keep-hunk", text: "Keep hunk" });
+          const reject = h("button", { class: "esc-btn esc-reject esc-review-reject-hunk", text: "Reject hunk" });
+          buttons.push(keep, reject);
+          keep.onclick = () => { buttons.forEach((b) => { b.disabled = true; }); decide("keep", e.key, keep, { hunk: hk.index, at: hk.at }); };
+          reject.onclick = () => { buttons.forEach((b) => { b.disabled = true; }); decide("reject", e.key, reject, { hunk: hk.index, at: hk.at }); };
+          box.prepend(h("div", { class: "esc-review-hunk-actions" }, keep, " ", reject));
+        }
+        details.append(box);
+      }
+    } else {
+      const box = h("div", { class: "esc-diff" });
+      box.innerHTML = e.diff; // escaped by Python (widgets/render.py)
+      details.append(box);
+    }
+    row.append(details);
+    return row;
   }
 
   // -- the head ---------------------------------------------------------------------------------------

@@ -80,6 +80,9 @@ class Agent:
     the agent offers it, else sent before the first prompt. ``session_id``: one of the
     agent's own sessions (:meth:`sessions`) to open instead of a new one (``session/load``
     for its replay, else ``session/resume``; a new session, said so, when neither).
+    ``review``: the files it changes in each turn (through our fs or by itself) pend
+    your Keep or Reject in :attr:`pending_edits` (:mod:`.file_review`; also when its
+    project's ``.escouade.yml`` says ``review: true``).
     Raises :class:`AgentError` for a mode the harness lacks, or an ``"fs": false``
     harness in a private project."""
 
@@ -90,12 +93,12 @@ class Agent:
                  env: dict[str, str] | None = None, kernel_tools: bool | None = None,
                  mcp: Sequence[str] | None = None, add_dirs: Sequence[str | Path] = (),
                  system_prompt: str | None = None, system_prompt_mode: str = "append",
-                 session_id: str | None = None) -> None:
+                 session_id: str | None = None, review: bool = False) -> None:
         self._state = AgentState(harness, program=program, name=name, cwd=cwd, start_timeout=start_timeout,
                                  policies=policies, mode=mode, record=record, via=via, fs=fs, project=project,
                                  env=env, kernel_tools=kernel_tools, mcp=mcp, add_dirs=add_dirs,
                                  system_prompt=system_prompt, system_prompt_mode=system_prompt_mode,
-                                 session_id=session_id, public=self)
+                                 session_id=session_id, public=self, review=review)
 
     # -- what it is, what it holds (the state's) ---------------------------------------------
     harness = _kept("harness")
@@ -121,6 +124,9 @@ class Agent:
     auth_required = _kept("auth_required")
     auth_prompt = _kept("auth_prompt")
     previous_transcript = _kept("previous_transcript")
+    review = _read("review", "Whether the files it changes pend review (``review=True``, or ``review: true`` in its "
+                             "project's ``.escouade.yml``).")
+    file_watch = _read("file_watch", "Its :class:`~.file_review.FileWatch` with ``review=True``, else None.")
     sessions_elsewhere = _kept("sessions_elsewhere")
     sessions_hidden = _kept("sessions_hidden")
     error = _kept("error")
@@ -179,8 +185,11 @@ class Agent:
 
     @property
     def pending_edits(self) -> list[PendingEdit]:
-        """Its changes to the open notebook still pending review, oldest first: each with
-        ``.keep()`` and ``.reject()`` (await them or not; see :mod:`.cell_review`)."""
+        """Its changes still pending review, oldest first: to the open notebook
+        (:class:`~.cell_review.PendingEdit`) and, with ``review=True``, to files
+        (:class:`~.file_review.FileEdit`: ``.path``, ``.diff``, ``.hunks``); each with
+        ``.keep()`` and ``.reject()`` (await them or not; see :mod:`.cell_review`). Filled
+        by the time ``await turn`` returns."""
         return self._state.edit_review.pending
 
     @property

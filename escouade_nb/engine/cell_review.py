@@ -27,6 +27,11 @@ transcript, which ``%escouade resume`` replays; and a ``kernel_tool`` line of ph
 ``settle``) is called once per answer. ``on_change()`` is called whenever the pending list
 changes (a change arrives, is settled, starts settling): the agent's views redraw from it.
 
+With ``review=True`` the files the agent changed join the same list
+(:class:`~.file_review.FileEdit`, added by :class:`~.file_review.FileWatch` through
+:meth:`EditReview.add_item`): their Keep and Reject are done by the edit itself (its
+``apply``), not by a page; a rejected file is told to the agent in the same notice.
+
 The agent also learns, once, in the same notice: that the user edited or deleted a cell it
 touched in its current turn (inserted, edited, ran: :meth:`EditReview.touch`;
 :func:`user_changed`, told by the page), so it does not rebuild from a stale picture; and
@@ -55,7 +60,8 @@ CHANGE_WORDS = {"insert": "new cell", "edit": "edit of cell", "delete": "deletio
 
 class Settling:
     """A Keep or Reject under way: ``await`` it for the outcome (``"kept"``,
-    ``"rejected"``); the page's error is raised as :class:`~.kernel_tools.ToolFailure`.
+    ``"rejected"``; ``"partial"``: one hunk of a file's edit answered, others left); the
+    page's error is raised as :class:`~.kernel_tools.ToolFailure`.
     Not awaiting it is fine: it runs all the same."""
 
     def __init__(self, task: asyncio.Task) -> None:
@@ -107,6 +113,11 @@ class PendingEdit:
         """A Keep or Reject of it is under way."""
         return self.cell_id in self._review._busy
 
+    @property
+    def key(self) -> str:
+        """Its key in the review (its cell id; a file's edit has ``file:PATH``)."""
+        return self.cell_id
+
     def keep(self, *, client: str | None = None) -> Settling:
         """Keep the change (the cell stays as the agent made it, its provenance in its
         metadata; a delete is done). ``client``: the page to do it in (the one whose button
@@ -150,6 +161,7 @@ class EditReview:
         self._changed: list[str] = []  # the user's changes of those, not yet told
         self._told: set[tuple[str, str]] = set()  # (cell, what) already noted in this turn
         self._dropped: list[str] = []  # changes dropped, not yet told
+        self._files_untold: list[str] = []  # files whose change was rejected, not yet told (engine/file_review.py)
         _reviews.add(self)
 
     @property
@@ -204,7 +216,27 @@ class EditReview:
     def settle_all(self, keep: bool) -> list[Settling]:
         """Keep (``keep`` true) or Reject every change still pending and not already being
         settled: one :class:`Settling` each (await them or not)."""
-        return [self._settle(e, keep) for e in self.pending if e.cell_id not in self._busy]
+        return [self._settle(e, keep) for e in self.pending if e.key not in self._busy]
+
+    # -- other kinds of pending edits (a file's: engine/file_review.py) ---------------------------------
+    def add_item(self, edit: Any) -> None:
+        """A pending edit made elsewhere (a :class:`~.file_review.FileEdit`): in the list."""
+        self._edits.append(edit)
+        self._tell(self.on_change)
+
+    def touched_item(self, edit: Any) -> None:
+        """A pending edit changed (a file changed again): the views redraw."""
+        self._tell(self.on_change)
+
+    def drop_item(self, edit: Any) -> None:
+        """A pending edit gone without a Keep or Reject (``edit.why`` says why): ``dropped``."""
+        if edit in self._edits and edit.key not in self._busy:
+            self._edits.remove(edit)
+            self._answered(edit, "dropped")
+
+    def restore_item(self, edit: Any) -> None:
+        """An answer of another kind read back from the transcript: in :attr:`settled`."""
+        self.settled.append(edit)
 
     def touch(self, cell_id: str) -> None:
         """The agent touched ``cell_id`` in its current turn (an insert, edit or delete through
@@ -240,22 +272,30 @@ class EditReview:
             self._dropped.append(f"{edit.change} of cell {cell_id} ({why})")
         return True
 
-    def _settle(self, edit: PendingEdit, keep: bool, client: str | None = None) -> Settling:
+    def _settle(self, edit: Any, keep: bool, client: str | None = None, hunk: int | None = None) -> Settling:
         if edit.state != "pending":
             raise ValueError(f"this change was already {edit.state}")
-        if edit.cell_id in self._busy:
+        if edit.key in self._busy:
             raise ValueError("this change is being kept or rejected already")
-        task = asyncio.get_running_loop().create_task(self._run(edit, keep, client))
-        self._busy.add(edit.cell_id)
-        task.add_done_callback(lambda _t: self._busy.discard(edit.cell_id))
+        task = asyncio.get_running_loop().create_task(self._run(edit, keep, client, hunk))
+        self._busy.add(edit.key)
+        task.add_done_callback(lambda _t: self._busy.discard(edit.key))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
         self._tell(self.on_change)
         return Settling(task)
 
-    async def _run(self, edit: PendingEdit, keep: bool, client: str | None) -> str:
+    async def _run(self, edit: Any, keep: bool, client: str | None, hunk: int | None = None) -> str:
+        apply = getattr(edit, "apply", None)  # a file's edit does its own Keep or Reject
         try:
-            if client is None:
+            if apply is not None:
+                reply = await apply(keep, hunk)
+                if reply.get("outcome") == "partial":  # one hunk answered, others left: still pending
+                    if not keep:
+                        self._files_untold.append(edit.told(hunk))
+                    self._tell(self.on_change)
+                    return "partial"
+            elif client is None:
                 reply = await edit._live.settle_cell(edit.cell_id, keep)
             else:
                 reply = await edit._live.settle_cell(edit.cell_id, keep, client=client)
@@ -268,18 +308,28 @@ class EditReview:
             raise
         if edit in self._edits:
             self._edits.remove(edit)
-        if outcome == "rejected":
+        if outcome == "rejected" and apply is not None:
+            self._files_untold.append(edit.told(hunk))
+        elif outcome == "rejected":
             self._untold.append(f"{edit.change} of cell {edit.cell_id}")
         self._answered(edit, outcome)
         return outcome
 
     def take_notice(self) -> str | None:
         """What the agent has not yet been told of the user's review and changes, once: the
+        files whose change the user rejected (named by absolute path, first), the notebook
         changes the user rejected since (named by cell), the cells it touched this turn that
         the user edited or deleted, its changes dropped; or ``None``."""
-        if not (self._untold or self._changed or self._dropped):
+        if not (self._untold or self._changed or self._dropped or self._files_untold):
             return None
         parts = []
+        if self._files_untold:  # the files come first: their note names them, then says to read them again
+            parts.append("The user rejected your change(s) to these files: " + "; ".join(self._files_untold)
+                         + ". Each is back as it was before your change, byte for byte: read it again before "
+                           "changing it.")
+            self._files_untold = []
+            if not (self._untold or self._changed or self._dropped):
+                return "[escouade_nb notice] " + " ".join(parts)
         if self._untold:
             parts.append("The user rejected your change(s) to the open notebook: " + "; ".join(self._untold)
                          + ". They are taken back (the source before restored, a new cell removed).")

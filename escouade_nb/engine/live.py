@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import acp
@@ -98,11 +99,12 @@ class Live:
                 **({"previous": str(agent.previous_transcript)} if agent.previous_transcript is not None else {}),
                 **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),
                 **({"system_prompt": agent.system_prompt, "system_prompt_mode": agent.system_prompt_mode}
-                   if agent.system_prompt else {})},
+                   if agent.system_prompt else {}),
+                **({"review": True} if getattr(agent, "review", False) else {})},
                 on_error=agent.transcript_failed))
         self.desk = CardDesk(agent)
         client = EscouadeClient(cwd=agent.cwd, on_permission=self.desk.on_permission, on_update=self._fold,
-                                on_file_written=lambda path, old, new: self.workspace.file_written(path, old, new),
+                                on_file_written=self._file_written,
                                 fence=agent.fence, also=agent.add_dirs, terminal_env=env,
                                 on_elicitation=self.desk.on_elicitation,
                                 on_elicitation_complete=self.desk.on_elicitation_complete)
@@ -368,6 +370,13 @@ class Live:
         await self.session_ready()
 
     # -- incoming -------------------------------------------------------------------------------
+    def _file_written(self, path: Path, old: str | None, new: str) -> None:
+        """A write through our fs: a diff in its tool card; with ``review=True``, a file pending review."""
+        self.workspace.file_written(path, old, new)
+        files = getattr(self.agent, "file_watch", None)
+        if files is not None:
+            files.written(path, old, new)
+
     def _fold(self, update: Any) -> None:
         if self.replay.skip(update):  # already in the conversation, rebuilt from the transcript
             return

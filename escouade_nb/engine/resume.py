@@ -20,6 +20,7 @@ from ..core.status import AgentStatus
 from ..manifest import Harness, HarnessRef, Manifest
 from ..wire import kernel_calls
 from ..wire import transcript as tr
+from .file_review import restore_settled
 
 if TYPE_CHECKING:
     from .interfaces import ResumedAgent
@@ -159,7 +160,8 @@ def resumed(transcript_path: Path, harness: HarnessRef | None, *, program: str |
     and folder as its header has them, and what its session was set up with (``add_dirs``,
     ``system_prompt``…) unless ``kwargs`` give them anew."""
     head = tr.header(transcript_path) or {}
-    setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode") if head.get(k) is not None}
+    setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode", "review")
+             if head.get(k) is not None}
     return {"harness": harness if harness is not None else missing_harness(head.get("harness", "?")),
             "program": program or "", "name": head.get("agent"), "cwd": head.get("cwd"), **{**setup, **kwargs}}
 
@@ -180,6 +182,7 @@ def rebuild(agent: ResumedAgent, transcript_path: Path, harness: HarnessRef | No
     if review is not None:  # what the user answered of its changes to the notebook (the saved form says it)
         for done in kernel_calls.settled(records):
             review.restore(done["cell"], done["change"], done["outcome"])
+        restore_settled(records, review)  # and of the files it changed (review=True)
     session_id = info.get("session_id")
     agent.resume_from(transcript_path, session_id, ReplaySkip.of(expected_replay(records, session_id)))
     if harness is None:

@@ -267,7 +267,7 @@ class Squad:
               kernel_tools: bool | None = None, worktree: bool | str = False,
               worktree_base: str | None = None, add_dirs: Sequence[str | Path] = (),
               system_prompt: str | None = None, system_prompt_mode: str = "append",
-              session_id: str | None = None) -> Agent:
+              session_id: str | None = None, review: bool = False) -> Agent:
         """Find ``harness`` (short or full id), locate its program, start an agent on
         the running loop and return it at once (status ``starting``). The program's
         version is read meanwhile (once per program file); a version outside the
@@ -290,6 +290,9 @@ class Squad:
         ``system_prompt`` (``system_prompt_mode`` ``"append"`` or ``"override"``): ACP
         ``systemPrompt`` where the agent offers it, else before the first prompt.
         ``session_id``: open that session of the agent's own (see :meth:`open_session`).
+        ``review``: the files it changes in each turn pend your Keep or Reject in
+        ``agent.pending_edits`` (:mod:`.file_review`; also when the folder's ``.escouade.yml``
+        says ``review: true``).
 
         Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
         or account the harness does not have), :class:`ProgramNotFound` (with the
@@ -331,7 +334,7 @@ class Squad:
                           env=env, kernel_tools=kernel_tools,
                           mcp=None if mcp is None else [m for m in mcp if m != "none"],
                           add_dirs=[folder / d for d in add_dirs], system_prompt=system_prompt,
-                          system_prompt_mode=system_prompt_mode, session_id=session_id)
+                          system_prompt_mode=system_prompt_mode, session_id=session_id, review=review)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
         self._add(agent)
@@ -433,7 +436,7 @@ class Squad:
             cwd, project = agent_worktrees.moved_into(planned, source.cwd, source.worktree.path, project)
         agent = Agent(source.harness, program=source.program, name=name, cwd=cwd, policies=list(source.policies),
                       via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
-                      mcp=source.mcp)
+                      mcp=source.mcp, review=source.review)
         self._add(agent)
         state_of(agent).claim_version_check()  # the parent's program: checked already
         state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned),

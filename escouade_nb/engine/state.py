@@ -39,6 +39,7 @@ from ..wire.transcript import Transcript
 from .budget import AgentBudget
 from .cards import Policy
 from .cell_review import EditReview
+from .file_review import FileWatch
 from .controls import Controls
 from .interfaces import Forker
 from .kernel_access import in_kernel as kernel_in_process
@@ -54,6 +55,14 @@ log = logging.getLogger(__name__)
 __all__ = ["AgentState"]
 
 
+def _kernel_notebook() -> set[Path]:
+    """The notebook the kernel runs (JupyterLab saves it while the agent works): not watched."""
+    from .workspace import kernel_notebook_path
+
+    path = kernel_notebook_path()
+    return {path} if path is not None else set()
+
+
 class AgentState:
     """The mutable state of one agent and the changes its parts make to it (see the module).
     Built by :class:`~.agent.Agent` with its arguments (documented there); ``public`` is
@@ -67,7 +76,7 @@ class AgentState:
                  env: dict[str, str] | None = None, kernel_tools: bool | None = None,
                  mcp: Sequence[str] | None = None, add_dirs: Sequence[str | Path] = (),
                  system_prompt: str | None = None, system_prompt_mode: str = "append",
-                 session_id: str | None = None, public: Any = None) -> None:
+                 session_id: str | None = None, public: Any = None, review: bool = False) -> None:
         self.public: Any = self if public is None else public
         self.forker: Forker | None = None  # the squad holding it, which forks it (Squad.fork)
         self.harness = harness
@@ -96,6 +105,10 @@ class AgentState:
                                       on_failed=self._edit_not_settled)
         self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
         self.budget = AgentBudget(self)  # set_budget: what it may spend before it pauses on a card
+        # review=True (or the project's ``review: true``): the files it changes in each turn pend review too
+        self.review = bool(review or getattr(project, "review", False))
+        self.file_watch = FileWatch(self.edit_review, self.cwd, self.conversation, lambda: self.transcript,
+                                    _kernel_notebook) if self.review else None
         self.status = AgentStatus.STARTING
         self.error: str | None = None
         self.on_status: Observers[[Any]] = Observers(f"status of {self.name}")
@@ -200,6 +213,9 @@ class AgentState:
         """One of its changes to the open notebook was answered: said in the conversation (a
         notice, so in the transcript: ``%escouade resume`` shows it) and written as a
         ``kernel_tool`` line of phase ``settle`` (``cell``, ``change``, ``outcome``)."""
+        if edit.cell_id is None and self.file_watch is not None:  # a file's edit (engine/file_review.py)
+            self.file_watch.settled(edit)
+            return
         words = {"kept": "kept", "rejected": "rejected (taken back)",
                  "dropped": "dropped (the agent removed its own new cell before review)"}
         self.conversation.add_notice(f"Notebook review: {edit.label} {words.get(edit.state, edit.state)}")
@@ -210,7 +226,8 @@ class AgentState:
     def _edit_not_settled(self, edit: Any, keep: bool, error: BaseException) -> None:
         """A Keep or Reject of one of its changes failed (no page answered…): said in the
         conversation, the change still pending (the view offers it again)."""
-        self.conversation.add_notice(f"Notebook review: the {'Keep' if keep else 'Reject'} of {edit.label} was not "
+        what = "Notebook review" if edit.cell_id is not None else "File review"
+        self.conversation.add_notice(f"{what}: the {'Keep' if keep else 'Reject'} of {edit.label} was not "
                                      f"done ({error}); it is still pending", level="warning")
 
     def notify_status(self) -> None:

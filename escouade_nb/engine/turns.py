@@ -232,6 +232,9 @@ class TurnQueue:
         says how it ends."""
         if not await self._ready_to_send(turn):
             return
+        files = getattr(self.agent, "file_watch", None)  # review=True: the folder before the turn
+        if files is not None:
+            await files.before_turn()
         live = self.agent.live
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
@@ -239,8 +242,12 @@ class TurnQueue:
             mark = {"escouade": {"steered": True}} if turn.steered else {}  # _meta: the transcript says it
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt, **mark)
         except Exception as exc:
+            if files is not None:  # its changes pend review by the time ``await turn`` returns
+                await files.after_turn()
             await self._unanswered(turn, live, exc, primer)
         else:
+            if files is not None:
+                await files.after_turn()
             self._answered(turn, live, response)
         finally:
             if turn.cancelled_by_user or turn.stop_reason == "cancelled":

@@ -10,7 +10,9 @@ every session, and two spellings of one folder give one project.
 * the project's own config file, ``.escouade.yml`` at the top of the folder, with a
   line ``private: true``.
 
-That file may also give the project's ``name``. Only those two top-level keys are read:
+That file may also give the project's ``name``, and ``review: true`` (the files an agent
+changes in each turn pend the user's Keep or Reject: ``engine/file_review.py``; it only adds
+a review, never takes one away). Only those top-level keys are read:
 a project folder can mark itself private, but it can never turn a rule plugin on — a
 ``plugins:`` section (or anything else) in it is ignored. Which plugins decide for a
 project is the user's choice, kept in the user's config (see
@@ -54,8 +56,9 @@ class ProjectConfig(BaseModel):
 
     name: str | None = None
     private: bool = False
+    review: bool = False  # the files an agent changes in each turn pend review (engine/file_review.py)
 
-    @field_validator("private", mode="before")
+    @field_validator("private", "review", mode="before")
     @classmethod
     def _yaml_bool(cls, value):
         if isinstance(value, str):
@@ -105,6 +108,7 @@ class Project:
     name: str
     folder: Path
     private: bool = False
+    review: bool = False
 
     @classmethod
     def for_folder(cls, folder: str | Path, *, private: bool = False) -> Project:
@@ -113,7 +117,7 @@ class Project:
         resolved = Path(folder).expanduser().resolve()
         config = read_project_config(resolved)
         return cls(id=project_id(resolved), name=config.name or resolved.name or str(resolved),
-                   folder=resolved, private=bool(private or config.private))
+                   folder=resolved, private=bool(private or config.private), review=config.review)
 
     def wire(self) -> dict[str, object]:
         """The ``project`` object of a ``permissions/decide`` request."""

@@ -23,7 +23,7 @@ from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, ENDED, Agen
 from ..engine.agent import Agent, AuthRequired, Turn
 from .feed import UNANSWERED, Feed, form_values, item_html
 from .front import HIDE_ORPHAN, FrontView, static_page
-from .render import esc
+from .render import esc, unified_diff_html
 from .views import clicks, current_run, shown_in_cell
 
 log = logging.getLogger(__name__)
@@ -121,14 +121,33 @@ def _where(agent: Agent) -> str:
 
 def review_state(agent: Agent) -> dict[str, Any] | None:
     """The agent's changes to the open notebook pending review, as the agent view draws
-    them (``head["review"]``): ``{"edits": [{"cell", "change", "label", "busy"}]}`` (oldest
+    them (``head["review"]``): ``{"edits": [{"cell", "change", "label", "busy"}]}`` (a file's
+    change, ``review=True``: :func:`_file_state`'s fields instead) (oldest
     first; ``busy``: a Keep or Reject of it under way), or ``None`` when none is pending."""
     review = getattr(agent, "edit_review", None)
     edits = review.pending if review is not None else []
     if not edits:
         return None
     return {"edits": [{"cell": e.cell_id, "change": e.change, "busy": e.settling,
-                       "label": e.label} for e in edits]}
+                       "label": e.label} if e.cell_id is not None else _file_state(e) for e in edits]}
+
+
+REVIEW_HUNKS_SHOWN = 20
+"""Hunks of one file offered one by one in the review strip (beyond: the file is answered whole)."""
+REVIEW_DIFF_ROWS = 200
+"""Diff rows of one file (or hunk) in the review strip."""
+
+
+def _file_state(edit: Any) -> dict[str, Any]:
+    """A file's pending edit as the review strip draws it (``engine/file_review.py``): its
+    ``key``, ``file`` (as shown), ``label``, ``through``, ``diff`` (escaped HTML rows) and
+    ``hunks`` (``[{"index", "diff"}]``, each answered alone; empty: the file whole)."""
+    hunks = edit.hunks
+    shown = hunks if 1 < len(hunks) <= REVIEW_HUNKS_SHOWN else []
+    return {"key": edit.key, "file": edit.rel, "change": edit.change, "busy": edit.settling, "label": edit.label,
+            "through": sorted(edit.through), "diff": "" if shown else unified_diff_html(edit.diff, REVIEW_DIFF_ROWS),
+            "hunks": [{"index": h.index, "at": h.diff.split("\n", 1)[0],
+                       "diff": unified_diff_html(h.diff, REVIEW_DIFF_ROWS)} for h in shown]}
 
 
 def review_summary(agent: Agent) -> list[str]:
@@ -141,6 +160,17 @@ def review_summary(agent: Agent) -> list[str]:
     lines = [f"{e.label}: {e.state}" for e in review.settled]
     lines += [f"{e.label}: pending, not answered" for e in review.pending]
     return lines
+
+
+def review_title(agent: Agent) -> str:
+    """The saved form's words over :func:`review_summary`: ``Its changes to the notebook``,
+    ``… and to files`` once a file's change (``review=True``) is among them."""
+    review = getattr(agent, "edit_review", None)
+    edits = [*review.settled, *review.pending] if review is not None else []
+    cells = any(e.cell_id is not None for e in edits)
+    files = any(e.cell_id is None for e in edits)
+    return "Its changes to the notebook and to files" if cells and files else \
+        "Its changes to files" if files else "Its changes to the notebook"
 
 
 def status_line(agent: Agent) -> str:
@@ -477,8 +507,9 @@ class AgentView(ConversationView):
 
     def _act_review(self, msg: dict) -> None:
         """Keep all / Reject all (``key`` empty) or Keep / Reject of one change (``key``: its
-        cell id), through ``agent.pending_edits``; a change already answered or being
-        answered (another view, the page, Python) is left alone."""
+        cell id, or a file's ``file:PATH``; with ``hunk`` and ``at``, that hunk of the file
+        alone, if its ``@@`` line is still ``at``), through ``agent.pending_edits``; a change
+        already answered or being answered (another view, the page, Python) is left alone."""
         value, key = msg.get("value"), str(msg.get("key") or "")
         if value not in ("keep", "reject"):
             return
@@ -488,8 +519,14 @@ class AgentView(ConversationView):
         if not key:
             review.settle_all(value == "keep")
             return
-        edit = next((e for e in review.pending if e.cell_id == key), None)
+        edit = next((e for e in review.pending if e.key == key), None)
         if edit is None or edit.settling:
+            return
+        hunk = msg.get("hunk")  # a file's hunk answered alone: its index and ``@@`` line as the view showed them
+        if isinstance(hunk, int) and not isinstance(hunk, bool) and edit.cell_id is None:
+            hunks = edit.hunks
+            if 0 <= hunk < len(hunks) and hunks[hunk].diff.split("\n", 1)[0] == msg.get("at"):
+                hunks[hunk].keep() if value == "keep" else hunks[hunk].reject()
             return
         edit.keep() if value == "keep" else edit.reject()
 
@@ -573,7 +610,7 @@ class AgentView(ConversationView):
         body = self.static_body()
         said = "Its conversation so far is below; " if body else ""
         reviewed = review_summary(a)
-        review_html = ('<div class="esc-saved-review esc-small"><b>Its changes to the notebook</b><ul>'
+        review_html = (f'<div class="esc-saved-review esc-small"><b>{esc(review_title(a))}</b><ul>'
                        + "".join(f"<li>{esc(line)}</li>" for line in reviewed) + "</ul></div>") if reviewed else ""
         head = (f'<div class="esc-head"><div class="esc-head-row"><div class="esc-head-main"><b>{name}</b> · '
                 f'{esc(harness)}{f" · {esc(ended)}" if ended else ""}</div></div>'
@@ -586,7 +623,7 @@ class AgentView(ConversationView):
         html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
         text = saved_text(self.feed.items, self.speaker)
         plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + (
-            "\nIts changes to the notebook: " + "; ".join(reviewed) if reviewed else "") + ("\n" + text if text else "")
+            f"\n{review_title(a)}: " + "; ".join(reviewed) if reviewed else "") + ("\n" + text if text else "")
         return {"text/plain": plain, "text/html": html}
 
     def __repr__(self) -> str:

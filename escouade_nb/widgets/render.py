@@ -197,6 +197,14 @@ def diff_html(item: dict[str, Any], kernel_notebook: str | None = None) -> str:
     return _diff_box(head, why + "".join(_diff_rows(lines, MAX_DIFF_ROWS)) + _more(len(lines) - MAX_DIFF_ROWS))
 
 
+def unified_diff_html(text: str, budget: int = MAX_DIFF_ROWS) -> str:
+    """A unified diff's text (a file pending review: ``engine/file_review.py``) as the views'
+    diff rows, its ``---``/``+++`` lines left out, at most ``budget`` rows (then how many more)."""
+    lines = [(line[:1] if line[:1] in "+-@" else " ", line[1:] if line[:1] in "+- " else line)
+             for line in text.splitlines() if not line.startswith(("--- ", "+++ "))]
+    return "".join(_diff_rows(lines, budget)) + _more(len(lines) - budget)
+
+
 def notebook_diff_html(nb: NotebookDiff, *, kernel_notebook: bool = False) -> str:
     """A :class:`~..core.notebook_diff.NotebookDiff`: a head with the summary, then one
     block per touched cell (heading, source diff, details), then the notebook's own

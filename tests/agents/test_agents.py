@@ -91,14 +91,14 @@ class Bench:
     server: object
     expect: Expect
 
-    def start(self, name: str) -> tuple[Path, float]:
-        """``%escouade HARNESS --cwd DIR --as NAME`` and wait until ready; returns the
-        folder and the start-to-ready seconds."""
+    def start(self, name: str, flags: str = "") -> tuple[Path, float]:
+        """``%escouade HARNESS --cwd DIR --as NAME`` (and ``flags``) and wait until ready;
+        returns the folder and the start-to-ready seconds."""
         work = self.root / name
         work.mkdir()
         out = self.kernel.run(
             f"_t0 = time.monotonic()\n"
-            f"agents[{name!r}] = %escouade {self.harness} --cwd {shlex.quote(str(work))} --as {name}\n"
+            f"agents[{name!r}] = %escouade {self.harness} --cwd {shlex.quote(str(work))} --as {name} {flags}\n"
             f"try:\n    await agents[{name!r}].ready()\n"
             f"except Exception as e:\n    print('NOT READY', e)\n"
             f"print('READY', round(time.monotonic() - _t0, 3))\n"
@@ -299,6 +299,25 @@ def test_write_file(bench):
     for method in bench.expect.write_calls:
         assert method in r["calls"], r["calls"]
     _all_loopback(bench.server, mark)
+
+
+def test_review_catches_the_write_through_fs_or_by_itself_and_reject_removes_it(bench):
+    """``--review`` (engine/file_review.py): the file the agent wrote — through our fs, or with its own tools,
+    which a client-side diff never sees — pends review once the turn returns; Reject removes the new file."""
+    name = f"{bench.harness}-review"
+    work, ready = bench.start(name, "--review")
+    target = work / "hello.txt"
+    r = bench.turn(name, f"ESC-WRITE {target} Please write this file.", "allow_once")
+    _print(bench.harness, "review", ready, r)
+    assert r["stop"] == "end_turn" and target.exists(), r
+    out = bench.kernel.run(f"_a = agents[{name!r}]\n"
+                           f"print('EDITS', json.dumps([[e.rel, e.change, sorted(e.through)] for e in _a.pending_edits]))\n"
+                           f"print('REJECTED', await _a.pending_edits[0].reject())").text
+    edits = json.loads(out.split("EDITS", 1)[1].split("\n", 1)[0])
+    through = ["fs"] if "fs/write_text_file" in r["calls"] else ["itself"]
+    assert edits == [["hello.txt", "create", through]], (edits, r["calls"])
+    assert "REJECTED rejected" in out and not target.exists()
+    REPORT[bench.harness]["review"] = {"through": through}
 
 
 def test_the_mode_menu_shows_the_agents_real_mode(bench):

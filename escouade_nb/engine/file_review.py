@@ -1,0 +1,685 @@
+"""Review after the fact: the files an agent changed in a turn, pending the user's Keep or
+Reject (``review=True``: ``%escouade NAME --review``, ``squad.start(..., review=True)``,
+``review: true`` in the folder's ``.escouade.yml``).
+
+The agent's writes land at once (it goes on working); each file it changed in a turn is
+then a :class:`FileEdit` in ``agent.pending_edits``, next to its changes to the open
+notebook (:mod:`.cell_review`: the same list, the same :class:`~.cell_review.Settling`,
+answered edits leave it). Two ways a file changes, both caught:
+
+* through our client file system (``fs/write_text_file``): :meth:`FileWatch.written` is
+  told of each write (the text before it, so even a file outside the watched folder is
+  reviewed);
+* by the agent itself, with its own tools (a shell, its own file writer: a client-side
+  diff never sees those): the agent's folder is snapshot before each turn and compared
+  after it (:meth:`FileWatch.before_turn`, :meth:`FileWatch.after_turn`).
+
+What is watched
+    The agent's folder (``cwd``). In a git repository the files are those git lists
+    (``git ls-files --cached --others --exclude-standard``, read-only: it writes neither
+    the index nor a ref; ``GIT_OPTIONAL_LOCKS=0``): tracked and untracked files, git-ignored
+    ones left out. Elsewhere a plain walk. Both skip :data:`SKIPPED_FOLDERS` (``.git``,
+    ``node_modules``, ``__pycache__``…) and symlinks (neither followed nor reviewed), and the
+    notebook the kernel runs (JupyterLab saves it while the agent works) unless the agent
+    wrote it through our fs. Limits (:data:`MAX_FILE_BYTES` per file, :data:`MAX_FILES`
+    files, :data:`MAX_TOTAL_BYTES` in all): a file over them (or unreadable) is not
+    reviewed, and the conversation names it when it changed (the file count: once).
+    Snapshots run in a worker thread (``asyncio.to_thread``, the loop's executor, joined at
+    exit: not anyio's, see ``tests/core/test_layering.py``), git as an async subprocess; a
+    file unchanged since the last snapshot (same size, times, inode, and not modified within
+    :data:`RACY_NS` of its read) is not read again.
+
+Keep and Reject
+    ``keep()`` leaves the file as the agent made it. ``reject()`` puts back the bytes the
+    file had before the agent's change, exactly (line endings, encoding, binary; mode
+    bits kept), a new file removed, a deleted file restored (its folders made again); it
+    is refused (:class:`FileChanged`, the edit stays pending) when the file is no longer
+    what the agent left (someone changed it since: nothing is overwritten). A second turn
+    changing a file still pending stays one edit, from the bytes before the first change.
+    A text file's edit has :attr:`FileEdit.hunks`: each hunk kept or rejected alone
+    (the file rewritten with that hunk taken back; the edit is kept or rejected once no
+    hunk is left). The agent is told of rejections in its next prompt (or the kernel
+    tool result before it), naming the files (:meth:`~.cell_review.EditReview.take_notice`).
+
+On record
+    Each pending file and each answer is a ``file_review`` event of the transcript
+    (``path``, ``change``, ``outcome`` — ``pending``, ``kept``, ``rejected``, ``dropped`` —,
+    ``through``, ``hunk``) and a notice of the conversation (so ``%escouade resume`` shows
+    it; :func:`restore_settled` rebuilds ``edit_review.settled``). The bytes before a change
+    live in memory only: a change still pending when the kernel stops stays as written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import EscouadeError
+from .cell_review import EditReview, Settling
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FileEdit", "Hunk", "FileWatch", "FileChanged", "restore_settled", "FILE_EVENT", "MAX_FILE_BYTES",
+           "MAX_FILES", "MAX_TOTAL_BYTES", "SKIPPED_FOLDERS"]
+
+FILE_EVENT = "file_review"
+"""The transcript ``event`` of a file pending review and of each answer."""
+MAX_FILE_BYTES = 2 * 1024 * 1024
+"""Bytes of a file above which it is not reviewed (its change is said, not offered)."""
+MAX_FILES = 20_000
+"""Files of the folder watched at most (the rest is not reviewed; said once)."""
+MAX_TOTAL_BYTES = 128 * 1024 * 1024
+"""Bytes held for one snapshot at most (files beyond are not reviewed; said once)."""
+SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn", ".jj", ".ipynb_checkpoints", "__pycache__", "node_modules",
+                             ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"})
+"""Folders never walked, at any depth."""
+RACY_NS = 2_000_000_000
+"""A file modified less than this before it was read is read again at the next snapshot
+(file times are coarser than the turns: git's "racily clean")."""
+DIFF_CONTEXT = 3
+"""Lines of context around each hunk (unified diff)."""
+CHANGE_WORDS = {"create": "new file", "edit": "edit of", "delete": "deletion of"}
+"""How a file change is named (:attr:`FileEdit.label`)."""
+
+
+class FileChanged(EscouadeError):
+    """The file is no longer what the agent left: a Reject would overwrite someone's change."""
+
+
+# -- snapshots (worker threads) ----------------------------------------------------------------------
+@dataclass
+class _Seen:
+    """One regular file as a snapshot saw it; ``data`` None: over a limit, not held."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    mode: int
+    read_ns: int
+    data: bytes | None
+
+
+@dataclass
+class _Snapshot:
+    files: dict[str, _Seen] = field(default_factory=dict)  # path relative to the folder -> what it was
+    truncated: bool = False  # more than MAX_FILES files
+
+
+def _walk(root: Path) -> list[str]:
+    """The regular files under ``root`` (relative, ``/``-separated), :data:`SKIPPED_FOLDERS`
+    and symlinked folders left out; at most ``MAX_FILES + 1``."""
+    out: list[str] = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS)
+        rel = os.path.relpath(folder, root)
+        for name in sorted(files):
+            out.append(name if rel == "." else f"{rel}/{name}")
+            if len(out) > MAX_FILES:
+                return out
+    return out
+
+
+def _skipped(rel: str) -> bool:
+    return any(part in SKIPPED_FOLDERS for part in rel.split("/")[:-1])
+
+
+def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapshot:
+    """What ``names`` (relative to ``root``) are now: a file unchanged since ``cache`` saw it
+    keeps the bytes read then. Missing files, folders and symlinks are left out."""
+    snap = _Snapshot()
+    total = 0
+    for count, rel in enumerate(names):
+        if count >= MAX_FILES:
+            snap.truncated = True
+            break
+        if _skipped(rel):
+            continue
+        path = root / rel
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        old = cache.get(rel)
+        if old is not None and old.data is not None and (old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
+                st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) and old.mtime_ns < old.read_ns - RACY_NS:
+            snap.files[rel] = old
+            total += old.size
+            continue
+        data: bytes | None = None
+        read_ns = time.time_ns()
+        if st.st_size <= MAX_FILE_BYTES and total + st.st_size <= MAX_TOTAL_BYTES:
+            try:
+                with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as fh:
+                    data = fh.read(MAX_FILE_BYTES + 1)
+            except OSError:  # unreadable (permissions…): seen, not held, so never taken for a deletion
+                data = None
+            if data is None:
+                pass
+            elif len(data) > MAX_FILE_BYTES:
+                data = None
+            else:
+                total += len(data)
+        snap.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, read_ns, data)
+    return snap
+
+
+_Found = dict[Path, tuple[str, "bytes | None", "bytes | None", "int | None", set[str]]]
+
+
+def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path, str | None],
+             excluded: set[Path]) -> tuple[_Found, list[str]]:
+    """What changed between ``before`` and ``after`` (a worker thread): ``{real path: (rel,
+    bytes before, bytes after, mode, through)}`` and the files over a limit. ``written``:
+    the fs writes of the turn (path as named -> text before); ``excluded``: not watched
+    unless written through our fs."""
+    fs_real = {Path(os.path.realpath(p)): old for p, old in written.items()}
+    excluded = {Path(os.path.realpath(p)) for p in excluded}
+    found: _Found = {}
+    too_big: list[str] = []
+    for rel in sorted(set(before.files) | set(after.files)):
+        b, a = before.files.get(rel), after.files.get(rel)
+        if a is b:
+            continue
+        path = cwd / rel
+        through = {"fs"} if path in fs_real else {"itself"}
+        if through == {"itself"} and path in excluded:
+            continue
+        if (b is not None and b.data is None) or (a is not None and a.data is None):
+            if a is not None and b is not None and (a.size, a.mtime_ns, a.ctime_ns, a.ino) == (
+                    b.size, b.mtime_ns, b.ctime_ns, b.ino):
+                continue  # not held (over a limit, unreadable) and unchanged
+            too_big.append(rel)
+            continue
+        b_data, a_data = (b.data if b else None), (a.data if a else None)
+        if b_data == a_data:
+            continue
+        seen = b if b is not None else a
+        found[path] = (rel, b_data, a_data, seen.mode if seen is not None else None, through)
+    for path, old_text in fs_real.items():  # written through our fs where no snapshot looks (ignored, outside)
+        rel = path.relative_to(cwd).as_posix() if path.is_relative_to(cwd) else str(path)
+        if path in found or rel in before.files or rel in after.files:
+            continue  # seen: changed, unchanged, or over a limit (said)
+        try:
+            now = _read_now(path)
+        except (OSError, FileChanged):
+            continue
+        old = None if old_text is None else old_text.encode("utf-8")
+        if old is not None and now is not None and now.startswith(b"\xef\xbb\xbf") and not old.startswith(
+                b"\xef\xbb\xbf"):
+            old = b"\xef\xbb\xbf" + old  # our fs hides a byte order mark and keeps it on write
+        if old != now:
+            found[path] = (rel, old, now, None, {"fs"})
+    return found, too_big
+
+
+async def _git_files(root: Path) -> list[str] | None:
+    """The files git lists under ``root`` (tracked, and untracked not ignored), relative to
+    it; None when ``root`` is not in a work tree or git is missing. Read-only."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            env=env)
+    except OSError:
+        return None
+    try:
+        out, _ = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    if proc.returncode != 0:
+        return None
+    return sorted({os.fsdecode(n) for n in out.split(b"\0") if n})
+
+
+def _read_now(path: Path) -> bytes | None:
+    """The bytes at ``path`` now (None: no file); ``FileChanged`` for a folder, a symlink…"""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise FileChanged(f"{path} is no longer a regular file")
+    with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
+        return fh.read()
+
+
+def _put(path: Path, data: bytes | None, mode: int | None, expect: bytes | None) -> None:
+    """Make ``path`` hold ``data`` exactly (None: no file), if it still holds ``expect``
+    (a worker thread). Written beside it and renamed over it: never half a file."""
+    if _read_now(path) != expect:
+        raise FileChanged(f"{path} changed since the agent's change: not overwritten")
+    if data is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.parent / f".{path.name}.{os.getpid()}.escouade-restore"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(temp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# -- diffs and hunks (pure) -------------------------------------------------------------------------
+def _binary(data: bytes | None) -> bool:
+    return data is not None and b"\0" in data[:8192]
+
+
+def _text(data: bytes) -> str:
+    """Bytes shown as text: UTF-8, else Latin-1 (every byte a character: nothing lost to the eye)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _lines(data: bytes | None) -> list[bytes]:
+    return data.splitlines(keepends=True) if data else []
+
+
+def _groups(before: bytes | None, after: bytes | None) -> list[list[tuple[str, int, int, int, int]]]:
+    matcher = difflib.SequenceMatcher(None, _lines(before), _lines(after), autojunk=False)
+    if before == after:
+        return []
+    return [g for g in matcher.get_grouped_opcodes(DIFF_CONTEXT) if any(op[0] != "equal" for op in g)]
+
+
+def _show(line: bytes) -> str:
+    text = _text(line)
+    if text.endswith("\n"):
+        return text
+    return text + "\n\\ No newline at end of file\n"
+
+
+def _hunk_text(group: Sequence[tuple[str, int, int, int, int]], a: list[bytes], b: list[bytes]) -> str:
+    first, last = group[0], group[-1]
+    i1, i2, j1, j2 = first[1], last[2], first[3], last[4]
+    old = f"{i1 + 1 if i2 > i1 else i1},{i2 - i1}" if i2 - i1 != 1 else f"{i1 + 1}"
+    new = f"{j1 + 1 if j2 > j1 else j1},{j2 - j1}" if j2 - j1 != 1 else f"{j1 + 1}"
+    out = [f"@@ -{old} +{new} @@\n"]
+    for tag, a1, a2, b1, b2 in group:
+        if tag == "equal":
+            out += [" " + _show(x) for x in a[a1:a2]]
+            continue
+        out += ["-" + _show(x) for x in a[a1:a2]]
+        out += ["+" + _show(x) for x in b[b1:b2]]
+    return "".join(out)
+
+
+def _take(before: bytes | None, after: bytes | None, index: int, from_after: bool) -> bytes:
+    """``before`` with hunk ``index`` taken from ``after`` (``from_after``), or ``after``
+    with hunk ``index`` taken back from ``before``: bytes, exact elsewhere."""
+    a, b = _lines(before), _lines(after)
+    group = _groups(before, after)[index]
+    base, other = (a, b) if from_after else (b, a)
+    out: list[bytes] = []
+    at = 0
+    for tag, a1, a2, b1, b2 in group:
+        if tag == "equal":
+            continue
+        lo, hi, olo, ohi = (a1, a2, b1, b2) if from_after else (b1, b2, a1, a2)
+        out += base[at:lo]
+        out += other[olo:ohi]
+        at = hi
+    out += base[at:]
+    return b"".join(out)
+
+
+# -- the pending edits --------------------------------------------------------------------------------
+class FilePath(str):
+    """A file's absolute path as text (``==`` a ``str``, ``.endswith``…) that also answers
+    :class:`~pathlib.Path`'s attributes (``.name``, ``.parent``, ``.read_bytes()``…) and
+    equals a ``Path`` of the same path."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(Path(self), name)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, os.PathLike):
+            return str(self) == os.fspath(other)
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+    def __fspath__(self) -> str:
+        return str(self)
+
+
+class Hunk:
+    """One hunk of a text file's pending edit: ``index`` (0-based, in the edit's current
+    diff), ``diff`` (its ``@@`` header and lines); ``keep()`` / ``reject()`` as the edit's,
+    for this hunk alone (a :class:`~.cell_review.Settling`)."""
+
+    def __init__(self, edit: FileEdit, index: int, diff: str) -> None:
+        self.edit, self.index, self.diff = edit, index, diff
+
+    def keep(self) -> Settling:
+        return self.edit._review._settle(self.edit, True, hunk=self.index)
+
+    def reject(self) -> Settling:
+        return self.edit._review._settle(self.edit, False, hunk=self.index)
+
+    def __repr__(self) -> str:
+        return f"<Hunk {self.index} of {self.edit.rel}>"
+
+
+class FileEdit:
+    """One file the agent changed, pending review: ``path`` (absolute: a :class:`FilePath`,
+    text that answers ``Path``'s attributes too), ``file`` (the same as a ``Path``), ``rel`` (as shown:
+    relative to the agent's folder when inside it), ``change`` (``create``, ``edit``,
+    ``delete``), ``diff`` (unified text; a binary file's is one line), ``hunks`` (a text
+    file's, each with ``keep()`` / ``reject()``; empty for a binary file, a creation or a
+    deletion), ``through`` (``{"fs"}`` written through our client fs, ``{"itself"}`` by
+    the agent's own tools, or both), ``state`` (``pending``, ``kept``, ``rejected``,
+    ``dropped`` — the agent put it back as it was), ``at`` / ``settled_at`` (epoch
+    seconds), ``why`` (of a drop). ``cell_id`` is None (not a cell)."""
+
+    cell_id = None
+
+    def __init__(self, review: EditReview, watch: FileWatch, path: Path, rel: str, before: bytes | None,
+                 after: bytes | None, mode: int | None, through: set[str]) -> None:
+        self._review, self._watch = review, watch
+        self.file, self.path, self.rel = Path(path), FilePath(path), rel
+        self.before, self.after, self.mode = before, after, mode
+        self.through = set(through)
+        self.at = time.time()
+        self.state = "pending"
+        self.settled_at: float | None = None
+        self.why: str | None = None
+        self.changed_by_user = False
+        self.last_hunk: int | None = None  # the hunk the last partial answer was about
+
+    @property
+    def change(self) -> str:
+        return "create" if self.before is None else "delete" if self.after is None else "edit"
+
+    @property
+    def key(self) -> str:
+        """Its key in the review (``file:`` and its absolute path)."""
+        return f"file:{self.path}"
+
+    @property
+    def label(self) -> str:
+        """``new file a.txt``, ``edit of a.txt``, ``deletion of a.txt``."""
+        return f"{CHANGE_WORDS[self.change]} {self.rel}"
+
+    @property
+    def binary(self) -> bool:
+        return _binary(self.before) or _binary(self.after)
+
+    @property
+    def diff(self) -> str:
+        """The change as a unified diff (``--- a/REL`` / ``+++ b/REL``, hunks of
+        :data:`DIFF_CONTEXT` lines of context); a binary file: ``Binary files … differ``."""
+        a_name = "/dev/null" if self.before is None else f"a/{self.rel}"
+        b_name = "/dev/null" if self.after is None else f"b/{self.rel}"
+        if self.binary:
+            return (f"Binary files {a_name} and {b_name} differ ({len(self.before or b'')} -> "
+                    f"{len(self.after or b'')} bytes)\n")
+        return f"--- {a_name}\n+++ {b_name}\n" + "".join(h.diff for h in self._all_hunks())
+
+    def _all_hunks(self) -> list[Hunk]:
+        a, b = _lines(self.before), _lines(self.after)
+        return [Hunk(self, i, _hunk_text(g, a, b)) for i, g in enumerate(_groups(self.before, self.after))]
+
+    @property
+    def hunks(self) -> list[Hunk]:
+        """The hunks one can keep or reject alone (a text file changed, not made or removed)."""
+        if self.binary or self.change != "edit":
+            return []
+        return self._all_hunks()
+
+    @property
+    def settling(self) -> bool:
+        return self.key in self._review._busy
+
+    def keep(self, *, client: str | None = None) -> Settling:
+        """Keep the change (the file stays as the agent made it)."""
+        return self._review._settle(self, True, client)
+
+    def reject(self, *, client: str | None = None) -> Settling:
+        """Put the file back as it was before the agent's change, byte for byte (a new
+        file removed, a deleted one restored); the agent is told at its next prompt.
+        Fails with :class:`FileChanged` (the edit stays pending) when the file is no
+        longer what the agent left."""
+        return self._review._settle(self, False, client)
+
+    async def apply(self, keep: bool, hunk: int | None = None) -> dict[str, Any]:
+        """Do the Keep or Reject (of ``hunk`` alone when given): the review's settle task
+        calls it. ``{"outcome": "kept"|"rejected"}`` once the whole edit is answered,
+        ``{"outcome": "partial"}`` after a hunk when hunks are left."""
+        return await self._watch._apply(self, keep, hunk)
+
+    def told(self, hunk: int | None = None) -> str:
+        """How its rejection (of ``hunk`` alone when given) is named to the agent."""
+        return self._watch.told(self, hunk)
+
+    def __repr__(self) -> str:
+        return f"<FileEdit {self.change} of {self.rel} ({self.state})>"
+
+
+def _notice_of(edit: FileEdit) -> str:
+    return {"create": f"new file {edit.path} (removed)", "edit": f"edit of {edit.path} (its bytes before put back)",
+            "delete": f"deletion of {edit.path} (the file restored)"}[edit.change]
+
+
+class FileWatch:
+    """The file review of one agent (``review=True``): snapshots around each turn, the
+    writes through our fs, the :class:`FileEdit` s it adds to ``review`` (the agent's
+    :class:`~.cell_review.EditReview`). ``cwd``: the folder watched; ``conversation``: where
+    its notices go; ``transcript()``: the agent's transcript now (or None);
+    ``excluded()``: paths not watched for the agent's own writes (the kernel's notebook)."""
+
+    def __init__(self, review: EditReview, cwd: Path, conversation: Any,
+                 transcript: Callable[[], Any], excluded: Callable[[], set[Path]] | None = None) -> None:
+        self.review, self.cwd, self.conversation = review, Path(cwd), conversation
+        self._transcript = transcript
+        self._excluded = excluded or (lambda: set())
+        self._cache: dict[str, _Seen] = {}
+        self._before: _Snapshot | None = None
+        self._written: dict[Path, str | None] = {}  # fs writes of this turn: path -> its text before the first
+        self._told: set[str] = set()  # limits said once
+        self.git: bool | None = None  # whether the folder was listed by git (None: not yet)
+
+    # -- the turn's edges -------------------------------------------------------------------------------
+    async def _snapshot(self) -> _Snapshot:
+        names = await _git_files(self.cwd)
+        self.git = names is not None
+        cache = self._cache
+        if names is None:
+            names = await asyncio.to_thread(_walk, self.cwd)
+        snap = await asyncio.to_thread(_scan, self.cwd, names, cache)
+        self._cache = snap.files
+        return snap
+
+    async def before_turn(self) -> None:
+        """Snapshot the folder (a turn is about to be sent). A failure is logged and said;
+        this turn is then not reviewed (the prompt is sent all the same)."""
+        self._written, self._before = {}, None
+        try:
+            self._before = await self._snapshot()
+        except Exception as exc:
+            log.exception("escouade_nb: the file review's snapshot failed")
+            self.conversation.add_notice(f"File review: the folder could not be read before this turn ({exc}); its "
+                                         f"changes will not be offered for review.", level="warning")
+
+    def written(self, path: Path, old: str | None, new: str) -> None:
+        """A write through our fs (``path`` absolute, ``old`` its text before or None)."""
+        if self._before is not None:
+            self._written.setdefault(Path(path), old)
+
+    async def after_turn(self) -> list[FileEdit]:
+        """Compare the folder with the snapshot before the turn; each changed file becomes
+        (or updates) a pending :class:`FileEdit`. The edits added or updated. A failure of
+        the review itself is logged and said in the conversation; the turn is not failed."""
+        before, written = self._before, self._written
+        if before is None:
+            return []
+        self._before, self._written = None, {}
+        try:
+            after = await self._snapshot()
+            excluded = self._excluded()
+            found, too_big = await asyncio.to_thread(_compare, self.cwd, before, after, written, excluded)
+        except Exception as exc:  # a bug of ours, or the folder gone: the turn goes on, unreviewed
+            log.exception("escouade_nb: the file review of a turn failed")
+            self.conversation.add_notice(f"File review: this turn's files could not be compared ({exc}); they are "
+                                         f"kept as written.", level="warning")
+            return []
+        self._limits(after, too_big)
+        return [self._pending(path, *info) for path, info in found.items()]
+
+    def _limits(self, snap: _Snapshot, too_big: list[str]) -> None:
+        if snap.truncated and "count" not in self._told:
+            self._told.add("count")
+            self.conversation.add_notice(
+                f"File review watches the first {MAX_FILES} files of {self.cwd}: changes to the others are not "
+                f"offered for review.", level="warning")
+        if too_big:
+            self.conversation.add_notice(
+                f"File review: {', '.join(too_big[:10])}{' …' if len(too_big) > 10 else ''} changed but "
+                f"{'is' if len(too_big) == 1 else 'are'} over {MAX_FILE_BYTES // (1024 * 1024)} MiB (or past "
+                f"{MAX_TOTAL_BYTES // (1024 * 1024)} MiB in all, or unreadable): not offered for review, kept as "
+                f"written.",
+                level="warning")
+
+    def _pending(self, path: Path, rel: str, before: bytes | None, after: bytes | None, mode: int | None,
+                 through: set[str]) -> FileEdit:
+        pending: list[Any] = self.review.pending
+        same = next((e for e in pending if isinstance(e, FileEdit) and e.path == path), None)
+        if same is not None and not same.settling:  # changed again: one edit, from the bytes before the first
+            same.after, same.at = after, time.time()
+            same.through |= through
+            if same.after == same.before:
+                same.why = "the agent put the file back as it was"
+                self.review.drop_item(same)
+            else:
+                self.review.touched_item(same)
+            return same
+        edit = FileEdit(self.review, self, path, rel, before, after, mode, through)
+        self.review.add_item(edit)
+        self._record(edit, "pending")
+        return edit
+
+    # -- answers ------------------------------------------------------------------------------------
+    async def _apply(self, edit: FileEdit, keep: bool, hunk: int | None) -> dict[str, Any]:
+        if hunk is not None:
+            if edit.change != "edit" or edit.binary or not 0 <= hunk < len(edit.hunks):
+                raise ValueError(f"{edit.rel} has no hunk {hunk}")
+            if keep:  # the hunk becomes part of "before": nothing on disk changes
+                edit.before = _take(edit.before, edit.after, hunk, from_after=True)
+            else:
+                taken = _take(edit.before, edit.after, hunk, from_after=False)
+                await asyncio.to_thread(_put, edit.file, taken, edit.mode, edit.after)
+                edit.after = taken
+                self._restored(edit.file, taken)
+            edit.last_hunk = hunk
+            self._record(edit, "kept" if keep else "rejected", hunk=hunk)
+            self.conversation.add_notice(f"File review: hunk {hunk + 1} of {edit.label} "
+                                         f"{'kept' if keep else 'rejected (taken back)'}")
+            if edit.before != edit.after:
+                return {"outcome": "partial", "rejected_hunk": not keep}
+            return {"outcome": "kept" if keep else "rejected", "silent": True}
+        if not keep:
+            if edit.before is not None and edit.mode is None:
+                edit.mode = 0o666 & ~_umask()
+            await asyncio.to_thread(_put, edit.file, edit.before, edit.mode, edit.after)
+            self._restored(edit.file, edit.before)
+        return {"outcome": "kept" if keep else "rejected"}
+
+    def _restored(self, path: Path, data: bytes | None) -> None:
+        """A Reject changed ``path`` while a turn may run: the turn's snapshot takes it, so
+        the restore is not taken for the agent's change."""
+        if self._before is None or not path.is_relative_to(self.cwd):
+            return
+        rel = path.relative_to(self.cwd).as_posix()
+        if data is None:
+            self._before.files.pop(rel, None)
+            return
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        self._before.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, 0, data)
+
+    def settled(self, edit: FileEdit) -> None:
+        """An answer (the review's ``on_settled``): a notice and a ``file_review`` line."""
+        words = {"kept": "kept", "rejected": "rejected (put back as it was)", "dropped": f"dropped ({edit.why})"}
+        self.conversation.add_notice(f"File review: {edit.label} {words.get(edit.state, edit.state)}")
+        self._record(edit, edit.state)
+
+    def told(self, edit: FileEdit, hunk: int | None = None) -> str:
+        """How a rejection is named to the agent."""
+        if hunk is not None:
+            return f"hunk {hunk + 1} of the edit of {edit.path} (taken back)"
+        return _notice_of(edit)
+
+    def _record(self, edit: FileEdit, outcome: str, hunk: int | None = None) -> None:
+        transcript = self._transcript()
+        if transcript is not None:
+            transcript.event(FILE_EVENT, path=str(edit.path), rel=edit.rel, change=edit.change, outcome=outcome,
+                             through=sorted(edit.through), **({"hunk": hunk} if hunk is not None else {}))
+
+
+def restore_settled(records: Sequence[Any], review: EditReview) -> int:
+    """Rebuild ``review.settled`` with the file answers of a transcript's ``records``
+    (whole-file answers; a file still pending at the end is ``unanswered``). How many."""
+    last: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        data = getattr(rec, "data", None) or {}
+        if getattr(rec, "kind", None) == "event" and getattr(rec, "event", None) == FILE_EVENT \
+                and isinstance(data.get("path"), str) and "hunk" not in data:
+            last[data["path"]] = data
+    for path, data in last.items():
+        edit = _Restored(path, str(data.get("rel") or path), str(data.get("change") or "edit"),
+                         "unanswered" if data.get("outcome") == "pending" else str(data.get("outcome")))
+        review.restore_item(edit)
+    return len(last)
+
+
+class _Restored:
+    """A file's answer read back from a transcript (in ``edit_review.settled``)."""
+
+    cell_id = None
+
+    def __init__(self, path: str, rel: str, change: str, state: str) -> None:
+        self.path, self.rel, self._change, self.state = Path(path), rel, change, state
+        self.key = f"file:{path}"
+
+    @property
+    def change(self) -> str:
+        return self._change
+
+    @property
+    def label(self) -> str:
+        return f"{CHANGE_WORDS.get(self._change, self._change)} {self.rel}"
+
+    def __repr__(self) -> str:
+        return f"<FileEdit {self._change} of {self.rel} ({self.state})>"

@@ -32,6 +32,7 @@ from ..wire.process import StderrRing
 from ..wire.session import SessionPage
 from .cards import PermissionCard, Policy, QuestionCard
 from .cell_review import EditReview, PendingEdit
+from .checkpoints import Checkpoint
 from .controls import Controls
 from .interfaces import default_forker
 from .kernel_access import context_blocks
@@ -183,6 +184,21 @@ class Agent:
         """Its :class:`~.cell_review.EditReview`: the pending changes, ``settled`` (what was
         kept, rejected or dropped, oldest first) and ``settle_all(keep)`` (Keep all / Reject all)."""
         return self._state.edit_review
+
+    @property
+    def checkpoints(self) -> list[Checkpoint]:
+        """Its folder's checkpoints, one before each turn, oldest first: each a
+        :class:`~.checkpoints.Checkpoint` (``.turn``, ``.prompt``, ``.at``); see :meth:`rewind`."""
+        return list(self._state.checkpoints.items)
+
+    async def rewind(self, checkpoint: Checkpoint | int) -> Checkpoint:
+        """Put its folder back as it was at ``checkpoint`` (one of :attr:`checkpoints`, or a
+        turn number) and go on from before that turn: the agent's fork of then where it
+        offers ``session/fork``, else a new session carrying the conversation up to there;
+        the later turns stay shown, marked rewound (:mod:`.checkpoints`). :class:`AgentError`
+        while a turn runs or for another agent's checkpoint, :class:`~.checkpoints.CheckpointError`
+        when git cannot restore it."""
+        return await self._state.checkpoints.rewind(checkpoint)
 
     @property
     def pending_questions(self) -> list[QuestionCard]:

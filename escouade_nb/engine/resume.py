@@ -180,6 +180,9 @@ def rebuild(agent: ResumedAgent, transcript_path: Path, harness: HarnessRef | No
     if review is not None:  # what the user answered of its changes to the notebook (the saved form says it)
         for done in kernel_calls.settled(records):
             review.restore(done["cell"], done["change"], done["outcome"])
+    checkpoints = getattr(agent, "checkpoints", None)
+    if checkpoints is not None:  # its checkpoints on record: the folder can be rewound to them
+        checkpoints.rebuild(records)
     session_id = info.get("session_id")
     agent.resume_from(transcript_path, session_id, ReplaySkip.of(expected_replay(records, session_id)))
     if harness is None:

@@ -38,6 +38,7 @@ from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 from .cards import Policy
 from .cell_review import EditReview
+from .checkpoints import Checkpoints
 from .controls import Controls
 from .interfaces import Forker
 from .kernel_access import in_kernel as kernel_in_process
@@ -99,6 +100,7 @@ class AgentState:
         self.on_status: Observers[[Any]] = Observers(f"status of {self.name}")
         self.controls = Controls(self)
         self.turns = TurnQueue(self)
+        self.checkpoints = Checkpoints(self)  # its folder before each turn, and the rewind (engine/checkpoints.py)
         self.live: Live | None = None
         self._transcript: Transcript | None = None
         self.previous_transcript: Path | None = None  # the file before a restart (its header names it)

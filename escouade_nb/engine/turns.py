@@ -173,6 +173,9 @@ class TurnQueue:
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
         try:
+            checkpoints = getattr(self.agent, "checkpoints", None)
+            if checkpoints is not None:  # the agent's folder before the turn (engine/checkpoints.py)
+                await checkpoints.before_prompt(turn, live)
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt)
         except Exception as exc:
             await self._unanswered(turn, live, exc, primer)

@@ -74,6 +74,10 @@ QUESTION_ANSWER_EVENT = "question_answer"
 """The event of a question card settled."""
 NOT_ASKED_EVENT = "not_asked"
 """The event of the client's note on a call the agent ran without asking (``ToolCall.not_asked``)."""
+CHECKPOINT_EVENT = "checkpoint"
+"""The event of a checkpoint of the agent's folder before a turn (:mod:`escouade_nb.engine.checkpoints`)."""
+REWIND_EVENT = "rewind"
+"""The event of a rewind: ``{"turn", "commit", "session"}``; the turns from ``turn`` on are marked rewound."""
 KERNEL_RESTARTED = "the kernel restarted"
 """Why a card never answered before its process's stretch ended is shown cancelled."""
 
@@ -602,6 +606,7 @@ class _Replay:
         self.questions: dict[Any, Question] = {}  # a question card's number -> it
         self.reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
         self.prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
+        self.forks: set[Any] = set()  # ids of session/fork requests (a checkpoint's): their answer is no switch
         self.recorded = False  # this segment records the client's notices (RECORD): none are derived then
 
     def mark(self, rec: Record) -> None:
@@ -638,6 +643,9 @@ class _Replay:
     def incoming(self, index: int, msg: dict[str, Any]) -> None:
         """A line the agent sent (record ``index``): an answer, an update, a card."""
         conversation, method, params = self.conversation, msg.get("method"), msg.get("params") or {}
+        if "id" in msg and "method" not in msg and msg["id"] in self.forks:
+            self.forks.discard(msg["id"])  # a fork was made; the conversation stays in its session
+            return
         if "id" in msg and "method" not in msg:
             self.reloads.discard(msg["id"])
             stopped = self.prompts.pop(msg["id"], False)
@@ -678,6 +686,8 @@ class _Replay:
         method = msg.get("method")
         if method in ("session/load", "session/resume") and "id" in msg:
             self.reloads.add(msg["id"])  # resume must not replay; an agent that does anyway is shown once
+        if method == "session/fork" and "id" in msg:
+            self.forks.add(msg["id"])
         if method == "session/prompt" and "id" in msg:
             self.prompts[msg["id"]] = False
         elif method == "session/cancel" and \
@@ -726,6 +736,10 @@ class _Replay:
         elif event == "exit" and not data.get("expected") and not self.recorded:
             conversation.add_notice(f"Agent exited with code {data.get('code')}", level="error",
                                     detail=data.get("stderr_tail", ""))
+        elif event == REWIND_EVENT and isinstance(data.get("turn"), int):
+            conversation.mark_rewound(data["turn"])
+            if data.get("session"):  # it went on in a fork: its ids are its own
+                conversation.new_session()
         elif event == "session":
             self.info["session_id"] = data.get("session_id")
         elif event == kernel_calls.EVENT:

@@ -200,6 +200,11 @@ class Agent:
         when git cannot restore it."""
         return await self._state.checkpoints.rewind(checkpoint)
 
+    def rewind_soon(self, checkpoint: Checkpoint | int) -> asyncio.Task:
+        """:meth:`rewind` as a task the agent owns (*Rewind to here*; ``close()`` cancels it),
+        returned at once; a refusal or a failure is said in the conversation."""
+        return self._state.checkpoints.rewind_soon(checkpoint)
+
     @property
     def pending_questions(self) -> list[QuestionCard]:
         return list(self.live.desk.questions) if self.live is not None else []

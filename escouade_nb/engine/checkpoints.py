@@ -259,6 +259,7 @@ class Checkpoints:
         self._warned = False
         self._fork_warned = False
         self._rewinding = False
+        self.task: asyncio.Task | None = None  # a rewind asked from the view (rewind_soon); close() cancels it
 
     @property
     def snapshots(self) -> FolderSnapshots:
@@ -352,6 +353,20 @@ class Checkpoints:
             return await self._rewind(cp)
         finally:
             self._rewinding = False
+
+    def rewind_soon(self, cp: Checkpoint | int) -> asyncio.Task:
+        """:meth:`rewind` as a task of this agent's (:attr:`task`), returned at once; a
+        refusal or a failure is a notice in the conversation."""
+        async def rewind() -> None:
+            try:
+                await self.rewind(cp)
+            except (AgentError, CheckpointError, WorktreeError) as exc:
+                self.agent.conversation.add_notice(f"Not rewound: {exc}", level="warning")
+                message = self._message(cp.turn if isinstance(cp, Checkpoint) else cp)
+                if message is not None:  # drawn again: its Rewind button on once more
+                    self.agent.conversation.touch(message)
+        self.task = asyncio.get_running_loop().create_task(rewind(), name=f"escouade rewind of {self.agent.name}")
+        return self.task
 
     async def _rewind(self, cp: Checkpoint) -> Checkpoint:
         agent = self.agent

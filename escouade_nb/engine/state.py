@@ -555,7 +555,7 @@ class AgentState:
         if self.sign_in_job is not None:
             await self.sign_in_job.stop()  # its authenticate() then fails, saying so; no restart
         async with self._lifecycle:
-            for task in (self._restat, self._preparing):  # a worktree being made: this agent will not start
+            for task in (self._restat, self._preparing, self.checkpoints.task):  # a worktree being made: no start
                 if task is not None:
                     task.cancel()
             await self._close_session()

@@ -311,7 +311,7 @@ class Feed:
             if len(text) >= sent:
                 self._stream[key][1] = len(text)
                 return ([["tx", key, text[sent:]]] if len(text) > sent else []), len(text) - sent, False
-        if isinstance(item, Message) and item.role == "agent" and key in self._stream:
+        if isinstance(item, Message) and item.role == "agent" and key in self._stream and not item.rewound:
             stream_ops, behind = self._stream_ops(key, item)
             if stream_ops is not None:
                 return stream_ops, sum(len(o[2]) for o in stream_ops), behind

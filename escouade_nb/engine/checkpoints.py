@@ -44,6 +44,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ REF_PREFIX = "refs/escouade/checkpoints/"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 CHUNK = 200  # paths per checkout-index
 PROMPT_SHOWN = 80
+FORK_TIMEOUT = 10.0
+"""Seconds a checkpoint's ``session/fork`` may take before the prompt goes without it."""
 
 
 class CheckpointError(EscouadeError):
@@ -143,7 +146,8 @@ class FolderSnapshots:
     async def _git(self, *args: str, index: Path | None = None, check: bool = True) -> str:
         assert self.top is not None
         config = ["-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.fsmonitor=false",
-                  "-c", "core.untrackedCache=false", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null"]
+                  "-c", "core.untrackedCache=false", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null",
+                  "-c", "core.splitIndex=false"]
         code, out, err = await git(*config, *args, cwd=self.top, check=False, env=self._env(index))
         if check and code != 0:
             line = next((ln for ln in err.splitlines() if ln.startswith(("fatal:", "error:"))), err.strip()[:200])
@@ -172,9 +176,14 @@ class FolderSnapshots:
         work = state_dir() / "index"
         await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
         self._index = work / f"{_ref_part(self.name)}-{self.run}"
-        if self.git_dir is None:  # tracked files git would ignore stay tracked: the index starts as HEAD
-            has_head = await self._git("rev-parse", "--verify", "-q", "HEAD", check=False)
-            await self._git("read-tree", *(["HEAD"] if has_head.strip() else ["--empty"]), index=self._index)
+        if self.git_dir is None:  # the private index starts as a copy of the user's (read, never written):
+            # its stat cache spares hashing every file, and tracked files git would ignore stay tracked
+            theirs = Path(self.top, (await self._git("rev-parse", "--git-path", "index")).strip())
+            try:
+                await asyncio.to_thread(shutil.copyfile, theirs, self._index)
+            except OSError:
+                has_head = await self._git("rev-parse", "--verify", "-q", "HEAD", check=False)
+                await self._git("read-tree", *(["HEAD"] if has_head.strip() else ["--empty"]), index=self._index)
 
     async def _tree(self) -> str:
         """The folder's files as a tree now (the private index brought up to date)."""
@@ -190,6 +199,12 @@ class FolderSnapshots:
             ref = f"{REF_PREFIX}{_ref_part(self.name)}/{self.run}-{turn}"
             await self._git("update-ref", ref, commit)
             return commit, ref
+
+    async def aclose(self) -> None:
+        """Remove the private index file (the checkpoints stay, under their refs)."""
+        if self._index is not None:
+            await asyncio.to_thread(self._index.unlink, missing_ok=True)
+        self.top = self.git_dir = self._index = None  # found again (and the index made again) on next use
 
     async def restore(self, commit: str) -> tuple[list[str], list[str]]:
         """Put the folder back as ``commit`` has it: files added since removed, the others
@@ -258,6 +273,7 @@ class Checkpoints:
         self._snapshots: FolderSnapshots | None = None
         self._warned = False
         self._fork_warned = False
+        self._no_fork: Any = None  # the process that failed a session/fork: not asked again
         self._rewinding = False
         self.task: asyncio.Task | None = None  # a rewind asked from the view (rewind_soon); close() cancels it
 
@@ -304,15 +320,17 @@ class Checkpoints:
         it: the fork's session id, else None."""
         session = getattr(live, "session", None)
         caps = self.agent.agent_capabilities or {}
-        if session is None or (caps.get("sessionCapabilities") or {}).get("fork") is None:
+        if session is None or (caps.get("sessionCapabilities") or {}).get("fork") is None or live is self._no_fork:
             return None
         source = session_id or session.session_id
         try:
             result = await session.request("session/fork", {"sessionId": source, "cwd": str(self.agent.cwd),
-                                                            "mcpServers": list(getattr(live, "mcp_servers", []))})
+                                                            "mcpServers": list(getattr(live, "mcp_servers", []))},
+                                           timeout=FORK_TIMEOUT)
             fork = (result or {}).get("sessionId")
             return fork if isinstance(fork, str) and fork else None
         except Exception as exc:  # the agent refused or broke: the rewind carries the conversation instead
+            self._no_fork = live  # not asked again on this process: a prompt must not wait for it each turn
             if not self._fork_warned:
                 self._fork_warned = True
                 self.agent.conversation.add_notice(f"The agent did not fork its session for the checkpoint ({exc}): "
@@ -424,6 +442,13 @@ class Checkpoints:
         session.session_id = session_id
         session.router.opened(session_id)
         self.agent.conversation.new_session()
+
+    async def aclose(self) -> None:
+        """The agent is closed: a rewind asked from the view is cancelled, the private index removed."""
+        if self.task is not None:
+            self.task.cancel()
+        if self._snapshots is not None:
+            await self._snapshots.aclose()
 
     def rebuild(self, records: list[Any]) -> None:
         """The checkpoints on record in a transcript (a resume): their files can be

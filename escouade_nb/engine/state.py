@@ -555,12 +555,13 @@ class AgentState:
         if self.sign_in_job is not None:
             await self.sign_in_job.stop()  # its authenticate() then fails, saying so; no restart
         async with self._lifecycle:
-            for task in (self._restat, self._preparing, self.checkpoints.task):  # a worktree being made: no start
+            for task in (self._restat, self._preparing):  # a worktree being made: this agent will not start
                 if task is not None:
                     task.cancel()
             await self._close_session()
             self.turns.close()
             self.edit_review.close()
+            await self.checkpoints.aclose()
             if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):
                 self.set_status(AgentStatus.CLOSED)
             self.wake_waiters()

@@ -105,6 +105,7 @@ def test_rewind_after_two_turns_restores_a_git_folder_and_leaves_the_repository_
                "\n".join([P_INIT, P_NEW, prompt_line(2, "third"), answer(2, "three")]), ws=repo)
     before = folder_state(repo)
     repo_before = user_repo_state(repo)
+    index_before = (repo / ".git" / "index").read_bytes()  # git status above refreshed it: now it must not change
 
     async def go():
         async with s.running() as agent:
@@ -132,6 +133,7 @@ def test_rewind_after_two_turns_restores_a_git_folder_and_leaves_the_repository_
             ignored = {"debug.log", "build/", "build/out.o"}
             assert {k: v for k, v in after.items() if k not in ignored} == \
                 {k: v for k, v in before.items() if k not in ignored}
+            assert (repo / ".git" / "index").read_bytes() == index_before  # never written, not even refreshed
             assert user_repo_state(repo) == repo_before
             text = render_items(agent.conversation.items)
             assert "you (rewound): first" in text and "you (rewound): second" in text
@@ -140,6 +142,7 @@ def test_rewind_after_two_turns_restores_a_git_folder_and_leaves_the_repository_
             assert third.text == "three"
             assert "you: third" in render_items(agent.conversation.items)
         s.assert_ok(runs=2)
+        assert list((state / "index").iterdir()) == []  # the private index went with the agent
         sent = [m for m in s.received(run=1) if m.get("method") == "session/prompt"]
         assert sent[0]["params"]["prompt"] == [{"type": "text", "text": "third"}]  # nothing before turn 1
     run(go())
@@ -259,4 +262,25 @@ def test_rewind_is_refused_during_a_turn_and_for_a_stranger_checkpoint(script, t
             await turn
             with pytest.raises(AgentError, match="no checkpoint before turn 7"):
                 await agent.rewind(7)
+    run(go())
+
+
+def test_a_refused_fork_is_said_once_and_not_asked_again_on_that_process(script, tmp_path, state):
+    """An agent advertising session/fork that refuses it: the turn goes on, the conversation
+    says once that a rewind will carry the conversation instead, no fork is asked again."""
+    plain = tmp_path / "refusing"
+    plain.mkdir()
+    refused = ('C> {"jsonrpc":"2.0","id":2,"method":"session/fork","params":{"sessionId":"s1"}}\n'
+               'A> {"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"no forks today"}}')
+    s = script("\n".join([FORK_INIT, P_NEW, refused, prompt_line(3, "first"), answer(3, "one"),
+                          prompt_line(4, "second"), answer(4, "two")]), ws=plain)
+
+    async def go():
+        async with s.running() as agent:
+            await agent.send("first")
+            await agent.send("second")
+            assert [cp.fork for cp in agent.checkpoints] == [None, None]
+            text = render_items(agent.conversation.items)
+            assert text.count("did not fork its session") == 1 and "no forks today" in text
+        s.assert_ok()
     run(go())

@@ -175,7 +175,12 @@ def test_rewind_in_a_folder_outside_git_uses_a_shadow_repository_outside_it(scri
             assert folder_state(plain) == between
             assert not (plain / ".git").exists()
             assert (await agent.send("again")).text == "back"
+            path = agent.transcript.path  # the new process's file, which names the one before the restart
         s.assert_ok(runs=2)
+        resumed = Agent.resume(path, s.ref, program=sys.executable)  # the rewound turn survives the transcript
+        text = render_items(resumed.conversation.items)
+        assert "you: first" in text and "you (rewound): second" in text and "you: again" in text
+        assert [cp.turn for cp in resumed.checkpoints] == [1, 2, 3]
         prompt = next(m for m in s.received(run=1) if m.get("method") == "session/prompt")["params"]["prompt"]
         carried = [b for b in prompt if (b.get("_meta") or {}).get("escouade", {}).get("context") == "fork"]
         assert len(carried) == 1 and prompt[-1] == {"type": "text", "text": "again"}

@@ -47,6 +47,7 @@ import re
 import shutil
 import tempfile
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,7 +61,7 @@ from .worktree import WorktreeError, git
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Checkpoint", "CheckpointError", "Checkpoints", "FolderSnapshots", "state_dir",
+__all__ = ["Checkpoint", "CheckpointError", "Checkpoints", "FolderSnapshots", "TooBig", "limits", "state_dir",
            "CHECKPOINT_EVENT", "REWIND_EVENT", "REF_PREFIX"]
 
 REF_PREFIX = "refs/escouade/checkpoints/"
@@ -73,6 +74,36 @@ FORK_TIMEOUT = 10.0
 
 class CheckpointError(EscouadeError):
     """A checkpoint could not be taken or restored; the message is one line."""
+
+
+class TooBig(CheckpointError):
+    """The files a checkpoint would add to git are more than it takes (:func:`limits`)."""
+
+
+def limits() -> tuple[int, int]:
+    """``(files, bytes)`` a checkpoint adds at most (files git does not have yet):
+    ``$ESCOUADE_NB_CHECKPOINT_MAX_FILES`` (default 20,000) and ``$ESCOUADE_NB_CHECKPOINT_MAX_MB``
+    (default 256 MB). A folder over them — a home folder, a data folder — gets no checkpoints."""
+    def number(name: str, default: float) -> float:
+        try:
+            return float(os.environ.get(name, default))
+        except ValueError:
+            return default
+    return int(number("ESCOUADE_NB_CHECKPOINT_MAX_FILES", 20_000)), int(number("ESCOUADE_NB_CHECKPOINT_MAX_MB", 256)
+                                                                           * 1024 * 1024)
+
+
+def _size_over(top: Path, paths: list[str], limit: int) -> int:
+    """The bytes of ``paths`` (under ``top``), counted until past ``limit`` (runs in a thread)."""
+    total = 0
+    for rel in paths:
+        try:
+            total += (top / rel).lstat().st_size
+        except OSError:
+            continue
+        if total > limit:
+            break
+    return total
 
 
 def state_dir() -> Path:
@@ -108,7 +139,7 @@ class Checkpoint:
     ref: str
     git_dir: str | None = None
     fork: str | None = None
-    _live: Any = field(default=None, repr=False)  # the process whose session was forked
+    _live: Any = field(default=None, repr=False)  # a weak reference to the process whose session was forked
 
     def __repr__(self) -> str:
         shown = self.prompt if len(self.prompt) <= PROMPT_SHOWN else self.prompt[:PROMPT_SHOWN - 1] + "…"
@@ -185,10 +216,28 @@ class FolderSnapshots:
                 has_head = await self._git("rev-parse", "--verify", "-q", "HEAD", check=False)
                 await self._git("read-tree", *(["HEAD"] if has_head.strip() else ["--empty"]), index=self._index)
 
-    async def _tree(self) -> str:
-        """The folder's files as a tree now (the private index brought up to date)."""
+    async def _tree(self, limited: bool = True) -> str:
+        """The folder's files as a tree now (the private index brought up to date);
+        :class:`TooBig` when the files it would add are more than :func:`limits` (``limited``)."""
+        assert self.top is not None
+        if limited:
+            await self._within_limits()
         await self._git("add", "-A", "--ignore-errors", "--", self.scope, index=self._index, check=False)
         return (await self._git("write-tree", index=self._index)).strip()
+
+    async def _within_limits(self) -> None:
+        assert self.top is not None
+        others = await self._git("ls-files", "--others", "--exclude-standard", "-z", "--", self.scope,
+                                 index=self._index)
+        new = [p for p in others.split("\0") if p]
+        most, most_bytes = limits()
+        if len(new) > most:
+            raise TooBig(f"{len(new)} files git does not have yet, more than {most} "
+                         f"(ESCOUADE_NB_CHECKPOINT_MAX_FILES; a .gitignore leaves some out)")
+        size = await asyncio.to_thread(_size_over, self.top, new, most_bytes)
+        if size > most_bytes:
+            raise TooBig(f"more than {most_bytes // (1024 * 1024)} MB of files git does not have yet "
+                         f"(ESCOUADE_NB_CHECKPOINT_MAX_MB; a .gitignore leaves some out)")
 
     async def take(self, turn: int, label: str) -> tuple[str, str]:
         """Snapshot the folder: ``(commit, ref)``. :class:`CheckpointError` when git fails."""
@@ -212,7 +261,7 @@ class FolderSnapshots:
         paths relative to the work tree's top. :class:`CheckpointError` when git fails."""
         async with self._lock:
             await self._locate()
-            now = await self._tree()
+            now = await self._tree(limited=False)  # what is there now, however big: to know what to remove
             raw = await self._git("diff-tree", "-r", "-z", "--raw", "--no-renames", commit, now, "--", self.scope)
             removed: list[str] = []
             written: list[str] = []
@@ -274,6 +323,7 @@ class Checkpoints:
         self._warned = False
         self._fork_warned = False
         self._no_fork: Any = None  # the process that failed a session/fork: not asked again
+        self._fork_answer: dict[str, Any] = {}  # the last session/fork answer (its modes, config options)
         self._rewinding = False
         self.task: asyncio.Task | None = None  # a rewind asked from the view (rewind_soon); close() cancels it
 
@@ -298,6 +348,11 @@ class Checkpoints:
         try:
             commit, ref = await self.snapshots.take(number, f"escouade_nb: {agent.name} before turn {number}\n\n"
                                                             f"{prompt[:2000]}")
+        except TooBig as exc:  # a home folder, a data folder: not tried again every turn
+            self.enabled = False
+            agent.conversation.add_notice(f"No checkpoints of {agent.cwd} for {agent.name}: {exc}. Its turns "
+                                          f"cannot be rewound to.", level="warning")
+            return
         except (CheckpointError, WorktreeError, OSError) as exc:
             if not self._warned:
                 self._warned = True
@@ -306,7 +361,7 @@ class Checkpoints:
             return
         cp = Checkpoint(number, prompt, datetime.now(UTC), commit, ref,
                         str(self.snapshots.git_dir) if self.snapshots.git_dir else None)
-        cp.fork, cp._live = await self._fork(live), live
+        cp.fork, cp._live = await self._fork(live), weakref.ref(live)
         self.items.append(cp)
         message = self._message(number)
         if message is not None:
@@ -328,6 +383,7 @@ class Checkpoints:
                                                             "mcpServers": list(getattr(live, "mcp_servers", []))},
                                            timeout=FORK_TIMEOUT)
             fork = (result or {}).get("sessionId")
+            self._fork_answer = result if isinstance(result, dict) else {}
             return fork if isinstance(fork, str) and fork else None
         except Exception as exc:  # the agent refused or broke: the rewind carries the conversation instead
             self._no_fork = live  # not asked again on this process: a prompt must not wait for it each turn
@@ -398,7 +454,7 @@ class Checkpoints:
         rewound = conversation.mark_rewound(cp.turn)
         live = agent.live
         fork = None
-        if cp.fork is not None and cp._live is not None and live is cp._live and agent.session is not None \
+        if cp.fork is not None and cp._live is not None and live is cp._live() and agent.session is not None \
                 and agent.session.alive and not agent.session.closing:
             fork = await self._fork(live, cp.fork)
         files = (f"{len(removed)} file{'s' if len(removed) != 1 else ''} removed, "
@@ -441,7 +497,12 @@ class Checkpoints:
         session = live.session
         session.session_id = session_id
         session.router.opened(session_id)
-        self.agent.conversation.new_session()
+        conversation = self.agent.conversation
+        conversation.new_session()
+        answer = self._fork_answer  # the fork's own modes and options, where its answer gives them
+        modes, options = answer.get("modes"), answer.get("configOptions")
+        conversation.set_session_state(modes=modes if isinstance(modes, dict) else None,
+                                       config_options=options if isinstance(options, list) else None)
 
     async def aclose(self) -> None:
         """The agent is closed: a rewind asked from the view is cancelled, the private index removed."""

@@ -289,3 +289,25 @@ def test_a_refused_fork_is_said_once_and_not_asked_again_on_that_process(script,
             assert text.count("did not fork its session") == 1 and "no forks today" in text
         s.assert_ok()
     run(go())
+
+
+def test_a_folder_with_more_new_files_than_a_checkpoint_takes_gets_none(script, tmp_path, state, monkeypatch):
+    """A home folder, a data folder: over the limits no checkpoint is taken (said once), the
+    turns go on, and it is not tried again every turn."""
+    monkeypatch.setenv("ESCOUADE_NB_CHECKPOINT_MAX_FILES", "3")
+    big = tmp_path / "big"
+    big.mkdir()
+    for n in range(5):
+        (big / f"{n}.csv").write_text("x\n")
+    s = script("\n".join([P_INIT, P_NEW, prompt_line(2, "first"), answer(2, "one"),
+                          prompt_line(3, "second"), answer(3, "two")]), ws=big)
+
+    async def go():
+        async with s.running() as agent:
+            await agent.send("first")
+            await agent.send("second")
+            assert agent.checkpoints == []
+            text = render_items(agent.conversation.items)
+            assert text.count("No checkpoints of") == 1 and "5 files git does not have yet, more than 3" in text
+        s.assert_ok()
+    run(go())

@@ -21,8 +21,9 @@ subprocesses, never on the loop's thread):
 
 Untracked files are kept; git-ignored ones (``.gitignore``, ``.git/info/exclude``, the
 user's global excludes) are not, and a rewind leaves them as they are. File contents are
-stored raw (``GIT_ATTR_SOURCE`` set to the empty tree, no CRLF conversion; a git older than
-2.40 still applies a repository's ``.gitattributes`` filters and ``eol``), with their
+stored raw (``GIT_ATTR_SOURCE`` set to the empty tree, git ≥ 2.41; no ``core.autocrlf``): an
+older git still applies a repository's ``.gitattributes`` (``text``, ``eol``, ``filter``), so a
+file under such an attribute comes back as git checks it out, not byte for byte), with their
 executable bit and symlinks; empty folders are not kept (git keeps files).
 
 The conversation after a rewind: where the agent offers ``session/fork``

@@ -470,18 +470,15 @@ class Checkpoints:
             conversation.add_notice(f"{what} The conversation goes on in session {fork}, forked from the one the "
                                     f"agent forked before that turn (session/fork).")
             return cp
-        from ..core.prompt import carried_conversation
-        from ..core.render_text import render_items
+        from ..core.prompt import carried_items
         if agent.transcript is not None:
             agent.transcript.event(REWIND_EVENT, turn=cp.turn, commit=cp.commit, session=None)
         why = "it offers no session/fork" if cp.fork is None else "its process changed since that turn"
         carried = (f"the conversation up to there ({len(before)} items) goes, as text, with your next prompt"
                    if before else "nothing came before that turn")
         conversation.add_notice(f"{what} The conversation goes on in a new session ({why}): {carried}.")
-        speaker = agent.harness.speaker
         if before:
-            agent.carries(carried_conversation(agent.name, agent.name, render_items(before, speaker=speaker),
-                                               speaker))
+            agent.carries(carried_items(agent.name, agent.name, before, agent.harness.speaker))
         if agent.status not in ("resumable", "harness missing"):
             await agent.restart()
         return cp

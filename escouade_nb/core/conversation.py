@@ -58,6 +58,8 @@ class Item:
 
     key: str
     version: int = 0
+    rewound: bool = False
+    """Part of a turn a rewind undid (:meth:`Conversation.mark_rewound`): shown, marked rewound."""
 
     def touch(self) -> None:
         self.version += 1
@@ -80,6 +82,8 @@ class Message(Item):
     steered: bool = False
     """A prompt of the user's sent while a turn ran (``agent.steer``): into that turn, or
     as the prompt that followed it (the views and the text say "steered")."""
+    checkpointed: bool = False
+    """A user prompt whose turn has a checkpoint of the agent's folder before it (a rewind can go back there)."""
 
     @property
     def text(self) -> str:
@@ -818,6 +822,25 @@ class Conversation:
                     call.touch()
                     changes.append(Change("updated", call))
         self._emit(changes)
+
+    def mark_rewound(self, turn: int) -> int:
+        """Mark rewound every item from the ``turn``-th user prompt (1-based) on: the turns a
+        rewind undid stay shown. Returns how many prompts were newly marked (0 for a turn the
+        conversation does not have)."""
+        users = [i for i in self.items if isinstance(i, Message) and i.role == "user"]
+        if not 0 < turn <= len(users):
+            return 0
+        start = self.items.index(users[turn - 1])
+        changes: list[Change] = []
+        marked = 0
+        for item in self.items[start:]:
+            if not item.rewound:
+                item.rewound = True
+                marked += isinstance(item, Message) and item.role == "user"
+                item.touch()
+                changes.append(Change("updated", item))
+        self._emit(changes)
+        return marked
 
     def close_messages(self) -> None:
         """Freeze every open message (the turn ended)."""

@@ -53,6 +53,16 @@ def carried_conversation(name: str, parent: str, text: str, speaker: str = "agen
                                                      "mimeType": "text/markdown", "text": body}}, "fork")
 
 
+def carried_items(name: str, parent: str, items: Sequence[Any], speaker: str = "agent") -> dict[str, Any]:
+    """:func:`carried_conversation` of conversation ``items`` (rendered as text), leaving out
+    the turns a rewind undid (``rewound``): the one way a conversation is carried into a
+    new session — a fork without ``session/fork``, a rewind into a new session."""
+    from .render_text import render_items
+
+    kept = [i for i in items if not getattr(i, "rewound", False)]
+    return carried_conversation(name, parent, render_items(kept, speaker=speaker), speaker)
+
+
 def blocks(prompt: str | Sequence[Any]) -> list[dict[str, Any]]:
     """ACP content blocks (wire dicts) from text, or from a list of blocks given as
     strings, dicts or SDK pydantic models."""

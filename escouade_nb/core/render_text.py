@@ -281,6 +281,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         if item.role == "thought":
             return f"({speaker} thinks) {item.text}{extra}"
         who = ("you (steered)" if item.steered else "you") if item.role == "user" else speaker
+        who += " (rewound)" if item.rewound and item.role == "user" else ""  # a turn a rewind undid
         text = item.text if item.role == "user" else visible_text(item.text)
         return f"{who}: {text}{extra}"
     if isinstance(item, ToolCall):

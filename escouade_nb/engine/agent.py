@@ -33,6 +33,7 @@ from ..wire.session import SessionPage
 from .budget import AgentBudget
 from .cards import PermissionCard, Policy, QuestionCard
 from .cell_review import EditReview, PendingEdit
+from .checkpoints import Checkpoint
 from .controls import Controls
 from .interfaces import default_forker
 from .kernel_access import context_blocks
@@ -211,6 +212,26 @@ class Agent:
     def budget(self) -> AgentBudget:
         """Its :class:`~.budget.AgentBudget`: ``limits``, ``spent`` (since set), ``card``."""
         return self._state.budget
+
+    @property
+    def checkpoints(self) -> list[Checkpoint]:
+        """Its folder's checkpoints, one before each turn, oldest first: each a
+        :class:`~.checkpoints.Checkpoint` (``.turn``, ``.prompt``, ``.at``); see :meth:`rewind`."""
+        return list(self._state.checkpoints.items)
+
+    async def rewind(self, checkpoint: Checkpoint | int) -> Checkpoint:
+        """Put its folder back as it was at ``checkpoint`` (one of :attr:`checkpoints`, or a
+        turn number) and go on from before that turn: the agent's fork of then where it
+        offers ``session/fork``, else a new session carrying the conversation up to there;
+        the later turns stay shown, marked rewound (:mod:`.checkpoints`). :class:`AgentError`
+        while a turn runs or for another agent's checkpoint, :class:`~.checkpoints.CheckpointError`
+        when git cannot restore it."""
+        return await self._state.checkpoints.rewind(checkpoint)
+
+    def rewind_soon(self, checkpoint: Checkpoint | int) -> asyncio.Task:
+        """:meth:`rewind` as a task the agent owns (*Rewind to here*; ``close()`` cancels it),
+        returned at once; a refusal or a failure is said in the conversation."""
+        return self._state.checkpoints.rewind_soon(checkpoint)
 
     @property
     def pending_questions(self) -> list[QuestionCard]:

@@ -261,7 +261,7 @@ class Live:
             conversation.new_session()  # the replay folds afresh (what the transcript has is skipped)
             self.replay.active = True
 
-        servers = await self.kernel.servers()
+        servers = self.mcp_servers = await self.kernel.servers()  # a checkpoint's session/fork gives them too
         known = bool(conversation.items)  # the session's history, from the transcript
         self.waiting = "session/load" if resume and session.agent_capabilities.get("loadSession") else (
             "session/resume" if resume else "session/new")

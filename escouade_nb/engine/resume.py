@@ -183,6 +183,9 @@ def rebuild(agent: ResumedAgent, transcript_path: Path, harness: HarnessRef | No
         for done in kernel_calls.settled(records):
             review.restore(done["cell"], done["change"], done["outcome"])
         restore_settled(records, review)  # and of the files it changed (review=True)
+    checkpoints = getattr(agent, "checkpoints", None)
+    if checkpoints is not None:  # its checkpoints on record: the folder can be rewound to them
+        checkpoints.rebuild(records)
     session_id = info.get("session_id")
     agent.resume_from(transcript_path, session_id, ReplaySkip.of(expected_replay(records, session_id)))
     if harness is None:

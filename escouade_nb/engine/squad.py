@@ -445,8 +445,7 @@ class Squad:
         return agent
 
     async def _prepare_fork(self, source: Agent, agent: Agent, planned: Worktree | None) -> None:
-        from ..core.prompt import carried_conversation
-        from ..core.render_text import render_items
+        from ..core.prompt import carried_items
         if planned is not None:
             await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
             await agent_worktrees.make(state_of(agent), planned, None, parent=source.worktree)
@@ -459,9 +458,8 @@ class Squad:
             agent.conversation.add_notice(f"Forked from {source.name} with session/fork: the agent carries its "
                                           f"conversation itself (session {state_of(agent).resume_id}).")
             return
-        speaker = source.harness.speaker
-        text = render_items(list(source.conversation.items), speaker=speaker)
-        state_of(agent).carries(carried_conversation(agent.name, source.name, text, speaker))
+        state_of(agent).carries(carried_items(agent.name, source.name, list(source.conversation.items),
+                                              source.harness.speaker))
         why = "it offers no session/fork" if not offers else "its session is not running"
         agent.conversation.add_notice(
             f"Forked from {source.name} as a new session ({source.harness.display_name}: {why}): the "

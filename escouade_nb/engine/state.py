@@ -40,6 +40,7 @@ from .budget import AgentBudget
 from .cards import Policy
 from .cell_review import EditReview
 from .file_review import FileWatch
+from .checkpoints import Checkpoints
 from .controls import Controls
 from .interfaces import Forker
 from .kernel_access import in_kernel as kernel_in_process
@@ -114,6 +115,7 @@ class AgentState:
         self.on_status: Observers[[Any]] = Observers(f"status of {self.name}")
         self.controls = Controls(self)
         self.turns = TurnQueue(self)
+        self.checkpoints = Checkpoints(self)  # its folder before each turn, and the rewind (engine/checkpoints.py)
         self.live: Live | None = None
         self._transcript: Transcript | None = None
         self.previous_transcript: Path | None = None  # the file before a restart (its header names it)
@@ -584,6 +586,7 @@ class AgentState:
             self.budget.close()
             self.turns.close()
             self.edit_review.close()
+            await self.checkpoints.aclose()
             if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):
                 self.set_status(AgentStatus.CLOSED)
             self.wake_waiters()

@@ -239,6 +239,9 @@ class TurnQueue:
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
         try:
+            checkpoints = getattr(self.agent, "checkpoints", None)
+            if checkpoints is not None:  # the agent's folder before the turn (engine/checkpoints.py)
+                await checkpoints.before_prompt(turn, live)
             mark = {"escouade": {"steered": True}} if turn.steered else {}  # _meta: the transcript says it
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt, **mark)
         except Exception as exc:

@@ -39,12 +39,13 @@ class WorktreeError(EscouadeError):
     """A worktree request git refused or that would lose work; the message is one line."""
 
 
-async def git(*args: str, cwd: str | Path, check: bool = True) -> tuple[int, str, str]:
+async def git(*args: str, cwd: str | Path, check: bool = True,
+              env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """Run ``git ARGS`` in ``cwd`` as an async subprocess: ``(returncode, stdout, stderr)``.
     ``check``: :class:`WorktreeError` (git's ``fatal:``/``error:`` line, else its first line) on a
-    non-zero exit.
+    non-zero exit. ``env``: more environment (``GIT_INDEX_FILE``, ``GIT_DIR``… of a checkpoint).
     Never prompts (``GIT_TERMINAL_PROMPT=0``), C locale so messages parse."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"}
+    env = {**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"}
     if not Path(cwd).is_dir():  # a stat: else the spawn's error would read "no git"
         raise WorktreeError(f"{cwd} does not exist (any more): git cannot run there")
     try:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-from ..core.conversation import Item, Permission, Question
+from ..core.conversation import Item, Message, Permission, Question
 from ..core.render_text import render_items, safe_render_item
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, ENDED, AgentStatus
 from ..engine.agent import Agent, AuthRequired, Turn
@@ -322,8 +322,17 @@ class ConversationView(FrontView):
         self._head_sent: dict | None = None
         self._static_whole: dict = {}  # see static_body
         CardActions(agent, self.feed.find, self.feed.form_error).bind(self.actions)
+        self.actions["rewind"] = self._rewind  # *Rewind to here* on a prompt (engine/checkpoints.py)
         self.hold(agent.on_status.subscribe(self._head_changed))  # the conversation's state: the feed nudges
         self._serial = next(_serials)
+
+    def _rewind(self, msg: dict) -> None:
+        """*Rewind to here* was confirmed on a prompt: the agent rewinds to its turn's
+        checkpoint (a task the agent owns; a refusal is said in its conversation)."""
+        item = self.feed.find(str(msg.get("key")))
+        users = [i for i in self.agent.conversation.items if isinstance(i, Message) and i.role == "user"]
+        if isinstance(item, Message) and item in users:
+            self.agent.rewind_soon(users.index(item) + 1)
 
     def head(self) -> dict[str, Any]:  # pragma: no cover - overridden
         raise NotImplementedError

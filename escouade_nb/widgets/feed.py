@@ -71,6 +71,11 @@ def item_html(key: str, html: str, meta: dict[str, Any]) -> str:
             f'{" hidden" if meta.get("h") else ""}>{html}</div>')
 
 
+def rewound_badge(item: Item) -> str:
+    return '<span class="esc-badge esc-rewound-badge" title="A rewind undid this turn">rewound</span>' \
+        if item.rewound else ""
+
+
 def _who(answered_by: str | None) -> str:
     """Who answered, in the card's words: a rule plugin without its " via Escouade"."""
     who = answered_by or ""
@@ -307,7 +312,7 @@ class Feed:
             if len(text) >= sent:
                 self._stream[key][1] = len(text)
                 return ([["tx", key, text[sent:]]] if len(text) > sent else []), len(text) - sent, False
-        if isinstance(item, Message) and item.role == "agent" and key in self._stream:
+        if isinstance(item, Message) and item.role == "agent" and key in self._stream and not item.rewound:
             stream_ops, behind = self._stream_ops(key, item)
             if stream_ops is not None:
                 return stream_ops, sum(len(o[2]) for o in stream_ops), behind
@@ -365,7 +370,8 @@ class Feed:
         """(HTML, meta) of ``item`` as the front-end shows it now; an item that cannot be
         drawn (an agent's value no renderer expected) shows why, and its raw form."""
         try:
-            return self._render(item)
+            html, meta = self._render(item)
+            return (f'<div class="esc-rewound">{html}</div>' if item.rewound and html else html), meta
         except Exception as exc:  # one item must not take the view down
             log.warning("item %s not drawn", item.key, exc_info=True)
             return not_drawn(item, exc), {"c": "note"}
@@ -396,8 +402,9 @@ class Feed:
         if msg.role == "user":
             extra = "".join(block_html(b) for b in msg.blocks)
             who = 'you <span class="esc-steered">· steered</span>' if msg.steered else "you"
-            return (f'<div class="esc-msg esc-user"><div class="esc-who">{who}</div>'
-                    f'<div class="esc-user-text">{esc(msg.text)}</div>{extra}</div>', {"c": "msg"})
+            return (f'<div class="esc-msg esc-user"><div class="esc-who">{who}</div>{rewound_badge(msg)}'
+                    f'<div class="esc-user-text">{esc(msg.text)}</div>{extra}{self._rewind_here(msg)}</div>',
+                    {"c": "msg"})
         if msg.role == "thought":
             if msg.closed:
                 took = getattr(msg, "duration", None)
@@ -449,6 +456,17 @@ class Feed:
                     f'<div class="esc-thought-text">{esc(msg.text)}</div></details>')
         return (f'<div class="esc-msg esc-agent"><div class="esc-blocks">{markdown(visible_text(msg.text))}</div>'
                 f'<div class="esc-extra">{extra}</div></div>')
+
+    def _rewind_here(self, msg: Message) -> str:
+        """*Rewind to here* on a prompt whose turn has a checkpoint (engine/checkpoints.py),
+        behind a confirm step (a ``details``: the question and its Rewind button)."""
+        if not self.interactive or not getattr(msg, "checkpointed", False) or msg.rewound:
+            return ""
+        return (f'<details class="esc-rewind"><summary title="Put the agent\'s folder back as it was before this '
+                f'turn, and go on from there">Rewind to here</summary><div class="esc-rewind-ask">Put the '
+                f'agent\'s folder back as it was before this turn and go on from here? This turn and the later '
+                f'ones stay shown, marked rewound. <button class="esc-btn esc-reject" data-act="rewind" '
+                f'data-key="{esc(self.key(msg))}">Rewind</button></div></details>')
 
     def _buttons(self, perm: Permission) -> str:
         if not self.interactive:

@@ -78,6 +78,10 @@ BUDGET_EVENT = "budget"
 """The events of a budget card (``engine/budget.py``): ``{"phase": "card", "call", "title", "text",
 "options", "scope", "kinds"}`` when it is made (its answer is an ``answer`` event), ``{"phase": "end",
 "call", "status"}`` after."""
+CHECKPOINT_EVENT = "checkpoint"
+"""The event of a checkpoint of the agent's folder before a turn (:mod:`escouade_nb.engine.checkpoints`)."""
+REWIND_EVENT = "rewind"
+"""The event of a rewind: ``{"turn", "commit", "session"}``; the turns from ``turn`` on are marked rewound."""
 KERNEL_RESTARTED = "the kernel restarted"
 """Why a card never answered before its process's stretch ended is shown cancelled."""
 
@@ -606,6 +610,7 @@ class _Replay:
         self.questions: dict[Any, Question] = {}  # a question card's number -> it
         self.reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
         self.prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
+        self.forks: set[Any] = set()  # ids of session/fork requests (a checkpoint's): their answer is no switch
         self.recorded = False  # this segment records the client's notices (RECORD): none are derived then
         self.steers: dict[Any, tuple[str, list[Any]]] = {}  # ids of steering requests -> (method, prompt)
 
@@ -647,6 +652,9 @@ class _Replay:
             method, prompt = self.steers.pop(msg["id"])
             if steering.delivered(method, msg):
                 conversation.add_user_message([b for b in prompt if isinstance(b, dict)], steered=True)
+        if "id" in msg and "method" not in msg and msg["id"] in self.forks:
+            self.forks.discard(msg["id"])  # a fork was made; the conversation stays in its session
+            return
         if "id" in msg and "method" not in msg:
             self.reloads.discard(msg["id"])
             stopped = self.prompts.pop(msg["id"], False)
@@ -687,6 +695,8 @@ class _Replay:
         method = msg.get("method")
         if method in ("session/load", "session/resume") and "id" in msg:
             self.reloads.add(msg["id"])  # resume must not replay; an agent that does anyway is shown once
+        if method == "session/fork" and "id" in msg:
+            self.forks.add(msg["id"])
         if method == "session/prompt" and "id" in msg:
             self.prompts[msg["id"]] = False
         elif method == "session/cancel" and \
@@ -739,6 +749,10 @@ class _Replay:
         elif event == "exit" and not data.get("expected") and not self.recorded:
             conversation.add_notice(f"Agent exited with code {data.get('code')}", level="error",
                                     detail=data.get("stderr_tail", ""))
+        elif event == REWIND_EVENT and isinstance(data.get("turn"), int):
+            conversation.mark_rewound(data["turn"])
+            if data.get("session"):  # it went on in a fork: its ids are its own
+                conversation.new_session()
         elif event == "session":
             self.info["session_id"] = data.get("session_id")
         elif event == BUDGET_EVENT and isinstance(data.get("call"), str):

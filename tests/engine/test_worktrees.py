@@ -159,7 +159,9 @@ def test_a_worktree_survives_and_resume_reattaches_it(repo):
     run(go())
 
 
-def test_ask_sends_one_prompt_to_three_agents_concurrently(repo):
+def test_ask_sends_one_prompt_to_three_agents_concurrently(repo, monkeypatch):
+    monkeypatch.chdir(repo)  # "fake" starts in the current folder: the repository, not the checkout (its checkpoints)
+
     async def go():
         squad = Squad()
         try:
@@ -252,8 +254,11 @@ def test_fork_with_session_fork_loads_the_forked_session_in_a_new_process(script
 
     init = P_INIT.replace('"loadSession":false', '"loadSession":true,"sessionCapabilities":{"fork":{}}')
     new = P_NEW.replace('"mcpServers":[]', '"mcpServers":"$ANY"')
+    # the checkpoint before the prompt takes a fork too (engine/checkpoints.py)
     parent_run = f"""{init}
 {new}
+C> {{"jsonrpc":"2.0","id":9,"method":"session/fork","params":{{"sessionId":"s1","cwd":"$WS"}}}}
+A> {{"jsonrpc":"2.0","id":9,"result":{{"sessionId":"s1-checkpoint"}}}}
 C> {{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{{"sessionId":"s1","prompt":[{{"type":"text","text":"go"}}]}}}}
 A> {_chunk("Hello")}
 A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}
@@ -263,6 +268,8 @@ A> {{"jsonrpc":"2.0","id":3,"result":{{"sessionId":"s1-fork"}}}}
     fork_run = f"""{init}
 C> {{"jsonrpc":"2.0","id":1,"method":"session/load","params":{{"sessionId":"s1-fork","cwd":"$WS","mcpServers":"$ANY"}}}}
 A> {{"jsonrpc":"2.0","id":1,"result":{{}}}}
+C> {{"jsonrpc":"2.0","id":9,"method":"session/fork","params":{{"sessionId":"s1-fork","cwd":"$WS"}}}}
+A> {{"jsonrpc":"2.0","id":9,"result":{{"sessionId":"s1-fork-checkpoint"}}}}
 C> {{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{{"sessionId":"s1-fork","prompt":[{{"type":"text","text":"next"}}]}}}}
 A> {_chunk("Again", "s1-fork")}
 A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}

@@ -1,0 +1,530 @@
+"""Checkpoints of an agent's folder before each turn, and the rewind to one of them.
+
+Before each prompt is sent, :class:`Checkpoints` takes a :class:`Checkpoint` of the agent's
+folder (``agent.checkpoints``: one per turn, ``.turn``, ``.prompt``, ``.at``); ``await
+agent.rewind(cp)`` puts the folder back as it was then and continues the conversation from
+before that turn.
+
+How a folder is kept (:class:`FolderSnapshots`; git through :func:`~.worktree.git`, async
+subprocesses, never on the loop's thread):
+
+* **In a git repository** (the folder or a parent has one): the files are written as a
+  tree with a private index — ``GIT_INDEX_FILE`` pointing at a file of our own, ``git add -A``
+  into it, ``write-tree``, ``commit-tree`` — and the commit is kept under a private ref,
+  ``refs/escouade/checkpoints/<agent>/<run>-<turn>``. Nothing of the user's changes: no branch,
+  not the index (``.git/index``), not ``HEAD``, not the stash; the objects go into the
+  repository's object store (``git log --all`` shows those refs). Only the agent's folder is
+  taken and restored (the part of the repository under it).
+* **Outside git**: a shadow repository of our own, outside the user's folder (under the
+  state folder, :func:`state_dir`), used with ``GIT_DIR`` / ``GIT_WORK_TREE``; the folder
+  gets no ``.git``.
+
+Untracked files are kept; git-ignored ones (``.gitignore``, ``.git/info/exclude``, the
+user's global excludes) are not, and a rewind leaves them as they are. File contents are
+stored raw (``GIT_ATTR_SOURCE`` set to the empty tree, git ≥ 2.41; no ``core.autocrlf``): an
+older git still applies a repository's ``.gitattributes`` (``text``, ``eol``, ``filter``), so a
+file under such an attribute comes back as git checks it out, not byte for byte), with their
+executable bit and symlinks; empty folders are not kept (git keeps files).
+
+The conversation after a rewind: where the agent offers ``session/fork``
+(``sessionCapabilities.fork``), a fork of the session is taken with each checkpoint (ACP forks
+a session as it is *now*, so only a fork taken then is the conversation of then); a rewind
+forks that fork again (the checkpoint's stays as it was, for a later rewind) and the agent
+goes on in it, on the same process. Else — or when the process changed since (a restart, a
+resume) — a new process and session carry the conversation up to that turn as context of the
+next prompt (:func:`~..core.prompt.carried_conversation`, as a fork does). The turns from the
+one rewound to on stay in the view, marked rewound (:meth:`~..core.conversation.Conversation.mark_rewound`,
+``(rewound)`` in the text); each checkpoint and each rewind is on record in the transcript
+(``checkpoint`` and ``rewind`` events), so a resume shows and keeps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .._errors import EscouadeError
+from ..core.conversation import Message
+from ..wire.errors import AgentError
+from ..wire.transcript import CHECKPOINT_EVENT, REWIND_EVENT
+from .worktree import WorktreeError, git
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Checkpoint", "CheckpointError", "Checkpoints", "FolderSnapshots", "TooBig", "limits", "state_dir",
+           "CHECKPOINT_EVENT", "REWIND_EVENT", "REF_PREFIX"]
+
+REF_PREFIX = "refs/escouade/checkpoints/"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+CHUNK = 200  # paths per checkout-index
+PROMPT_SHOWN = 80
+FORK_TIMEOUT = 10.0
+"""Seconds a checkpoint's ``session/fork`` may take before the prompt goes without it."""
+
+
+class CheckpointError(EscouadeError):
+    """A checkpoint could not be taken or restored; the message is one line."""
+
+
+class TooBig(CheckpointError):
+    """The files a checkpoint would add to git are more than it takes (:func:`limits`)."""
+
+
+def limits() -> tuple[int, int]:
+    """``(files, bytes)`` a checkpoint adds at most (files git does not have yet):
+    ``$ESCOUADE_NB_CHECKPOINT_MAX_FILES`` (default 20,000) and ``$ESCOUADE_NB_CHECKPOINT_MAX_MB``
+    (default 256 MB). A folder over them — a home folder, a data folder — gets no checkpoints."""
+    def number(name: str, default: float) -> float:
+        try:
+            return float(os.environ.get(name, default))
+        except ValueError:
+            return default
+    return int(number("ESCOUADE_NB_CHECKPOINT_MAX_FILES", 20_000)), int(number("ESCOUADE_NB_CHECKPOINT_MAX_MB", 256)
+                                                                           * 1024 * 1024)
+
+
+def _size_over(top: Path, paths: list[str], limit: int) -> int:
+    """The bytes of ``paths`` (under ``top``), counted until past ``limit`` (runs in a thread)."""
+    total = 0
+    for rel in paths:
+        try:
+            total += (top / rel).lstat().st_size
+        except OSError:
+            continue
+        if total > limit:
+            break
+    return total
+
+
+def state_dir() -> Path:
+    """Where shadow repositories and private index files live: ``$ESCOUADE_NB_CHECKPOINTS_DIR``,
+    else ``checkpoints`` beside the transcripts' folder when ``$ESCOUADE_NB_TRANSCRIPTS_DIR``
+    names one, else ``<jupyter data dir>/escouade_nb/checkpoints``."""
+    env = os.environ.get("ESCOUADE_NB_CHECKPOINTS_DIR")
+    if env:
+        return Path(env).expanduser()
+    transcripts = os.environ.get("ESCOUADE_NB_TRANSCRIPTS_DIR")
+    if transcripts:
+        return Path(transcripts).expanduser() / "checkpoints"
+    from jupyter_core.paths import jupyter_data_dir
+    return Path(jupyter_data_dir()) / "escouade_nb" / "checkpoints"
+
+
+def _ref_part(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "agent"
+
+
+@dataclass(eq=False)
+class Checkpoint:
+    """The agent's folder as it was before turn ``turn`` (1 for the first prompt of its
+    conversation): ``prompt`` that turn's text, ``at`` when it was taken (UTC), ``commit`` the
+    git commit holding the files, ``ref`` where it is kept, ``git_dir`` the shadow repository
+    (None: the folder's own repository), ``fork`` the session the agent forked then (None
+    when it offers no ``session/fork``)."""
+
+    turn: int
+    prompt: str
+    at: datetime
+    commit: str
+    ref: str
+    git_dir: str | None = None
+    fork: str | None = None
+    _live: Any = field(default=None, repr=False)  # a weak reference to the process whose session was forked
+
+    def __repr__(self) -> str:
+        shown = self.prompt if len(self.prompt) <= PROMPT_SHOWN else self.prompt[:PROMPT_SHOWN - 1] + "…"
+        return f"<Checkpoint before turn {self.turn} ({self.at:%Y-%m-%d %H:%M:%S} UTC): {shown!r}>"
+
+    def record(self) -> dict[str, Any]:
+        return {"turn": self.turn, "prompt": self.prompt, "at": self.at.isoformat(), "commit": self.commit,
+                "ref": self.ref, "git_dir": self.git_dir, "fork": self.fork}
+
+
+class FolderSnapshots:
+    """Snapshots of one folder as git commits (see the module): :meth:`take` returns a
+    commit, :meth:`restore` puts the folder back to one. ``name`` names the refs."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.folder = Path(folder)
+        self.name = name
+        self.run = uuid.uuid4().hex[:8]  # this agent's checkpoints in this kernel: refs apart from another's
+        self.top: Path | None = None  # the work tree's top (the repository's, or the folder for a shadow)
+        self.scope = "."  # the folder, relative to top
+        self.git_dir: Path | None = None  # a shadow repository; None: the folder's own
+        self._index: Path | None = None
+        self._lock = asyncio.Lock()
+
+    def _env(self, index: Path | None = None) -> dict[str, str]:
+        env = {"GIT_ATTR_SOURCE": EMPTY_TREE, "GIT_LITERAL_PATHSPECS": "1",
+               "GIT_AUTHOR_NAME": "escouade_nb", "GIT_AUTHOR_EMAIL": "escouade_nb@localhost",
+               "GIT_COMMITTER_NAME": "escouade_nb", "GIT_COMMITTER_EMAIL": "escouade_nb@localhost"}
+        if self.git_dir is not None:
+            env.update(GIT_DIR=str(self.git_dir), GIT_WORK_TREE=str(self.folder))
+        if index is not None:
+            env["GIT_INDEX_FILE"] = str(index)
+        return env
+
+    async def _git(self, *args: str, index: Path | None = None, check: bool = True) -> str:
+        assert self.top is not None
+        config = ["-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.fsmonitor=false",
+                  "-c", "core.untrackedCache=false", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null",
+                  "-c", "core.splitIndex=false"]
+        code, out, err = await git(*config, *args, cwd=self.top, check=False, env=self._env(index))
+        if check and code != 0:
+            line = next((ln for ln in err.splitlines() if ln.startswith(("fatal:", "error:"))), err.strip()[:200])
+            raise CheckpointError(f"git {args[0]}: {line or f'exit {code}'}")
+        return out
+
+    async def _locate(self) -> None:
+        if self.top is not None:
+            return
+        try:
+            code, out, _ = await git("rev-parse", "--show-toplevel", cwd=self.folder, check=False)
+        except WorktreeError as exc:
+            raise CheckpointError(str(exc)) from None
+        if code == 0 and out.strip():
+            top = Path(out.strip()).resolve()
+            self.top, self.scope = top, os.path.relpath(self.folder.resolve(), top)
+        else:
+            key = hashlib.sha256(str(self.folder.resolve()).encode()).hexdigest()[:16]
+            git_dir = state_dir() / "shadow" / f"{_ref_part(self.folder.name)}-{key}"
+            self.top, self.git_dir = self.folder, git_dir
+            if not (git_dir / "HEAD").exists():
+                await asyncio.to_thread(git_dir.parent.mkdir, parents=True, exist_ok=True)
+                code, _, err = await git("init", "-q", "--bare", str(git_dir), cwd=git_dir.parent, check=False)
+                if code != 0:
+                    raise CheckpointError(f"the shadow repository could not be made: {err.strip()[:200]}")
+        work = state_dir() / "index"
+        await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
+        self._index = work / f"{_ref_part(self.name)}-{self.run}"
+        if self.git_dir is None:  # the private index starts as a copy of the user's (read, never written):
+            # its stat cache spares hashing every file, and tracked files git would ignore stay tracked
+            theirs = Path(self.top, (await self._git("rev-parse", "--git-path", "index")).strip())
+            try:
+                await asyncio.to_thread(shutil.copyfile, theirs, self._index)
+            except OSError:
+                has_head = await self._git("rev-parse", "--verify", "-q", "HEAD", check=False)
+                await self._git("read-tree", *(["HEAD"] if has_head.strip() else ["--empty"]), index=self._index)
+
+    async def _tree(self, limited: bool = True) -> str:
+        """The folder's files as a tree now (the private index brought up to date);
+        :class:`TooBig` when the files it would add are more than :func:`limits` (``limited``)."""
+        assert self.top is not None
+        if limited:
+            await self._within_limits()
+        await self._git("add", "-A", "--ignore-errors", "--", self.scope, index=self._index, check=False)
+        return (await self._git("write-tree", index=self._index)).strip()
+
+    async def _within_limits(self) -> None:
+        assert self.top is not None
+        others = await self._git("ls-files", "--others", "--exclude-standard", "-z", "--", self.scope,
+                                 index=self._index)
+        new = [p for p in others.split("\0") if p]
+        most, most_bytes = limits()
+        if len(new) > most:
+            raise TooBig(f"{len(new)} files git does not have yet, more than {most} "
+                         f"(ESCOUADE_NB_CHECKPOINT_MAX_FILES; a .gitignore leaves some out)")
+        size = await asyncio.to_thread(_size_over, self.top, new, most_bytes)
+        if size > most_bytes:
+            raise TooBig(f"more than {most_bytes // (1024 * 1024)} MB of files git does not have yet "
+                         f"(ESCOUADE_NB_CHECKPOINT_MAX_MB; a .gitignore leaves some out)")
+
+    async def take(self, turn: int, label: str) -> tuple[str, str]:
+        """Snapshot the folder: ``(commit, ref)``. :class:`CheckpointError` when git fails."""
+        async with self._lock:
+            await self._locate()
+            tree = await self._tree()
+            commit = (await self._git("commit-tree", tree, "-m", label)).strip()
+            ref = f"{REF_PREFIX}{_ref_part(self.name)}/{self.run}-{turn}"
+            await self._git("update-ref", ref, commit)
+            return commit, ref
+
+    async def aclose(self) -> None:
+        """Remove the private index file (the checkpoints stay, under their refs)."""
+        if self._index is not None:
+            await asyncio.to_thread(self._index.unlink, missing_ok=True)
+        self.top = self.git_dir = self._index = None  # found again (and the index made again) on next use
+
+    async def restore(self, commit: str) -> tuple[list[str], list[str]]:
+        """Put the folder back as ``commit`` has it: files added since removed, the others
+        written back byte for byte; ignored files untouched. Returns ``(removed, written)``
+        paths relative to the work tree's top. :class:`CheckpointError` when git fails."""
+        async with self._lock:
+            await self._locate()
+            now = await self._tree(limited=False)  # what is there now, however big: to know what to remove
+            raw = await self._git("diff-tree", "-r", "-z", "--raw", "--no-renames", commit, now, "--", self.scope)
+            removed: list[str] = []
+            written: list[str] = []
+            fields = raw.split("\0")
+            for head, path in zip(fields[0::2], fields[1::2], strict=False):
+                parts = head.lstrip(":").split()
+                if len(parts) < 5 or "160000" in parts[:2]:  # a nested repository: left alone
+                    continue
+                (removed if parts[4] == "A" else written).append(path)
+            assert self.top is not None
+            await asyncio.to_thread(_remove, self.top, self.folder, removed)
+            if written:
+                with tempfile.TemporaryDirectory(prefix="escouade-rewind-") as scratch:
+                    index = Path(scratch) / "index"
+                    await self._git("read-tree", commit, index=index)
+                    for at in range(0, len(written), CHUNK):
+                        await self._git("checkout-index", "-f", "-q", "--", *written[at:at + CHUNK], index=index)
+            return removed, written
+
+
+def _remove(top: Path, folder: Path, paths: list[str]) -> None:
+    """Unlink the files ``paths`` (a folder is never removed whole), then the folders they
+    leave empty, up to ``folder`` (runs in a thread)."""
+    parents: set[Path] = set()
+    for rel in paths:
+        path = top / rel
+        try:
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+                parents.add(path.parent)
+        except FileNotFoundError:
+            continue
+    folder = folder.resolve()
+    for parent in sorted(parents, key=lambda p: -len(p.parts)):
+        at = parent
+        while at != folder and folder in at.parents:
+            try:
+                at.rmdir()
+            except OSError:
+                break
+            at = at.parent
+
+
+def _prompt_text(turn: Any) -> str:
+    return "".join(b.get("text", "") for b in getattr(turn, "prompt", []) if isinstance(b, dict)
+                   and b.get("type") == "text").strip()
+
+
+class Checkpoints:
+    """An agent's checkpoints (``agent.checkpoints`` lists :attr:`items`), taken before each
+    prompt (:meth:`before_prompt`) and rewound to (:meth:`rewind`). ``enabled``: take them
+    (default True; never for an agent run through a launcher, whose files are elsewhere)."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.items: list[Checkpoint] = []
+        self.enabled = True
+        self._snapshots: FolderSnapshots | None = None
+        self._warned = False
+        self._fork_warned = False
+        self._no_fork: Any = None  # the process that failed a session/fork: not asked again
+        self._fork_answer: dict[str, Any] = {}  # the last session/fork answer (its modes, config options)
+        self._rewinding = False
+        self.task: asyncio.Task | None = None  # a rewind asked from the view (rewind_soon); close() cancels it
+
+    @property
+    def snapshots(self) -> FolderSnapshots:
+        if self._snapshots is None or self._snapshots.folder != self.agent.cwd:
+            self._snapshots = FolderSnapshots(self.agent.cwd, self.agent.name)
+        return self._snapshots
+
+    def _turn_number(self) -> int:
+        return sum(1 for i in self.agent.conversation.items if isinstance(i, Message) and i.role == "user")
+
+    async def before_prompt(self, turn: Any, live: Any) -> None:
+        """Take the checkpoint of ``turn`` (its prompt is in the conversation, not sent yet)
+        and, where offered, a fork of the session. Never raises: a failure is said once in
+        the conversation and the turn goes on without a checkpoint."""
+        agent = self.agent
+        if not self.enabled or agent.via:
+            return
+        number = self._turn_number()
+        prompt = _prompt_text(turn)
+        try:
+            commit, ref = await self.snapshots.take(number, f"escouade_nb: {agent.name} before turn {number}\n\n"
+                                                            f"{prompt[:2000]}")
+        except TooBig as exc:  # a home folder, a data folder: not tried again every turn
+            self.enabled = False
+            agent.conversation.add_notice(f"No checkpoints of {agent.cwd} for {agent.name}: {exc}. Its turns "
+                                          f"cannot be rewound to.", level="warning")
+            return
+        except (CheckpointError, WorktreeError, OSError) as exc:
+            if not self._warned:
+                self._warned = True
+                agent.conversation.add_notice(f"No checkpoint of {agent.cwd} before this turn ({exc}): it cannot "
+                                              f"be rewound to.", level="warning")
+            return
+        cp = Checkpoint(number, prompt, datetime.now(UTC), commit, ref,
+                        str(self.snapshots.git_dir) if self.snapshots.git_dir else None)
+        cp.fork, cp._live = await self._fork(live), weakref.ref(live)
+        self.items.append(cp)
+        message = self._message(number)
+        if message is not None:
+            message.checkpointed = True
+            agent.conversation.touch(message)
+        if agent.transcript is not None:
+            agent.transcript.event(CHECKPOINT_EVENT, **cp.record())
+
+    async def _fork(self, live: Any, session_id: str | None = None) -> str | None:
+        """``session/fork`` of the current session (or ``session_id``) where the agent offers
+        it: the fork's session id, else None."""
+        session = getattr(live, "session", None)
+        caps = self.agent.agent_capabilities or {}
+        if session is None or (caps.get("sessionCapabilities") or {}).get("fork") is None or live is self._no_fork:
+            return None
+        source = session_id or session.session_id
+        try:
+            result = await session.request("session/fork", {"sessionId": source, "cwd": str(self.agent.cwd),
+                                                            "mcpServers": list(getattr(live, "mcp_servers", []))},
+                                           timeout=FORK_TIMEOUT)
+            fork = (result or {}).get("sessionId")
+            self._fork_answer = result if isinstance(result, dict) else {}
+            return fork if isinstance(fork, str) and fork else None
+        except Exception as exc:  # the agent refused or broke: the rewind carries the conversation instead
+            self._no_fork = live  # not asked again on this process: a prompt must not wait for it each turn
+            if not self._fork_warned:
+                self._fork_warned = True
+                self.agent.conversation.add_notice(f"The agent did not fork its session for the checkpoint ({exc}): "
+                                                   f"a rewind will carry the conversation in a new session.",
+                                                   level="warning")
+            return None
+
+    def _message(self, number: int) -> Message | None:
+        """The user message of turn ``number`` (1-based)."""
+        users = [i for i in self.agent.conversation.items if isinstance(i, Message) and i.role == "user"]
+        return users[number - 1] if 0 < number <= len(users) else None
+
+    def checkpoint_of(self, turn: int) -> Checkpoint | None:
+        """The newest checkpoint taken before turn ``turn``, else None."""
+        return next((cp for cp in reversed(self.items) if cp.turn == turn), None)
+
+    async def rewind(self, cp: Checkpoint | int) -> Checkpoint:
+        """Restore the folder to ``cp`` (a :class:`Checkpoint` of this agent, or its turn
+        number) and continue the conversation from before that turn (see the module).
+        :class:`AgentError` for a checkpoint not of this agent, while a turn runs, or a rewind
+        under way; :class:`CheckpointError` when git cannot restore it (nothing is changed
+        in the conversation then)."""
+        agent = self.agent
+        if isinstance(cp, int):
+            found = self.checkpoint_of(cp)
+            if found is None:
+                raise AgentError(f"{agent.name} has no checkpoint before turn {cp}")
+            cp = found
+        if cp not in self.items:
+            raise AgentError(f"{cp!r} is not a checkpoint of {agent.name}")
+        current = agent.turns.current
+        if current is not None and not current.done:
+            raise AgentError(f"{agent.name} is in a turn: stop it before rewinding")
+        if self._rewinding:
+            raise AgentError(f"a rewind of {agent.name} is under way")
+        self._rewinding = True
+        try:
+            return await self._rewind(cp)
+        finally:
+            self._rewinding = False
+
+    def rewind_soon(self, cp: Checkpoint | int) -> asyncio.Task:
+        """:meth:`rewind` as a task of this agent's (:attr:`task`), returned at once; a
+        refusal or a failure is a notice in the conversation."""
+        async def rewind() -> None:
+            try:
+                await self.rewind(cp)
+            except (AgentError, CheckpointError, WorktreeError) as exc:
+                self.agent.conversation.add_notice(f"Not rewound: {exc}", level="warning")
+                message = self._message(cp.turn if isinstance(cp, Checkpoint) else cp)
+                if message is not None:  # drawn again: its Rewind button on once more
+                    self.agent.conversation.touch(message)
+        self.task = asyncio.get_running_loop().create_task(rewind(), name=f"escouade rewind of {self.agent.name}")
+        return self.task
+
+    async def _rewind(self, cp: Checkpoint) -> Checkpoint:
+        agent = self.agent
+        snapshots = self.snapshots
+        if cp.git_dir is not None and snapshots.git_dir is None:
+            await snapshots._locate()
+        removed, written = await snapshots.restore(cp.commit)
+        conversation = agent.conversation
+        shown = cp.prompt if len(cp.prompt) <= PROMPT_SHOWN else cp.prompt[:PROMPT_SHOWN - 1] + "…"
+        before = self._carried_items(cp.turn)
+        rewound = conversation.mark_rewound(cp.turn)
+        live = agent.live
+        fork = None
+        if cp.fork is not None and cp._live is not None and live is cp._live() and agent.session is not None \
+                and agent.session.alive and not agent.session.closing:
+            fork = await self._fork(live, cp.fork)
+        files = (f"{len(removed)} file{'s' if len(removed) != 1 else ''} removed, "
+                 f"{len(written)} written back")
+        what = f"Rewound to before turn {cp.turn} (“{shown}”): {agent.cwd} is as it was then ({files}); " \
+               f"{rewound} turn{'s' if rewound != 1 else ''} marked rewound."
+        if fork is not None:
+            self._switch(live, fork)
+            if agent.transcript is not None:
+                agent.transcript.event(REWIND_EVENT, turn=cp.turn, commit=cp.commit, session=fork)
+                agent.transcript.event("session", session_id=fork)
+            conversation.add_notice(f"{what} The conversation goes on in session {fork}, forked from the one the "
+                                    f"agent forked before that turn (session/fork).")
+            return cp
+        from ..core.prompt import carried_items
+        if agent.transcript is not None:
+            agent.transcript.event(REWIND_EVENT, turn=cp.turn, commit=cp.commit, session=None)
+        why = "it offers no session/fork" if cp.fork is None else "its process changed since that turn"
+        carried = (f"the conversation up to there ({len(before)} items) goes, as text, with your next prompt"
+                   if before else "nothing came before that turn")
+        conversation.add_notice(f"{what} The conversation goes on in a new session ({why}): {carried}.")
+        if before:
+            agent.carries(carried_items(agent.name, agent.name, before, agent.harness.speaker))
+        if agent.status not in ("resumable", "harness missing"):
+            await agent.restart()
+        return cp
+
+    def _carried_items(self, turn: int) -> list[Any]:
+        """The conversation before turn ``turn``, without what earlier rewinds undid."""
+        items = list(self.agent.conversation.items)
+        message = self._message(turn)
+        end = items.index(message) if message is not None and message in items else len(items)
+        return [i for i in items[:end] if not getattr(i, "rewound", False)]
+
+    def _switch(self, live: Any, session_id: str) -> None:
+        """The agent goes on in ``session_id`` (a fork on the same process)."""
+        session = live.session
+        session.session_id = session_id
+        session.router.opened(session_id)
+        conversation = self.agent.conversation
+        conversation.new_session()
+        answer = self._fork_answer  # the fork's own modes and options, where its answer gives them
+        modes, options = answer.get("modes"), answer.get("configOptions")
+        conversation.set_session_state(modes=modes if isinstance(modes, dict) else None,
+                                       config_options=options if isinstance(options, list) else None)
+
+    async def aclose(self) -> None:
+        """The agent is closed: a rewind asked from the view is cancelled, the private index removed."""
+        if self.task is not None:
+            self.task.cancel()
+        if self._snapshots is not None:
+            await self._snapshots.aclose()
+
+    def rebuild(self, records: list[Any]) -> None:
+        """The checkpoints on record in a transcript (a resume): their files can be
+        rewound to (their forks belong to the process that made them: a rewind carries the
+        conversation instead); the user messages they come before are marked."""
+        for rec in records:
+            if getattr(rec, "kind", None) != "event" or getattr(rec, "event", None) != CHECKPOINT_EVENT:
+                continue
+            data = rec.data or {}
+            try:
+                cp = Checkpoint(int(data["turn"]), str(data.get("prompt") or ""),
+                                datetime.fromisoformat(str(data["at"])), str(data["commit"]), str(data["ref"]),
+                                data.get("git_dir") if isinstance(data.get("git_dir"), str) else None,
+                                data.get("fork") if isinstance(data.get("fork"), str) else None)
+            except (KeyError, TypeError, ValueError):
+                continue
+            self.items.append(cp)
+            message = self._message(cp.turn)
+            if message is not None:
+                message.checkpointed = True

@@ -83,6 +83,8 @@ def _start_parser() -> _Parser:
                    help="another folder of the session (ACP additionalDirectories; repeatable)")
     p.add_argument("--system-prompt", metavar="TEXT", help="ACP systemPrompt where the agent takes one")
     p.add_argument("--system-prompt-mode", choices=("append", "override"), default="append")
+    p.add_argument("--sandbox", action="store_true",
+                   help="run it under bubblewrap: read-only but its folder, its state folders and a private /tmp")
     return p
 
 
@@ -227,7 +229,8 @@ class EscouadeMagics(Magics):
         agent = squad.start(args.name, cwd=args.cwd, name=args.as_name, private=args.private, mode=args.mode,
                             via=args.via, account=args.account, fs=args.fs, mcp=args.mcp,
                             kernel_tools=args.kernel_tools, worktree=args.worktree, add_dirs=args.add_dirs,
-                            system_prompt=args.system_prompt, system_prompt_mode=args.system_prompt_mode)
+                            system_prompt=args.system_prompt, system_prompt_mode=args.system_prompt_mode,
+                            sandbox=args.sandbox)
         from .widgets import AgentView
         _show(AgentView(agent))
         return agent
@@ -407,14 +410,15 @@ def _show(view) -> None:
 
 _START_USAGE = """\
   %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER [--fs]] [--account ACCOUNT]
-                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]]
+                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]] [--sandbox]
                                             start an agent of harness NAME and show it
                                             (--worktree: in its own git worktree and branch off HEAD)
                  [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]]
                                             (--add-dir: another folder of the session, ACP additionalDirectories;
                                              --system-prompt: ACP systemPrompt where offered, else before the first prompt)
   (--private: a private project, never submitted to a rule plugin not turned on for it;
-   --fs: offer the client's file system even through a launcher)
+   --fs: offer the client's file system even through a launcher;
+   --sandbox: under bubblewrap, the file system read-only but its folder, its state folders and a private /tmp)
 """  # noqa: E501  (the usage as printed: one line of it is longer)
 
 START = Subcommand((), _START_USAGE, EscouadeMagics._start)

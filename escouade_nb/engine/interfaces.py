@@ -72,6 +72,7 @@ class AgentHandle(ResumedAgent, Protocol):
     reads_refusal_messages: bool
     version_checked: bool
     worktree: Any
+    sandbox: Any  # its engine.sandbox.Sandbox (``--sandbox``), else None
 
     @property
     def transcript(self) -> Transcript | None: ...

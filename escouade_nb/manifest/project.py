@@ -10,7 +10,9 @@ every session, and two spellings of one folder give one project.
 * the project's own config file, ``.escouade.yml`` at the top of the folder, with a
   line ``private: true``.
 
-That file may also give the project's ``name``. Only those two top-level keys are read:
+That file may also give the project's ``name``, and ``sandbox: true`` (every agent of the
+folder under bubblewrap, as ``--sandbox``: a protection, which a project file may turn on
+by itself, never off). Only those top-level keys are read:
 a project folder can mark itself private, but it can never turn a rule plugin on — a
 ``plugins:`` section (or anything else) in it is ignored. Which plugins decide for a
 project is the user's choice, kept in the user's config (see
@@ -38,14 +40,15 @@ _FALSE = {"false", "no", "off", "0", ""}
 
 
 class ProjectConfig(BaseModel):
-    """What escouade_nb reads of ``.escouade.yml``: ``name`` and ``private``, nothing else."""
+    """What escouade_nb reads of ``.escouade.yml``: ``name``, ``private`` and ``sandbox``."""
 
     model_config = ConfigDict(extra="ignore")
 
     name: str | None = None
     private: bool = False
+    sandbox: bool = False  # every agent of the folder under bubblewrap (engine/sandbox.py)
 
-    @field_validator("private", mode="before")
+    @field_validator("private", "sandbox", mode="before")
     @classmethod
     def _yaml_bool(cls, value):
         if isinstance(value, str):
@@ -95,15 +98,17 @@ class Project:
     name: str
     folder: Path
     private: bool = False
+    sandbox: bool = False
 
     @classmethod
-    def for_folder(cls, folder: str | Path, *, private: bool = False) -> Project:
+    def for_folder(cls, folder: str | Path, *, private: bool = False, sandbox: bool = False) -> Project:
         """The project of ``folder``: private if ``private`` is given or its
         ``.escouade.yml`` says so (the flag can only add privacy, never remove it)."""
         resolved = Path(folder).expanduser().resolve()
         config = read_project_config(resolved)
         return cls(id=project_id(resolved), name=config.name or resolved.name or str(resolved),
-                   folder=resolved, private=bool(private or config.private))
+                   folder=resolved, private=bool(private or config.private),
+                   sandbox=bool(sandbox or config.sandbox))
 
     def wire(self) -> dict[str, object]:
         """The ``project`` object of a ``permissions/decide`` request."""

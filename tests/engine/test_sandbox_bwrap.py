@@ -109,11 +109,16 @@ def test_a_bad_state_folder_is_refused_naming_the_file_and_the_field(tmp_path, b
 
 
 def test_every_shipped_manifest_declares_its_state_folders():
+    """Measured for each (docs/real-agents.md); goose's is Escouade's own file, unchanged."""
     from escouade_nb._resources import shipped_dir
 
+    declared = {}
     for manifest in sorted(shipped_dir("plugins").glob("*/escouade-plugin.json")):
         for harness in load_manifest(manifest).described_harnesses():
-            assert "stateFolders" in harness.acp.model_fields_set, f"{manifest}: {harness.id} has no stateFolders"
+            if manifest.parent.name != "goose":
+                assert "state_folders" in harness.acp.model_fields_set, f"{manifest}: {harness.id} has no stateFolders"
+            declared[harness.id] = harness.acp.state_folders
+    assert {"mistral-vibe", "fast-agent", "kimi", "claude-agent", "codex", "opencode", "gemini", "fake"} <= set(declared)
 
 
 # -- real bwrap ---------------------------------------------------------------------------------------

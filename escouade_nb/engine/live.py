@@ -133,7 +133,9 @@ class Live:
         """Spawn, open the session, wait for the process's end (the agent's main task)."""
         try:
             if self.agent.sandbox is not None:  # bwrap around it: the folders it may write, made off the loop
-                self.session.argv = await sandboxed_command(self.agent, self.session.argv, self.session.env)
+                folder = await self.kernel.token_folder()  # the stdio bridge's token file, read inside
+                self.session.argv = await sandboxed_command(self.agent, self.session.argv, self.session.env,
+                                                            readable=[folder] if folder is not None else [])
             async with self.session:
                 await self._handshake()
                 await self.session.exited.wait()

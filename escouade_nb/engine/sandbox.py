@@ -140,7 +140,8 @@ def _under_tmp(command: Sequence[str]) -> list[Path]:
     """What the private ``/tmp`` would hide that the agent needs to read: this Python's
     prefix (a virtual environment made under ``/tmp``: the stdio bridge, the fake agent),
     the program's own prefix (``/tmp/venv`` for ``/tmp/venv/bin/agent``) and the folder
-    of each other word of the command line that is an existing file under ``/tmp``."""
+    of each other word of the command line that is an existing file under ``/tmp``. (The
+    agent's ``HOME``, when it is under ``/tmp``, is added by :meth:`Sandbox.command`.)"""
     tmp = Path("/tmp")
     found: list[Path] = []
     prefix = Path(sys.prefix)
@@ -194,19 +195,21 @@ class Sandbox:
 
     async def command(self, command: Sequence[str], *, folder: Path, env: Mapping[str, str],
                       state_folders: Sequence[str] = (), also: Sequence[Path] = (),
-                      worktree: Path | None = None, branch: str | None = None) -> list[str]:
+                      worktree: Path | None = None, branch: str | None = None,
+                      readable: Sequence[Path] = ()) -> list[str]:
         """``command`` wrapped in bwrap for an agent working in ``folder`` with environment
         ``env`` (what expands its ``state_folders``, the manifest's ``acp.stateFolders``);
         ``also``: more writable folders (its additional directories); ``worktree`` /
-        ``branch``: its git worktree (see :func:`worktree_git_folders`). The file work runs
+        ``branch``: its git worktree (see :func:`worktree_git_folders`); ``readable``: folders
+        bound read-only (existing ones; after the private ``/tmp``). The file work runs
         in a thread. :class:`SandboxMissing` without bwrap, :class:`SandboxError` for a state
         folder that is ``/``, the home folder itself, or cannot be made."""
         bwrap = find_bwrap(env.get("PATH"))
         return await asyncio.to_thread(self._command, bwrap, list(command), folder, dict(env),
-                                       list(state_folders), list(also), worktree, branch)
+                                       list(state_folders), list(also), worktree, branch, list(readable))
 
     def _command(self, bwrap: str, command: list[str], folder: Path, env: dict[str, str], state_folders: list[str],
-                 also: list[Path], worktree: Path | None, branch: str | None) -> list[str]:
+                 also: list[Path], worktree: Path | None, branch: str | None, extra: list[Path]) -> list[str]:
         home = Path(env.get("HOME") or str(Path.home())).resolve()
         writable: list[Path] = []
         for spec in state_folders:
@@ -223,7 +226,9 @@ class Sandbox:
                                    f"{exc.strerror or exc}") from None
             writable.append(resolved)
         writable += [Path(p).resolve() for p in also if Path(p).is_dir()]
-        readable = _under_tmp(command)
+        readable = _under_tmp(command) + [Path(p) for p in extra if Path(p).is_dir()]
+        if home.is_relative_to("/tmp") and home != Path("/tmp") and home.is_dir():
+            readable.append(home)  # a HOME made under /tmp (a test's): read-only, as a home is elsewhere
         if worktree is not None:
             git_folders = worktree_git_folders(Path(worktree), branch)
             writable += git_folders
@@ -234,14 +239,16 @@ class Sandbox:
 
 
 
-async def sandboxed_command(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+async def sandboxed_command(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
+                            readable: Sequence[Path] = ()) -> list[str]:
     """``argv`` (the agent's command line) under ``agent.sandbox`` for this start: its
     folder, additional directories, manifest's ``acp.stateFolders`` (expanded with ``env``,
-    its environment) and worktree. Errors as :meth:`Sandbox.command`."""
+    its environment) and worktree; ``readable``: more folders bound read-only (the kernel's
+    token folder for the stdio bridge). Errors as :meth:`Sandbox.command`."""
     sandbox: Sandbox = agent.sandbox
     acp_spec = agent.harness.acp
     worktree = agent.worktree
     return await sandbox.command(argv, folder=agent.cwd, env=env,
                                  state_folders=list(acp_spec.state_folders) if acp_spec is not None else [],
                                  also=list(agent.add_dirs), worktree=worktree.path if worktree is not None else None,
-                                 branch=worktree.branch if worktree is not None else None)
+                                 branch=worktree.branch if worktree is not None else None, readable=readable)

@@ -11,6 +11,10 @@ For every agent (one kernel each, its environment pointing at the scripted model
 * ``write``: a prompt asks for a file to be written; the file exists and the diff is shown
   (when the agent sends one).
 
+The ``+sandbox`` benches (codex and gemini; ``ESCOUADE_AGENTS_SANDBOXED`` picks others) run every
+scenario with ``%escouade NAME --sandbox`` (bubblewrap: skipped without ``bwrap``), and codex,
+told to write outside its folder, writes with its own shell and is refused by the system.
+
 Timings (start-to-ready, turn) and the client calls each agent made are printed and
 collected in ``agent-report.json`` under pytest's temporary folder (``-s`` shows them).
 """

@@ -274,3 +274,19 @@ def test_the_project_file_turns_the_sandbox_on(sandboxed):
             await squad.aclose()
     box, text = run(go())
     assert box == Sandbox() and "Read-only file system" in text
+
+
+def test_the_token_folder_is_made_before_the_first_token_and_kept_for_it(tmp_path, monkeypatch):
+    """What a sandbox binds read-only before the agent starts: the stdio bridge's token file
+    appears in it later."""
+    from escouade_nb.engine.token_files import TokenFiles
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    files = TokenFiles()
+    try:
+        folder = files.make_folder()
+        assert folder.parent == tmp_path and folder.stat().st_mode & 0o777 == 0o700
+        assert files.make_folder() == folder and files.write("t0ken").parent == folder
+    finally:
+        files.remove_all()
+    assert not folder.exists()

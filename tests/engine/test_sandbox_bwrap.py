@@ -290,3 +290,32 @@ def test_the_token_folder_is_made_before_the_first_token_and_kept_for_it(tmp_pat
     finally:
         files.remove_all()
     assert not folder.exists()
+
+
+@needs_bwrap
+def test_a_resumed_sandboxed_agent_is_sandboxed_again(sandboxed):
+    """The transcript's header keeps the sandbox: ``%escouade resume`` runs it under bwrap again."""
+    from scripted_agent import P_INIT
+
+    again = "\n".join([P_INIT, 'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS"}}',
+                       'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s2"}}'])
+    s = sandboxed(own_commands(["true"]), again)
+    name = f"boxed-resume-{os.getpid()}"
+
+    async def go():
+        squad = Squad()
+        try:
+            first = squad.start("boxed", cwd=s.ws, name=name, sandbox=True)
+            await first.send("go")
+            await first.close()
+            resumed = squad.resume(name)
+            await resumed.ready()
+            from escouade_nb.widgets.agent_view import status_line
+            cmdline = Path(f"/proc/{resumed.pid}/cmdline").read_bytes().split(b"\0")
+            return resumed.sandbox, cmdline, status_line(resumed)
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    box, cmdline, line = run(go())
+    assert box == Sandbox() and cmdline[0] == shutil.which("bwrap").encode() and b"--unshare-pid" in cmdline
+    assert "sandboxed" in line

@@ -24,6 +24,8 @@ Steps, in four fresh kernels per run (so that each "first" is one: no version re
 the idle kernel (jitter, in each); ``%escouade`` (first, then again); in the second,
 ``%escouade`` with stand-ins of the 8 released agents on the PATH, each answering
 ``--version`` in 0.5 s; in the third, ``%escouade fake`` (the first start, until ready);
+``%escouade fake --sandbox`` (a second agent under bubblewrap: its state folders made and the
+worktree read in a thread, bwrap spawned as an async subprocess; until ready — needs ``bwrap``);
 a 2,000-chunk reply with its turn view displayed (the agent's view is displayed too); a
 prompt with a 3 MiB text file attached; starting 10 more agents; ``%escouade squad`` with
 the 11; a 2,000-chunk reply with 3 squad views displayed; in the fourth, without ``%load_ext``, the
@@ -128,6 +130,7 @@ _stalls = _LoopStalls()
 '''
 
 IDLE = "idle kernel (ticker jitter)"
+SANDBOXED = "%escouade fake --sandbox (under bwrap, until ready)"
 # Fresh kernels per run, so that each "first" is a first (versions not read yet). Each step:
 # (name, setup cells not measured, measured cells, seconds waited after them)
 LISTING_KERNEL: list[tuple[str, list[str], list[str], float]] = [
@@ -144,6 +147,7 @@ INSTALLED_KERNEL: list[tuple[str, list[str], list[str], float]] = [
 AGENTS_KERNEL: list[tuple[str, list[str], list[str], float]] = [
     (IDLE, [], [], 2.0),
     ("%escouade fake (first start, until ready)", [], ["a = %escouade fake --as bench", "await a.ready()"], 1.0),
+    (SANDBOXED, [], ["b = %escouade fake --as boxed --sandbox", "await b.ready()"], 1.0),
     ("2,000-chunk reply, its turn view displayed", [],
      ["t = a.send('chunks 2000')\nfrom escouade_nb.widgets import TurnView\ndisplay(TurnView(t))", "r = await t"],
      0.5),

@@ -85,6 +85,8 @@ def _start_parser() -> _Parser:
     p.add_argument("--system-prompt-mode", choices=("append", "override"), default="append")
     p.add_argument("--review", action="store_true",
                    help="the files it changes in each turn pend your Keep or Reject (agent.pending_edits)")
+    p.add_argument("--sandbox", action="store_true",
+                   help="run it under bubblewrap: read-only but its folder, its state folders and a private /tmp")
     return p
 
 
@@ -231,7 +233,7 @@ class EscouadeMagics(Magics):
                             via=args.via, account=args.account, fs=args.fs, mcp=args.mcp,
                             kernel_tools=args.kernel_tools, worktree=args.worktree, add_dirs=args.add_dirs,
                             system_prompt=args.system_prompt, system_prompt_mode=args.system_prompt_mode,
-                            review=args.review)
+                            review=args.review, sandbox=args.sandbox)
         from .widgets import AgentView
         _show(AgentView(agent))
         return agent
@@ -415,7 +417,7 @@ def _show(view) -> None:
 
 _START_USAGE = """\
   %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER [--fs]] [--account ACCOUNT]
-                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]]
+                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]] [--sandbox]
                                             start an agent of harness NAME and show it
                                             (--worktree: in its own git worktree and branch off HEAD)
                  [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]] [--review]
@@ -424,6 +426,7 @@ _START_USAGE = """\
   (--private: a private project, never submitted to a rule plugin not turned on for it;
    --fs: offer the client's file system even through a launcher;
    --review: the files it changes in each turn pend your Keep or Reject, agent.pending_edits)
+   --sandbox: under bubblewrap, the file system read-only but its folder, its state folders and a private /tmp)
 """  # noqa: E501  (the usage as printed: one line of it is longer)
 
 START = Subcommand((), _START_USAGE, EscouadeMagics._start)

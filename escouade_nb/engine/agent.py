@@ -118,6 +118,8 @@ class Agent:
     system_prompt = _kept("system_prompt")
     system_prompt_mode = _kept("system_prompt_mode")
     worktree = _kept("worktree")
+    sandbox = _read("sandbox", "Its :class:`~.sandbox.Sandbox` (``--sandbox``: its process under bubblewrap), "
+                               "else None.")
     version_checked = _kept("version_checked")
     reads_refusal_messages = _kept("reads_refusal_messages")
     last_activity = _kept("last_activity")

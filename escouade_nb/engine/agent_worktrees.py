@@ -33,7 +33,8 @@ def moved_into(planned: Worktree, folder: Path, within: Path,
     """``folder`` (inside ``within``: the repository, or a fork's parent's worktree) as the
     same subfolder of ``planned``; ``project`` (its id, its privacy) fenced to ``planned``."""
     if project is not None:
-        project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private)
+        project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private,
+                          sandbox=project.sandbox)
     return planned.path / folder.relative_to(within), project
 
 

@@ -74,6 +74,7 @@ class AgentHandle(ResumedAgent, Protocol):
     worktree: Any
     early_desk: Any  # a CardDesk for cards before the session exists (worktree_setup's confirmation)
     budget: Any  # its AgentBudget (engine/budget.py): set_budget, the budget card
+    sandbox: Any  # its engine.sandbox.Sandbox (``--sandbox``), else None
 
     @property
     def transcript(self) -> Transcript | None: ...

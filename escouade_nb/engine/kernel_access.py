@@ -319,6 +319,18 @@ class KernelAccess:
                                     *([self.grant.token] if self.grant is not None else []))
         return entries
 
+    async def token_folder(self) -> Path | None:
+        """The folder the kernel's MCP server keeps its token files in (for the stdio
+        bridge), made now — what a sandboxed agent gets bound read-only —, or None when the
+        agent gets no kernel tools or the server did not start."""
+        if self._server_task is None or self.agent.via:
+            return None
+        try:
+            server = await asyncio.shield(self._server_task)
+            return await asyncio.to_thread(server.token_files.make_folder)
+        except Exception:  # said when the entry is made (_kernel_entry)
+            return None
+
     async def _kernel_entry(self, caps: Mapping[str, Any], said: list[str]) -> dict[str, Any] | None:
         agent = self.agent
         if self._server_task is None:

@@ -31,6 +31,7 @@ from ..wire.transcript import Transcript
 from .cards import CardDesk
 from .kernel_access import KernelAccess
 from .resume import ReplaySkip
+from .sandbox import SandboxError, sandboxed_command
 from .workspace import Workspace
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Live:
                 "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),
                 "started_from": os.getcwd(),  # the notebook's folder: its project lists it (engine/listing.py)
                 **({"worktree": agent.worktree.record()} if agent.worktree is not None else {}),
+                **({"sandbox": agent.sandbox.record()} if agent.sandbox is not None else {}),
                 **({"previous": str(agent.previous_transcript)} if agent.previous_transcript is not None else {}),
                 **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),
                 **({"system_prompt": agent.system_prompt, "system_prompt_mode": agent.system_prompt_mode}
@@ -132,12 +134,18 @@ class Live:
     async def run(self) -> None:
         """Spawn, open the session, wait for the process's end (the agent's main task)."""
         try:
+            if self.agent.sandbox is not None:  # bwrap around it: the folders it may write, made off the loop
+                folder = await self.kernel.token_folder()  # the stdio bridge's token file, read inside
+                self.session.argv = await sandboxed_command(self.agent, self.session.argv, self.session.env,
+                                                            readable=[folder] if folder is not None else [])
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
             async with self.session:
                 await self._handshake()
                 await self.session.exited.wait()
         except SessionClosed:
             pass  # closed (or restarted) before it was up: end() says so
+        except SandboxError as exc:  # no bwrap any more, a state folder it cannot have: nothing started
+            self._fail(str(exc))
         except OSError as exc:  # the program could not start
             self._fail(f"could not start {' '.join(self.agent.argv())}: {exc}")
         except Exception as exc:  # a bug of ours: the agent ends, saying why

@@ -29,6 +29,7 @@ from .kernel_access import in_kernel as kernel_in_process
 from .kernel_server import preload_in_kernel
 from .versions import ProgramVersions
 from . import agent_worktrees, worktree_setup
+from .sandbox import Sandbox, SandboxError, sandbox_check
 from .worktree import Worktree, WorktreeError, repository_of
 from .._errors import EscouadeError
 from ..core.observers import Observers
@@ -267,7 +268,7 @@ class Squad:
               kernel_tools: bool | None = None, worktree: bool | str = False,
               worktree_base: str | None = None, add_dirs: Sequence[str | Path] = (),
               system_prompt: str | None = None, system_prompt_mode: str = "append",
-              session_id: str | None = None, review: bool = False) -> Agent:
+              session_id: str | None = None, review: bool = False, sandbox: bool = False) -> Agent:
         """Find ``harness`` (short or full id), locate its program, start an agent on
         the running loop and return it at once (status ``starting``). The program's
         version is read meanwhile (once per program file); a version outside the
@@ -293,6 +294,11 @@ class Squad:
         ``review``: the files it changes in each turn pend your Keep or Reject in
         ``agent.pending_edits`` (:mod:`.file_review`; also when the folder's ``.escouade.yml``
         says ``review: true``).
+        ``sandbox``: its process under bubblewrap (:mod:`.sandbox`: the file system
+        read-only but its folder, its manifest's ``acp.stateFolders`` and a private
+        ``/tmp``; its own pid namespace); also when the folder's ``.escouade.yml`` says
+        ``sandbox: true``. Refused with ``via`` and, in one line naming the package
+        ``bubblewrap``, where ``bwrap`` is not on ``PATH``.
 
         Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
         or account the harness does not have), :class:`ProgramNotFound` (with the
@@ -309,7 +315,12 @@ class Squad:
             if not ref.harness.account_var:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
             env[ref.harness.account_var] = str(account_dir(ref, account))
-        project: Project | None = Project.for_folder(folder, private=private)
+        project: Project | None = Project.for_folder(folder, private=private, sandbox=sandbox)
+        if project is not None and project.sandbox:  # before anything is registered or started
+            try:
+                sandbox_check(launcher)
+            except SandboxError as exc:
+                raise SquadError(str(exc)) from None
         name = name or self._free_name(ref.short_id)
         planned: Worktree | None = None
         if worktree:
@@ -337,15 +348,16 @@ class Squad:
                           system_prompt_mode=system_prompt_mode, session_id=session_id, review=review)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
+        if project is not None and project.sandbox:
+            state_of(agent).sandbox = Sandbox()
         self._add(agent)
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
             self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
         if planned is not None:
-            # its confirmation card, git worktree add, copies, setup: worktree_setup.prepare. wrap: the sandbox
-            # seam (h25/sandbox: the agent's bwrap prefix, worktree_setup.Wrap, when the agent is sandboxed)
+            # its confirmation card, git worktree add, copies, setup (sandboxed when the agent is)
             state_of(agent).prepare_then_start(
                 worktree_setup.prepare(state_of(agent), planned, worktree_base, setup, start_folder,
-                                       journal=self.rules.journal, wrap=None),
+                                       journal=self.rules.journal),
                 name=f"escouade worktree of {agent.name}")
         agent.start()
         return agent
@@ -406,7 +418,7 @@ class Squad:
         journal it. ``.escouade.yml``'s ``cleanup`` runs first when you confirmed it
         (:func:`.worktree_setup.cleanup`; its failure is said, the discard goes on)."""
         await self._on_worktree(name, agent_worktrees.discard, self.rules.journal, force,
-                                functools.partial(worktree_setup.cleanup, journal=self.rules.journal, wrap=None))
+                                functools.partial(worktree_setup.cleanup, journal=self.rules.journal))
 
     async def _on_worktree(self, name: str, work: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
         """``work(agent's state, *args)`` (:mod:`.agent_worktrees`), git's refusals said as :class:`SquadError`."""
@@ -437,6 +449,7 @@ class Squad:
         agent = Agent(source.harness, program=source.program, name=name, cwd=cwd, policies=list(source.policies),
                       via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
                       mcp=source.mcp, review=source.review)
+        state_of(agent).sandbox = source.sandbox  # a fork of a sandboxed agent is sandboxed
         self._add(agent)
         state_of(agent).claim_version_check()  # the parent's program: checked already
         state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned),
@@ -538,8 +551,11 @@ class Squad:
             # the repository's project, fenced to the worktree
             repo_project = Project.for_folder(Path(recorded["repo"]))
             project = Project(id=repo_project.id, name=repo_project.name, folder=project.folder,
-                              private=repo_project.private or project.private)
+                              private=repo_project.private or project.private,
+                              sandbox=repo_project.sandbox or project.sandbox)
         agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
+        if isinstance(head.get("sandbox"), dict) or (project is not None and project.sandbox):  # sandboxed again
+            state_of(agent).sandbox = Sandbox(offline=bool((head.get("sandbox") or {}).get("offline")))
         if isinstance(head.get("worktree"), dict):  # reattached: git still has it (or the view says it has gone)
             try:
                 state_of(agent).in_worktree(Worktree.from_record(head["worktree"]))
@@ -602,9 +618,9 @@ class Squad:
             if not Path(elsewhere).is_dir():
                 raise SquadError(f"session {session_id} is of the folder {elsewhere}, which does not exist here")
             return self.start(agent.harness.id, cwd=Path(elsewhere), name=as_name, private=agent.private,
-                              session_id=session_id)
+                              session_id=session_id, sandbox=agent.sandbox is not None)
         return self.start(agent.harness.id, cwd=agent.cwd, name=as_name, private=agent.private,
-                          add_dirs=list(agent.add_dirs), session_id=session_id)
+                          add_dirs=list(agent.add_dirs), session_id=session_id, sandbox=agent.sandbox is not None)
 
     def sessions_soon(self, name: str, then: Callable[[Any, BaseException | None], None], *,
                       cursor: str | None = None, everywhere: bool = False) -> asyncio.Task:

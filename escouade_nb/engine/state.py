@@ -48,6 +48,7 @@ from .launcher import launch_argv
 from .live import Live, start_limit
 from .record import ConversationRecord
 from .resume import ReplaySkip
+from .sandbox import Sandbox
 from .turns import Turn, TurnQueue
 from .worktree import Worktree
 
@@ -134,6 +135,7 @@ class AgentState:
         self.resume_id: str | None = session_id  # one of the agent's own sessions to open (session/list), next start
         self._replay = ReplaySkip()
         self.worktree: Worktree | None = None  # its own git worktree and branch (``--worktree``), if any
+        self.sandbox: Sandbox | None = None  # under bubblewrap (``--sandbox``, engine/sandbox.py), if set
         self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
         self.early_desk: Any = None  # cards before its session exists (a worktree's commands to confirm)
         self.primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt

@@ -51,6 +51,20 @@ class TokenFiles:
         """The file holding ``token``, if one was written and not removed."""
         return self._files.get(token)
 
+    def make_folder(self) -> Path:
+        """The private folder, made now if it is not there (what a sandbox binds read-only
+        before the agent starts: its token files appear in it later). ``OSError`` as :meth:`write`."""
+        with self._lock:
+            return self._made_folder()
+
+    def _made_folder(self) -> Path:
+        if self._folder is None or not self._folder.is_dir():
+            runtime = os.environ.get("XDG_RUNTIME_DIR")
+            where = runtime if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK) else None
+            self._folder = Path(tempfile.mkdtemp(prefix=self.prefix, dir=where))  # mode 0700
+            atexit.register(self.remove_all)
+        return self._folder
+
     def write(self, token: str) -> Path:
         """The file holding ``token`` (written once; the same path on later calls).
         Raises ``OSError`` when the folder or the file cannot be made."""
@@ -58,11 +72,7 @@ class TokenFiles:
             known = self._files.get(token)
             if known is not None:
                 return known
-            if self._folder is None or not self._folder.is_dir():
-                runtime = os.environ.get("XDG_RUNTIME_DIR")
-                where = runtime if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK) else None
-                self._folder = Path(tempfile.mkdtemp(prefix=self.prefix, dir=where))  # mode 0700
-                atexit.register(self.remove_all)
+            self._made_folder()
             fd, name = tempfile.mkstemp(prefix="token-", dir=self._folder)  # O_EXCL, mode 0600
             try:
                 os.fchmod(fd, 0o600)

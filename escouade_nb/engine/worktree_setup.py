@@ -28,9 +28,9 @@ starts only when each step went well):
 ``discard`` runs ``cleanup`` first (:func:`cleanup`), in the worktree, under the same
 bounds; its failure is said and the discard goes on.
 
-The sandbox seam: every command goes through ``wrap`` (:data:`Wrap`), which gets the argv
-and the folder and returns the argv to execute — the agent's sandbox (bubblewrap) when the
-agent is sandboxed, nothing otherwise. Squad passes the agent's own wrapper.
+Sandboxed when the agent is (``--sandbox``): ``setup`` and ``cleanup`` run under the agent's
+own bubblewrap (:func:`.sandbox.sandboxed_command`: writable only its folder in the worktree,
+the worktree's git administration, its state folders and a private ``/tmp``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,10 +57,11 @@ from ..wire.terminals import TerminalEvent, TerminalManager
 from . import agent_worktrees
 from .cards import CardDesk
 from .interfaces import AgentHandle
+from .sandbox import SandboxError, sandboxed_command
 from .worktree import Worktree, git
 
 __all__ = ["CONFIRMATIONS_FILE", "LAST_LINES", "OUTPUT_CAP", "CommandResult", "Confirmations", "Copied", "SetupFailed",
-           "Wrap", "cleanup", "confirm", "copy_paths", "exclude_in_worktree", "prepare", "refuse_worktree",
+           "cleanup", "confirm", "copy_paths", "exclude_in_worktree", "prepare", "refuse_worktree",
            "run_command"]
 
 OUTPUT_CAP = 256 * 1024
@@ -72,9 +72,6 @@ CONFIRMATIONS_FILE = "worktree-commands.json"
 """The kept confirmations, in the user's config folder (``$ESCOUADE_NB_CONFIG_DIR``, else
 ``<jupyter config dir>/escouade_nb``): never in a project folder."""
 
-Wrap = Callable[[list[str], Path], list[str]]
-"""The sandbox seam: ``wrap(argv, folder)`` is the argv to execute for ``argv`` run in
-``folder`` (the agent's bubblewrap prefix when it is sandboxed). None: as it is."""
 
 _ids = itertools.count(1)
 _running: set[TerminalManager] = set()  # the setups and cleanups running now (killed at interpreter exit)
@@ -320,16 +317,19 @@ class CommandResult:
         return "\n".join([ln for ln in self.output.splitlines() if ln.strip()][-n:])
 
 
-async def run_command(agent: AgentHandle, role: str, command: str, folder: Path, *, timeout: float,
-                      wrap: Wrap | None = None) -> CommandResult:
-    """Run ``command`` (a shell line: ``/bin/sh -c``, through ``wrap``) in ``folder`` as
+async def run_command(agent: AgentHandle, role: str, command: str, folder: Path, *, timeout: float) -> CommandResult:
+    """Run ``command`` (a shell line: ``/bin/sh -c``; under the agent's bubblewrap when it is
+    sandboxed) in ``folder`` as
     an async process in a group of its own, its output shown live in ``agent``'s
     conversation as a terminal card titled "Worktree ROLE"; killed (the whole group) after
     ``timeout`` seconds or when the caller is cancelled. Never raises for the command's
     own failure (see :class:`CommandResult`); :class:`SetupFailed` when it cannot start."""
     argv = ["/bin/sh", "-c", command]
-    if wrap is not None:
-        argv = wrap(argv, folder)
+    if agent.sandbox is not None:  # as the agent will run: its folder, its worktree's git admin, a private /tmp
+        try:
+            argv = await sandboxed_command(agent, argv, dict(os.environ))
+        except SandboxError as exc:
+            raise SetupFailed(f"worktree {role} could not be sandboxed: {exc}") from None
     conversation = agent.conversation
     started = time.monotonic()
     timed_out: float | None = None
@@ -397,7 +397,7 @@ def _say(agent: AgentHandle, journal: Journal | None, result: CommandResult, whe
 
 async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, config: WorktreeSetup | None,
                   start_folder: Path | None = None, *, journal: Journal | None = None,
-                  confirmations: Confirmations | None = None, wrap: Wrap | None = None) -> None:
+                  confirmations: Confirmations | None = None) -> None:
     """Make ``agent``'s worktree and set it up (the module's steps): confirm ``config``'s
     commands (a card the first time), ``git worktree add``, copy, run ``setup`` in
     ``start_folder``'s place inside the worktree (the agent's folder). Raises (the agent is
@@ -431,7 +431,7 @@ async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, confi
                  f"{', '.join(done.missing) or 'none'}")
     if config.setup is None:
         return
-    result = await run_command(agent, "setup", config.setup, inside, timeout=config.timeout, wrap=wrap)
+    result = await run_command(agent, "setup", config.setup, inside, timeout=config.timeout)
     _say(agent, journal, result, inside)
     if not result.ok:
         tail = result.last_lines(3).replace("\n", " ⏎ ")
@@ -441,8 +441,8 @@ async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, confi
                             f"(`%escouade discard {agent.name} --force` removes it)")
 
 
-async def cleanup(agent: AgentHandle, journal: Journal | None = None, *, confirmations: Confirmations | None = None,
-                  wrap: Wrap | None = None) -> CommandResult | None:
+async def cleanup(agent: AgentHandle, journal: Journal | None = None, *,
+                  confirmations: Confirmations | None = None) -> CommandResult | None:
     """Before ``agent``'s worktree is discarded: read ``.escouade.yml`` of the folder the
     agent was started from (in the main worktree, never the worktree's copy, which the
     agent may have edited) and run its ``cleanup`` in the agent's folder of the worktree —
@@ -472,7 +472,7 @@ async def cleanup(agent: AgentHandle, journal: Journal | None = None, *, confirm
         return None
     if not agent.cwd.is_dir():
         return None
-    result = await run_command(agent, "cleanup", config.cleanup, agent.cwd, timeout=config.timeout, wrap=wrap)
+    result = await run_command(agent, "cleanup", config.cleanup, agent.cwd, timeout=config.timeout)
     _say(agent, journal, result, agent.cwd)
     return result
 

@@ -153,6 +153,23 @@ def _check_program_name(name: str) -> str:
 
 ProgramName = Annotated[str, AfterValidator(_check_program_name)]
 
+_STATE_FOLDER = re.compile(r"^(~|\$\{[A-Za-z_][A-Za-z0-9_]*(:-~(/[^/${}]+)*)?\})(/[^/${}]+)*$")
+
+
+def check_state_folder(spec: str) -> str:
+    """An ``acp.stateFolders`` entry: ``~/PATH``, ``${VAR}[/PATH]`` or
+    ``${VAR:-~/PATH}[/PATH]`` (no ``.`` or ``..`` part, not the home folder itself);
+    ``ValueError`` otherwise."""
+    if not _STATE_FOLDER.match(spec) or spec in ("~", "~/"):
+        raise ValueError(f"state folder {spec!r} must be ~/PATH, ${{VAR}}/PATH or ${{VAR:-~/PATH}}/PATH "
+                         "(a folder of the agent's own, never the home folder itself)")
+    if any(part in (".", "..") for part in re.split(r"[/}]", spec)):
+        raise ValueError(f"state folder {spec!r}: no '.' or '..' part")
+    return spec
+
+
+StateFolder = Annotated[str, AfterValidator(check_state_folder)]
+
 
 class Author(_Model):
     """``author``: ``{name, url, ...}``."""
@@ -268,6 +285,12 @@ class AcpConfig(_Model):
       carries only the file's path), never as an HTTP entry with the token in a
       header. Measured for each shipped agent by scanning the ``cmdline`` and
       ``environ`` of its whole process tree during a kernel-tool call.
+    * ``stateFolders``: the folders the agent writes its own state in (config,
+      sessions, logs, caches), the only ones outside its session folder and a
+      private ``/tmp`` that it may write under ``--sandbox``: ``~/PATH``,
+      ``${VAR}/PATH`` or ``${VAR:-~/PATH}/PATH`` (``~`` is the agent's ``HOME``;
+      ``${CODEX_HOME:-~/.codex}``: the variable when set, else the default).
+      Measured for each shipped agent (docs/real-agents.md).
     """
 
     args: list[str] = Field(default_factory=list)
@@ -282,6 +305,7 @@ class AcpConfig(_Model):
     subagent_tools: list[str] = Field(default_factory=list)
     extensions: str | list[str] | None = None
     mcp_in_argv: bool = False
+    state_folders: list[StateFolder] = Field(default_factory=list)
 
     def extension_names(self) -> list[str]:
         """``extensions`` as a list (empty when not given)."""

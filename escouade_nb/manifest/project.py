@@ -10,9 +10,11 @@ every session, and two spellings of one folder give one project.
 * the project's own config file, ``.escouade.yml`` at the top of the folder, with a
   line ``private: true``.
 
-That file may also give the project's ``name``, and ``review: true`` (the files an agent
+That file may also give the project's ``name``, ``review: true`` (the files an agent
 changes in each turn pend the user's Keep or Reject: ``engine/file_review.py``; it only adds
-a review, never takes one away). Only those top-level keys are read:
+a review, never takes one away) and ``sandbox: true`` (every agent of the folder under
+bubblewrap, as ``--sandbox``: a protection, which a project file may turn on by itself,
+never off). Only those top-level keys are read:
 a project folder can mark itself private, but it can never turn a rule plugin on — a
 ``plugins:`` section (or anything else) in it is ignored. Which plugins decide for a
 project is the user's choice, kept in the user's config (see
@@ -50,15 +52,16 @@ _FALSE = {"false", "no", "off", "0", ""}
 
 
 class ProjectConfig(BaseModel):
-    """What escouade_nb reads of ``.escouade.yml``: ``name`` and ``private``, nothing else."""
+    """What escouade_nb reads of ``.escouade.yml``: ``name``, ``private`` and ``sandbox``."""
 
     model_config = ConfigDict(extra="ignore")
 
     name: str | None = None
     private: bool = False
     review: bool = False  # the files an agent changes in each turn pend review (engine/file_review.py)
+    sandbox: bool = False  # every agent of the folder under bubblewrap (engine/sandbox.py)
 
-    @field_validator("private", "review", mode="before")
+    @field_validator("private", "review", "sandbox", mode="before")
     @classmethod
     def _yaml_bool(cls, value):
         if isinstance(value, str):
@@ -109,15 +112,17 @@ class Project:
     folder: Path
     private: bool = False
     review: bool = False
+    sandbox: bool = False
 
     @classmethod
-    def for_folder(cls, folder: str | Path, *, private: bool = False) -> Project:
+    def for_folder(cls, folder: str | Path, *, private: bool = False, sandbox: bool = False) -> Project:
         """The project of ``folder``: private if ``private`` is given or its
         ``.escouade.yml`` says so (the flag can only add privacy, never remove it)."""
         resolved = Path(folder).expanduser().resolve()
         config = read_project_config(resolved)
         return cls(id=project_id(resolved), name=config.name or resolved.name or str(resolved),
-                   folder=resolved, private=bool(private or config.private), review=config.review)
+                   folder=resolved, private=bool(private or config.private), review=config.review,
+                   sandbox=bool(sandbox or config.sandbox))
 
     def wire(self) -> dict[str, object]:
         """The ``project`` object of a ``permissions/decide`` request."""

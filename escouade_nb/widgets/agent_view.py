@@ -108,8 +108,10 @@ _KERNEL_TOOLS = {
 
 
 def _where(agent: Agent) -> str:
-    """`` · via …``, the worktree and the additional directories, or ``""``."""
+    """`` · via …``, `` · sandboxed``, the worktree and the additional directories, or ``""``."""
     where = f" · via {' '.join(agent.via)}" if agent.via else ""
+    if getattr(agent, "sandbox", None) is not None:  # under bubblewrap (--sandbox)
+        where += " · sandboxed"
     worktree = getattr(agent, "worktree", None)
     if worktree is not None:
         where += f" · {worktree.header_text()}"

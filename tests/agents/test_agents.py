@@ -11,6 +11,10 @@ For every agent (one kernel each, its environment pointing at the scripted model
 * ``write``: a prompt asks for a file to be written; the file exists and the diff is shown
   (when the agent sends one).
 
+The ``+sandbox`` benches (codex and gemini; ``ESCOUADE_AGENTS_SANDBOXED`` picks others) run every
+scenario with ``%escouade NAME --sandbox`` (bubblewrap: skipped without ``bwrap``), and codex,
+told to write outside its folder, writes with its own shell and is refused by the system.
+
 Timings (start-to-ready, turn) and the client calls each agent made are printed and
 collected in ``agent-report.json`` under pytest's temporary folder (``-s`` shows them).
 """
@@ -20,7 +24,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +96,7 @@ class Bench:
     root: Path
     server: object
     expect: Expect
+    sandboxed: bool = False  # started with --sandbox (a "+sandbox" bench: bwrap, engine/sandbox.py)
 
     def start(self, name: str, flags: str = "") -> tuple[Path, float]:
         """``%escouade HARNESS --cwd DIR --as NAME`` (and ``flags``) and wait until ready;
@@ -98,7 +105,8 @@ class Bench:
         work.mkdir()
         out = self.kernel.run(
             f"_t0 = time.monotonic()\n"
-            f"agents[{name!r}] = %escouade {self.harness} --cwd {shlex.quote(str(work))} --as {name} {flags}\n"
+            f"agents[{name!r}] = %escouade {self.harness} --cwd {shlex.quote(str(work))} --as {name} {flags}"
+            f"{' --sandbox' if self.sandboxed else ''}\n"
             f"try:\n    await agents[{name!r}].ready()\n"
             f"except Exception as e:\n    print('NOT READY', e)\n"
             f"print('READY', round(time.monotonic() - _t0, 3))\n"
@@ -163,9 +171,19 @@ class Bench:
         return result
 
 
-@pytest.fixture(scope="module", params=[*AGENTS, "goose"])
+SANDBOXED = [f"{name}+sandbox" for name in (os.environ.get("ESCOUADE_AGENTS_SANDBOXED") or "codex,gemini").split(",")
+             if name]
+"""Benches whose agents run under bubblewrap (``--sandbox``): the same scenarios, the
+agent's own writes confined to its folder and its manifest's ``acp.stateFolders``
+(``ESCOUADE_AGENTS_SANDBOXED=kimi,opencode`` picks others: how each manifest's state
+folders were checked)."""
+
+
+@pytest.fixture(scope="module", params=[*AGENTS, "goose", *SANDBOXED])
 def bench(request, model_server, tmp_path_factory):
-    harness = request.param
+    harness, _, variant = request.param.partition("+")
+    if variant == "sandbox" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
     root = tmp_path_factory.mktemp(f"agent-{harness}")
     env = {k: v for k, v in os.environ.items() if k not in DROP}
     if harness == "goose":
@@ -193,7 +211,7 @@ def bench(request, model_server, tmp_path_factory):
     expect = EXPECT[harness]
     REPORT[harness] = {"version": kernel.run(f"print(__import__('escouade_nb.manifest', fromlist=['x'])"
                                              f".discover().find({harness!r}).harness.tested.newest)").text.strip()}
-    yield Bench(harness, kernel, root, model_server, expect)
+    yield Bench(harness, kernel, root, model_server, expect, sandboxed=variant == "sandbox")
     try:
         kernel.run("for _a in list(agents.values()):\n    await _a.close()", allow_error=True, timeout=60)
     finally:
@@ -426,3 +444,22 @@ def test_the_session_lifecycle_where_offered(bench):
                            "error": resumed["error"]}
         assert resumed["error"] is None and resumed["resumed"] and resumed["same"] == session_id, resumed
     print(f"{bench.harness} sessions: {found}")
+
+
+def test_a_sandboxed_agent_writing_outside_its_folder_with_its_own_shell_is_refused_by_the_system(bench):
+    """codex writes files with its own shell (no client fs): under ``--sandbox`` a write
+    outside its folder (here /var/tmp: not the sandbox's private /tmp) fails with the
+    system's own error, which comes back in its tool call, and the file never appears."""
+    if not bench.sandboxed or bench.harness != "codex":
+        pytest.skip("only the sandboxed bench of an agent that writes with its own shell (codex)")
+    outside = Path(tempfile.mkdtemp(prefix="escouade-sandbox-agent-", dir="/var/tmp"))
+    try:
+        target = outside / "escaped.txt"
+        name = f"{bench.harness}-outside"
+        bench.start(name)
+        r = bench.turn(name, f"ESC-WRITE {target} Please write this file.", "allow_once")
+        _print(bench.harness, "outside", 0, r)
+        assert not target.exists(), "the sandboxed agent wrote outside its folder"
+        assert "Read-only file system" in json.dumps(r["tools"]), r["tools"]
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)

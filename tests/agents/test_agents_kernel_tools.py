@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,19 @@ ASKS_FIRST = set(MCP_AGENTS) - {"opencode"}
 RUN_CODE = "kt_total = float(df.revenue.sum()); print('doubled', kt_total * 2)"
 
 
-@pytest.fixture(scope="module", params=MCP_AGENTS)
+SANDBOXED = ["codex+sandbox", "claude-agent+sandbox"]
+"""Under ``--sandbox`` too: codex reaches the kernel's server over HTTP on 127.0.0.1 (the
+network is shared), claude-agent through the stdio bridge, whose token file's folder is
+bound read-only into the sandbox."""
+
+
+@pytest.fixture(scope="module", params=MCP_AGENTS + SANDBOXED)
 def agent(request, model_server, tmp_path_factory):
-    """A kernel with a DataFrame ``df`` and the agent started in it, connected to the
-    kernel's server; yields ``(harness, kernel)``."""
-    harness = request.param
+    """A kernel with a DataFrame ``df`` and the agent started in it (``+sandbox``: with
+    ``--sandbox``), connected to the kernel's server; yields ``(harness, kernel)``."""
+    harness, _, variant = request.param.partition("+")
+    if variant == "sandbox" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
     spec = AGENTS[harness]
     bin_dir = spec.bin_dir()
     if bin_dir is None:
@@ -78,7 +87,8 @@ def agent(request, model_server, tmp_path_factory):
         "    return card")
     out = kernel.run(
         f"_t0 = time.monotonic()\n"
-        f"a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {harness}-kt\n"
+        f"a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {harness}-kt"
+        f"{' --sandbox' if variant == 'sandbox' else ''}\n"
         f"await a.ready()\n"
         f"a.transport.observers.append(_watch)\n"
         f"print('READY', round(time.monotonic() - _t0, 3))\n"

@@ -9,7 +9,8 @@ carries this run's ``ESCOUADE_AGENT_SUITE`` marker); the agent calls ``inspect_v
 main: claude-agent 0.23.1 had it in Claude Code's ``--mcp-config`` argv (its manifest now
 says ``mcpInArgv``: it gets the stdio bridge and a token file); the stdio bridge had it in
 its environment (it now reads ``ESCOUADE_MCP_TOKEN_FILE``). What each agent got (HTTP entry
-or the bridge) is printed and added to ``agent-report.json``.
+or the bridge) is printed and added to ``agent-report.json``. codex and claude-agent run it under
+``--sandbox`` too (``+sandbox``): bwrap's own command line carries no environment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 
 import pytest
 
@@ -77,8 +79,11 @@ def token_seen(token):
 '''
 
 
-@pytest.mark.parametrize("harness", list(AGENTS))
+@pytest.mark.parametrize("harness", [*AGENTS, "codex+sandbox", "claude-agent+sandbox"])
 def test_the_token_is_in_no_argv_or_environment_of_the_agents_process_tree(harness, model_server, tmp_path):
+    harness, _, variant = harness.partition("+")  # "+sandbox": under bwrap, whose own argv is scanned too
+    if variant == "sandbox" and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
     spec = AGENTS[harness]
     bin_dir = spec.bin_dir()
     if bin_dir is None:
@@ -94,7 +99,8 @@ def test_the_token_is_in_no_argv_or_environment_of_the_agents_process_tree(harne
         kernel.run("%load_ext escouade_nb\nimport asyncio, json\nimport pandas as pd\n"
                    "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
                    + SCANNER)
-        kernel.run(f"a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {harness}-token\n"
+        kernel.run(f"a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {harness}-token"
+                   f"{' --sandbox' if variant == 'sandbox' else ''}\n"
                    f"await a.ready()", timeout=120)
         out = kernel.run(
             "t = a.send('ESC-MCP inspect_variable {\"name\": \"df\"} Describe df from the kernel.')\n"

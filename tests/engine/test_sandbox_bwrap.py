@@ -1,0 +1,321 @@
+"""A sandbox per agent (``--sandbox``, engine/sandbox.py): scripted agents run under the
+real bubblewrap over real pipes, writing by themselves (their own shell commands, the
+``run`` step of tests/fixtures/script_agent.py) inside and outside their folder."""
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from escouade_nb.engine.sandbox import Sandbox, bwrap_argv, expand_state_folder
+from escouade_nb.engine.squad import Squad, SquadError
+from escouade_nb.manifest import ManifestError, load_manifest
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+SECRET = "sandbox-secret-3f9a1c"  # in the agent's environment: never on a command line
+
+
+def run(coro, timeout: float = 60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def prelude(cwd: str = "$WS") -> str:
+    from scripted_agent import P_INIT
+    return "\n".join([
+        P_INIT,
+        f'C> {{"jsonrpc":"2.0","id":1,"method":"session/new","params":{{"cwd":"{cwd}","mcpServers":[]}}}}',
+        'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
+        'C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1",'
+        '"prompt":[{"type":"text","text":"go"}]}}'])
+
+
+def own_commands(*argvs: list[str], cwd: str = "$WS") -> str:
+    """A run: the prelude, each command run by the agent itself (its output said in the
+    conversation), then the turn's end."""
+    steps = "\n".join(f"!> {json.dumps({'run': argv})}" for argv in argvs)
+    return (f"{prelude(cwd)}\n{steps}\n"
+            'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}')
+
+
+@pytest.fixture
+def sandboxed(script, tmp_path, monkeypatch):
+    """``sandboxed(*runs)``: a scripted harness installed for the squad, whose own files
+    (its scenario and log, under tmp_path, which the private /tmp hides) are its manifest's
+    state folder, through a variable of its manifest's ``env``."""
+    plugins = tmp_path / "plugins"
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
+    monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
+    monkeypatch.setenv("SANDBOX_TEST_SECRET", SECRET)
+
+    def make(*runs, ws=None, name="boxed"):
+        s = script(*runs, ws=ws, name=name)
+        manifest = json.loads(s.ref.path.read_text())
+        manifest["contributes"]["harnesses"][0]["acp"].update(
+            {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
+        s.ref.path.write_text(json.dumps(manifest))
+        s.install(plugins)
+        return s
+    return make
+
+
+def said(agent) -> str:
+    return "\n".join(getattr(i, "text", "") for i in agent.conversation.items if type(i).__name__ == "Message")
+
+
+# -- the command line, pure --------------------------------------------------------------------------
+
+
+def test_the_private_tmp_is_mounted_before_the_folders_and_no_environment_is_on_the_command_line(tmp_path):
+    folder = Path("/tmp/x/ws")
+    argv = bwrap_argv("/usr/bin/bwrap", ["agent", "acp"], folder=folder,
+                      writable=[Path("/home/u/.codex"), Path("/tmp/x/ws/sub")], readable=[Path("/tmp/venv")])
+    assert argv[:10] == ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    assert argv.index("--tmpfs") < argv.index("/tmp/venv") < argv.index(str(folder)) < argv.index("/tmp/x/ws/sub")
+    assert argv[argv.index("/tmp/venv") - 1] == "--ro-bind"
+    assert argv[argv.index(str(folder)) - 1] == "--bind"
+    assert {"--unshare-pid", "--die-with-parent"} <= set(argv) and "--unshare-net" not in argv
+    assert "--setenv" not in argv and "--clearenv" not in argv
+    assert argv[-3:] == ["--", "agent", "acp"]
+    assert "--unshare-net" in bwrap_argv("bwrap", ["a"], folder=folder, offline=True)
+
+
+def test_state_folders_expand_with_the_agents_environment():
+    env = {"HOME": "/home/u", "CODEX_HOME": "/data/codex", "EMPTY": ""}
+    assert expand_state_folder("~/.gemini", env) == Path("/home/u/.gemini")
+    assert expand_state_folder("${CODEX_HOME:-~/.codex}", env) == Path("/data/codex")
+    assert expand_state_folder("${EMPTY:-~/.codex}/sessions", env) == Path("/home/u/.codex/sessions")
+    assert expand_state_folder("${XDG_DATA_HOME:-~/.local/share}/opencode", env) == Path("/home/u/.local/share/opencode")
+    assert expand_state_folder("${UNSET}", env) is None
+
+
+@pytest.mark.parametrize("bad", ["/etc", "~", "~/", "~/a/../b", "$HOME/x", "${X:-/etc}", "relative"])
+def test_a_bad_state_folder_is_refused_naming_the_file_and_the_field(tmp_path, bad):
+    path = tmp_path / "escouade-plugin.json"
+    path.write_text(json.dumps({"id": "p", "name": "P", "contributes": {"harnesses": [
+        {"id": "h", "acp": {"args": [], "stateFolders": ["~/.ok", bad]}}]}}))
+    with pytest.raises(ManifestError) as err:
+        load_manifest(path)
+    assert "contributes.harnesses[0].acp.stateFolders[1]" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_shipped_manifest_declares_its_state_folders():
+    """Measured for each (docs/real-agents.md); goose's is Escouade's own file, unchanged."""
+    from escouade_nb._resources import shipped_dir
+
+    declared = {}
+    for manifest in sorted(shipped_dir("plugins").glob("*/escouade-plugin.json")):
+        for harness in load_manifest(manifest).described_harnesses():
+            if manifest.parent.name != "goose":
+                assert "state_folders" in harness.acp.model_fields_set, f"{manifest}: {harness.id} has no stateFolders"
+            declared[harness.id] = harness.acp.state_folders
+    assert {"mistral-vibe", "fast-agent", "kimi", "claude-agent", "codex", "opencode", "gemini", "fake"} <= set(declared)
+
+
+# -- real bwrap ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def outside_tmp():
+    """A scratch folder outside /tmp (the sandbox's /tmp is its own): /var/tmp/…, removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="escouade-sandbox-test-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_bwrap
+def test_writes_by_itself_outside_its_folder_fail_inside_they_work_and_it_sees_no_kernel_process(sandboxed, tmp_path,
+                                                                                                outside_tmp):
+    outside, hidden = outside_tmp / "escaped.txt", tmp_path / "next-to-ws.txt"
+    s = sandboxed(own_commands(
+        ["sh", "-c", "echo inside > inside.txt && echo wrote-inside"],
+        ["sh", "-c", f"echo out > {outside}"],
+        ["sh", "-c", f"echo out > {hidden} && echo wrote-private-tmp"],
+        ["sh", "-c", f"test -e /proc/{os.getpid()}/environ && echo kernel-visible || echo no-kernel; "
+                     "ls /proc | grep -E '^[0-9]+$' | sort -n | tail -1"],
+        ["sh", "-c", "echo secret=$SANDBOX_TEST_SECRET; ps -eo args"]))
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("boxed", cwd=s.ws, sandbox=True)
+            assert agent.sandbox is not None
+            await agent.ready()
+            # the whole process group's command lines, seen from outside: bwrap's has no environment
+            cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes() for p in _group(agent.pid)]
+            assert cmdlines and all(SECRET.encode() not in c for c in cmdlines)
+            assert any(c.startswith(shutil.which("bwrap").encode()) for c in cmdlines)
+            await agent.send("go")
+            text = said(agent)
+            from escouade_nb.widgets import AgentView
+            from escouade_nb.widgets.agent_view import status_line
+            view = AgentView(agent)
+            head, first = view.head(), repr(view).splitlines()[0]
+            view.close()
+            return text, head, first, status_line(agent)
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    text, head, first, line = run(go())
+    assert "wrote-inside" in text and (s.ws / "inside.txt").read_text() == "inside\n"
+    assert "Read-only file system" in text and not outside.exists()  # refused by the OS, said, absent
+    assert "wrote-private-tmp" in text and not hidden.exists()  # its /tmp is its own
+    assert "no-kernel" in text and int(re.search(r"no-kernel\s*(\d+)", text).group(1)) < 100
+    assert f"secret={SECRET}" in text  # the environment is inherited…
+    assert "bwrap --ro-bind" in text and SECRET not in text.split("secret=")[1].split("\n", 1)[1]  # …not an argv
+    assert "sandboxed" in head["where"] and "sandboxed" in first and "sandboxed" in line
+
+
+def _group(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[2]) == os.getpgid(pid):
+                found.append(int(entry.name))
+    return found
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["var-tmp", "tmp"])
+def test_a_sandboxed_worktree_agent_commits_but_cannot_touch_the_main_worktree(sandboxed, tmp_path, monkeypatch,
+                                                                              outside_tmp, where):
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    repo = (outside_tmp if where == "var-tmp" else tmp_path) / "proj"  # a repository under /tmp is read-only too
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "notes.txt").write_text("a\n")
+    subprocess.run(["git", "add", "notes.txt"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "base"], cwd=repo, check=True)
+    s = sandboxed(own_commands(
+        ["sh", "-c", "echo x > new.txt && git add new.txt && git commit -qm by-agent && echo committed"],
+        ["sh", "-c", f"echo y >> {repo / 'notes.txt'}"],
+        ["git", "log", "--format=%s", "main"],
+        cwd="$ANY"))
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("boxed", cwd=repo, worktree=True, sandbox=True)
+            await agent.ready()
+            await agent.send("go")
+            return said(agent), agent.worktree.branch
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    text, branch = run(go())
+    assert "committed" in text, text
+    log = subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True).stdout
+    assert log.split() == ["by-agent", "base"]
+    assert "Read-only file system" in text and (repo / "notes.txt").read_text() == "a\n"
+    assert "[exit 0] base" in text  # the main worktree's history is readable
+    s.assert_ok()
+
+
+def test_without_bwrap_the_start_fails_in_one_line_naming_the_package_and_nothing_starts(sandboxed, monkeypatch):
+    s = sandboxed(own_commands(["true"]))
+    monkeypatch.setenv("PATH", "/nonexistent-bin")
+
+    async def go():
+        squad = Squad()
+        try:
+            with pytest.raises(SquadError) as err:
+                squad.start("boxed", cwd=s.ws, sandbox=True)
+            return str(err.value), dict(squad.agents)
+        finally:
+            await squad.aclose()
+    message, agents = run(go())
+    assert "bubblewrap" in message and "\n" not in message and agents == {}
+    assert not s.log.exists()  # the scripted agent never ran
+
+
+def test_sandbox_with_via_is_refused_in_one_line(sandboxed):
+    s = sandboxed(own_commands(["true"]))
+
+    async def go():
+        squad = Squad()
+        try:
+            with pytest.raises(SquadError) as err:
+                squad.start("boxed", cwd=s.ws, sandbox=True, via="ssh somewhere")
+            return str(err.value), dict(squad.agents)
+        finally:
+            await squad.aclose()
+    message, agents = run(go())
+    assert "--sandbox cannot be used with --via" in message and "\n" not in message and agents == {}
+
+
+@needs_bwrap
+def test_the_project_file_turns_the_sandbox_on(sandboxed):
+    s = sandboxed(own_commands(["sh", "-c", "echo x > /etc/escouade-sandbox-probe"]))
+    (s.ws / ".escouade.yml").write_text("sandbox: true\n")
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("boxed", cwd=s.ws)
+            await agent.send("go")
+            return agent.sandbox, said(agent)
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    box, text = run(go())
+    assert box == Sandbox() and "Read-only file system" in text
+
+
+def test_the_token_folder_is_made_before_the_first_token_and_kept_for_it(tmp_path, monkeypatch):
+    """What a sandbox binds read-only before the agent starts: the stdio bridge's token file
+    appears in it later."""
+    from escouade_nb.engine.token_files import TokenFiles
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    files = TokenFiles()
+    try:
+        folder = files.make_folder()
+        assert folder.parent == tmp_path and folder.stat().st_mode & 0o777 == 0o700
+        assert files.make_folder() == folder and files.write("t0ken").parent == folder
+    finally:
+        files.remove_all()
+    assert not folder.exists()
+
+
+@needs_bwrap
+def test_a_resumed_sandboxed_agent_is_sandboxed_again(sandboxed):
+    """The transcript's header keeps the sandbox: ``%escouade resume`` runs it under bwrap again."""
+    from scripted_agent import P_INIT
+
+    again = "\n".join([P_INIT, 'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS"}}',
+                       'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s2"}}'])
+    s = sandboxed(own_commands(["true"]), again)
+    name = f"boxed-resume-{os.getpid()}"
+
+    async def go():
+        squad = Squad()
+        try:
+            first = squad.start("boxed", cwd=s.ws, name=name, sandbox=True)
+            await first.send("go")
+            await first.close()
+            resumed = squad.resume(name)
+            await resumed.ready()
+            from escouade_nb.widgets.agent_view import status_line
+            cmdline = Path(f"/proc/{resumed.pid}/cmdline").read_bytes().split(b"\0")
+            return resumed.sandbox, cmdline, status_line(resumed)
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    box, cmdline, line = run(go())
+    assert box == Sandbox() and cmdline[0] == shutil.which("bwrap").encode() and b"--unshare-pid" in cmdline
+    assert "sandboxed" in line

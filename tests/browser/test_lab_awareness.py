@@ -46,7 +46,7 @@ def open_second_tab(nb):
     second.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
                     nb.path)
     until(lambda: second.evaluate(f"() => !!({PANEL} && {PANEL}.node.dataset.escouadeClient)"),
-          "the second tab's panel has its client id", 60)
+          "the second tab's panel has its client id", 180)  # a second JupyterLab page: slow on a loaded machine
     return second
 
 

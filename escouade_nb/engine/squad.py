@@ -315,7 +315,10 @@ class Squad:
             if not ref.harness.account_var:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
             env[ref.harness.account_var] = str(account_dir(ref, account))
-        project: Project | None = Project.for_folder(folder, private=private, sandbox=sandbox)
+        try:
+            project: Project | None = Project.for_folder(folder, private=private, sandbox=sandbox)
+        except ProjectFileError as exc:  # a .escouade.yml that is not YAML: said, nothing started
+            raise SquadError(str(exc)) from None
         if project is not None and project.sandbox:  # before anything is registered or started
             try:
                 sandbox_check(launcher)

@@ -29,7 +29,6 @@ each exact command once for the folder (:mod:`escouade_nb.engine.worktree_setup`
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -39,20 +38,21 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from .._errors import EscouadeError
 
-__all__ = ["CONFIG_FILENAME", "Project", "ProjectConfig", "ProjectFileError", "WorktreeSetup", "read_project_config",
+__all__ = ["CONFIG_FILENAME", "Project", "ProjectConfig", "ProjectFileError", "WorktreeSetup", "load_project_file",
+           "read_project_config",
            "read_worktree_config"]
 
 CONFIG_FILENAME = ".escouade.yml"
 """The project's own config file, at the top of its folder."""
 
 _NAMESPACE = uuid.UUID("6f1c3b0e-2a55-4b8e-9a51-0e5c0a7d2f11")
-_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)\s*:\s*(.*?)\s*$")
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0", ""}
 
 
 class ProjectConfig(BaseModel):
-    """What escouade_nb reads of ``.escouade.yml``: ``name``, ``private`` and ``sandbox``."""
+    """What escouade_nb reads of ``.escouade.yml`` at its top level: ``name``, ``private``,
+    ``review`` and ``sandbox`` (``worktree``: :func:`read_worktree_config`)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -73,34 +73,46 @@ class ProjectConfig(BaseModel):
         return value
 
 
-def _scalar(text: str) -> str:
-    """A YAML plain or quoted scalar, without a trailing comment."""
-    if text[:1] in ("'", '"'):
-        quote = text[0]
-        end = text.find(quote, 1)
-        return text[1:end] if end > 0 else text[1:]
-    return text.split(" #", 1)[0].strip()
-
-
-def read_project_config(folder: Path) -> ProjectConfig:
-    """The top-level scalar keys of ``folder/.escouade.yml`` (a missing or unreadable
-    file, or a bad value, gives the defaults). Nested blocks are skipped."""
+def load_project_file(folder: str | Path) -> tuple[Path, dict[str, Any] | None]:
+    """``folder/.escouade.yml`` read whole as YAML (PyYAML's ``safe_load``): its path and
+    its top-level mapping, None when the file is missing, unreadable or empty. Blocking (a
+    small file). Raises :class:`ProjectFileError` (one line naming the file, and the line)
+    for a file that is not YAML or whose top level is not a mapping."""
     path = Path(folder) / CONFIG_FILENAME
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return ProjectConfig()
-    values: dict[str, str] = {}
-    for raw in text.splitlines():
-        if not raw.strip() or raw.lstrip().startswith("#") or raw[:1] in (" ", "\t", "-"):
-            continue  # blank, comment, or inside a nested block
-        m = _LINE.match(raw)
-        if m and m.group(2) and not m.group(2).startswith(("|", ">", "{", "[")):
-            values[m.group(1)] = _scalar(m.group(2))
+        return path, None
+    import yaml  # only for a folder that has the file: a light import otherwise
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ProjectFileError(f"{path}: not YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    if data is None:
+        return path, None
+    if not isinstance(data, dict):
+        raise ProjectFileError(f"{path}: not a mapping of keys (name, private, review, sandbox, worktree)")
+    return path, data
+
+
+def read_project_config(folder: Path) -> ProjectConfig:
+    """The top-level keys of ``folder/.escouade.yml`` that a project file may set
+    (:class:`ProjectConfig`); a missing file gives the defaults, a key with a bad value is
+    left at its default (``private: maybe`` is not private), anything else in the file is
+    ignored. :class:`ProjectFileError` for a file that is not YAML (see
+    :func:`load_project_file`)."""
+    _, data = load_project_file(folder)
+    values = {k: v for k, v in (data or {}).items() if k in ProjectConfig.model_fields}
+    if isinstance(values.get("name"), int | float):
+        values["name"] = str(values["name"])
     try:
         return ProjectConfig.model_validate(values)
-    except ValidationError:
-        return ProjectConfig(name=values.get("name"))
+    except ValidationError as exc:
+        bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+        return ProjectConfig.model_validate({k: v for k, v in values.items() if k not in bad})
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,6 @@ WORKTREE_TIMEOUT = 300.0
 WORKTREE_TIMEOUT_MAX = 3600.0
 """The longest ``worktree.timeout`` accepted, in seconds."""
 _WORKTREE_KEYS = ("copy", "setup", "cleanup", "timeout")
-_WORKTREE_LINE = re.compile(r"^worktree\s*:", re.MULTILINE)
 
 
 class ProjectFileError(EscouadeError):
@@ -172,30 +183,15 @@ class WorktreeSetup:
 
 def read_worktree_config(folder: str | Path) -> WorktreeSetup | None:
     """The ``worktree`` key of ``folder/.escouade.yml``: None without the file or the key,
-    else a :class:`WorktreeSetup` (``worktree: true`` gives one that does nothing). The
-    file is read whole as YAML (PyYAML's ``safe_load``) only when it has a top-level
-    ``worktree:`` line. Blocking (a small file): call it in a thread on a hot path.
+    else a :class:`WorktreeSetup` (``worktree: true`` gives one that does nothing), read by
+    :func:`load_project_file`. Blocking (a small file): call it in a thread on a hot path.
     Raises :class:`ProjectFileError` (one line naming the file and the field) for a file
     that is not YAML, an unknown key under ``worktree``, a path that is absolute or
     leaves the folder (``..``), a command that is not a non-empty string, a timeout that
     is not a number of seconds in (0, 3600]."""
     resolved = Path(folder).expanduser().resolve()
-    path = resolved / CONFIG_FILENAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not _WORKTREE_LINE.search(text):
-        return None
-    import yaml  # only when the key is there: a light import otherwise
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ProjectFileError(f"{path}: not YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
-    if not isinstance(data, dict) or "worktree" not in data:
+    path, data = load_project_file(resolved)
+    if data is None or "worktree" not in data:
         return None
     return _worktree_setup(path, resolved, data["worktree"])
 

@@ -47,7 +47,7 @@ import anyio
 from pydantic import ValidationError
 
 from ..core.observers import Observers, Subscription
-from ..manifest.project import Project
+from ..manifest.project import Project, ProjectFileError
 from .host import PluginCrashed, PluginHost, PluginNotRunning, PluginProcess, PluginRefused, PluginSpec
 from .interfaces import PermissionAgent, PermissionRequest
 from .journal import Journal
@@ -206,7 +206,10 @@ class Broker:
         norm = normalise(call, acp.tools if acp is not None else {})
         if norm.reserved:
             return  # a plan to approve or a question: the user's
-        project = agent.project or Project.for_folder(agent.cwd or Path.cwd())
+        try:
+            project = agent.project or Project.for_folder(agent.cwd or Path.cwd())
+        except ProjectFileError:
+            return  # a .escouade.yml that is not YAML: no rule plugin decides, the user does
         plugins = self.plugins_for(project)
         if not plugins:
             return

@@ -17,7 +17,7 @@ import pytest
 
 from escouade_nb.permissions.journal import JOURNAL_ENV, Entry, Journal, journal_dir
 from escouade_nb.permissions.states import CONFIG_ENV, PluginStates, config_dir
-from escouade_nb.manifest.project import Project, project_id, read_project_config
+from escouade_nb.manifest.project import Project, ProjectFileError, project_id, read_project_config
 from escouade_nb.widgets.journal_view import JournalView
 
 T = datetime(2025, 5, 6, 14, 3, 12).astimezone()
@@ -134,13 +134,30 @@ def test_projects(tmp_path: Path):
                                           "plugins:\n  team-rules: on\ndecide: true\n")
     c = Project.for_folder(folder)
     assert (c.name, c.private) == ("Escouade", True)
-    assert set(read_project_config(folder).model_dump()) == {"name", "private"}
+    assert set(read_project_config(folder).model_dump()) == {"name", "private", "review", "sandbox"}
     (folder / ".escouade.yml").write_text("private: false\n")
     assert Project.for_folder(folder, private=True).private  # the flag only adds privacy
     assert a.wire() == {"id": a.id, "name": "proj", "private": False}
 
 
-@pytest.mark.parametrize("value, private", [("true", True), ("on", True), ("no", False), ("maybe", False)])
+def test_a_project_file_that_is_not_yaml_is_refused_naming_the_file_and_line(tmp_path: Path):
+    """One reader of .escouade.yml (PyYAML): a file it cannot read is said, never taken for
+    "not private"; a bad value of one key leaves that key at its default, the others kept."""
+    (tmp_path / ".escouade.yml").write_text("name: x\nprivate: [yes\n")
+    with pytest.raises(ProjectFileError, match=r"\.escouade\.yml: not YAML \(line 3\)"):
+        Project.for_folder(tmp_path)
+    (tmp_path / ".escouade.yml").write_text("- private\n")
+    with pytest.raises(ProjectFileError, match="not a mapping"):
+        read_project_config(tmp_path)
+    (tmp_path / ".escouade.yml").write_text("name: 2026\nprivate: maybe\nsandbox: on\nworktree:\n  copy: [.env]\n")
+    config = read_project_config(tmp_path)
+    assert (config.name, config.private, config.sandbox, config.review) == ("2026", False, True, False)
+    (tmp_path / ".escouade.yml").write_text("")
+    assert read_project_config(tmp_path) == read_project_config(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("value, private", [("true", True), ("on", True), ("no", False), ("maybe", False),
+                                            ("'yes'", True), ("0", False)])
 def test_project_private_values(tmp_path: Path, value, private):
     (tmp_path / ".escouade.yml").write_text(f"private: {value}\n")
     assert Project.for_folder(tmp_path).private is private

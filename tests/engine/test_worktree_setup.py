@@ -350,3 +350,28 @@ def test_a_failing_or_unconfirmed_cleanup_is_said_and_the_discard_goes_on(repo, 
         finally:
             await closing(squad)
     run(go())
+
+
+@pytest.mark.skipif(not __import__("shutil").which("bwrap"), reason="bubblewrap (bwrap) is not installed")
+def test_a_sandboxed_agents_setup_runs_under_its_bubblewrap(repo, tmp_path):
+    """``--sandbox --worktree``: the confirmed setup runs as the agent will, under its
+    bubblewrap — it writes in the worktree, and its write into the main worktree is
+    refused by the system (the file never appears)."""
+    escaped = repo / "escaped.txt"
+    config(repo, f'worktree:\n  setup: "echo inside > made.txt; echo outside > {escaped} || echo refused"\n')
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("fake", cwd=repo, name="s", worktree=True, sandbox=True)
+            (await agent.next_permission(timeout=20)).choose("run")
+            await agent.ready()
+            out, running = terminal_output(agent, "Worktree setup")
+            assert running is False and "refused" in out and "Read-only file system" in out, out
+            assert (repo.parent / "proj.worktrees" / "s" / "made.txt").read_text() == "inside\n"
+            assert not escaped.exists()
+            assert agent.sandbox is not None and agent.worktree is not None
+        finally:
+            await closing(squad)
+
+    run(go())

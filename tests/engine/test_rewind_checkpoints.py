@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,13 +16,10 @@ from escouade_nb.core.render_text import render_items
 from escouade_nb.engine.agent import Agent
 from escouade_nb.engine.checkpoints import REF_PREFIX
 from scripted_agent import P_INIT, P_NEW, _chunk
+from git_repos import GIT_ENV as ENV
+from git_repos import git as sh
 
-ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@example.com"}
 
-
-def sh(*args, cwd) -> str:  # the test's own set-up and checks (not on a loop)
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 def folder_state(root: Path) -> dict:

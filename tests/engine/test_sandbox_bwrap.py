@@ -16,12 +16,11 @@ import pytest
 from escouade_nb.engine.sandbox import Sandbox, bwrap_argv, expand_state_folder
 from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import ManifestError, load_manifest
+from git_repos import GIT_ENV
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com"}
 SECRET = "sandbox-secret-3f9a1c"  # in the agent's environment: never on a command line
 
 

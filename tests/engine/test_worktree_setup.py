@@ -4,19 +4,15 @@ commands; the confirmation card answered from Python as a user would."""
 
 import asyncio
 import json
-import subprocess
 
 import pytest
 
 from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest.project import ProjectFileError, read_worktree_config
+from git_repos import GIT_ENV as ENV
+from git_repos import git as sh
 
-ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@example.com"}
 
-
-def sh(*args, cwd) -> str:  # the test's own set-up and checks (not on a kernel's loop)
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 temp folders, the shipped ``fake`` agent over real pipes."""
 
 import asyncio
-import subprocess
 
 import pytest
 
@@ -10,13 +9,10 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.engine.worktree import Worktree, WorktreeError
 from escouade_nb.manifest.project import project_id
 from escouade_nb.wire import transcript
+from git_repos import GIT_ENV as ENV
+from git_repos import git as sh
 
-ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@example.com"}
 
-
-def sh(*args, cwd) -> str:  # the test's own set-up and checks (not on a kernel's loop)
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from git_repos import GIT_ENV
 
 pytestmark = pytest.mark.kernel
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com"}
 
 
 def _execute(tmp_path: Path, cells: list[str], monkeypatch) -> nbformat.NotebookNode:

@@ -5,21 +5,15 @@ and stash are as they were."""
 
 import json
 import os
-import subprocess
 
 import pytest
 
 from kernel_client import Kernel, act, wait_for
+from git_repos import git as sh
 
 pytestmark = pytest.mark.kernel
 
-ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@example.com"}
 
-
-def sh(*args, cwd) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={**os.environ, **ENV}).stdout
 
 
 def files(root) -> dict:

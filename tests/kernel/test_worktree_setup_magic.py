@@ -11,11 +11,10 @@ import subprocess
 import pytest
 
 from kernel_client import Kernel, act, buttons_of, kernel_with_env
+from git_repos import GIT_ENV as GIT
 
 pytestmark = pytest.mark.kernel
 
-GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@example.com"}
 
 
 def git(*args, cwd) -> str:

@@ -9,6 +9,8 @@ come out as :class:`~.worktree.WorktreeError` (the squad says them as ``SquadErr
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -33,8 +35,7 @@ def moved_into(planned: Worktree, folder: Path, within: Path,
     """``folder`` (inside ``within``: the repository, or a fork's parent's worktree) as the
     same subfolder of ``planned``; ``project`` (its id, its privacy) fenced to ``planned``."""
     if project is not None:
-        project = Project(id=project.id, name=project.name, folder=planned.path, private=project.private,
-                          sandbox=project.sandbox)
+        project = dataclasses.replace(project, folder=planned.path)  # every flag kept (private, review, sandbox)
     return planned.path / folder.relative_to(within), project
 
 

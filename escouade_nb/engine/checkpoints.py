@@ -425,7 +425,8 @@ class Checkpoints:
             raise AgentError(f"a rewind of {agent.name} is under way")
         self._rewinding = True
         try:
-            return await self._rewind(cp)
+            async with agent.turns.held():  # no prompt turn starts while the folder and session change
+                return await self._rewind(cp)
         finally:
             self._rewinding = False
 
@@ -449,6 +450,9 @@ class Checkpoints:
         if cp.git_dir is not None and snapshots.git_dir is None:
             await snapshots._locate()
         removed, written = await snapshots.restore(cp.commit)
+        files = getattr(agent, "file_watch", None)  # review=True: pending changes the rewind undid leave the list
+        if files is not None and snapshots.top is not None:
+            await files.rewound([snapshots.top / p for p in [*removed, *written]])
         conversation = agent.conversation
         shown = cp.prompt if len(cp.prompt) <= PROMPT_SHOWN else cp.prompt[:PROMPT_SHOWN - 1] + "…"
         before = self._carried_items(cp.turn)

@@ -570,6 +570,24 @@ class FileWatch:
                 f"written.",
                 level="warning")
 
+    async def rewound(self, paths: Iterable[Path]) -> None:
+        """A rewind (:mod:`.checkpoints`) put ``paths`` (absolute) back: a pending change of
+        one of them is dropped when the file is now as it was before that change ("undone by
+        the rewind"), else its diff becomes what the file holds now against its bytes before."""
+        back = {Path(p) for p in paths}
+        pending: list[Any] = self.review.pending
+        for edit in [e for e in pending if isinstance(e, FileEdit) and e.file in back and not e.settling]:
+            try:
+                now = await asyncio.to_thread(_read_now, edit.file)
+            except (OSError, FileChanged):
+                continue
+            if now == edit.before:
+                edit.why = "undone by the rewind"
+                self.review.drop_item(edit)
+            elif now != edit.after:
+                edit.after, edit.at = now, time.time()
+                self.review.touched_item(edit)
+
     def _pending(self, path: Path, rel: str, before: bytes | None, after: bytes | None, mode: int | None,
                  through: set[str]) -> FileEdit:
         pending: list[Any] = self.review.pending

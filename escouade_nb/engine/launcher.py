@@ -24,6 +24,9 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
+from typing import Any
+
+from ..wire.process import agent_environment
 
 SSH_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" || exit 125
@@ -58,3 +61,13 @@ def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
     if not is_ssh(via):
         return [*via, *command]
     return [*via, shlex.join(["sh", "-c", SSH_WRAPPER, "escouade_nb", *command])]
+
+
+def agent_env(agent: Any) -> dict[str, str]:
+    """The environment of ``agent``'s process (an AgentHandle): the kernel's, less its
+    manifest's ``acp.removeEnv``, plus its ``acp.env`` and the start's (``--account``…).
+    What its start, its terminal sign-in and its sandboxed worktree setup all get."""
+    acp_spec = agent.harness.acp
+    if acp_spec is None:
+        return {**os.environ, **agent.extra_env}
+    return agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})

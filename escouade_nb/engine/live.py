@@ -25,11 +25,12 @@ from ..core.adapters import adapt
 from ..core.status import AgentStatus
 from ..wire.client import EscouadeClient, capabilities
 from ..wire.errors import AgentError, AgentExited, AuthRequired
-from ..wire.process import agent_environment, terminate_group
+from ..wire.process import terminate_group
 from ..wire.session import AgentSession, ExitInfo, SessionClosed
 from ..wire.transcript import Transcript
 from .cards import CardDesk
 from .kernel_access import KernelAccess
+from .launcher import agent_env
 from .resume import ReplaySkip
 from .sandbox import SandboxError, sandboxed_command
 from .workspace import Workspace
@@ -90,8 +91,7 @@ class Live:
         self.waiting: str | None = None  # the request a start waits for the answer to (``initialize``…)
         self.waiting_since: float | None = None  # time.monotonic() when the start began
         self.stopped_starting = False  # Stop pressed (or closed) while it started
-        acp_spec = agent.harness.acp
-        env = agent_environment(acp_spec.remove_env or (), {**(acp_spec.env or {}), **agent.extra_env})
+        env = agent_env(agent)
         if agent.record and agent.transcript is None:
             agent.use_transcript(Transcript.new(agent.name, {
                 "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),

@@ -20,9 +20,8 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from ..wire.errors import AgentError
-from ..wire.process import agent_environment
 from ..wire.terminals import TerminalEvent, TerminalManager
-from .launcher import launch_argv
+from .launcher import agent_env, launch_argv
 
 if TYPE_CHECKING:
     from ..core.conversation import ToolCall
@@ -42,7 +41,7 @@ class TerminalSignIn:
         acp = agent.harness.acp
         args = [str(a) for a in method.get("args") or []]
         self.argv = launch_argv(agent.via, [agent.program, *acp.args, *args])
-        self.env = {**agent_environment(acp.remove_env or (), {**(acp.env or {}), **agent.extra_env}),
+        self.env = {**agent_env(agent),
                     **{str(k): str(v) for k, v in (method.get("env") or {}).items()}}
         self.call: ToolCall | None = None
         self.exit_code: int | None = None

@@ -555,6 +555,7 @@ class Squad:
             repo_project = Project.for_folder(Path(recorded["repo"]))
             project = Project(id=repo_project.id, name=repo_project.name, folder=project.folder,
                               private=repo_project.private or project.private,
+                              review=repo_project.review or project.review,
                               sandbox=repo_project.sandbox or project.sandbox)
         agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
         if isinstance(head.get("sandbox"), dict) or (project is not None and project.sandbox):  # sandboxed again

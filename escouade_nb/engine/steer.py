@@ -62,7 +62,7 @@ def steer(agent: Agent, prompt: str | Sequence[Any]) -> Turn:
     if running is None or running.done:  # nothing to steer: a prompt, in its place in the queue
         return queue.send(Turn(agent, content))
     method = native_method(agent)
-    if method is not None:
+    if method is not None and agent.budget.card is None:  # a budget card waiting: no new prompt goes in
         _send_native(agent, running, method, content)
         return running
     return _stop_and_prompt(agent, content)

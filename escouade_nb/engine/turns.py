@@ -185,6 +185,11 @@ class TurnQueue:
         """The turn tasks not finished yet (queued or running)."""
         return frozenset(self._tasks)
 
+    def held(self) -> asyncio.Lock:
+        """The queue's lock, as ``async with turns.held():``: while it is held no prompt turn
+        starts (they wait, in order). A rewind holds it (:mod:`.checkpoints`)."""
+        return self._lock
+
     def close(self) -> None:
         """Cancel every queued and running turn task (their turns end with an error)."""
         for task in list(self._tasks):
@@ -230,11 +235,13 @@ class TurnQueue:
     async def _prompt(self, turn: Turn) -> None:
         """Run ``turn``: sent once the session is ready; its answer, or why there is none,
         says how it ends."""
-        if not await self._ready_to_send(turn):
+        if not await self._ready_to_send(turn) or turn.done:  # done: dropped while it waited (the budget card…)
             return
         files = getattr(self.agent, "file_watch", None)  # review=True: the folder before the turn
         if files is not None:
             await files.before_turn()
+            if turn.done:
+                return
         live = self.agent.live
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
@@ -242,7 +249,15 @@ class TurnQueue:
             checkpoints = getattr(self.agent, "checkpoints", None)
             if checkpoints is not None:  # the agent's folder before the turn (engine/checkpoints.py)
                 await checkpoints.before_prompt(turn, live)
+            if turn.cancelled_by_user:  # Stop (or a steer) while the checkpoint was taken: nothing is sent
+                live.cancel_sent = False
+                if files is not None:
+                    await files.after_turn()
+                self.agent.conversation.add_notice(STOPPED_BY_YOU)
+                turn._finish(stop_reason="cancelled")
+                return
             mark = {"escouade": {"steered": True}} if turn.steered else {}  # _meta: the transcript says it
+            self.agent.budget.turn_started()  # its seconds count from the prompt sent
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt, **mark)
         except Exception as exc:
             if files is not None:  # its changes pend review by the time ``await turn`` returns
@@ -270,8 +285,8 @@ class TurnQueue:
             turn._finish(error=AgentError(f"agent {agent.name!r} is {agent.status}; the prompt was not sent"))
             return False
         if turn.attach:
-            turn.prompt = [*turn.prompt, *[attachment_block(p, await asyncio.to_thread(_read_attachment, p))
-                                           for p in turn.attach]]
+            blocks = [attachment_block(p, await asyncio.to_thread(_read_attachment, p)) for p in turn.attach]
+            turn.prompt = [*turn.prompt, *blocks]  # after the reads: an edit made meanwhile is kept
             turn.attach = []
         try:
             await agent.ready()
@@ -297,7 +312,6 @@ class TurnQueue:
         turn.started = time.monotonic()
         turn.usage_before = dict(agent.conversation.usage or {})
         agent.set_status(AgentStatus.WORKING)
-        agent.budget.turn_started()
         takes = agent.agent_capabilities.get("promptCapabilities") or {}
         turn.prompt, notices = gate(turn.prompt, takes, who=agent.name)
         for notice in notices:

@@ -57,6 +57,7 @@ from ..wire.terminals import TerminalEvent, TerminalManager
 from . import agent_worktrees
 from .cards import CardDesk
 from .interfaces import AgentHandle
+from .launcher import agent_env
 from .sandbox import SandboxError, sandboxed_command
 from .worktree import Worktree, git
 
@@ -327,7 +328,7 @@ async def run_command(agent: AgentHandle, role: str, command: str, folder: Path,
     argv = ["/bin/sh", "-c", command]
     if agent.sandbox is not None:  # as the agent will run: its folder, its worktree's git admin, a private /tmp
         try:
-            argv = await sandboxed_command(agent, argv, dict(os.environ))
+            argv = await sandboxed_command(agent, argv, agent_env(agent))  # its env: its --account's folders
         except SandboxError as exc:
             raise SetupFailed(f"worktree {role} could not be sandboxed: {exc}") from None
     conversation = agent.conversation

@@ -253,3 +253,28 @@ def test_the_budget_card_is_on_record_and_a_resume_shows_it_answered(script, tmp
 
     assert budget_lines(again) == budget_lines(live) and len(budget_lines(live)) == 3
     assert "Allowed by you: Continue (another 100 tokens)" in again
+
+
+def test_a_prompt_dropped_while_the_budget_card_waits_is_never_sent(script):
+    """Drop offered on a queued prompt held behind the budget card: once Continue is
+    clicked it stays dropped — not sent, its turn ended ``dropped`` (a merge found it sent
+    anyway, its turn ``running`` for good)."""
+    s = script(TOKENS)
+
+    async def go():
+        async with s.running(policies=[Recorder()]) as agent:
+            agent.set_budget(tokens=100)
+            await agent.send("go")
+            card = await agent.next_permission(timeout=5)
+            second = agent.send("more")
+            for _ in range(100):
+                if second in agent.queued:
+                    break
+                await asyncio.sleep(0.02)
+            second.drop()
+            card.choose("continue")
+            await asyncio.sleep(0.5)  # what would have been sent, has been
+            assert second.status == "dropped" and second.done
+            assert [m.get("method") for m in s.received()].count("session/prompt") == 1
+
+    asyncio.run(asyncio.wait_for(go(), 60))

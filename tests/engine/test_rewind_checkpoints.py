@@ -4,6 +4,7 @@ shadow repository), scripted agents over real pipes — one offering ``session/f
 wire is checked, one not — and the transcript read back by a resume."""
 
 import asyncio
+import base64
 import json
 import os
 import stat
@@ -306,4 +307,86 @@ def test_a_folder_with_more_new_files_than_a_checkpoint_takes_gets_none(script, 
             text = render_items(agent.conversation.items)
             assert text.count("No checkpoints of") == 1 and "5 files git does not have yet, more than 3" in text
         s.assert_ok()
+    run(go())
+
+
+def test_stop_while_the_checkpoint_is_taken_sends_no_prompt(script, tmp_path, state):
+    """Stop pressed while the checkpoint's ``session/fork`` is under way: the prompt is
+    never sent and the turn ends ``cancelled`` (it ran to its end before)."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    s = script("\n".join([FORK_INIT, P_NEW,
+                          'C> {"jsonrpc":"2.0","id":2,"method":"session/fork","params":{"sessionId":"s1"}}',
+                          '!> {"sleep": 1.0}',
+                          'A> {"jsonrpc":"2.0","id":2,"result":{"sessionId":"f1"}}']), ws=plain)
+
+    async def go():
+        async with s.running() as agent:
+            turn = agent.send("first")
+            await asyncio.sleep(0.5)
+            assert turn.status == "running"
+            agent.cancel()  # Stop
+            await turn
+            assert turn.stop_reason == "cancelled" and turn.cancelled_by_user
+            await asyncio.sleep(0.3)
+        assert "session/prompt" not in [m.get("method") for m in s.received()]
+
+    run(go())
+
+
+def test_a_prompt_sent_while_a_rewind_runs_waits_for_it_and_goes_to_the_new_session(script, tmp_path, state):
+    """A prompt typed right after *Rewind to here* waits for the rewind: it is sent in the
+    new session, not marked rewound, and answered there."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for i in range(300):
+        (plain / f"f{i}.txt").write_text("a\n" * 100)
+    s = script("\n".join([P_INIT, P_NEW, prompt_line(2, "first"), answer(2, "one")]),
+               "\n".join([P_INIT, P_NEW, prompt_line(2, "second"), answer(2, "two-new")]), ws=plain)
+
+    async def go():
+        async with s.running() as agent:
+            await agent.send("first")
+            for i in range(300):
+                (plain / f"f{i}.txt").write_text("b\n")
+            task = agent.rewind_soon(1)
+            await asyncio.sleep(0)
+            second = agent.send("second")
+            await task
+            await asyncio.wait_for(second.wait(), 20)
+            assert second.stop_reason == "end_turn" and "two-new" in second.text
+            text = render_items(agent.conversation.items)
+            assert "you (rewound): first" in text and "you (rewound): second" not in text
+            assert (plain / "f0.txt").read_text() == "a\n" * 100
+        assert [m.get("method") for m in s.received(run=0)].count("session/prompt") == 1
+
+    run(go())
+
+
+def test_a_rewind_drops_the_pending_file_changes_it_undid(script, tmp_path, state):
+    """``review=True``: the agent wrote a.txt by itself in turn 1; a rewind to before turn 1
+    puts it back, and its pending change leaves ``pending_edits`` (dropped, "undone by the
+    rewind") instead of offering a Reject that can only fail."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    step = "!> " + json.dumps({"file": "$WS/a.txt", "b64": base64.b64encode(b"turn 1\n").decode()})
+    s = script("\n".join([P_INIT, P_NEW, prompt_line(2, "first"), step,
+                          'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}']),
+               "\n".join([P_INIT, P_NEW]), ws=plain)
+
+    async def go():
+        agent = s.agent(review=True)
+        try:
+            await agent.send("first")
+            assert [e.rel for e in agent.pending_edits] == ["a.txt"]
+            await agent.rewind(agent.checkpoints[0])
+            assert (plain / "a.txt").read_text() == "a\n"
+            assert agent.pending_edits == []
+            undone = agent.edit_review.settled[-1]
+            assert undone.state == "dropped" and undone.why == "undone by the rewind"
+        finally:
+            await agent.close()
+
     run(go())

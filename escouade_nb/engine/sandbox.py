@@ -139,6 +139,7 @@ def worktree_git_folders(worktree: Path, branch: str | None) -> list[Path]:
 def _under_tmp(command: Sequence[str]) -> list[Path]:
     """What the private ``/tmp`` would hide that the agent needs to read: this Python's
     prefix (a virtual environment made under ``/tmp``: the stdio bridge, the fake agent),
+    escouade_nb's own folder when it is under ``/tmp`` (an editable install's checkout),
     the program's own prefix (``/tmp/venv`` for ``/tmp/venv/bin/agent``) and the folder
     of each other word of the command line that is an existing file under ``/tmp``. (The
     agent's ``HOME``, when it is under ``/tmp``, is added by :meth:`Sandbox.command`.)"""
@@ -147,6 +148,9 @@ def _under_tmp(command: Sequence[str]) -> list[Path]:
     prefix = Path(sys.prefix)
     if prefix.is_relative_to(tmp) and prefix != tmp:
         found.append(prefix)
+    package_home = Path(__file__).resolve().parents[2]  # escouade_nb's own folder: an editable install's checkout
+    if package_home.is_relative_to(tmp) and package_home != tmp and not package_home.is_relative_to(prefix):
+        found.append(package_home)  # (CI's fresh clone under /tmp): the stdio bridge imports escouade_nb from it
     for index, word in enumerate(command):
         path = Path(word)
         if not path.is_absolute() or not path.is_relative_to(tmp) or not path.exists():

@@ -119,7 +119,9 @@ def test_prompt_box_streams_the_reply(nb):
     assert box.input_value() == ""
     assert focused_box(view), "the focus is back in the prompt box after sending"
     assert "Hello! I am the fake agent." in reply.inner_text()
-    assert prompts(view).last.inner_text().split(None, 1) == ["you", "Hello from\nthe browser"]
+    said = prompts(view).last
+    assert said.locator(".esc-who").inner_text() == "you"
+    assert said.locator(".esc-user-text").inner_text() == "Hello from\nthe browser"
     nb.wait_status(view, "idle")
     # the Send button sends too, and gives the focus back to the box
     nb.send(view, "Second hello")

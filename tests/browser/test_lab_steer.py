@@ -41,8 +41,8 @@ def test_steer_now_ctrl_enter_and_the_queued_list(nb):
     steered.wait_for(timeout=30_000)
     assert "steered" in steered.locator(".esc-who").inner_text()
     prompts(view).filter(has_text="hello changed").wait_for(timeout=30_000)  # the queued one, after it
-    texts = prompts(view).all_inner_texts()
-    assert [t for t in texts if "hello" in t][0].endswith("hello steered"), texts
+    texts = prompts(view).locator(".esc-user-text").all_inner_texts()
+    assert [t for t in texts if "hello" in t][0] == "hello steered", texts
     assert before[:30] in view.locator(".esc-transcript").inner_text()  # nothing the stopped turn wrote is lost
     nb.wait_status(view, "idle", timeout=60)
     assert rows.count() == 0 and not steer.is_visible()

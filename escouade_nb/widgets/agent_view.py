@@ -455,21 +455,20 @@ class AgentView(ConversationView):
 
     # -- actions ---------------------------------------------------------------------------------------
     def _act_send(self, msg: dict) -> Turn | None:
-        text = str(msg.get("text") or "").strip()
-        if not text:
-            return None
-        self.prompt_value = ""
-        turn = self.agent.send(text)
-        turn.add_done_callback(lambda _t: self._keep_refused(turn, text))
-        return turn
+        return self._from_box(msg, self.agent.send)
 
     def _act_steer(self, msg: dict) -> Turn | None:
         """*Steer now* / Ctrl+Enter: the box's text sent now (``agent.steer``)."""
+        return self._from_box(msg, self.agent.steer)
+
+    def _from_box(self, msg: dict, send: Callable[[str], Turn]) -> Turn | None:
+        """The prompt box's text sent by ``send`` (``agent.send`` or ``agent.steer``); a
+        prompt refused until a sign-in comes back into the box."""
         text = str(msg.get("text") or "").strip()
         if not text:
             return None
         self.prompt_value = ""
-        turn = self.agent.steer(text)
+        turn = send(text)
         turn.add_done_callback(lambda _t: self._keep_refused(turn, text))
         return turn
 

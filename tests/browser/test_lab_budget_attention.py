@@ -16,22 +16,13 @@ In the squad view, ``n`` focuses the next agent waiting and brings its view in s
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
+from test_lab import eventually
 
 pytestmark = pytest.mark.browser
 
 
-def eventually(check, what: str, timeout: float = 10):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still {value!r} after {timeout} s")
-        time.sleep(0.1)
 
 
 HIDE = """hidden => {

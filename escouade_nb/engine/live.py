@@ -96,6 +96,7 @@ class Live:
             agent.use_transcript(Transcript.new(agent.name, {
                 "agent": agent.name, "harness": agent.harness.id, "cwd": str(agent.cwd), "argv": agent.argv(),
                 "started_from": os.getcwd(),  # the notebook's folder: its project lists it (engine/listing.py)
+                **({"via": list(agent.via)} if agent.via else {}),  # a resume runs it there again
                 **({"worktree": agent.worktree.record()} if agent.worktree is not None else {}),
                 **({"sandbox": agent.sandbox.record()} if agent.sandbox is not None else {}),
                 **({"previous": str(agent.previous_transcript)} if agent.previous_transcript is not None else {}),

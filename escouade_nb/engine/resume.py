@@ -158,9 +158,10 @@ def resumed(transcript_path: Path, harness: HarnessRef | None, *, program: str |
     """The arguments of the agent rebuilt from ``transcript_path`` (see
     :meth:`~.agent.Agent.resume`): its harness (a stand-in when ``harness`` is None), name
     and folder as its header has them, and what its session was set up with (``add_dirs``,
-    ``system_prompt``…) unless ``kwargs`` give them anew."""
+    ``system_prompt``…, and ``via``: a launcher's agent runs where it ran) unless ``kwargs``
+    give them anew."""
     head = tr.header(transcript_path) or {}
-    setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode", "review")
+    setup = {k: head[k] for k in ("add_dirs", "system_prompt", "system_prompt_mode", "review", "via")
              if head.get(k) is not None}
     return {"harness": harness if harness is not None else missing_harness(head.get("harness", "?")),
             "program": program or "", "name": head.get("agent"), "cwd": head.get("cwd"), **{**setup, **kwargs}}

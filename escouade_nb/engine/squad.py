@@ -67,6 +67,13 @@ class AgentTable(dict):
         return out
 
 
+
+def named_program(ref: HarnessRef) -> str:
+    """The program of ``ref`` run through a launcher (``--via``): wherever the launcher puts
+    it, so named (its manifest's first ``locate.names``, else its short id), not looked up here."""
+    locate = ref.harness.locate
+    return locate.names[0] if locate and locate.names else ref.short_id
+
 class SquadError(EscouadeError):
     """A request the squad cannot carry out; the message is one line for the user."""
 
@@ -253,11 +260,7 @@ class Squad:
         if name is not None and name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
         launcher = shlex.split(via) if isinstance(via, str) else list(via or [])
-        if launcher:  # the program is wherever the launcher puts it: named, not looked up
-            program: str | None = (ref.harness.locate.names[0] if ref.harness.locate and ref.harness.locate.names
-                                   else ref.short_id)
-        else:
-            program = locate_program(ref.harness)
+        program = named_program(ref) if launcher else locate_program(ref.harness)
         if program is None:
             raise ProgramNotFound(ref)
         return ref, folder, launcher, program
@@ -540,9 +543,10 @@ class Squad:
             raise SquadError(f"agent {name!r} is running; stop it first")
         head = transcript.header(found[name]) or {}
         ref = program = None
+        via = head.get("via") if isinstance(head.get("via"), list) else None
         try:
             ref = self.discovery(refresh=True).find(str(head.get("harness", "")))
-            program = locate_program(ref.harness)
+            program = named_program(ref) if via else locate_program(ref.harness)
         except LookupError:
             ref = None
         if ref is not None and program is None:

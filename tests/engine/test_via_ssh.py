@@ -91,3 +91,26 @@ def test_restart_through_ssh_ends_the_remote_agent_and_starts_a_new_one(script, 
 
     run(go(), timeout=90)
     assert s.statuses()[-1]["status"] == "ok"
+
+
+def test_a_resumed_agent_runs_through_its_launcher_again(script, ssh_launcher):
+    """The transcript's header keeps ``via``: after a kernel restart, ``resume`` runs the
+    agent on the other side again (it ran locally before: a remote agent's resume must not
+    become a local one)."""
+    from escouade_nb.engine.agent import Agent
+
+    s = script(WORKS, WORKS)
+
+    async def go():
+        async with s.running(via=ssh_launcher, fs=True) as agent:
+            assert (await agent.send("go")).text == "over ssh"
+            path = agent.transcript.path
+        again = Agent.resume(path, s.ref, program=sys.executable, fs=True)
+        try:
+            assert list(again.via) == ssh_launcher and again.argv()[:len(ssh_launcher)] == ssh_launcher
+            again.start()
+            assert (await again.send("go")).text == "over ssh"
+        finally:
+            await again.close()
+
+    run(go(), timeout=90)

@@ -133,8 +133,9 @@ def run_it(nb, model_server, harness: str, name: str) -> None:
     assert SOURCE.splitlines()[0] in card.inner_text(), "the card shows the cell's source"
     pin.get_by_role("button", name="Run", exact=True).click()
     until(lambda: "total 259.5" in nb.output(2).inner_text(), "the output is in the cell", timeout=TURN)
-    prompt = nb.cell(2).locator(".jp-InputArea-prompt").inner_text().strip()
-    assert prompt[1:-2].strip().isdigit(), f"its execution count is set: {prompt!r}"
+    # its execution count, once the kernel's reply follows the output ("[*]:" until then)
+    until(lambda: nb.cell(2).locator(".jp-InputArea-prompt").inner_text().strip()[1:-2].strip().isdigit(),
+          "its execution count is set", timeout=TURN)
     until(lambda: f"{FINAL_PREFIX} execute_cell returned:" in view.inner_text(), "the result reached the model",
           timeout=TURN)
     assert "total 259.5" in view.inner_text().split(f"{FINAL_PREFIX} execute_cell returned:", 1)[1]

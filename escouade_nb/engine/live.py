@@ -32,7 +32,8 @@ from .cards import CardDesk
 from .kernel_access import KernelAccess
 from .launcher import agent_env
 from .resume import ReplaySkip
-from .sandbox import SandboxError, sandboxed_command
+from ..wire.fs import Confinement
+from .sandbox import SandboxError, client_confinement, hidden_folders, sandboxed, terminal_command
 from .workspace import Workspace
 
 if TYPE_CHECKING:
@@ -106,11 +107,15 @@ class Live:
                 **({"review": True} if getattr(agent, "review", False) else {})},
                 on_error=agent.transcript_failed))
         self.desk = CardDesk(agent)
+        confinement = None
+        if agent.sandbox is not None:  # until its sandbox is made: its folders only, no terminal (run() sets it)
+            folders = (Path(agent.cwd), *map(Path, agent.add_dirs))
+            confinement = Confinement(writable=folders, hidden=tuple(hidden_folders(env)), shown=folders)
         client = EscouadeClient(cwd=agent.cwd, on_permission=self.desk.on_permission, on_update=self._fold,
                                 on_file_written=self._file_written,
                                 fence=agent.fence, also=agent.add_dirs, terminal_env=env,
                                 on_elicitation=self.desk.on_elicitation,
-                                on_elicitation_complete=self.desk.on_elicitation_complete)
+                                on_elicitation_complete=self.desk.on_elicitation_complete, confinement=confinement)
         self.workspace = Workspace(agent.conversation, agent.cwd, name=agent.name, fenced=agent.private,
                                    terminals=client.terminals)
         client.terminals.subscribe(self.workspace.terminal_event)
@@ -137,8 +142,14 @@ class Live:
         try:
             if self.agent.sandbox is not None:  # bwrap around it: the folders it may write, made off the loop
                 folder = await self.kernel.token_folder()  # the stdio bridge's token file, read inside
-                self.session.argv = await sandboxed_command(self.agent, self.session.argv, self.session.env,
-                                                            readable=[folder] if folder is not None else [])
+                binds = await sandboxed(self.agent, self.session.argv, self.session.env,
+                                        readable=[folder] if folder is not None else [])
+                self.session.argv = binds.argv(self.session.argv)
+                # its client fs and terminals reach what its process reaches (engine/sandbox.py, wire/fs.py)
+                hidden = hidden_folders(self.session.env, folder)
+                for_terminals = binds.without(hidden)
+                self.session.client.confine(client_confinement(binds, hidden),
+                                            lambda argv, cwd: terminal_command(for_terminals, argv, cwd))
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
             async with self.session:
                 await self._handshake()

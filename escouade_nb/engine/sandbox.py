@@ -25,6 +25,14 @@ nothing on the network — the stdio MCP bridge, a local model — works). The e
 inherited, never put on bwrap's command line (``--setenv`` is an argv every local user
 reads in ``/proc``).
 
+What escouade_nb does *for* a sandboxed agent is held to the same world
+(:meth:`~..wire.client.EscouadeClient.confine`, set by the agent's start): its client file
+system writes only in the writable set above (not the private ``/tmp``, which is not the
+kernel's) and reads nothing in :func:`hidden_folders` (the one list of what a sandboxed
+agent must not read) but what the sandbox binds there (:func:`client_confinement`); its
+client terminals run under bwrap with the same :class:`Binds` as its process, less the
+kernel's token folder (:func:`terminal_command`, the one place a terminal is wrapped).
+
 bwrap is looked up on ``PATH`` (Debian's package ``bubblewrap``); :func:`find_bwrap`
 raises :class:`SandboxMissing` (one line naming the package) when it is not there.
 :meth:`Sandbox.command` does its file work (expanding and making the state folders,
@@ -35,6 +43,7 @@ kernel's loop.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import sys
@@ -44,12 +53,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import EscouadeError
+from ..wire.fs import Confinement
 
 if TYPE_CHECKING:
     from .interfaces import AgentHandle
 
-__all__ = ["BWRAP", "PACKAGE", "Sandbox", "SandboxError", "SandboxMissing", "bwrap_argv", "expand_state_folder",
-           "find_bwrap", "sandbox_check", "sandboxed_command", "worktree_git_folders"]
+__all__ = ["BWRAP", "PACKAGE", "Binds", "Sandbox", "SandboxError", "SandboxMissing", "bwrap_argv",
+           "client_confinement", "expand_state_folder", "find_bwrap", "hidden_folders", "sandbox_check", "sandboxed",
+           "sandboxed_command", "terminal_command", "worktree_git_folders"]
 
 BWRAP = "bwrap"
 """The program looked up on ``PATH``."""
@@ -167,12 +178,13 @@ def _nested_last(paths: Iterable[Path]) -> list[Path]:
 
 
 def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: Iterable[Path] = (),
-               readable: Iterable[Path] = (), offline: bool = False) -> list[str]:
+               readable: Iterable[Path] = (), offline: bool = False, chdir: Path | None = None) -> list[str]:
     """The command line that runs ``command`` under ``bwrap`` (see the module): ``/``
     read-only, a new ``/dev`` and ``/proc``, a private ``/tmp``, then each of ``readable``
     (what the private ``/tmp`` would hide: the program's own folder…) bound read-only, then
     ``folder`` and each of ``writable`` bound writable (absolute, existing paths), parents
-    first; its own pid namespace; ``offline``: its own network namespace too. Pure."""
+    first; its own pid namespace; ``offline``: its own network namespace too; it starts in
+    ``chdir`` (default ``folder``). Pure."""
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in _nested_last(readable):
         argv += ["--ro-bind", str(path), str(path)]
@@ -181,8 +193,81 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
     argv += ["--unshare-pid", "--die-with-parent"]
     if offline:
         argv.append("--unshare-net")
-    argv += ["--chdir", str(folder), "--", *command]
+    argv += ["--chdir", str(chdir if chdir is not None else folder), "--", *command]
     return argv
+
+
+@dataclass(frozen=True)
+class Binds:
+    """What one sandboxed start binds (:meth:`Sandbox.binds`): ``bwrap`` (its path),
+    ``folder`` (the agent's folder, real path), ``writable`` (its other writable folders:
+    additional directories, state folders, a worktree's git folders; real paths) and
+    ``readable`` (bound read-only after the private ``/tmp``). :meth:`argv` is its command
+    line."""
+
+    bwrap: str
+    folder: Path
+    writable: tuple[Path, ...] = ()
+    readable: tuple[Path, ...] = ()
+    offline: bool = False
+
+    @property
+    def writable_set(self) -> tuple[Path, ...]:
+        """Every folder the sandboxed process may write (its private ``/tmp`` aside, which
+        is not the kernel's): ``folder`` and ``writable``."""
+        return (self.folder, *self.writable)
+
+    def without(self, hidden: Iterable[Path]) -> Binds:
+        """The same binds less the readable ones that are one of ``hidden`` (the kernel's
+        token folder: a client terminal has no use for it)."""
+        drop = {Path(p) for p in hidden}
+        return Binds(self.bwrap, self.folder, self.writable, tuple(p for p in self.readable if p not in drop),
+                     self.offline)
+
+    def argv(self, command: Sequence[str], chdir: Path | None = None) -> list[str]:
+        """``command`` under bwrap with these binds (:func:`bwrap_argv`), starting in
+        ``chdir`` (default the folder). Pure."""
+        return bwrap_argv(self.bwrap, command, folder=self.folder, writable=self.writable, readable=self.readable,
+                          offline=self.offline, chdir=chdir)
+
+
+def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> list[Path]:
+    """The folders a sandboxed agent must not read (real paths, existing or not): the
+    kernel's ``/tmp`` (the sandbox has its own, an empty tmpfs), Jupyter's runtime folder
+    (``jupyter_core.paths.jupyter_runtime_dir()``: the kernels' connection files, their
+    HMAC keys), ``$XDG_RUNTIME_DIR`` (of ``env``, the agent's environment, and of the
+    kernel's) and ``token_folder`` (the kernel's MCP token files, :mod:`.token_files`).
+    The one list: what the client file system refuses to read for a sandboxed agent
+    (:func:`client_confinement`); a folder the sandbox binds inside one of them (its own
+    folder under ``/tmp``) stays readable. Reads the environment only (and resolves
+    symlinks): cheap."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    found = [Path("/tmp"), Path(jupyter_runtime_dir())]
+    for runtime in (env.get("XDG_RUNTIME_DIR"), os.environ.get("XDG_RUNTIME_DIR")):
+        if runtime and Path(runtime).is_absolute():
+            found.append(Path(runtime))
+    if token_folder is not None:
+        found.append(Path(token_folder))
+    return list(dict.fromkeys(Path(os.path.realpath(p)) for p in found))
+
+
+def client_confinement(binds: Binds, hidden: Sequence[Path]) -> Confinement:
+    """What the client file system and terminals of an agent sandboxed with ``binds``
+    may touch (:class:`~escouade_nb.wire.fs.Confinement`): write only in its writable set;
+    read anything but the ``hidden`` folders (:func:`hidden_folders`), except inside the
+    folders the sandbox binds there (its own, its program's…, never a hidden one itself)."""
+    hidden_real = [Path(os.path.realpath(p)) for p in hidden]
+    shown = [p for p in (*binds.writable_set, *binds.readable) if Path(os.path.realpath(p)) not in hidden_real]
+    return Confinement(writable=binds.writable_set, hidden=tuple(hidden_real), shown=tuple(shown))
+
+
+def terminal_command(binds: Binds, argv: Sequence[str], cwd: Path) -> list[str]:
+    """A client terminal's ``argv`` (``terminal/create`` of a sandboxed agent) under the
+    same sandbox as the agent's process: its ``binds`` (less the kernel's token folder,
+    :meth:`Binds.without`), starting in ``cwd`` (checked to be in its writable set by
+    the terminal manager). The one place a terminal is wrapped. Pure."""
+    return binds.argv(argv, chdir=cwd)
 
 
 @dataclass(frozen=True)
@@ -202,18 +287,29 @@ class Sandbox:
                       worktree: Path | None = None, branch: str | None = None,
                       readable: Sequence[Path] = ()) -> list[str]:
         """``command`` wrapped in bwrap for an agent working in ``folder`` with environment
-        ``env`` (what expands its ``state_folders``, the manifest's ``acp.stateFolders``);
-        ``also``: more writable folders (its additional directories); ``worktree`` /
-        ``branch``: its git worktree (see :func:`worktree_git_folders`); ``readable``: folders
-        bound read-only (existing ones; after the private ``/tmp``). The file work runs
-        in a thread. :class:`SandboxMissing` without bwrap, :class:`SandboxError` for a state
-        folder that is ``/``, the home folder itself, or cannot be made."""
+        ``env``: :meth:`binds` (same arguments, same errors), then :meth:`Binds.argv`."""
+        binds = await self.binds(command, folder=folder, env=env, state_folders=state_folders, also=also,
+                                 worktree=worktree, branch=branch, readable=readable)
+        return binds.argv(command)
+
+    async def binds(self, command: Sequence[str], *, folder: Path, env: Mapping[str, str],
+                    state_folders: Sequence[str] = (), also: Sequence[Path] = (),
+                    worktree: Path | None = None, branch: str | None = None,
+                    readable: Sequence[Path] = ()) -> Binds:
+        """What bwrap binds for ``command`` run by an agent working in ``folder`` with
+        environment ``env`` (what expands its ``state_folders``, the manifest's
+        ``acp.stateFolders``); ``also``: more writable folders (its additional directories);
+        ``worktree`` / ``branch``: its git worktree (see :func:`worktree_git_folders`);
+        ``readable``: folders bound read-only (existing ones; after the private ``/tmp``).
+        The file work runs in a thread. :class:`SandboxMissing` without bwrap,
+        :class:`SandboxError` for a state folder that is ``/``, the home folder itself, or
+        cannot be made."""
         bwrap = find_bwrap(env.get("PATH"))
-        return await asyncio.to_thread(self._command, bwrap, list(command), folder, dict(env),
+        return await asyncio.to_thread(self._binds, bwrap, list(command), folder, dict(env),
                                        list(state_folders), list(also), worktree, branch, list(readable))
 
-    def _command(self, bwrap: str, command: list[str], folder: Path, env: dict[str, str], state_folders: list[str],
-                 also: list[Path], worktree: Path | None, branch: str | None, extra: list[Path]) -> list[str]:
+    def _binds(self, bwrap: str, command: list[str], folder: Path, env: dict[str, str], state_folders: list[str],
+               also: list[Path], worktree: Path | None, branch: str | None, extra: list[Path]) -> Binds:
         home = Path(env.get("HOME") or str(Path.home())).resolve()
         writable: list[Path] = []
         for spec in state_folders:
@@ -238,21 +334,27 @@ class Sandbox:
             writable += git_folders
             if git_folders and git_folders[1].is_relative_to("/tmp"):  # the repository, hidden by the private /tmp
                 readable.append(git_folders[1].parent.parent)  # <repo>/.git/objects -> <repo>: read-only
-        return bwrap_argv(bwrap, command, folder=Path(folder).resolve(), writable=writable,
-                          readable=readable, offline=self.offline)
+        return Binds(bwrap, Path(folder).resolve(), tuple(writable), tuple(readable), self.offline)
 
+
+async def sandboxed(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
+                    readable: Sequence[Path] = ()) -> Binds:
+    """The binds of ``argv`` (the agent's command line) under ``agent.sandbox`` for this
+    start: its folder, additional directories, manifest's ``acp.stateFolders`` (expanded
+    with ``env``, its environment) and worktree; ``readable``: more folders bound read-only
+    (the kernel's token folder for the stdio bridge). ``binds.argv(argv)`` is its command
+    line. Errors as :meth:`Sandbox.binds`."""
+    sandbox: Sandbox = agent.sandbox
+    acp_spec = agent.harness.acp
+    worktree = agent.worktree
+    return await sandbox.binds(argv, folder=agent.cwd, env=env,
+                               state_folders=list(acp_spec.state_folders) if acp_spec is not None else [],
+                               also=list(agent.add_dirs), worktree=worktree.path if worktree is not None else None,
+                               branch=worktree.branch if worktree is not None else None, readable=readable)
 
 
 async def sandboxed_command(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
                             readable: Sequence[Path] = ()) -> list[str]:
-    """``argv`` (the agent's command line) under ``agent.sandbox`` for this start: its
-    folder, additional directories, manifest's ``acp.stateFolders`` (expanded with ``env``,
-    its environment) and worktree; ``readable``: more folders bound read-only (the kernel's
-    token folder for the stdio bridge). Errors as :meth:`Sandbox.command`."""
-    sandbox: Sandbox = agent.sandbox
-    acp_spec = agent.harness.acp
-    worktree = agent.worktree
-    return await sandbox.command(argv, folder=agent.cwd, env=env,
-                                 state_folders=list(acp_spec.state_folders) if acp_spec is not None else [],
-                                 also=list(agent.add_dirs), worktree=worktree.path if worktree is not None else None,
-                                 branch=worktree.branch if worktree is not None else None, readable=readable)
+    """``argv`` under ``agent.sandbox`` for this start (:func:`sandboxed`), as a command
+    line. Errors as :meth:`Sandbox.command`."""
+    return (await sandboxed(agent, argv, env, readable)).argv(argv)

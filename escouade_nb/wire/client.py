@@ -41,8 +41,8 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from .fs import FileSystem
-from .terminals import TerminalManager
+from .fs import Confinement, FileSystem
+from .terminals import TerminalManager, Wrap
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,9 @@ class EscouadeClient:
     intercept; ``on_file_written(path, old_text, new_text)`` is told of each write
     (``old_text`` ``None`` for a new file); ``fence`` (a private project's folder)
     refuses fs paths and terminal folders (``cwd``) outside it and outside the ``also``
-    folders (the session's ``additionalDirectories``); ``terminal_env`` is the base environment of terminal
+    folders (the session's ``additionalDirectories``); ``confinement``: a sandboxed agent's reach (its fs
+    writes and terminal folders only in its writable set, no read in a folder its sandbox hides; see
+    :meth:`confine`); ``terminal_env`` is the base environment of terminal
     commands (the agent's own; ``os.environ`` when ``None``). ``fs`` and ``terminals``
     are the :class:`FileSystem` and :class:`TerminalManager` behind the handlers."""
 
@@ -90,14 +92,15 @@ class EscouadeClient:
                  on_file_written: Callable[[Path, str | None, str], None] | None = None,
                  fence: Path | None = None, also: Sequence[Path] = (), terminal_env: Mapping[str, str] | None = None,
                  on_elicitation: ElicitationHandler | None = None,
-                 on_elicitation_complete: Callable[[str], None] | None = None) -> None:
+                 on_elicitation_complete: Callable[[str], None] | None = None,
+                 confinement: Confinement | None = None) -> None:
         self.cwd = Path(cwd)
         self._on_permission = on_permission
         self._on_update = on_update
         self._on_elicitation = on_elicitation
         self._on_elicitation_complete = on_elicitation_complete
-        self.fs = FileSystem(self.cwd, fence, on_write=on_file_written, also=also)
-        self.terminals = TerminalManager(self.cwd, env=terminal_env, fence=fence, also=also)
+        self.fs = FileSystem(self.cwd, fence, on_write=on_file_written, also=also, confinement=confinement)
+        self.terminals = TerminalManager(self.cwd, env=terminal_env, fence=fence, also=also, confinement=confinement)
         self.extension_calls: list[tuple[str, dict[str, Any]]] = []
         # the raw ``toolCall`` of permission requests by toolCallId (filled by the session's router):
         # what the SDK's ToolCallUpdate drops (the stable ``name``) is put back from it
@@ -111,6 +114,14 @@ class EscouadeClient:
     @property
     def fence(self) -> Path | None:
         return self.fs.fence
+
+    def confine(self, confinement: Confinement, wrap: Wrap | None) -> None:
+        """A sandboxed agent's reach, once its sandbox is made: the file system and the
+        terminals held to ``confinement``; each terminal's command line made by ``wrap``
+        (bwrap with the agent's binds; ``None``: its terminals are refused)."""
+        self.fs.confinement = confinement
+        self.terminals.confinement = confinement
+        self.terminals.wrap = wrap
 
     # -- permissions --------------------------------------------------------------------
     async def request_permission(self, options: list[PermissionOption], session_id: str,

@@ -16,6 +16,16 @@ Fences (private projects)
     prefix (``/srv/app2`` is not inside ``/srv/app``: the comparison is by path
     components, not by string). Nothing is created or written on a refusal.
 
+Sandboxed agents (``--sandbox``)
+    With ``confinement`` set (a :class:`Confinement`), the client file system reaches
+    what the agent's sandboxed process reaches, no further: a write whose real path is
+    outside its writable set (its folder, additional directories, state folders…) is
+    refused (-32602, ``data.reason`` ``"outside_sandbox"``), and so is a read inside a
+    folder its sandbox hides (``"hidden_by_sandbox"``: the kernel's ``/tmp``, Jupyter's
+    runtime folder…), by the same real-path check as the fence — ``..``, symlinks and
+    sibling prefixes resolved, the races below closed the same way — and nothing is
+    created or written on a refusal. A fence and a confinement both hold when both are set.
+
 Races (what is checked is what is touched)
     The real path is checked on the event loop, and the disk is touched later, in a
     worker thread (after a notebook's validation, too). In between, anything may change
@@ -55,7 +65,7 @@ Notebooks
 
 Errors (``acp.RequestError``; its message is what the agent sees)
     * a missing file: ``RequestError.resource_not_found`` (-32002, ``data.uri`` = the path);
-    * outside the fence, changed since it was checked, not UTF-8, a folder or another
+    * outside the fence or the sandbox's reach, changed since it was checked, not UTF-8, a folder or another
       file that is not a regular one, bad ``line``/``limit``: -32602 (invalid params)
       with a sentence naming the path;
     * an invalid notebook: -32602, ``data.reason`` ``"invalid_notebook"``, ``data.field``
@@ -89,8 +99,8 @@ from acp.schema import ReadTextFileResponse, WriteTextFileResponse
 from .._errors import EscouadeError
 from ..core.render_text import cut, is_notebook_path
 
-__all__ = ["FileSystem", "OnWrite", "FenceError", "NotebookProblem", "notebook_problem", "inside",
-           "INVALID_PARAMS", "INTERNAL_ERROR"]
+__all__ = ["Confinement", "FileSystem", "OnWrite", "FenceError", "NotebookProblem", "SandboxRefusal",
+           "notebook_problem", "inside", "INVALID_PARAMS", "INTERNAL_ERROR"]
 
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
@@ -113,6 +123,28 @@ class FenceError(EscouadeError, RequestError):
         )
 
 
+class SandboxRefusal(EscouadeError, RequestError):
+    """A sandboxed agent's path out of its reach (-32602): a write outside its writable
+    set (``data.reason`` ``"outside_sandbox"``, ``data.writable`` the folders), a read in
+    a folder its sandbox hides (``"hidden_by_sandbox"``, ``data.hidden`` the folder)."""
+
+    def __init__(self, path: str, real: Path, confinement: Confinement, writing: bool) -> None:
+        shown = path if str(real) == path else f"{path} (really {real})"
+        if writing:
+            folders = ", ".join(map(str, confinement.writable))
+            super().__init__(INVALID_PARAMS, f"Refused: {shown} is outside what this sandboxed agent may write "
+                                             f"({folders}); escouade_nb writes for it only there, as its sandbox "
+                                             "lets it write only there; nothing was written",
+                             {"path": path, "realPath": str(real), "writable": [str(p) for p in confinement.writable],
+                              "reason": "outside_sandbox"})
+        else:
+            folder = next((h for h in confinement.hidden if real.is_relative_to(h)), real)
+            super().__init__(INVALID_PARAMS, f"Refused: {shown} is in {folder}, which this agent's sandbox hides "
+                                             "from it; escouade_nb does not read it for it",
+                             {"path": path, "realPath": str(real), "hidden": str(folder),
+                              "reason": "hidden_by_sandbox"})
+
+
 def _error(path: str | os.PathLike[str], message: str, reason: str, code: int = INVALID_PARAMS) -> RequestError:
     return RequestError(code, message, {"path": str(path), "reason": reason})
 
@@ -128,6 +160,34 @@ def inside(real: Path, roots: Sequence[Path]) -> bool:
     """Whether the real path ``real`` is one of ``roots`` (real paths too) or under one,
     compared by path components (``/srv/app2`` is not inside ``/srv/app``)."""
     return any(real.is_relative_to(root) for root in roots)
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """A sandboxed agent's reach through the client (``--sandbox``), the same as its
+    process's: it writes only inside ``writable`` (its folder, additional directories,
+    state folders…); it reads anything but what is inside ``hidden`` (the folders its
+    sandbox hides: the kernel's ``/tmp``, Jupyter's runtime folder…) unless also inside
+    ``shown`` (what the sandbox binds there: its own folder under ``/tmp``). Real paths
+    (made so). ``escouade_nb.engine.sandbox.client_confinement`` makes one from the
+    sandbox's binds."""
+
+    writable: tuple[Path, ...]
+    hidden: tuple[Path, ...] = ()
+    shown: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("writable", "hidden", "shown"):
+            object.__setattr__(self, name, tuple(Path(os.path.realpath(p)) for p in getattr(self, name)))
+
+    def may_write(self, real: Path) -> bool:
+        """Whether the real path ``real`` is in the writable set."""
+        return inside(real, self.writable)
+
+    def may_read(self, real: Path) -> bool:
+        """Whether the real path ``real`` is readable: not in a hidden folder, or in a
+        folder shown there."""
+        return not inside(real, self.hidden) or inside(real, self.shown)
 
 
 # -- opening exactly the checked path --------------------------------------------------------
@@ -389,11 +449,12 @@ class FileSystem:
     session's ``additionalDirectories``). See the module's documentation."""
 
     def __init__(self, cwd: Path, fence: Path | None = None, *, on_write: OnWrite | None = None,
-                 also: Sequence[Path] = ()) -> None:
+                 also: Sequence[Path] = (), confinement: Confinement | None = None) -> None:
         self.cwd = Path(os.path.abspath(cwd))
         self.fence = Path(os.path.realpath(fence)) if fence is not None else None
         self.also = [Path(os.path.realpath(d)) for d in also]
         self.on_write = on_write
+        self.confinement = confinement  # a sandboxed agent's (--sandbox): set again once its sandbox is made
 
     # -- paths -----------------------------------------------------------------------------
     def absolute(self, path: str | os.PathLike[str]) -> Path:
@@ -402,16 +463,21 @@ class FileSystem:
         p = Path(path)
         return Path(os.path.normpath(p if p.is_absolute() else self.cwd / p))
 
-    def resolve(self, path: str | os.PathLike[str]) -> Path:
+    def resolve(self, path: str | os.PathLike[str], *, writing: bool = False) -> Path:
         """The real path that is opened: relative paths joined to ``cwd``, then ``..`` and
         symlinks resolved (also for parts that do not exist yet). Raises
-        :class:`FenceError` when a fence is set and the real path is outside it."""
+        :class:`FenceError` when a fence is set and the real path is outside it, and
+        :class:`SandboxRefusal` when a ``confinement`` is set and the path is out of its
+        reach (to write when ``writing``, else to read)."""
         p = Path(path)
         if not str(path):
             raise _error(path, "Empty path", "empty_path")
         real = Path(os.path.realpath(p if p.is_absolute() else self.cwd / p))
         if self.fence is not None and not inside(real, (self.fence, *self.also)):
             raise FenceError(str(path), real, self.fence)
+        box = self.confinement
+        if box is not None and not (box.may_write(real) if writing else box.may_read(real)):
+            raise SandboxRefusal(str(path), real, box, writing)
         return real
 
     def inside_fence(self, path: str | os.PathLike[str]) -> bool:
@@ -467,7 +533,7 @@ class FileSystem:
         """Write ``content`` (creating missing parent folders), keeping the file's line
         endings and byte order mark; then tell ``on_write``. A notebook is checked first
         (see the module's documentation)."""
-        real = self.resolve(path)
+        real = self.resolve(path, writing=True)
         if is_notebook_path(path) or is_notebook_path(real.name):
             problem = await asyncio.to_thread(notebook_problem, content)
             if problem is not None:

@@ -34,6 +34,16 @@ Working folder
     where a command starts, not what it may reach: a command can ``cd`` anywhere, a
     terminal is no sandbox (its permission card is the gate). The folder is resolved and
     checked in a worker thread, off the event loop.
+    A sandboxed agent's terminals (``confinement`` and ``wrap`` set, ``--sandbox``) run
+    inside the same sandbox as its process: the real folder must be in its writable set
+    (else -32602, ``data.reason`` ``"outside_sandbox"``), and the command line is
+    ``wrap(argv, folder)`` (bwrap with the agent's binds, starting in that folder), so
+    what the command reaches is what the agent's process reaches. bwrap itself runs
+    outside the sandbox, so a request whose ``env`` sets a variable the dynamic loader or
+    the C library reads at start (:data:`LOADER_VARIABLES`, every ``LD_*``) is refused
+    (-32602, ``"loader_variable"``); bwrap is found on the manager's ``env``'s ``PATH``,
+    never the request's. Until ``wrap`` is given (the sandbox is made as the agent starts),
+    a sandboxed agent's ``terminal/create`` is refused.
     When the command (the group leader) exits, whatever it left running in its group is
     killed (SIGKILL), so a terminal never leaks processes (a program that must outlive
     it has to leave the group with ``setsid``). ``kill`` and ``release`` send SIGTERM to
@@ -93,12 +103,13 @@ from acp.schema import TerminalExitStatus
 from anyio.abc import Process, TaskGroup
 
 from ..core.observers import Observers, Subscription
-from .fs import inside
+from .fs import Confinement, inside
 from .process import signal_group
 
 __all__ = [
     "DEFAULT_OUTPUT_BYTE_LIMIT",
     "KILL_GRACE",
+    "LOADER_VARIABLES",
     "MAX_KEPT",
     "MAX_RUNNING",
     "RELEASED_KEPT",
@@ -123,6 +134,22 @@ PIPE_DRAIN_TIMEOUT = 1.0
 
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+
+LOADER_VARIABLES = frozenset({
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
+    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS"})
+"""Variables the C library or the dynamic loader reads as a program starts (with every
+``LD_*``): glibc's own list of what it ignores for a setuid program. A sandboxed agent's
+terminal refuses a request that sets one: bwrap runs outside the sandbox, and
+``LD_PRELOAD`` would run the agent's code in it, unconfined."""
+
+Wrap = Callable[[list[str], Path], list[str]]
+"""``wrap(argv, folder)``: a sandboxed agent's terminal command line (bwrap around
+``argv``, starting in the real folder ``folder``)."""
+
+
+def _loader_variable(name: str) -> bool:
+    return name.startswith("LD_") or name in LOADER_VARIABLES
 
 
 def command_argv(command: str, args: Iterable[str] | None, *, shell: str = SHELL) -> tuple[list[str], bool]:
@@ -245,8 +272,11 @@ class TerminalManager:
                  released_kept: int = RELEASED_KEPT,
                  default_output_byte_limit: int = DEFAULT_OUTPUT_BYTE_LIMIT,
                  kill_grace: float = KILL_GRACE, id_prefix: str = "term",
-                 fence: Path | None = None, also: Sequence[Path] = ()) -> None:
+                 fence: Path | None = None, also: Sequence[Path] = (),
+                 confinement: Confinement | None = None, wrap: Wrap | None = None) -> None:
         self.cwd = Path(os.path.abspath(cwd))
+        self.confinement = confinement  # a sandboxed agent's: its terminals run in its sandbox, through ``wrap``
+        self.wrap = wrap
         self.fence = Path(os.path.realpath(fence)) if fence is not None else None
         self.also = [Path(os.path.realpath(d)) for d in also]
         self.env = dict(env) if env is not None else None
@@ -366,10 +396,21 @@ class TerminalManager:
         full_env = dict(os.environ if self.env is None else self.env)
         for var in env or ():
             name, value = (var["name"], var["value"]) if isinstance(var, Mapping) else (var.name, var.value)
+            if self.confinement is not None and _loader_variable(name):
+                raise RequestError(INVALID_PARAMS, f"Refused: this agent is sandboxed and its terminal's env sets "
+                                                   f"{name}, which the program that makes the sandbox (bwrap, "
+                                                   "outside it) would read; nothing was started",
+                                   {"command": command, "name": name, "reason": "loader_variable"})
             full_env[name] = value
         argv, shell = command_argv(command, args, shell=self.shell)
+        spawned = argv
+        if self.confinement is not None:
+            if self.wrap is None:
+                raise RequestError(INTERNAL_ERROR, "Refused: this agent is sandboxed and its sandbox is not made yet; "
+                                                   "nothing was started", {"command": command})
+            spawned = self.wrap(argv, workdir)
         try:
-            process = await anyio.open_process(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            process = await anyio.open_process(spawned, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                                stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, cwd=str(workdir), env=full_env,
                                                start_new_session=True)
@@ -398,6 +439,14 @@ class TerminalManager:
                                                "only inside it",
                                {"cwd": shown, "realCwd": str(real), "fence": str(self.fence),
                                 "reason": "outside_fence"})
+        box = self.confinement
+        if box is not None and not box.may_write(real):
+            really = "" if str(real) == shown else f" (really {real})"
+            raise RequestError(INVALID_PARAMS, f"Refused: the terminal's folder {shown}{really} is outside what this "
+                                               f"sandboxed agent may write ({', '.join(map(str, box.writable))}); "
+                                               "escouade_nb starts its commands only there, in its sandbox",
+                               {"cwd": shown, "realCwd": str(real), "writable": [str(p) for p in box.writable],
+                                "reason": "outside_sandbox"})
         if not real.is_dir():
             raise RequestError(INVALID_PARAMS, f"The working folder {given} does not exist", {"cwd": str(given)})
         return real

@@ -631,7 +631,7 @@ class ConversationUI {
     if (head.can && head.can.stop) side.append(h("button", { class: "esc-btn esc-stop", title: head.status === "starting" ? "Stop the start: end the agent's process (Esc)" : "Cancel the running turn (Esc)", text: "■ Stop", onclick: () => this.act({ act: "stop" }) }));
     if (this.kind === "agent") side.append(this.menu(head, (head.controls || []).filter((c) => !inHead(c))));
     const sub = h("div", { class: "esc-head-sub esc-dim" });
-    if (head.folder !== undefined) sub.append(h("span", { class: "esc-folder", text: head.folder + (head.where || ""), title: head.folder }));
+    if (head.folder !== undefined) sub.append(h("span", { class: "esc-folder", text: head.folder + (head.where || ""), title: [head.folder, ...(head.protections || []).map((p) => p[1])].join("\n") }));
     if (head.rules !== undefined) {
       sub.append(head.rules.length
         ? h("span", { class: "esc-rules", text: ` · guarded by ${head.rules.join(", ")}`, title: "rule plugins answering this agent's permissions first" })

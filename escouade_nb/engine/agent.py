@@ -43,7 +43,26 @@ from .state import AgentState
 from .turns import Turn
 
 __all__ = ["Agent", "AgentError", "AgentExited", "AuthRequired", "PermissionCard", "QuestionCard", "Turn", "Policy",
-           "Live", "state_of"]
+           "Live", "PROTECTIONS", "protections", "state_of"]
+
+PROTECTIONS = {
+    "sandboxed": "Sandboxed (--sandbox): its process, everything it starts, its terminals and the files escouade_nb "
+                 "reads and writes for it are held by bubblewrap: it writes only in its folder, its additional "
+                 "directories and its state folders, and does not see the kernel's /tmp nor Jupyter's runtime folder",
+    "private": "Private (--private): escouade_nb reads and writes files for it and starts its terminals only inside "
+               "its project folder, and no rule plugin not turned on for the project sees its requests",
+    "reviewed": "Reviewed (--review): every file it changes in a turn waits for your Keep or Reject",
+}
+"""Each protection's word, as the agent's head says it, and its meaning (the tooltip)."""
+
+
+def protections(agent: Any) -> list[tuple[str, str]]:
+    """The protections in force for ``agent``, ``[(word, meaning)]`` in the order of
+    :data:`PROTECTIONS`: ``sandboxed`` (it has a sandbox), ``private`` (a private
+    project: the fence), ``reviewed`` (``review=True``). Empty when none holds."""
+    held = {"sandboxed": getattr(agent, "sandbox", None) is not None, "private": bool(getattr(agent, "private", False)),
+            "reviewed": bool(getattr(agent, "review", False))}
+    return [(word, meaning) for word, meaning in PROTECTIONS.items() if held[word]]
 
 
 def _read(attr: str, doc: str = "") -> property:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .agent import Agent, state_of
+from .agent import Agent, protections, state_of
 from .budget import SquadBudget
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
@@ -145,7 +145,9 @@ class Listing:
             lines.append(f"  ! {e}")
         lines.append("Agents:" if self.agents else "Agents: none running")
         for a in self.agents:
-            lines.append(f"  {a.name:<12} {a.harness.short_id:<12} {a.status:<10} {a.cwd}")
+            held = ", ".join(word for word, _meaning in protections(a))
+            lines.append(f"  {a.name:<12} {a.harness.short_id:<12} {a.status:<10} {a.cwd}"
+                         + (f" ({held})" if held else ""))
         return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from ..core.conversation import Item, Message, Permission, Question
 from ..core.render_text import render_items, safe_render_item
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, ENDED, AgentStatus
-from ..engine.agent import Agent, AuthRequired, Turn
+from ..engine.agent import Agent, AuthRequired, Turn, protections
 from .feed import UNANSWERED, Feed, form_values, item_html
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc, unified_diff_html
@@ -108,10 +108,11 @@ _KERNEL_TOOLS = {
 
 
 def _where(agent: Agent) -> str:
-    """`` · via …``, `` · sandboxed``, the worktree and the additional directories, or ``""``."""
+    """`` · via …``, the protections in force (`` · sandboxed · private · reviewed``:
+    :func:`~..engine.agent.protections`), the worktree and the additional directories, or ``""``."""
     where = f" · via {' '.join(agent.via)}" if agent.via else ""
-    if getattr(agent, "sandbox", None) is not None:  # under bubblewrap (--sandbox)
-        where += " · sandboxed"
+    for word, _meaning in protections(agent):
+        where += f" · {word}"
     worktree = getattr(agent, "worktree", None)
     if worktree is not None:
         where += f" · {worktree.header_text()}"
@@ -581,6 +582,7 @@ class AgentView(ConversationView):
                 for m in a.auth_methods]}
         return {
             "name": a.name, "harness": a.harness.display_name, "folder": str(a.cwd), "where": _where(a),
+            "protections": [[word, meaning] for word, meaning in protections(a)],
             "status": str(status), "status_text": text, "tone": STATUS_TONE.get(status, "idle"),
             "title": conv.title, "placeholder": _placeholder(a.name, status, text),
             "usage": {"used": usage.get("used"), "size": usage.get("size"),
@@ -617,13 +619,17 @@ class AgentView(ConversationView):
             ended = status_text(a.status) + (f" (code {a.exit.code})" if a.status == AgentStatus.EXITED
                                              and a.exit is not None else "")
         harness = a.harness.display_name
+        held = protections(a)
+        held_html = "".join(f' · <span class="esc-protection" title="{esc(meaning)}">{esc(word)}</span>'
+                            for word, meaning in held)
+        held_text = "".join(f" · {word}" for word, _meaning in held)
         body = self.static_body()
         said = "Its conversation so far is below; " if body else ""
         reviewed = review_summary(a)
         review_html = (f'<div class="esc-saved-review esc-small"><b>{esc(review_title(a))}</b><ul>'
                        + "".join(f"<li>{esc(line)}</li>" for line in reviewed) + "</ul></div>") if reviewed else ""
         head = (f'<div class="esc-head"><div class="esc-head-row"><div class="esc-head-main"><b>{name}</b> · '
-                f'{esc(harness)}{f" · {esc(ended)}" if ended else ""}</div></div>'
+                f'{esc(harness)}{held_html}{f" · {esc(ended)}" if ended else ""}</div></div>'
                 f'<div class="esc-dim esc-small">The live view of this agent was here. {said}'
                 f'<code>%escouade resume {name}</code> brings it back (the finished turns of '
                 f'<code>%%escouade</code> cells stay in their outputs).</div>{review_html}</div>')
@@ -632,7 +638,7 @@ class AgentView(ConversationView):
                       f'overflow-y:auto">{body}</div>') if body else ""
         html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
         text = saved_text(self.feed.items, self.speaker)
-        plain = f"{a.name} · {harness}" + (f" · {ended}" if ended else "") + (
+        plain = f"{a.name} · {harness}{held_text}" + (f" · {ended}" if ended else "") + (
             f"\n{review_title(a)}: " + "; ".join(reviewed) if reviewed else "") + ("\n" + text if text else "")
         return {"text/plain": plain, "text/html": html}
 

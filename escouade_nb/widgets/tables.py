@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.written import UNTRUSTED
 from ..engine.compare import COLUMNS, SHORT, TIMES, Comparison, comparison_rows
+from ..engine.agent import protections
 from ..engine.squad import READING
 from .front import palette_css
 
@@ -44,18 +45,22 @@ def _errors(errors: list[str]) -> str:
 
 def squad_html(listing: Listing) -> str:
     """``%escouade``'s table: the harnesses found (id, name, program, version, tested),
-    the broken manifests, the running agents (name, harness, status, folder)."""
+    the broken manifests, the running agents (name, harness, status, folder, the
+    protections in force: sandboxed, private, reviewed, each with its meaning as a title)."""
     rows = "".join(
         f"<tr><td><b>{e(r.ref.short_id)}</b></td><td>{e(r.ref.harness.display_name)}</td>"
         f"<td>{e(r.program or 'not found on PATH')}</td>"
         f"<td>{'<i>reading…</i>' if r.status == READING else e(r.version or '')}</td>"
         f"<td>{'' if r.status == READING else e(r.status)}</td></tr>" for r in listing.rows)
     agents = "".join(f"<tr><td><b>{e(a.name)}</b></td><td>{e(a.harness.short_id)}</td><td>{e(a.status)}</td>"
-                     f"<td>{e(str(a.cwd))}</td></tr>" for a in listing.agents)
+                     f"<td>{e(str(a.cwd))}</td><td>"
+                     + ", ".join(f"<span title='{e(meaning)}'>{e(word)}</span>" for word, meaning in protections(a))
+                     + "</td></tr>" for a in listing.agents)
     return _listing(
         f"<b>Harnesses</b><table><tr><th>id</th><th>name</th><th>program</th><th>version</th>"
         f"<th>tested</th></tr>{rows}</table>{_errors(listing.errors)}"
-        f"<b>Agents</b>" + (f"<table><tr><th>name</th><th>harness</th><th>status</th><th>folder</th></tr>"
+        f"<b>Agents</b>" + (f"<table><tr><th>name</th><th>harness</th><th>status</th><th>folder</th>"
+                            f"<th>protections</th></tr>"
                             f"{agents}</table>" if agents else " none running"))
 
 

@@ -33,7 +33,7 @@ from .kernel_access import KernelAccess
 from .launcher import agent_env
 from .resume import ReplaySkip
 from ..wire.fs import Confinement
-from .sandbox import SandboxError, client_confinement, hidden_folders, sandboxed, terminal_command
+from .sandbox import SandboxError, client_reach, hidden_folders, sandboxed
 from .workspace import Workspace
 
 if TYPE_CHECKING:
@@ -146,10 +146,7 @@ class Live:
                                         readable=[folder] if folder is not None else [])
                 self.session.argv = binds.argv(self.session.argv)
                 # its client fs and terminals reach what its process reaches (engine/sandbox.py, wire/fs.py)
-                hidden = hidden_folders(self.session.env, folder)
-                for_terminals = binds.without(hidden)
-                self.session.client.confine(client_confinement(binds, hidden),
-                                            lambda argv, cwd: terminal_command(for_terminals, argv, cwd))
+                self.session.client.confine(*client_reach(binds, hidden_folders(self.session.env, folder)))
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
             async with self.session:
                 await self._handshake()

@@ -47,7 +47,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,8 +59,8 @@ if TYPE_CHECKING:
     from .interfaces import AgentHandle
 
 __all__ = ["BWRAP", "PACKAGE", "Binds", "Sandbox", "SandboxError", "SandboxMissing", "bwrap_argv",
-           "client_confinement", "expand_state_folder", "find_bwrap", "hidden_folders", "sandbox_check", "sandboxed",
-           "sandboxed_command", "terminal_command", "worktree_git_folders"]
+           "client_confinement", "client_reach", "expand_state_folder", "find_bwrap", "hidden_folders",
+           "sandbox_check", "sandboxed", "sandboxed_command", "terminal_command", "worktree_git_folders"]
 
 BWRAP = "bwrap"
 """The program looked up on ``PATH``."""
@@ -260,6 +260,16 @@ def client_confinement(binds: Binds, hidden: Sequence[Path]) -> Confinement:
     hidden_real = [Path(os.path.realpath(p)) for p in hidden]
     shown = [p for p in (*binds.writable_set, *binds.readable) if Path(os.path.realpath(p)) not in hidden_real]
     return Confinement(writable=binds.writable_set, hidden=tuple(hidden_real), shown=tuple(shown))
+
+
+def client_reach(binds: Binds, hidden: Sequence[Path]) -> tuple[Confinement, Callable[[list[str], Path], list[str]]]:
+    """What the client may do for an agent sandboxed with ``binds``: its
+    :func:`client_confinement`, and the ``wrap(argv, cwd)`` of its terminals
+    (:func:`terminal_command` with ``binds`` less the ``hidden`` folders bound read-only,
+    the kernel's token folder). For :meth:`~..wire.client.EscouadeClient.confine` and a
+    :class:`~..wire.terminals.TerminalManager`. Pure."""
+    for_terminals = binds.without(hidden)
+    return client_confinement(binds, hidden), lambda argv, cwd: terminal_command(for_terminals, argv, cwd)
 
 
 def terminal_command(binds: Binds, argv: Sequence[str], cwd: Path) -> list[str]:

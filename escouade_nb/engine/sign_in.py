@@ -2,9 +2,12 @@
 
 For ``{"type": "terminal", "id", "name", "args"?, "env"?}`` the client runs the agent's
 OWN command (its argv, ``via`` launcher included) plus ``args``, with ``env`` (an object)
-over the agent's environment, in a terminal of its own: never ``authenticate``. Exit
-status 0 is success; the client then reconnects (a restart: a new process and
-``initialize``) and sends once more the prompt the agent refused with ``auth_required``.
+over the agent's environment, in a terminal of its own: never ``authenticate``. A
+sandboxed agent's sign-in runs in its sandbox (bwrap with the binds of its own command
+line: :func:`.sandbox.client_reach`), the method's ``env`` checked as a terminal
+request's (no variable the loader reads). Exit status 0 is success; the client then
+reconnects (a restart: a new process and ``initialize``) and sends once more the prompt
+the agent refused with ``auth_required``.
 
 :class:`TerminalSignIn` is one such run. Its output is a tool card of the conversation
 (title "Sign in: NAME", the terminal embedded as ``{"type": "terminal"}`` content, live);
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..wire.errors import AgentError
 from ..wire.terminals import TerminalEvent, TerminalManager
 from .launcher import agent_env, launch_argv
+from .sandbox import SandboxError, client_reach, hidden_folders, sandboxed
 
 if TYPE_CHECKING:
     from ..core.conversation import ToolCall
@@ -63,30 +67,51 @@ class TerminalSignIn:
         text and the like become :class:`AgentError` saying what could not run."""
         conversation = self.agent.conversation
         name = self.method.get("name") or self.method.get("id")
-        async with TerminalManager(self.agent.cwd, env=self.env, id_prefix="sign-in") as terminals:
-            self._terminals = terminals
-            try:
-                self._terminal_id = await terminals.create(self.argv[0], args=self.argv[1:], stdin=True)
-            except Exception as exc:  # acp.RequestError: the program cannot be run
+        base, env = self.env, None
+        reach: tuple[Any, Any] = (None, None)
+        if getattr(self.agent, "sandbox", None) is not None:  # in the agent's sandbox, as its process runs
+            base = agent_env(self.agent)
+            env = [{"name": str(k), "value": str(v)} for k, v in (self.method.get("env") or {}).items()]
+            try:  # the binds of its own command line, not of the agent's args: they choose nothing bound
+                binds = await sandboxed(self.agent, launch_argv(self.agent.via, [self.agent.program,
+                                                                                 *self.agent.harness.acp.args]), base)
+            except SandboxError as exc:
                 conversation.add_notice(f"Sign-in {name!r} could not start", level="error", detail=str(exc))
                 raise AgentError(f"sign-in with {self.method.get('id')!r} could not start: {exc}") from None
-            tcid = f"escouade-sign-in-{next(_runs)}"
-            conversation.apply({"sessionUpdate": "tool_call", "toolCallId": tcid, "title": f"Sign in: {name}",
-                                "kind": "execute", "status": "in_progress",
-                                "rawInput": {"command": self.command_line},
-                                "content": [{"type": "terminal", "terminalId": self._terminal_id}]})
-            self.call = conversation.tool_calls[tcid]
-            watch = terminals.subscribe(self._event)
+            reach = client_reach(binds, hidden_folders(base))
+        async with TerminalManager(self.agent.cwd, env=base, id_prefix="sign-in", confinement=reach[0],
+                                   wrap=reach[1]) as terminals:
+            self._terminals = terminals
             try:
-                status = await terminals.wait_for_exit(self._terminal_id)
-            finally:
-                watch.close()
-                self._store()
-            code = status.exit_code if status.exit_code is not None else -1  # killed by a signal
-            self.exit_code = code
-            conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": tcid,
-                                "status": "completed" if code == 0 else "failed"})
-            return code
+                self._terminal_id = await terminals.create(self.argv[0], args=self.argv[1:], env=env, stdin=True)
+            except Exception as exc:  # acp.RequestError: the program cannot be run (raised below, out of the group)
+                conversation.add_notice(f"Sign-in {name!r} could not start", level="error", detail=str(exc))
+                failed = AgentError(f"sign-in with {self.method.get('id')!r} could not start: {exc}")
+            else:
+                return await self._follow(terminals, name)
+        raise failed
+
+    async def _follow(self, terminals: TerminalManager, name: Any) -> int:
+        """:meth:`run` once the program started: its card, its end."""
+        conversation = self.agent.conversation
+        assert self._terminal_id is not None
+        tcid = f"escouade-sign-in-{next(_runs)}"
+        conversation.apply({"sessionUpdate": "tool_call", "toolCallId": tcid, "title": f"Sign in: {name}",
+                            "kind": "execute", "status": "in_progress",
+                            "rawInput": {"command": self.command_line},
+                            "content": [{"type": "terminal", "terminalId": self._terminal_id}]})
+        self.call = conversation.tool_calls[tcid]
+        watch = terminals.subscribe(self._event)
+        try:
+            status = await terminals.wait_for_exit(self._terminal_id)
+        finally:
+            watch.close()
+            self._store()
+        code = status.exit_code if status.exit_code is not None else -1  # killed by a signal
+        self.exit_code = code
+        conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": tcid,
+                            "status": "completed" if code == 0 else "failed"})
+        return code
 
     async def send(self, text: str) -> None:
         """Write ``text`` and a newline to the program's stdin. :class:`AgentError` when

@@ -125,12 +125,13 @@ class FenceError(EscouadeError, RequestError):
 
 class SandboxRefusal(EscouadeError, RequestError):
     """A sandboxed agent's path out of its reach (-32602): a write outside its writable
-    set (``data.reason`` ``"outside_sandbox"``, ``data.writable`` the folders), a read in
-    a folder its sandbox hides (``"hidden_by_sandbox"``, ``data.hidden`` the folder)."""
+    set (``data.reason`` ``"outside_sandbox"``, ``data.writable`` the folders), a read or
+    a write in a folder its sandbox hides (``"hidden_by_sandbox"``, ``data.hidden`` the
+    folder)."""
 
     def __init__(self, path: str, real: Path, confinement: Confinement, writing: bool) -> None:
         shown = path if str(real) == path else f"{path} (really {real})"
-        if writing:
+        if writing and not inside(real, confinement.writable):
             folders = ", ".join(map(str, confinement.writable))
             super().__init__(INVALID_PARAMS, f"Refused: {shown} is outside what this sandboxed agent may write "
                                              f"({folders}); escouade_nb writes for it only there, as its sandbox "
@@ -140,7 +141,8 @@ class SandboxRefusal(EscouadeError, RequestError):
         else:
             folder = next((h for h in confinement.hidden if real.is_relative_to(h)), real)
             super().__init__(INVALID_PARAMS, f"Refused: {shown} is in {folder}, which this agent's sandbox hides "
-                                             "from it; escouade_nb does not read it for it",
+                                             f"from it; escouade_nb does not {'write' if writing else 'read'} it "
+                                             "for it",
                              {"path": path, "realPath": str(real), "hidden": str(folder),
                               "reason": "hidden_by_sandbox"})
 
@@ -167,8 +169,10 @@ class Confinement:
     """A sandboxed agent's reach through the client (``--sandbox``), the same as its
     process's: it writes only inside ``writable`` (its folder, additional directories,
     state folders…); it reads anything but what is inside ``hidden`` (the folders its
-    sandbox hides: the kernel's ``/tmp``, Jupyter's runtime folder…) unless also inside
-    ``shown`` (what the sandbox binds there: its own folder under ``/tmp``). Real paths
+    sandbox hides: the kernel's ``/tmp``, Jupyter's runtime folder…) unless also inside a
+    folder of ``shown`` that is in that hidden folder (what the sandbox binds there: its
+    own folder under ``/tmp``); a hidden folder inside its writable set is neither read
+    nor written. Real paths
     (made so). ``escouade_nb.engine.sandbox.client_confinement`` makes one from the
     sandbox's binds."""
 
@@ -181,13 +185,16 @@ class Confinement:
             object.__setattr__(self, name, tuple(Path(os.path.realpath(p)) for p in getattr(self, name)))
 
     def may_write(self, real: Path) -> bool:
-        """Whether the real path ``real`` is in the writable set."""
-        return inside(real, self.writable)
+        """Whether the real path ``real`` is in the writable set (and readable: a hidden
+        folder inside its folder stays hidden)."""
+        return inside(real, self.writable) and self.may_read(real)
 
     def may_read(self, real: Path) -> bool:
-        """Whether the real path ``real`` is readable: not in a hidden folder, or in a
-        folder shown there."""
-        return not inside(real, self.hidden) or inside(real, self.shown)
+        """Whether the real path ``real`` is readable: in no hidden folder, or in a folder
+        shown *inside* that hidden folder (its own folder under ``/tmp``; a shown folder
+        that holds a hidden one — its folder is your home — does not uncover it)."""
+        return all(not real.is_relative_to(h) or any(real.is_relative_to(s) and s.is_relative_to(h)
+                                                     for s in self.shown) for h in self.hidden)
 
 
 # -- opening exactly the checked path --------------------------------------------------------

@@ -268,3 +268,31 @@ def test_a_sandboxed_agents_terminal_sign_in_runs_in_its_sandbox_and_takes_no_lo
     spawned, refused = run(go())
     assert spawned[spawned.index(b"--") + 1:][-1] == b"login"  # the agent's own program, inside
     assert "LD_PRELOAD" in refused
+
+
+def test_a_hidden_folder_inside_the_agents_folder_stays_hidden_and_one_bound_inside_a_hidden_folder_is_shown(
+        tmp_path):
+    """The rule the client fs applies (no process needed): its folder is the home that holds
+    Jupyter's runtime folder — still hidden, neither read nor written; its folder under the
+    kernel's /tmp (hidden) — shown, as the sandbox binds it there."""
+    from acp import RequestError
+
+    from escouade_nb.wire.fs import Confinement, FileSystem
+
+    home = tmp_path / "home"
+    runtime = home / ".local" / "share" / "jupyter" / "runtime"
+    runtime.mkdir(parents=True)
+    (runtime / "kernel-1.json").write_text("{}\n")
+    (home / "notes.txt").write_text("mine\n")
+    fs = FileSystem(home, confinement=Confinement(writable=(home,), hidden=(Path("/tmp"), runtime), shown=(home,)))
+
+    async def go():
+        assert (await fs.read_text_file("notes.txt")).content == "mine\n"
+        await fs.write_text_file("new.txt", "ok\n")
+        for call in (fs.read_text_file(str(runtime / "kernel-1.json")),
+                     fs.write_text_file(str(runtime / "kernel-2.json"), "{}")):
+            with pytest.raises(RequestError) as refused:
+                await call
+            assert refused.value.data["reason"] == "hidden_by_sandbox", refused.value.data
+    run(go())
+    assert (home / "new.txt").exists() and not (runtime / "kernel-2.json").exists()

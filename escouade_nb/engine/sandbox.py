@@ -220,9 +220,9 @@ class Binds:
     def without(self, hidden: Iterable[Path]) -> Binds:
         """The same binds less the readable ones that are one of ``hidden`` (the kernel's
         token folder: a client terminal has no use for it)."""
-        drop = {Path(p) for p in hidden}
-        return Binds(self.bwrap, self.folder, self.writable, tuple(p for p in self.readable if p not in drop),
-                     self.offline)
+        drop = {os.path.realpath(p) for p in hidden}
+        return Binds(self.bwrap, self.folder, self.writable,
+                     tuple(p for p in self.readable if os.path.realpath(p) not in drop), self.offline)
 
     def argv(self, command: Sequence[str], chdir: Path | None = None) -> list[str]:
         """``command`` under bwrap with these binds (:func:`bwrap_argv`), starting in
@@ -237,10 +237,11 @@ def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> 
     (``jupyter_core.paths.jupyter_runtime_dir()``: the kernels' connection files, their
     HMAC keys), ``$XDG_RUNTIME_DIR`` (of ``env``, the agent's environment, and of the
     kernel's) and ``token_folder`` (the kernel's MCP token files, :mod:`.token_files`).
-    The one list: what the client file system refuses to read for a sandboxed agent
-    (:func:`client_confinement`); a folder the sandbox binds inside one of them (its own
-    folder under ``/tmp``) stays readable. Reads the environment only (and resolves
-    symlinks): cheap."""
+    The one list: what the client file system neither reads nor writes for a sandboxed
+    agent (:func:`client_confinement`); a folder the sandbox binds inside one of them (its
+    own folder under ``/tmp``) stays readable. (:func:`bwrap_argv` hides ``/tmp`` only,
+    with its tmpfs; hiding the others in the sandbox itself is to use this list too.)
+    Reads the environment only (and resolves symlinks): cheap."""
     from jupyter_core.paths import jupyter_runtime_dir
 
     found = [Path("/tmp"), Path(jupyter_runtime_dir())]

@@ -25,6 +25,7 @@ from ..core.adapters import adapt
 from ..core.status import AgentStatus
 from ..wire.client import EscouadeClient, capabilities
 from ..wire.errors import AgentError, AgentExited, AuthRequired
+from ..wire.fs import Confinement
 from ..wire.process import terminate_group
 from ..wire.session import AgentSession, ExitInfo, SessionClosed
 from ..wire.transcript import Transcript
@@ -32,7 +33,6 @@ from .cards import CardDesk
 from .kernel_access import KernelAccess
 from .launcher import agent_env
 from .resume import ReplaySkip
-from ..wire.fs import Confinement
 from .sandbox import SandboxError, client_reach, hidden_folders, sandboxed
 from .workspace import Workspace
 

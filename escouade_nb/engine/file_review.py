@@ -828,10 +828,15 @@ class FileWatch:
                 level="warning")
 
     async def rewound(self, paths: Iterable[Path]) -> None:
-        """A rewind (:mod:`.checkpoints`) put ``paths`` (absolute) back: a pending change of
-        one of them is dropped when the file is now as it was before that change ("undone by
+        """A rewind (:mod:`.checkpoints`) put ``paths`` (absolute) back (not a change of the
+        agent's, between turns either): a pending change of one of them is dropped when the file is now as it was before that change ("undone by
         the rewind"), else its diff becomes what the file holds now against its bytes before."""
         back = {Path(p) for p in paths}
+        for path in back:  # the rewind's writes are not the agent's: the snapshots compared with take them
+            try:
+                self._restored(path, await asyncio.to_thread(_read_now, path))
+            except (OSError, FileChanged):
+                continue
         pending: list[Any] = self.review.pending
         for edit in [e for e in pending if isinstance(e, FileEdit) and e.file in back and not e.settling]:
             try:

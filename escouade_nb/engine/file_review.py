@@ -829,8 +829,9 @@ class FileWatch:
 
     async def rewound(self, paths: Iterable[Path]) -> None:
         """A rewind (:mod:`.checkpoints`) put ``paths`` (absolute) back (not a change of the
-        agent's, between turns either): a pending change of one of them is dropped when the file is now as it was before that change ("undone by
-        the rewind"), else its diff becomes what the file holds now against its bytes before."""
+        agent's, between turns either): a pending change of one of them is dropped when the
+        file is now as it was before that change ("undone by the rewind"), else its diff
+        becomes what the file holds now against its bytes before."""
         back = {Path(p) for p in paths}
         for path in back:  # the rewind's writes are not the agent's: the snapshots compared with take them
             try:

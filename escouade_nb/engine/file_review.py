@@ -729,13 +729,15 @@ class FileWatch:
             if self._before is not None:  # a turn runs: its after_turn compares, with the process gone
                 return []
             last, self._last = self._last, None
-            return await self._since(last, "when its process ended")
+            edits, _now = await self._since(last, "when its process ended")
+            return edits
 
-    async def _since(self, last: _Snapshot | None, when: str) -> list[FileEdit]:
+    async def _since(self, last: _Snapshot | None, when: str) -> tuple[list[FileEdit], _Snapshot | None]:
         """Compare the folder now with ``last`` (changes between turns): each changed file
-        pending, and a notice naming them. Holds the lock."""
+        pending, and a notice naming them. The edits, and the snapshot taken (None without
+        ``last`` or when it failed). Holds the lock."""
         if last is None:
-            return []
+            return [], None
         written, self._between = self._between, {}
         try:
             now = await self._snapshot()
@@ -744,14 +746,14 @@ class FileWatch:
             log.exception("escouade_nb: the file review between turns failed")
             self.conversation.add_notice(f"File review: the folder could not be compared {when} ({exc}); what "
                                          f"changed since the last turn is kept as written.", level="warning")
-            return []
+            return [], None
         self._limits(now, too_big)
         edits = [self._pending(path, *info) for path, info in found.items()]
         if edits:
             names = ", ".join(e.rel for e in edits[:10]) + (" …" if len(edits) > 10 else "")
             self.conversation.add_notice(f"File review: {names} changed between turns (by the agent or by you), "
                                          f"seen {when}: pending review.", level="warning")
-        return edits
+        return edits, now
 
     async def before_turn(self) -> None:
         """What changed since the last turn's end (or the process's start) becomes pending,
@@ -761,9 +763,9 @@ class FileWatch:
             # a turn whose before_turn ran but was never sent (dropped) left its snapshot: compared from there
             last = self._before if self._before is not None else self._last
             self._written, self._before, self._last = {}, None, None
-            await self._since(last, "at this turn's start")
+            _edits, now = await self._since(last, "at this turn's start")
             try:
-                self._before = await self._snapshot()
+                self._before = now if now is not None else await self._snapshot()  # the same moment: read once
             except Exception as exc:
                 log.exception("escouade_nb: the file review's snapshot failed")
                 self.conversation.add_notice(f"File review: the folder could not be read before this turn ({exc}); "

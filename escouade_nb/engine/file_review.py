@@ -63,8 +63,10 @@ import difflib
 import importlib.util
 import json
 import logging
+import marshal
 import os
 import stat
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -298,6 +300,48 @@ def _same_code(b: bytes | None, a: bytes | None) -> bool:
     return code is not None and code == _notebook_code(a)
 
 
+def _compiled_from_source(path: Path, data: bytes | None) -> bool:
+    """Whether ``data``, a ``.pyc`` at ``path`` (``…/__pycache__/x.TAG[.opt-N].pyc``), is
+    exactly what this Python writes for its source ``x.py`` as it is now: this Python's tag and
+    magic number, a timestamp header matching the source's time and size (or a checked hash
+    matching its bytes), and the code compiled from it, byte for byte. Such a file says what
+    the source says (Python makes one at each import): its change is not shown. Anything else
+    — an unchecked-hash ``.pyc`` (used whatever the source becomes), another Python's, one
+    whose source is missing, a forgery — is. Never loads ``data`` (``marshal`` is not safe
+    against crafted bytes): it compiles the source and compares."""
+    if data is None or path.parent.name != "__pycache__" or len(data) < 16:
+        return False
+    parts = path.name.split(".")
+    tag = sys.implementation.cache_tag
+    if tag is None or len(parts) not in (3, 4) or parts[1] != tag or parts[-1] != "pyc":
+        return False
+    level = 0
+    if len(parts) == 4:
+        if parts[2] not in ("opt-1", "opt-2"):
+            return False
+        level = int(parts[2][-1])
+    if data[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    try:
+        source = Path(importlib.util.source_from_cache(str(path)))
+        st = os.lstat(source)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+            return False
+        code = source.read_bytes()
+        flags = int.from_bytes(data[4:8], "little")
+        if flags == 0:
+            header = data[8:16] == ((int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+                                    + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+        elif flags == 3:  # checked hash
+            header = data[8:16] == importlib.util.source_hash(code)
+        else:  # 1: unchecked hash, never compared with its source
+            return False
+        compiled = compile(code, str(source), "exec", dont_inherit=True, optimize=level)
+        return header and data[16:] == marshal.dumps(compiled)
+    except (OSError, ValueError, SyntaxError, RecursionError, MemoryError, NotImplementedError):
+        return False
+
+
 def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path, str | None],
              excluded: set[Path], between: bool = False) -> tuple[_Found, list[str]]:
     """What changed between ``before`` and ``after`` (a worker thread): ``{real path: (rel,
@@ -332,6 +376,8 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
         b_data, a_data = (b.data if b else None), (a.data if a else None)
         if b_data == a_data:
             continue
+        if rel.endswith(".pyc") and through != {"fs"} and _compiled_from_source(path, a_data):
+            continue  # Python's own cache of a source as it is: the source's review is the one that counts
         seen = b if b is not None else a
         found[path] = (rel, b_data, a_data, seen.mode if seen is not None else None, through)
     for path, old_text in fs_real.items():  # written through our fs where no snapshot looks (ignored, outside)

@@ -152,6 +152,7 @@ def test_reject_of_a_source_removes_its_compiled_forms_outside_git(tmp_path, scr
     ws = (tmp_path / "ws").resolve()
     ws.mkdir()
     (ws / "x.py").write_text("print('reviewed x')\n")
+    (ws / "clean.py").write_text("print('clean')\n")
     tag = sys.implementation.cache_tag
     cache = ws / "__pycache__"
     unchecked = _pyc(tmp_path, "print('FORGED x')\n", py_compile.PycInvalidationMode.UNCHECKED_HASH)
@@ -161,6 +162,8 @@ def test_reject_of_a_source_removes_its_compiled_forms_outside_git(tmp_path, scr
         _write(cache / f"x.{tag}.pyc", unchecked),
         _write(cache / "x.cpython-99.opt-1.pyc", unchecked),
         _write(cache / "xy.cpython-99.pyc", unchecked),  # another module's: left alone
+        # Python's own cache of a source as it is: not shown (a run of the tests, an import, makes many)
+        "!> " + json.dumps({"run": [sys.executable, "-c", f"import sys; sys.dont_write_bytecode = False; sys.path.insert(0, {str(ws)!r}); import clean"]}),
         END,
     ]), ws=ws)
 
@@ -169,6 +172,8 @@ def test_reject_of_a_source_removes_its_compiled_forms_outside_git(tmp_path, scr
         try:
             await agent.send("go")
             edit = next(e for e in agent.pending_edits if e.rel == "x.py")
+            assert (cache / f"clean.{tag}.pyc").exists()
+            assert f"__pycache__/clean.{tag}.pyc" not in {e.rel for e in agent.pending_edits}
             assert "FORGED x" in _python(ws, "x")
             assert await edit.reject() == "rejected"
             assert {e.rel for e in agent.pending_edits} == {"__pycache__/xy.cpython-99.pyc"}
@@ -179,6 +184,6 @@ def test_reject_of_a_source_removes_its_compiled_forms_outside_git(tmp_path, scr
 
     run(go())
     s.assert_ok()
-    assert sorted(p.name for p in cache.iterdir()) == ["xy.cpython-99.pyc"]
+    assert sorted(p.name for p in cache.iterdir()) == [f"clean.{tag}.pyc", "xy.cpython-99.pyc"]
     assert (ws / "x.py").read_text() == "print('reviewed x')\n"
     assert _python(ws, "x").strip() == "reviewed x"

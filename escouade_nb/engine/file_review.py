@@ -279,7 +279,7 @@ _Found = dict[Path, tuple[str, "bytes | None", "bytes | None", "int | None", set
 
 
 def _notebook_code(data: bytes | None) -> Any:
-    """What runs of a notebook's bytes: its cells' types and sources and its kernelspec
+    """What runs of a notebook's bytes: its cells' types and sources and its kernel's name
     (outputs, execution counts and other metadata left out: what a Jupyter save changes
     when one only runs cells); None when it is not a notebook's JSON."""
     if data is None:
@@ -288,7 +288,7 @@ def _notebook_code(data: bytes | None) -> Any:
         nb = json.loads(data)
         cells = [(c.get("cell_type"), "".join(c["source"]) if isinstance(c.get("source"), list) else c.get("source"))
                  for c in nb["cells"]]
-        return cells, (nb.get("metadata") or {}).get("kernelspec")
+        return cells, ((nb.get("metadata") or {}).get("kernelspec") or {}).get("name")
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

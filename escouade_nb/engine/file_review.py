@@ -19,7 +19,9 @@ before the process is spawned (:meth:`FileWatch.process_started`) and at each tu
 and compared again at the next turn's start and when the process ends
 (:meth:`FileWatch.process_ended`): a change then is pending too, ``through == {"between"}``,
 marked :data:`BETWEEN` (the kernel cannot tell the agent's process from the user there; a
-notebook counts only when what runs of it changed, :func:`_notebook_code`).
+notebook counts only when what runs of it changed, :func:`_notebook_code`). At a kernel
+shutdown (interpreter exit, no loop) :meth:`FileWatch.killed_at_exit` compares in the exiting
+thread and records what changed, pending.
 
 What is watched
     The agent's folder (``cwd``). In a git repository the files are those git lists
@@ -777,6 +779,27 @@ class FileWatch:
             last, self._last = self._last, None
             edits, _now = await self._since(last, "when its process ended")
             return edits
+
+    def killed_at_exit(self) -> list[str]:
+        """Interpreter exit (a kernel shutdown): the process was just killed and no loop is left
+        to compare on. A synchronous comparison, in this thread, of the files the last snapshot
+        held and the files that run code (git is not asked: a file new since, of another kind,
+        is not seen); each change is recorded in the transcript as pending, "between turns" —
+        a resumed agent lists it ``unanswered``. The paths recorded (relative)."""
+        last = self._before if self._before is not None else self._last
+        if last is None or self._process is None:
+            return []
+        self._process = None
+        names = list(last.files)
+        try:
+            now = _scan(self.cwd, [*_code_files(self.cwd, names), *names], self._cache)
+            found, _too_big = _compare(self.cwd, last, now, {}, set(), True)
+        except Exception:
+            log.exception("escouade_nb: the file review at the kernel's exit failed")
+            return []
+        for path, (rel, before, after, mode, through) in found.items():
+            self._record(FileEdit(self.review, self, path, rel, before, after, mode, through), "pending")
+        return sorted(info[0] for info in found.values())
 
     async def _since(self, last: _Snapshot | None, when: str) -> tuple[list[FileEdit], _Snapshot | None]:
         """Compare the folder now with ``last`` (changes between turns): each changed file

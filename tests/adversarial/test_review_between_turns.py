@@ -152,3 +152,36 @@ def test_a_write_between_turns_pends_when_the_process_ends(tmp_path, script, how
             await agent.close()
 
     run(go())
+
+
+def test_a_write_between_turns_is_on_record_after_a_kernel_shutdown(tmp_path, script):
+    """At interpreter exit (a kernel shutdown) the process is killed synchronously and no loop is left:
+    what it wrote since its last turn is recorded pending, so a resume lists it unanswered."""
+    ctl = _ctl(tmp_path)
+    s = script(ENDING, variables={"CTL": str(ctl)})
+    (s.ws / "notes.txt").write_bytes(b"mine\n")
+
+    async def go():
+        agent = s.agent(review=True)
+        try:
+            await agent.send("go")
+            (ctl / "go").touch()
+            await until(lambda: (ctl / "written").exists(), timeout=20, what="the agent's write between turns")
+            agent.kill_now()  # what the squad does at interpreter exit
+            return agent.transcript.path
+        finally:
+            await agent.close()
+
+    path = run(go())
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    [pending] = [r["data"] for r in records if r.get("event") == "file_review"]
+    assert pending["rel"] == "notes.txt" and pending["outcome"] == "pending" and pending["through"] == ["between"]
+
+    async def resumed():
+        agent = Agent.resume(path, s.ref, program=sys.executable)
+        try:
+            return [(e.label, e.state) for e in agent.edit_review.settled]
+        finally:
+            await agent.close()
+
+    assert run(resumed()) == [("edit of notes.txt (changed between turns, by the agent or by you)", "unanswered")]

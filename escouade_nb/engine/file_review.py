@@ -992,9 +992,13 @@ class FileWatch:
     def _restored(self, path: Path, data: bytes | None) -> None:
         """A Reject changed ``path``: the snapshots it is compared with (the running turn's,
         the last turn's end) take it, so the restore is not taken for the agent's change."""
-        if not path.is_relative_to(self.cwd):
+        real = Path(os.path.realpath(self.cwd))
+        if path.is_relative_to(self.cwd):
+            rel = path.relative_to(self.cwd).as_posix()
+        elif path.is_relative_to(real):  # named by its real path (a write through our fs)
+            rel = path.relative_to(real).as_posix()
+        else:
             return
-        rel = path.relative_to(self.cwd).as_posix()
         for snap in (self._before, self._last):
             if snap is None:
                 continue

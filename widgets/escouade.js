@@ -557,7 +557,7 @@ class ConversationUI {
   // under it (kept open across redraws), and each hunk's Keep / Reject when it has several
   drawReviewFile(e, decide, open) {
     const row = h("div", { class: "esc-review-item esc-review-file", "data-key": e.key, "data-file": e.file },
-      h("span", { class: "esc-review-what", text: e.label, title: `${e.file} (${(e.through || []).map((t) => t === "fs" ? "through escouade_nb's fs" : "by the agent itself").join(", ")})` }));
+      h("span", { class: "esc-review-what", text: e.label, title: `${e.file} (${(e.through || []).map((t) => t === "fs" ? "through escouade_nb's fs" : t === "between" ? "between turns, by the agent or by you" : "by the agent itself").join(", ")})` }));
     const buttons = [];
     if (e.busy) row.append(h("span", { class: "esc-dim", text: " settling…" }));
     else {

@@ -226,7 +226,13 @@ class Agent:
         ``cost`` (growth of its reported cost, its currency), ``seconds`` (wall time of
         turns). Passing one pauses it on a budget card (``continue`` / ``stop``, handed out
         by :meth:`next_permission`, never answered by rule plugins): see :mod:`.budget`.
-        All None clears it. ``ValueError`` for a limit that is not a positive number."""
+        All None clears it. ``ValueError`` for a limit that is not a positive number.
+
+        Tokens and cost count only what the agent reports (``PromptResponse.usage``, its
+        ``usage_update`` cost): **an agent that reports nothing never reaches them**. After a
+        turn without it, the budget's text (its repr, the view's head) says ``tokens: not
+        reported by this agent``. ``seconds`` is measured by the kernel: the one budget
+        that holds whatever the agent reports."""
         return self._state.budget.set(tokens=tokens, cost=cost, seconds=seconds)
 
     @property

@@ -15,6 +15,11 @@
     wall time of prompt turns (from sending the prompt to its answer), a running turn's
     too: a timer passes the limit while the turn runs.
 
+Tokens and cost count **only what the agent reports**: an agent that reports no usage
+never reaches them. Once a turn has ended without the agent having reported that kind,
+the budget's text says so (``tokens: not reported by this agent``, :data:`UNREPORTED`) and
+its item has ``"reported": False``; ``seconds`` is the budget the kernel measures itself.
+
 When one is passed the agent pauses on a **budget card**: a permission card of the
 client (never sent to rule plugins nor to the mode: no policy answers it) whose text
 says "budget", with two options, ``continue`` (re-arms that budget by the same amount,
@@ -52,6 +57,8 @@ CARD_PREFIX = "escouade-budget-"
 """The budget card's tool call ids (``escouade-budget-N``): the client's, never the agent's."""
 JOURNAL_ID = "budget"
 """The journal's name for the budget cards' answers (a file ``budget.jsonl`` beside the rule plugins')."""
+UNREPORTED = "not reported by this agent"
+"""How a budget's text names a kind the agent has not reported after a turn (tokens, cost)."""
 _serial = itertools.count(1)
 
 
@@ -108,6 +115,12 @@ class Meter:
         self.done_seconds = 0.0
         self.running_since: float | None = None
         self._last_cost: float | None = None
+        self.turns = 0  # turns ended
+        self.reported: set[str] = set()  # the kinds the agent has reported at least once ("tokens", "cost")
+
+    def unreported(self) -> set[str]:
+        """Tokens and cost the agent has not reported after a turn ended: a budget of them never passes."""
+        return {"tokens", "cost"} - self.reported if self.turns else set()
 
     def spent(self) -> Spend:
         running = self.clock() - self.running_since if self.running_since is not None else 0.0
@@ -116,6 +129,7 @@ class Meter:
     def cost_reported(self, amount: float, currency: str) -> bool:
         """A ``usage_update`` said the session's cost is ``amount``; True when it grew."""
         last, self._last_cost = self._last_cost, amount
+        self.reported.add("cost")
         self.currency = currency or self.currency
         grown = amount if last is None or amount < last else amount - last
         self.cost += grown
@@ -145,13 +159,18 @@ class Limits:
             self.limits[kind] = spent.of(kind) + self.amounts[kind]
 
 
-def describe(limits: Limits | None, spent: Spend, currency: str) -> dict[str, Any] | None:
+def describe(limits: Limits | None, spent: Spend, currency: str,
+             unreported: set[str] | frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """A budget as the views show it: ``{"text": "1,250 of 10,000 tokens · 0.12 of 1.00 USD",
-    "over": [kinds], "items": [{kind, spent, limit}]}``, None without one."""
+    "over": [kinds], "items": [{kind, spent, limit, reported}]}``, None without one.
+    ``unreported``: kinds the agent has not reported after a turn (said ``tokens: not
+    reported by this agent (limit 10,000 tokens)``: that budget never passes)."""
     if limits is None or not limits.limits:
         return None
-    items = [{"kind": k, "spent": spent.of(k), "limit": v} for k, v in limits.limits.items()]
-    words = [f"{_num(k, spent.of(k))} of {amount_text(k, v, currency)}" for k, v in limits.limits.items()]
+    items = [{"kind": k, "spent": spent.of(k), "limit": v, "reported": k not in unreported}
+             for k, v in limits.limits.items()]
+    words = [f"{k}: {UNREPORTED} (limit {amount_text(k, v, currency)})" if k in unreported
+             else f"{_num(k, spent.of(k))} of {amount_text(k, v, currency)}" for k, v in limits.limits.items()]
     return {"text": " · ".join(words), "over": limits.over(spent), "items": items}
 
 
@@ -203,8 +222,9 @@ class AgentBudget:
         return budget if isinstance(budget, SquadBudget) and budget.own is not None else None
 
     def view(self) -> dict[str, Any] | None:
-        """What the head shows: :func:`describe` of its own budget (None without one)."""
-        return describe(self.own, self.spent, self.meter.currency)
+        """What the head shows: :func:`describe` of its own budget (None without one); a kind
+        the agent has not reported after a turn is said so."""
+        return describe(self.own, self.spent, self.meter.currency, self.meter.unreported())
 
     def __repr__(self) -> str:
         shown = self.view()
@@ -221,6 +241,9 @@ class AgentBudget:
         if meter.running_since is not None:
             meter.done_seconds += meter.clock() - meter.running_since
             meter.running_since = None
+        meter.turns += 1
+        if tokens is not None:
+            meter.reported.add("tokens")
         if tokens:
             meter.tokens += int(tokens)
         self._cancel_timer()
@@ -454,8 +477,12 @@ class SquadBudget:
             budget.state.notify_status()
 
     def view(self) -> dict[str, Any] | None:
+        """:func:`describe` of the squad's budget: a kind none of its running agents has
+        reported after a turn is said "not reported"."""
         currency = next((b.meter.currency for b in self._budgets() if b.meter.currency), "")
-        return describe(self.own, self.spent(), currency)
+        running = self._running()
+        unreported = set.intersection(*(b.meter.unreported() for b in running)) if running else set()
+        return describe(self.own, self.spent(), currency, unreported)
 
     def __repr__(self) -> str:
         shown = self.view()

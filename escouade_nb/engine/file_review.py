@@ -14,6 +14,15 @@ answered edits leave it). Two ways a file changes, both caught:
   diff never sees those): the agent's folder is snapshot before each turn and compared
   after it (:meth:`FileWatch.before_turn`, :meth:`FileWatch.after_turn`).
 
+No window between turns: the agent's process lives between turns. The folder is snapshot
+before the process is spawned (:meth:`FileWatch.process_started`) and at each turn's end,
+and compared again at the next turn's start and when the process ends
+(:meth:`FileWatch.process_ended`): a change then is pending too, ``through == {"between"}``,
+marked :data:`BETWEEN` (the kernel cannot tell the agent's process from the user there; a
+notebook counts only when what runs of it changed, :func:`_notebook_code`). At a kernel
+shutdown (interpreter exit, no loop) :meth:`FileWatch.killed_at_exit` compares in the exiting
+thread and records what changed, pending.
+
 What is watched
     The agent's folder (``cwd``). In a git repository the files are those git lists
     (``git ls-files --cached --others --exclude-standard``, read-only: it writes neither
@@ -53,9 +62,13 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import importlib.util
+import json
 import logging
+import marshal
 import os
 import stat
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +101,9 @@ DIFF_CONTEXT = 3
 """Lines of context around each hunk (unified diff)."""
 CHANGE_WORDS = {"create": "new file", "edit": "edit of", "delete": "deletion of"}
 """How a file change is named (:attr:`FileEdit.label`)."""
+BETWEEN = "changed between turns, by the agent or by you"
+"""How a change seen between turns is marked (:attr:`FileEdit.label`): the kernel cannot tell
+the agent's process from the user there."""
 
 
 class FileChanged(EscouadeError):
@@ -129,7 +145,94 @@ def _walk(root: Path) -> list[str]:
 
 
 def _skipped(rel: str) -> bool:
-    return any(part in SKIPPED_FOLDERS for part in rel.split("/")[:-1])
+    return any(part in SKIPPED_FOLDERS for part in rel.split("/")[:-1]) and not runs_code(rel)
+
+
+SITE_FILES = frozenset({"sitecustomize.py", "usercustomize.py"})
+"""Files Python runs at its start when they sit in ``site-packages`` (besides ``*.pth``)."""
+
+
+def runs_code(rel: str) -> bool:
+    """Whether ``rel`` (relative to the agent's folder, ``/``-separated) is a file that makes
+    a tool run code without being one of "your files" — reviewed whatever ``.gitignore`` says
+    and inside :data:`SKIPPED_FOLDERS`: ``.git/config``, ``.git/hooks/**``, ``.git/info/**``
+    (git runs hooks, filters and aliases from them), ``*.pyc`` (Python imports a
+    ``__pycache__/x.*.pyc`` instead of ``x.py`` when its header matches, an unchecked-hash one
+    always, and a lone ``x.pyc`` as a module), ``*.pth`` (run by ``site`` at every start of
+    the Python whose ``site-packages`` holds it), and ``sitecustomize.py`` /
+    ``usercustomize.py`` in a ``site-packages``."""
+    parts = rel.split("/")
+    if parts[0] == ".git":
+        return rel == ".git/config" or (len(parts) > 2 and parts[1] in ("hooks", "info"))
+    name = parts[-1]
+    if name.endswith((".pyc", ".pth")):
+        return True
+    return name in SITE_FILES and len(parts) > 1 and parts[-2] == "site-packages"
+
+
+def _code_files(root: Path, names: Sequence[str]) -> list[str]:
+    """The files under ``root`` that :func:`runs_code` names and a listing (``names``: git's,
+    which leaves out ignored files, or the walk's, which skips :data:`SKIPPED_FOLDERS`) does
+    not hold (a worker thread): ``.git/config``, ``.git/hooks/**``, ``.git/info/**``; in each
+    folder that holds a listed file (and ``root``), its ``*.pyc`` and ``*.pth`` and those of its
+    ``__pycache__``; in each virtual environment at the top of ``root`` (a folder with
+    ``pyvenv.cfg``), ``lib/python*/site-packages``'s ``*.pth`` and ``sitecustomize.py`` /
+    ``usercustomize.py``. Relative, ``/``-separated; symlinks left out (as everywhere)."""
+    out: list[str] = []
+
+    def files_in(rel_dir: str, keep: Callable[[str], bool]) -> None:
+        try:
+            with os.scandir(root / rel_dir if rel_dir else root) as it:
+                for entry in it:
+                    if keep(entry.name) and entry.is_file(follow_symlinks=False):
+                        out.append(f"{rel_dir}/{entry.name}" if rel_dir else entry.name)
+        except OSError:  # not there, not a folder, unreadable
+            pass
+
+    git = root / ".git"
+    if git.is_dir() and not git.is_symlink():
+        files_in(".git", lambda n: n == "config")
+        for sub in ("hooks", "info"):
+            top = git / sub
+            if top.is_dir() and not top.is_symlink():
+                for folder, dirs, files in os.walk(top, followlinks=False):
+                    rel = Path(folder).relative_to(root).as_posix()
+                    dirs.sort()
+                    out.extend(f"{rel}/{f}" for f in sorted(files))
+    folders = {""}
+    for name in names:  # each listed file's folder and the folders above it
+        folder = name.rpartition("/")[0]
+        while folder not in folders:
+            folders.add(folder)
+            folder = folder.rpartition("/")[0]
+    for rel_dir in sorted(folders):
+        if _skipped(rel_dir + "/x"):
+            continue
+        cache = False
+        try:  # one read of the folder: its own *.pyc / *.pth, and whether it has a __pycache__
+            with os.scandir(root / rel_dir if rel_dir else root) as it:
+                for entry in it:
+                    name = entry.name
+                    if name == "__pycache__":
+                        cache = entry.is_dir(follow_symlinks=False)
+                    elif name.endswith((".pyc", ".pth")) and entry.is_file(follow_symlinks=False):
+                        out.append(f"{rel_dir}/{name}" if rel_dir else name)
+        except OSError:
+            continue
+        if cache:
+            files_in(f"{rel_dir}/__pycache__" if rel_dir else "__pycache__", lambda n: n.endswith(".pyc"))
+    try:
+        with os.scandir(root) as it:
+            venvs = [e.name for e in it if e.is_dir(follow_symlinks=False) and (root / e.name / "pyvenv.cfg").is_file()]
+    except OSError:
+        venvs = []
+    for venv in sorted(venvs):
+        for site in sorted((root / venv).glob("lib/python*/site-packages")):
+            if site.is_dir() and not site.is_symlink():
+                rel = site.relative_to(root).as_posix()
+                files_in(rel, lambda n: n.endswith(".pth") or n in SITE_FILES)
+    listed = set(names)
+    return [n for n in dict.fromkeys(out) if n not in listed]
 
 
 def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapshot:
@@ -177,14 +280,82 @@ def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapsho
 _Found = dict[Path, tuple[str, "bytes | None", "bytes | None", "int | None", set[str]]]
 
 
+def _notebook_code(data: bytes | None) -> Any:
+    """What runs of a notebook's bytes: its cells' types and sources and its kernel's name
+    (outputs, execution counts and other metadata left out: what a Jupyter save changes
+    when one only runs cells); None when it is not a notebook's JSON."""
+    if data is None:
+        return None
+    try:
+        nb = json.loads(data)
+        cells = [(c.get("cell_type"), "".join(c["source"]) if isinstance(c.get("source"), list) else c.get("source"))
+                 for c in nb["cells"]]
+        return cells, ((nb.get("metadata") or {}).get("kernelspec") or {}).get("name")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _same_code(b: bytes | None, a: bytes | None) -> bool:
+    """Two notebook versions that run the same (:func:`_notebook_code`); False when either
+    is not a notebook."""
+    code = _notebook_code(b)
+    return code is not None and code == _notebook_code(a)
+
+
+def _compiled_from_source(path: Path, data: bytes | None) -> bool:
+    """Whether ``data``, a ``.pyc`` at ``path`` (``…/__pycache__/x.TAG[.opt-N].pyc``), is
+    exactly what this Python writes for its source ``x.py`` as it is now: this Python's tag and
+    magic number, a timestamp header matching the source's time and size (or a checked hash
+    matching its bytes), and the code compiled from it, byte for byte. Such a file says what
+    the source says (Python makes one at each import): its change is not shown. Anything else
+    — an unchecked-hash ``.pyc`` (used whatever the source becomes), another Python's, one
+    whose source is missing, a forgery — is. Never loads ``data`` (``marshal`` is not safe
+    against crafted bytes): it compiles the source and compares."""
+    if data is None or path.parent.name != "__pycache__" or len(data) < 16:
+        return False
+    parts = path.name.split(".")
+    tag = sys.implementation.cache_tag
+    if tag is None or len(parts) not in (3, 4) or parts[1] != tag or parts[-1] != "pyc":
+        return False
+    level = 0
+    if len(parts) == 4:
+        if parts[2] not in ("opt-1", "opt-2"):
+            return False
+        level = int(parts[2][-1])
+    if data[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    try:
+        source = Path(importlib.util.source_from_cache(str(path)))
+        st = os.lstat(source)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+            return False
+        code = source.read_bytes()
+        flags = int.from_bytes(data[4:8], "little")
+        if flags == 0:
+            header = data[8:16] == ((int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+                                    + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+        elif flags == 3:  # checked hash
+            header = data[8:16] == importlib.util.source_hash(code)
+        else:  # 1: unchecked hash, never compared with its source
+            return False
+        compiled = compile(code, str(source), "exec", dont_inherit=True, optimize=level)
+        return header and data[16:] == marshal.dumps(compiled)
+    except (OSError, ValueError, SyntaxError, RecursionError, MemoryError, NotImplementedError):
+        return False
+
+
 def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path, str | None],
-             excluded: set[Path]) -> tuple[_Found, list[str]]:
+             excluded: set[Path], between: bool = False) -> tuple[_Found, list[str]]:
     """What changed between ``before`` and ``after`` (a worker thread): ``{real path: (rel,
     bytes before, bytes after, mode, through)}`` and the files over a limit. ``written``:
     the fs writes of the turn (path as named -> text before); ``excluded``: not watched
-    unless written through our fs."""
+    unless written through our fs. ``between``: the two snapshots are the end of a turn
+    and the start of the next (or the process's end): a change not written through our fs
+    is ``{"between"}`` (the agent or the user), nothing is excluded, and a notebook
+    (``.ipynb``) counts as changed only when what runs of it did (:func:`_notebook_code`:
+    a Jupyter save of outputs is not a change)."""
     fs_real = {Path(os.path.realpath(p)): old for p, old in written.items()}
-    excluded = {Path(os.path.realpath(p)) for p in excluded}
+    excluded = set() if between else {Path(os.path.realpath(p)) for p in excluded}
     found: _Found = {}
     too_big: list[str] = []
     for rel in sorted(set(before.files) | set(after.files)):
@@ -192,8 +363,11 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
         if a is b:
             continue
         path = cwd / rel
-        through = {"fs"} if path in fs_real else {"itself"}
+        through = {"fs"} if path in fs_real else {"between"} if between else {"itself"}
         if through == {"itself"} and path in excluded:
+            continue
+        if between and through != {"fs"} and rel.endswith(".ipynb") and b is not None and a is not None \
+                and _same_code(b.data, a.data):
             continue
         if (b is not None and b.data is None) or (a is not None and a.data is None):
             if a is not None and b is not None and (a.size, a.mtime_ns, a.ctime_ns, a.ino) == (
@@ -204,6 +378,8 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
         b_data, a_data = (b.data if b else None), (a.data if a else None)
         if b_data == a_data:
             continue
+        if rel.endswith(".pyc") and through != {"fs"} and _compiled_from_source(path, a_data):
+            continue  # Python's own cache of a source as it is: the source's review is the one that counts
         seen = b if b is not None else a
         found[path] = (rel, b_data, a_data, seen.mode if seen is not None else None, through)
     for path, old_text in fs_real.items():  # written through our fs where no snapshot looks (ignored, outside)
@@ -275,6 +451,37 @@ def _put(path: Path, data: bytes | None, mode: int | None, expect: bytes | None)
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
+
+
+def _remove_bytecode(source: Path) -> list[Path]:
+    """Remove the compiled forms of the Python source ``source`` (a worker thread): every
+    ``__pycache__/<stem>.*.pyc`` beside it (each Python version's tag, each optimization
+    level) and :func:`importlib.util.cache_from_source`'s paths (under a
+    ``sys.pycache_prefix`` too). The paths removed."""
+    candidates: set[Path] = set()
+    cache = source.parent / "__pycache__"
+    if cache.is_dir() and not cache.is_symlink():
+        prefix = source.stem + "."
+        try:
+            with os.scandir(cache) as it:
+                candidates |= {Path(e.path) for e in it if e.name.startswith(prefix) and e.name.endswith(".pyc")}
+        except OSError:
+            pass
+    for level in ("", 1, 2):
+        try:
+            candidates.add(Path(importlib.util.cache_from_source(str(source), optimization=level)))
+        except (NotImplementedError, ValueError):  # no cache tag (sys.implementation.cache_tag None)
+            pass
+    removed: list[Path] = []
+    for pyc in sorted(candidates):
+        try:
+            if stat.S_ISDIR(os.lstat(pyc).st_mode):
+                continue
+            os.unlink(pyc)
+        except OSError:
+            continue
+        removed.append(pyc)
+    return removed
 
 
 def _umask() -> int:
@@ -427,9 +634,16 @@ class FileEdit:
         return f"file:{self.path}"
 
     @property
+    def between(self) -> bool:
+        """Whether it changed between turns (``"between"`` in :attr:`through`): by the agent's
+        process or by the user, the kernel cannot tell."""
+        return "between" in self.through
+
+    @property
     def label(self) -> str:
-        """``new file a.txt``, ``edit of a.txt``, ``deletion of a.txt``."""
-        return f"{CHANGE_WORDS[self.change]} {self.rel}"
+        """``new file a.txt``, ``edit of a.txt``, ``deletion of a.txt`` (and ``(changed
+        between turns, by the agent or by you)`` for one that did)."""
+        return f"{CHANGE_WORDS[self.change]} {self.rel}" + (f" ({BETWEEN})" if self.between else "")
 
     @property
     def binary(self) -> bool:
@@ -487,8 +701,10 @@ class FileEdit:
 
 
 def _notice_of(edit: FileEdit) -> str:
-    return {"create": f"new file {edit.path} (removed)", "edit": f"edit of {edit.path} (its bytes before put back)",
-            "delete": f"deletion of {edit.path} (the file restored)"}[edit.change]
+    when = "changed between turns; " if edit.between else ""
+    return {"create": f"new file {edit.path} ({when}removed)",
+            "edit": f"edit of {edit.path} ({when}its bytes before put back)",
+            "delete": f"deletion of {edit.path} ({when}the file restored)"}[edit.change]
 
 
 class FileWatch:
@@ -506,6 +722,13 @@ class FileWatch:
         self._cache: dict[str, _Seen] = {}
         self._before: _Snapshot | None = None
         self._written: dict[Path, str | None] = {}  # fs writes of this turn: path -> its text before the first
+        # the folder as the agent's live process last left it reviewed (its start, a turn's end): what changes
+        # from it until the next turn's start, or the process's end, is pending "between turns"; None: no process
+        self._last: _Snapshot | None = None
+        self._between: dict[Path, str | None] = {}  # fs writes between turns
+        self._process: int | None = None  # the live process's token (process_started), None: none lives
+        self._serial = 0
+        self._lock = asyncio.Lock()  # one snapshot-and-compare at a time (a turn's edge, a process's end)
         self._told: set[str] = set()  # limits said once
         self.git: bool | None = None  # whether the folder was listed by git (None: not yet)
 
@@ -516,45 +739,150 @@ class FileWatch:
         cache = self._cache
         if names is None:
             names = await asyncio.to_thread(_walk, self.cwd)
-        snap = await asyncio.to_thread(_scan, self.cwd, names, cache)
+        listed = names
+
+        def scan() -> _Snapshot:  # the files that make tools run code first: never past MAX_FILES
+            return _scan(self.cwd, [*_code_files(self.cwd, listed), *listed], cache)
+
+        snap = await asyncio.to_thread(scan)
         self._cache = snap.files
         return snap
 
-    async def before_turn(self) -> None:
-        """Snapshot the folder (a turn is about to be sent). A failure is logged and said;
-        this turn is then not reviewed (the prompt is sent all the same)."""
-        self._written, self._before = {}, None
+    async def process_started(self) -> int:
+        """The agent's process is about to be spawned: the folder now is what its changes are
+        compared with until its first turn (the baseline of "between turns"). Its token, for
+        :meth:`process_ended`. A failure is logged and said (the changes before its first
+        turn are then not reviewed)."""
+        self._serial += 1
+        token = self._serial
+        async with self._lock:
+            self._process, self._between, self._last = token, {}, None
+            try:
+                self._last = await self._snapshot()
+            except Exception as exc:
+                log.exception("escouade_nb: the file review's snapshot failed")
+                self.conversation.add_notice(f"File review: the folder could not be read when the agent started "
+                                             f"({exc}); its changes before its first turn will not be offered for "
+                                             f"review.", level="warning")
+        return token
+
+    async def process_ended(self, token: int) -> list[FileEdit]:
+        """The process of ``token`` ended (closed, killed, crashed): what changed in the folder
+        since the end of its last turn is pending, "between turns" (a turn that ran meanwhile
+        compares its own end instead). The edits added or updated."""
+        async with self._lock:
+            if token != self._process:
+                return []
+            self._process = None
+            if self._before is not None:  # a turn runs: its after_turn compares, with the process gone
+                return []
+            last, self._last = self._last, None
+            edits, _now = await self._since(last, "when its process ended")
+            return edits
+
+    def killed_at_exit(self) -> list[str]:
+        """Interpreter exit (a kernel shutdown): the process was just killed and no loop is left
+        to compare on. A synchronous comparison, in this thread, of the files the last snapshot
+        held and the files that run code (git is not asked: a file new since, of another kind,
+        is not seen); each change is recorded in the transcript as pending, "between turns" —
+        a resumed agent lists it ``unanswered``. The paths recorded (relative)."""
+        last = self._before if self._before is not None else self._last
+        if last is None or self._process is None:
+            return []
+        self._process = None
+        names = list(last.files)
         try:
-            self._before = await self._snapshot()
+            now = _scan(self.cwd, [*_code_files(self.cwd, names), *names], self._cache)
+            found, _too_big = _compare(self.cwd, last, now, {}, set(), True)
+        except Exception:
+            log.exception("escouade_nb: the file review at the kernel's exit failed")
+            return []
+        for path, (rel, before, after, mode, through) in found.items():
+            self._record(FileEdit(self.review, self, path, rel, before, after, mode, through), "pending")
+        return sorted(info[0] for info in found.values())
+
+    async def _since(self, last: _Snapshot | None, when: str) -> tuple[list[FileEdit], _Snapshot | None]:
+        """Compare the folder now with ``last`` (changes between turns): each changed file
+        pending, and a notice naming them. The edits, and the snapshot taken (None without
+        ``last`` or when it failed). Holds the lock."""
+        if last is None:
+            return [], None
+        written, self._between = self._between, {}
+        try:
+            now = await self._snapshot()
+            found, too_big = await asyncio.to_thread(_compare, self.cwd, last, now, written, set(), True)
         except Exception as exc:
-            log.exception("escouade_nb: the file review's snapshot failed")
-            self.conversation.add_notice(f"File review: the folder could not be read before this turn ({exc}); its "
-                                         f"changes will not be offered for review.", level="warning")
+            log.exception("escouade_nb: the file review between turns failed")
+            self.conversation.add_notice(f"File review: the folder could not be compared {when} ({exc}); what "
+                                         f"changed since the last turn is kept as written.", level="warning")
+            return [], None
+        self._limits(now, too_big)
+        edits = [self._pending(path, *info) for path, info in found.items()]
+        if edits:
+            names = ", ".join(e.rel for e in edits[:10]) + (" …" if len(edits) > 10 else "")
+            self.conversation.add_notice(f"File review: {names} changed between turns (by the agent or by you), "
+                                         f"seen {when}: pending review.", level="warning")
+        return edits, now
+
+    async def before_turn(self) -> None:
+        """What changed since the last turn's end (or the process's start) becomes pending,
+        "between turns"; then snapshot the folder (a turn is about to be sent). A failure is
+        logged and said; this turn is then not reviewed (the prompt is sent all the same)."""
+        async with self._lock:
+            # a turn whose before_turn ran but was never sent (dropped) left its snapshot: compared from there
+            last = self._before if self._before is not None else self._last
+            self._written, self._before, self._last = {}, None, None
+            _edits, now = await self._since(last, "at this turn's start")
+            try:
+                self._before = now if now is not None else await self._snapshot()  # the same moment: read once
+            except Exception as exc:
+                log.exception("escouade_nb: the file review's snapshot failed")
+                self.conversation.add_notice(f"File review: the folder could not be read before this turn ({exc}); "
+                                             f"its changes will not be offered for review.", level="warning")
 
     def written(self, path: Path, old: str | None, new: str) -> None:
         """A write through our fs (``path`` absolute, ``old`` its text before or None)."""
         if self._before is not None:
             self._written.setdefault(Path(path), old)
+        elif self._last is not None:
+            self._between.setdefault(Path(path), old)
 
     async def after_turn(self) -> list[FileEdit]:
         """Compare the folder with the snapshot before the turn; each changed file becomes
         (or updates) a pending :class:`FileEdit`. The edits added or updated. A failure of
-        the review itself is logged and said in the conversation; the turn is not failed."""
-        before, written = self._before, self._written
-        if before is None:
-            return []
-        self._before, self._written = None, {}
-        try:
-            after = await self._snapshot()
-            excluded = self._excluded()
-            found, too_big = await asyncio.to_thread(_compare, self.cwd, before, after, written, excluded)
-        except Exception as exc:  # a bug of ours, or the folder gone: the turn goes on, unreviewed
-            log.exception("escouade_nb: the file review of a turn failed")
-            self.conversation.add_notice(f"File review: this turn's files could not be compared ({exc}); they are "
-                                         f"kept as written.", level="warning")
-            return []
-        self._limits(after, too_big)
-        return [self._pending(path, *info) for path, info in found.items()]
+        the review itself is logged and said in the conversation; the turn is not failed.
+        The folder now is then the baseline of the changes between turns (while the process
+        lives), but for the excluded files (the kernel's notebook): their baseline stays what
+        they were before the turn, so that what runs of them is compared at the next start."""
+        async with self._lock:
+            before, written = self._before, self._written
+            if before is None:
+                return []
+            self._before, self._written = None, {}
+            try:
+                after = await self._snapshot()
+                excluded = self._excluded()
+                found, too_big = await asyncio.to_thread(_compare, self.cwd, before, after, written, excluded)
+            except Exception as exc:  # a bug of ours, or the folder gone: the turn goes on, unreviewed
+                log.exception("escouade_nb: the file review of a turn failed")
+                self.conversation.add_notice(f"File review: this turn's files could not be compared ({exc}); they "
+                                             f"are kept as written.", level="warning")
+                self._last = before if self._process is not None else None
+                return []
+            if self._process is not None:
+                last = _Snapshot(dict(after.files), after.truncated)
+                root = Path(os.path.realpath(self.cwd))
+                for path in excluded:
+                    real = Path(os.path.realpath(path))
+                    if real.is_relative_to(root):
+                        rel = real.relative_to(root).as_posix()
+                        if rel in before.files:
+                            last.files[rel] = before.files[rel]
+                        else:
+                            last.files.pop(rel, None)
+                self._last = last
+            self._limits(after, too_big)
+            return [self._pending(path, *info) for path, info in found.items()]
 
     def _limits(self, snap: _Snapshot, too_big: list[str]) -> None:
         if snap.truncated and "count" not in self._told:
@@ -571,10 +899,16 @@ class FileWatch:
                 level="warning")
 
     async def rewound(self, paths: Iterable[Path]) -> None:
-        """A rewind (:mod:`.checkpoints`) put ``paths`` (absolute) back: a pending change of
-        one of them is dropped when the file is now as it was before that change ("undone by
-        the rewind"), else its diff becomes what the file holds now against its bytes before."""
+        """A rewind (:mod:`.checkpoints`) put ``paths`` (absolute) back (not a change of the
+        agent's, between turns either): a pending change of one of them is dropped when the
+        file is now as it was before that change ("undone by the rewind"), else its diff
+        becomes what the file holds now against its bytes before."""
         back = {Path(p) for p in paths}
+        for path in back:  # the rewind's writes are not the agent's: the snapshots compared with take them
+            try:
+                self._restored(path, await asyncio.to_thread(_read_now, path))
+            except (OSError, FileChanged):
+                continue
         pending: list[Any] = self.review.pending
         for edit in [e for e in pending if isinstance(e, FileEdit) and e.file in back and not e.settling]:
             try:
@@ -618,6 +952,7 @@ class FileWatch:
                 await asyncio.to_thread(_put, edit.file, taken, edit.mode, edit.after)
                 edit.after = taken
                 self._restored(edit.file, taken)
+                await self._drop_bytecode(edit)
             edit.last_hunk = hunk
             self._record(edit, "kept" if keep else "rejected", hunk=hunk)
             self.conversation.add_notice(f"File review: hunk {hunk + 1} of {edit.label} "
@@ -630,22 +965,51 @@ class FileWatch:
                 edit.mode = 0o666 & ~_umask()
             await asyncio.to_thread(_put, edit.file, edit.before, edit.mode, edit.after)
             self._restored(edit.file, edit.before)
+            await self._drop_bytecode(edit)
         return {"outcome": "kept" if keep else "rejected"}
 
+    async def _drop_bytecode(self, edit: FileEdit) -> None:
+        """A Reject of a Python source (``x.py``) also removes its compiled forms
+        (:func:`_remove_bytecode`), so that Python compiles the restored source again (a
+        ``.pyc`` left there may not be what the source says: one whose header matches the
+        source's time and size, or an unchecked-hash one, is imported instead of it). A
+        pending change of one of them is dropped (removed with the Reject)."""
+        if edit.file.suffix != ".py":
+            return
+        removed = await asyncio.to_thread(_remove_bytecode, edit.file)
+        for pyc in removed:
+            self._restored(pyc, None)
+            pending: list[Any] = self.review.pending
+            same = next((e for e in pending if isinstance(e, FileEdit) and e.file == pyc and not e.settling), None)
+            if same is not None:
+                same.why = f"removed with the Reject of {edit.rel}: Python compiles it again"
+                self.review.drop_item(same)
+        if removed:
+            self.conversation.add_notice(f"File review: the compiled form(s) of {edit.rel} removed "
+                                         f"({', '.join(p.name for p in removed)}): Python compiles the restored "
+                                         f"source again.")
+
     def _restored(self, path: Path, data: bytes | None) -> None:
-        """A Reject changed ``path`` while a turn may run: the turn's snapshot takes it, so
-        the restore is not taken for the agent's change."""
-        if self._before is None or not path.is_relative_to(self.cwd):
+        """A Reject changed ``path``: the snapshots it is compared with (the running turn's,
+        the last turn's end) take it, so the restore is not taken for the agent's change."""
+        real = Path(os.path.realpath(self.cwd))
+        if path.is_relative_to(self.cwd):
+            rel = path.relative_to(self.cwd).as_posix()
+        elif path.is_relative_to(real):  # named by its real path (a write through our fs)
+            rel = path.relative_to(real).as_posix()
+        else:
             return
-        rel = path.relative_to(self.cwd).as_posix()
-        if data is None:
-            self._before.files.pop(rel, None)
-            return
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return
-        self._before.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, 0, data)
+        for snap in (self._before, self._last):
+            if snap is None:
+                continue
+            if data is None:
+                snap.files.pop(rel, None)
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return
+            snap.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, 0, data)
 
     def settled(self, edit: FileEdit) -> None:
         """An answer (the review's ``on_settled``): a notice and a ``file_review`` line."""
@@ -677,7 +1041,8 @@ def restore_settled(records: Sequence[Any], review: EditReview) -> int:
             last[data["path"]] = data
     for path, data in last.items():
         edit = _Restored(path, str(data.get("rel") or path), str(data.get("change") or "edit"),
-                         "unanswered" if data.get("outcome") == "pending" else str(data.get("outcome")))
+                         "unanswered" if data.get("outcome") == "pending" else str(data.get("outcome")),
+                         isinstance(data.get("through"), list) and "between" in data["through"])
         review.restore_item(edit)
     return len(last)
 
@@ -687,8 +1052,9 @@ class _Restored:
 
     cell_id = None
 
-    def __init__(self, path: str, rel: str, change: str, state: str) -> None:
+    def __init__(self, path: str, rel: str, change: str, state: str, between: bool = False) -> None:
         self.path, self.rel, self._change, self.state = Path(path), rel, change, state
+        self.between = between
         self.key = f"file:{path}"
 
     @property
@@ -697,7 +1063,7 @@ class _Restored:
 
     @property
     def label(self) -> str:
-        return f"{CHANGE_WORDS.get(self._change, self._change)} {self.rel}"
+        return f"{CHANGE_WORDS.get(self._change, self._change)} {self.rel}" + (f" ({BETWEEN})" if self.between else "")
 
     def __repr__(self) -> str:
         return f"<FileEdit {self._change} of {self.rel} ({self.state})>"

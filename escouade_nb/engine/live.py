@@ -89,6 +89,7 @@ class Live:
         self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.acp.questions_in_text else ""
         self.cancel_sent = False  # one session/cancel per Stop
         self.ended = False
+        self._files_token: int | None = None  # review=True: this process's token in the agent's file watch
         self.waiting: str | None = None  # the request a start waits for the answer to (``initialize``…)
         self.waiting_since: float | None = None  # time.monotonic() when the start began
         self.stopped_starting = False  # Stop pressed (or closed) while it started
@@ -148,6 +149,9 @@ class Live:
                 # its client fs and terminals reach what its process reaches (engine/sandbox.py, wire/fs.py)
                 self.session.client.confine(*client_reach(binds, hidden_folders(self.session.env, folder)))
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
+            files = getattr(self.agent, "file_watch", None)  # review=True: the folder now, compared at its end
+            if files is not None:
+                self._files_token = await files.process_started()
             async with self.session:
                 await self._handshake()
                 await self.session.exited.wait()
@@ -162,6 +166,18 @@ class Live:
             self._fail(f"agent {self.agent.name!r} failed: {exc}")
         finally:
             self.end()  # a no-op when the process's end was handled already (on_exit)
+            await self._files_after_exit()
+
+    async def _files_after_exit(self) -> None:
+        """review=True: what the process changed since its last turn is pending review."""
+        files, token = getattr(self.agent, "file_watch", None), self._files_token
+        if files is None or token is None:
+            return
+        self._files_token = None
+        try:
+            await files.process_ended(token)
+        except Exception:  # a bug of ours: the agent's end goes on
+            log.exception("escouade_nb: the file review at the process's end failed")
 
     @property
     def starting(self) -> bool:

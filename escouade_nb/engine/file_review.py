@@ -17,7 +17,8 @@ answered edits leave it). Two ways a file changes, both caught:
 What is watched
     The agent's folder (``cwd``). In a git repository the files are those git lists
     (``git ls-files --cached --others --exclude-standard``, read-only: it writes neither
-    the index nor a ref; ``GIT_OPTIONAL_LOCKS=0``): tracked and untracked files, git-ignored
+    the index nor a ref; run in the kernel's private repository over the folder, reading no
+    configuration the agent could have written: :mod:`.kernel_git`): tracked and untracked files, git-ignored
     ones left out. Elsewhere a plain walk. Both skip :data:`SKIPPED_FOLDERS` (``.git``,
     ``node_modules``, ``__pycache__``…) and symlinks (neither followed nor reviewed), and the
     notebook the kernel runs (JupyterLab saves it while the agent works) unless the agent
@@ -64,6 +65,7 @@ from typing import Any
 
 from .._errors import EscouadeError
 from .cell_review import EditReview, Settling
+from .kernel_git import PrivateRepo, find_repository
 
 log = logging.getLogger(__name__)
 
@@ -225,24 +227,14 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
 
 async def _git_files(root: Path) -> list[str] | None:
     """The files git lists under ``root`` (tracked, and untracked not ignored), relative to
-    it; None when ``root`` is not in a work tree or git is missing. Read-only."""
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env=env)
-    except OSError:
+    it; None when ``root`` is not in a work tree or git is missing. Read-only for the user's
+    repository, and run in the kernel's private repository over it
+    (:meth:`~.kernel_git.PrivateRepo.list_files`): no config, hook, fsmonitor or attribute of
+    the folder's repository — which the agent may have written — is read as configuration."""
+    repo = await asyncio.to_thread(find_repository, root)
+    if repo is None:
         return None
-    try:
-        out, _ = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    if proc.returncode != 0:
-        return None
-    return sorted({os.fsdecode(n) for n in out.split(b"\0") if n})
+    return await PrivateRepo(repo.top, repo).list_files(Path(root))
 
 
 def _read_now(path: Path) -> bytes | None:

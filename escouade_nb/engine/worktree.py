@@ -23,54 +23,15 @@ whose message is one line for the user.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import EscouadeError
+from .kernel_git import WorktreeError, git
 
 AGENT_EMAIL = "escouade_nb@localhost"
 BRANCH_PREFIX = "escouade/"
-
-
-class WorktreeError(EscouadeError):
-    """A worktree request git refused or that would lose work; the message is one line."""
-
-
-async def git(*args: str, cwd: str | Path, check: bool = True,
-              env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run ``git ARGS`` in ``cwd`` as an async subprocess: ``(returncode, stdout, stderr)``.
-    ``check``: :class:`WorktreeError` (git's ``fatal:``/``error:`` line, else its first line) on a
-    non-zero exit. ``env``: more environment (``GIT_INDEX_FILE``, ``GIT_DIR``… of a checkpoint).
-    Never prompts (``GIT_TERMINAL_PROMPT=0``), C locale so messages parse."""
-    env = {**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"}
-    if not Path(cwd).is_dir():  # a stat: else the spawn's error would read "no git"
-        raise WorktreeError(f"{cwd} does not exist (any more): git cannot run there")
-    try:
-        proc = await asyncio.create_subprocess_exec("git", *args, cwd=str(cwd), env=env,
-                                                    stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    except FileNotFoundError:
-        raise WorktreeError("git is not installed (no `git` on PATH): worktrees need it") from None
-    try:
-        out, err = await proc.communicate()
-    except BaseException:  # cancelled: the git process does not outlive its caller; SIGTERM, so that
-        if proc.returncode is None:  # git removes its lock files (index.lock) on the way out
-            proc.terminate()
-            await asyncio.shield(proc.wait())
-        raise
-    text, errors = out.decode(errors="replace"), err.decode(errors="replace")
-    code = proc.returncode
-    assert code is not None  # communicate() returned: the process has exited
-    if check and code != 0:
-        lines = [ln for ln in errors.splitlines() if ln.strip()]
-        # git's own error line, not a progress line before it ("Preparing worktree …")
-        line = next((ln for ln in lines if ln.startswith(("fatal:", "error:"))), lines[0] if lines else
-                    f"exit {code}")
-        raise WorktreeError(f"git {args[0]} failed in {cwd}: {line.strip()}")
-    return code, text, errors
 
 
 def repository_of(folder: str | Path) -> Path | None:

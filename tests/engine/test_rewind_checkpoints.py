@@ -120,9 +120,13 @@ def test_rewind_after_two_turns_restores_a_git_folder_and_leaves_the_repository_
             (repo / "build").mkdir()
             (repo / "build" / "out.o").write_bytes(b"\0ignored")
             assert [(cp.turn, cp.prompt) for cp in agent.checkpoints] == [(1, "first"), (2, "second")]
-            assert all(cp.at.tzinfo is not None and cp.git_dir is None and cp.fork is None for cp in agent.checkpoints)
-            refs = sh("for-each-ref", "--format=%(refname)", REF_PREFIX, cwd=repo).split()
+            assert all(cp.at.tzinfo is not None and cp.fork is None for cp in agent.checkpoints)
+            private = agent.checkpoints[0].git_dir  # the kernel's private repository, outside the folder
+            assert private is not None and Path(private).is_relative_to(state)
+            assert all(cp.git_dir == private for cp in agent.checkpoints)
+            refs = sh("for-each-ref", "--format=%(refname)", REF_PREFIX, cwd=private).split()
             assert sorted(refs) == sorted(cp.ref for cp in agent.checkpoints)
+            assert sh("for-each-ref", REF_PREFIX, cwd=repo) == ""  # nothing in the user's repository
             await agent.rewind(agent.checkpoints[0])
             after = folder_state(repo)
             assert (repo / "debug.log").read_text() == "ignored, turn 1\n"  # ignored files: untouched

@@ -211,18 +211,19 @@ def find_repository(folder: str | Path) -> GitRepo | None:
 
 # -- the kernel's private repository over a folder ------------------------------------------------------
 
-_global_excludes: str | None = None
+_global_excludes: dict[tuple[str, ...], str] = {}
 
 
 async def _user_excludes_file() -> str:
-    """The user's global ``core.excludesFile`` (a value of ~/.gitconfig, the user's file), or ""."""
-    global _global_excludes
-    if _global_excludes is None:
-        home = Path.home()
-        code, out, _ = await git("config", "--global", "--path", "--get", "core.excludesFile",
-                                 cwd=home if home.is_dir() else "/", check=False, env={"GIT_CONFIG_NOSYSTEM": "1"})
-        _global_excludes = out.strip() if code == 0 else ""
-    return _global_excludes
+    """The user's global ``core.excludesFile`` (a value of ~/.gitconfig, the user's file), or ""
+    (git's default, ``$XDG_CONFIG_HOME/git/ignore``, then applies by itself). Asked once per
+    home and global config file."""
+    key = tuple(os.environ.get(k, "") for k in ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL"))
+    if key not in _global_excludes:
+        code, out, _ = await git("config", "--global", "--path", "--get", "core.excludesFile", cwd="/",
+                                 check=False, env={"GIT_CONFIG_NOSYSTEM": "1"})
+        _global_excludes[key] = out.strip() if code == 0 else ""
+    return _global_excludes[key]
 
 
 def _config_text(git_dir: Path, excludes: str) -> str:

@@ -11,6 +11,7 @@ them with its own process (inside its sandbox): ``python git_attacks.py GIT_DIR 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +22,8 @@ HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-
 
 def _cmd(marks: Path, name: str, passthrough: bool = True) -> str:
     """A shell line that leaves ``marks/name`` (and, as a filter, passes its input through)."""
-    return f"sh -c 'touch {marks}/{name}; {'cat' if passthrough else 'true'}'"
+    then = "cat" if passthrough else "true"
+    return f"sh -c 'touch {marks}/{name} && {then}'"  # no ';': it starts a comment in a config file
 
 
 def config_text(marks: Path, hooks: Path, include: Path) -> str:
@@ -60,6 +62,11 @@ def plant(git_dir: Path, work: Path, marks: Path, *, config_name: str = "config"
     ``.gitattributes``, a hooks folder of its own). The repository's files the agent may
     write; nothing outside ``git_dir`` and ``work``."""
     git_dir, work, marks = Path(git_dir), Path(work), Path(marks)
+    # the index carries an fsmonitor extension (made with a harmless hook): a git that reads the
+    # index with the planted core.fsmonitor then runs it, even `ls-files`
+    subprocess.run(["git", "-c", "core.fsmonitor=true", "update-index", "--fsmonitor"], cwd=work,
+                   env={**os.environ, "GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(work)},
+                   capture_output=True, check=False)
     own_hooks = work / ".hooks"
     include = git_dir / "evil.inc"
     for folder in (git_dir / "hooks", own_hooks):

@@ -86,7 +86,6 @@ def test_a_checkpoint_and_a_rewind_run_nothing_the_agent_planted_in_its_reposito
     the bytes as written (no clean filter, no autocrlf); the user's index is never written."""
     marks = env
     ws = user_repo(tmp_path / "proj")
-    index = (ws / ".git" / "index").read_bytes()
     s = script(planting_turns(ws, marks), "\n".join([P_INIT, P_NEW]), "\n".join([P_INIT, P_NEW]), ws=ws)
 
     async def go():
@@ -94,7 +93,9 @@ def test_a_checkpoint_and_a_rewind_run_nothing_the_agent_planted_in_its_reposito
             first = await agent.send("first")
             assert "[exit 0] planted" in first.text and "[exit 0] changed" in first.text
             assert (ws / ".gitattributes").exists() and "filter" in (ws / ".git" / "config").read_text()
+            index = (ws / ".git" / "index").read_bytes()  # as the agent left it (its fsmonitor extension)
             await agent.send("second")
+            assert ran(marks) == []
             assert [cp.turn for cp in agent.checkpoints] == [1, 2]
             cp = agent.checkpoints[1]
             assert private_show(cp.git_dir, cp.commit, "notes.txt") == b"agent line\r\n"  # raw: no filter, no crlf
@@ -105,7 +106,8 @@ def test_a_checkpoint_and_a_rewind_run_nothing_the_agent_planted_in_its_reposito
             await agent.rewind(agent.checkpoints[0])  # the planted files removed, the user's line back
             assert (ws / "notes.txt").read_text() == "user line\n" and not (ws / ".gitattributes").exists()
             assert ran(marks) == []
-    run(go())
+            return index
+    index = run(go())
     assert ran(marks) == []
     assert (ws / ".git" / "index").read_bytes() == index
 
@@ -175,6 +177,7 @@ def test_a_sandboxed_agent_planting_in_its_repository_gets_a_checkpoint_that_run
             assert (await agent.send("first")).text.endswith("planted")
             assert "filter" in (ws / ".git" / "config").read_text()  # written from inside the sandbox
             await agent.send("second")
+            assert ran(marks) == []
             return [cp.turn for cp in agent.checkpoints], agent.checkpoints[-1]
         finally:
             await asyncio.gather(*(a.close() for a in squad.agents.values()))

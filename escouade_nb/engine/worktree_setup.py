@@ -59,7 +59,7 @@ from .cards import CardDesk
 from .interfaces import AgentHandle
 from .launcher import agent_env
 from .sandbox import SandboxError, sandboxed_command
-from .worktree import Worktree, git
+from .worktree import Worktree
 
 __all__ = ["CONFIRMATIONS_FILE", "LAST_LINES", "OUTPUT_CAP", "CommandResult", "Confirmations", "Copied", "SetupFailed",
            "cleanup", "confirm", "copy_paths", "exclude_in_worktree", "prepare", "refuse_worktree",
@@ -269,18 +269,20 @@ async def exclude_in_worktree(worktree: Worktree, paths: list[str]) -> Path:
     common git dir, which would hide them in the main worktree too). The file starts with
     your global excludes file's lines, which it replaces in this worktree. ``git worktree
     remove`` deletes it with the worktree. Returns the file."""
-    _, gitdir, _ = await git("rev-parse", "--absolute-git-dir", cwd=worktree.path)
-    exclude = Path(gitdir.strip()) / "info" / "exclude"
-    _, configured, _ = await git("config", "--path", "core.excludesFile", cwd=worktree.path, check=False)
+    _, configured, _ = await worktree.inside("config", "--path", "core.excludesFile", check=False)
+    assert worktree.admin is not None  # inside() found it (the admin folder the kernel recorded)
+    exclude = worktree.admin / "info" / "exclude"
     configured = configured.strip()
     own = configured == str(exclude)
     global_text = "" if own else await asyncio.to_thread(_global_excludes, configured)
     await asyncio.to_thread(_write_exclude, exclude, global_text, paths)
     if not own:
-        _, flag, _ = await git("config", "--bool", "extensions.worktreeConfig", cwd=worktree.path, check=False)
+        _, flag, _ = await worktree.main("config", "--bool", "extensions.worktreeConfig", check=False)
         if flag.strip() != "true":
-            await git("config", "extensions.worktreeConfig", "true", cwd=worktree.path)
-        await git("config", "--worktree", "core.excludesFile", str(exclude), cwd=worktree.path)
+            await worktree.main("config", "extensions.worktreeConfig", "true")
+        # written by file (the worktree's own config, for the agent's git); the kernel's git never reads it
+        await worktree.main("config", "--file", str(worktree.admin / "config.worktree"), "core.excludesFile",
+                            str(exclude))
     return exclude
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -350,6 +351,7 @@ class Worktree:
                                         f"discard(force=True) to throw them away")
             # --force always: without it git would run `git status` inside the worktree itself, reading its
             # admin folder's config.worktree (the agent's); what is uncommitted was checked just above
+            await asyncio.to_thread(self._relink)
             await self.main("worktree", "remove", "--force", str(self.path))
         else:
             await self.main("worktree", "prune", check=False)
@@ -358,6 +360,25 @@ class Worktree:
         if self._git is not None:
             await self._git.aclose()
         self.last_stat = None
+
+    def _relink(self) -> None:
+        """The worktree's ``.git`` file as git wrote it (``gitdir: <admin>``), which ``worktree remove``
+        checks: an agent may have pointed it elsewhere; the folder is removed right after."""
+        self._located()
+        if self.admin is None:
+            return
+        dot = self.path / ".git"
+        want = f"gitdir: {self.admin}\n"
+        try:
+            if dot.is_file() and not dot.is_symlink() and dot.read_text(encoding="utf-8") == want:
+                return
+        except (OSError, UnicodeDecodeError):
+            pass
+        if dot.is_dir() and not dot.is_symlink():
+            shutil.rmtree(dot)
+        else:
+            dot.unlink(missing_ok=True)
+        dot.write_text(want, encoding="utf-8")
 
     @staticmethod
     async def _head(run: Any) -> str:

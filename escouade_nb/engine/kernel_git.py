@@ -290,11 +290,13 @@ class PrivateRepo:
         _write_if_changed(d / "config", _config_text(d, excludes))
         _write_if_changed(d / "info" / "attributes", PRIVATE_ATTRIBUTES)
         exclude = ""
-        if self.source is not None:
-            try:  # the repository's own patterns (data: they only leave files out)
-                exclude = (self.source.common_dir / "info" / "exclude").read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                exclude = ""
+        if self.source is not None:  # the repository's own patterns (data: they only leave files out), and a
+            # linked worktree's own (worktree_setup's excludes of the paths it copied)
+            for folder in dict.fromkeys((self.source.common_dir, self.source.git_dir)):
+                try:
+                    exclude += (folder / "info" / "exclude").read_text(encoding="utf-8", errors="replace") + "\n"
+                except OSError:
+                    continue
         _write_if_changed(d / "info" / "exclude", exclude)
         alternates = d / "objects" / "info" / "alternates"
         if self.source is not None and self.source.objects.is_dir():

@@ -552,8 +552,9 @@ async def cleanup(agent: AgentHandle, journal: Journal | None = None, *,
     """Before ``agent``'s worktree is discarded: read ``.escouade.yml`` of the folder the
     agent was started from (in the main worktree, never the worktree's copy, which the
     agent may have edited) and run its ``cleanup`` in the agent's folder of the worktree —
-    only if the user confirmed that exact command for that folder; else it is said and not
-    run. Its failure is said (exit code, last lines); the discard goes on either way (a
+    only if the user confirmed that exact command for that folder, and the files it names
+    (:func:`named_files`) are in the worktree as you confirmed them in the folder; else it is
+    said and not run. Its failure is said (exit code, last lines); the discard goes on either way (a
     cleanup is best effort: a worktree that cannot be removed because its cleanup failed
     would be worse). None when nothing ran."""
     from ..manifest.project import read_worktree_config
@@ -580,6 +581,14 @@ async def cleanup(agent: AgentHandle, journal: Journal | None = None, *,
         _journal(journal, agent, "Output", f"worktree cleanup not run (not confirmed): {config.cleanup}")
         return None
     if not agent.cwd.is_dir():
+        return None
+    there = await asyncio.to_thread(named_files, dataclasses.replace(only, folder=agent.cwd))
+    changed = [rel for rel, named in there.items() if rel not in files or files[rel].sha256 != named.sha256]
+    if changed:  # the worktree's copy is the agent's to change: only the file you confirmed runs
+        agent.conversation.add_notice(f"Worktree cleanup of {config.file} not run: {', '.join(changed)} in the "
+                                      f"worktree is not the file you confirmed in {config.folder}",
+                                      level="warning", detail=config.cleanup)
+        _journal(journal, agent, "Output", f"worktree cleanup not run (its file changed): {config.cleanup}")
         return None
     result = await run_command(agent, "cleanup", config.cleanup, agent.cwd, timeout=config.timeout)
     _say(agent, journal, result, agent.cwd)

@@ -93,3 +93,33 @@ def test_the_card_shows_the_script_a_changed_script_asks_again_an_unchanged_one_
         finally:
             await closing(squad)
     run(go())
+
+
+def test_a_cleanup_script_the_agent_changed_in_its_worktree_is_not_run_an_unchanged_one_is(repo, tmp_path):
+    marker = tmp_path / "cleaned"
+    (repo / "scripts" / "cleanup.sh").write_text(f"#!/bin/sh\necho clean >> {marker}\n")
+    (repo / "scripts" / "cleanup.sh").chmod(0o755)
+    (repo / ".escouade.yml").write_text('name: proj\nworktree:\n  cleanup: "sh scripts/cleanup.sh"\n')
+    sh("add", "-A", cwd=repo)
+    sh("commit", "-qm", "cleanup", cwd=repo)
+
+    async def go():
+        squad = Squad()
+        try:
+            a = squad.start("fake", cwd=repo, name="a", worktree=True)
+            card = await a.next_permission(timeout=20)
+            assert f"    echo clean >> {marker}" in card_text(card)
+            card.choose("run")
+            await a.ready()
+            b = squad.start("fake", cwd=repo, name="b", worktree=True)
+            await b.ready()  # confirmed: the same command and script
+            (b.worktree.path / "scripts" / "cleanup.sh").write_text(f"#!/bin/sh\necho agent >> {marker}\n")
+            await squad.discard("b", force=True)  # its copy changed: not run
+            assert not marker.exists()
+            assert any("scripts/cleanup.sh in the worktree is not the file you confirmed" in n
+                       for n in [i.text for i in b.conversation.items if type(i).__name__ == "Notice"])
+            await squad.discard("a")
+            assert marker.read_text() == "clean\n"
+        finally:
+            await closing(squad)
+    run(go())

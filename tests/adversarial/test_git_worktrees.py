@@ -125,6 +125,24 @@ def test_an_admin_folder_pointed_elsewhere_is_refused_in_one_line_and_runs_nothi
     assert run(go()) == []
 
 
+def test_an_admin_head_pointed_at_the_users_branch_does_not_move_the_commit_there(repo, tmp_path):
+    """The agent points its admin folder's ``HEAD`` at ``main``: the kernel's commit of its work
+    still goes on its own branch (the HEAD the kernel recorded), ``main`` does not move."""
+
+    async def go():
+        wt = await Worktree.create(repo, "evil")
+        admin = admin_of(repo, wt.path)
+        main_before = sh("rev-parse", "main", cwd=repo)
+        (admin / "HEAD").write_text("ref: refs/heads/main\n")
+        (wt.path / "made.txt").write_text("work\n")
+        commit = await wt.commit("agent's work")
+        assert sh("rev-parse", "main", cwd=repo) == main_before
+        assert sh("rev-parse", "escouade/evil", cwd=repo).strip() == commit
+        assert sh("show", "--format=", "--name-only", commit, cwd=repo).split() == ["made.txt"]
+
+    run(go())
+
+
 @needs_bwrap
 def test_a_sandboxed_worktree_agent_plants_in_its_admin_folder_and_the_squad_merges_without_running_it(
         script, repo, tmp_path, monkeypatch):

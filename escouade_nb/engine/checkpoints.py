@@ -56,7 +56,7 @@ from .._errors import EscouadeError
 from ..core.conversation import Message
 from ..wire.errors import AgentError
 from ..wire.transcript import CHECKPOINT_EVENT, REWIND_EVENT
-from .kernel_git import PrivateRepo, WorktreeError, git, state_dir
+from .kernel_git import GitRepo, PrivateRepo, WorktreeError, git, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +138,10 @@ class FolderSnapshots:
     """Snapshots of one folder as git commits (see the module): :meth:`take` returns a
     commit, :meth:`restore` puts the folder back to one. ``name`` names the refs."""
 
-    def __init__(self, folder: Path, name: str) -> None:
+    def __init__(self, folder: Path, name: str, repo: GitRepo | None = None) -> None:
         self.folder = Path(folder)
         self.name = name
+        self.repo = repo  # the repository as the kernel recorded it (an agent's worktree); None: found by walking up
         self.run = uuid.uuid4().hex[:8]  # this agent's checkpoints in this kernel: refs apart from another's
         self.top: Path | None = None  # the work tree's top (the repository's, or the folder for a shadow)
         self.scope = "."  # the folder, relative to top
@@ -166,7 +167,9 @@ class FolderSnapshots:
     async def _locate(self) -> None:
         if self.top is not None:
             return
-        private = await asyncio.to_thread(PrivateRepo.over, self.folder)
+        private = PrivateRepo(self.repo.top, self.repo) if self.repo is not None and \
+            self.folder.resolve().is_relative_to(self.repo.top.resolve()) else \
+            await asyncio.to_thread(PrivateRepo.over, self.folder)
         try:
             await private.ensure()
         except (WorktreeError, OSError) as exc:
@@ -295,8 +298,17 @@ class Checkpoints:
     @property
     def snapshots(self) -> FolderSnapshots:
         if self._snapshots is None or self._snapshots.folder != self.agent.cwd:
-            self._snapshots = FolderSnapshots(self.agent.cwd, self.agent.name)
+            self._snapshots = FolderSnapshots(self.agent.cwd, self.agent.name, self._recorded())
         return self._snapshots
+
+    def _recorded(self) -> GitRepo | None:
+        """An agent's worktree as the kernel recorded it when it made it (its admin folder, the
+        common dir): read instead of the worktree's ``.git`` file, which the agent may rewrite."""
+        wt = getattr(self.agent, "worktree", None)
+        admin, common = getattr(wt, "admin", None), getattr(wt, "common_dir", None)
+        if wt is None or admin is None or common is None:
+            return None
+        return GitRepo(Path(wt.path), Path(admin), Path(common))
 
     def _turn_number(self) -> int:
         return sum(1 for i in self.agent.conversation.items if isinstance(i, Message) and i.role == "user")

@@ -158,6 +158,9 @@ def test_a_sandboxed_worktree_agent_plants_in_its_admin_folder_and_the_squad_mer
     admin = repo / ".git" / "worktrees" / "boxed"  # where git puts it: the folder's name
     plant_it = {"run": [sys.executable, str(ATTACKS), str(admin), str(worktree), str(marks), "config.worktree"]}
     change = {"run": ["sh", "-c", "echo agent >> notes.txt && echo changed"]}
+    relink = {"run": ["sh", "-c", f"cp -r {admin} .forged && "
+                                  f"printf '{repo / '.git'}\\n' > .forged/commondir && "
+                                  "echo \"gitdir: $PWD/.forged\" > .git && echo relinked"]}
     turn = "\n".join([
         'C> {"jsonrpc":"2.0","id":0,"method":"initialize","params":"$ANY"}',
         'A> {"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":false},'
@@ -165,8 +168,10 @@ def test_a_sandboxed_worktree_agent_plants_in_its_admin_folder_and_the_squad_mer
         'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":"$ANY"}',
         'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
         'C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":"$ANY"}',
-        f"!> {json.dumps(plant_it)}", f"!> {json.dumps(change)}",
-        'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'])
+        f"!> {json.dumps(plant_it)}", f"!> {json.dumps(change)}", f"!> {json.dumps(relink)}",
+        'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}',
+        'C> {"jsonrpc":"2.0","id":3,"method":"session/prompt","params":"$ANY"}',
+        'A> {"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}'])
     s = script(turn, ws=repo, name="boxed")
     manifest = json.loads(s.ref.path.read_text())
     manifest["contributes"]["harnesses"][0]["acp"].update(
@@ -181,8 +186,12 @@ def test_a_sandboxed_worktree_agent_plants_in_its_admin_folder_and_the_squad_mer
             assert agent.sandbox is not None
             await agent.ready()
             assert agent.worktree.path == worktree
-            await agent.send("go")
-            assert "filter" in (admin / "config.worktree").read_text()  # written from inside the sandbox
+            first = await agent.send("go")
+            assert "relinked" in first.text and "filter" in (admin / "config.worktree").read_text()  # from inside
+            assert (worktree / ".git").read_text().startswith(f"gitdir: {worktree / '.forged'}")
+            await agent.send("again")  # the checkpoint before it: the kernel's recorded admin folder, not .git
+            cp = agent.checkpoints[-1]
+            assert cp.turn == 2 and cp.git_dir is not None and ran(marks) == []
             stat = await agent.worktree.diffstat()
             assert "notes.txt" in stat.paths
             result = await squad.merge("boxed")

@@ -182,13 +182,14 @@ def test_a_sandboxed_worktree_agent_plants_in_its_admin_folder_and_the_squad_mer
     async def go():
         squad = Squad()
         try:
-            agent = squad.start("boxed", cwd=repo, worktree=True, sandbox=True)
+            agent = squad.start("boxed", cwd=repo, worktree=True, sandbox=True, review=True)
             assert agent.sandbox is not None
             await agent.ready()
             assert agent.worktree.path == worktree
             first = await agent.send("go")
             assert "relinked" in first.text and "filter" in (admin / "config.worktree").read_text()  # from inside
             assert (worktree / ".git").read_text().startswith(f"gitdir: {worktree / '.forged'}")
+            assert "notes.txt" in {e.rel for e in agent.edit_review.pending if hasattr(e, "rel")}  # reviewed
             await agent.send("again")  # the checkpoint before it: the kernel's recorded admin folder, not .git
             cp = agent.checkpoints[-1]
             assert cp.turn == 2 and cp.git_dir is not None and ran(marks) == []

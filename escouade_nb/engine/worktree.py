@@ -8,10 +8,16 @@ the Jupyter data dir: the folder keeps the repository's name and relative neighb
 worktree shares the object store; nothing is copied), and is where a user looks for it;
 not inside the repository, where it would show as untracked files of the main worktree.
 
-Git itself runs as async subprocesses on the loop (:func:`git`): GitPython and pygit2
-are synchronous (GitPython forks ``git`` and waits), so either would block the kernel's
+Git itself runs as async subprocesses on the loop (:func:`~.kernel_git.git`): GitPython and
+pygit2 are synchronous (GitPython forks ``git`` and waits), so either would block the kernel's
 loop, and neither adds what we need (worktree add/remove, merge with its conflict list)
-beyond the command line. Every method here is a coroutine; nothing blocks.
+beyond the command line. Every method here is a coroutine; nothing blocks. Where it runs
+(:mod:`.kernel_git`): in the agent's worktree (:meth:`Worktree.inside`) with ``GIT_DIR`` a
+folder of the kernel's and ``GIT_WORK_TREE`` the recorded path — never the worktree's ``.git``
+file or its admin folder's config, which a sandboxed agent can write —; in the user's main
+worktree (:meth:`Worktree.main`) with the user's own config and hooks, ``GIT_DIR`` explicit.
+The admin folder (``admin``), the main worktree's git dir and the common dir are recorded
+when the worktree is made and kept in the transcript's header.
 
 What an agent did is committed on its branch when it is merged or rebased (author: the
 agent, ``<name> (escouade_nb)``); :meth:`Worktree.merge` fast-forwards the base branch in

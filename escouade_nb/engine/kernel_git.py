@@ -226,17 +226,19 @@ async def _user_excludes_file() -> str:
     return _global_excludes[key]
 
 
-def _config_text(git_dir: Path, excludes: str) -> str:
+def _config_text(git_dir: Path, excludes: str, object_format: str = "sha1") -> str:
     def quoted(v: str) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     lines = ["# Written by escouade_nb: the kernel's private repository over a folder an agent may write.",
              "# The only configuration its git reads (no system or global files).",
-             "[core]", "\trepositoryformatversion = 0", "\tbare = true", "\tfilemode = true", "\tsymlinks = true",
+             "[core]", f"\trepositoryformatversion = {0 if object_format == 'sha1' else 1}", "\tbare = true", "\tfilemode = true", "\tsymlinks = true",
              "\tlogallrefupdates = false", "\tautocrlf = false", "\tsafecrlf = false", "\tfsmonitor = false",
              "\tuntrackedCache = false", "\tsplitIndex = false", "\tsparseCheckout = false",
              f"\thooksPath = {quoted(str(git_dir / 'no-hooks'))}", "\tpager = cat", "\tquotePath = false"]
     if excludes:
         lines.append(f"\texcludesFile = {quoted(excludes)}")
+    if object_format != "sha1":
+        lines += ["[extensions]", f"\tobjectFormat = {object_format}"]
     lines += ["[gc]", "\tauto = 0", "[commit]", "\tgpgSign = false", "[tag]", "\tgpgSign = false",
               ]
     return "\n".join(lines) + "\n"
@@ -278,7 +280,14 @@ class PrivateRepo:
         time, so nothing else's stays. :class:`WorktreeError` when git cannot make it."""
         if not (self.git_dir / "HEAD").exists():
             await asyncio.to_thread(self.git_dir.parent.mkdir, parents=True, exist_ok=True)
-            await git("init", "-q", "--bare", "--template=", str(self.git_dir), cwd=self.git_dir.parent,
+            form: list[str] = []
+            if self.source is not None:  # a SHA-256 repository's objects need a SHA-256 private repository
+                code, out, _ = await git("config", "--file", str(self.source.common_dir / "config"), "--get",
+                                         "extensions.objectFormat", cwd=self.git_dir.parent, check=False,
+                                         env=ISOLATED)  # a value read from the file (no include followed)
+                if code == 0 and out.strip() in ("sha1", "sha256"):
+                    form = [f"--object-format={out.strip()}"]
+            await git("init", "-q", "--bare", "--template=", *form, str(self.git_dir), cwd=self.git_dir.parent,
                       env=ISOLATED)
         excludes = await _user_excludes_file()
         await asyncio.to_thread(self._write, excludes)
@@ -287,7 +296,11 @@ class PrivateRepo:
         d = self.git_dir
         for sub in ("info", "no-hooks", "objects/info"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        _write_if_changed(d / "config", _config_text(d, excludes))
+        try:  # the private repository's own file (git init's, then ours): its object format is kept
+            sha256 = re.search(r"(?im)^\s*objectformat\s*=\s*sha256\s*$", (d / "config").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            sha256 = None
+        _write_if_changed(d / "config", _config_text(d, excludes, "sha256" if sha256 else "sha1"))
         _write_if_changed(d / "info" / "attributes", PRIVATE_ATTRIBUTES)
         exclude = ""
         if self.source is not None:  # the repository's own patterns (data: they only leave files out), and a

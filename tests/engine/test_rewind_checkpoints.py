@@ -394,3 +394,27 @@ def test_a_rewind_drops_the_pending_file_changes_it_undid(script, tmp_path, stat
             await agent.close()
 
     run(go())
+
+
+def test_a_sha256_repository_gets_a_sha256_private_repository(tmp_path, state):
+    """The kernel's private repository borrows the user's objects: over a SHA-256 repository it is one too."""
+    from escouade_nb.engine.checkpoints import FolderSnapshots
+
+    r = tmp_path / "sha256"
+    r.mkdir()
+    sh("init", "-q", "--object-format=sha256", "-b", "main", cwd=r)
+    (r / "a.txt").write_text("a\n")
+    sh("add", "-A", cwd=r)
+    sh("commit", "-qm", "base", cwd=r)
+    (r / "a.txt").write_text("changed\n")
+
+    async def go():
+        snaps = FolderSnapshots(r, "x")
+        commit, _ = await snaps.take(1, "t")
+        (r / "a.txt").write_text("later\n")
+        restored = await snaps.restore(commit)
+        await snaps.aclose()
+        return commit, restored
+    commit, (removed, written) = run(go())
+    assert len(commit) == 64 and (removed, written) == ([], ["a.txt"])
+    assert (r / "a.txt").read_text() == "changed\n"

@@ -42,7 +42,8 @@ def moved_into(planned: Worktree, folder: Path, within: Path,
 async def make(agent: AgentHandle, planned: Worktree, base: str | None, parent: Worktree | None = None) -> None:
     """``git worktree add`` for ``agent`` (off ``parent``'s branch for a fork), then
     its first diff stat (what views show). :class:`WorktreeError` for git's refusals."""
-    made = await Worktree.create(parent.path if parent else planned.repo, planned.agent, branch=planned.branch,
+    # a fork's worktree is made from the repository (never through its parent's worktree: an agent's .git file)
+    made = await Worktree.create(planned.repo, planned.agent, branch=planned.branch,
                                  base=parent.branch if parent else base, path=planned.path)
     if parent is not None:
         made.base = parent.base  # a fork merges where its parent merges

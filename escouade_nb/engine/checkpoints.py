@@ -5,26 +5,26 @@ folder (``agent.checkpoints``: one per turn, ``.turn``, ``.prompt``, ``.at``); `
 agent.rewind(cp)`` puts the folder back as it was then and continues the conversation from
 before that turn.
 
-How a folder is kept (:class:`FolderSnapshots`; git through :func:`~.worktree.git`, async
-subprocesses, never on the loop's thread):
-
-* **In a git repository** (the folder or a parent has one): the files are written as a
-  tree with a private index — ``GIT_INDEX_FILE`` pointing at a file of our own, ``git add -A``
-  into it, ``write-tree``, ``commit-tree`` — and the commit is kept under a private ref,
-  ``refs/escouade/checkpoints/<agent>/<run>-<turn>``. Nothing of the user's changes: no branch,
-  not the index (``.git/index``), not ``HEAD``, not the stash; the objects go into the
-  repository's object store (``git log --all`` shows those refs). Only the agent's folder is
-  taken and restored (the part of the repository under it).
-* **Outside git**: a shadow repository of our own, outside the user's folder (under the
-  state folder, :func:`state_dir`), used with ``GIT_DIR`` / ``GIT_WORK_TREE``; the folder
-  gets no ``.git``.
+How a folder is kept (:class:`FolderSnapshots`; git through :mod:`.kernel_git`, async
+subprocesses, never on the loop's thread): in the kernel's **private repository** over the
+folder's work tree (:class:`~.kernel_git.PrivateRepo`: a ``GIT_DIR`` of ours under the state
+folder, :func:`state_dir`, with ``GIT_WORK_TREE`` = the repository's top, or the folder itself
+outside git). Its git reads only the configuration the kernel wrote — no config, hook,
+filter, fsmonitor or attribute driver of the folder's repository, which the agent may have
+written, runs. The files are written as a tree with a private index (``GIT_INDEX_FILE``, a copy
+of the user's index bytes: ``git add -A`` into it, ``write-tree``, ``commit-tree``), and the
+commit is kept under a ref of the private repository,
+``refs/escouade/checkpoints/<agent>/<run>-<turn>``. The user's repository is only read (its
+object store, through ``objects/info/alternates``; its index's bytes): no branch, not the index
+(``.git/index``), not ``HEAD``, not the stash, no new object or ref. Only the agent's folder is
+taken and restored (the part of the repository under it); the folder gets no ``.git``.
 
 Untracked files are kept; git-ignored ones (``.gitignore``, ``.git/info/exclude``, the
 user's global excludes) are not, and a rewind leaves them as they are. File contents are
-stored raw (``GIT_ATTR_SOURCE`` set to the empty tree, git ≥ 2.41; no ``core.autocrlf``): an
-older git still applies a repository's ``.gitattributes`` (``text``, ``eol``, ``filter``), so a
-file under such an attribute comes back as git checks it out, not byte for byte), with their
-executable bit and symlinks; empty folders are not kept (git keeps files).
+stored raw and written back byte for byte (the private ``info/attributes`` unsets ``text``,
+``filter``, ``ident``, ``working-tree-encoding`` over any ``.gitattributes``; no
+``core.autocrlf``), with their executable bit and symlinks; empty folders are not kept (git
+keeps files).
 
 The conversation after a rewind: where the agent offers ``session/fork``
 (``sessionCapabilities.fork``), a fork of the session is taken with each checkpoint (ACP forks
@@ -41,11 +41,9 @@ one rewound to on stay in the view, marked rewound (:meth:`~..core.conversation.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import re
-import shutil
 import tempfile
 import uuid
 import weakref
@@ -58,7 +56,7 @@ from .._errors import EscouadeError
 from ..core.conversation import Message
 from ..wire.errors import AgentError
 from ..wire.transcript import CHECKPOINT_EVENT, REWIND_EVENT
-from .worktree import WorktreeError, git
+from .kernel_git import GitRepo, PrivateRepo, WorktreeError, git, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +64,6 @@ __all__ = ["Checkpoint", "CheckpointError", "Checkpoints", "FolderSnapshots", "T
            "CHECKPOINT_EVENT", "REWIND_EVENT", "REF_PREFIX"]
 
 REF_PREFIX = "refs/escouade/checkpoints/"
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 CHUNK = 200  # paths per checkout-index
 PROMPT_SHOWN = 80
 FORK_TIMEOUT = 10.0
@@ -107,20 +104,6 @@ def _size_over(top: Path, paths: list[str], limit: int) -> int:
     return total
 
 
-def state_dir() -> Path:
-    """Where shadow repositories and private index files live: ``$ESCOUADE_NB_CHECKPOINTS_DIR``,
-    else ``checkpoints`` beside the transcripts' folder when ``$ESCOUADE_NB_TRANSCRIPTS_DIR``
-    names one, else ``<jupyter data dir>/escouade_nb/checkpoints``."""
-    env = os.environ.get("ESCOUADE_NB_CHECKPOINTS_DIR")
-    if env:
-        return Path(env).expanduser()
-    transcripts = os.environ.get("ESCOUADE_NB_TRANSCRIPTS_DIR")
-    if transcripts:
-        return Path(transcripts).expanduser() / "checkpoints"
-    from jupyter_core.paths import jupyter_data_dir
-    return Path(jupyter_data_dir()) / "escouade_nb" / "checkpoints"
-
-
 def _ref_part(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-") or "agent"
 
@@ -155,32 +138,27 @@ class FolderSnapshots:
     """Snapshots of one folder as git commits (see the module): :meth:`take` returns a
     commit, :meth:`restore` puts the folder back to one. ``name`` names the refs."""
 
-    def __init__(self, folder: Path, name: str) -> None:
+    def __init__(self, folder: Path, name: str, repo: GitRepo | None = None) -> None:
         self.folder = Path(folder)
         self.name = name
+        self.repo = repo  # the repository as the kernel recorded it (an agent's worktree); None: found by walking up
         self.run = uuid.uuid4().hex[:8]  # this agent's checkpoints in this kernel: refs apart from another's
         self.top: Path | None = None  # the work tree's top (the repository's, or the folder for a shadow)
         self.scope = "."  # the folder, relative to top
-        self.git_dir: Path | None = None  # a shadow repository; None: the folder's own
+        self.git_dir: Path | None = None  # the kernel's private repository (kernel_git.PrivateRepo)
+        self.private: PrivateRepo | None = None
         self._index: Path | None = None
         self._lock = asyncio.Lock()
 
     def _env(self, index: Path | None = None) -> dict[str, str]:
-        env = {"GIT_ATTR_SOURCE": EMPTY_TREE, "GIT_LITERAL_PATHSPECS": "1",
-               "GIT_AUTHOR_NAME": "escouade_nb", "GIT_AUTHOR_EMAIL": "escouade_nb@localhost",
-               "GIT_COMMITTER_NAME": "escouade_nb", "GIT_COMMITTER_EMAIL": "escouade_nb@localhost"}
-        if self.git_dir is not None:
-            env.update(GIT_DIR=str(self.git_dir), GIT_WORK_TREE=str(self.folder))
-        if index is not None:
-            env["GIT_INDEX_FILE"] = str(index)
-        return env
+        assert self.private is not None
+        return {**self.private.env(index), "GIT_LITERAL_PATHSPECS": "1",
+                "GIT_AUTHOR_NAME": "escouade_nb", "GIT_AUTHOR_EMAIL": "escouade_nb@localhost",
+                "GIT_COMMITTER_NAME": "escouade_nb", "GIT_COMMITTER_EMAIL": "escouade_nb@localhost"}
 
     async def _git(self, *args: str, index: Path | None = None, check: bool = True) -> str:
         assert self.top is not None
-        config = ["-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.fsmonitor=false",
-                  "-c", "core.untrackedCache=false", "-c", "gc.auto=0", "-c", "core.hooksPath=/dev/null",
-                  "-c", "core.splitIndex=false"]
-        code, out, err = await git(*config, *args, cwd=self.top, check=False, env=self._env(index))
+        code, out, err = await git(*args, cwd=self.top, check=False, env=self._env(index))
         if check and code != 0:
             line = next((ln for ln in err.splitlines() if ln.startswith(("fatal:", "error:"))), err.strip()[:200])
             raise CheckpointError(f"git {args[0]}: {line or f'exit {code}'}")
@@ -189,33 +167,22 @@ class FolderSnapshots:
     async def _locate(self) -> None:
         if self.top is not None:
             return
+        private = PrivateRepo(self.repo.top, self.repo) if self.repo is not None and \
+            self.folder.resolve().is_relative_to(self.repo.top.resolve()) else \
+            await asyncio.to_thread(PrivateRepo.over, self.folder)
         try:
-            code, out, _ = await git("rev-parse", "--show-toplevel", cwd=self.folder, check=False)
-        except WorktreeError as exc:
-            raise CheckpointError(str(exc)) from None
-        if code == 0 and out.strip():
-            top = Path(out.strip()).resolve()
-            self.top, self.scope = top, os.path.relpath(self.folder.resolve(), top)
-        else:
-            key = hashlib.sha256(str(self.folder.resolve()).encode()).hexdigest()[:16]
-            git_dir = state_dir() / "shadow" / f"{_ref_part(self.folder.name)}-{key}"
-            self.top, self.git_dir = self.folder, git_dir
-            if not (git_dir / "HEAD").exists():
-                await asyncio.to_thread(git_dir.parent.mkdir, parents=True, exist_ok=True)
-                code, _, err = await git("init", "-q", "--bare", str(git_dir), cwd=git_dir.parent, check=False)
-                if code != 0:
-                    raise CheckpointError(f"the shadow repository could not be made: {err.strip()[:200]}")
+            await private.ensure()
+        except (WorktreeError, OSError) as exc:
+            raise CheckpointError(f"the private repository could not be made: {str(exc)[:200]}") from None
+        self.private, self.top, self.git_dir = private, private.top, private.git_dir
+        self.scope = os.path.relpath(self.folder.resolve(), private.top.resolve())
         work = state_dir() / "index"
         await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
         self._index = work / f"{_ref_part(self.name)}-{self.run}"
-        if self.git_dir is None:  # the private index starts as a copy of the user's (read, never written):
-            # its stat cache spares hashing every file, and tracked files git would ignore stay tracked
-            theirs = Path(self.top, (await self._git("rev-parse", "--git-path", "index")).strip())
-            try:
-                await asyncio.to_thread(shutil.copyfile, theirs, self._index)
-            except OSError:
-                has_head = await self._git("rev-parse", "--verify", "-q", "HEAD", check=False)
-                await self._git("read-tree", *(["HEAD"] if has_head.strip() else ["--empty"]), index=self._index)
+        try:  # the private index starts as a copy of the user's bytes (read, never written): its stat cache
+            await private.seed_index(self._index)  # spares hashing every file; tracked files stay tracked
+        except WorktreeError as exc:
+            raise CheckpointError(str(exc)) from None
 
     async def _tree(self, limited: bool = True) -> str:
         """The folder's files as a tree now (the private index brought up to date);
@@ -254,7 +221,7 @@ class FolderSnapshots:
         """Remove the private index file (the checkpoints stay, under their refs)."""
         if self._index is not None:
             await asyncio.to_thread(self._index.unlink, missing_ok=True)
-        self.top = self.git_dir = self._index = None  # found again (and the index made again) on next use
+        self.top = self.git_dir = self._index = self.private = None  # found again (index made again) on next use
 
     async def restore(self, commit: str) -> tuple[list[str], list[str]]:
         """Put the folder back as ``commit`` has it: files added since removed, the others
@@ -331,8 +298,17 @@ class Checkpoints:
     @property
     def snapshots(self) -> FolderSnapshots:
         if self._snapshots is None or self._snapshots.folder != self.agent.cwd:
-            self._snapshots = FolderSnapshots(self.agent.cwd, self.agent.name)
+            self._snapshots = FolderSnapshots(self.agent.cwd, self.agent.name, self._recorded())
         return self._snapshots
+
+    def _recorded(self) -> GitRepo | None:
+        """An agent's worktree as the kernel recorded it when it made it (its admin folder, the
+        common dir): read instead of the worktree's ``.git`` file, which the agent may rewrite."""
+        wt = getattr(self.agent, "worktree", None)
+        admin, common = getattr(wt, "admin", None), getattr(wt, "common_dir", None)
+        if wt is None or admin is None or common is None:
+            return None
+        return GitRepo(Path(wt.path), Path(admin), Path(common))
 
     def _turn_number(self) -> int:
         return sum(1 for i in self.agent.conversation.items if isinstance(i, Message) and i.role == "user")

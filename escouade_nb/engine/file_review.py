@@ -26,7 +26,8 @@ thread and records what changed, pending.
 What is watched
     The agent's folder (``cwd``). In a git repository the files are those git lists
     (``git ls-files --cached --others --exclude-standard``, read-only: it writes neither
-    the index nor a ref; ``GIT_OPTIONAL_LOCKS=0``): tracked and untracked files, git-ignored
+    the index nor a ref; run in the kernel's private repository over the folder, reading no
+    configuration the agent could have written: :mod:`.kernel_git`): tracked and untracked files, git-ignored
     ones left out. Elsewhere a plain walk. Both skip :data:`SKIPPED_FOLDERS` (``.git``,
     ``node_modules``, ``__pycache__``…) and symlinks (neither followed nor reviewed), and the
     notebook the kernel runs (JupyterLab saves it while the agent works) unless the agent
@@ -77,6 +78,7 @@ from typing import Any
 
 from .._errors import EscouadeError
 from .cell_review import EditReview, Settling
+from .kernel_git import GitRepo, PrivateRepo, find_repository
 
 log = logging.getLogger(__name__)
 
@@ -399,26 +401,19 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
     return found, too_big
 
 
-async def _git_files(root: Path) -> list[str] | None:
+async def _git_files(root: Path, recorded: GitRepo | None = None) -> list[str] | None:
     """The files git lists under ``root`` (tracked, and untracked not ignored), relative to
-    it; None when ``root`` is not in a work tree or git is missing. Read-only."""
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env=env)
-    except OSError:
+    it; None when ``root`` is not in a work tree or git is missing. Read-only for the user's
+    repository, and run in the kernel's private repository over it
+    (:meth:`~.kernel_git.PrivateRepo.list_files`): no config, hook, fsmonitor or attribute of
+    the folder's repository — which the agent may have written — is read as configuration.
+    ``recorded``: the repository as the kernel recorded it (an agent's worktree), else found by
+    walking up to a ``.git``."""
+    repo = recorded if recorded is not None and Path(root).resolve().is_relative_to(recorded.top.resolve()) else \
+        await asyncio.to_thread(find_repository, root)
+    if repo is None:
         return None
-    try:
-        out, _ = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    if proc.returncode != 0:
-        return None
-    return sorted({os.fsdecode(n) for n in out.split(b"\0") if n})
+    return await PrivateRepo(repo.top, repo).list_files(Path(root))
 
 
 def _read_now(path: Path) -> bytes | None:
@@ -712,11 +707,14 @@ class FileWatch:
     writes through our fs, the :class:`FileEdit` s it adds to ``review`` (the agent's
     :class:`~.cell_review.EditReview`). ``cwd``: the folder watched; ``conversation``: where
     its notices go; ``transcript()``: the agent's transcript now (or None);
-    ``excluded()``: paths not watched for the agent's own writes (the kernel's notebook)."""
+    ``excluded()``: paths not watched for the agent's own writes (the kernel's notebook);
+    ``repository()``: the repository as the kernel recorded it (an agent's worktree), or None."""
 
     def __init__(self, review: EditReview, cwd: Path, conversation: Any,
-                 transcript: Callable[[], Any], excluded: Callable[[], set[Path]] | None = None) -> None:
+                 transcript: Callable[[], Any], excluded: Callable[[], set[Path]] | None = None,
+                 repository: Callable[[], GitRepo | None] | None = None) -> None:
         self.review, self.cwd, self.conversation = review, Path(cwd), conversation
+        self._repository = repository or (lambda: None)
         self._transcript = transcript
         self._excluded = excluded or (lambda: set())
         self._cache: dict[str, _Seen] = {}
@@ -734,7 +732,7 @@ class FileWatch:
 
     # -- the turn's edges -------------------------------------------------------------------------------
     async def _snapshot(self) -> _Snapshot:
-        names = await _git_files(self.cwd)
+        names = await _git_files(self.cwd, self._repository())
         self.git = names is not None
         cache = self._cache
         if names is None:

@@ -50,6 +50,7 @@ from .record import ConversationRecord
 from .resume import ReplaySkip
 from .sandbox import Sandbox
 from .turns import Turn, TurnQueue
+from .kernel_git import GitRepo
 from .worktree import Worktree
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class AgentState:
         # review=True (or the project's ``review: true``): the files it changes in each turn pend review too
         self.review = bool(review or getattr(project, "review", False))
         self.file_watch = FileWatch(self.edit_review, self.cwd, self.conversation, lambda: self.transcript,
-                                    _kernel_notebook) if self.review else None
+                                    _kernel_notebook, self._recorded_repository) if self.review else None
         self.status = AgentStatus.STARTING
         self.error: str | None = None
         self.on_status: Observers[[Any]] = Observers(f"status of {self.name}")
@@ -427,6 +428,13 @@ class AgentState:
         """A fork's conversation so far (:func:`~..core.prompt.carried_conversation`), sent
         with its first prompt (:meth:`take_primer`)."""
         self.primer = primer
+
+    def _recorded_repository(self) -> GitRepo | None:
+        """Its worktree's repository as the kernel recorded it (never read from the worktree's ``.git``)."""
+        wt = self.worktree
+        if wt is None or wt.admin is None or wt.common_dir is None:
+            return None
+        return GitRepo(wt.path, wt.admin, wt.common_dir)
 
     def in_worktree(self, worktree: Worktree | None) -> None:
         """It works in ``worktree`` now (made before its start, or found again on a

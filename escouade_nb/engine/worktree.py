@@ -8,10 +8,16 @@ the Jupyter data dir: the folder keeps the repository's name and relative neighb
 worktree shares the object store; nothing is copied), and is where a user looks for it;
 not inside the repository, where it would show as untracked files of the main worktree.
 
-Git itself runs as async subprocesses on the loop (:func:`git`): GitPython and pygit2
-are synchronous (GitPython forks ``git`` and waits), so either would block the kernel's
+Git itself runs as async subprocesses on the loop (:func:`~.kernel_git.git`): GitPython and
+pygit2 are synchronous (GitPython forks ``git`` and waits), so either would block the kernel's
 loop, and neither adds what we need (worktree add/remove, merge with its conflict list)
-beyond the command line. Every method here is a coroutine; nothing blocks.
+beyond the command line. Every method here is a coroutine; nothing blocks. Where it runs
+(:mod:`.kernel_git`): in the agent's worktree (:meth:`Worktree.inside`) with ``GIT_DIR`` a
+folder of the kernel's and ``GIT_WORK_TREE`` the recorded path — never the worktree's ``.git``
+file or its admin folder's config, which a sandboxed agent can write —; in the user's main
+worktree (:meth:`Worktree.main`) with the user's own config and hooks, ``GIT_DIR`` explicit.
+The admin folder (``admin``), the main worktree's git dir and the common dir are recorded
+when the worktree is made and kept in the transcript's header.
 
 What an agent did is committed on its branch when it is merged or rebased (author: the
 agent, ``<name> (escouade_nb)``); :meth:`Worktree.merge` fast-forwards the base branch in
@@ -23,54 +29,16 @@ whose message is one line for the user.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import EscouadeError
+from .kernel_git import WorktreeError, WorktreeGit, find_repository, git, in_main
 
 AGENT_EMAIL = "escouade_nb@localhost"
 BRANCH_PREFIX = "escouade/"
-
-
-class WorktreeError(EscouadeError):
-    """A worktree request git refused or that would lose work; the message is one line."""
-
-
-async def git(*args: str, cwd: str | Path, check: bool = True,
-              env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run ``git ARGS`` in ``cwd`` as an async subprocess: ``(returncode, stdout, stderr)``.
-    ``check``: :class:`WorktreeError` (git's ``fatal:``/``error:`` line, else its first line) on a
-    non-zero exit. ``env``: more environment (``GIT_INDEX_FILE``, ``GIT_DIR``… of a checkpoint).
-    Never prompts (``GIT_TERMINAL_PROMPT=0``), C locale so messages parse."""
-    env = {**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "LANGUAGE": "C"}
-    if not Path(cwd).is_dir():  # a stat: else the spawn's error would read "no git"
-        raise WorktreeError(f"{cwd} does not exist (any more): git cannot run there")
-    try:
-        proc = await asyncio.create_subprocess_exec("git", *args, cwd=str(cwd), env=env,
-                                                    stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    except FileNotFoundError:
-        raise WorktreeError("git is not installed (no `git` on PATH): worktrees need it") from None
-    try:
-        out, err = await proc.communicate()
-    except BaseException:  # cancelled: the git process does not outlive its caller; SIGTERM, so that
-        if proc.returncode is None:  # git removes its lock files (index.lock) on the way out
-            proc.terminate()
-            await asyncio.shield(proc.wait())
-        raise
-    text, errors = out.decode(errors="replace"), err.decode(errors="replace")
-    code = proc.returncode
-    assert code is not None  # communicate() returned: the process has exited
-    if check and code != 0:
-        lines = [ln for ln in errors.splitlines() if ln.strip()]
-        # git's own error line, not a progress line before it ("Preparing worktree …")
-        line = next((ln for ln in lines if ln.startswith(("fatal:", "error:"))), lines[0] if lines else
-                    f"exit {code}")
-        raise WorktreeError(f"git {args[0]} failed in {cwd}: {line.strip()}")
-    return code, text, errors
 
 
 def repository_of(folder: str | Path) -> Path | None:
@@ -163,8 +131,13 @@ class Worktree:
     author). Made by :meth:`create`; :meth:`record` / :meth:`from_record` carry it through
     a transcript header (a worktree outlives the kernel)."""
 
-    def __init__(self, repo: Path, path: Path, branch: str, base: str, agent: str) -> None:
+    def __init__(self, repo: Path, path: Path, branch: str, base: str, agent: str, *,
+                 git_dir: Path | None = None, common_dir: Path | None = None, admin: Path | None = None) -> None:
         self.repo, self.path, self.branch, self.base, self.agent = Path(repo), Path(path), branch, base, agent
+        # what the kernel recorded when it made the worktree (kernel_git): the main worktree's git dir, the
+        # repository's common dir, this worktree's admin folder; never read again from the worktree's .git file
+        self.git_dir, self.common_dir, self.admin = git_dir, common_dir, admin
+        self._git: WorktreeGit | None = None
         self.last_stat: DiffStat | None = None  # the latest diffstat() (what views show without asking git)
         self.events: list[str] = []  # what was done to it, in order ("merged into main"…): a comparison says them
         self._lock = asyncio.Lock()  # one git operation on this worktree at a time (they share its index)
@@ -180,62 +153,105 @@ class Worktree:
         repository without a commit, with staged changes in its index, for a branch name
         taken or a folder that exists."""
         folder = Path(folder).expanduser().resolve()
-        rc, top, _ = await git("rev-parse", "--show-toplevel", cwd=folder, check=False)
-        if rc != 0:
+        found = find_repository(folder)  # read as files: never git's own discovery (see kernel_git)
+        if found is None:
             raise WorktreeError(f"{folder} is not inside a git repository: --worktree needs one")
-        repo = Path(top.strip())
-        if (await git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", cwd=repo, check=False))[0] != 0:
+        repo = found.top
+        env = in_main(repo, found.git_dir)
+
+        async def run(*args: str, check: bool = True) -> tuple[int, str, str]:
+            return await git(*args, cwd=repo, check=check, env=env)
+        if (await run("rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False))[0] != 0:
             raise WorktreeError(f"the repository {repo} has no commit yet: commit once, then start with --worktree")
-        if (await git("diff", "--cached", "--quiet", cwd=repo, check=False))[0] != 0:
+        if (await run("diff", "--cached", "--quiet", check=False))[0] != 0:
             raise WorktreeError(f"the index of {repo} has staged changes: commit or unstage them first "
                                 f"(a worktree starts from a commit; staged work would not come along)")
         branch = branch or f"{BRANCH_PREFIX}{agent}"
-        if (await git("check-ref-format", "--branch", branch, cwd=repo, check=False))[0] != 0:
+        if (await run("check-ref-format", "--branch", branch, check=False))[0] != 0:
             raise WorktreeError(f"{branch!r} is not a valid branch name")
-        if (await git("show-ref", "--verify", "--quiet", f"refs/heads/{branch}", cwd=repo, check=False))[0] == 0:
+        if (await run("show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False))[0] == 0:
             raise WorktreeError(f"the branch {branch} exists already in {repo}: pick another name (--worktree NAME)")
         if base is None:
-            rc, head, _ = await git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=repo, check=False)
-            base = head.strip() if rc == 0 else (await git("rev-parse", "HEAD", cwd=repo))[1].strip()
-        elif (await git("rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", cwd=repo, check=False))[0] != 0:
+            rc, head, _ = await run("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+            base = head.strip() if rc == 0 else (await run("rev-parse", "HEAD"))[1].strip()
+        elif (await run("rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False))[0] != 0:
             raise WorktreeError(f"no branch or commit {base!r} in {repo} to start the worktree from")
         target = Path(path).expanduser().resolve() if path is not None else default_path(repo, agent)
         if target.exists():
             raise WorktreeError(f"{target} exists already: remove it or pick another agent name")
-        await git("worktree", "add", "-b", branch, str(target), base, cwd=repo)
-        return cls(repo, target, branch, base, agent)
+        await run("worktree", "add", "-b", branch, str(target), base)
+        admin = WorktreeGit.admin_of(found.common_dir, target)  # before the agent exists: what git wrote
+        if admin is None:
+            raise WorktreeError(f"git made no administration folder for the worktree {target}")
+        return cls(repo, target, branch, base, agent, git_dir=found.git_dir, common_dir=found.common_dir, admin=admin)
 
     def record(self) -> dict[str, str]:
         """What a transcript header keeps of it (:meth:`from_record` reads it back)."""
-        return {"repo": str(self.repo), "path": str(self.path), "branch": self.branch, "base": self.base,
-                "agent": self.agent}
+        rec = {"repo": str(self.repo), "path": str(self.path), "branch": self.branch, "base": self.base,
+               "agent": self.agent}
+        for key in ("git_dir", "common_dir", "admin"):
+            value = getattr(self, key)
+            if value is not None:
+                rec[key] = str(value)
+        return rec
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Worktree:
         """A worktree from :meth:`record` (``KeyError`` for a missing field)."""
-        return cls(Path(record["repo"]), Path(record["path"]), record["branch"], record["base"], record["agent"])
+        extra = {k: Path(record[k]) for k in ("git_dir", "common_dir", "admin") if isinstance(record.get(k), str)}
+        return cls(Path(record["repo"]), Path(record["path"]), record["branch"], record["base"], record["agent"],
+                   **extra)
+
+    # -- the two places git runs (kernel_git) -------------------------------------------------------
+    def _located(self) -> None:
+        """The main worktree's git dir and the common dir, from the user's main worktree (a record
+        made before they were kept); the admin folder, found by the ``gitdir`` naming this path."""
+        if self.git_dir is None or self.common_dir is None:
+            found = find_repository(self.repo)
+            if found is None:
+                raise WorktreeError(f"{self.repo} is not a git repository (any more)")
+            self.git_dir, self.common_dir = found.git_dir, found.common_dir
+        if self.admin is None:
+            self.admin = WorktreeGit.admin_of(self.common_dir, self.path)
+
+    async def main(self, *args: str, check: bool = True) -> tuple[int, str, str]:
+        """``git ARGS`` in the user's main worktree (:func:`~.kernel_git.in_main`)."""
+        self._located()
+        return await git(*args, cwd=self.repo, check=check, env=in_main(self.repo, self.git_dir))
+
+    async def inside(self, *args: str, check: bool = True) -> tuple[int, str, str]:
+        """``git ARGS`` in the agent's worktree (:class:`~.kernel_git.WorktreeGit`: never the
+        worktree's ``.git`` file nor its admin folder's config); :class:`WorktreeError` when
+        its admin folder is gone or was changed."""
+        self._located()
+        if self.admin is None:
+            raise WorktreeError(f"git has no administration folder for the worktree {self.path} (any more)")
+        if self._git is None:
+            assert self.common_dir is not None
+            self._git = WorktreeGit(self.path, self.branch, self.common_dir, self.admin)
+        return await self._git.run(*args, check=check)
 
     async def exists(self) -> bool:
         """Whether git still knows this worktree (after a kernel restart, say)."""
-        rc, out, _ = await git("worktree", "list", "--porcelain", cwd=self.repo, check=False)
+        rc, out, _ = await self.main("worktree", "list", "--porcelain", check=False)
         return rc == 0 and f"worktree {self.path}" in out.splitlines()
 
     # -- what it changed --------------------------------------------------------------------------
     async def _fork_point(self) -> str:
-        return (await git("merge-base", self.base, "HEAD", cwd=self.path))[1].strip()
+        return (await self.inside("merge-base", self.base, "HEAD"))[1].strip()
 
     async def diffstat(self) -> DiffStat:
         """What the branch changed since it left its base, uncommitted and new files
         included (new files are marked intent-to-add, ``git add -N``, to be counted)."""
         async with self._lock:
-            await git("add", "--all", "--intent-to-add", cwd=self.path)
-            _, out, _ = await git("diff", "--numstat", await self._fork_point(), cwd=self.path)
+            await self.inside("add", "--all", "--intent-to-add")
+            _, out, _ = await self.inside("diff", "--numstat", await self._fork_point())
             self.last_stat = _numstat(out)
             return self.last_stat
 
     async def dirty(self) -> list[str]:
         """The files with uncommitted changes in the worktree (``git status --porcelain``)."""
-        _, out, _ = await git("status", "--porcelain", cwd=self.path)
+        _, out, _ = await self.inside("status", "--porcelain")
         return [line[3:] for line in out.splitlines() if line.strip()]
 
     async def commit(self, message: str | None = None) -> str | None:
@@ -247,16 +263,17 @@ class Worktree:
     async def _commit(self, message: str | None = None) -> str | None:
         if not await self.dirty():
             return None
-        await git("add", "--all", cwd=self.path)
-        ident = [] if (await git("var", "GIT_COMMITTER_IDENT", cwd=self.path, check=False))[0] == 0 else [
+        await self.inside("add", "--all")
+        ident = [] if (await self.inside("var", "GIT_COMMITTER_IDENT", check=False))[0] == 0 else [
             "-c", "user.name=escouade_nb", "-c", f"user.email={AGENT_EMAIL}"]
-        await git(*ident, "commit", "--quiet", "--no-verify", f"--author={self.agent} (escouade_nb) <{AGENT_EMAIL}>",
-                  "-m", message or f"{self.agent}'s work (escouade_nb)", cwd=self.path)
-        return (await git("rev-parse", "HEAD", cwd=self.path))[1].strip()
+        await self.inside(*ident, "commit", "--quiet", "--no-verify",
+                          f"--author={self.agent} (escouade_nb) <{AGENT_EMAIL}>",
+                          "-m", message or f"{self.agent}'s work (escouade_nb)")
+        return (await self.inside("rev-parse", "HEAD"))[1].strip()
 
     # -- merge, rebase, discard -------------------------------------------------------------------
     async def _identity(self) -> list[str]:
-        ok = (await git("var", "GIT_COMMITTER_IDENT", cwd=self.repo, check=False))[0] == 0
+        ok = (await self.main("var", "GIT_COMMITTER_IDENT", check=False))[0] == 0
         return [] if ok else ["-c", "user.name=escouade_nb", "-c", f"user.email={AGENT_EMAIL}"]
 
     async def merge(self) -> MergeResult:
@@ -274,27 +291,27 @@ class Worktree:
 
     async def _merge(self) -> MergeResult:
         await self._commit()
-        rc, head, _ = await git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=self.repo, check=False)
+        rc, head, _ = await self.main("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
         if rc != 0 or head.strip() != self.base:
             on = head.strip() if rc == 0 else "a detached HEAD"
             raise WorktreeError(f"the main worktree {self.repo} is on {on}, not {self.base}: check out {self.base} "
                                 f"to merge {self.branch} into it")
-        _, changed, _ = await git("status", "--porcelain", "--untracked-files=no", cwd=self.repo)
+        _, changed, _ = await self.main("status", "--porcelain", "--untracked-files=no")
         if changed.strip():
             raise WorktreeError(f"the main worktree {self.repo} has uncommitted changes "
                                 f"({len(changed.splitlines())} files): commit or stash them before merging")
-        if (await git("merge-base", "--is-ancestor", self.branch, "HEAD", cwd=self.repo, check=False))[0] == 0:
-            return MergeResult("up to date", self.branch, self.base, commit=await self._head(self.repo))
-        if (await git("merge-base", "--is-ancestor", "HEAD", self.branch, cwd=self.repo, check=False))[0] == 0:
-            await git("merge", "--ff-only", "--quiet", self.branch, cwd=self.repo)
-            return MergeResult("fast-forward", self.branch, self.base, commit=await self._head(self.repo))
-        rc, _, err = await git(*await self._identity(), "merge", "--no-ff", "--no-edit", "--quiet", "-m",
-                               f"Merge {self.branch} ({self.agent}'s work, escouade_nb)", self.branch,
-                               cwd=self.repo, check=False)
+        if (await self.main("merge-base", "--is-ancestor", self.branch, "HEAD", check=False))[0] == 0:
+            return MergeResult("up to date", self.branch, self.base, commit=await self._head(self.main))
+        if (await self.main("merge-base", "--is-ancestor", "HEAD", self.branch, check=False))[0] == 0:
+            await self.main("merge", "--ff-only", "--quiet", self.branch)
+            return MergeResult("fast-forward", self.branch, self.base, commit=await self._head(self.main))
+        rc, _, err = await self.main(*await self._identity(), "merge", "--no-ff", "--no-edit", "--quiet", "-m",
+                                     f"Merge {self.branch} ({self.agent}'s work, escouade_nb)", self.branch,
+                                     check=False)
         if rc == 0:
-            return MergeResult("merge commit", self.branch, self.base, commit=await self._head(self.repo))
-        conflicts = await self._conflicts(self.repo)
-        await git("merge", "--abort", cwd=self.repo, check=False)
+            return MergeResult("merge commit", self.branch, self.base, commit=await self._head(self.main))
+        conflicts = await self._conflicts(self.main)
+        await self.main("merge", "--abort", check=False)
         if not conflicts:  # git refused before merging (an untracked file in the way…): its own words
             line = next((ln for ln in err.splitlines() if ln.strip()), "merge failed")
             raise WorktreeError(f"git merge of {self.branch} into {self.base} failed: {line.strip()}")
@@ -312,11 +329,11 @@ class Worktree:
 
     async def _rebase(self) -> MergeResult:
         await self._commit()
-        rc, _, err = await git(*await self._identity(), "rebase", "--quiet", self.base, cwd=self.path, check=False)
+        rc, _, err = await self.inside(*await self._identity(), "rebase", "--quiet", self.base, check=False)
         if rc == 0:
-            return MergeResult("rebased", self.branch, self.base, commit=await self._head(self.path))
-        conflicts = await self._conflicts(self.path)
-        await git("rebase", "--abort", cwd=self.path, check=False)
+            return MergeResult("rebased", self.branch, self.base, commit=await self._head(self.inside))
+        conflicts = await self._conflicts(self.inside)
+        await self.inside("rebase", "--abort", check=False)
         if not conflicts:
             line = next((ln for ln in err.splitlines() if ln.strip()), "rebase failed")
             raise WorktreeError(f"git rebase of {self.branch} onto {self.base} failed: {line.strip()}")
@@ -332,26 +349,50 @@ class Worktree:
 
     async def _discard(self, force: bool) -> None:
         if await self.exists():
-            changed = await self.dirty()
-            if changed and not force:
-                raise WorktreeError(f"{self.path} has uncommitted changes ({len(changed)} file"
-                                    f"{'s' if len(changed) != 1 else ''}: {', '.join(changed[:5])}): "
-                                    f"discard(force=True) to throw them away")
-            await git("worktree", "remove", *(["--force"] if changed else []), str(self.path), cwd=self.repo)
+            if not force:
+                changed = await self.dirty()
+                if changed:
+                    raise WorktreeError(f"{self.path} has uncommitted changes ({len(changed)} file"
+                                        f"{'s' if len(changed) != 1 else ''}: {', '.join(changed[:5])}): "
+                                        f"discard(force=True) to throw them away")
+            # --force always: without it git would run `git status` inside the worktree itself, reading its
+            # admin folder's config.worktree (the agent's); what is uncommitted was checked just above
+            await asyncio.to_thread(self._relink)
+            await self.main("worktree", "remove", "--force", str(self.path))
         else:
-            await git("worktree", "prune", cwd=self.repo, check=False)
-        if (await git("show-ref", "--verify", "--quiet", f"refs/heads/{self.branch}", cwd=self.repo,
-                      check=False))[0] == 0:
-            await git("branch", "-D", "--quiet", self.branch, cwd=self.repo)
+            await self.main("worktree", "prune", check=False)
+        if (await self.main("show-ref", "--verify", "--quiet", f"refs/heads/{self.branch}", check=False))[0] == 0:
+            await self.main("branch", "-D", "--quiet", self.branch)
+        if self._git is not None:
+            await self._git.aclose()
         self.last_stat = None
 
-    @staticmethod
-    async def _head(folder: Path) -> str:
-        return (await git("rev-parse", "HEAD", cwd=folder))[1].strip()
+    def _relink(self) -> None:
+        """The worktree's ``.git`` file as git wrote it (``gitdir: <admin>``), which ``worktree remove``
+        checks: an agent may have pointed it elsewhere; the folder is removed right after."""
+        self._located()
+        if self.admin is None:
+            return
+        dot = self.path / ".git"
+        want = f"gitdir: {self.admin}\n"
+        try:
+            if dot.is_file() and not dot.is_symlink() and dot.read_text(encoding="utf-8") == want:
+                return
+        except (OSError, UnicodeDecodeError):
+            pass
+        if dot.is_dir() and not dot.is_symlink():
+            shutil.rmtree(dot)
+        else:
+            dot.unlink(missing_ok=True)
+        dot.write_text(want, encoding="utf-8")
 
     @staticmethod
-    async def _conflicts(folder: Path) -> list[str]:
-        _, out, _ = await git("diff", "--name-only", "--diff-filter=U", cwd=folder, check=False)
+    async def _head(run: Any) -> str:
+        return (await run("rev-parse", "HEAD"))[1].strip()
+
+    @staticmethod
+    async def _conflicts(run: Any) -> list[str]:
+        _, out, _ = await run("diff", "--name-only", "--diff-filter=U", check=False)
         return [p for p in out.splitlines() if p.strip()]
 
     def header_text(self) -> str:

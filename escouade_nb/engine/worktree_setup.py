@@ -37,9 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
+import hashlib
 import itertools
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -59,11 +62,11 @@ from .cards import CardDesk
 from .interfaces import AgentHandle
 from .launcher import agent_env
 from .sandbox import SandboxError, sandboxed_command
-from .worktree import Worktree, git
+from .worktree import Worktree
 
-__all__ = ["CONFIRMATIONS_FILE", "LAST_LINES", "OUTPUT_CAP", "CommandResult", "Confirmations", "Copied", "SetupFailed",
-           "cleanup", "confirm", "copy_paths", "exclude_in_worktree", "prepare", "refuse_worktree",
-           "run_command"]
+__all__ = ["CONFIRMATIONS_FILE", "LAST_LINES", "OUTPUT_CAP", "SHOWN_BYTES", "CommandResult", "Confirmations", "Copied",
+           "NamedFile", "SetupFailed", "cleanup", "confirm", "copy_paths", "exclude_in_worktree", "named_files",
+           "prepare", "refuse_worktree", "run_command"]
 
 OUTPUT_CAP = 256 * 1024
 """Bytes of a setup's (or cleanup's) output kept, the newest (older ones are dropped, the card says so)."""
@@ -87,7 +90,7 @@ class SetupFailed(AgentError):
 class Confirmations:
     """The commands the user confirmed, per folder: ``<config dir>/worktree-commands.json``
     (``path`` for another file), ``{"version": 1, "folders": {FOLDER: {"setup": CMD,
-    "cleanup": CMD, "file": FILE, "at": ISO time}}}``. A folder's entry is replaced when the
+    "cleanup": CMD, "file": FILE, "files": {PATH: SHA-256}, "at": ISO time}}}``. A folder's entry is replaced when the
     user confirms other commands for it. Blocking file I/O: call from a thread."""
 
     def __init__(self, path: Path | None = None) -> None:
@@ -102,17 +105,23 @@ class Confirmations:
             return {"version": 1, "folders": {}}
         return data
 
-    def confirmed(self, folder: Path, commands: dict[str, str]) -> bool:
+    def confirmed(self, folder: Path, commands: dict[str, str], files: dict[str, str] | None = None) -> bool:
         """Whether the user confirmed exactly ``commands`` (role -> command line) for
-        ``folder``: every one of them, byte for byte."""
+        ``folder``: every one of them, byte for byte — and every file they name (``files``:
+        path relative to the folder -> SHA-256, :func:`named_files`) as it was then."""
         kept = self._read()["folders"].get(str(folder))
-        return isinstance(kept, dict) and all(kept.get(role) == command for role, command in commands.items())
+        if not isinstance(kept, dict) or not all(kept.get(role) == command for role, command in commands.items()):
+            return False
+        kept_files = kept.get("files")
+        hashes: dict[str, Any] = kept_files if isinstance(kept_files, dict) else {}
+        return all(hashes.get(rel) == digest for rel, digest in (files or {}).items())
 
-    def keep(self, folder: Path, commands: dict[str, str], file: Path) -> None:
-        """Keep the confirmation of ``commands`` for ``folder`` (asked by ``file``); written
-        whole to a temporary file, then renamed over the old one."""
+    def keep(self, folder: Path, commands: dict[str, str], file: Path, files: dict[str, str] | None = None) -> None:
+        """Keep the confirmation of ``commands`` for ``folder`` (asked by ``file``), with the
+        SHA-256 of the files they name (``files``); written whole to a temporary file, then
+        renamed over the old one."""
         data = self._read()
-        data["folders"][str(folder)] = {**commands, "file": str(file),
+        data["folders"][str(folder)] = {**commands, "file": str(file), "files": dict(files or {}),
                                         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".worktree-commands-", suffix=".json", dir=self.path.parent)
@@ -121,19 +130,101 @@ class Confirmations:
         os.replace(tmp, self.path)
 
 
-def _card_text(config: WorktreeSetup, target: Path) -> str:
-    """What the card says (shown as it is, preformatted): each whole command, where, who asks."""
+@dataclass
+class NamedFile:
+    """A file of the repository a command names (``./setup.sh``, ``bash scripts/setup.sh``, the
+    ``Makefile`` of ``make``): ``rel`` (relative to the folder of ``.escouade.yml``), ``size``
+    (bytes), ``sha256``, ``text`` (its whole content when it is text of at most
+    :data:`SHOWN_BYTES`, else None: the card gives its size and SHA-256)."""
+
+    rel: str
+    size: int
+    sha256: str
+    text: str | None
+
+
+SHOWN_BYTES = 256 * 1024
+"""Bytes of a named file shown whole on the card at most (a bigger or binary one: its size and SHA-256)."""
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+
+
+def _words(command: str) -> list[list[str]]:
+    """The simple commands of a shell line, each as its words (``&&``, ``;``, ``|`` split them)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()<>")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    out: list[list[str]] = [[]]
+    try:
+        for token in lexer:
+            if token and set(token) <= set(";&|()<>"):
+                out.append([])
+            else:
+                out[-1].append(token)
+    except ValueError:  # an unbalanced quote: the plain words
+        out = [command.split()]
+    return [words for words in out if words]
+
+
+def named_files(config: WorktreeSetup) -> dict[str, NamedFile]:
+    """The files of the repository that ``config``'s commands name (each word that is a regular
+    file under the folder of ``.escouade.yml`` — resolved, symlinks followed, inside the
+    repository —, and the Makefile of a ``make``), read whole (blocking: call it in a thread).
+    Keyed by their path relative to that folder."""
+    folder = config.folder.resolve()
+    repo = folder
+    for p in (folder, *folder.parents):
+        if (p / ".git").exists():
+            repo = p
+            break
+    found: dict[str, NamedFile] = {}
+    for command in config.commands.values():
+        for words in _words(command):
+            names = [w for w in words if w and not w.startswith("-") and "=" not in w.split("/")[0]]
+            if Path(words[0]).name in ("make", "gmake"):
+                names += [next((m for m in _MAKEFILES if (folder / m).is_file()), "")]
+            for word in names:
+                if not word:
+                    continue
+                path = (folder / Path(word).expanduser()).resolve()
+                if not path.is_relative_to(repo) or not path.is_file():
+                    continue
+                rel = os.path.relpath(path, folder)
+                if rel in found:
+                    continue
+                try:
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                text: str | None = None
+                if len(data) <= SHOWN_BYTES and b"\0" not in data:
+                    try:
+                        text = data.decode("utf-8")
+                    except UnicodeDecodeError:
+                        text = None
+                found[rel] = NamedFile(rel, len(data), hashlib.sha256(data).hexdigest(), text)
+    return found
+
+
+def _card_text(config: WorktreeSetup, target: Path, files: dict[str, NamedFile] | None = None) -> str:
+    """What the card says (shown as it is, preformatted): each whole command, where, who asks,
+    and each file of the repository they name — whole, or its size and SHA-256."""
     parts = [f"{config.file} (not the agent) asks to run these commands for the agent's git worktree {target}:"]
     for role, command in config.commands.items():
         when = "in the worktree once it is made" if role == "setup" else "in the worktree before discard removes it"
         parts.append(f"{role}, {when}:\n" + "\n".join(f"    {line}" for line in command.splitlines()))
+    for named in (files or {}).values():
+        head = f"{named.rel} ({named.size} bytes, SHA-256 {named.sha256}), which they run"
+        if named.text is None:
+            parts.append(f"{head}: binary or over {SHOWN_BYTES // 1024} KiB, not shown")
+        else:
+            parts.append(f"{head}:\n" + "\n".join(f"    {line}" for line in named.text.splitlines()))
     parts.append(f"Nothing runs unless you allow it. Your answer is kept for {config.folder} until one of these "
-                 f"commands changes. Don't run: the agent is not started and nothing is made.")
+                 f"commands or the files they name changes. Don't run: the agent is not started and nothing is made.")
     return "\n\n".join(parts)
 
 
 async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journal: Journal | None,
-                  confirmations: Confirmations | None = None) -> bool:
+                  confirmations: Confirmations | None = None, *, files: dict[str, NamedFile] | None = None) -> bool:
     """Whether ``config``'s commands may run: already confirmed for its folder (said in the
     conversation), else a permission card (:class:`~.cards.PermissionCard`, handed out by
     ``agent.next_permission()`` and shown by the views like any card) that only the user
@@ -145,7 +236,10 @@ async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journ
         return True
     confirmations = confirmations or Confirmations()
     shown = "; ".join(f"{role}: {command}" for role, command in commands.items())
-    if await asyncio.to_thread(confirmations.confirmed, config.folder, commands):
+    if files is None:
+        files = await asyncio.to_thread(named_files, config)  # off the loop: scripts are read whole
+    hashes = {rel: named.sha256 for rel, named in files.items()}
+    if await asyncio.to_thread(confirmations.confirmed, config.folder, commands, hashes):
         agent.conversation.add_notice(f"Worktree commands of {config.file} run as you confirmed them before for "
                                       f"{config.folder}", detail=shown)
         _journal(journal, agent, "Answer", f"worktree commands confirmed earlier for {config.folder}: {shown}",
@@ -154,8 +248,10 @@ async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journ
     desk = agent.early_desk = CardDesk(agent)  # the session does not exist yet: the card's own desk
     tool_call = {"toolCallId": f"escouade-worktree-confirm-{next(_ids)}", "kind": "execute", "status": "pending",
                  "title": f"Run the worktree commands of {config.file}?",
-                 "rawInput": {**commands, "folder": str(target), "file": str(config.file)},
-                 "content": [{"type": "content", "content": {"type": "text", "text": _card_text(config, target)}}]}
+                 "rawInput": {**commands, "folder": str(target), "file": str(config.file),
+                              **({"files": hashes} if hashes else {})},
+                 "content": [{"type": "content", "content": {"type": "text",
+                                                             "text": _card_text(config, target, files)}}]}
     options = [{"optionId": "run", "name": "Run (remember for this folder)", "kind": "allow_always"},
                {"optionId": "dont-run", "name": "Don't run", "kind": "reject_once"}]
     card = desk.new_card(tool_call, options)
@@ -169,7 +265,7 @@ async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journ
         desk.close("agent closed")
     allowed = answer.get("outcome") == "selected" and answer.get("optionId") == "run"
     if allowed:
-        await asyncio.to_thread(confirmations.keep, config.folder, commands, config.file)
+        await asyncio.to_thread(confirmations.keep, config.folder, commands, config.file, hashes)
     who = card.permission.answered_by or "you"
     agent.conversation.add_notice(f"Worktree commands of {config.file} {'allowed' if allowed else 'not allowed'} "
                                   f"by {who}" + (", kept for this folder" if allowed else ": nothing ran"),
@@ -269,18 +365,20 @@ async def exclude_in_worktree(worktree: Worktree, paths: list[str]) -> Path:
     common git dir, which would hide them in the main worktree too). The file starts with
     your global excludes file's lines, which it replaces in this worktree. ``git worktree
     remove`` deletes it with the worktree. Returns the file."""
-    _, gitdir, _ = await git("rev-parse", "--absolute-git-dir", cwd=worktree.path)
-    exclude = Path(gitdir.strip()) / "info" / "exclude"
-    _, configured, _ = await git("config", "--path", "core.excludesFile", cwd=worktree.path, check=False)
+    _, configured, _ = await worktree.inside("config", "--path", "core.excludesFile", check=False)
+    assert worktree.admin is not None  # inside() found it (the admin folder the kernel recorded)
+    exclude = worktree.admin / "info" / "exclude"
     configured = configured.strip()
     own = configured == str(exclude)
     global_text = "" if own else await asyncio.to_thread(_global_excludes, configured)
     await asyncio.to_thread(_write_exclude, exclude, global_text, paths)
     if not own:
-        _, flag, _ = await git("config", "--bool", "extensions.worktreeConfig", cwd=worktree.path, check=False)
+        _, flag, _ = await worktree.main("config", "--bool", "extensions.worktreeConfig", check=False)
         if flag.strip() != "true":
-            await git("config", "extensions.worktreeConfig", "true", cwd=worktree.path)
-        await git("config", "--worktree", "core.excludesFile", str(exclude), cwd=worktree.path)
+            await worktree.main("config", "extensions.worktreeConfig", "true")
+        # written by file (the worktree's own config, for the agent's git); the kernel's git never reads it
+        await worktree.main("config", "--file", str(worktree.admin / "config.worktree"), "core.excludesFile",
+                            str(exclude))
     return exclude
 
 
@@ -408,7 +506,8 @@ async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, confi
     yet: ``%escouade discard NAME --force`` runs ``cleanup`` and removes it; Restart starts
     the agent in it as it is), :class:`~.worktree.WorktreeError` for git's refusals."""
     target = planned.path
-    if config is not None and not await confirm(agent, config, target, journal, confirmations):
+    files = await asyncio.to_thread(named_files, config) if config is not None and config.commands else {}
+    if config is not None and not await confirm(agent, config, target, journal, confirmations, files=files):
         raise SetupFailed(f"the worktree commands of {config.file} were not allowed: nothing was made or run, "
                           f"the agent was not started")
     await agent_worktrees.make(agent, planned, base)
@@ -432,6 +531,12 @@ async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, confi
                  f"{', '.join(done.missing) or 'none'}")
     if config.setup is None:
         return
+    ran = await asyncio.to_thread(named_files, dataclasses.replace(config, folder=inside, cleanup=None))
+    changed = [rel for rel, named in ran.items() if rel not in files or files[rel].sha256 != named.sha256]
+    if changed:  # what runs is what the card showed: the worktree's copy (its commit) must be those bytes
+        raise SetupFailed(f"worktree setup not run: {', '.join(changed)} in the worktree is not the file you "
+                          f"confirmed in {config.folder} (uncommitted changes there?). The agent was not started; "
+                          f"the worktree {target} is kept (`%escouade discard {agent.name} --force` removes it)")
     result = await run_command(agent, "setup", config.setup, inside, timeout=config.timeout)
     _say(agent, journal, result, inside)
     if not result.ok:
@@ -447,8 +552,9 @@ async def cleanup(agent: AgentHandle, journal: Journal | None = None, *,
     """Before ``agent``'s worktree is discarded: read ``.escouade.yml`` of the folder the
     agent was started from (in the main worktree, never the worktree's copy, which the
     agent may have edited) and run its ``cleanup`` in the agent's folder of the worktree —
-    only if the user confirmed that exact command for that folder; else it is said and not
-    run. Its failure is said (exit code, last lines); the discard goes on either way (a
+    only if the user confirmed that exact command for that folder, and the files it names
+    (:func:`named_files`) are in the worktree as you confirmed them in the folder; else it is
+    said and not run. Its failure is said (exit code, last lines); the discard goes on either way (a
     cleanup is best effort: a worktree that cannot be removed because its cleanup failed
     would be worse). None when nothing ran."""
     from ..manifest.project import read_worktree_config
@@ -465,13 +571,24 @@ async def cleanup(agent: AgentHandle, journal: Journal | None = None, *,
     if config is None or config.cleanup is None:
         return None
     confirmations = confirmations or Confirmations()
-    if not await asyncio.to_thread(confirmations.confirmed, config.folder, {"cleanup": config.cleanup}):
+    only = dataclasses.replace(config, setup=None)
+    files = await asyncio.to_thread(named_files, only)
+    if not await asyncio.to_thread(confirmations.confirmed, config.folder, {"cleanup": config.cleanup},
+                                   {rel: named.sha256 for rel, named in files.items()}):
         agent.conversation.add_notice(f"Worktree cleanup of {config.file} not run: you have not confirmed this "
                                       f"command for {config.folder} (it changed since, or was never allowed)",
                                       level="warning", detail=config.cleanup)
         _journal(journal, agent, "Output", f"worktree cleanup not run (not confirmed): {config.cleanup}")
         return None
     if not agent.cwd.is_dir():
+        return None
+    there = await asyncio.to_thread(named_files, dataclasses.replace(only, folder=agent.cwd))
+    changed = [rel for rel, named in there.items() if rel not in files or files[rel].sha256 != named.sha256]
+    if changed:  # the worktree's copy is the agent's to change: only the file you confirmed runs
+        agent.conversation.add_notice(f"Worktree cleanup of {config.file} not run: {', '.join(changed)} in the "
+                                      f"worktree is not the file you confirmed in {config.folder}",
+                                      level="warning", detail=config.cleanup)
+        _journal(journal, agent, "Output", f"worktree cleanup not run (its file changed): {config.cleanup}")
         return None
     result = await run_command(agent, "cleanup", config.cleanup, agent.cwd, timeout=config.timeout)
     _say(agent, journal, result, agent.cwd)

@@ -120,9 +120,13 @@ def test_rewind_after_two_turns_restores_a_git_folder_and_leaves_the_repository_
             (repo / "build").mkdir()
             (repo / "build" / "out.o").write_bytes(b"\0ignored")
             assert [(cp.turn, cp.prompt) for cp in agent.checkpoints] == [(1, "first"), (2, "second")]
-            assert all(cp.at.tzinfo is not None and cp.git_dir is None and cp.fork is None for cp in agent.checkpoints)
-            refs = sh("for-each-ref", "--format=%(refname)", REF_PREFIX, cwd=repo).split()
+            assert all(cp.at.tzinfo is not None and cp.fork is None for cp in agent.checkpoints)
+            private = agent.checkpoints[0].git_dir  # the kernel's private repository, outside the folder
+            assert private is not None and Path(private).is_relative_to(state)
+            assert all(cp.git_dir == private for cp in agent.checkpoints)
+            refs = sh("for-each-ref", "--format=%(refname)", REF_PREFIX, cwd=private).split()
             assert sorted(refs) == sorted(cp.ref for cp in agent.checkpoints)
+            assert sh("for-each-ref", REF_PREFIX, cwd=repo) == ""  # nothing in the user's repository
             await agent.rewind(agent.checkpoints[0])
             after = folder_state(repo)
             assert (repo / "debug.log").read_text() == "ignored, turn 1\n"  # ignored files: untouched
@@ -390,3 +394,27 @@ def test_a_rewind_drops_the_pending_file_changes_it_undid(script, tmp_path, stat
             await agent.close()
 
     run(go())
+
+
+def test_a_sha256_repository_gets_a_sha256_private_repository(tmp_path, state):
+    """The kernel's private repository borrows the user's objects: over a SHA-256 repository it is one too."""
+    from escouade_nb.engine.checkpoints import FolderSnapshots
+
+    r = tmp_path / "sha256"
+    r.mkdir()
+    sh("init", "-q", "--object-format=sha256", "-b", "main", cwd=r)
+    (r / "a.txt").write_text("a\n")
+    sh("add", "-A", cwd=r)
+    sh("commit", "-qm", "base", cwd=r)
+    (r / "a.txt").write_text("changed\n")
+
+    async def go():
+        snaps = FolderSnapshots(r, "x")
+        commit, _ = await snaps.take(1, "t")
+        (r / "a.txt").write_text("later\n")
+        restored = await snaps.restore(commit)
+        await snaps.aclose()
+        return commit, restored
+    commit, (removed, written) = run(go())
+    assert len(commit) == 64 and (removed, written) == ([], ["a.txt"])
+    assert (r / "a.txt").read_text() == "changed\n"

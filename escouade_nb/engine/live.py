@@ -136,9 +136,12 @@ class Live:
         """Spawn, open the session, wait for the process's end (the agent's main task)."""
         try:
             if self.agent.sandbox is not None:  # bwrap around it: the folders it may write, made off the loop
-                folder = await self.kernel.token_folder()  # the stdio bridge's token file, read inside
-                self.session.argv = await sandboxed_command(self.agent, self.session.argv, self.session.env,
-                                                            readable=[folder] if folder is not None else [])
+                # the kernel's server: its port forwarded into the agent's network, its token folder hidden
+                # but for this session's own token file (the stdio bridge's)
+                port, folder, token_file = await self.kernel.sandbox_view()
+                confined = await sandboxed_command(self.agent, self.session.argv, self.session.env,
+                                                   kernel_port=port, token_folder=folder, token_file=token_file)
+                self.session.argv, self.session.confined = confined.argv, confined  # pasta attached at the spawn
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
             async with self.session:
                 await self._handshake()

@@ -606,6 +606,7 @@ class AgentState:
         session.client.terminals.kill_now()
         if session.alive and session.pid is not None:
             kill_group_now(session.pid)
+        session.end_confined()  # its sandbox's pasta
 
     @property
     def transcript(self) -> Transcript | None:

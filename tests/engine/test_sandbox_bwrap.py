@@ -82,10 +82,12 @@ def test_the_private_tmp_is_mounted_before_the_folders_and_no_environment_is_on_
     assert argv.index("--tmpfs") < argv.index("/tmp/venv") < argv.index(str(folder)) < argv.index("/tmp/x/ws/sub")
     assert argv[argv.index("/tmp/venv") - 1] == "--ro-bind"
     assert argv[argv.index(str(folder)) - 1] == "--bind"
-    assert {"--unshare-pid", "--die-with-parent"} <= set(argv) and "--unshare-net" not in argv
+    assert {"--unshare-pid", "--unshare-net", "--die-with-parent"} <= set(argv)  # its network is pasta's or none
     assert "--setenv" not in argv and "--clearenv" not in argv
     assert argv[-3:] == ["--", "agent", "acp"]
-    assert "--unshare-net" in bwrap_argv("bwrap", ["a"], folder=folder, offline=True)
+    assert "--info-fd" not in argv  # no network given: offline
+    online = bwrap_argv("bwrap", ["a"], folder=folder, network_fds=(7, 8))
+    assert online[online.index("--info-fd") + 1] == "7" and online[online.index("--block-fd") + 1] == "8"
 
 
 def test_state_folders_expand_with_the_agents_environment():

@@ -158,7 +158,7 @@ class HttpServer:
 
     def __init__(self) -> None:
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(b"host loopback\n")

@@ -16,7 +16,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from kernel_client import processes_named
 from sandbox_attacks import HttpServer, UnixListener, seen_in, signed_execute, wait_for
 
 from escouade_nb.engine.squad import Squad, SquadError

@@ -10,7 +10,8 @@ line ``ATTACKS={json}``: what it saw, never raising. Keys (all optional):
   ``kernel-*.json`` to read;
 * ``kernel``: ``{"ip", "shell_port", "key", "signature_scheme", "marker"}``: a plain TCP
   connect to the kernel's shell port, then an ``execute_request`` signed with the key
-  (jupyter_client's ``Session``) whose code writes ``marker``; the reply waited for up to
+  (jupyter_client's ``Session``) whose code (``code``, default: one that writes ``marker``)
+  runs; the reply waited for up to
   ``wait`` seconds (default 3);
 * ``refused_port`` / ``own_port``: TCP ports of the host's 127.0.0.1 to connect to
   (``own_port`` also gets an HTTP GET: its status line);
@@ -95,7 +96,7 @@ def attack(spec: dict[str, Any]) -> dict[str, Any]:
     kernel = spec.get("kernel")
     if kernel:
         seen["shell_connect"] = _connect(kernel["shell_port"])
-        code = f"open({kernel['marker']!r}, 'w').write('ran')"
+        code = kernel.get("code") or f"open({kernel['marker']!r}, 'w').write('ran')"
         try:
             seen["execute"] = signed_execute(kernel["ip"], kernel["shell_port"], kernel["key"],
                                              kernel.get("signature_scheme", "hmac-sha256"), code,

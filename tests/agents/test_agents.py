@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_configs import AGENTS, DROP, SUITE_TOKEN
+from agent_configs import AGENTS, DROP, SUITE_TOKEN, sandbox_flags
 from kernel_client import Kernel, act, buttons_of, wait_for
 from model_server import FINAL_PREFIX, SHELL_COMMAND, WRITE_TEXT
 
@@ -106,7 +106,7 @@ class Bench:
         out = self.kernel.run(
             f"_t0 = time.monotonic()\n"
             f"agents[{name!r}] = %escouade {self.harness} --cwd {shlex.quote(str(work))} --as {name} {flags}"
-            f"{' --sandbox' if self.sandboxed else ''}\n"
+            f"{sandbox_flags(self.server.url) if self.sandboxed else ''}\n"
             f"try:\n    await agents[{name!r}].ready()\n"
             f"except Exception as e:\n    print('NOT READY', e)\n"
             f"print('READY', round(time.monotonic() - _t0, 3))\n"

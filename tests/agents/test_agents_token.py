@@ -22,7 +22,7 @@ import shutil
 
 import pytest
 
-from agent_configs import AGENTS, DROP, SUITE_TOKEN
+from agent_configs import AGENTS, DROP, SUITE_TOKEN, sandbox_flags
 from model_server import FINAL_PREFIX
 from test_agents import REPORT, TURN_TIMEOUT, AgentKernel
 
@@ -100,7 +100,7 @@ def test_the_token_is_in_no_argv_or_environment_of_the_agents_process_tree(harne
                    "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
                    + SCANNER)
         kernel.run(f"a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {harness}-token"
-                   f"{' --sandbox' if variant == 'sandbox' else ''}\n"
+                   f"{sandbox_flags(model_server.url) if variant == 'sandbox' else ''}\n"
                    f"await a.ready()", timeout=120)
         out = kernel.run(
             "t = a.send('ESC-MCP inspect_variable {\"name\": \"df\"} Describe df from the kernel.')\n"

@@ -463,6 +463,10 @@ class Network:
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)
             self._pidfd = None
+        elif self.pid is not None:  # no pidfd here (an old kernel): by pid, if it is still pasta
+            with contextlib.suppress(OSError):
+                if PASTA.encode() in Path(f"/proc/{self.pid}/cmdline").read_bytes():
+                    os.kill(self.pid, signal.SIGKILL)
         for fd in (self._info_r, self._info_w, self._block_r, self._block_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):

@@ -90,6 +90,19 @@ def test_the_private_tmp_is_mounted_before_the_folders_and_no_environment_is_on_
     assert online[online.index("--info-fd") + 1] == "7" and online[online.index("--block-fd") + 1] == "8"
 
 
+def test_hidden_folders_are_emptied_before_what_is_bound_back_into_them_and_git_files_bound_last():
+    folder = Path("/run/user/1000/proj")  # an agent's folder under a hidden one
+    argv = bwrap_argv("bwrap", ["a"], folder=folder, hidden=[Path("/run/user/1000"), Path("/home/u/rt")],
+                      files=[Path("/home/u/rt/token-x")], protected=[folder / ".git" / "config"],
+                      drop_caps=True)
+    pairs = list(zip(argv, argv[1:]))
+    assert pairs.index(("--tmpfs", "/run/user/1000")) < pairs.index(("--bind", str(folder)))
+    assert pairs.index(("--tmpfs", "/home/u/rt")) < pairs.index(("--ro-bind", "/home/u/rt/token-x"))
+    assert pairs.index(("--bind", str(folder))) < pairs.index(("--ro-bind", f"{folder}/.git/config"))
+    assert ("--cap-drop", "ALL") in pairs
+    assert "--cap-drop" not in bwrap_argv("bwrap", ["a"], folder=folder, drop_caps=False)
+
+
 def test_state_folders_expand_with_the_agents_environment():
     env = {"HOME": "/home/u", "CODEX_HOME": "/data/codex", "EMPTY": ""}
     assert expand_state_folder("~/.gemini", env) == Path("/home/u/.gemini")

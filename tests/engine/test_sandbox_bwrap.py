@@ -95,7 +95,7 @@ def test_hidden_folders_are_emptied_before_what_is_bound_back_into_them_and_git_
     argv = bwrap_argv("bwrap", ["a"], folder=folder, hidden=[Path("/run/user/1000"), Path("/home/u/rt")],
                       files=[Path("/home/u/rt/token-x")], protected=[folder / ".git" / "config"],
                       drop_caps=True)
-    pairs = list(zip(argv, argv[1:]))
+    pairs = list(zip(argv, argv[1:], strict=False))
     assert pairs.index(("--tmpfs", "/run/user/1000")) < pairs.index(("--bind", str(folder)))
     assert pairs.index(("--tmpfs", "/home/u/rt")) < pairs.index(("--ro-bind", "/home/u/rt/token-x"))
     assert pairs.index(("--bind", str(folder))) < pairs.index(("--ro-bind", f"{folder}/.git/config"))

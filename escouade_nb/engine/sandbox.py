@@ -249,8 +249,7 @@ def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> 
     """The folders a sandboxed agent sees empty (an empty tmpfs over each): Jupyter's
     runtime folders (:func:`_runtime_folders`), ``$XDG_RUNTIME_DIR`` (the kernel's and
     ``env``'s) and ``token_folder`` (the kernel's MCP token folder). Existing folders
-    only, resolved, each once; none that is ``/``, ``/tmp`` or under it (the private
-    ``/tmp`` hides those already). File stats: off the loop."""
+    only, resolved, each once; neither ``/`` nor ``/tmp`` itself. File stats: off the loop."""
     wanted = _runtime_folders(env)
     for source in (os.environ, env):
         if source.get("XDG_RUNTIME_DIR"):
@@ -262,8 +261,8 @@ def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> 
         if not path.is_absolute() or not path.is_dir():
             continue
         resolved = path.resolve()
-        if resolved == Path("/") or resolved.is_relative_to("/tmp") or resolved in found:
-            continue
+        if resolved in (Path("/"), Path("/tmp")) or resolved in found:
+            continue  # (one under /tmp is hidden too: a HOME under /tmp is bound back read-only whole)
         found.append(resolved)
     return found
 

@@ -17,7 +17,9 @@ line ``ATTACKS={json}``: what it saw, never raising. Keys (all optional):
   (``own_port`` also gets an HTTP GET: its status line);
 * ``list_tokens``: a folder whose files are each read; ``files``: paths to read (token
   files); ``socket``: a unix socket to connect to;
-* ``writes``: paths to append to (``.git/config``, ``.git/hooks/pre-commit``).
+* ``writes``: paths to append to (``.git/config``, ``.git/hooks/pre-commit``);
+  ``admin_writes``: names to append to in the admin folder of the git worktree it runs in
+  (``commondir``, ``gitdir``, ``HEAD``).
 """
 
 from __future__ import annotations
@@ -139,6 +141,17 @@ def attack(spec: dict[str, Any]) -> dict[str, Any]:
             seen.setdefault("writes", {})[path] = "written"
         except OSError as exc:
             seen.setdefault("writes", {})[path] = _error(exc)
+    if "admin_writes" in spec:  # names in the admin folder its own .git file points at (a git worktree)
+        line = Path(".git").read_text().strip()
+        admin = (Path.cwd() / line.split(":", 1)[1].strip()).resolve()
+        seen["admin"] = str(admin)
+        for name in spec["admin_writes"]:
+            try:
+                with open(admin / name, "a", encoding="utf-8") as fh:
+                    fh.write("\n")
+                seen.setdefault("admin_writes", {})[name] = "written"
+            except OSError as exc:
+                seen.setdefault("admin_writes", {})[name] = _error(exc)
     return seen
 
 

@@ -30,13 +30,13 @@ def run(coro, timeout: float = 120):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-def attack_run(spec: dict) -> str:
+def attack_run(spec: dict, cwd: str = "$WS") -> str:
     """A scripted agent's run: the prelude (any MCP servers), its own command (the attacks),
     the turn's end."""
     from scripted_agent import P_INIT
     return "\n".join([
         P_INIT,
-        'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY"}}',
+        f'C> {{"jsonrpc":"2.0","id":1,"method":"session/new","params":{{"cwd":"{cwd}","mcpServers":"$ANY"}}}}',
         'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}',
         'C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1",'
         '"prompt":[{"type":"text","text":"go"}]}}',
@@ -96,8 +96,8 @@ def machine(outside, monkeypatch, tmp_path, script, own_processes):
         km.shutdown_kernel(now=True)
 
 
-def install(m, spec: dict, ws: Path | None = None, *more: str):
-    s = m.script(attack_run(spec), *more, ws=ws, name="boxed")
+def install(m, spec: dict, ws: Path | None = None, *more: str, cwd: str = "$WS"):
+    s = m.script(attack_run(spec, cwd), *more, ws=ws, name="boxed")
     manifest = json.loads(s.ref.path.read_text())
     manifest["contributes"]["harnesses"][0]["acp"].update(
         {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
@@ -166,6 +166,35 @@ def test_a_sandboxed_agent_reaches_neither_the_kernel_nor_the_host_loopback_nor_
     assert "written by a sandboxed agent" not in (repo_ws / ".git" / "config").read_text()
     assert len(pastas) == 1, "the agent's network is pasta's"
     wait_for(lambda: not m.own_processes("--netns-only"), 10, "pasta to end with its agent")
+
+
+def test_a_sandboxed_worktree_agent_cannot_repoint_the_kernels_git(machine, monkeypatch):
+    """The worktree's admin files the kernel made (``commondir``, ``gitdir``) are read-only
+    for the agent; its ``HEAD`` and index stay writable (it commits)."""
+    m = machine
+    for key, value in {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+                       "GIT_COMMITTER_EMAIL": "t@e"}.items():
+        monkeypatch.setenv(key, value)
+    repo = m.outside / "proj"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    install(m, {"admin_writes": ["commondir", "gitdir", "HEAD"], "writes": [str(repo / ".git" / "config")]},
+            cwd="$ANY")
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("boxed", cwd=repo, worktree=True, sandbox=True, kernel_tools=False)
+            await agent.ready()
+            await agent.send("go")
+            return said(agent)
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    seen = seen_in(run(go()))
+    assert seen["admin_writes"] == {"commondir": "EROFS", "gitdir": "EROFS", "HEAD": "written"}
+    assert seen["writes"] == {str(repo / ".git" / "config"): "EROFS"}
 
 
 def test_a_declared_port_is_reached_and_pasta_ends_with_a_restart_and_a_stop(machine):

@@ -53,8 +53,8 @@ def agent(request, model_server, tmp_path_factory):
     """A kernel with a DataFrame ``df`` and the agent started in it (``+sandbox``: with
     ``--sandbox``), connected to the kernel's server; yields ``(harness, kernel)``."""
     harness, _, variant = request.param.partition("+")
-    if variant == "sandbox" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    if variant == "sandbox" and (shutil.which("bwrap") is None or shutil.which("pasta") is None):
+        pytest.skip("bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
     spec = AGENTS[harness]
     bin_dir = spec.bin_dir()
     if bin_dir is None:

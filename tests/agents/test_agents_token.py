@@ -82,8 +82,8 @@ def token_seen(token):
 @pytest.mark.parametrize("harness", [*AGENTS, "codex+sandbox", "claude-agent+sandbox"])
 def test_the_token_is_in_no_argv_or_environment_of_the_agents_process_tree(harness, model_server, tmp_path):
     harness, _, variant = harness.partition("+")  # "+sandbox": under bwrap, whose own argv is scanned too
-    if variant == "sandbox" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    if variant == "sandbox" and (shutil.which("bwrap") is None or shutil.which("pasta") is None):
+        pytest.skip("bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
     spec = AGENTS[harness]
     bin_dir = spec.bin_dir()
     if bin_dir is None:

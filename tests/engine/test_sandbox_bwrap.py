@@ -18,8 +18,9 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import ManifestError, load_manifest
 from git_repos import GIT_ENV
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                 reason="bubblewrap is not installed (apt-get install bubblewrap)")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
+                                 reason="bubblewrap or passt's pasta is not installed "
+                                        "(apt-get install bubblewrap passt)")
 
 SECRET = "sandbox-secret-3f9a1c"  # in the agent's environment: never on a command line
 

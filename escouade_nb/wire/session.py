@@ -162,21 +162,24 @@ class AgentSession:
             raise SessionClosed(f"agent {self.name!r} was closed before it started")
         confined = self.confined
         try:
-            self.process = await spawn(self.argv, cwd=self.cwd, env=self.env,
-                                       pass_fds=confined.pass_fds if confined is not None else ())
+            process = await spawn(self.argv, cwd=self.cwd, env=self.env,
+                                  pass_fds=confined.pass_fds if confined is not None else ())
         except BaseException:
             if confined is not None:
                 confined.close()
             raise
         if confined is not None:  # its network attached before its program starts (bwrap waits on it)
             confined.spawned()
-            try:
+            try:  # (self.process is set after: a Stop meanwhile waits for no exit, the check below ends it)
                 await confined.attach()
-            except BaseException:
+            except BaseException as exc:
                 with anyio.CancelScope(shield=True):
-                    await terminate_group(self.process, grace=1.0)
+                    await terminate_group(process, grace=1.0)
                 confined.close()
+                if self.closing and isinstance(exc, Exception):  # stopped or closed while it was attached
+                    raise SessionClosed(f"agent {self.name!r} was closed while it started") from None
                 raise
+        self.process = process
         if self.closing:  # closed while it spawned: it never speaks
             await terminate_group(self.process)
             self.end_confined()

@@ -264,6 +264,32 @@ def test_pasta_ends_when_its_agent_crashes(machine):
     wait_for(lambda: not m.own_processes("--netns-only"), 10, "pasta to end with its crashed agent")
 
 
+def test_stop_while_it_starts_ends_its_pasta(machine):
+    m = machine
+    s = m.script('!> {"hang": true}', name="boxed")  # never answers initialize
+    manifest = json.loads(s.ref.path.read_text())
+    manifest["contributes"]["harnesses"][0]["acp"].update(
+        {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
+    s.ref.path.write_text(json.dumps(manifest))
+    s.install(m.tmp_path / "plugins")
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("boxed", cwd=s.ws, sandbox=True, kernel_tools=False)
+            running = await asyncio.to_thread(wait_for, lambda: m.own_processes("--netns-only"), 20, "its pasta")
+            agent.cancel()  # Stop, while it starts
+            while agent.status.value != "closed":
+                await asyncio.sleep(0.05)  # the stop's end: the run's deadline bounds it
+            await asyncio.to_thread(wait_for, lambda: not m.own_processes("--netns-only")
+                                    and not m.own_processes("bwrap"), 10, "its pasta and bwrap to end")
+            return running
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    assert run(go(), timeout=60)  # it had one (two for a moment: pasta forks as it daemonizes)
+
+
 def test_without_pasta_the_start_fails_in_one_line_and_nothing_starts(machine, monkeypatch):
     m = machine
     s = install(m, {})

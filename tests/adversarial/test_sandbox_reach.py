@@ -197,6 +197,29 @@ def test_a_sandboxed_worktree_agent_cannot_repoint_the_kernels_git(machine, monk
     assert seen["writes"] == {str(repo / ".git" / "config"): "EROFS"}
 
 
+def test_its_folder_under_a_hidden_one_keeps_working(machine):
+    """Its folder under ``$XDG_RUNTIME_DIR`` (hidden): bound back after the tmpfs, writable;
+    the rest of the hidden folder stays hidden."""
+    m = machine
+    ws = m.xdg / "work"
+    ws.mkdir()
+    s = install(m, {"writes": [str(ws / "made.txt")], "socket": str(m.xdg / "bus")}, ws)
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("boxed", cwd=s.ws, sandbox=True, kernel_tools=False)
+            await agent.ready()
+            await agent.send("go")
+            return said(agent)
+        finally:
+            await asyncio.gather(*(a.close() for a in squad.agents.values()))
+            await squad.aclose()
+    seen = seen_in(run(go()))
+    assert seen["writes"] == {str(ws / "made.txt"): "written"} and (ws / "made.txt").exists()
+    assert seen["socket"] == "ENOENT"
+
+
 def test_a_declared_port_is_reached_and_pasta_ends_with_a_restart_and_a_stop(machine):
     m = machine
     declared = HttpServer()

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -329,20 +330,43 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
     return argv
 
 
-def pasta_argv(pasta: str, pid: int, ports: Sequence[int], pid_file: Path) -> list[str]:
+def pasta_argv(pasta: str, pid: int, ports: Sequence[int], pid_file: Path,
+               ns_fds: tuple[int, int] | None = None) -> list[str]:
     """pasta attached to process ``pid``'s network namespace: its network configured
     (``--config-net``), the host's gateway not mapped to the host (``--no-map-gw``), no
     port forwarded into it (``-t none -u none``), no UDP towards the host's loopback, and
     TCP towards the host's 127.0.0.1 on ``ports`` only (``-T``; ``-T none`` when empty: with
-    no explicit list pasta forwards every bound port). ``--runas 0`` when running as root
-    (pasta otherwise drops to ``nobody``, who cannot open the namespace). Pure."""
+    no explicit list pasta forwards every bound port). As root: ``--runas 0`` (pasta
+    otherwise drops to ``nobody``, who cannot open the namespace) and ``--netns-only``.
+    ``ns_fds`` (not root): ``(user namespace fd, network namespace fd)`` inherited by pasta,
+    which joins that user namespace — the one owning the network namespace, which
+    unprivileged bwrap made; its child runs in a nested one — then the network's. Pure."""
     argv = [pasta]
     if os.geteuid() == 0:
         argv += ["--runas", "0"]
     argv += ["--config-net", "--no-map-gw", "-t", "none", "-u", "none", "-U", "none",
-             "-T", ",".join(str(p) for p in sorted(set(ports))) or "none",
-             "--netns", f"/proc/{pid}/ns/net", "--netns-only", "-P", str(pid_file), "-q"]
+             "-T", ",".join(str(p) for p in sorted(set(ports))) or "none"]
+    if ns_fds is not None:
+        argv += ["--userns", f"/proc/self/fd/{ns_fds[0]}", "--netns", f"/proc/self/fd/{ns_fds[1]}"]
+    else:
+        argv += ["--netns", f"/proc/{pid}/ns/net", "--netns-only"]
+    argv += ["-P", str(pid_file), "-q"]
     return argv
+
+
+NS_GET_USERNS = 0xB701
+"""ioctl(2) on a namespace's fd: a new fd of the user namespace that owns it."""
+
+
+def _namespace_fds(pid: int) -> tuple[int, int]:
+    """``(user namespace fd, network namespace fd)`` of ``pid``'s network namespace (the
+    user namespace that owns it). ``OSError`` when they cannot be opened."""
+    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fcntl.ioctl(net, NS_GET_USERNS), net
+    except BaseException:
+        os.close(net)
+        raise
 
 
 class Network:
@@ -414,12 +438,20 @@ class Network:
         its pid read from ``-P``, then the block pipe written: the agent's program starts.
         :class:`SandboxError` (one line) when bwrap ended first, pasta failed, or it took
         over :data:`ATTACH_LIMIT` seconds."""
+        ns_fds: tuple[int, int] | None = None
         try:
             child = await asyncio.wait_for(asyncio.to_thread(self._read_info), ATTACH_LIMIT)
             pid_file = self._folder / "pasta.pid"
+            if os.geteuid() != 0:  # not root: pasta joins the user namespace owning the network one
+                try:
+                    ns_fds = _namespace_fds(child)
+                except OSError as exc:
+                    raise SandboxError(f"--sandbox: the agent's network namespace cannot be opened "
+                                       f"({exc.strerror or exc}); nothing was started") from None
             process = await asyncio.create_subprocess_exec(
-                *pasta_argv(self.pasta, child, self.ports, pid_file), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+                *pasta_argv(self.pasta, child, self.ports, pid_file, ns_fds), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                pass_fds=ns_fds or ())
             try:
                 _, err = await asyncio.wait_for(process.communicate(), ATTACH_LIMIT)
             except BaseException:
@@ -439,8 +471,9 @@ class Network:
             raise SandboxError(f"--sandbox: the agent's network was not ready within {ATTACH_LIMIT:g} s; "
                                f"nothing was started") from None
         finally:
-            with contextlib.suppress(OSError):
-                os.close(self._block_w)
+            for fd in (self._block_w, *(ns_fds or ())):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             self._block_w = -1
 
     def _held(self, pid: int) -> None:

@@ -555,7 +555,7 @@ class Sandbox:
         record = record if isinstance(record, dict) else {}
         ports = record.get("ports") or []
         return cls(offline=bool(record.get("offline")),
-                   ports=tuple(p for p in ports if isinstance(p, int) and 0 < p < 65536))
+                   ports=tuple(p for p in ports if type(p) is int and 0 < p < 65536))
 
     async def command(self, command: Sequence[str], *, folder: Path, env: Mapping[str, str],
                       state_folders: Sequence[str] = (), also: Sequence[Path] = (),

@@ -104,6 +104,21 @@ def test_hidden_folders_are_emptied_before_what_is_bound_back_into_them_and_git_
     assert "--cap-drop" not in bwrap_argv("bwrap", ["a"], folder=folder, drop_caps=False)
 
 
+def test_declared_ports_are_checked_kept_by_the_transcript_and_read_from_the_magic():
+    from escouade_nb.engine.squad import _ports
+    from escouade_nb.magics import _start_parser
+
+    box = Sandbox(ports=(11434, 8000))
+    assert Sandbox.from_record(box.record()) == box and Sandbox.from_record({"offline": False}) == Sandbox()
+    assert Sandbox.from_record({"ports": [0, "x", 70000, True, 22]}) == Sandbox(ports=(22,))  # a header is data
+    assert _ports(["11434", 8000, 8000]) == (11434, 8000)
+    for bad in (0, 65536, "x", True):
+        with pytest.raises(SquadError, match="not a TCP port"):
+            _ports([bad])
+    args = _start_parser().parse_args(["codex", "--sandbox-port", "11434", "--sandbox-port", "8000"])
+    assert args.sandbox_ports == [11434, 8000] and not args.sandbox  # the ports imply --sandbox (squad.start)
+
+
 def test_state_folders_expand_with_the_agents_environment():
     env = {"HOME": "/home/u", "CODEX_HOME": "/data/codex", "EMPTY": ""}
     assert expand_state_folder("~/.gemini", env) == Path("/home/u/.gemini")

@@ -25,12 +25,16 @@ the idle kernel (jitter, in each); ``%escouade`` (first, then again); in the sec
 ``%escouade`` with stand-ins of the 8 released agents on the PATH, each answering
 ``--version`` in 0.5 s; in the third, ``%escouade fake`` (the first start, until ready);
 ``%escouade fake --sandbox`` (a second agent under bubblewrap: its state folders made and the
-worktree read in a thread, bwrap spawned as an async subprocess; until ready — needs ``bwrap``);
+worktree read in a thread, bwrap spawned as an async subprocess, pasta attached to its network; until
+ready — needs ``bwrap`` and ``pasta``);
 a 2,000-chunk reply with its turn view displayed (the agent's view is displayed too); a
 prompt with a 3 MiB text file attached; starting 10 more agents; ``%escouade squad`` with
 the 11; a 2,000-chunk reply with 3 squad views displayed; in the fourth, without ``%load_ext``, the
 first ``get_squad()`` (its cell loads the engine and the MCP server's side) and the first
-agent's start (the kernel's MCP server's first start). Nothing is asserted: figures only.
+agent's start (the kernel's MCP server's first start); in a fifth (``--kernels sandbox``), a first
+start, then the same second start without and with ``--sandbox`` (its own network: pasta). Each
+step also has its time until its last cell returned ("until its last cell": for a start, until
+ready). Nothing is asserted: figures only.
 
 ``--tree`` runs the kernel with ``PYTHONPATH=TREE``, in this same venv; a tree older than
 the ``tools/`` layout (its console script is ``escouade_nb.fake_agent``) gets an
@@ -130,7 +134,8 @@ _stalls = _LoopStalls()
 '''
 
 IDLE = "idle kernel (ticker jitter)"
-SANDBOXED = "%escouade fake --sandbox (under bwrap, until ready)"
+SANDBOXED = "%escouade fake --sandbox (bwrap, pasta attached, until ready)"
+PLAIN = "%escouade fake (a second start, not sandboxed, until ready)"
 # Fresh kernels per run, so that each "first" is a first (versions not read yet). Each step:
 # (name, setup cells not measured, measured cells, seconds waited after them)
 LISTING_KERNEL: list[tuple[str, list[str], list[str], float]] = [
@@ -160,6 +165,15 @@ AGENTS_KERNEL: list[tuple[str, list[str], list[str], float]] = [
     ("2,000-chunk reply, 3 squad views displayed", ["%escouade squad", "%escouade squad"],
      ["t = a.send('chunks 2000')", "r = await t"], 0.5),
 ]
+SANDBOX_KERNEL: list[tuple[str, list[str], list[str], float]] = [
+    (IDLE, [], [], 2.0),
+    ("%escouade fake (first start, until ready)", [], ["a = %escouade fake --as bench", "await a.ready()"], 1.0),
+    (PLAIN, [], ["c = %escouade fake --as plain", "await c.ready()"], 1.0),
+    (SANDBOXED, [], ["b = %escouade fake --as boxed --sandbox", "await b.ready()"], 1.0),
+]
+"""The same start with and without the sandbox, in one kernel: each a second agent (the first
+paid the imports and the MCP server's start); the sandboxed one with its own network
+(``--unshare-net``, pasta attached through bwrap's info and block pipes)."""
 NO_EXT_KERNEL: list[tuple[str, list[str], list[str], float]] = [
     (IDLE, [], [], 2.0),
     ("no %load_ext: first get_squad() (the cell's imports)", [],
@@ -169,8 +183,9 @@ NO_EXT_KERNEL: list[tuple[str, list[str], list[str], float]] = [
 ]
 """A kernel where escouade is used from code, without ``%load_ext escouade_nb``."""
 KERNELS = {"listing": LISTING_KERNEL, "installed": INSTALLED_KERNEL, "agents": AGENTS_KERNEL,
-           "no-ext": NO_EXT_KERNEL}
-STEPS = LISTING_KERNEL + INSTALLED_KERNEL[1:] + AGENTS_KERNEL[1:] + NO_EXT_KERNEL[1:]
+           "no-ext": NO_EXT_KERNEL, "sandbox": SANDBOX_KERNEL}
+STEPS = list({step[0]: step for step in LISTING_KERNEL + INSTALLED_KERNEL[1:] + AGENTS_KERNEL[1:] + NO_EXT_KERNEL[1:]
+              + SANDBOX_KERNEL[1:]}.values())
 
 
 def _released_programs() -> list[str]:
@@ -239,9 +254,11 @@ def one_run(tree: Path | None, kernels: list[str]) -> dict[str, list[dict]]:
                         k.run(cell, timeout=300)
                     k.run("await asyncio.sleep(0.2)\n_t0 = time.perf_counter()\n_t_first = None")
                     for i, cell in enumerate(cells):
-                        k.run(cell + ("\n_t_first = time.perf_counter()" if i == 0 else ""), timeout=300)
+                        k.run(cell + ("\n_t_first = time.perf_counter()" if i == 0 else "")
+                              + ("\n_t_end = time.perf_counter()" if i == len(cells) - 1 else ""), timeout=300)
                     k.run(f"await asyncio.sleep({wait})")
-                    out = k.run("print('REPORT', json.dumps(_stalls.report(_t0, time.perf_counter(), _t_first)))").text
+                    out = k.run("print('REPORT', json.dumps({**_stalls.report(_t0, time.perf_counter(), _t_first), "
+                                "'cells_ms': (_t_end - _t0) * 1e3 if _t_first is not None else None}))").text
                     results.setdefault(name, []).append(json.loads(out.split("REPORT", 1)[1]))
                 k.run("from escouade_nb import get_squad\n"
                       "await asyncio.gather(*(x.close() for x in get_squad().agents.values()))",
@@ -271,7 +288,8 @@ def summarise(runs: list[dict[str, list[dict]]]) -> dict[str, dict]:
                 where[k] = where.get(k, 0) + v
             for k, v in rep.get("innermost", []):
                 innermost[k] = innermost.get(k, 0) + v
-        out[name] = {"max_ms": maxes, "p99_ms": p99s, "after_ms": afters, "gc2_ms": gcs,
+        cells = [rep["cells_ms"] for rep in reports if rep.get("cells_ms") is not None]
+        out[name] = {"max_ms": maxes, "p99_ms": p99s, "after_ms": afters, "gc2_ms": gcs, "cells_ms": cells,
                      "max_median": statistics.median(maxes) if maxes else None,
                      "p99_median": statistics.median(p99s) if p99s else None,
                      "where": sorted(where.items(), key=lambda kv: -kv[1])[:6],
@@ -309,7 +327,8 @@ def main(argv: list[str]) -> int:
     jitter = summary[STEPS[0][0]]
     print(f"tree: {tree or ROOT}; {args.runs} runs, each in fresh kernels ({'; '.join(kernels)}); "
           "median (min–max)")
-    print(f"{'step':<58} {'longest stall':<24} {'after 1st cell':<24} {'longest full GC':<22} vs idle jitter")
+    print(f"{'step':<64} {'until its last cell':<24} {'longest stall':<24} {'after 1st cell':<24} "
+          f"{'longest full GC':<22} vs idle jitter")
     for name, *_ in STEPS:
         if name not in summary:
             continue
@@ -317,7 +336,8 @@ def main(argv: list[str]) -> int:
         ratio = (f"{s['max_median'] / jitter['max_median']:.1f}× idle max" if s["max_median"] and
                  jitter["max_median"] else "")
         flag = "" if s["max_median"] is None or s["max_median"] <= TARGET_MS else f"  > {TARGET_MS:.0f} ms"
-        print(f"{name:<58} {_fmt(s['max_ms']):<24} {_fmt(s['after_ms']):<24} {_fmt(s['gc2_ms']):<22} {ratio}{flag}")
+        print(f"{name:<64} {_fmt(s['cells_ms']):<24} {_fmt(s['max_ms']):<24} {_fmt(s['after_ms']):<24} "
+              f"{_fmt(s['gc2_ms']):<22} {ratio}{flag}")
         if args.where and s["where"] and (s["max_median"] or 0) > TARGET_MS / 2:
             for place, ms in s["where"]:
                 print(f"    {ms / len(runs):>7.0f} ms/run in escouade_nb/{place}")

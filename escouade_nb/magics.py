@@ -86,7 +86,11 @@ def _start_parser() -> _Parser:
     p.add_argument("--review", action="store_true",
                    help="the files it changes in each turn pend your Keep or Reject (agent.pending_edits)")
     p.add_argument("--sandbox", action="store_true",
-                   help="run it under bubblewrap: read-only but its folder, its state folders and a private /tmp")
+                   help="run it under bubblewrap: read-only but its folder, its state folders and a private /tmp; "
+                        "its own network (pasta): the host's loopback cut but for the kernel's tools")
+    p.add_argument("--sandbox-port", dest="sandbox_ports", action="append", type=int, default=[], metavar="PORT",
+                   help="a port of the host's 127.0.0.1 the sandboxed agent may reach (a local model; repeatable; "
+                        "implies --sandbox)")
     return p
 
 
@@ -233,7 +237,7 @@ class EscouadeMagics(Magics):
                             via=args.via, account=args.account, fs=args.fs, mcp=args.mcp,
                             kernel_tools=args.kernel_tools, worktree=args.worktree, add_dirs=args.add_dirs,
                             system_prompt=args.system_prompt, system_prompt_mode=args.system_prompt_mode,
-                            review=args.review, sandbox=args.sandbox)
+                            review=args.review, sandbox=args.sandbox, sandbox_ports=args.sandbox_ports)
         from .widgets import AgentView
         _show(AgentView(agent))
         return agent
@@ -417,7 +421,7 @@ def _show(view) -> None:
 
 _START_USAGE = """\
   %escouade NAME [--cwd DIR] [--as AGENT] [--mode MODE] [--private] [--via LAUNCHER [--fs]] [--account ACCOUNT]
-                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]] [--sandbox]
+                 [--mcp SERVER]... [--no-kernel-tools] [--worktree [BRANCH]] [--sandbox] [--sandbox-port PORT]...
                                             start an agent of harness NAME and show it
                                             (--worktree: in its own git worktree and branch off HEAD)
                  [--add-dir DIR]... [--system-prompt TEXT [--system-prompt-mode append|override]] [--review]
@@ -426,7 +430,8 @@ _START_USAGE = """\
   (--private: a private project, never submitted to a rule plugin not turned on for it;
    --fs: offer the client's file system even through a launcher;
    --review: the files it changes in each turn pend your Keep or Reject, agent.pending_edits)
-   --sandbox: under bubblewrap, the file system read-only but its folder, its state folders and a private /tmp)
+   --sandbox: under bubblewrap, the file system read-only but its folder, its state folders and a private /tmp,
+   its own network: the host's loopback cut but for the kernel's tools and each --sandbox-port PORT)
 """  # noqa: E501  (the usage as printed: one line of it is longer)
 
 START = Subcommand((), _START_USAGE, EscouadeMagics._start)

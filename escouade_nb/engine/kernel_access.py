@@ -319,17 +319,26 @@ class KernelAccess:
                                     *([self.grant.token] if self.grant is not None else []))
         return entries
 
-    async def token_folder(self) -> Path | None:
-        """The folder the kernel's MCP server keeps its token files in (for the stdio
-        bridge), made now — what a sandboxed agent gets bound read-only —, or None when the
+    async def sandbox_view(self) -> tuple[int | None, Path | None, Path | None]:
+        """What a sandboxed agent gets of the kernel's MCP server: ``(port, token folder,
+        token file)`` — the server's port on 127.0.0.1 (the one forwarded into its network),
+        the folder the server keeps its token files in (hidden in the sandbox) and this
+        session's own token file, written now (its grant made before the spawn), the only one
+        bound back (read-only: the stdio bridge reads it). ``(None, None, None)`` when the
         agent gets no kernel tools or the server did not start."""
         if self._server_task is None or self.agent.via:
-            return None
+            return None, None, None
         try:
             server = await asyncio.shield(self._server_task)
-            return await asyncio.to_thread(server.token_files.make_folder)
+            folder = await asyncio.to_thread(server.token_files.make_folder)
+            self._server = server
+            if self.grant is None:
+                self.grant = server.grant(self)
+                self.grant.on_connect.subscribe(self._connected)
+            token_file = await server.token_file(self.grant)
         except Exception:  # said when the entry is made (_kernel_entry)
-            return None
+            return None, None, None
+        return urlsplit(server.url).port, folder, token_file
 
     async def _kernel_entry(self, caps: Mapping[str, Any], said: list[str]) -> dict[str, Any] | None:
         agent = self.agent

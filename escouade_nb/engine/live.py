@@ -33,7 +33,7 @@ from .cards import CardDesk
 from .kernel_access import KernelAccess
 from .launcher import agent_env
 from .resume import ReplaySkip
-from .sandbox import SandboxError, client_reach, hidden_folders, sandboxed
+from .sandbox import SandboxError, client_reach, sandboxed
 from .workspace import Workspace
 
 if TYPE_CHECKING:
@@ -108,10 +108,11 @@ class Live:
                 **({"review": True} if getattr(agent, "review", False) else {})},
                 on_error=agent.transcript_failed))
         self.desk = CardDesk(agent)
+        self.token_folder: Path | None = None  # the kernel's MCP token folder, once a sandboxed start asked for it
         confinement = None
         if agent.sandbox is not None:  # until its sandbox is made: its folders only, no terminal (run() sets it)
             folders = (Path(agent.cwd), *map(Path, agent.add_dirs))
-            confinement = Confinement(writable=folders, hidden=tuple(hidden_folders(env)), shown=folders)
+            confinement = Confinement(writable=folders, hidden=(Path("/"),), shown=folders)
         client = EscouadeClient(cwd=agent.cwd, on_permission=self.desk.on_permission, on_update=self._fold,
                                 on_file_written=self._file_written,
                                 fence=agent.fence, also=agent.add_dirs, terminal_env=env,
@@ -142,12 +143,17 @@ class Live:
         """Spawn, open the session, wait for the process's end (the agent's main task)."""
         try:
             if self.agent.sandbox is not None:  # bwrap around it: the folders it may write, made off the loop
-                folder = await self.kernel.token_folder()  # the stdio bridge's token file, read inside
+                # the kernel's server: its port forwarded into the agent's network, its token folder hidden
+                # but for this session's own token file (the stdio bridge's)
+                port, folder, token_file = await self.kernel.sandbox_view()
+                self.token_folder = folder  # hidden from its terminal sign-in too
                 binds = await sandboxed(self.agent, self.session.argv, self.session.env,
-                                        readable=[folder] if folder is not None else [])
-                self.session.argv = binds.argv(self.session.argv)
-                # its client fs and terminals reach what its process reaches (engine/sandbox.py, wire/fs.py)
-                self.session.client.confine(*client_reach(binds, hidden_folders(self.session.env, folder)))
+                                        kernel_port=port, token_folder=folder, token_file=token_file)
+                confined = await asyncio.to_thread(binds.confined, self.session.argv)
+                self.session.argv, self.session.confined = confined.argv, confined  # pasta attached at the spawn
+                # its client fs and terminals reach what its process reaches, from the same binds
+                # (engine/sandbox.py, wire/fs.py, wire/terminals.py)
+                self.session.client.confine(*client_reach(binds))
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
             files = getattr(self.agent, "file_watch", None)  # review=True: the folder now, compared at its end
             if files is not None:

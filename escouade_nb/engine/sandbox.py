@@ -1,4 +1,5 @@
-"""A sandbox per agent (``--sandbox``): the agent's process under bubblewrap (``bwrap``).
+"""A sandbox per agent (``--sandbox``): the agent's process under bubblewrap (``bwrap``),
+its network through passt's ``pasta``.
 
 Our fences (``--private``) hold for what goes through escouade_nb's file system and
 terminals; an agent that writes with its own tools (a shell, its own edit tool) is not
@@ -17,40 +18,73 @@ read-only except:
 * a private ``/tmp`` (an empty tmpfs, mounted *before* the folders above are bound, so a
   folder under ``/tmp`` is still the real one), and its own ``/proc`` and ``/dev``.
 
-It runs in its own pid namespace (``--unshare-pid``: it cannot read the kernel's
-``/proc/PID/environ`` nor signal it) and dies with its ``bwrap`` (``--die-with-parent``).
-The network is shared (the model's API and the kernel's MCP server on 127.0.0.1 keep
-working); ``offline=True`` cuts it (``--unshare-net``: then only an agent that reaches
-nothing on the network — the stdio MCP bridge, a local model — works). The environment is
-inherited, never put on bwrap's command line (``--setenv`` is an argv every local user
-reads in ``/proc``).
+Inside those, the files that make the kernel's own git run code stay read-only
+(:func:`git_protected`): in a main worktree ``.git/config``, ``.git/hooks``, ``.git/info``
+and the other config-like files; in a git worktree its admin folder's ``commondir``,
+``gitdir`` and ``config.worktree``.
 
-What escouade_nb does *for* a sandboxed agent is held to the same world
-(:meth:`~..wire.client.EscouadeClient.confine`, set by the agent's start): its client file
-system writes only in the writable set above (not the private ``/tmp``, which is not the
-kernel's) and reads nothing in :func:`hidden_folders` (the one list of what a sandboxed
-agent must not read) but what the sandbox binds there (:func:`client_confinement`); its
-client terminals run under bwrap with the same :class:`Binds` as its process, less the
-kernel's token folder (:func:`terminal_command`, the one place a terminal is wrapped).
+**Hidden** (an empty tmpfs over each, :func:`hidden_folders`): Jupyter's runtime folder
+(``kernel-*.json`` with each kernel's HMAC key, ``jpserver-*.json`` with the server's
+token), ``$XDG_RUNTIME_DIR`` (its unix sockets stay connectable through a read-only bind:
+hidden, not made read-only) and the kernel's MCP token folder, of which only this agent's
+own token file is bound back, read-only. A folder the agent needs under one of them (its
+own folder, a state folder) is bound after the tmpfs and keeps working.
 
-bwrap is looked up on ``PATH`` (Debian's package ``bubblewrap``); :func:`find_bwrap`
-raises :class:`SandboxMissing` (one line naming the package) when it is not there.
+**Its own network** (``--unshare-net``): the host's loopback is cut. Outbound traffic goes
+through passt's ``pasta`` (:class:`Network`), attached from outside to the namespace once
+bwrap made it (``--info-fd`` gives the pid, ``--block-fd`` holds the agent's program until
+pasta has configured the namespace), with no port forwarded from the host and, towards
+the host's 127.0.0.1, exactly: the kernel's MCP server's port (the agent's own endpoint:
+its token is the only credential it holds) and the ports the user declared for it
+(:attr:`Sandbox.ports`: a local model). pasta daemonizes; its pid (``-P``) is held by
+:class:`Confined` and it is killed when the agent's process ends, is stopped, restarted,
+closed, or the kernel exits (:meth:`Confined.close`). ``offline=True``: no pasta, no
+network at all (the kernel's tools are not reachable then). It runs in its own pid
+namespace (``--unshare-pid``: it cannot read the kernel's ``/proc/PID/environ`` nor signal
+it), without capabilities when the kernel runs as root (``--cap-drop ALL``: a root agent
+could otherwise unmount what hides), and dies with its ``bwrap`` (``--die-with-parent``).
+The environment is inherited, never put on bwrap's command line (``--setenv`` is an argv
+every local user reads in ``/proc``).
+
+What escouade_nb does *for* a sandboxed agent is held to the same world, built from the
+same :class:`Binds` as its process's command line (:meth:`Sandbox.binds`, one computation):
+its client file system (:func:`client_confinement`, set by the agent's start through
+:meth:`~..wire.client.EscouadeClient.confine`) writes only in the process's writable set,
+never over a file :func:`git_protected` keeps read-only, and reads nothing in
+:func:`hidden_folders` (the one list of what the sandbox hides, the kernel's ``/tmp``
+first) but what the sandbox binds there; its client terminals and its terminal sign-in
+run under bwrap with the same binds, hidden folders and protected git files, less its
+token file (:func:`terminal_command`, the one place a terminal is wrapped), each in a
+network namespace of its own with its own pasta attached the same way (:class:`Confined`,
+the same ports), ended with the terminal's process.
+
+Refused rather than weaker: without ``bwrap`` (:class:`SandboxMissing`), without ``pasta``
+(:class:`SandboxMissing`, unless offline), or when pasta cannot attach
+(:class:`SandboxError`), the start fails in one line and nothing is left running.
 :meth:`Sandbox.command` does its file work (expanding and making the state folders,
-reading the worktree's ``.git`` file) in a thread (``asyncio.to_thread``), never on the
-kernel's loop.
+reading the worktree's ``.git`` file, making the pipes) in a thread
+(``asyncio.to_thread``), never on the kernel's loop; :meth:`Confined.attach` runs pasta as
+an async subprocess and reads bwrap's info pipe in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import json
 import os
 import re
 import shutil
+import signal
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import EscouadeError
 from ..wire.fs import Confinement
@@ -58,9 +92,10 @@ from ..wire.fs import Confinement
 if TYPE_CHECKING:
     from .interfaces import AgentHandle
 
-__all__ = ["BWRAP", "PACKAGE", "Binds", "Sandbox", "SandboxError", "SandboxMissing", "bwrap_argv",
-           "client_confinement", "client_reach", "expand_state_folder", "find_bwrap", "hidden_folders",
-           "sandbox_check", "sandboxed", "sandboxed_command", "terminal_command", "worktree_git_folders"]
+__all__ = ["BWRAP", "PACKAGE", "PASTA", "PASTA_PACKAGE", "Binds", "Confined", "Network", "Sandbox", "SandboxError",
+           "SandboxMissing", "bwrap_argv", "client_confinement", "client_reach", "expand_state_folder", "find_bwrap",
+           "find_pasta", "git_protected", "hidden_folders", "sandbox_check", "sandboxed", "sandboxed_command",
+           "terminal_command", "worktree_git_folders"]
 
 BWRAP = "bwrap"
 """The program looked up on ``PATH``."""
@@ -68,24 +103,38 @@ BWRAP = "bwrap"
 PACKAGE = "bubblewrap"
 """The Debian (and Fedora, Arch, Alpine) package that has it."""
 
+PASTA = "pasta"
+"""passt's user-mode network for a namespace, looked up on ``PATH``."""
+
+PASTA_PACKAGE = "passt"
+"""The Debian package that has it."""
+
+ATTACH_LIMIT = 20.0
+"""Seconds bwrap's info and pasta's configuration of the namespace may take, together."""
+
 
 class SandboxError(EscouadeError):
     """The sandbox cannot be set up (a state folder that expands to ``/`` or to the home
-    folder itself, one that cannot be made…); the message is one line."""
+    folder itself, one that cannot be made, pasta failing to attach…); the message is one
+    line."""
 
 
 class SandboxMissing(SandboxError):
-    """``bwrap`` is not on ``PATH``: the message names the package to install."""
+    """``bwrap`` or ``pasta`` is not on ``PATH``: the message names the package to install."""
 
 
-def sandbox_check(via: Sequence[str] = ()) -> str:
+def sandbox_check(via: Sequence[str] = (), *, offline: bool = False) -> str:
     """What a sandboxed start checks before anything starts: no launcher (``--via``:
-    :class:`SandboxError` — bwrap would wrap the local launcher, not the remote agent), and
-    ``bwrap`` on ``PATH`` (:class:`SandboxMissing`). Returns bwrap's path."""
+    :class:`SandboxError` — bwrap would wrap the local launcher, not the remote agent),
+    ``bwrap`` on ``PATH`` and, unless ``offline``, ``pasta`` (:class:`SandboxMissing`).
+    Returns bwrap's path."""
     if via:
         raise SandboxError(f"--sandbox cannot be used with --via ({' '.join(via)}): bwrap would confine the local "
                            f"launcher, not the agent on the other host; run bwrap there in the launcher itself")
-    return find_bwrap()
+    found = find_bwrap()
+    if not offline:
+        find_pasta()
+    return found
 
 
 def find_bwrap(path: str | None = None) -> str:
@@ -95,6 +144,16 @@ def find_bwrap(path: str | None = None) -> str:
     if found is None:
         raise SandboxMissing(f"--sandbox needs bubblewrap: `{BWRAP}` is not on PATH (install the package "
                              f"{PACKAGE}: apt-get install {PACKAGE}); nothing was started")
+    return found
+
+
+def find_pasta(path: str | None = None) -> str:
+    """The ``pasta`` program on ``path`` (default ``$PATH``): its path, else
+    :class:`SandboxMissing` naming the package (passt)."""
+    found = shutil.which(PASTA, path=path)
+    if found is None:
+        raise SandboxMissing(f"--sandbox needs passt's {PASTA} (apt-get install {PASTA_PACKAGE}) to cut the host's "
+                             f"loopback; nothing was started")
     return found
 
 
@@ -127,13 +186,9 @@ def worktree_git_folders(worktree: Path, branch: str | None) -> list[Path]:
     file's ``gitdir:``), the repository's object store, and the folders holding its
     branch's ref and reflog (made when missing). Empty when ``worktree/.git`` is a
     folder (a main worktree: inside the agent's folder already) or absent."""
-    dot_git = worktree / ".git"
-    if not dot_git.is_file():
+    admin = _worktree_admin(worktree)
+    if admin is None:
         return []
-    line = dot_git.read_text(encoding="utf-8", errors="replace").strip()
-    if not line.startswith("gitdir:"):
-        return []
-    admin = (worktree / line.split(":", 1)[1].strip()).resolve()
     try:
         common = (admin / (admin / "commondir").read_text(encoding="utf-8").strip()).resolve()
     except OSError:
@@ -145,6 +200,98 @@ def worktree_git_folders(worktree: Path, branch: str | None) -> list[Path]:
             holder.mkdir(parents=True, exist_ok=True)
             folders.append(holder)
     return folders
+
+
+def _worktree_admin(worktree: Path) -> Path | None:
+    """The admin folder named by ``worktree/.git`` when it is a ``gitdir:`` file, else None."""
+    dot_git = worktree / ".git"
+    if not dot_git.is_file():
+        return None
+    line = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+    if not line.startswith("gitdir:"):
+        return None
+    return (worktree / line.split(":", 1)[1].strip()).resolve()
+
+
+GIT_PROTECTED = ("config", "config.worktree", "hooks", "info", "commondir", "gitdir", "modules", "objects/info")
+"""What, in a ``.git`` folder (or a worktree's admin folder), makes git run code or read
+another repository's: its config (filters, ``core.fsmonitor``, ``core.hooksPath``,
+aliases), hooks, ``info/attributes`` and ``info/exclude``, the files pointing at another
+folder (``commondir``, ``gitdir``), submodules' repositories, and the object store's
+``info/alternates``. Bound read-only (those that exist) over an agent's writable folder."""
+
+
+def git_protected(folders: Iterable[Path]) -> list[Path]:
+    """The files and folders of :data:`GIT_PROTECTED` that exist in each writable
+    ``folder``'s ``.git`` folder (a main worktree inside the agent's folder) or, for a
+    worktree admin folder among ``folders`` (it holds ``commondir``), in that folder
+    itself. Read-only over the writable binds, so the kernel's git (the checkpoints, the
+    review, a worktree's commit) never reads a config or a hook the agent wrote. File
+    stats: off the loop."""
+    found: list[Path] = []
+    for folder in folders:
+        for git_dir in (folder / ".git", folder):
+            if not git_dir.is_dir() or (git_dir == folder and not (folder / "commondir").is_file()):
+                continue
+            found += [git_dir / name for name in GIT_PROTECTED if (git_dir / name).exists()]
+    return found
+
+
+def _runtime_folders(env: Mapping[str, str]) -> list[Path]:
+    """Where Jupyter keeps ``kernel-*.json`` and ``jpserver-*.json``, as seen by the kernel
+    and by the agent's environment ``env``: ``jupyter_runtime_dir()``,
+    ``$JUPYTER_RUNTIME_DIR``, ``<data dir>/runtime`` for each ``HOME`` and
+    ``$XDG_DATA_HOME``, the folder of this kernel's own connection file."""
+    found: list[str] = []
+    with contextlib.suppress(Exception):
+        from jupyter_core.paths import jupyter_runtime_dir
+        found.append(jupyter_runtime_dir())
+    for source in (os.environ, env):
+        if source.get("JUPYTER_RUNTIME_DIR"):
+            found.append(source["JUPYTER_RUNTIME_DIR"])
+        if source.get("JUPYTER_DATA_DIR"):
+            found.append(os.path.join(source["JUPYTER_DATA_DIR"], "runtime"))
+        if source.get("XDG_DATA_HOME"):
+            found.append(os.path.join(source["XDG_DATA_HOME"], "jupyter", "runtime"))
+        if source.get("HOME"):
+            found.append(os.path.join(source["HOME"], ".local", "share", "jupyter", "runtime"))
+    with contextlib.suppress(Exception):  # inside a kernel: the folder of its own connection file
+        from ipykernel.connect import get_connection_file
+        found.append(os.path.dirname(get_connection_file()))
+    return [Path(f) for f in found if f]
+
+
+TMP = Path("/tmp")
+"""The kernel's ``/tmp``: the sandbox has its own (an empty tmpfs, mounted first)."""
+
+
+def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> list[Path]:
+    """What a sandboxed agent cannot see, the one list (real paths, each once): the
+    kernel's ``/tmp`` first (the sandbox mounts its own, an empty tmpfs), then the folders
+    it sees empty (an empty tmpfs over each, existing ones): Jupyter's runtime folders
+    (:func:`_runtime_folders`: the kernels' connection files, the server's token),
+    ``$XDG_RUNTIME_DIR`` (the kernel's and ``env``'s, the agent's environment) and
+    ``token_folder`` (the kernel's MCP token folder). The argv builder hides them
+    (:func:`bwrap_argv`) and the client file system reads nothing in them
+    (:func:`client_confinement`) but what the sandbox binds there (its own folder under
+    ``/tmp``, its own token file). Neither ``/`` nor ``/tmp`` again (one under ``/tmp``
+    is hidden too: a HOME under ``/tmp`` is bound back read-only whole). File stats: off
+    the loop."""
+    wanted = _runtime_folders(env)
+    for source in (os.environ, env):
+        if source.get("XDG_RUNTIME_DIR"):
+            wanted.append(Path(source["XDG_RUNTIME_DIR"]))
+    if token_folder is not None:
+        wanted.append(Path(token_folder))
+    found: list[Path] = [TMP]
+    for path in wanted:
+        if not path.is_absolute() or not path.is_dir():
+            continue
+        resolved = path.resolve()
+        if resolved == Path("/") or resolved in found:
+            continue
+        found.append(resolved)
+    return found
 
 
 def _under_tmp(command: Sequence[str]) -> list[Path]:
@@ -172,155 +319,406 @@ def _under_tmp(command: Sequence[str]) -> list[Path]:
     return found
 
 
-def _nested_last(paths: Iterable[Path]) -> list[Path]:
-    """Each path once, parents before what they hold (a bind inside a bind comes after)."""
-    return sorted(set(paths), key=lambda p: (len(p.parts), str(p)))
+_HIDE, _READ, _WRITE, _PROTECT = range(4)
 
 
 def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: Iterable[Path] = (),
-               readable: Iterable[Path] = (), offline: bool = False, chdir: Path | None = None) -> list[str]:
+               readable: Iterable[Path] = (), offline: bool = False, hidden: Iterable[Path] = (),
+               protected: Iterable[Path] = (), files: Iterable[Path] = (), network_fds: tuple[int, int] | None = None,
+               drop_caps: bool | None = None, chdir: Path | None = None) -> list[str]:
     """The command line that runs ``command`` under ``bwrap`` (see the module): ``/``
-    read-only, a new ``/dev`` and ``/proc``, a private ``/tmp``, then each of ``readable``
-    (what the private ``/tmp`` would hide: the program's own folder…) bound read-only, then
-    ``folder`` and each of ``writable`` bound writable (absolute, existing paths), parents
-    first; its own pid namespace; ``offline``: its own network namespace too; it starts in
-    ``chdir`` (default ``folder``). Pure."""
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in _nested_last(readable):
-        argv += ["--ro-bind", str(path), str(path)]
-    for path in _nested_last([folder, *writable]):
-        argv += ["--bind", str(path), str(path)]
-    argv += ["--unshare-pid", "--die-with-parent"]
-    if offline:
-        argv.append("--unshare-net")
+    read-only, a new ``/dev`` and ``/proc``, a private ``/tmp``, then, parents before what
+    they hold: an empty tmpfs over each of ``hidden`` (:func:`hidden_folders`; ``/tmp``
+    has its tmpfs already), each of ``readable`` (what the private ``/tmp`` would hide:
+    the program's own folder…) and ``files`` bound read-only, ``folder`` and each of
+    ``writable`` bound writable, each of ``protected`` (:func:`git_protected`) bound
+    read-only over them (absolute, existing paths); its own pid and network namespaces
+    (``offline`` or not: the network, when there is one, is pasta's); ``network_fds``:
+    bwrap's ``--info-fd`` and ``--block-fd`` (:class:`Network`); ``drop_caps`` (default:
+    when running as root): ``--cap-drop ALL``; it starts in ``chdir`` (default
+    ``folder``). Pure."""
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", str(TMP)]
+    ops: dict[tuple[Path, int], None] = {}
+    for kind, paths in ((_HIDE, [p for p in hidden if Path(p) != TMP]), (_READ, [*readable, *files]),
+                        (_WRITE, [folder, *writable]), (_PROTECT, protected)):
+        for path in paths:
+            ops[(Path(path), kind)] = None
+    # parents first; at one path: hidden, then read-only, then writable, then protected over it
+    for path, kind in sorted(ops, key=lambda op: (len(op[0].parts), op[1], str(op[0]))):
+        if kind == _HIDE:
+            argv += ["--tmpfs", str(path)]
+        else:
+            argv += ["--bind" if kind == _WRITE else "--ro-bind", str(path), str(path)]
+    argv += ["--unshare-pid", "--unshare-net", "--die-with-parent"]
+    if drop_caps if drop_caps is not None else os.geteuid() == 0:
+        argv += ["--cap-drop", "ALL"]
+    if network_fds is not None and not offline:
+        argv += ["--info-fd", str(network_fds[0]), "--block-fd", str(network_fds[1])]
     argv += ["--chdir", str(chdir if chdir is not None else folder), "--", *command]
     return argv
 
 
+def pasta_argv(pasta: str, pid: int, ports: Sequence[int], pid_file: Path,
+               ns_fds: tuple[int, int] | None = None) -> list[str]:
+    """pasta attached to process ``pid``'s network namespace: its network configured
+    (``--config-net``), the host's gateway not mapped to the host (``--no-map-gw``), no
+    port forwarded into it (``-t none -u none``), no UDP towards the host's loopback, and
+    TCP towards the host's 127.0.0.1 on ``ports`` only (``-T``; ``-T none`` when empty: with
+    no explicit list pasta forwards every bound port). As root: ``--runas 0`` (pasta
+    otherwise drops to ``nobody``, who cannot open the namespace) and ``--netns-only``.
+    ``ns_fds`` (not root): ``(user namespace fd, network namespace fd)`` inherited by pasta,
+    which joins that user namespace — the one owning the network namespace, which
+    unprivileged bwrap made; its child runs in a nested one — then the network's. Pure."""
+    argv = [pasta]
+    if os.geteuid() == 0:
+        argv += ["--runas", "0"]
+    argv += ["--config-net", "--no-map-gw", "-t", "none", "-u", "none", "-U", "none",
+             "-T", ",".join(str(p) for p in sorted(set(ports))) or "none"]
+    if ns_fds is not None:
+        argv += ["--userns", f"/proc/self/fd/{ns_fds[0]}", "--netns", f"/proc/self/fd/{ns_fds[1]}"]
+    else:
+        argv += ["--netns", f"/proc/{pid}/ns/net", "--netns-only"]
+    argv += ["-P", str(pid_file), "-q"]
+    return argv
+
+
+NS_GET_USERNS = 0xB701
+"""ioctl(2) on a namespace's fd: a new fd of the user namespace that owns it."""
+
+
+def _namespace_fds(pid: int) -> tuple[int, int]:
+    """``(user namespace fd, network namespace fd)`` of ``pid``'s network namespace (the
+    user namespace that owns it). ``OSError`` when they cannot be opened."""
+    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fcntl.ioctl(net, NS_GET_USERNS), net
+    except BaseException:
+        os.close(net)
+        raise
+
+
+class Network:
+    """pasta for one start of a sandboxed agent: the pipes bwrap reports on (``--info-fd``)
+    and waits on (``--block-fd``), pasta's attach once bwrap made the namespace, and its end.
+
+    Made in a thread by :meth:`Sandbox.command` (the pipes, the pid file's folder). The
+    spawn passes :attr:`pass_fds` to bwrap, then calls :meth:`spawned` (our copies of
+    bwrap's ends closed) and awaits :meth:`attach`; :meth:`close` (idempotent, never
+    raises) kills pasta and closes what is left."""
+
+    def __init__(self, pasta: str, ports: Sequence[int]) -> None:
+        self.pasta = pasta
+        self.ports = sorted(set(ports))
+        self.pid: int | None = None  # pasta's, once attached
+        self._pidfd: int | None = None
+        self._info_r, self._info_w = os.pipe()
+        self._block_r, self._block_w = os.pipe()
+        self._folder = Path(tempfile.mkdtemp(prefix="escouade-pasta-"))
+        self.closed = False
+
+    @property
+    def pass_fds(self) -> tuple[int, int]:
+        """bwrap's ends: ``(info fd, block fd)``, its ``--info-fd`` and ``--block-fd``."""
+        return self._info_w, self._block_r
+
+    def spawned(self) -> None:
+        """bwrap runs: our copies of its ends are closed (so a bwrap that dies early gives
+        end of file on the info pipe, not a wait)."""
+        for fd in (self._info_w, self._block_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._info_w = self._block_r = -1
+
+    def _read_info(self) -> int:
+        data = b""
+        while True:
+            chunk = os.read(self._info_r, 4096)
+            if not chunk:
+                raise SandboxError("--sandbox: bwrap ended before it made the agent's network namespace "
+                                   "(can it unshare the network here?); nothing was started")
+            data += chunk
+            with contextlib.suppress(ValueError):
+                child = int(json.loads(data)["child-pid"])
+                break
+        if os.geteuid() == 0:
+            self._dropped(child)
+        return child
+
+    @staticmethod
+    def _dropped(child: int) -> None:
+        """As root: wait (in this thread) until bwrap's child has dropped its capabilities
+        (``--cap-drop ALL``, a few ms after it reports its pid, before it blocks on the
+        block pipe): pasta, which keeps only a few, may open the namespace of a process
+        holding no more than it (the kernel's ptrace access rule), not before."""
+        deadline = time.monotonic() + ATTACH_LIMIT
+        while time.monotonic() < deadline:
+            try:
+                status = Path(f"/proc/{child}/status").read_text()
+            except OSError:
+                return  # gone: pasta says so
+            if any(line.split() == ["CapPrm:", "0000000000000000"] for line in status.splitlines()):
+                return
+            time.sleep(0.001)
+
+    async def attach(self) -> None:
+        """bwrap's child's pid read from the info pipe (in a thread), pasta run on its
+        namespace (an async subprocess; it daemonizes once the namespace is configured),
+        its pid read from ``-P``, then the block pipe written: the agent's program starts.
+        :class:`SandboxError` (one line) when bwrap ended first, pasta failed, or it took
+        over :data:`ATTACH_LIMIT` seconds."""
+        ns_fds: tuple[int, int] | None = None
+        try:
+            child = await asyncio.wait_for(asyncio.to_thread(self._read_info), ATTACH_LIMIT)
+            pid_file = self._folder / "pasta.pid"
+            if os.geteuid() != 0:  # not root: pasta joins the user namespace owning the network one
+                try:
+                    ns_fds = _namespace_fds(child)
+                except OSError as exc:
+                    raise SandboxError(f"--sandbox: the agent's network namespace cannot be opened "
+                                       f"({exc.strerror or exc}); nothing was started") from None
+            process = await asyncio.create_subprocess_exec(
+                *pasta_argv(self.pasta, child, self.ports, pid_file, ns_fds), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                pass_fds=ns_fds or ())
+            try:
+                _, err = await asyncio.wait_for(process.communicate(), ATTACH_LIMIT)
+            except BaseException:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+                raise
+            if pid_file.is_file():  # pasta wrote it: the daemon to end with the agent, whatever its exit says
+                self._held(int(pid_file.read_text().strip() or 0))
+            if process.returncode != 0:
+                why = [line for line in err.decode("utf-8", "replace").splitlines()
+                       if line.strip() and "syslog" not in line]
+                raise SandboxError(f"--sandbox: pasta could not give the agent its network "
+                                   f"({why[-1] if why else f'exit code {process.returncode}'}); nothing was started")
+            os.write(self._block_w, b"1")
+        except TimeoutError:
+            raise SandboxError(f"--sandbox: the agent's network was not ready within {ATTACH_LIMIT:g} s; "
+                               f"nothing was started") from None
+        finally:
+            for fd in (self._block_w, *(ns_fds or ())):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._block_w = -1
+
+    def _held(self, pid: int) -> None:
+        if pid <= 0:
+            return
+        self.pid = pid
+        with contextlib.suppress(OSError):
+            self._pidfd = os.pidfd_open(pid)  # signalled through it: a reused pid is never hit
+
+    def close(self) -> None:
+        """pasta killed (SIGKILL through its pidfd: it holds nothing to save), the pipes
+        closed and the pid file's folder removed. Idempotent; never raises."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = None
+        elif self.pid is not None:  # no pidfd here (an old kernel): by pid, if it is still pasta
+            with contextlib.suppress(OSError):
+                if PASTA.encode() in Path(f"/proc/{self.pid}/cmdline").read_bytes():
+                    os.kill(self.pid, signal.SIGKILL)
+        for fd in (self._info_r, self._info_w, self._block_r, self._block_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._info_r = self._info_w = self._block_r = self._block_w = -1
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+@dataclass
+class Confined:
+    """One start's command line under bwrap and its network (None: ``offline``, or a
+    command with no network at all). What the spawn needs: :attr:`pass_fds`, then
+    :meth:`spawned` and :meth:`attach`; :meth:`close` when the process ended (idempotent)."""
+
+    argv: list[str]
+    network: Network | None = None
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return self.network.pass_fds if self.network is not None else ()
+
+    def spawned(self) -> None:
+        if self.network is not None:
+            self.network.spawned()
+
+    async def attach(self) -> None:
+        if self.network is not None:
+            await self.network.attach()
+
+    def close(self) -> None:
+        if self.network is not None:
+            self.network.close()
+
+
 @dataclass(frozen=True)
 class Binds:
-    """What one sandboxed start binds (:meth:`Sandbox.binds`): ``bwrap`` (its path),
-    ``folder`` (the agent's folder, real path), ``writable`` (its other writable folders:
-    additional directories, state folders, a worktree's git folders; real paths) and
-    ``readable`` (bound read-only after the private ``/tmp``). :meth:`argv` is its command
-    line."""
+    """What one sandboxed start binds, hides and protects (:meth:`Sandbox.binds`, the one
+    computation behind the agent's command line, its client file system's reach and its
+    terminals' command lines): ``bwrap`` (its path), ``folder`` (the agent's folder, real
+    path), ``writable`` (its other writable folders: additional directories, state
+    folders, a worktree's git folders; real paths), ``readable`` (bound read-only after the
+    private ``/tmp``), ``hidden`` (:func:`hidden_folders`: ``/tmp`` and the folders seen
+    empty), ``protected`` (:func:`git_protected`: read-only over the writable ones),
+    ``files`` (bound back read-only inside a hidden folder: its own token file), ``pasta``
+    (its path; None: no network at all) and ``ports`` (the host's 127.0.0.1 TCP ports its
+    network reaches). :meth:`argv` is a command line, :meth:`confined` one with its own
+    network."""
 
     bwrap: str
     folder: Path
     writable: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()
-    offline: bool = False
+    hidden: tuple[Path, ...] = ()
+    protected: tuple[Path, ...] = ()
+    files: tuple[Path, ...] = ()
+    pasta: str | None = None
+    ports: tuple[int, ...] = ()
 
     @property
     def writable_set(self) -> tuple[Path, ...]:
         """Every folder the sandboxed process may write (its private ``/tmp`` aside, which
-        is not the kernel's): ``folder`` and ``writable``."""
+        is not the kernel's): ``folder`` and ``writable`` (less :attr:`protected`)."""
         return (self.folder, *self.writable)
 
-    def without(self, hidden: Iterable[Path]) -> Binds:
-        """The same binds less the readable ones that are one of ``hidden`` (the kernel's
-        token folder: a client terminal has no use for it)."""
-        drop = {os.path.realpath(p) for p in hidden}
-        return Binds(self.bwrap, self.folder, self.writable,
-                     tuple(p for p in self.readable if os.path.realpath(p) not in drop), self.offline)
+    def for_terminals(self) -> Binds:
+        """The same sandbox for a client terminal or a terminal sign-in: the same hidden
+        folders, protected files and network, less the files bound back (the agent's token
+        file: the token folder stays hidden whole)."""
+        return dataclasses.replace(self, files=())
 
-    def argv(self, command: Sequence[str], chdir: Path | None = None) -> list[str]:
+    def argv(self, command: Sequence[str], chdir: Path | None = None,
+             network_fds: tuple[int, int] | None = None) -> list[str]:
         """``command`` under bwrap with these binds (:func:`bwrap_argv`), starting in
-        ``chdir`` (default the folder). Pure."""
+        ``chdir`` (default the folder); ``network_fds``: its network's pipes. Pure."""
         return bwrap_argv(self.bwrap, command, folder=self.folder, writable=self.writable, readable=self.readable,
-                          offline=self.offline, chdir=chdir)
+                          offline=self.pasta is None, hidden=self.hidden, protected=self.protected, files=self.files,
+                          network_fds=network_fds, chdir=chdir)
+
+    def confined(self, command: Sequence[str], chdir: Path | None = None) -> Confined:
+        """``command`` under bwrap with these binds and a network of its own (a
+        :class:`Network`: pasta attached at the spawn; none when :attr:`pasta` is None).
+        Makes two pipes and a folder: off the loop. The caller spawns with
+        :attr:`Confined.pass_fds` and ends it with :meth:`Confined.close`."""
+        net = Network(self.pasta, self.ports) if self.pasta is not None else None
+        try:
+            argv = self.argv(command, chdir, net.pass_fds if net is not None else None)
+        except BaseException:
+            if net is not None:
+                net.close()
+            raise
+        return Confined(argv, net)
 
 
-def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> list[Path]:
-    """The folders a sandboxed agent must not read (real paths, existing or not): the
-    kernel's ``/tmp`` (the sandbox has its own, an empty tmpfs), Jupyter's runtime folder
-    (``jupyter_core.paths.jupyter_runtime_dir()``: the kernels' connection files, their
-    HMAC keys), ``$XDG_RUNTIME_DIR`` (of ``env``, the agent's environment, and of the
-    kernel's) and ``token_folder`` (the kernel's MCP token files, :mod:`.token_files`).
-    The one list: what the client file system neither reads nor writes for a sandboxed
-    agent (:func:`client_confinement`); a folder the sandbox binds inside one of them (its
-    own folder under ``/tmp``) stays readable. (:func:`bwrap_argv` hides ``/tmp`` only,
-    with its tmpfs; hiding the others in the sandbox itself is to use this list too.)
-    Reads the environment only (and resolves symlinks): cheap."""
-    from jupyter_core.paths import jupyter_runtime_dir
-
-    found = [Path("/tmp"), Path(jupyter_runtime_dir())]
-    for runtime in (env.get("XDG_RUNTIME_DIR"), os.environ.get("XDG_RUNTIME_DIR")):
-        if runtime and Path(runtime).is_absolute():
-            found.append(Path(runtime))
-    if token_folder is not None:
-        found.append(Path(token_folder))
-    return list(dict.fromkeys(Path(os.path.realpath(p)) for p in found))
-
-
-def client_confinement(binds: Binds, hidden: Sequence[Path]) -> Confinement:
+def client_confinement(binds: Binds) -> Confinement:
     """What the client file system and terminals of an agent sandboxed with ``binds``
-    may touch (:class:`~escouade_nb.wire.fs.Confinement`): write only in its writable set;
-    read anything but the ``hidden`` folders (:func:`hidden_folders`), except inside the
-    folders the sandbox binds there (its own, its program's…, never a hidden one itself)."""
-    hidden_real = [Path(os.path.realpath(p)) for p in hidden]
+    may touch (:class:`~escouade_nb.wire.fs.Confinement`), the process's own reach: write
+    only in its writable set, never over a protected git file; read anything but the
+    hidden folders (:attr:`Binds.hidden`), except inside the folders the sandbox binds
+    there (its own, its program's…, never a hidden one itself; not its token file)."""
+    hidden_real = [Path(os.path.realpath(p)) for p in binds.hidden]
     shown = [p for p in (*binds.writable_set, *binds.readable) if Path(os.path.realpath(p)) not in hidden_real]
-    return Confinement(writable=binds.writable_set, hidden=tuple(hidden_real), shown=tuple(shown))
+    return Confinement(writable=binds.writable_set, hidden=tuple(hidden_real), shown=tuple(shown),
+                       readonly=binds.protected)
 
 
-def client_reach(binds: Binds, hidden: Sequence[Path]) -> tuple[Confinement, Callable[[list[str], Path], list[str]]]:
+def client_reach(binds: Binds) -> tuple[Confinement, Callable[[list[str], Path], Confined]]:
     """What the client may do for an agent sandboxed with ``binds``: its
     :func:`client_confinement`, and the ``wrap(argv, cwd)`` of its terminals
-    (:func:`terminal_command` with ``binds`` less the ``hidden`` folders bound read-only,
-    the kernel's token folder). For :meth:`~..wire.client.EscouadeClient.confine` and a
-    :class:`~..wire.terminals.TerminalManager`. Pure."""
-    for_terminals = binds.without(hidden)
-    return client_confinement(binds, hidden), lambda argv, cwd: terminal_command(for_terminals, argv, cwd)
+    (:func:`terminal_command`: a :class:`Confined` to spawn, attach and close). For
+    :meth:`~..wire.client.EscouadeClient.confine` and a
+    :class:`~..wire.terminals.TerminalManager`. Pure (``wrap`` is not: call it off the
+    loop)."""
+    return client_confinement(binds), lambda argv, cwd: terminal_command(binds, argv, cwd)
 
 
-def terminal_command(binds: Binds, argv: Sequence[str], cwd: Path) -> list[str]:
-    """A client terminal's ``argv`` (``terminal/create`` of a sandboxed agent) under the
-    same sandbox as the agent's process: its ``binds`` (less the kernel's token folder,
-    :meth:`Binds.without`), starting in ``cwd`` (checked to be in its writable set by
-    the terminal manager). The one place a terminal is wrapped. Pure."""
-    return binds.argv(argv, chdir=cwd)
+def terminal_command(binds: Binds, argv: Sequence[str], cwd: Path) -> Confined:
+    """A client terminal's ``argv`` (``terminal/create`` of a sandboxed agent, or its
+    terminal sign-in) under the same sandbox as the agent's process: its ``binds`` less
+    its token file (:meth:`Binds.for_terminals`), starting in ``cwd`` (checked to be in
+    its writable set by the terminal manager), with a network of its own cut the same
+    way (its own pasta, the same ports; none for an offline agent). The one place a
+    terminal is wrapped. Makes pipes: off the loop."""
+    return binds.for_terminals().confined(argv, chdir=cwd)
 
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How one agent is sandboxed: ``offline`` cuts the network. Held by the agent
-    (``agent.sandbox``); :meth:`command` makes each start's command line."""
+    """How one agent is sandboxed: ``offline`` cuts the network whole (no pasta);
+    ``ports``: the host's 127.0.0.1 TCP ports the agent may reach besides the kernel's MCP
+    server (a local model: ``squad.start(..., sandbox_ports=[11434])``,
+    ``%escouade NAME --sandbox-port 11434``). Held by the agent (``agent.sandbox``);
+    :meth:`binds` makes what each start binds, :meth:`command` its command line."""
 
     offline: bool = False
+    ports: tuple[int, ...] = field(default=())
 
-    def record(self) -> dict[str, bool]:
-        """What a transcript header keeps of it (``{"offline": bool}``): a resume sandboxes
-        the agent again."""
-        return {"offline": self.offline}
+    def record(self) -> dict[str, Any]:
+        """What a transcript header keeps of it (``{"offline": bool, "ports": [int]}``): a
+        resume sandboxes the agent again, with the same ports."""
+        return {"offline": self.offline, **({"ports": list(self.ports)} if self.ports else {})}
+
+    @classmethod
+    def from_record(cls, record: Any) -> Sandbox:
+        """The sandbox of a transcript header's ``sandbox`` entry (:meth:`record`)."""
+        record = record if isinstance(record, dict) else {}
+        ports = record.get("ports") or []
+        return cls(offline=bool(record.get("offline")),
+                   ports=tuple(p for p in ports if type(p) is int and 0 < p < 65536))
 
     async def command(self, command: Sequence[str], *, folder: Path, env: Mapping[str, str],
                       state_folders: Sequence[str] = (), also: Sequence[Path] = (),
                       worktree: Path | None = None, branch: str | None = None,
-                      readable: Sequence[Path] = ()) -> list[str]:
+                      readable: Sequence[Path] = (), kernel_port: int | None = None,
+                      token_folder: Path | None = None, token_file: Path | None = None,
+                      network: bool = True) -> Confined:
         """``command`` wrapped in bwrap for an agent working in ``folder`` with environment
-        ``env``: :meth:`binds` (same arguments, same errors), then :meth:`Binds.argv`."""
+        ``env``: :meth:`binds` (same arguments, same errors), then :meth:`Binds.confined`
+        (in the same thread)."""
         binds = await self.binds(command, folder=folder, env=env, state_folders=state_folders, also=also,
-                                 worktree=worktree, branch=branch, readable=readable)
-        return binds.argv(command)
+                                 worktree=worktree, branch=branch, readable=readable, kernel_port=kernel_port,
+                                 token_folder=token_folder, token_file=token_file, network=network)
+        return await asyncio.to_thread(binds.confined, command)
 
     async def binds(self, command: Sequence[str], *, folder: Path, env: Mapping[str, str],
                     state_folders: Sequence[str] = (), also: Sequence[Path] = (),
                     worktree: Path | None = None, branch: str | None = None,
-                    readable: Sequence[Path] = ()) -> Binds:
-        """What bwrap binds for ``command`` run by an agent working in ``folder`` with
-        environment ``env`` (what expands its ``state_folders``, the manifest's
-        ``acp.stateFolders``); ``also``: more writable folders (its additional directories);
-        ``worktree`` / ``branch``: its git worktree (see :func:`worktree_git_folders`);
-        ``readable``: folders bound read-only (existing ones; after the private ``/tmp``).
-        The file work runs in a thread. :class:`SandboxMissing` without bwrap,
+                    readable: Sequence[Path] = (), kernel_port: int | None = None,
+                    token_folder: Path | None = None, token_file: Path | None = None,
+                    network: bool = True) -> Binds:
+        """What bwrap binds, hides and protects for ``command`` run by an agent working in
+        ``folder`` with environment ``env`` (what expands its ``state_folders``, the
+        manifest's ``acp.stateFolders``); ``also``: more writable folders (its additional
+        directories); ``worktree`` / ``branch``: its git worktree (see
+        :func:`worktree_git_folders`); ``readable``: folders bound read-only (existing ones;
+        after the private ``/tmp``); ``token_folder``: the kernel's MCP token folder, hidden
+        but for ``token_file`` (this agent's own, bound read-only); ``kernel_port``: the
+        kernel's MCP server's port, forwarded with :attr:`ports`; ``network`` False (a
+        worktree's setup): no network, as ``offline``. The file work runs in a thread.
+        :class:`SandboxMissing` without bwrap (or pasta, when there is a network),
         :class:`SandboxError` for a state folder that is ``/``, the home folder itself, or
         cannot be made."""
         bwrap = find_bwrap(env.get("PATH"))
-        return await asyncio.to_thread(self._binds, bwrap, list(command), folder, dict(env),
-                                       list(state_folders), list(also), worktree, branch, list(readable))
+        online = network and not self.offline
+        pasta = find_pasta(env.get("PATH")) if online else None
+        ports = tuple(sorted({*self.ports, *([kernel_port] if kernel_port else [])}))
+        return await asyncio.to_thread(self._binds, bwrap, pasta, ports, list(command), folder, dict(env),
+                                       list(state_folders), list(also), worktree, branch, list(readable),
+                                       token_folder, token_file)
 
-    def _binds(self, bwrap: str, command: list[str], folder: Path, env: dict[str, str], state_folders: list[str],
-               also: list[Path], worktree: Path | None, branch: str | None, extra: list[Path]) -> Binds:
+    def _binds(self, bwrap: str, pasta: str | None, ports: tuple[int, ...], command: list[str], folder: Path,
+               env: dict[str, str], state_folders: list[str], also: list[Path], worktree: Path | None,
+               branch: str | None, extra: list[Path], token_folder: Path | None, token_file: Path | None) -> Binds:
         home = Path(env.get("HOME") or str(Path.home())).resolve()
         writable: list[Path] = []
         for spec in state_folders:
@@ -340,32 +738,48 @@ class Sandbox:
         readable = _under_tmp(command) + [Path(p) for p in extra if Path(p).is_dir()]
         if home.is_relative_to("/tmp") and home != Path("/tmp") and home.is_dir():
             readable.append(home)  # a HOME made under /tmp (a test's): read-only, as a home is elsewhere
+        folder = Path(folder).resolve()
+        protected = git_protected([folder, *writable])
         if worktree is not None:
             git_folders = worktree_git_folders(Path(worktree), branch)
             writable += git_folders
-            if git_folders and git_folders[1].is_relative_to("/tmp"):  # the repository, hidden by the private /tmp
-                readable.append(git_folders[1].parent.parent)  # <repo>/.git/objects -> <repo>: read-only
-        return Binds(bwrap, Path(folder).resolve(), tuple(writable), tuple(readable), self.offline)
+            if git_folders:
+                protected += git_protected(git_folders[:1])  # its admin folder's commondir, gitdir, config.worktree
+                if git_folders[1].is_relative_to("/tmp"):  # the repository, hidden by the private /tmp
+                    readable.append(git_folders[1].parent.parent)  # <repo>/.git/objects -> <repo>: read-only
+        hidden = hidden_folders(env, token_folder)
+        files = [Path(token_file)] if token_file is not None and Path(token_file).is_file() else []
+        return Binds(bwrap, folder, tuple(writable), tuple(readable), tuple(hidden), tuple(protected), tuple(files),
+                     pasta, ports)
 
 
 async def sandboxed(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
-                    readable: Sequence[Path] = ()) -> Binds:
+                    readable: Sequence[Path] = (), *, kernel_port: int | None = None,
+                    token_folder: Path | None = None, token_file: Path | None = None,
+                    network: bool = True) -> Binds:
     """The binds of ``argv`` (the agent's command line) under ``agent.sandbox`` for this
     start: its folder, additional directories, manifest's ``acp.stateFolders`` (expanded
-    with ``env``, its environment) and worktree; ``readable``: more folders bound read-only
-    (the kernel's token folder for the stdio bridge). ``binds.argv(argv)`` is its command
-    line. Errors as :meth:`Sandbox.binds`."""
+    with ``env``, its environment) and worktree; ``readable``: more folders bound
+    read-only; ``kernel_port``, ``token_folder``, ``token_file``, ``network``: as
+    :meth:`Sandbox.binds`. ``binds.confined(argv)`` is its command line and network.
+    Errors as :meth:`Sandbox.binds`."""
     sandbox: Sandbox = agent.sandbox
     acp_spec = agent.harness.acp
     worktree = agent.worktree
     return await sandbox.binds(argv, folder=agent.cwd, env=env,
                                state_folders=list(acp_spec.state_folders) if acp_spec is not None else [],
                                also=list(agent.add_dirs), worktree=worktree.path if worktree is not None else None,
-                               branch=worktree.branch if worktree is not None else None, readable=readable)
+                               branch=worktree.branch if worktree is not None else None, readable=readable,
+                               kernel_port=kernel_port, token_folder=token_folder, token_file=token_file,
+                               network=network)
 
 
 async def sandboxed_command(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
-                            readable: Sequence[Path] = ()) -> list[str]:
-    """``argv`` under ``agent.sandbox`` for this start (:func:`sandboxed`), as a command
-    line. Errors as :meth:`Sandbox.command`."""
-    return (await sandboxed(agent, argv, env, readable)).argv(argv)
+                            readable: Sequence[Path] = (), *, kernel_port: int | None = None,
+                            token_folder: Path | None = None, token_file: Path | None = None,
+                            network: bool = True) -> Confined:
+    """``argv`` under ``agent.sandbox`` for this start (:func:`sandboxed`), as a
+    :class:`Confined` (its command line and network). Errors as :meth:`Sandbox.binds`."""
+    binds = await sandboxed(agent, argv, env, readable, kernel_port=kernel_port, token_folder=token_folder,
+                            token_file=token_file, network=network)
+    return await asyncio.to_thread(binds.confined, argv)

@@ -3,9 +3,10 @@
 For ``{"type": "terminal", "id", "name", "args"?, "env"?}`` the client runs the agent's
 OWN command (its argv, ``via`` launcher included) plus ``args``, with ``env`` (an object)
 over the agent's environment, in a terminal of its own: never ``authenticate``. A
-sandboxed agent's sign-in runs in its sandbox (bwrap with the binds of its own command
-line: :func:`.sandbox.client_reach`), the method's ``env`` checked as a terminal
-request's (no variable the loader reads). Exit status 0 is success; the client then
+sandboxed agent's sign-in runs in its sandbox (bwrap with the binds, hidden folders and
+read-only git files of its own command line, and a network of its own cut as the agent's
+is — its own pasta, the declared ports: :func:`.sandbox.client_reach`), the method's
+``env`` checked as a terminal request's (no variable the loader reads). Exit status 0 is success; the client then
 reconnects (a restart: a new process and ``initialize``) and sends once more the prompt
 the agent refused with ``auth_required``.
 
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..wire.errors import AgentError
 from ..wire.terminals import TerminalEvent, TerminalManager
 from .launcher import agent_env, launch_argv
-from .sandbox import SandboxError, client_reach, hidden_folders, sandboxed
+from .sandbox import SandboxError, client_reach, sandboxed
 
 if TYPE_CHECKING:
     from ..core.conversation import ToolCall
@@ -72,13 +73,15 @@ class TerminalSignIn:
         if getattr(self.agent, "sandbox", None) is not None:  # in the agent's sandbox, as its process runs
             base = agent_env(self.agent)
             env = [{"name": str(k), "value": str(v)} for k, v in (self.method.get("env") or {}).items()]
+            live = getattr(self.agent, "live", None)  # the kernel's token folder, hidden as from its process
             try:  # the binds of its own command line, not of the agent's args: they choose nothing bound
                 binds = await sandboxed(self.agent, launch_argv(self.agent.via, [self.agent.program,
-                                                                                 *self.agent.harness.acp.args]), base)
+                                                                                 *self.agent.harness.acp.args]), base,
+                                        token_folder=getattr(live, "token_folder", None))
             except SandboxError as exc:
                 conversation.add_notice(f"Sign-in {name!r} could not start", level="error", detail=str(exc))
                 raise AgentError(f"sign-in with {self.method.get('id')!r} could not start: {exc}") from None
-            reach = client_reach(binds, hidden_folders(base))
+            reach = client_reach(binds)
         async with TerminalManager(self.agent.cwd, env=base, id_prefix="sign-in", confinement=reach[0],
                                    wrap=reach[1]) as terminals:
             self._terminals = terminals

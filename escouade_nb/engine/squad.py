@@ -68,6 +68,22 @@ class AgentTable(dict):
 
 
 
+def _ports(ports: Sequence[int | str]) -> tuple[int, ...]:
+    """``sandbox_ports`` checked: TCP ports 1–65535, each once, in order; :class:`SquadError`
+    naming a bad one."""
+    found: list[int] = []
+    for port in ports:
+        try:
+            number = int(port)
+        except (TypeError, ValueError):
+            number = 0
+        if not 0 < number < 65536 or isinstance(port, bool):
+            raise SquadError(f"sandbox port {port!r}: not a TCP port (1-65535)")
+        if number not in found:
+            found.append(number)
+    return tuple(found)
+
+
 def named_program(ref: HarnessRef) -> str:
     """The program of ``ref`` run through a launcher (``--via``): wherever the launcher puts
     it, so named (its manifest's first ``locate.names``, else its short id), not looked up here."""
@@ -273,7 +289,8 @@ class Squad:
               kernel_tools: bool | None = None, worktree: bool | str = False,
               worktree_base: str | None = None, add_dirs: Sequence[str | Path] = (),
               system_prompt: str | None = None, system_prompt_mode: str = "append",
-              session_id: str | None = None, review: bool = False, sandbox: bool = False) -> Agent:
+              session_id: str | None = None, review: bool = False, sandbox: bool = False,
+              sandbox_ports: Sequence[int] = ()) -> Agent:
         """Find ``harness`` (short or full id), locate its program, start an agent on
         the running loop and return it at once (status ``starting``). The program's
         version is read meanwhile (once per program file); a version outside the
@@ -302,8 +319,10 @@ class Squad:
         ``sandbox``: its process under bubblewrap (:mod:`.sandbox`: the file system
         read-only but its folder, its manifest's ``acp.stateFolders`` and a private
         ``/tmp``; its own pid namespace); also when the folder's ``.escouade.yml`` says
-        ``sandbox: true``. Refused with ``via`` and, in one line naming the package
-        ``bubblewrap``, where ``bwrap`` is not on ``PATH``.
+        ``sandbox: true``. Its network is its own (passt's ``pasta``): the host's loopback
+        is cut but for the kernel's MCP server and ``sandbox_ports`` (the host's 127.0.0.1
+        TCP ports it may reach: a local model; they imply ``sandbox``). Refused with ``via``
+        and, in one line naming the package, where ``bwrap`` or ``pasta`` is not on ``PATH``.
 
         Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
         or account the harness does not have), :class:`ProgramNotFound` (with the
@@ -321,7 +340,8 @@ class Squad:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
             env[ref.harness.account_var] = str(account_dir(ref, account))
         try:
-            project: Project | None = Project.for_folder(folder, private=private, sandbox=sandbox)
+            ports = _ports(sandbox_ports)
+            project: Project | None = Project.for_folder(folder, private=private, sandbox=sandbox or bool(ports))
         except ProjectFileError as exc:  # a .escouade.yml that is not YAML: said, nothing started
             raise SquadError(str(exc)) from None
         if project is not None and project.sandbox:  # before anything is registered or started
@@ -357,7 +377,7 @@ class Squad:
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
         if project is not None and project.sandbox:
-            state_of(agent).sandbox = Sandbox()
+            state_of(agent).sandbox = Sandbox(ports=ports)
         self._add(agent)
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
             self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
@@ -565,7 +585,7 @@ class Squad:
                               sandbox=repo_project.sandbox or project.sandbox)
         agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
         if isinstance(head.get("sandbox"), dict) or (project is not None and project.sandbox):  # sandboxed again
-            state_of(agent).sandbox = Sandbox(offline=bool((head.get("sandbox") or {}).get("offline")))
+            state_of(agent).sandbox = Sandbox.from_record(head.get("sandbox"))
         if isinstance(head.get("worktree"), dict):  # reattached: git still has it (or the view says it has gone)
             try:
                 state_of(agent).in_worktree(Worktree.from_record(head["worktree"]))

@@ -614,6 +614,7 @@ class AgentState:
         session.client.terminals.kill_now()
         if session.alive and session.pid is not None:
             kill_group_now(session.pid)
+        session.end_confined()  # its sandbox's pasta
         if self.file_watch is not None and self.transcript is not None:  # review=True: its writes since its last turn
             self.file_watch.killed_at_exit()  # recorded pending (a resume lists them unanswered)
             self.transcript.flush()

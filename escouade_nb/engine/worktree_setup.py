@@ -30,7 +30,9 @@ bounds; its failure is said and the discard goes on.
 
 Sandboxed when the agent is (``--sandbox``): ``setup`` and ``cleanup`` run under the agent's
 own bubblewrap (:func:`.sandbox.sandboxed_command`: writable only its folder in the worktree,
-the worktree's git administration, its state folders and a private ``/tmp``).
+the worktree's git administration, its state folders and a private ``/tmp``), with no network
+at all (its own network namespace, no pasta: a setup that downloads fails; run it unsandboxed
+or before the agent).
 """
 
 from __future__ import annotations
@@ -426,7 +428,8 @@ async def run_command(agent: AgentHandle, role: str, command: str, folder: Path,
     argv = ["/bin/sh", "-c", command]
     if agent.sandbox is not None:  # as the agent will run: its folder, its worktree's git admin, a private /tmp
         try:
-            argv = await sandboxed_command(agent, argv, agent_env(agent))  # its env: its --account's folders
+            # its env: its --account's folders; no network (bwrap's own namespace, no pasta: nothing to attach)
+            argv = (await sandboxed_command(agent, argv, agent_env(agent), network=False)).argv
         except SandboxError as exc:
             raise SetupFailed(f"worktree {role} could not be sandboxed: {exc}") from None
     conversation = agent.conversation

@@ -20,11 +20,13 @@ Sandboxed agents (``--sandbox``)
     With ``confinement`` set (a :class:`Confinement`), the client file system reaches
     what the agent's sandboxed process reaches, no further: a write whose real path is
     outside its writable set (its folder, additional directories, state folders…) is
-    refused (-32602, ``data.reason`` ``"outside_sandbox"``), and so is a read inside a
-    folder its sandbox hides (``"hidden_by_sandbox"``: the kernel's ``/tmp``, Jupyter's
-    runtime folder…), by the same real-path check as the fence — ``..``, symlinks and
-    sibling prefixes resolved, the races below closed the same way — and nothing is
-    created or written on a refusal. A fence and a confinement both hold when both are set.
+    refused (-32602, ``data.reason`` ``"outside_sandbox"``), so is a write over a git file
+    its sandbox keeps read-only (``"read_only_in_sandbox"``: ``.git/config``, ``.git/hooks``…)
+    and a read inside a folder its sandbox hides (``"hidden_by_sandbox"``: the kernel's
+    ``/tmp``, Jupyter's runtime folder, ``$XDG_RUNTIME_DIR``, the kernel's token folder),
+    by the same real-path check as the fence — ``..``, symlinks and sibling prefixes
+    resolved, the races below closed the same way — and nothing is created or written on
+    a refusal. A fence and a confinement both hold when both are set.
 
 Races (what is checked is what is touched)
     The real path is checked on the event loop, and the disk is touched later, in a
@@ -125,13 +127,21 @@ class FenceError(EscouadeError, RequestError):
 
 class SandboxRefusal(EscouadeError, RequestError):
     """A sandboxed agent's path out of its reach (-32602): a write outside its writable
-    set (``data.reason`` ``"outside_sandbox"``, ``data.writable`` the folders), a read or
+    set (``data.reason`` ``"outside_sandbox"``, ``data.writable`` the folders), a write over
+    a git file the sandbox keeps read-only (``"read_only_in_sandbox"``), a read or
     a write in a folder its sandbox hides (``"hidden_by_sandbox"``, ``data.hidden`` the
     folder)."""
 
     def __init__(self, path: str, real: Path, confinement: Confinement, writing: bool) -> None:
         shown = path if str(real) == path else f"{path} (really {real})"
-        if writing and not inside(real, confinement.writable):
+        if writing and inside(real, confinement.writable) and inside(real, confinement.readonly):
+            folder = next(r for r in confinement.readonly if real.is_relative_to(r))
+            super().__init__(INVALID_PARAMS, f"Refused: {shown} is in {folder}, which this agent's sandbox keeps "
+                                             "read-only (a file that makes the kernel's git run code); escouade_nb "
+                                             "does not write it for it; nothing was written",
+                             {"path": path, "realPath": str(real), "readOnly": str(folder),
+                              "reason": "read_only_in_sandbox"})
+        elif writing and not inside(real, confinement.writable):
             folders = ", ".join(map(str, confinement.writable))
             super().__init__(INVALID_PARAMS, f"Refused: {shown} is outside what this sandboxed agent may write "
                                              f"({folders}); escouade_nb writes for it only there, as its sandbox "
@@ -172,22 +182,25 @@ class Confinement:
     sandbox hides: the kernel's ``/tmp``, Jupyter's runtime folder…) unless also inside a
     folder of ``shown`` that is in that hidden folder (what the sandbox binds there: its
     own folder under ``/tmp``); a hidden folder inside its writable set is neither read
-    nor written. Real paths
+    nor written, nor is anything inside ``readonly`` (bound read-only over the writable
+    set: ``.git/config``, ``.git/hooks``…). Real paths
     (made so). ``escouade_nb.engine.sandbox.client_confinement`` makes one from the
     sandbox's binds."""
 
     writable: tuple[Path, ...]
     hidden: tuple[Path, ...] = ()
     shown: tuple[Path, ...] = ()
+    readonly: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("writable", "hidden", "shown"):
+        for name in ("writable", "hidden", "shown", "readonly"):
             object.__setattr__(self, name, tuple(Path(os.path.realpath(p)) for p in getattr(self, name)))
 
     def may_write(self, real: Path) -> bool:
-        """Whether the real path ``real`` is in the writable set (and readable: a hidden
-        folder inside its folder stays hidden)."""
-        return inside(real, self.writable) and self.may_read(real)
+        """Whether the real path ``real`` is in the writable set, not in ``readonly`` (what
+        the sandbox binds read-only over it: the kernel's git config and hooks) and
+        readable (a hidden folder inside its folder stays hidden)."""
+        return inside(real, self.writable) and not inside(real, self.readonly) and self.may_read(real)
 
     def may_read(self, real: Path) -> bool:
         """Whether the real path ``real`` is readable: in no hidden folder, or in a folder

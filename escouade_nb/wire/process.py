@@ -88,8 +88,9 @@ def _spawn_gate() -> asyncio.Lock:
     return gate
 
 
-async def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> Process:
-    """Start ``argv`` with piped stdio in a new session (its own process group).
+async def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], pass_fds: Sequence[int] = ()) -> Process:
+    """Start ``argv`` with piped stdio in a new session (its own process group);
+    ``pass_fds``: file descriptors it inherits (a sandbox's pipes to bwrap).
 
     The spawns of one loop take turns: each runs fork/exec, the wait for the exec and the
     start of asyncio's child-watcher thread synchronously on the loop (3–10 ms on a busy
@@ -100,7 +101,7 @@ async def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> Pr
     async with _spawn_gate():
         return await anyio.open_process(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, cwd=str(cwd), env=dict(env),
-                                        start_new_session=True)
+                                        start_new_session=True, pass_fds=tuple(pass_fds))
 
 
 async def drain(stream, ring: StderrRing) -> None:

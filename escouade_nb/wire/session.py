@@ -119,6 +119,7 @@ class AgentSession:
         self._on_exit = on_exit
         self._line_observers = list(line_observers)
         self.process: Any = None
+        self.confined: Any = None  # a sandbox's (engine.sandbox.Confined): pass_fds, spawned(), attach(), close()
         self.transport: LineTransport | None = None
         self.conn: Any = None
         self.session_id: str | None = None
@@ -157,10 +158,31 @@ class AgentSession:
         """Spawn and connect. Raises ``OSError`` when the program cannot start,
         :class:`SessionClosed` when :meth:`close` came first (or during the spawn)."""
         if self.closing:
+            self.end_confined()
             raise SessionClosed(f"agent {self.name!r} was closed before it started")
-        self.process = await spawn(self.argv, cwd=self.cwd, env=self.env)
+        confined = self.confined
+        try:
+            process = await spawn(self.argv, cwd=self.cwd, env=self.env,
+                                  pass_fds=confined.pass_fds if confined is not None else ())
+        except BaseException:
+            if confined is not None:
+                confined.close()
+            raise
+        if confined is not None:  # its network attached before its program starts (bwrap waits on it)
+            confined.spawned()
+            try:  # (self.process is set after: a Stop meanwhile waits for no exit, the check below ends it)
+                await confined.attach()
+            except BaseException as exc:
+                with anyio.CancelScope(shield=True):
+                    await terminate_group(process, grace=1.0)
+                confined.close()
+                if self.closing and isinstance(exc, Exception):  # stopped or closed while it was attached
+                    raise SessionClosed(f"agent {self.name!r} was closed while it started") from None
+                raise
+        self.process = process
         if self.closing:  # closed while it spawned: it never speaks
             await terminate_group(self.process)
+            self.end_confined()
             raise SessionClosed(f"agent {self.name!r} was closed while it started")
         stack = contextlib.AsyncExitStack()
         try:
@@ -202,11 +224,18 @@ class AgentSession:
             for send in self._requests.values():
                 send.close()
             self._requests.clear()
+            self.end_confined()
             await stack.aclose()
+
+    def end_confined(self) -> None:
+        """A sandbox's companion (pasta) ended with the process (idempotent; never raises)."""
+        if self.confined is not None:
+            self.confined.close()
 
     async def _watch_exit(self) -> None:
         code = await self.process.wait()
         signal_group(self.process.pid, signal.SIGKILL)  # what it left running in its group goes too
+        self.end_confined()  # its pasta: never outlives it
         await anyio.sleep(0.05)  # let the drain read the last bytes
         self.exit = ExitInfo(code, self.stderr.tail(), self.closing)
         try:
@@ -237,6 +266,7 @@ class AgentSession:
                 await self.conn.close()
         if self.process is not None:
             await terminate_group(self.process, eof_grace=EOF_GRACE)
+        self.end_confined()
 
     # -- handshake ------------------------------------------------------------------------------
     async def initialize(self, capabilities: ClientCapabilities, extra: Mapping[str, Any] | None = None) -> None:

@@ -37,8 +37,12 @@ Working folder
     A sandboxed agent's terminals (``confinement`` and ``wrap`` set, ``--sandbox``) run
     inside the same sandbox as its process: the real folder must be in its writable set
     (else -32602, ``data.reason`` ``"outside_sandbox"``), and the command line is
-    ``wrap(argv, folder)`` (bwrap with the agent's binds, starting in that folder), so
-    what the command reaches is what the agent's process reaches. bwrap itself runs
+    ``wrap(argv, folder)`` (bwrap with the agent's binds, hidden folders and read-only git
+    files, starting in that folder), so what the command reaches is what the agent's
+    process reaches. Its network is its own, cut as the agent's is: ``wrap`` gives a
+    :class:`Wrapped` whose pipes bwrap inherits, and its own pasta is attached before the
+    command runs (a failure refuses the request, nothing left running) and ended when the
+    command's process ends, is killed or released. bwrap itself runs
     outside the sandbox, so a request whose ``env`` sets a variable the dynamic loader or
     the C library reads at start (:data:`LOADER_VARIABLES`, every ``LD_*``) is refused
     (-32602, ``"loader_variable"``); bwrap is found on the manager's ``env``'s ``PATH``,
@@ -95,7 +99,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 from acp import RequestError
@@ -117,6 +121,8 @@ __all__ = [
     "Terminal",
     "TerminalEvent",
     "TerminalManager",
+    "Wrap",
+    "Wrapped",
     "command_argv",
 ]
 
@@ -143,9 +149,28 @@ LOADER_VARIABLES = frozenset({
 terminal refuses a request that sets one: bwrap runs outside the sandbox, and
 ``LD_PRELOAD`` would run the agent's code in it, unconfined."""
 
-Wrap = Callable[[list[str], Path], list[str]]
-"""``wrap(argv, folder)``: a sandboxed agent's terminal command line (bwrap around
-``argv``, starting in the real folder ``folder``)."""
+class Wrapped(Protocol):
+    """A sandboxed terminal's command line and its network (``engine.sandbox.Confined``):
+    spawned with :attr:`pass_fds`, then :meth:`spawned` and :meth:`attach` (its pasta
+    attached before the command runs), :meth:`close` once its process has ended
+    (idempotent, never raises)."""
+
+    argv: list[str]
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]: ...
+
+    def spawned(self) -> None: ...
+
+    async def attach(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+Wrap = Callable[[list[str], Path], Wrapped]
+"""``wrap(argv, folder)``: a sandboxed agent's terminal (bwrap around ``argv``, starting
+in the real folder ``folder``, with a network of its own). It makes pipes: called in a
+worker thread."""
 
 
 def _loader_variable(name: str) -> bool:
@@ -214,6 +239,7 @@ class Terminal:
     cwd: Path
     output_byte_limit: int
     process: Process | None = None
+    confined: Wrapped | None = None  # a sandboxed terminal's network (its pasta), closed when the process ends
     truncated: bool = False
     exit_status: TerminalExitStatus | None = None
     released: bool = False
@@ -337,6 +363,8 @@ class TerminalManager:
         for term in self._terminals.values():
             if term.running and term.pid is not None:
                 signal_group(term.pid, signal.SIGKILL)
+            if term.confined is not None:  # its pasta too
+                term.confined.close()
 
     # -- subscribers ---------------------------------------------------------------------------
     def subscribe(self, fn: Callable[[TerminalEvent], None]) -> Subscription:
@@ -403,28 +431,64 @@ class TerminalManager:
                                    {"command": command, "name": name, "reason": "loader_variable"})
             full_env[name] = value
         argv, shell = command_argv(command, args, shell=self.shell)
-        spawned = argv
+        spawned, confined = argv, None
         if self.confinement is not None:
-            if self.wrap is None:
+            wrap = self.wrap
+            if wrap is None:
                 raise RequestError(INTERNAL_ERROR, "Refused: this agent is sandboxed and its sandbox is not made yet; "
                                                    "nothing was started", {"command": command})
-            spawned = self.wrap(argv, workdir)
+            try:
+                confined = await asyncio.to_thread(wrap, argv, workdir)
+            except OSError as exc:
+                raise RequestError(INTERNAL_ERROR, f"Cannot make this sandboxed terminal: {exc.strerror or exc}; "
+                                                   "nothing was started", {"command": command}) from None
+            spawned = confined.argv
         try:
             process = await anyio.open_process(spawned, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                                stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, cwd=str(workdir), env=full_env,
-                                               start_new_session=True)
+                                               start_new_session=True,
+                                               pass_fds=confined.pass_fds if confined is not None else ())
         except OSError as exc:
+            if confined is not None:
+                confined.close()
             raise RequestError(INVALID_PARAMS, f"Cannot run {argv[0]!r}: {exc.strerror or exc}",
                                {"command": command, "args": list(args or [])}) from None
+        except BaseException:
+            if confined is not None:
+                confined.close()
+            raise
+        if confined is not None:
+            await self._attach(confined, process, command)
         limit = self.default_output_byte_limit if output_byte_limit is None else output_byte_limit
         term = Terminal(id=f"{self._prefix}-{next(self._ids)}", command=command, args=list(args or []), argv=argv,
-                        shell=shell, cwd=workdir, output_byte_limit=limit, process=process)
+                        shell=shell, cwd=workdir, output_byte_limit=limit, process=process, confined=confined)
         self._terminals[term.id] = term
         self._tg.start_soon(self._run, term, name=f"terminal {term.id}")
         self._make_room()
         self._emit(term.id, "created")
         return term.id
+
+    @staticmethod
+    async def _attach(confined: Wrapped, process: Process, command: str) -> None:
+        """A sandboxed terminal's network attached (its own pasta) before its command runs
+        (bwrap waits on it); on a failure the process and its network end and the request
+        is refused (``RequestError``, nothing left running)."""
+        confined.spawned()
+        try:
+            await confined.attach()
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                signal_group(process.pid, signal.SIGKILL)
+                with anyio.move_on_after(5):
+                    await process.wait()
+                confined.close()
+                with anyio.move_on_after(1):
+                    await process.aclose()
+            if isinstance(exc, Exception):
+                raise RequestError(INTERNAL_ERROR, f"This sandboxed terminal could not start: {exc}",
+                                   {"command": command}) from None
+            raise
 
     def _workdir(self, cwd: str | None) -> Path:
         """The real folder a command asked to start in ``cwd`` starts in (blocking: a
@@ -476,6 +540,8 @@ class TerminalManager:
                 # The command is gone: what it left in its group goes too. The group id
                 # cannot have been reused while members remain, so this is safe.
                 signal_group(process.pid, signal.SIGKILL)
+                if term.confined is not None:  # a sandboxed terminal's pasta never outlives it
+                    term.confined.close()
                 with anyio.move_on_after(PIPE_DRAIN_TIMEOUT):
                     await term.pipe_closed.wait()
                 tg.cancel_scope.cancel()
@@ -485,6 +551,8 @@ class TerminalManager:
                     signal_group(process.pid, signal.SIGKILL)
                     with anyio.move_on_after(5):
                         await process.wait()
+                if term.confined is not None:
+                    term.confined.close()
                 term.exit_status = _exit_status(process.returncode)
                 term.exited.set()
                 self._emit(term.id, "exited")

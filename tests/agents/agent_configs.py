@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 SUITE_TOKEN = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 """Put in every agent kernel's environment as ``ESCOUADE_AGENT_SUITE``: the agents and
@@ -68,6 +69,14 @@ class AgentSpec:
         for folder in xdg.values():
             Path(folder).mkdir(parents=True, exist_ok=True)
         return {"HOME": str(home), **xdg, **LOOPBACK_ONLY, **self.configure(home, server_url)}
+
+
+def sandbox_flags(model_url: str) -> str:
+    """The start flags of a ``+sandbox`` bench: ``--sandbox`` and the scripted model server's
+    port on the host's 127.0.0.1 declared (``--sandbox-port``): the sandbox's network
+    forwards it, and no other port of the host's loopback but the kernel's MCP server's."""
+    port = urlsplit(model_url).port
+    return f" --sandbox --sandbox-port {port}"
 
 
 def _write(path: Path, text: str) -> Path:

@@ -11,9 +11,11 @@ For every agent (one kernel each, its environment pointing at the scripted model
 * ``write``: a prompt asks for a file to be written; the file exists and the diff is shown
   (when the agent sends one).
 
-The ``+sandbox`` benches (codex and gemini; ``ESCOUADE_AGENTS_SANDBOXED`` picks others) run every
-scenario with ``%escouade NAME --sandbox`` (bubblewrap: skipped without ``bwrap``), and codex,
-told to write outside its folder, writes with its own shell and is refused by the system.
+The ``+sandbox`` benches (codex, gemini and claude-agent; ``ESCOUADE_AGENTS_SANDBOXED`` picks others)
+run every scenario with ``%escouade NAME --sandbox --sandbox-port PORT`` (bubblewrap and its own
+network by pasta, the scripted model server's port declared: skipped without ``bwrap`` or
+``pasta``), and codex, told to write outside its folder, writes with its own shell and is refused
+by the system.
 
 Timings (start-to-ready, turn) and the client calls each agent made are printed and
 collected in ``agent-report.json`` under pytest's temporary folder (``-s`` shows them).
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_configs import AGENTS, DROP, SUITE_TOKEN
+from agent_configs import AGENTS, DROP, SUITE_TOKEN, sandbox_flags
 from kernel_client import Kernel, act, buttons_of, wait_for
 from model_server import FINAL_PREFIX, SHELL_COMMAND, WRITE_TEXT
 
@@ -106,7 +108,7 @@ class Bench:
         out = self.kernel.run(
             f"_t0 = time.monotonic()\n"
             f"agents[{name!r}] = %escouade {self.harness} --cwd {shlex.quote(str(work))} --as {name} {flags}"
-            f"{' --sandbox' if self.sandboxed else ''}\n"
+            f"{sandbox_flags(self.server.url) if self.sandboxed else ''}\n"
             f"try:\n    await agents[{name!r}].ready()\n"
             f"except Exception as e:\n    print('NOT READY', e)\n"
             f"print('READY', round(time.monotonic() - _t0, 3))\n"
@@ -171,7 +173,8 @@ class Bench:
         return result
 
 
-SANDBOXED = [f"{name}+sandbox" for name in (os.environ.get("ESCOUADE_AGENTS_SANDBOXED") or "codex,gemini").split(",")
+SANDBOXED = [f"{name}+sandbox" for name in (os.environ.get("ESCOUADE_AGENTS_SANDBOXED")
+                                                    or "codex,gemini,claude-agent").split(",")
              if name]
 """Benches whose agents run under bubblewrap (``--sandbox``): the same scenarios, the
 agent's own writes confined to its folder and its manifest's ``acp.stateFolders``
@@ -182,8 +185,8 @@ folders were checked)."""
 @pytest.fixture(scope="module", params=[*AGENTS, "goose", *SANDBOXED])
 def bench(request, model_server, tmp_path_factory):
     harness, _, variant = request.param.partition("+")
-    if variant == "sandbox" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    if variant == "sandbox" and (shutil.which("bwrap") is None or shutil.which("pasta") is None):
+        pytest.skip("bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
     root = tmp_path_factory.mktemp(f"agent-{harness}")
     env = {k: v for k, v in os.environ.items() if k not in DROP}
     if harness == "goose":

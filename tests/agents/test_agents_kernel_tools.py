@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_configs import AGENTS, DROP, SUITE_TOKEN
+from agent_configs import AGENTS, DROP, SUITE_TOKEN, sandbox_flags
 from kernel_client import act, buttons_of, wait_for
 from model_server import FINAL_PREFIX
 from test_agents import REPORT, TURN_TIMEOUT, AgentKernel
@@ -53,8 +53,8 @@ def agent(request, model_server, tmp_path_factory):
     """A kernel with a DataFrame ``df`` and the agent started in it (``+sandbox``: with
     ``--sandbox``), connected to the kernel's server; yields ``(harness, kernel)``."""
     harness, _, variant = request.param.partition("+")
-    if variant == "sandbox" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    if variant == "sandbox" and (shutil.which("bwrap") is None or shutil.which("pasta") is None):
+        pytest.skip("bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
     spec = AGENTS[harness]
     bin_dir = spec.bin_dir()
     if bin_dir is None:
@@ -88,7 +88,7 @@ def agent(request, model_server, tmp_path_factory):
     out = kernel.run(
         f"_t0 = time.monotonic()\n"
         f"a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {harness}-kt"
-        f"{' --sandbox' if variant == 'sandbox' else ''}\n"
+        f"{sandbox_flags(model_server.url) if variant == 'sandbox' else ''}\n"
         f"await a.ready()\n"
         f"a.transport.observers.append(_watch)\n"
         f"print('READY', round(time.monotonic() - _t0, 3))\n"

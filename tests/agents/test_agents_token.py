@@ -22,7 +22,7 @@ import shutil
 
 import pytest
 
-from agent_configs import AGENTS, DROP, SUITE_TOKEN
+from agent_configs import AGENTS, DROP, SUITE_TOKEN, sandbox_flags
 from model_server import FINAL_PREFIX
 from test_agents import REPORT, TURN_TIMEOUT, AgentKernel
 
@@ -82,8 +82,8 @@ def token_seen(token):
 @pytest.mark.parametrize("harness", [*AGENTS, "codex+sandbox", "claude-agent+sandbox"])
 def test_the_token_is_in_no_argv_or_environment_of_the_agents_process_tree(harness, model_server, tmp_path):
     harness, _, variant = harness.partition("+")  # "+sandbox": under bwrap, whose own argv is scanned too
-    if variant == "sandbox" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    if variant == "sandbox" and (shutil.which("bwrap") is None or shutil.which("pasta") is None):
+        pytest.skip("bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
     spec = AGENTS[harness]
     bin_dir = spec.bin_dir()
     if bin_dir is None:
@@ -100,7 +100,7 @@ def test_the_token_is_in_no_argv_or_environment_of_the_agents_process_tree(harne
                    "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
                    + SCANNER)
         kernel.run(f"a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {harness}-token"
-                   f"{' --sandbox' if variant == 'sandbox' else ''}\n"
+                   f"{sandbox_flags(model_server.url) if variant == 'sandbox' else ''}\n"
                    f"await a.ready()", timeout=120)
         out = kernel.run(
             "t = a.send('ESC-MCP inspect_variable {\"name\": \"df\"} Describe df from the kernel.')\n"

@@ -18,8 +18,9 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import ManifestError, load_manifest
 from git_repos import GIT_ENV
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                 reason="bubblewrap is not installed (apt-get install bubblewrap)")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
+                                 reason="bubblewrap or passt's pasta is not installed "
+                                        "(apt-get install bubblewrap passt)")
 
 SECRET = "sandbox-secret-3f9a1c"  # in the agent's environment: never on a command line
 
@@ -82,10 +83,40 @@ def test_the_private_tmp_is_mounted_before_the_folders_and_no_environment_is_on_
     assert argv.index("--tmpfs") < argv.index("/tmp/venv") < argv.index(str(folder)) < argv.index("/tmp/x/ws/sub")
     assert argv[argv.index("/tmp/venv") - 1] == "--ro-bind"
     assert argv[argv.index(str(folder)) - 1] == "--bind"
-    assert {"--unshare-pid", "--die-with-parent"} <= set(argv) and "--unshare-net" not in argv
+    assert {"--unshare-pid", "--unshare-net", "--die-with-parent"} <= set(argv)  # its network is pasta's or none
     assert "--setenv" not in argv and "--clearenv" not in argv
     assert argv[-3:] == ["--", "agent", "acp"]
-    assert "--unshare-net" in bwrap_argv("bwrap", ["a"], folder=folder, offline=True)
+    assert "--info-fd" not in argv  # no network given: offline
+    online = bwrap_argv("bwrap", ["a"], folder=folder, network_fds=(7, 8))
+    assert online[online.index("--info-fd") + 1] == "7" and online[online.index("--block-fd") + 1] == "8"
+
+
+def test_hidden_folders_are_emptied_before_what_is_bound_back_into_them_and_git_files_bound_last():
+    folder = Path("/run/user/1000/proj")  # an agent's folder under a hidden one
+    argv = bwrap_argv("bwrap", ["a"], folder=folder, hidden=[Path("/run/user/1000"), Path("/home/u/rt")],
+                      files=[Path("/home/u/rt/token-x")], protected=[folder / ".git" / "config"],
+                      drop_caps=True)
+    pairs = list(zip(argv, argv[1:], strict=False))
+    assert pairs.index(("--tmpfs", "/run/user/1000")) < pairs.index(("--bind", str(folder)))
+    assert pairs.index(("--tmpfs", "/home/u/rt")) < pairs.index(("--ro-bind", "/home/u/rt/token-x"))
+    assert pairs.index(("--bind", str(folder))) < pairs.index(("--ro-bind", f"{folder}/.git/config"))
+    assert ("--cap-drop", "ALL") in pairs
+    assert "--cap-drop" not in bwrap_argv("bwrap", ["a"], folder=folder, drop_caps=False)
+
+
+def test_declared_ports_are_checked_kept_by_the_transcript_and_read_from_the_magic():
+    from escouade_nb.engine.squad import _ports
+    from escouade_nb.magics import _start_parser
+
+    box = Sandbox(ports=(11434, 8000))
+    assert Sandbox.from_record(box.record()) == box and Sandbox.from_record({"offline": False}) == Sandbox()
+    assert Sandbox.from_record({"ports": [0, "x", 70000, True, 22]}) == Sandbox(ports=(22,))  # a header is data
+    assert _ports(["11434", 8000, 8000]) == (11434, 8000)
+    for bad in (0, 65536, "x", True):
+        with pytest.raises(SquadError, match="not a TCP port"):
+            _ports([bad])
+    args = _start_parser().parse_args(["codex", "--sandbox-port", "11434", "--sandbox-port", "8000"])
+    assert args.sandbox_ports == [11434, 8000] and not args.sandbox  # the ports imply --sandbox (squad.start)
 
 
 def test_state_folders_expand_with_the_agents_environment():

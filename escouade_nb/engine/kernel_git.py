@@ -231,7 +231,8 @@ def _config_text(git_dir: Path, excludes: str, object_format: str = "sha1") -> s
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     lines = ["# Written by escouade_nb: the kernel's private repository over a folder an agent may write.",
              "# The only configuration its git reads (no system or global files).",
-             "[core]", f"\trepositoryformatversion = {0 if object_format == 'sha1' else 1}", "\tbare = true", "\tfilemode = true", "\tsymlinks = true",
+             "[core]", f"\trepositoryformatversion = {0 if object_format == 'sha1' else 1}", "\tbare = true",
+             "\tfilemode = true", "\tsymlinks = true",
              "\tlogallrefupdates = false", "\tautocrlf = false", "\tsafecrlf = false", "\tfsmonitor = false",
              "\tuntrackedCache = false", "\tsplitIndex = false", "\tsparseCheckout = false",
              f"\thooksPath = {quoted(str(git_dir / 'no-hooks'))}", "\tpager = cat", "\tquotePath = false"]

@@ -5,11 +5,14 @@ diff and textconv, merge drivers, signing programs, an ``include.path``, hooks, 
 
 Every planted command, when run, creates a file in the marks folder named after the attack:
 a test asserts the folder stays empty. Runnable as a program too, so that a scripted agent plants
-them with its own process (inside its sandbox): ``python git_attacks.py GIT_DIR WORK MARKS``.
+them with its own process (inside its sandbox): ``python git_attacks.py GIT_DIR WORK MARKS
+[CONFIG_NAME] [--best-effort]`` (``--best-effort``: what the sandbox refuses is skipped and
+printed, ``REFUSED=[paths]``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,12 +59,26 @@ def config_text(marks: Path, hooks: Path, include: Path) -> str:
 ATTRIBUTES = "* filter=esc diff=esc merge=esc\n*.py filter=proc\n*.inc filter=inc\n"
 
 
-def plant(git_dir: Path, work: Path, marks: Path, *, config_name: str = "config") -> None:
+def plant(git_dir: Path, work: Path, marks: Path, *, config_name: str = "config",
+          refused: list[str] | None = None) -> None:
     """Write every attack: into ``git_dir`` (its ``config_name`` — ``config``, or a worktree's
     ``config.worktree`` —, ``hooks/``, ``info/attributes``, an included file) and ``work`` (its
     ``.gitattributes``, a hooks folder of its own). The repository's files the agent may
-    write; nothing outside ``git_dir`` and ``work``."""
+    write; nothing outside ``git_dir`` and ``work``. ``refused`` (a list): each write is tried
+    on its own and the path of each one refused (``OSError``: a sandbox keeps ``.git/config``
+    and ``.git/hooks`` read-only) appended to it, the others still made; else the first
+    refusal raises."""
     git_dir, work, marks = Path(git_dir), Path(work), Path(marks)
+
+    def attempt(path: Path, write) -> None:
+        if refused is None:
+            write()
+            return
+        try:
+            write()
+        except OSError:
+            refused.append(str(path))
+
     # the index carries an fsmonitor extension (made with a harmless hook): a git that reads the
     # index with the planted core.fsmonitor then runs it, even `ls-files`
     subprocess.run(["git", "-c", "core.fsmonitor=true", "update-index", "--fsmonitor"], cwd=work,
@@ -70,20 +87,23 @@ def plant(git_dir: Path, work: Path, marks: Path, *, config_name: str = "config"
     own_hooks = work / ".hooks"
     include = git_dir / "evil.inc"
     for folder in (git_dir / "hooks", own_hooks):
-        folder.mkdir(parents=True, exist_ok=True)
+        attempt(folder, lambda folder=folder: folder.mkdir(parents=True, exist_ok=True))
         for hook in HOOKS:
             path = folder / hook
-            path.write_text(f"#!/bin/sh\ntouch {marks}/hook-{hook}-{folder.name}\nexit 0\n")
-            path.chmod(0o755)
-    (own_hooks / "attributes").write_text(ATTRIBUTES)
-    include.write_text(f'[filter "inc"]\n\tclean = {_cmd(marks, "include-filter")}\n'
-                       f'\tsmudge = {_cmd(marks, "include-smudge")}\n'
-                       f"[core]\n\tfsmonitor = {_cmd(marks, 'include-fsmonitor', False)}\n")
+
+            def hook_file(path: Path = path, hook: str = hook, folder: Path = folder) -> None:
+                path.write_text(f"#!/bin/sh\ntouch {marks}/hook-{hook}-{folder.name}\nexit 0\n")
+                path.chmod(0o755)
+            attempt(path, hook_file)
+    attempt(own_hooks / "attributes", lambda: (own_hooks / "attributes").write_text(ATTRIBUTES))
+    attempt(include, lambda: include.write_text(f'[filter "inc"]\n\tclean = {_cmd(marks, "include-filter")}\n'
+                                                f'\tsmudge = {_cmd(marks, "include-smudge")}\n'
+                                                f"[core]\n\tfsmonitor = {_cmd(marks, 'include-fsmonitor', False)}\n"))
     config = git_dir / config_name
     old = config.read_text() if config.exists() else ""
-    config.write_text(old + "\n" + config_text(marks, own_hooks, include))
-    (git_dir / "info").mkdir(exist_ok=True)
-    (git_dir / "info" / "attributes").write_text(ATTRIBUTES)
+    attempt(config, lambda: config.write_text(old + "\n" + config_text(marks, own_hooks, include)))
+    attempt(git_dir / "info", lambda: (git_dir / "info").mkdir(exist_ok=True))
+    attempt(git_dir / "info" / "attributes", lambda: (git_dir / "info" / "attributes").write_text(ATTRIBUTES))
     (work / ".gitattributes").write_text(ATTRIBUTES)
     (work / "script.py").write_text("print('a file a filter=proc names')\n")
     (work / "data.inc").write_text("a file the included filter names\n")
@@ -95,6 +115,11 @@ def ran(marks: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    target, tree, where = (Path(a) for a in sys.argv[1:4])
-    plant(target, tree, where, config_name=sys.argv[4] if len(sys.argv) > 4 else "config")
+    best_effort = "--best-effort" in sys.argv  # (a sandboxed agent: what its sandbox refuses, listed)
+    words = [a for a in sys.argv[1:] if a != "--best-effort"]
+    target, tree, where = (Path(a) for a in words[:3])
+    refusals: list[str] | None = [] if best_effort else None
+    plant(target, tree, where, config_name=words[3] if len(words) > 3 else "config", refused=refusals)
+    if refusals is not None:
+        print("REFUSED=" + json.dumps(refusals))
     print("planted")

@@ -41,12 +41,14 @@ def answer(rid: int, text: str) -> str:
     return f'A> {_chunk(text, "s1")}\nA> {{"jsonrpc":"2.0","id":{rid},"result":{{"stopReason":"end_turn"}}}}'
 
 
-def planting_turns(ws: Path, marks: Path, cwd: str = "$WS") -> str:
-    """Turn 1: the agent plants every attack with its own process and changes a tracked file;
+def planting_turns(ws: Path, marks: Path, cwd: str = "$WS", *, best_effort: bool = False) -> str:
+    """Turn 1: the agent plants every attack with its own process and changes a tracked file
+    (``best_effort``: what its sandbox refuses is skipped, said as ``REFUSED=[paths]``);
     turn 2: a plain answer (the kernel took a checkpoint before it)."""
     new = ('C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"' + cwd + '","mcpServers":[]}}\n'
            'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}')
-    plant_it = {"run": [sys.executable, str(ATTACKS), str(ws / ".git"), str(ws), str(marks)]}
+    plant_it = {"run": [sys.executable, str(ATTACKS), str(ws / ".git"), str(ws), str(marks),
+                        *(["--best-effort"] if best_effort else [])]}
     change = {"run": ["sh", "-c", "printf 'agent line\\r\\n' > notes.txt && echo changed"]}
     return "\n".join([P_INIT, new, prompt(2), f"!> {json.dumps(plant_it)}", f"!> {json.dumps(change)}",
                       answer(2, "planted"), prompt(3), answer(3, "two")])
@@ -152,8 +154,11 @@ def test_the_review_listing_runs_nothing_planted_and_keeps_the_ignored_set(tmp_p
 @needs_bwrap
 def test_a_sandboxed_agent_planting_in_its_repository_gets_a_checkpoint_that_runs_none_of_it(script, tmp_path, env,
                                                                                              monkeypatch):
-    """The same plant, by an agent started with ``sandbox=True`` (its own process under bwrap
-    writes its ``.git``); the kernel takes the checkpoint before its next turn outside bwrap."""
+    """The same plant, by an agent started with ``sandbox=True`` (its own process under bwrap):
+    its sandbox keeps ``.git/config``, ``.git/hooks`` and ``.git/info`` read-only (refused,
+    skipped), the rest is planted (``.gitattributes``, its own hooks folder, an include, the
+    index's fsmonitor extension); the kernel takes the checkpoint before its next turn outside
+    bwrap and runs none of it."""
     from escouade_nb.engine.squad import Squad
 
     marks = env
@@ -161,7 +166,7 @@ def test_a_sandboxed_agent_planting_in_its_repository_gets_a_checkpoint_that_run
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     ws = user_repo(tmp_path / "proj")
-    s = script(planting_turns(ws, marks), ws=ws, name="boxed")
+    s = script(planting_turns(ws, marks, best_effort=True), ws=ws, name="boxed")
     manifest = json.loads(s.ref.path.read_text())
     manifest["contributes"]["harnesses"][0]["acp"].update(
         {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
@@ -174,8 +179,12 @@ def test_a_sandboxed_agent_planting_in_its_repository_gets_a_checkpoint_that_run
             agent = squad.start("boxed", cwd=ws, sandbox=True)
             assert agent.sandbox is not None
             await agent.ready()
-            assert (await agent.send("first")).text.endswith("planted")
-            assert "filter" in (ws / ".git" / "config").read_text()  # written from inside the sandbox
+            text = (await agent.send("first")).text
+            assert text.endswith("planted")
+            refused = json.loads(text.split("REFUSED=", 1)[1].splitlines()[0])
+            assert {str(ws / ".git" / n) for n in ("config", "hooks/pre-commit", "info/attributes")} <= set(refused)
+            assert "filter" not in (ws / ".git" / "config").read_text()  # read-only in the sandbox
+            assert "filter=esc" in (ws / ".gitattributes").read_text()  # planted from inside the sandbox
             await agent.send("second")
             assert ran(marks) == []
             return [cp.turn for cp in agent.checkpoints], agent.checkpoints[-1]

@@ -48,7 +48,9 @@ __all__ = ["Agent", "AgentError", "AgentExited", "AuthRequired", "PermissionCard
 PROTECTIONS = {
     "sandboxed": "Sandboxed (--sandbox): its process, everything it starts, its terminals and the files escouade_nb "
                  "reads and writes for it are held by bubblewrap: it writes only in its folder, its additional "
-                 "directories and its state folders, and does not see the kernel's /tmp nor Jupyter's runtime folder",
+                 "directories and its state folders (never the kernel's git config or hooks), does not see the "
+                 "kernel's /tmp, Jupyter's runtime folder nor $XDG_RUNTIME_DIR, and its network is its own (of the "
+                 "host's loopback only the kernel's tools and the ports you declared)",
     "private": "Private (--private): escouade_nb reads and writes files for it and starts its terminals only inside "
                "its project folder, and no rule plugin not turned on for the project sees its requests",
     "reviewed": "Reviewed (--review): every file it changes in a turn waits for your Keep or Reject",

@@ -29,10 +29,12 @@ starts only when each step went well):
 bounds; its failure is said and the discard goes on.
 
 Sandboxed when the agent is (``--sandbox``): ``setup`` and ``cleanup`` run under the agent's
-own bubblewrap (:func:`.sandbox.sandboxed_command`: writable only its folder in the worktree,
-the worktree's git administration, its state folders and a private ``/tmp``), with no network
-at all (its own network namespace, no pasta: a setup that downloads fails; run it unsandboxed
-or before the agent).
+own bubblewrap as its client terminals do (:func:`.sandbox.client_reach`,
+:func:`.sandbox.terminal_command`: writable only its folder in the worktree, the worktree's
+git administration, its state folders and a private ``/tmp``; the same hidden folders and
+read-only git files), with a network of their own cut the same way (their own pasta: the
+internet, of the host's loopback only the ports declared for the agent — the kernel's MCP
+server is not theirs).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from . import agent_worktrees
 from .cards import CardDesk
 from .interfaces import AgentHandle
 from .launcher import agent_env
-from .sandbox import SandboxError, sandboxed_command
+from .sandbox import SandboxError, client_reach, sandboxed
 from .worktree import Worktree
 
 __all__ = ["CONFIRMATIONS_FILE", "LAST_LINES", "OUTPUT_CAP", "SHOWN_BYTES", "CommandResult", "Confirmations", "Copied",
@@ -426,16 +428,18 @@ async def run_command(agent: AgentHandle, role: str, command: str, folder: Path,
     ``timeout`` seconds or when the caller is cancelled. Never raises for the command's
     own failure (see :class:`CommandResult`); :class:`SetupFailed` when it cannot start."""
     argv = ["/bin/sh", "-c", command]
-    if agent.sandbox is not None:  # as the agent will run: its folder, its worktree's git admin, a private /tmp
-        try:
-            # its env: its --account's folders; no network (bwrap's own namespace, no pasta: nothing to attach)
-            argv = (await sandboxed_command(agent, argv, agent_env(agent), network=False)).argv
+    reach: tuple[Any, Any] = (None, None)
+    if agent.sandbox is not None:  # as the agent runs: its folder, its worktree's git admin, a private /tmp
+        try:  # its env: its --account's folders; the binds of its client terminals (terminal_command: the
+            # same hidden folders, read-only git files and a network of its own, its own pasta)
+            reach = client_reach(await sandboxed(agent, argv, agent_env(agent)))
         except SandboxError as exc:
             raise SetupFailed(f"worktree {role} could not be sandboxed: {exc}") from None
     conversation = agent.conversation
     started = time.monotonic()
     timed_out: float | None = None
-    async with TerminalManager(folder, id_prefix=f"worktree-{role}", default_output_byte_limit=OUTPUT_CAP) as terms:
+    async with TerminalManager(folder, id_prefix=f"worktree-{role}", default_output_byte_limit=OUTPUT_CAP,
+                               confinement=reach[0], wrap=reach[1]) as terms:
         _running.add(terms)
         try:
             try:

@@ -4,6 +4,9 @@ commands; the confirmation card answered from Python as a user would."""
 
 import asyncio
 import json
+import shutil
+import socket
+import time
 
 import pytest
 
@@ -349,6 +352,42 @@ def test_a_failing_or_unconfirmed_cleanup_is_said_and_the_discard_goes_on(repo, 
 
 
 @pytest.mark.skipif(not __import__("shutil").which("bwrap"), reason="bubblewrap (bwrap) is not installed")
+@pytest.mark.skipif(shutil.which("pasta") is None, reason="passt's pasta is not installed (apt-get install passt)")
+def test_a_sandboxed_agents_setup_has_a_network_of_its_own_cut_as_its_terminals(repo, tmp_path, own_processes):
+    """Its setup runs as its client terminals do: its own network namespace and its own
+    pasta — the port declared for the agent reached, another port of the host's loopback
+    refused — and that pasta ends with the setup."""
+    declared, other = (socket.create_server(("127.0.0.1", 0)) for _ in range(2))
+    try:
+        probe = "exec 3<>/dev/tcp/127.0.0.1/{} && echo {}-reached || echo {}-cut"
+        line = "; ".join(f"bash -c '{probe.format(sock.getsockname()[1], name, name)}'"
+                         for sock, name in ((declared, "declared"), (other, "other")))
+        config(repo, f'worktree:\n  setup: "{line}"\n')
+
+        async def go():
+            squad = Squad()
+            try:
+                agent = squad.start("fake", cwd=repo, name="s", worktree=True,
+                                    sandbox_ports=[declared.getsockname()[1]])
+                (await agent.next_permission(timeout=20)).choose("run")
+                await agent.ready()
+                out, running = terminal_output(agent, "Worktree setup")
+                assert running is False and "declared-reached" in out and "other-cut" in out, out
+                return own_processes("--netns-only")
+            finally:
+                await closing(squad)
+
+        pastas = run(go())
+        assert len(pastas) <= 1  # the agent's own at most (the setup's ended with it)
+        deadline = time.monotonic() + 10
+        while own_processes("--netns-only") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not own_processes("--netns-only")
+    finally:
+        declared.close()
+        other.close()
+
+
 def test_a_sandboxed_agents_setup_runs_under_its_bubblewrap(repo, tmp_path):
     """``--sandbox --worktree``: the confirmed setup runs as the agent will, under its
     bubblewrap — it writes in the worktree, and its write into the main worktree is

@@ -52,11 +52,12 @@ its client file system (:func:`client_confinement`, set by the agent's start thr
 :meth:`~..wire.client.EscouadeClient.confine`) writes only in the process's writable set,
 never over a file :func:`git_protected` keeps read-only, and reads nothing in
 :func:`hidden_folders` (the one list of what the sandbox hides, the kernel's ``/tmp``
-first) but what the sandbox binds there; its client terminals and its terminal sign-in
-run under bwrap with the same binds, hidden folders and protected git files, less its
-token file (:func:`terminal_command`, the one place a terminal is wrapped), each in a
-network namespace of its own with its own pasta attached the same way (:class:`Confined`,
-the same ports), ended with the terminal's process.
+first) but what the sandbox binds there; its client terminals, its terminal sign-in and
+its worktree's setup and cleanup run under bwrap with the same binds, hidden folders and
+protected git files, less its token file (:func:`terminal_command`, the one place a
+terminal is wrapped), each in a network namespace of its own with its own pasta attached
+the same way (:class:`Confined`: the declared ports, and the kernel's MCP port for the
+terminals of a started agent), ended with the terminal's process.
 
 Refused rather than weaker: without ``bwrap`` (:class:`SandboxMissing`), without ``pasta``
 (:class:`SandboxMissing`, unless offline), or when pasta cannot attach

@@ -30,7 +30,7 @@ from ..core.conversation import (Change, Compaction, Conversation, Item, Message
                                  Subagent, ToolCall, Unknown)
 from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
-from ..engine.budget import CARD_PREFIX as BUDGET_CARD
+from ..engine.budget import ORIGIN as BUDGET
 from .render import (asked_body_html, block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html,
                      tool_header_html)
 
@@ -493,7 +493,7 @@ class Feed:
         deciding = (' <span class="esc-dim">deciding… (rule plugins are answering)</span>'
                     if perm.deciding else f' <span class="esc-dim">— {esc(perm.note)}</span>' if perm.note else "")
         who = f'<b>{esc(self.speaker)}</b> asks permission'
-        if perm.tool_call is not None and perm.tool_call.tool_call_id.startswith(BUDGET_CARD):  # ours, not the agent's
+        if perm.tool_call is not None and perm.tool_call.origin == BUDGET:  # made by the budget, whatever an id says
             who = '<b>The budget</b> is spent: go on?'
         return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
                 f'{who}{deciding}</div>{self._buttons(perm)}</div>')

@@ -31,8 +31,8 @@ from ..core.conversation import (Change, Compaction, Conversation, Item, Message
 from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
 from ..engine.budget import ORIGIN as BUDGET
-from .render import (asked_body_html, block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html,
-                     tool_header_html)
+from .render import (NotDrawnYet, asked_body_html, block_html, draw_later, esc, markdown, plan_html, pre, saved_form,
+                     split_frozen, tool_body_html, tool_header_html)
 
 log = logging.getLogger(__name__)
 
@@ -370,11 +370,27 @@ class Feed:
         """(HTML, meta) of ``item`` as the front-end shows it now; an item that cannot be
         drawn (an agent's value no renderer expected) shows why, and its raw form."""
         try:
-            html, meta = self._render(item)
+            if self.interactive:
+                html, meta = self._render(item)
+            else:
+                with saved_form():  # a long code or input by its start, length and SHA-256
+                    html, meta = self._render(item)
             return (f'<div class="esc-rewound">{html}</div>' if item.rewound and html else html), meta
+        except NotDrawnYet as pending:  # a long text, drawn in pieces: the card says so, with no button meanwhile
+            draw_later(pending, lambda: self.conversation.touch(item))
+            waiting = isinstance(item, (ToolCall, Permission)) and self._waits(item)
+            return (f'<div class="esc-card esc-drawing"><div class="esc-tool-header"><b>Drawing '
+                    f'{len(pending.text):,} characters of {esc(pending.kind)}…</b></div><div class="esc-dim">shown '
+                    f'whole in a moment; nothing can be answered before</div></div>',
+                    {"c": "card", "p": 1 if waiting else 0, "t": "being drawn"})
         except Exception as exc:  # one item must not take the view down
             log.warning("item %s not drawn", item.key, exc_info=True)
             return not_drawn(item, exc), {"c": "note"}
+
+    def _waits(self, item: ToolCall | Permission) -> bool:
+        """Whether ``item`` (a tool call, a permission) holds a card waiting for the user."""
+        perm = item if isinstance(item, Permission) else self._perm_of.get(id(item))
+        return perm is not None and perm.state == "pending" and self.interactive
 
     def _render(self, item: Item) -> tuple[str, dict[str, Any]]:
         if isinstance(item, Message):

@@ -243,10 +243,11 @@ def raw_output_text(call: ToolCall) -> str:
     return cut(text) if isinstance(out, str) and out.strip() and out.strip() not in shown else ""
 
 
-def tool_call_text(call: ToolCall) -> str:
+def tool_call_text(call: ToolCall, *, whole: bool = True) -> str:
     """A tool call as text: its title, kind and input as its permission card asked them
     (:attr:`ToolCall.asked`, frozen) when it had one, else as the agent sent them; then
-    its status, contents and output as they are now."""
+    its status, contents and output as they are now. ``whole`` False (a saved form): an
+    input past :data:`SAVED_CODE_MAX` characters by its start, length and SHA-256."""
     named = call.asked or call
     head = f"[tool] {named.title or call.tool_call_id} ({named.kind or 'other'}, {call.shown_status})"
     parts = [head]
@@ -256,7 +257,7 @@ def tool_call_text(call: ToolCall) -> str:
     notebook = any(is_notebook_path(d.get("path")) for d in call.diffs)
     inp = "" if notebook else tool_input_text(named.raw_input)
     if inp:
-        parts.append(_indent("input: " + inp))
+        parts.append(_indent("input: " + _long_cut(inp, "input", whole)))
     for c in call.content:
         term = call.terminals.get(str(c.get("terminalId"))) if c.get("type") == "terminal" else None
         parts.append(_indent(cut(terminal_text(c["terminalId"], term) if term
@@ -293,14 +294,22 @@ SAVED_CODE_MAX = 256 * 1024
 """Characters of a card's code a saved form's text keeps (``whole=False``); then its length and SHA-256."""
 
 
+def _long_cut(text: str, what: str, whole: bool) -> str:
+    """``text``, or (``whole`` False) past :data:`SAVED_CODE_MAX` characters its start, its length and SHA-256."""
+    if whole or len(text) <= SAVED_CODE_MAX:
+        return text
+    import hashlib
+
+    sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return (text[:SAVED_CODE_MAX] + f"\n… {len(text) - SAVED_CODE_MAX:,} more characters not in this saved form "
+            f"(the whole {what}: {len(text):,} characters, SHA-256 {sha})")
+
+
 def _code_text(code: str, whole: bool) -> str:
     if whole or len(code) <= SAVED_CODE_MAX:
         return reveal(code)[0]
-    import hashlib
-
-    sha = hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
-    return (reveal(code[:SAVED_CODE_MAX])[0] + f"\n… {len(code) - SAVED_CODE_MAX:,} more characters not in this saved "
-            f"form (the whole code: {len(code):,} characters, SHA-256 {sha})")
+    cut_at = _long_cut(code, "code", whole)
+    return reveal(cut_at[:SAVED_CODE_MAX])[0] + cut_at[SAVED_CODE_MAX:]
 
 
 def render_item(item: Item, speaker: str = "agent", *, whole: bool = True) -> str:
@@ -315,7 +324,7 @@ def render_item(item: Item, speaker: str = "agent", *, whole: bool = True) -> st
         text = item.text if item.role == "user" else visible_text(item.text)
         return f"{who}: {text}{extra}"
     if isinstance(item, ToolCall):
-        return tool_call_text(item)
+        return tool_call_text(item, whole=whole)
     if isinstance(item, Permission):
         call = item.request or item.tool_call  # what was asked, frozen
         title = (call.title if call else None) or (call.tool_call_id if call else "a tool")

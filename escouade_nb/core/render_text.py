@@ -294,13 +294,27 @@ SAVED_CODE_MAX = 256 * 1024
 """Characters of a card's code a saved form's text keeps (``whole=False``); then its length and SHA-256."""
 
 
+_shas: dict[int, tuple[str, str]] = {}  # id(text) -> (text, its SHA-256): a saved form is redrawn often
+
+
+def _sha256_of(text: str) -> str:
+    import hashlib
+
+    hit = _shas.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if len(_shas) >= 8:
+        _shas.pop(next(iter(_shas)))
+    _shas[id(text)] = (text, sha)
+    return sha
+
+
 def _long_cut(text: str, what: str, whole: bool) -> str:
     """``text``, or (``whole`` False) past :data:`SAVED_CODE_MAX` characters its start, its length and SHA-256."""
     if whole or len(text) <= SAVED_CODE_MAX:
         return text
-    import hashlib
-
-    sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    sha = _sha256_of(text)
     return (text[:SAVED_CODE_MAX] + f"\n… {len(text) - SAVED_CODE_MAX:,} more characters not in this saved form "
             f"(the whole {what}: {len(text):,} characters, SHA-256 {sha})")
 

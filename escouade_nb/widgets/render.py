@@ -398,16 +398,24 @@ def saved_form() -> Iterator[None]:
         _saved.reset(token)
 
 
-def _saved_cut(text: str, kind: str) -> str:
-    head = text[:DRAW_AT_ONCE - 1] if text[DRAW_AT_ONCE - 1:DRAW_AT_ONCE + 1] == "\r\n" else text[:DRAW_AT_ONCE]
-    sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def _saved_cut(text: str, kind: str, drawn: tuple[str, str, int, int] | None = None) -> str:
+    """A saved form's ``text`` past :data:`DRAW_AT_ONCE`: its first piece, then its length and SHA-256
+    (code: in its box, with its lines and hidden characters counted). ``drawn``: (the first piece's
+    HTML, the SHA-256, lines, hidden), when :func:`_draw` counted them piece by piece."""
+    head = next(_pieces(text))
+    if drawn is None:
+        shown = esc(head)
+        if kind == "code":
+            shown = reveal(shown, _hidden_mark)[0]
+        sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        drawn = (shown, sha, _line_ends(text), count_hidden(text) if kind == "code" else 0)
+    shown, sha, lines, hidden = drawn
     note = (f'<div class="esc-saved-cut esc-dim esc-small">… {len(text) - len(head):,} more characters are not in '
             f'this saved form (the whole {esc(kind)}: {len(text):,} characters, SHA-256 {sha}); its live card '
             f'showed it whole</div>')
     if kind != "code":
-        return pre(head) + note
-    shown, _ = reveal(pre(head, "esc-code"), _hidden_mark)
-    return _code_box(text, _line_ends(text), count_hidden(text), shown + note)
+        return f'<pre class="esc-pre">{shown}</pre>' + note
+    return _code_box(text, lines, hidden, f'<pre class="esc-pre esc-code">{shown}</pre>' + note)
 
 
 def _drawn(text: str, kind: str, now: Callable[[str], str]) -> str:
@@ -445,20 +453,25 @@ def _pieces(text: str) -> Iterator[str]:
 
 
 async def _draw(text: str, kind: str) -> None:
+    """Draw ``text`` (``kind`` ``code`` or ``input``) a piece per turn of the loop: the card whole, and
+    its saved form's cut (:func:`_saved_cut`) from the same pieces — the SHA-256 and counts too."""
     parts: list[str] = []
     lines = hidden = 0
+    sha = hashlib.sha256()
     for piece in _pieces(text):
         shown = esc(piece)
         if kind == "code":
             shown, n = reveal(shown, _hidden_mark)
             hidden += n
             lines += _line_ends(piece)
+        sha.update(piece.encode("utf-8", "surrogatepass"))
         parts.append(shown)
         await asyncio.sleep(0)  # one piece per turn of the loop
     if kind == "code":
         html_ = _code_box(text, lines, hidden, f'<pre class="esc-pre esc-code">{"".join(parts)}</pre>')
     else:
         html_ = f'<pre class="esc-pre">{"".join(parts)}</pre>'
+    _keep((id(text), kind + " saved"), text, _saved_cut(text, kind, (parts[0], sha.hexdigest(), lines, hidden)))
     _keep((id(text), kind), text, html_)
 
 

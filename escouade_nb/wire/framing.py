@@ -45,6 +45,9 @@ _SCALAR = rb'(?:' + _STRING + rb'|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|nu
 _MEMBER = re.compile(rb'\s*(' + _STRING + rb')\s*:\s*')
 _SCALAR_AT = re.compile(_SCALAR)
 _TOKEN = re.compile(_STRING + rb'|[\[\]{}]')
+_SEPARATOR = re.compile(rb'\s*([,}])')
+MEMBERS_READ = 16
+"""Top-level members read at most at each end of a too-long line: a JSON-RPC envelope has four."""
 _LAST_MEMBER = re.compile(rb'[,{]\s*(' + _STRING + rb')\s*:\s*(' + _SCALAR + rb')\s*$')
 
 
@@ -55,7 +58,7 @@ def _top_members_of_head(head: bytes) -> dict[str, Any]:
     if head[at:at + 1] != b"{":
         return out
     at += 1
-    while True:
+    for _ in range(MEMBERS_READ):
         m = _MEMBER.match(head, at)
         if m is None:
             return out
@@ -79,10 +82,11 @@ def _top_members_of_head(head: bytes) -> dict[str, Any]:
                 return out
         else:
             return out
-        sep = re.compile(rb'\s*([,}])').match(head, at)
+        sep = _SEPARATOR.match(head, at)
         if sep is None or sep.group(1) == b"}":
             return out
         at = sep.end()
+    return out
 
 
 def _top_members_of_tail(tail: bytes) -> dict[str, Any]:
@@ -92,7 +96,7 @@ def _top_members_of_tail(tail: bytes) -> dict[str, Any]:
     if not rest.endswith(b"}"):
         return out
     rest = rest[:-1]
-    while True:
+    for _ in range(MEMBERS_READ):
         m = _LAST_MEMBER.search(rest)
         if m is None:
             return out
@@ -102,6 +106,7 @@ def _top_members_of_tail(tail: bytes) -> dict[str, Any]:
             return out
         rest = rest[:m.start() + 1].rstrip(b"{")  # the member before it ends where this one's comma is
         rest = rest[:-1] if rest.endswith(b",") else rest
+    return out
 
 
 def envelope(skipped: Skipped) -> dict[str, Any]:

@@ -162,3 +162,30 @@ def test_a_3_mb_run_code_card_shows_all_of_it_marked_without_holding_the_loop(tm
         k.run("await h.close()")
     finally:
         k.shutdown()
+
+
+def test_a_refused_lines_envelope_is_read_from_its_ends_only():
+    """The ``id`` and ``method`` of a line over the cap, from its first and last bytes (never parsed whole),
+    at either end; a response has no method (it stops the agent instead); ends built to be slow are read
+    in bounded time."""
+    from escouade_nb.wire.framing import HEAD_KEPT, TAIL_KEPT, LineBuffer, Skipped, envelope
+
+    def refused(message: dict) -> Skipped:
+        buf = LineBuffer(max_line=100, report_at_end=True)
+        data = json.dumps(message).encode()
+        out = [e for i in range(0, len(data), 37) for e in buf.feed(data[i:i + 37])] + buf.feed(b"\n")
+        (skipped,) = out
+        assert skipped.size == len(data) and len(skipped.head) <= HEAD_KEPT and len(skipped.tail) <= TAIL_KEPT
+        return skipped
+
+    pad = {"x": "y" * 100_000, "id": 99, "method": "nested/not/this"}
+    assert envelope(refused({"jsonrpc": "2.0", "id": 5, "method": "session/request_permission", "params": pad})) \
+        == {"method": "session/request_permission", "id": 5}
+    assert envelope(refused({"jsonrpc": "2.0", "params": pad, "method": "m", "id": "a,\"b"})) == {"method": "m",
+                                                                                                  "id": "a,\"b"}
+    assert envelope(refused({"jsonrpc": "2.0", "id": 7, "result": pad})) == {"id": 7}
+    started = time.perf_counter()
+    for head, tail in [(b"{" + b'"k":1,' * 20_000, b',"k":1' * 700 + b"}"), (b'{"x":' + b"[" * 70_000, b"]}"),
+                       (b"{" + b'"a":[' * 10, b',"\\' * 1400 + b"}")]:
+        assert envelope(Skipped("long", 10 ** 8, head[:HEAD_KEPT], tail[-TAIL_KEPT:])) == {}
+    assert time.perf_counter() - started < 1.0

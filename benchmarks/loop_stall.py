@@ -32,9 +32,12 @@ prompt with a 3 MiB text file attached; starting 10 more agents; ``%escouade squ
 the 11; a 2,000-chunk reply with 3 squad views displayed; in the fourth, without ``%load_ext``, the
 first ``get_squad()`` (its cell loads the engine and the MCP server's side) and the first
 agent's start (the kernel's MCP server's first start); in a fifth (``--kernels sandbox``), a first
-start, then the same second start without and with ``--sandbox`` (its own network: pasta). Each
-step also has its time until its last cell returned ("until its last cell": for a start, until
-ready). Nothing is asserted: figures only.
+start, then the same second start without and with ``--sandbox`` (its own network: pasta); in a
+sixth (``hostile``), a hostile agent's largest payloads, its view displayed
+(``tests/adversarial/hostile.py``): a 40 MB permission request line, one just under the wire's cap, a
+3.3 MB ``run_code`` through the kernel's MCP server (each card answered "no" from code as soon as it
+is handed out). Each step also has its time until its last cell returned ("until its last cell": for
+a start, until ready). Nothing is asserted: figures only.
 
 ``--tree`` runs the kernel with ``PYTHONPATH=TREE``, in this same venv; a tree older than
 the ``tools/`` layout (its console script is ``escouade_nb.fake_agent``) gets an
@@ -182,10 +185,27 @@ NO_EXT_KERNEL: list[tuple[str, list[str], list[str], float]] = [
      ["a = squad.start('fake', name='bench')", "await a.ready()"], 1.0),
 ]
 """A kernel where escouade is used from code, without ``%load_ext escouade_nb``."""
+_ANSWER_ALL = ("while not t.done:  # whatever card comes (none when the line is refused): answered no\n"
+               "    try:\n"
+               "        c = await h.next_permission(timeout=0.5)\n"
+               "    except Exception:\n"
+               "        continue\n"
+               "    c.choose('reject_once')\n"
+               "r = await t")
+UNDER_CAP = 8 * 1024 * 1024 - 1024
+HOSTILE_KERNEL: list[tuple[str, list[str], list[str], float]] = [
+    (IDLE, [], [], 2.0),
+    ("hostile agent: a 40 MB permission request", ["h = %escouade hostile --as h\nawait h.ready()"],
+     ["t = h.send('ask 40000000')", _ANSWER_ALL], 1.0),
+    (f"hostile agent: a {UNDER_CAP / 1e6:.1f} MB permission request (just under the cap)", [],
+     [f"t = h.send('ask {UNDER_CAP}')", _ANSWER_ALL], 1.0),
+    ("hostile agent: a 3.3 MB run_code (its card)", [], ["t = h.send('runcode 3300000')", _ANSWER_ALL], 1.0),
+]
+"""A hostile agent's largest payloads (issue 32), its view displayed: ``tests/adversarial/hostile.py``."""
 KERNELS = {"listing": LISTING_KERNEL, "installed": INSTALLED_KERNEL, "agents": AGENTS_KERNEL,
-           "no-ext": NO_EXT_KERNEL, "sandbox": SANDBOX_KERNEL}
+           "no-ext": NO_EXT_KERNEL, "sandbox": SANDBOX_KERNEL, "hostile": HOSTILE_KERNEL}
 STEPS = list({step[0]: step for step in LISTING_KERNEL + INSTALLED_KERNEL[1:] + AGENTS_KERNEL[1:] + NO_EXT_KERNEL[1:]
-              + SANDBOX_KERNEL[1:]}.values())
+              + SANDBOX_KERNEL[1:] + HOSTILE_KERNEL[1:]}.values())
 
 
 def _released_programs() -> list[str]:
@@ -245,6 +265,10 @@ def one_run(tree: Path | None, kernels: list[str]) -> dict[str, list[dict]]:
         with _environment(tree, installed=steps is INSTALLED_KERNEL) as scratch:
             ws = scratch / "ws"
             ws.mkdir()
+            if steps is HOSTILE_KERNEL:
+                from adversarial.hostile import install  # tests/ is on the path
+
+                install(scratch / "plugins")
             k = Kernel(ws)
             try:
                 k.run(("" if steps is NO_EXT_KERNEL else "%load_ext escouade_nb\n") + KERNEL_SETUP)

@@ -118,6 +118,13 @@ class ToolCall(Item):
     placeholder: bool = False
     cancelled: bool = False
     mcp: tuple[str, str] | None = None
+    origin: str | None = None
+    """Which part of escouade_nb made this call — ``"budget"``, ``"worktree"``, ``"sign-in"``,
+    ``"write"``, ``"kernel"`` — else None: the agent's. Set only by the client's own
+    constructors (:meth:`Conversation.apply_own`, :meth:`Conversation.add_permission` with
+    ``origin``), never read from the wire: an agent's call whose id, title or kind looks like
+    ours is still the agent's. Our calls live in :attr:`Conversation.own_calls`, a namespace
+    of their own that no ``tool_call`` / ``tool_call_update`` of the agent reaches."""
     not_asked: str | None = None
     """The client's note on a call the agent ran without asking, when earlier in this
     session an option was chosen that lets it (the option's name, who chose it, on which
@@ -179,7 +186,7 @@ def frozen_request(call: ToolCall, **fields: Any) -> ToolCall:
                     status=call.status, content=copy.deepcopy(call.content),
                     locations=copy.deepcopy(call.locations), raw_input=copy.deepcopy(call.raw_input),
                     meta=copy.deepcopy(call.meta), extra=copy.deepcopy(call.extra), placeholder=call.placeholder,
-                    mcp=call.mcp, kernel_notebook=call.kernel_notebook)
+                    mcp=call.mcp, kernel_notebook=call.kernel_notebook, origin=call.origin)
     for name, value in fields.items():
         setattr(snap, name, value)
     return snap
@@ -378,7 +385,8 @@ class Conversation:
 
     def __init__(self) -> None:
         self.items: list[Item] = []
-        self.tool_calls: dict[str, ToolCall] = {}  # the current session's, by id (see new_session)
+        self.tool_calls: dict[str, ToolCall] = {}  # the agent's calls of the current session, by id (see new_session)
+        self.own_calls: dict[str, ToolCall] = {}  # escouade_nb's own calls, by id: a namespace the agent never reaches
         self.plan: Plan | None = None
         self.modes: dict[str, Any] | None = None
         self.current_mode_id: str | None = None
@@ -522,12 +530,16 @@ class Conversation:
             msg.first_at = now
         msg.touch()
 
-    def _upsert_tool_call(self, raw: dict[str, Any], changes: list[Change], announced: bool) -> ToolCall:
+    def _upsert_tool_call(self, raw: dict[str, Any], changes: list[Change], announced: bool,
+                          origin: str | None = None) -> ToolCall:
         tcid = str(raw.get("toolCallId", ""))
-        call = self.tool_calls.get(tcid)
+        calls = self.tool_calls if origin is None else self.own_calls  # ours and the agent's never meet
+        call = calls.get(tcid)
+        if call is not None and call.origin != origin:  # one of ours, of another part: a call of its own
+            call = None
         if call is None:
-            call = ToolCall(self._new_key("tool"), tool_call_id=tcid, placeholder=not announced)
-            self.tool_calls[tcid] = call
+            call = ToolCall(self._new_key("tool"), tool_call_id=tcid, placeholder=not announced, origin=origin)
+            calls[tcid] = call
             self._append(call, changes)
         else:
             if announced:
@@ -645,6 +657,7 @@ class Conversation:
         self._echo = None
         self.compactions.clear()  # compaction ids too
         self.tool_calls = {}  # the earlier calls stay in ``items`` (and their cards keep them)
+        self.own_calls = {}  # ours too (their makers hold them; a transcript's next segment numbers them anew)
         self.close_messages()
 
     def add_user_message(self, blocks: Iterable[dict[str, Any]],
@@ -688,20 +701,38 @@ class Conversation:
         return False
 
     def add_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
-                       request: ToolCall | None = None) -> Permission:
+                       request: ToolCall | None = None, origin: str | None = None) -> Permission:
         """Append a pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire
         dict; an unknown ``toolCallId`` creates a placeholder tool call, and fields it
         carries update the call). ``request``: what the card asks, when the client made
         it (a kernel tool's card shows the arguments its server received); else the call
-        as it stands now, frozen (:func:`frozen_request`)."""
+        as it stands now, frozen (:func:`frozen_request`). ``origin``: the part of
+        escouade_nb whose card this is (:attr:`ToolCall.origin`; its call is in
+        :attr:`own_calls`); None (an agent's request) whatever its id says."""
         changes: list[Change] = []
-        call = self._upsert_tool_call(tool_call, changes, announced=False)
+        call = self._upsert_tool_call(tool_call, changes, announced=False, origin=origin)
         perm = Permission(self._new_key("permission"), tool_call=call, options=list(options),
                           request=request if request is not None else frozen_request(call))
         call.asked = perm.request
         self._append(perm, changes)
         self._emit(changes)
         return perm
+
+    def apply_own(self, origin: str, update: dict[str, Any]) -> ToolCall:
+        """A ``tool_call`` or ``tool_call_update`` (wire shape) of one of escouade_nb's own
+        calls, made by the part ``origin`` (:attr:`ToolCall.origin`): folded into
+        :attr:`own_calls`, never into the agent's :attr:`tool_calls`. Returns the call."""
+        changes: list[Change] = []
+        call = self._upsert_tool_call(update, changes, announced=update.get("sessionUpdate") == "tool_call",
+                                      origin=origin)
+        self._emit(changes)
+        return call
+
+    def set_status(self, call: ToolCall, status: str) -> None:
+        """Set the status of a call the client holds (one of its own: a budget card's, a
+        worktree command's), whatever namespace it is in now."""
+        call.status = status
+        self.touch(call)
 
     def set_deciding(self, perm: Permission, deciding: bool) -> None:
         if perm.deciding != deciding:

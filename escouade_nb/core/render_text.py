@@ -104,21 +104,36 @@ def _is_variation_selector(ch: str) -> bool:
     return "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef"
 
 
+def count_hidden(text: str) -> int:
+    """How many characters :func:`reveal` would mark in ``text`` (C-level counts: linear, fast)."""
+    if text.isascii() and text.replace("\n", "").replace("\t", "").isprintable():
+        return 0
+    hidden = [ch for ch in (_ASCII_CONTROLS & set(text) if text.isascii() else set(text)) if is_hidden(ch)]
+    return sum(text.count(ch) for ch in hidden) - (text.count("\r\n") if "\r" in hidden else 0)
+
+
 def reveal(text: str, mark: Callable[[str], str] = lambda ch: f"⟨U+{ord(ch):04X}⟩") -> tuple[str, int]:
     """``text`` with each hidden character (:func:`is_hidden`) replaced by ``mark(ch)``
     (``⟨U+202E⟩``), and how many there were: code shown on a card reads as it runs
     ("Trojan Source", CVE-2021-42574)."""
-    if text.isascii() and text.isprintable():
+    if text.isascii() and text.replace("\n", "").replace("\t", "").isprintable():  # C-level scans only
         return text, 0
-    count = 0
-    out = []
-    for i, ch in enumerate(text):
-        if is_hidden(ch) and not (ch == "\r" and text[i + 1:i + 2] == "\n"):  # CRLF is a line end
-            count += 1
-            out.append(mark(ch))
-        else:
-            out.append(ch)
-    return ("".join(out), count) if count else (text, 0)
+    # each distinct character judged once, then C-level counts and one translate: linear in the text
+    # whatever it holds (a per-character loop took seconds on a few MB of code: issue 32)
+    hidden = [ch for ch in (_ASCII_CONTROLS & set(text) if text.isascii() else set(text)) if is_hidden(ch)]
+    if not hidden:
+        return text, 0
+    table = {ord(ch): mark(ch) for ch in hidden}
+    count = sum(text.count(ch) for ch in hidden)
+    if ord("\r") in table:  # CRLF is a line end: only a lone \r is hidden
+        count -= text.count("\r\n")
+        out = "\r\n".join(part.translate(table) for part in text.split("\r\n"))
+    else:
+        out = text.translate(table)
+    return (out, count) if count else (text, 0)
+
+
+_ASCII_CONTROLS = frozenset(chr(c) for c in [*range(0x20), 0x7F]) - _SHOWN_CONTROLS
 
 
 def tool_input_text(value: Any) -> str:
@@ -228,10 +243,11 @@ def raw_output_text(call: ToolCall) -> str:
     return cut(text) if isinstance(out, str) and out.strip() and out.strip() not in shown else ""
 
 
-def tool_call_text(call: ToolCall) -> str:
+def tool_call_text(call: ToolCall, *, whole: bool = True) -> str:
     """A tool call as text: its title, kind and input as its permission card asked them
     (:attr:`ToolCall.asked`, frozen) when it had one, else as the agent sent them; then
-    its status, contents and output as they are now."""
+    its status, contents and output as they are now. ``whole`` False (a saved form): an
+    input past :data:`SAVED_CODE_MAX` characters by its start, length and SHA-256."""
     named = call.asked or call
     head = f"[tool] {named.title or call.tool_call_id} ({named.kind or 'other'}, {call.shown_status})"
     parts = [head]
@@ -241,7 +257,7 @@ def tool_call_text(call: ToolCall) -> str:
     notebook = any(is_notebook_path(d.get("path")) for d in call.diffs)
     inp = "" if notebook else tool_input_text(named.raw_input)
     if inp:
-        parts.append(_indent("input: " + inp))
+        parts.append(_indent("input: " + _long_cut(inp, "input", whole)))
     for c in call.content:
         term = call.terminals.get(str(c.get("terminalId"))) if c.get("type") == "terminal" else None
         parts.append(_indent(cut(terminal_text(c["terminalId"], term) if term
@@ -274,8 +290,45 @@ def subagent_text(sub: Subagent, speaker: str = "agent") -> str:
     return subagent_head(sub) + ("\n" + _indent(body) if body else "")
 
 
-def render_item(item: Item, speaker: str = "agent") -> str:
-    """One item as plain text."""
+SAVED_CODE_MAX = 256 * 1024
+"""Characters of a card's code a saved form's text keeps (``whole=False``); then its length and SHA-256."""
+
+
+_shas: dict[int, tuple[str, str]] = {}  # id(text) -> (text, its SHA-256): a saved form is redrawn often
+
+
+def _sha256_of(text: str) -> str:
+    import hashlib
+
+    hit = _shas.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if len(_shas) >= 8:
+        _shas.pop(next(iter(_shas)))
+    _shas[id(text)] = (text, sha)
+    return sha
+
+
+def _long_cut(text: str, what: str, whole: bool) -> str:
+    """``text``, or (``whole`` False) past :data:`SAVED_CODE_MAX` characters its start, its length and SHA-256."""
+    if whole or len(text) <= SAVED_CODE_MAX:
+        return text
+    sha = _sha256_of(text)
+    return (text[:SAVED_CODE_MAX] + f"\n… {len(text) - SAVED_CODE_MAX:,} more characters not in this saved form "
+            f"(the whole {what}: {len(text):,} characters, SHA-256 {sha})")
+
+
+def _code_text(code: str, whole: bool) -> str:
+    if whole or len(code) <= SAVED_CODE_MAX:
+        return reveal(code)[0]
+    cut_at = _long_cut(code, "code", whole)
+    return reveal(cut_at[:SAVED_CODE_MAX])[0] + cut_at[SAVED_CODE_MAX:]
+
+
+def render_item(item: Item, speaker: str = "agent", *, whole: bool = True) -> str:
+    """One item as plain text; ``whole`` False (a saved form): a card's code past
+    :data:`SAVED_CODE_MAX` characters by its start, length and SHA-256."""
     if isinstance(item, Message):
         extra = "".join(" " + content_text(b) for b in item.blocks)
         if item.role == "thought":
@@ -285,7 +338,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
         text = item.text if item.role == "user" else visible_text(item.text)
         return f"{who}: {text}{extra}"
     if isinstance(item, ToolCall):
-        return tool_call_text(item)
+        return tool_call_text(item, whole=whole)
     if isinstance(item, Permission):
         call = item.request or item.tool_call  # what was asked, frozen
         title = (call.title if call else None) or (call.tool_call_id if call else "a tool")
@@ -304,7 +357,7 @@ def render_item(item: Item, speaker: str = "agent") -> str:
             code = call.raw_input.get("source")  # the cell's whole source
         if call is not None and call.mcp is not None and call.mcp[1] in ("run_code", "execute_cell") and \
                 isinstance(code, str):
-            notebooks += "\n" + _indent(reveal(code)[0])  # the code asked to run, whole, hidden characters shown
+            notebooks += "\n" + _indent(_code_text(code, whole))  # the code asked to run, hidden characters shown
         if item.state == "pending":
             note = f" ({item.note})" if item.note and not item.deciding else ""
             return f"[permission] {title}: {options}" + (" (deciding…)" if item.deciding else "") + note + notebooks
@@ -395,9 +448,9 @@ def render_items(items: list[Item], speaker: str = "agent") -> str:
     return "\n".join(safe_render_item(i, speaker) for i in items)
 
 
-def safe_render_item(item: Item, speaker: str = "agent") -> str:
+def safe_render_item(item: Item, speaker: str = "agent", *, whole: bool = True) -> str:
     """:func:`render_item`, or a line saying the item could not be drawn, and why."""
     try:
-        return render_item(item, speaker)
+        return render_item(item, speaker, whole=whole)
     except Exception as exc:
         return f"[{type(item).__name__.lower()} {item.key}: not drawn ({type(exc).__name__}: {exc})]"

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.conversation import Change, ToolCall, frozen_request
 from ..core.status import ENDED
-from ..wire.transcript import BUDGET_EVENT
+from ..wire.transcript import BUDGET_EVENT, BUDGET_ORIGIN
 from .kernel_record import journal_of
 
 if TYPE_CHECKING:
@@ -54,7 +54,11 @@ KINDS = ("tokens", "cost", "seconds")
 CONTINUE, STOP = "continue", "stop"
 """The budget card's option ids, exactly."""
 CARD_PREFIX = "escouade-budget-"
-"""The budget card's tool call ids (``escouade-budget-N``): the client's, never the agent's."""
+"""The start of the budget card's tool call ids (``escouade-budget-N``): a name for the record only.
+That a card is the budget's is known from who made it (``ToolCall.origin == ORIGIN``), never from
+this id: an agent may send any id, this one too, and its request stays the agent's."""
+ORIGIN = BUDGET_ORIGIN
+"""The budget card's :attr:`~..core.conversation.ToolCall.origin`."""
 JOURNAL_ID = "budget"
 """The journal's name for the budget cards' answers (a file ``budget.jsonl`` beside the rule plugins')."""
 UNREPORTED = "not reported by this agent"
@@ -310,13 +314,14 @@ class AgentBudget:
         call_id = f"{CARD_PREFIX}{next(_serial)}"
         content: list[dict[str, Any]] = [{"type": "content", "content": {"type": "text", "text": text}}]
         wire = {"toolCallId": call_id, "title": title, "kind": "other", "status": "pending", "content": content}
-        request = frozen_request(ToolCall("", tool_call_id=call_id, title=title, kind="other", content=list(content)))
+        request = frozen_request(ToolCall("", tool_call_id=call_id, title=title, kind="other", content=list(content),
+                                          origin=ORIGIN))
         transcript = self.state.transcript
         if transcript is not None:  # before the card: its answer line (record.py) settles it on replay
             transcript.event(BUDGET_EVENT, phase="card", call=call_id, title=title, text=text, options=options,
                              scope=scope, kinds=kinds)
         desk = self.state.live.desk
-        card = desk.new_card(wire, options, request=request)
+        card = desk.new_card(wire, options, request=request, origin=ORIGIN)
         self.card, self.card_scope = card, scope
         self._released = asyncio.Event()
         card.on_answer(lambda: self._answered(card, kinds))
@@ -330,8 +335,10 @@ class AgentBudget:
         self.card = self.card_scope = None
         chosen = card.permission.option_id if card.permission.state == "selected" else None
         status = "completed" if chosen == CONTINUE else "failed"
-        call_id = card.permission.tool_call.tool_call_id if card.permission.tool_call is not None else ""
-        self.state.conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status})
+        call = card.permission.tool_call
+        call_id = call.tool_call_id if call is not None else ""
+        if call is not None:  # our own call, held: no id is looked up (an agent's call of that id is not it)
+            self.state.conversation.set_status(call, status)
         transcript = self.state.transcript
         if transcript is not None:
             transcript.event(BUDGET_EVENT, phase="end", call=call_id, status=status)

@@ -116,6 +116,13 @@ class PermissionCard(_Card):
         return self.permission.request
 
     @property
+    def origin(self) -> str | None:
+        """The part of escouade_nb whose card this is (``"budget"``, ``"worktree"``,
+        ``"kernel"``), known from the code that made it; None: the agent's request."""
+        call = self.permission.tool_call
+        return call.origin if call is not None else None
+
+    @property
     def state(self) -> str:
         return self.permission.state
 
@@ -308,18 +315,22 @@ class CardDesk:
 
     def new_card(self, tool_call: dict[str, Any], options: list[dict[str, Any]],
                  mcp: tuple[str, str] | None = None, subagent: Subagent | None = None,
-                 request: ToolCall | None = None) -> PermissionCard:
+                 request: ToolCall | None = None, origin: str | None = None) -> PermissionCard:
         """A pending permission card for ``tool_call`` (a ``ToolCallUpdate`` wire dict) with
         ``options`` (``{optionId, name, kind}``); ``mcp`` notes the MCP tool it is;
         ``subagent``: the child session that asks (the card goes in its conversation);
         ``request``: what the card asks when the client states it (a kernel tool's card:
-        the arguments its server received), else the call as it stands, frozen."""
+        the arguments its server received), else the call as it stands, frozen;
+        ``origin``: the part of escouade_nb that makes this card its own (``"budget"``,
+        ``"worktree"``, ``"kernel"``: :attr:`ToolCall.origin`), None for the agent's
+        request — whatever its tool call id, title or kind say."""
         agent = self.agent
         conversation = subagent.conversation if subagent is not None else agent.conversation
-        perm = conversation.add_permission(tool_call, options, request=request)
+        perm = conversation.add_permission(tool_call, options, request=request, origin=origin)
         call, asked = perm.tool_call, perm.request
         if call is not None:
-            self.asked.add(call.tool_call_id)
+            if origin is None:  # the agent's ids only: one of ours never stands for an agent's call
+                self.asked.add(call.tool_call_id)
             if mcp is not None:
                 call.mcp = mcp
             elif self.kernel is not None and request is None:
@@ -336,7 +347,7 @@ class CardDesk:
         """The answer of ``card``: the policies first (rule plugins, the kernel's reads,
         the mode), else the user; a card of a closed session is cancelled at once."""
         agent, perm = self.agent, card.permission
-        tcid = perm.tool_call.tool_call_id if perm.tool_call else ""
+        tcid = perm.tool_call.tool_call_id if perm.tool_call is not None and perm.tool_call.origin is None else ""
         budget = getattr(agent, "budget", None)
         if budget is not None and not card.answered:  # a budget card waits: nothing is granted meanwhile
             await budget.hold_permission()
@@ -398,8 +409,9 @@ class CardDesk:
     def withdrawn(self, tool_call_id: str) -> bool:
         """The agent withdrew the permission request of ``tool_call_id``
         (``$/cancel_request``): its card is answered ``cancelled``. False if no card yet."""
-        for card in self.cards:
-            if card.tool_call is not None and card.tool_call.tool_call_id == tool_call_id:
+        for card in self.cards:  # the agent's requests only: it cannot withdraw one of our cards by naming its id
+            call = card.tool_call
+            if call is not None and call.origin is None and call.tool_call_id == tool_call_id:
                 card.cancel("the agent withdrew it")
                 return True
         return False

@@ -53,6 +53,7 @@ from ..core.conversation import Message, ToolCall, frozen_request
 from ..manifest.mcp_servers import read_mcp_config, secrets_of, to_acp
 from ..manifest.models import ManifestError
 from ..permissions.request import mcp_arguments_of, mcp_tool_of
+from ..wire.kernel_calls import ORIGIN
 from .kernel_record import KernelRecord
 from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 from .launcher import is_ssh
@@ -657,10 +658,11 @@ class KernelAccess:
         if call is not None:
             wire: dict[str, Any] = {"toolCallId": call.tool_call_id}  # the agent's call keeps its own fields
         else:
-            call = ToolCall("", tool_call_id=f"escouade-run-code-{self._runs}-{secrets.token_hex(6)}")
+            call = ToolCall("", tool_call_id=f"escouade-run-code-{self._runs}-{secrets.token_hex(6)}", origin=ORIGIN)
             wire = {"toolCallId": call.tool_call_id, "title": RUN_TITLE, "kind": "execute", "status": "pending",
                     "rawInput": {"code": code}}
-        card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "run_code"), request=run_request(call, code))
+        card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "run_code"), request=run_request(call, code),
+                             origin=call.origin)
         self.record.card(card, code)
         await self._decide_run(card, code, "the code")
 
@@ -692,11 +694,11 @@ class KernelAccess:
         if call is not None:
             wire: dict[str, Any] = {"toolCallId": call.tool_call_id}
         else:
-            call = ToolCall("", tool_call_id=f"escouade-run-cell-{self._runs}-{secrets.token_hex(6)}")
+            call = ToolCall("", tool_call_id=f"escouade-run-cell-{self._runs}-{secrets.token_hex(6)}", origin=ORIGIN)
             wire = {"toolCallId": call.tool_call_id, "title": CELL_TITLE, "kind": "execute", "status": "pending",
                     "rawInput": {"cell_id": cell_id}}
         card = desk.new_card(wire, RUN_OPTIONS, mcp=(SERVER, "execute_cell"),
-                             request=cell_request(call, cell_id, source, unreviewed))
+                             request=cell_request(call, cell_id, source, unreviewed), origin=call.origin)
         self.record.card(card, source, tool="execute_cell", arguments={"cell_id": cell_id, "unreviewed": unreviewed})
         await self._decide_run(card, key, "the cell")
 
@@ -717,7 +719,7 @@ class KernelAccess:
             del self._allowed[key]
         conversation = self.agent.conversation
         conversation.add_tool_content(call, {"type": "content", "content": {"type": "text", "text": text}})
-        if call.tool_call_id.startswith("escouade-run-cell-"):
+        if call.origin == ORIGIN:  # one we made (never told by its id: the agent's may look the same)
             call.status = "failed" if failed else "completed"
             conversation.touch(call)
 
@@ -773,7 +775,7 @@ class KernelAccess:
         text = run_result_text(result)
         conversation = self.agent.conversation
         conversation.add_tool_content(call, {"type": "content", "content": {"type": "text", "text": text}})
-        if call.tool_call_id.startswith("escouade-run-code-"):
+        if call.origin == ORIGIN:  # one we made (never told by its id: the agent's may look the same)
             call.status = "failed" if result.get("error") else "completed"
             conversation.touch(call)
 

@@ -88,6 +88,7 @@ class KernelRecord:
             call = card.request or card.tool_call
             self._open[_task()] = _Open(card, code, time.time(), tool, dict(arguments or {}))
             self._write({"phase": "card", "request": request, "call": call.tool_call_id if call else None,
+                         "own": card.origin == kernel_calls.ORIGIN,  # our call, by who made it (never by its id)
                          "server": SERVER, "tool": tool, "title": call.title if call else None,
                          "kind": call.kind if call else None,
                          "options": [{k: o.get(k) for k in ("optionId", "name", "kind")} for o in card.options],

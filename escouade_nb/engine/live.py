@@ -29,6 +29,7 @@ from ..wire.fs import Confinement
 from ..wire.process import terminate_group
 from ..wire.session import AgentSession, ExitInfo, SessionClosed
 from ..wire.transcript import Transcript
+from ..wire.transport import MAX_LINE_BYTES
 from .cards import CardDesk
 from .kernel_access import KernelAccess
 from .launcher import agent_env
@@ -124,7 +125,8 @@ class Live:
         transcript = agent.transcript
         self.session = AgentSession(
             name=agent.name, argv=agent.argv(), cwd=agent.cwd, env=env, client=client, fold=self._fold,
-            withdrawn=self.desk.withdrawn, on_fatal=self._on_fatal, on_models=agent.controls.set_models,
+            withdrawn=self.desk.withdrawn, on_fatal=self._on_fatal, on_refused=self._on_refused,
+            on_models=agent.controls.set_models,
             on_exit=lambda info: self.end(), fold_child=self._fold_child,
             # None: no limit, which AgentSession handles (anyio.fail_after(None)); its annotation says float
             start_timeout=agent.start_timeout,  # type: ignore[arg-type]
@@ -433,6 +435,15 @@ class Live:
         update = adapt(self.agent.harness.short_id, sub.conversation, update)
         if update is not None:
             sub.conversation.apply(update if isinstance(update, dict) else {"value": update})
+
+    def _on_refused(self, size: int, envelope: dict[str, Any]) -> None:
+        """A message of the agent over the wire's cap was refused unread: one line says so."""
+        cap = self.session.transport.max_line_bytes if self.session.transport is not None else MAX_LINE_BYTES
+        what = envelope.get("method") or "a message"
+        answered = ", answered with an error" if "id" in envelope else ""
+        self.agent.conversation.add_notice(
+            f"A message of {size / 1e6:.1f} MB from the agent was refused: over the cap of {cap / (1 << 20):g} MiB "
+            f"({what}{answered}); nothing of it was read.", level="info")
 
     def _on_fatal(self, message: str) -> None:
         self.agent.conversation.add_notice(f"Transport error: {message.removeprefix('transport error: ')}; the "

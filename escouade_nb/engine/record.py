@@ -12,10 +12,11 @@ client ``event`` lines (:mod:`..wire.transcript` replays them, see :func:`~..wir
     ``{"level", "text", "detail"}``: a notice of the client (an agent's ``notice`` update is
     on the wire already), in its place.
 ``answer``
-    ``{"call", "outcome", "option_id", "answered_by", "message", "denied"}`` (and ``plan``,
+    ``{"call", "own", "outcome", "option_id", "answered_by", "message", "denied"}`` (and ``plan``,
     the markdown, when the card was a plan to approve): a permission card of the conversation
     was settled — by you, a rule plugin, the mode, a grant, a cancellation (``answered_by``
-    says why) — as the card said it.
+    says why) — as the card said it. ``own``: the part of escouade_nb whose card it was (``"budget"``…,
+    ``ToolCall.origin``), null for the agent's request: replay settles the card of that origin and id.
 ``question`` / ``question_answer``
     ``{"n", "mode", "message", "schema", "url", "questions", "tool_call_id", "elicitation_id"}``
     when a question card is made (``n`` numbers them in the segment), ``{"n", "state",
@@ -112,10 +113,11 @@ class ConversationRecord:
             elif isinstance(item, Permission) and item.state != "pending" and item not in self._answered:
                 self._answered.add(item)
                 call = item.tool_call.tool_call_id if item.tool_call is not None else None
+                origin = item.tool_call.origin if item.tool_call is not None else None
                 plan = {"plan": item.plan} if item.plan is not None else {}
-                self._write(ANSWER_EVENT, {"call": call, "outcome": item.state, "option_id": item.option_id,
-                                           "answered_by": item.answered_by, "message": item.message,
-                                           "denied": item.denied, **plan})
+                self._write(ANSWER_EVENT, {"call": call, "own": origin, "outcome": item.state,
+                                           "option_id": item.option_id, "answered_by": item.answered_by,
+                                           "message": item.message, "denied": item.denied, **plan})
 
     def _write(self, event: str, data: dict[str, Any]) -> None:
         transcript = self.agent.transcript

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from .interfaces import AgentHandle
 
 _runs = itertools.count(1)
+ORIGIN = "sign-in"
+"""The :attr:`~..core.conversation.ToolCall.origin` of a sign-in's terminal call."""
 
 
 class TerminalSignIn:
@@ -99,11 +101,10 @@ class TerminalSignIn:
         conversation = self.agent.conversation
         assert self._terminal_id is not None
         tcid = f"escouade-sign-in-{next(_runs)}"
-        conversation.apply({"sessionUpdate": "tool_call", "toolCallId": tcid, "title": f"Sign in: {name}",
-                            "kind": "execute", "status": "in_progress",
-                            "rawInput": {"command": self.command_line},
-                            "content": [{"type": "terminal", "terminalId": self._terminal_id}]})
-        self.call = conversation.tool_calls[tcid]
+        self.call = call = conversation.apply_own(ORIGIN, {
+            "sessionUpdate": "tool_call", "toolCallId": tcid, "title": f"Sign in: {name}", "kind": "execute",
+            "status": "in_progress", "rawInput": {"command": self.command_line},
+            "content": [{"type": "terminal", "terminalId": self._terminal_id}]})
         watch = terminals.subscribe(self._event)
         try:
             status = await terminals.wait_for_exit(self._terminal_id)
@@ -112,8 +113,7 @@ class TerminalSignIn:
             self._store()
         code = status.exit_code if status.exit_code is not None else -1  # killed by a signal
         self.exit_code = code
-        conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": tcid,
-                            "status": "completed" if code == 0 else "failed"})
+        conversation.set_status(call, "completed" if code == 0 else "failed")
         return code
 
     async def send(self, text: str) -> None:

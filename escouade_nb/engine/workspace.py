@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from ..wire.terminals import TerminalEvent, TerminalManager
 
 EDIT_KINDS = ("edit", "delete", "move")
+WRITE_ORIGIN = "write"
+"""The :attr:`~..core.conversation.ToolCall.origin` of the call we show for a write no call of the agent names."""
 """ACP tool kinds that change files."""
 
 
@@ -116,17 +118,17 @@ class Workspace:
         """A write through ``fs/write_text_file``: a diff in its tool card."""
         target = str(path)
         self.written.add(target)
-        for call in reversed(list(self.conversation.tool_calls.values())):
+        ours = [c for c in self.conversation.own_calls.values() if c.origin == WRITE_ORIGIN]
+        for call in [*reversed(list(self.conversation.tool_calls.values())), *reversed(ours)]:
             if target in [str(Path(p) if Path(p).is_absolute() else self.cwd / p) for p in paths_of(call)]:
                 if not any(c.get("type") == "diff" and c.get("path") == target for c in call.content):
                     self.conversation.add_tool_content(call, {"type": "diff", "path": target, "oldText": old,
                                                               "newText": new})
                 return
-        self.conversation.apply({"sessionUpdate": "tool_call",
-                                 "toolCallId": f"escouade-write-{len(self.conversation.items)}",
-                                 "title": f"Wrote {target}", "kind": "edit", "status": "completed",
-                                 "locations": [{"path": target}],
-                                 "content": [{"type": "diff", "path": target, "oldText": old, "newText": new}]})
+        self.conversation.apply_own(WRITE_ORIGIN, {
+            "sessionUpdate": "tool_call", "toolCallId": f"escouade-write-{len(self.conversation.items)}",
+            "title": f"Wrote {target}", "kind": "edit", "status": "completed", "locations": [{"path": target}],
+            "content": [{"type": "diff", "path": target, "oldText": old, "newText": new}]})
 
     def terminal_event(self, event: TerminalEvent) -> None:
         """Terminal output or exit: the tool cards that embed that terminal take it."""

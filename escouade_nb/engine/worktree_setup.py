@@ -82,6 +82,8 @@ CONFIRMATIONS_FILE = "worktree-commands.json"
 
 
 _ids = itertools.count(1)
+ORIGIN = "worktree"
+"""The :attr:`~..core.conversation.ToolCall.origin` of the worktree's cards and command calls."""
 _running: set[TerminalManager] = set()  # the setups and cleanups running now (killed at interpreter exit)
 
 
@@ -258,7 +260,7 @@ async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journ
                                                              "text": _card_text(config, target, files)}}]}
     options = [{"optionId": "run", "name": "Run (remember for this folder)", "kind": "allow_always"},
                {"optionId": "dont-run", "name": "Don't run", "kind": "reject_once"}]
-    card = desk.new_card(tool_call, options)
+    card = desk.new_card(tool_call, options, origin=ORIGIN)  # ours by who made it, not by its id
     card.permission.note = f"for its worktree: {config.file.name} asks, not the agent"
     agent.notify_status()
     try:
@@ -447,11 +449,10 @@ async def run_command(agent: AgentHandle, role: str, command: str, folder: Path,
             except Exception as exc:  # acp.RequestError: the shell (or the sandbox) cannot run
                 raise SetupFailed(f"worktree {role} could not start in {folder}: {exc}") from None
             call_id = f"escouade-worktree-{role}-{next(_ids)}"
-            conversation.apply({"sessionUpdate": "tool_call", "toolCallId": call_id, "kind": "execute",
-                                "title": f"Worktree {role}", "status": "in_progress",
-                                "rawInput": {"command": command, "cwd": str(folder)},
-                                "content": [{"type": "terminal", "terminalId": tid}]})
-            call = conversation.tool_calls[call_id]
+            call = conversation.apply_own(ORIGIN, {
+                "sessionUpdate": "tool_call", "toolCallId": call_id, "kind": "execute", "title": f"Worktree {role}",
+                "status": "in_progress", "rawInput": {"command": command, "cwd": str(folder)},
+                "content": [{"type": "terminal", "terminalId": tid}]})
 
             def store(event: TerminalEvent | None = None) -> None:
                 if event is not None and event.terminal_id != tid:
@@ -476,8 +477,7 @@ async def run_command(agent: AgentHandle, role: str, command: str, folder: Path,
             output, truncated, _ = terms.snapshot(tid)
             result = CommandResult(role, command, status.exit_code, status.signal, output, truncated,
                                    time.monotonic() - started, timed_out)
-            conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": call_id,
-                                "status": "completed" if result.ok else "failed"})
+            conversation.set_status(call, "completed" if result.ok else "failed")
             return result
         finally:
             _running.discard(terms)

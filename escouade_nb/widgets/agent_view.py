@@ -412,7 +412,7 @@ def saved_text(items: list[Item], speaker: str) -> str:
     "waiting for you" (nobody is asked once the kernel is gone)."""
     lines = []
     for item in items:
-        text = safe_render_item(item, speaker)
+        text = safe_render_item(item, speaker, whole=False)  # a long code by its start, length and SHA-256
         if isinstance(item, (Permission, Question)) and item.state == "pending":
             head, _sep, rest = text.partition("\n")
             if isinstance(item, Permission) and item.plan is None:  # "[permission] TITLE: [option] [option]…"

@@ -30,9 +30,9 @@ from ..core.conversation import (Change, Compaction, Conversation, Item, Message
                                  Subagent, ToolCall, Unknown)
 from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
-from ..engine.budget import CARD_PREFIX as BUDGET_CARD
-from .render import (asked_body_html, block_html, esc, markdown, plan_html, pre, split_frozen, tool_body_html,
-                     tool_header_html)
+from ..engine.budget import ORIGIN as BUDGET
+from .render import (NotDrawnYet, asked_body_html, block_html, draw_later, esc, markdown, plan_html, pre, saved_form,
+                     split_frozen, tool_body_html, tool_header_html)
 
 log = logging.getLogger(__name__)
 
@@ -370,11 +370,27 @@ class Feed:
         """(HTML, meta) of ``item`` as the front-end shows it now; an item that cannot be
         drawn (an agent's value no renderer expected) shows why, and its raw form."""
         try:
-            html, meta = self._render(item)
+            if self.interactive:
+                html, meta = self._render(item)
+            else:
+                with saved_form():  # a long code or input by its start, length and SHA-256
+                    html, meta = self._render(item)
             return (f'<div class="esc-rewound">{html}</div>' if item.rewound and html else html), meta
+        except NotDrawnYet as pending:  # a long text, drawn in pieces: the card says so, with no button meanwhile
+            draw_later(pending, lambda: self.conversation.touch(item))
+            waiting = isinstance(item, (ToolCall, Permission)) and self._waits(item)
+            return (f'<div class="esc-card esc-drawing"><div class="esc-tool-header"><b>Drawing '
+                    f'{len(pending.text):,} characters of {esc(pending.kind)}…</b></div><div class="esc-dim">shown '
+                    f'whole in a moment; nothing can be answered before</div></div>',
+                    {"c": "card", "p": 1 if waiting else 0, "t": "being drawn"})
         except Exception as exc:  # one item must not take the view down
             log.warning("item %s not drawn", item.key, exc_info=True)
             return not_drawn(item, exc), {"c": "note"}
+
+    def _waits(self, item: ToolCall | Permission) -> bool:
+        """Whether ``item`` (a tool call, a permission) holds a card waiting for the user."""
+        perm = item if isinstance(item, Permission) else self._perm_of.get(id(item))
+        return perm is not None and perm.state == "pending" and self.interactive
 
     def _render(self, item: Item) -> tuple[str, dict[str, Any]]:
         if isinstance(item, Message):
@@ -493,7 +509,7 @@ class Feed:
         deciding = (' <span class="esc-dim">deciding… (rule plugins are answering)</span>'
                     if perm.deciding else f' <span class="esc-dim">— {esc(perm.note)}</span>' if perm.note else "")
         who = f'<b>{esc(self.speaker)}</b> asks permission'
-        if perm.tool_call is not None and perm.tool_call.tool_call_id.startswith(BUDGET_CARD):  # ours, not the agent's
+        if perm.tool_call is not None and perm.tool_call.origin == BUDGET:  # made by the budget, whatever an id says
             who = '<b>The budget</b> is spent: go on?'
         return (f'<div class="esc-ask" data-key="{esc(self.key(perm))}"><div class="esc-ask-q">'
                 f'{who}{deciding}</div>{self._buttons(perm)}</div>')

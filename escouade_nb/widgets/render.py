@@ -10,16 +10,23 @@ live theme switch need nothing from Python.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
+import contextvars
+import hashlib
 import html
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from markdown_it import MarkdownIt
 
+from .._errors import EscouadeError
 from ..core.conversation import Plan, ToolCall
 from ..core.notebook_diff import NotebookDiff, notebook_diff
-from ..core.render_text import (PLAN_MARK, blob_size, block_text, content_text, cut, diff_lines, is_notebook_path,
-                                raw_output_text, reveal, terminal_state, tool_input_text)
+from ..core.render_text import (PLAN_MARK, blob_size, block_text, content_text, count_hidden, cut, diff_lines,
+                                is_notebook_path, raw_output_text, reveal, terminal_state, tool_input_text)
 
 
 def _highlight_fence(code: str, lang: str, _attrs: str) -> str:
@@ -318,24 +325,172 @@ def code_html(code: str, language: str = "python") -> str:
     return _pygments(cut(code), get_lexer_by_name(language))
 
 
-def run_code_html(code: str) -> str:
-    """The code a "Run code in the kernel" card asks to run: ALL of it — never cut, what
-    is approved is what runs — highlighted (escaped, not highlighted, past
-    :data:`HIGHLIGHT_MAX` characters), in a box that scrolls past about 24 lines, under a
-    line giving its size (lines, characters)."""
-    from pygments.lexers import get_lexer_by_name
+def _hidden_mark(ch: str) -> str:
+    return (f'<span class="esc-hidden-char" title="an invisible or direction-changing character">'
+            f'⟨U+{ord(ch):04X}⟩</span>')
 
-    # lines as Python counts them: \n, \r\n and a lone \r each end one (not U+2028: shown as hidden)
-    lines = len(re.findall(r"\r\n|\r|\n", code)) + (0 if not code or code.endswith(("\n", "\r")) else 1)
-    body = _pygments(code, get_lexer_by_name("python")) if len(code) <= HIGHLIGHT_MAX else pre(code, "esc-code")
-    # Pygments and esc() escape <, > and &, not the characters that hide or reorder text: shown as such
-    body, hidden = reveal(body, lambda ch: f'<span class="esc-hidden-char" title="an invisible or direction-changing '
-                                           f'character">⟨U+{ord(ch):04X}⟩</span>')
+
+def _line_ends(code: str) -> int:
+    """Line ends as Python counts them: \\n, \\r\\n and a lone \\r (not U+2028: shown as hidden)."""
+    return code.count("\n") + code.count("\r") - code.count("\r\n")
+
+
+def _code_box(code: str, lines: int, hidden: int, body: str) -> str:
+    lines += 0 if not code or code.endswith(("\n", "\r")) else 1
     warn = (f' · <b class="esc-hidden-count">{hidden:,} invisible or direction-changing character'
             f'{"s" if hidden != 1 else ""}, shown as ⟨U+…⟩</b>') if hidden else ""
     size = (f'<div class="esc-code-size esc-dim esc-small">the whole code: {lines:,} line{"s" if lines != 1 else ""}'
             f', {len(code):,} character{"s" if len(code) != 1 else ""}{warn}</div>')
     return f'{size}<div class="esc-code-all">{body}</div>'
+
+
+def _run_code_now(code: str) -> str:
+    from pygments.lexers import get_lexer_by_name
+
+    body = _pygments(code, get_lexer_by_name("python")) if len(code) <= HIGHLIGHT_MAX else pre(code, "esc-code")
+    # Pygments and esc() escape <, > and &, not the characters that hide or reorder text: shown as such
+    body, hidden = reveal(body, _hidden_mark)
+    return _code_box(code, _line_ends(code), hidden, body)
+
+
+def run_code_html(code: str) -> str:
+    """The code a "Run code in the kernel" card asks to run: ALL of it — never cut, what
+    is approved is what runs — highlighted (escaped, not highlighted, past
+    :data:`HIGHLIGHT_MAX` characters; the hidden characters marked either way), in a box
+    that scrolls past about 24 lines, under a line giving its size (lines, characters).
+    Past :data:`DRAW_AT_ONCE` characters, inside a running loop, it is drawn in pieces
+    (:class:`NotDrawnYet`, :func:`draw_later`)."""
+    return _drawn(code, "code", _run_code_now)
+
+
+# -- drawing big texts in pieces ---------------------------------------------------------------------
+DRAW_AT_ONCE = 256 * 1024
+"""Characters of code or input a card draws at once (~5 ms). A longer one is drawn in pieces of this
+size, one per turn of the kernel's loop (:func:`draw_later`): meanwhile the card says it is being drawn
+and shows no button (nothing is approved unseen); once drawn it shows the text whole."""
+_DRAWN_KEPT = 8
+_drawn_html: collections.OrderedDict[tuple[int, str], tuple[str, str]] = collections.OrderedDict()
+_drawing: dict[tuple[int, str], asyncio.Task[None]] = {}
+
+
+class NotDrawnYet(EscouadeError):
+    """A text too long to draw at once, not drawn yet: the view shows that it is being drawn and
+    calls :func:`draw_later`. ``text``, ``kind`` (``code``: a run card's code; ``input``: a tool's input)."""
+
+    def __init__(self, text: str, kind: str) -> None:
+        super().__init__(f"{len(text):,} characters of {kind} being drawn")
+        self.text, self.kind = text, kind
+
+
+_saved: contextvars.ContextVar[bool] = contextvars.ContextVar("escouade_saved_form", default=False)
+
+
+@contextlib.contextmanager
+def saved_form() -> Iterator[None]:
+    """Draw a saved form (a view's static copy, redrawn at each status change, kept in the notebook):
+    a code or input past :data:`DRAW_AT_ONCE` characters is shown by its start, its whole length and
+    its SHA-256 — as the transcript keeps code past 100,000 characters — not whole: the live card,
+    where it is answered, shows it whole."""
+    token = _saved.set(True)
+    try:
+        yield
+    finally:
+        _saved.reset(token)
+
+
+def _saved_cut(text: str, kind: str, drawn: tuple[str, str, int, int] | None = None) -> str:
+    """A saved form's ``text`` past :data:`DRAW_AT_ONCE`: its first piece, then its length and SHA-256
+    (code: in its box, with its lines and hidden characters counted). ``drawn``: (the first piece's
+    HTML, the SHA-256, lines, hidden), when :func:`_draw` counted them piece by piece."""
+    head = next(_pieces(text))
+    if drawn is None:
+        shown = esc(head)
+        if kind == "code":
+            shown = reveal(shown, _hidden_mark)[0]
+        sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        drawn = (shown, sha, _line_ends(text), count_hidden(text) if kind == "code" else 0)
+    shown, sha, lines, hidden = drawn
+    note = (f'<div class="esc-saved-cut esc-dim esc-small">… {len(text) - len(head):,} more characters are not in '
+            f'this saved form (the whole {esc(kind)}: {len(text):,} characters, SHA-256 {sha}); its live card '
+            f'showed it whole</div>')
+    if kind != "code":
+        return f'<pre class="esc-pre">{shown}</pre>' + note
+    return _code_box(text, lines, hidden, f'<pre class="esc-pre esc-code">{shown}</pre>' + note)
+
+
+def _drawn(text: str, kind: str, now: Callable[[str], str]) -> str:
+    """``now(text)``, or what :func:`draw_later` drew of this very text; :class:`NotDrawnYet` for a long
+    text not drawn yet while a loop runs (with no loop running nothing waits for it: drawn at once).
+    In a saved form (:func:`saved_form`) a long text is cut, said so."""
+    if len(text) <= DRAW_AT_ONCE:
+        return now(text)
+    if _saved.get():
+        kind, now = kind + " saved", lambda t, k=kind: _saved_cut(t, k)  # type: ignore[misc]
+    hit = _drawn_html.get((id(text), kind))
+    if hit is not None and hit[0] is text:
+        _drawn_html.move_to_end((id(text), kind))
+        return hit[1]
+    if _saved.get():
+        drawn = now(text)
+        _keep((id(text), kind), text, drawn)
+        return drawn
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return now(text)
+    raise NotDrawnYet(text, kind)
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """``text`` in pieces of about :data:`DRAW_AT_ONCE` characters, never between \\r and \\n."""
+    at = 0
+    while at < len(text):
+        end = min(len(text), at + DRAW_AT_ONCE)
+        if text[end - 1:end] == "\r" and text[end:end + 1] == "\n":
+            end += 1
+        yield text[at:end]
+        at = end
+
+
+async def _draw(text: str, kind: str) -> None:
+    """Draw ``text`` (``kind`` ``code`` or ``input``) a piece per turn of the loop: the card whole, and
+    its saved form's cut (:func:`_saved_cut`) from the same pieces — the SHA-256 and counts too."""
+    parts: list[str] = []
+    lines = hidden = 0
+    sha = hashlib.sha256()
+    for piece in _pieces(text):
+        shown = esc(piece)
+        if kind == "code":
+            shown, n = reveal(shown, _hidden_mark)
+            hidden += n
+            lines += _line_ends(piece)
+        sha.update(piece.encode("utf-8", "surrogatepass"))
+        parts.append(shown)
+        await asyncio.sleep(0)  # one piece per turn of the loop
+    if kind == "code":
+        html_ = _code_box(text, lines, hidden, f'<pre class="esc-pre esc-code">{"".join(parts)}</pre>')
+    else:
+        html_ = f'<pre class="esc-pre">{"".join(parts)}</pre>'
+    _keep((id(text), kind + " saved"), text, _saved_cut(text, kind, (parts[0], sha.hexdigest(), lines, hidden)))
+    _keep((id(text), kind), text, html_)
+
+
+def _keep(key: tuple[int, str], text: str, drawn: str) -> None:
+    _drawn_html[key] = (text, drawn)
+    while len(_drawn_html) > _DRAWN_KEPT:
+        _drawn_html.popitem(last=False)
+
+
+def draw_later(pending: NotDrawnYet, then: Callable[[], object]) -> None:
+    """Draw ``pending``'s text in pieces (one task per text, shared by the views that wait for it),
+    then call ``then()`` (the view draws its item again: now at once). The task ends by itself after
+    one turn of the loop per piece; its own registry holds it until then."""
+    key = (id(pending.text), pending.kind)
+    task = _drawing.get(key)
+    if task is None:
+        task = _drawing[key] = asyncio.get_running_loop().create_task(_draw(pending.text, pending.kind))
+        task.add_done_callback(lambda _t: _drawing.pop(key, None))
+    task.add_done_callback(lambda t: None if t.cancelled() else then())
 
 
 INLINE_MEDIA_MAX = 4 * 1024 * 1024
@@ -413,7 +568,8 @@ def tool_body_html(call: ToolCall, *, show_input: bool = True, content: list[dic
         inp = tool_input_text(call.raw_input)
         if inp:
             if "\n" in inp or len(inp) > 120:
-                parts.append(f'<details class="esc-tool-input"><summary>input</summary>{pre(inp)}</details>')
+                parts.append(f'<details class="esc-tool-input"><summary>input</summary>{_drawn(inp, "input", pre)}'
+                             f'</details>')
             else:
                 parts.append(f'<div class="esc-tool-input">{pre(inp)}</div>')
     for c in items:

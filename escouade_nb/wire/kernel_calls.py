@@ -14,7 +14,8 @@ agent's transcript — client-side ``event`` records, as ``start``/``exit``/``re
     showed, beside ``cell_id`` and ``unreviewed``) card was made (its place in the conversation): ``request`` (true when
     the card is the agent's own permission request for that call, folded by identity: the
     request just before it with that id is not drawn again), ``call``, ``server``,
-    ``tool``, ``title``, ``kind``, ``options`` (``{optionId, name, kind}``), ``arguments``
+    ``tool``, ``title``, ``kind``, ``own`` (true when the card is on a call the server made, the agent
+    having announced none: :data:`ORIGIN`), ``options`` (``{optionId, name, kind}``), ``arguments``
     (``{"code": CODE}``, whole up to :data:`CODE_MAX` characters; above it, the first
     :data:`CODE_MAX` characters with ``code_cut: true``, ``code_chars`` (the whole length)
     and ``code_sha256`` (hex, of the whole code's UTF-8)).
@@ -67,6 +68,9 @@ DETAIL_MAX = 2_000
 PASSED_BY = "escouade_nb"
 """Who answers the agent's own ``run_code`` request, passed on to the kernel's server
 (``engine/cards.py``): a request answered so, with a ``card`` line of its id after it, is folded."""
+ORIGIN = "kernel"
+"""The :attr:`~..core.conversation.ToolCall.origin` of a call the kernel's server made its card on (the agent
+announced none): ``kind: "event"`` lines say so with ``own: true``."""
 RAN = ("ok", "error")
 """The ``result`` statuses of a ``run_code`` whose code ran."""
 
@@ -204,16 +208,21 @@ class KernelReplay:
                 raw = {"rawInput": {"source": raw["rawInput"]["code"], "cell_id": str(args.get("cell_id", "")),
                                     "unreviewed": args.get("unreviewed") is True}}
             known = conversation.tool_calls.get(call_id)
+            # ours when our line says so; a line written before ``own`` was: ours when no call of the agent had its id
+            own = data.get("own") is True if "own" in data else (known is None and data.get("request") is not True)
+            if own:
+                known = None  # an agent's call of that id is not it
             mcp = (data["server"], data["tool"]) if isinstance(data.get("server"), str) and \
                 isinstance(data.get("tool"), str) else None
             wire = {"toolCallId": call_id} if known is not None else \
                 {"toolCallId": call_id, "title": data.get("title"), "kind": data.get("kind"), "status": "pending",
                  **raw}
-            asked = frozen_request(known or ToolCall("", tool_call_id=call_id), title=data.get("title"),
+            asked = frozen_request(known or ToolCall("", tool_call_id=call_id, origin=ORIGIN if own else None),
+                                   title=data.get("title"),
                                    kind=data.get("kind"), raw_input=raw.get("rawInput"), content=[], locations=[],
                                    meta=None, extra={}, mcp=mcp)
             perm = conversation.add_permission(wire, [o for o in data.get("options") or [] if isinstance(o, dict)],
-                                               request=asked)
+                                               request=asked, origin=ORIGIN if own else None)
             if perm.tool_call is not None and mcp is not None:
                 perm.tool_call.mcp = mcp
             self.cards[call_id] = perm
@@ -238,7 +247,7 @@ class KernelReplay:
             return
         text = str(data.get("output", "")) + ("… [cut in the transcript]" if data.get("output_cut") else "")
         conversation.add_tool_content(call, {"type": "content", "content": {"type": "text", "text": text}})
-        if call.tool_call_id.startswith("escouade-run-code-"):  # a call the agent did not announce: ours to close
+        if call.origin == ORIGIN:  # a call the agent did not announce: ours to close
             call.status = "failed" if status == "error" else "completed"
             conversation.touch(call)
 

@@ -91,7 +91,9 @@ class AgentSession:
     ``session/update`` in arrival order; ``withdrawn(tool_call_id) -> bool`` closes the
     card of a permission request the agent withdrew. ``on_fatal(message)`` is told when
     the wire broke (a message too long to take: the agent is then stopped, rather than
-    a silent hang); ``on_models(models)`` of the agent's raw ``models`` state (goose);
+    a silent hang); ``on_refused(size, envelope)`` of a request or notification over the
+    wire's cap, refused unread (:class:`~.transport.LineTransport`); ``on_models(models)``
+    of the agent's raw ``models`` state (goose);
     ``fold_child(session_id, update)`` takes the updates of a child session (a subagent
     announced by a ``subagent_update``);
     ``on_exit(info)`` of the process's end, before :attr:`exited` is set."""
@@ -99,6 +101,7 @@ class AgentSession:
     def __init__(self, *, name: str, argv: Sequence[str], cwd: Path, env: Mapping[str, str], client: Any,
                  fold: Callable[[Any], None], withdrawn: Callable[[str], bool],
                  on_fatal: Callable[[str], None] = lambda message: None,
+                 on_refused: Callable[[int, dict[str, Any]], None] = lambda size, envelope: None,
                  on_models: Callable[[dict[str, Any]], None] = lambda models: None,
                  on_exit: Callable[[ExitInfo], None] = lambda info: None,
                  fold_child: Callable[[str, Any], None] = lambda session_id, update: None,
@@ -115,6 +118,7 @@ class AgentSession:
                              tool_calls=getattr(client, "raw_tool_calls", None), fold_child=fold_child,
                              children=getattr(client, "child_sessions", None))
         self._on_fatal = on_fatal
+        self._on_refused = on_refused
         self._on_models = on_models
         self._on_exit = on_exit
         self._line_observers = list(line_observers)
@@ -190,7 +194,7 @@ class AgentSession:
             self._tg.start_soon(drain, self.process.stderr, self.stderr)
             await self._tg.start(self.client.terminals.serve)
             self.transport = LineTransport(self.process.stdin, self.process.stdout, intercept=self._intercept,
-                                           on_skip=self._on_skip)
+                                           on_skip=self._on_skip, on_refused=self._on_refused)
             self.transport.line_observers.extend(self._line_observers)
             self.transport.observers.append(self._observe)
             # elicitation/create is routed by the SDK only with its unstable flag

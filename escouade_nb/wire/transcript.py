@@ -78,6 +78,9 @@ BUDGET_EVENT = "budget"
 """The events of a budget card (``engine/budget.py``): ``{"phase": "card", "call", "title", "text",
 "options", "scope", "kinds"}`` when it is made (its answer is an ``answer`` event), ``{"phase": "end",
 "call", "status"}`` after."""
+BUDGET_ORIGIN = "budget"
+"""The :attr:`~..core.conversation.ToolCall.origin` of a budget card: known from the code that made it (a
+``budget`` event, ours), never from its id."""
 CHECKPOINT_EVENT = "checkpoint"
 """The event of a checkpoint of the agent's folder before a turn (:mod:`escouade_nb.engine.checkpoints`)."""
 REWIND_EVENT = "rewind"
@@ -606,7 +609,7 @@ class _Replay:
     def _forget(self) -> None:
         """What one segment knows, empty: its agent's ids mean nothing in the next one."""
         self.cards: dict[Any, Any] = {}  # JSON-RPC id of a permission request -> its Permission
-        self.by_call: dict[str, list[Any]] = {}  # tool call id -> its cards
+        self.by_call: dict[tuple[str | None, str], list[Any]] = {}  # (origin, tool call id) -> its cards
         self.questions: dict[Any, Question] = {}  # a question card's number -> it
         self.reloads: set[Any] = set()  # ids of session/load or session/resume requests not answered yet
         self.prompts: dict[Any, bool] = {}  # ids of session/prompt requests not answered yet -> a Stop came since
@@ -641,8 +644,8 @@ class _Replay:
         conversation.close_messages()
 
     def _card_made(self, perm: Any) -> Any:
-        if perm.tool_call is not None:
-            self.by_call.setdefault(perm.tool_call.tool_call_id, []).append(perm)
+        if perm.tool_call is not None:  # by who made it and id: an agent's id never names one of ours
+            self.by_call.setdefault((perm.tool_call.origin, perm.tool_call.tool_call_id), []).append(perm)
         return perm
 
     def incoming(self, index: int, msg: dict[str, Any]) -> None:
@@ -769,10 +772,11 @@ class _Replay:
             options = [o for o in data.get("options") or [] if isinstance(o, dict)]
             self._card_made(self.conversation.add_permission(
                 {"toolCallId": data["call"], "title": str(data.get("title") or "Budget reached"), "kind": "other",
-                 "status": "pending", "content": [text]}, options))
+                 "status": "pending", "content": [text]}, options, origin=BUDGET_ORIGIN))
         elif data.get("phase") == "end" and data.get("status") in ("completed", "failed"):
-            self.conversation.apply({"sessionUpdate": "tool_call_update", "toolCallId": data["call"],
-                                     "status": data["status"]})
+            call = self.conversation.own_calls.get(data["call"])
+            if call is not None and call.origin == BUDGET_ORIGIN:
+                self.conversation.set_status(call, data["status"])
 
 
 def _question(data: dict[str, Any]) -> Question:
@@ -786,10 +790,18 @@ def _question(data: dict[str, Any]) -> Question:
                     tool_call_id=text("tool_call_id"), elicitation_id=text("elicitation_id"))
 
 
-def _answer(conversation: Conversation, by_call: dict[str, list[Any]], data: dict[str, Any]) -> None:
-    """An ``answer`` event: the oldest card of that tool call still pending in this segment
-    is settled as the live one was, with who answered."""
-    perm = next((p for p in by_call.get(str(data.get("call") or ""), []) if p.state == "pending"), None)
+def _answer(conversation: Conversation, by_call: dict[tuple[str | None, str], list[Any]],
+            data: dict[str, Any]) -> None:
+    """An ``answer`` event: the oldest card of that origin and tool call still pending in this
+    segment is settled as the live one was, with who answered (a line older than ``own``: the
+    agent's card of that id first, else one of ours)."""
+    call = str(data.get("call") or "")
+    if "own" in data:
+        origin = data["own"] if isinstance(data["own"], str) else None
+        cards = by_call.get((origin, call), [])
+    else:
+        cards = [*by_call.get((None, call), []), *(p for (o, c), ps in by_call.items() if o and c == call for p in ps)]
+    perm = next((p for p in cards if p.state == "pending"), None)
     if perm is None:
         return
     if isinstance(data.get("plan"), str):  # a plan to approve (the client knew it, from the harness's tools)

@@ -10,6 +10,11 @@ decide what reaches it:
   taken (the SDK's own reader has a 64 KiB asyncio limit when spawned by hand);
 * a line that is not JSON, not UTF-8, too long, or JSON but not an object (which kills
   the SDK's receive loop) is skipped and recorded in ``skipped``, never fatal;
+* a line over the cap (:data:`MAX_LINE_BYTES`) is never held whole nor parsed: its bytes are
+  dropped as they come, only its first and last bytes kept to read its envelope
+  (:func:`~.framing.envelope`). A request (``id`` and ``method``) is answered with a
+  JSON-RPC error (:data:`TOO_LARGE`) and a notification dropped, each told to ``on_refused``;
+  anything else (a response: what a turn or a card may wait for) goes to ``on_skip``;
 * ``intercept`` sees every incoming object first and may consume it: the agent folds
   ``session/update`` notifications there, synchronously and in arrival order (the
   SDK's one-task-per-notification dispatch can reorder them and drops unknown kinds).
@@ -28,15 +33,22 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from .framing import LineBuffer, Skipped
+from .framing import LineBuffer, Skipped, envelope
 
 log = logging.getLogger(__name__)
 
 YIELD_AFTER = 0.004
 """Seconds of folding lines of one read before the reader lets the loop turn."""
 
-MAX_LINE_BYTES = 64 * 1024 * 1024
-"""The longest line taken from an agent (bytes); a longer one is skipped."""
+MAX_LINE_BYTES = 8 * 1024 * 1024
+"""The longest line taken from an agent (bytes, 8 MiB); a longer one is refused unread. Why 8 MiB:
+it is twice what rule plugins judge whole (a request over 4 MiB has its fields cut for them,
+``permissions/request.py``), under the kernel's MCP server's 10 MB body limit (413), far above any
+message the seven released agents were measured to send, and json.loads of a line of that size takes
+40–65 ms (a worker thread would not help: the decoder holds the GIL); a 40 MB line held the loop 10.5 s
+before the cap."""
+TOO_LARGE = -32600
+"""The JSON-RPC error code a refused request is answered with (Invalid Request: over the cap)."""
 
 Intercept = Callable[[dict[str, Any]], bool]
 Observer = Callable[[str, dict[str, Any]], None]
@@ -52,12 +64,15 @@ class LineTransport:
 
     def __init__(self, send_stream: ByteSendStream, receive_stream: ByteReceiveStream, *,
                  intercept: Intercept | None = None, max_line_bytes: int = MAX_LINE_BYTES,
-                 on_skip: Callable[[str], None] | None = None) -> None:
+                 on_skip: Callable[[str], None] | None = None,
+                 on_refused: Callable[[int, dict[str, Any]], None] | None = None) -> None:
         self._send_stream = send_stream
         self._receive_stream = receive_stream
         self._intercept = intercept
         self._on_skip = on_skip
-        self._framing = LineBuffer(max_line_bytes)
+        self._on_refused = on_refused
+        self.max_line_bytes = max_line_bytes
+        self._framing = LineBuffer(max_line_bytes, report_at_end=True)
         self._lines: collections.deque[bytes | Skipped] = collections.deque()
         self._eof = False
         self._turned = time.monotonic()  # when the loop last turned under this reader
@@ -109,7 +124,7 @@ class LineTransport:
             while self._lines:
                 event = self._lines.popleft()
                 if isinstance(event, Skipped):
-                    self._skip(event.why)
+                    await self._refuse(event)
                     continue
                 return event
             if self._eof:
@@ -142,6 +157,30 @@ class LineTransport:
             self._skip(f"JSON line is a {type(value).__name__}, not an object", line)
             return None
         return value
+
+    async def _refuse(self, skipped: Skipped) -> None:
+        """A line over the cap, dropped unread: a request is answered with an error, a
+        notification dropped, each told to ``on_refused(size, envelope)``; anything else
+        (a response, a line without an envelope) is a skip (``on_skip``)."""
+        found = envelope(skipped) if skipped.head or skipped.tail else {}
+        if "method" not in found:
+            self._skip(skipped.why)
+            return
+        self.skipped_count += 1
+        self.skipped.append(f"{skipped.why}: refused {found['method']} ({skipped.size} bytes)")
+        if "id" in found:
+            error = {"code": TOO_LARGE, "message": f"message refused: {skipped.size} bytes, over the client's cap "
+                                                   f"of {self.max_line_bytes} bytes",
+                     "data": {"size": skipped.size, "cap": self.max_line_bytes}}
+            try:
+                await self.send({"jsonrpc": "2.0", "id": found["id"], "error": error})
+            except ConnectionError:
+                pass  # the agent is gone: nothing to answer
+        if self._on_refused is not None:
+            try:
+                self._on_refused(skipped.size, found)
+            except Exception:
+                log.exception("on_refused failed")
 
     def _skip(self, why: str, line: bytes = b"") -> None:
         self.skipped_count += 1

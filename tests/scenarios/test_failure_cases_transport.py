@@ -54,13 +54,14 @@ def test_F02_long_line_and_split_utf8(script):
 F02_OVER_CAP = f"""
 [P]
 A> {_chunk("a little")}
-A> {_chunk("y" * (3 << 20))}
+A> {{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn","_meta":{{"pad":"{"y" * (3 << 20)}"}}}}}}
 !> {{"hang": true}}
 """
 
 
 def test_F02_line_over_the_cap_is_a_clear_transport_error(script, monkeypatch):
-    """Above the transport's cap (lowered here to 1 MiB) the line cannot be taken:
+    """Above the transport's cap (lowered here to 1 MiB) an answer cannot be taken (a request
+    or a notification is refused and the agent goes on: tests/adversarial/test_payloads_wire.py):
     the UI says so, the agent is torn down, and the turn fails instead of hanging."""
     from escouade_nb.wire.transport import LineTransport
 

@@ -165,8 +165,9 @@ def test_a_5_mib_line_arrives_intact() -> None:
     assert transport.skipped_count == 0
 
 
-def test_default_max_line_is_large() -> None:
-    assert MAX_LINE_BYTES >= 50 * 1024 * 1024
+def test_default_max_line_is_the_cap() -> None:
+    # above what rule plugins judge whole (4 MiB), under the kernel's MCP body limit (10 MB): issue 32
+    assert 4 * 1024 * 1024 < MAX_LINE_BYTES <= 10_000_000
 
 
 def test_too_long_line_spanning_reads_is_skipped_once() -> None:

@@ -36,7 +36,8 @@ bwrap made it (``--info-fd`` gives the pid, ``--block-fd`` holds the agent's pro
 pasta has configured the namespace), with no port forwarded from the host and, towards
 the host's 127.0.0.1, exactly: the kernel's MCP server's port (the agent's own endpoint:
 its token is the only credential it holds) and the ports the user declared for it
-(:attr:`Sandbox.ports`: a local model). pasta daemonizes; its pid (``-P``) is held by
+(:attr:`Sandbox.ports`: a local model). pasta runs in the foreground as the kernel's child
+(under ``setpriv --pdeathsig KILL``: it dies with the kernel, even a killed one); it is held by
 :class:`Confined` and it is killed when the agent's process ends, is stopped, restarted,
 closed, or the kernel exits (:meth:`Confined.close`). ``offline=True``: no pasta, no
 network at all (the kernel's tools are not reachable then). It runs in its own pid
@@ -81,6 +82,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -359,8 +361,7 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
     return argv
 
 
-def pasta_argv(pasta: str, pid: int, ports: Sequence[int], pid_file: Path,
-               ns_fds: tuple[int, int] | None = None) -> list[str]:
+def pasta_argv(pasta: str, pid: int, ports: Sequence[int], ns_fds: tuple[int, int] | None = None) -> list[str]:
     """pasta attached to process ``pid``'s network namespace: its network configured
     (``--config-net``), the host's gateway not mapped to the host (``--no-map-gw``), no
     port forwarded into it (``-t none -u none``), no UDP towards the host's loopback, and
@@ -369,8 +370,12 @@ def pasta_argv(pasta: str, pid: int, ports: Sequence[int], pid_file: Path,
     otherwise drops to ``nobody``, who cannot open the namespace) and ``--netns-only``.
     ``ns_fds`` (not root): ``(user namespace fd, network namespace fd)`` inherited by pasta,
     which joins that user namespace — the one owning the network namespace, which
-    unprivileged bwrap made; its child runs in a nested one — then the network's. Pure."""
-    argv = [pasta]
+    unprivileged bwrap made; its child runs in a nested one — then the network's. In the
+    foreground (``-f``): pasta stays the kernel's child, under util-linux's ``setpriv
+    --pdeathsig KILL`` when it is on ``PATH``, so that it dies with the kernel even when the
+    kernel is killed (SIGKILL) and nothing else could end it. Pure but for that lookup."""
+    setpriv = shutil.which("setpriv")
+    argv = [setpriv, "--pdeathsig", "KILL", "--", pasta] if setpriv is not None else [pasta]
     if os.geteuid() == 0:
         argv += ["--runas", "0"]
     argv += ["--config-net", "--no-map-gw", "-t", "none", "-u", "none", "-U", "none",
@@ -379,7 +384,7 @@ def pasta_argv(pasta: str, pid: int, ports: Sequence[int], pid_file: Path,
         argv += ["--userns", f"/proc/self/fd/{ns_fds[0]}", "--netns", f"/proc/self/fd/{ns_fds[1]}"]
     else:
         argv += ["--netns", f"/proc/{pid}/ns/net", "--netns-only"]
-    argv += ["-P", str(pid_file), "-q"]
+    argv += ["-f", "-q"]
     return argv
 
 
@@ -396,6 +401,24 @@ def _namespace_fds(pid: int) -> tuple[int, int]:
     except BaseException:
         os.close(net)
         raise
+
+
+def _network_up(pid: int, stop: threading.Event) -> bool:
+    """Whether process ``pid``'s network namespace got a default route (IPv4 or IPv6: what
+    pasta's ``--config-net`` sets last) before ``stop`` is set or :data:`ATTACH_LIMIT`
+    seconds pass; read from ``/proc/PID/net`` every millisecond (call it in a thread)."""
+    deadline = time.monotonic() + ATTACH_LIMIT
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            v4 = Path(f"/proc/{pid}/net/route").read_text().splitlines()[1:]
+            v6 = Path(f"/proc/{pid}/net/ipv6_route").read_text().splitlines()
+        except OSError:
+            return False  # gone
+        if any(f[1:2] == ["00000000"] and f[0] != "lo" for f in map(str.split, v4)) or any(
+                f[:2] == ["0" * 32, "00"] and f[-1] != "lo" for f in map(str.split, v6)):  # lo's own: a reject
+            return True
+        time.sleep(0.001)
+    return False
 
 
 class Network:
@@ -463,35 +486,38 @@ class Network:
 
     async def attach(self) -> None:
         """bwrap's child's pid read from the info pipe (in a thread), pasta run on its
-        namespace (an async subprocess; it daemonizes once the namespace is configured),
-        its pid read from ``-P``, then the block pipe written: the agent's program starts.
-        :class:`SandboxError` (one line) when bwrap ended first, pasta failed, or it took
-        over :data:`ATTACH_LIMIT` seconds."""
+        namespace (an async subprocess in the foreground, the kernel's child: see
+        :func:`pasta_argv`), the namespace's default route awaited (in a thread: pasta has
+        configured it), then the block pipe written: the agent's program starts.
+        :class:`SandboxError` (one line, pasta's last line of error) when bwrap ended first,
+        pasta ended before the network was up, or it took over :data:`ATTACH_LIMIT` seconds."""
         ns_fds: tuple[int, int] | None = None
         try:
             child = await asyncio.wait_for(asyncio.to_thread(self._read_info), ATTACH_LIMIT)
-            pid_file = self._folder / "pasta.pid"
             if os.geteuid() != 0:  # not root: pasta joins the user namespace owning the network one
                 try:
                     ns_fds = _namespace_fds(child)
                 except OSError as exc:
                     raise SandboxError(f"--sandbox: the agent's network namespace cannot be opened "
                                        f"({exc.strerror or exc}); nothing was started") from None
-            process = await asyncio.create_subprocess_exec(
-                *pasta_argv(self.pasta, child, self.ports, pid_file, ns_fds), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-                pass_fds=ns_fds or ())
+            errors = self._folder / "pasta.err"
+            with open(errors, "wb") as err:  # read only when it fails: nothing reads a pipe of it meanwhile
+                process = await asyncio.create_subprocess_exec(
+                    *pasta_argv(self.pasta, child, self.ports, ns_fds), stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True, pass_fds=ns_fds or ())
+            self._held(process.pid)
+            stop = threading.Event()
+            up = asyncio.ensure_future(asyncio.to_thread(_network_up, child, stop))
+            ended = asyncio.ensure_future(process.wait())
             try:
-                _, err = await asyncio.wait_for(process.communicate(), ATTACH_LIMIT)
-            except BaseException:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
-                raise
-            if pid_file.is_file():  # pasta wrote it: the daemon to end with the agent, whatever its exit says
-                self._held(int(pid_file.read_text().strip() or 0))
-            if process.returncode != 0:
-                why = [line for line in err.decode("utf-8", "replace").splitlines()
+                await asyncio.wait({up, ended}, timeout=ATTACH_LIMIT, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.set()
+                ended.cancel()
+            if not (up.done() and up.result()):
+                if process.returncode is None:
+                    raise TimeoutError
+                why = [line for line in errors.read_text("utf-8", "replace").splitlines()
                        if line.strip() and "syslog" not in line]
                 raise SandboxError(f"--sandbox: pasta could not give the agent its network "
                                    f"({why[-1] if why else f'exit code {process.returncode}'}); nothing was started")

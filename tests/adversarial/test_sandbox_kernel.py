@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -94,3 +95,22 @@ def test_a_sandboxed_agent_cannot_run_code_in_its_kernel_through_the_connection_
         k.shutdown()
     wait_for(lambda: not own_processes("--netns-only") and not own_processes("bwrap"), 15,
              "the kernel's shutdown to end the agent's bwrap and pasta")
+
+
+def test_a_kernel_killed_with_sigkill_leaves_no_pasta(outside, tmp_path, own_processes):
+    """pasta is the kernel's child under ``setpriv --pdeathsig KILL``: a kernel killed with
+    SIGKILL (nothing of ours runs then) takes its agents' pastas with it (on main they
+    stayed, idle, until killed by hand)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = {"ESCOUADE_NB_PLUGINS_DIR": str(tmp_path / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(tmp_path / "config"),
+           "ESCOUADE_NB_JOURNAL_DIR": str(tmp_path / "journal")}
+    k = RuntimeKernel(ws, outside, env)
+    try:
+        k.run("%load_ext escouade_nb\nf = %escouade fake --sandbox\nawait f.ready()", timeout=120)
+        wait_for(lambda: len(own_processes("--netns-only")) == 1, 30, "the fake agent's pasta")
+        os.kill(k.km.provisioner.pid, signal.SIGKILL)  # no shutdown hook of the kernel runs
+        wait_for(lambda: not own_processes("--netns-only") and not own_processes("bwrap"), 15,
+                 "the killed kernel's pasta and bwrap to end with it")
+    finally:
+        k.shutdown()

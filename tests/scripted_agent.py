@@ -30,7 +30,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from escouade_nb.engine.agent import Agent
+from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import HarnessRef, load_manifest
 
 SCRIPT_AGENT = Path(__file__).resolve().parent / "fixtures" / "script_agent.py"
@@ -139,6 +142,16 @@ class Script:
         folder.mkdir(parents=True)
         (folder / "escouade-plugin.json").write_text(self.ref.path.read_text())
 
+    def install_sandboxed(self, plugins: Path) -> None:
+        """:meth:`install`, its own files (scenario, log: under tmp_path, which a sandbox's private
+        /tmp hides) made its manifest's state folder through a variable of its ``acp.env``
+        (``SCRIPT_STATE``), so that it still reads and writes them under ``--sandbox``."""
+        manifest = json.loads(self.ref.path.read_text())
+        manifest["contributes"]["harnesses"][0]["acp"].update(
+            {"env": {"SCRIPT_STATE": str(self.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
+        self.ref.path.write_text(json.dumps(manifest))
+        self.install(plugins)
+
     def agent(self, **kwargs: Any) -> Agent:
         """An :class:`Agent` of this script's harness in its workspace (``kwargs`` go to ``Agent``);
         the caller closes it (or uses :meth:`running`)."""
@@ -190,6 +203,18 @@ async def until(predicate, timeout: float = 5.0, what: str = "condition") -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+async def refused_start(name: str, **start: Any) -> tuple[str, dict[str, Any]]:
+    """``Squad().start(name, **start)``, which must fail (:class:`SquadError`): its message and
+    the squad's agents after it (the squad closed)."""
+    squad = Squad()
+    try:
+        with pytest.raises(SquadError) as caught:
+            squad.start(name, **start)
+        return str(caught.value), dict(squad.agents)
+    finally:
+        await squad.aclose()
 
 
 def alive(pid: int) -> bool:

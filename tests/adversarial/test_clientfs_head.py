@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import html
-import json
 import shutil
 
 import pytest
 
 from escouade_nb.engine.squad import Squad
-from scripted_agent import P_INIT
+from scripted_agent import P_INIT, P_NEW
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
-STARTS = "\n".join([
-    P_INIT,
-    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":[]}}',
-    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}'])
+STARTS = "\n".join([P_INIT, P_NEW])
 WORDS = ("sandboxed", "private", "reviewed")
 
 
@@ -32,11 +28,7 @@ def installed(script, tmp_path, monkeypatch):
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     s = script(STARTS, STARTS, name="boxed")  # a run per start
-    manifest = json.loads(s.ref.path.read_text())
-    manifest["contributes"]["harnesses"][0]["acp"].update(
-        {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-    s.ref.path.write_text(json.dumps(manifest))
-    s.install(plugins)
+    s.install_sandboxed(plugins)
     return s
 
 

@@ -15,18 +15,13 @@ from pathlib import Path
 import pytest
 
 from escouade_nb.engine.squad import Squad
-from scripted_agent import P_INIT, alive, responses_to, until
+from scripted_agent import END, P_INIT, P_NEW, P_PROMPT, alive, responses_to, until
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
-PRELUDE = "\n".join([
-    P_INIT,
-    'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":[]}}',
-    'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}'])
-PROMPT = ('C> {"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1",'
-          '"prompt":[{"type":"text","text":"go"}]}}')
-END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
+PRELUDE = "\n".join([P_INIT, P_NEW])
+PROMPT = P_PROMPT
 REFUSED = '{"code":-32602},"result":"$ABSENT"}'
 
 
@@ -54,11 +49,7 @@ def boxed(script, tmp_path, monkeypatch):
 
     def make(*runs, variables=None):
         s = script(*runs, name="boxed", variables=variables)
-        manifest = json.loads(s.ref.path.read_text())
-        manifest["contributes"]["harnesses"][0]["acp"].update(
-            {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-        s.ref.path.write_text(json.dumps(manifest))
-        s.install(plugins)
+        s.install_sandboxed(plugins)
         return s
     return make
 

@@ -74,11 +74,7 @@ def test_a_sandboxed_agents_terminal_has_its_own_network_and_its_sandbox(script,
         spec = {"own_port": declared.port, "refused_port": other.port, "runtime": str(runtime),
                 "writes": [str(ws / ".git" / "config"), str(ws / "fine.txt")]}
         s = script(_script(spec), ws=ws, name="boxed")
-        manifest = json.loads(s.ref.path.read_text())
-        manifest["contributes"]["harnesses"][0]["acp"].update(
-            {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-        s.ref.path.write_text(json.dumps(manifest))
-        s.install(tmp_path / "plugins")
+        s.install_sandboxed(tmp_path / "plugins")
 
         async def go():
             squad = Squad()

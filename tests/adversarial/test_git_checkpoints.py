@@ -19,8 +19,7 @@ from escouade_nb.core.conversation import Conversation
 from escouade_nb.engine.cell_review import EditReview
 from escouade_nb.engine.file_review import FileWatch
 from git_attacks import plant, ran
-from git_repos import GIT_ENV
-from git_repos import git as sh
+from git_repos import base_repo, use_git_env
 from scripted_agent import P_INIT, P_NEW, _chunk
 
 ATTACKS = Path(__file__).resolve().parent / "git_attacks.py"
@@ -57,22 +56,14 @@ def planting_turns(ws: Path, marks: Path, cwd: str = "$WS", *, best_effort: bool
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("ESCOUADE_NB_CHECKPOINTS_DIR", str(tmp_path / "state"))
-    for k, v in GIT_ENV.items():
-        monkeypatch.setenv(k, v)
+    use_git_env(monkeypatch)
     marks = tmp_path / "marks"
     marks.mkdir()
     return marks
 
 
 def user_repo(ws: Path) -> Path:
-    ws.mkdir(parents=True, exist_ok=True)
-    sh("init", "-q", "-b", "main", cwd=ws)
-    (ws / ".gitignore").write_text("*.log\n")
-    (ws / "notes.txt").write_text("user line\n")
-    (ws / "keep.txt").write_text("kept\n")
-    sh("add", "-A", cwd=ws)
-    sh("commit", "-qm", "base", cwd=ws)
-    return ws
+    return base_repo(ws, {".gitignore": "*.log\n", "notes.txt": "user line\n", "keep.txt": "kept\n"})
 
 
 def private_show(git_dir: str, commit: str, path: str) -> bytes:
@@ -167,11 +158,7 @@ def test_a_sandboxed_agent_planting_in_its_repository_gets_a_checkpoint_that_run
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     ws = user_repo(tmp_path / "proj")
     s = script(planting_turns(ws, marks, best_effort=True), ws=ws, name="boxed")
-    manifest = json.loads(s.ref.path.read_text())
-    manifest["contributes"]["harnesses"][0]["acp"].update(
-        {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-    s.ref.path.write_text(json.dumps(manifest))
-    s.install(plugins)
+    s.install_sandboxed(plugins)
 
     async def go():
         squad = Squad()

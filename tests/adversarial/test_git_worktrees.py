@@ -17,7 +17,7 @@ import pytest
 
 from escouade_nb.engine.worktree import Worktree, WorktreeError
 from git_attacks import plant, ran
-from git_repos import GIT_ENV
+from git_repos import base_repo, use_git_env
 from git_repos import git as sh
 
 ATTACKS = Path(__file__).resolve().parent / "git_attacks.py"
@@ -31,17 +31,10 @@ def run(coro, timeout: float = 90):
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    for k, v in GIT_ENV.items():
-        monkeypatch.setenv(k, v)
+    use_git_env(monkeypatch)
     monkeypatch.setenv("ESCOUADE_NB_CHECKPOINTS_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
-    r = tmp_path / "proj"
-    r.mkdir()
-    sh("init", "-q", "-b", "main", cwd=r)
-    (r / "notes.txt").write_text("a\n")
-    (r / "other.txt").write_text("o\n")
-    sh("add", "-A", cwd=r)
-    sh("commit", "-qm", "base", cwd=r)
+    r = base_repo(tmp_path / "proj", {"notes.txt": "a\n", "other.txt": "o\n"})
     # per-worktree config is on (as the kernel turns it on for `copy`): git reads each worktree's config.worktree
     sh("config", "extensions.worktreeConfig", "true", cwd=r)
     (tmp_path / "marks").mkdir()
@@ -173,11 +166,7 @@ def test_a_sandboxed_worktree_agent_plants_in_its_admin_folder_and_the_squad_mer
         'C> {"jsonrpc":"2.0","id":3,"method":"session/prompt","params":"$ANY"}',
         'A> {"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}'])
     s = script(turn, ws=repo, name="boxed")
-    manifest = json.loads(s.ref.path.read_text())
-    manifest["contributes"]["harnesses"][0]["acp"].update(
-        {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-    s.ref.path.write_text(json.dumps(manifest))
-    s.install(plugins)
+    s.install_sandboxed(plugins)
 
     async def go():
         squad = Squad()

@@ -51,6 +51,21 @@ def _ctl(tmp_path: Path) -> Path:
     return ctl
 
 
+def _scripted(tmp_path: Path, script, text: str, mine: bytes):
+    """The scripted agent of ``text`` (``$CTL``: :func:`_ctl`), the user's ``notes.txt`` holding
+    ``mine``: the script and its control folder."""
+    ctl = _ctl(tmp_path)
+    s = script(text, variables={"CTL": str(ctl)})
+    (s.ws / "notes.txt").write_bytes(mine)
+    return s, ctl
+
+
+async def _writes_between_turns(ctl: Path) -> None:
+    """The turn's answer was read: the agent writes by itself (:func:`_after_go`), until it is done."""
+    (ctl / "go").touch()
+    await until(lambda: (ctl / "written").exists(), timeout=20, what="the agent's write between turns")
+
+
 def _notices(agent) -> list[str]:
     return [i.text for i in agent.conversation.items if type(i).__name__ == "Notice"]
 
@@ -64,17 +79,13 @@ SCRIPT = "\n".join([
 
 
 def test_a_write_after_the_turn_pends_at_the_next_turns_start_and_reject_puts_it_back(tmp_path, script):
-    ctl = _ctl(tmp_path)
-    s = script(SCRIPT, variables={"CTL": str(ctl)})
-    (s.ws / "notes.txt").write_bytes(b"mine\r\n")
+    s, ctl = _scripted(tmp_path, script, SCRIPT, b"mine\r\n")
 
     async def go():
-        agent = s.agent(review=True)
-        try:
+        async with s.running(review=True) as agent:
             await agent.send("go")
             assert agent.pending_edits == []  # the turn itself changed nothing
-            (ctl / "go").touch()  # the turn's answer was read: now the agent writes by itself
-            await until(lambda: (ctl / "written").exists(), timeout=20, what="the agent's write between turns")
+            await _writes_between_turns(ctl)
             second = await agent.send("next")
             assert second.stop_reason == "end_turn"
             edits = {e.rel: e for e in agent.pending_edits}
@@ -92,8 +103,6 @@ def test_a_write_after_the_turn_pends_at_the_next_turns_start_and_reject_puts_it
             await agent.send("again")
             assert agent.pending_edits == []  # the restore is not taken for a change between turns
             return agent.transcript.path
-        finally:
-            await agent.close()
 
     path = run(go())
     s.assert_ok()
@@ -127,16 +136,12 @@ ENDING = "\n".join([
 def test_a_write_between_turns_pends_when_the_process_ends(tmp_path, script, how):
     """Killed (SIGKILL: it crashed, it was killed from outside) or closed by the user: what it
     wrote after its last turn is pending after its end, and Reject puts the bytes back."""
-    ctl = _ctl(tmp_path)
-    s = script(ENDING, variables={"CTL": str(ctl)})
-    (s.ws / "notes.txt").write_bytes(b"mine\n")
+    s, ctl = _scripted(tmp_path, script, ENDING, b"mine\n")
 
     async def go():
-        agent = s.agent(review=True)
-        try:
+        async with s.running(review=True) as agent:
             await agent.send("go")
-            (ctl / "go").touch()
-            await until(lambda: (ctl / "written").exists(), timeout=20, what="the agent's write between turns")
+            await _writes_between_turns(ctl)
             if how == "killed":
                 os.kill(agent.pid, signal.SIGKILL)
                 await until(lambda: agent.status == "exited" and agent.pending_edits, timeout=20,
@@ -148,8 +153,6 @@ def test_a_write_between_turns_pends_when_the_process_ends(tmp_path, script, how
             assert any("seen when its process ended" in n for n in _notices(agent))
             assert await edit.reject() == "rejected"
             assert (s.ws / "notes.txt").read_bytes() == b"mine\n"
-        finally:
-            await agent.close()
 
     run(go())
 
@@ -157,20 +160,14 @@ def test_a_write_between_turns_pends_when_the_process_ends(tmp_path, script, how
 def test_a_write_between_turns_is_on_record_after_a_kernel_shutdown(tmp_path, script):
     """At interpreter exit (a kernel shutdown) the process is killed synchronously and no loop is left:
     what it wrote since its last turn is recorded pending, so a resume lists it unanswered."""
-    ctl = _ctl(tmp_path)
-    s = script(ENDING, variables={"CTL": str(ctl)})
-    (s.ws / "notes.txt").write_bytes(b"mine\n")
+    s, ctl = _scripted(tmp_path, script, ENDING, b"mine\n")
 
     async def go():
-        agent = s.agent(review=True)
-        try:
+        async with s.running(review=True) as agent:
             await agent.send("go")
-            (ctl / "go").touch()
-            await until(lambda: (ctl / "written").exists(), timeout=20, what="the agent's write between turns")
+            await _writes_between_turns(ctl)
             agent.kill_now()  # what the squad does at interpreter exit
             return agent.transcript.path
-        finally:
-            await agent.close()
 
     path = run(go())
     records = [json.loads(line) for line in path.read_text().splitlines()]

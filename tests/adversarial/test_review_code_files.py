@@ -81,8 +81,7 @@ def test_a_hook_and_a_forged_pyc_pend_review_and_reject_leaves_neither(tmp_path,
     ]), ws=ws)
 
     async def go():
-        agent = s.agent(review=True)
-        try:
+        async with s.running(review=True) as agent:
             await agent.send("go")
             edits = {e.rel: e for e in agent.pending_edits}
             assert set(edits) == {".git/hooks/pre-commit", f"__pycache__/m.{tag}.pyc", "m2.py",
@@ -98,8 +97,6 @@ def test_a_hook_and_a_forged_pyc_pend_review_and_reject_leaves_neither(tmp_path,
             assert await edits["m2.py"].reject() == "rejected"
             assert edits[f"__pycache__/m2.{tag}.pyc"].state == "dropped"
             assert agent.pending_edits == []
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -128,16 +125,13 @@ def test_a_git_config_and_info_change_pend_review_in_a_folder_that_ignores_every
     ]), ws=ws)
 
     async def go():
-        agent = s.agent(review=True)
-        try:
+        async with s.running(review=True) as agent:
             await agent.send("go")
             edits = {e.rel: e for e in agent.pending_edits}
             assert set(edits) == {".git/config", ".git/info/attributes"}
             assert "+\tfsmonitor = touch /tmp/pwned\n" in edits[".git/config"].diff
             assert await edits[".git/config"].reject() == "rejected"
             assert await edits[".git/info/attributes"].reject() == "rejected"
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()
@@ -168,8 +162,7 @@ def test_reject_of_a_source_removes_its_compiled_forms_outside_git(tmp_path, scr
     ]), ws=ws)
 
     async def go():
-        agent = s.agent(review=True)
-        try:
+        async with s.running(review=True) as agent:
             await agent.send("go")
             edit = next(e for e in agent.pending_edits if e.rel == "x.py")
             assert (cache / f"clean.{tag}.pyc").exists()
@@ -179,8 +172,6 @@ def test_reject_of_a_source_removes_its_compiled_forms_outside_git(tmp_path, scr
             assert {e.rel for e in agent.pending_edits} == {"__pycache__/xy.cpython-99.pyc"}
             assert any("compiled form(s) of x.py removed" in i.text for i in agent.conversation.items
                        if type(i).__name__ == "Notice")
-        finally:
-            await agent.close()
 
     run(go())
     s.assert_ok()

@@ -75,11 +75,7 @@ def test_a_sandboxed_agent_cannot_run_code_in_its_kernel_through_the_connection_
             '"prompt":[{"type":"text","text":"go"}]}}',
             f"!> {json.dumps({'run': [sys.executable, ATTACKS, json.dumps(spec)]})}",
             'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}']), ws=ws, name="boxed")
-        manifest = json.loads(s.ref.path.read_text())
-        manifest["contributes"]["harnesses"][0]["acp"].update(
-            {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-        s.ref.path.write_text(json.dumps(manifest))
-        s.install(tmp_path / "plugins")
+        s.install_sandboxed(tmp_path / "plugins")
         out = k.run("%load_ext escouade_nb\nb = %escouade boxed --sandbox\nawait b.ready()\nawait b.send('go')\n"
                     "print('\\n'.join(getattr(i, 'text', '') for i in b.conversation.items "
                     "if type(i).__name__ == 'Message'))\n"

@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 
 import pytest
 from sandbox_attacks import HttpServer, UnixListener, seen_in, signed_execute, wait_for
+from scripted_agent import refused_start
 
-from escouade_nb.engine.squad import Squad, SquadError
+from escouade_nb.engine.squad import Squad
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
                                 reason="bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
@@ -46,6 +47,20 @@ def attack_run(spec: dict, cwd: str = "$WS") -> str:
 
 def said(agent) -> str:
     return "\n".join(getattr(i, "text", "") for i in agent.conversation.items if type(i).__name__ == "Message")
+
+
+async def one_turn(**start) -> str:
+    """The scripted agent ``boxed`` started (``start``: the squad's), its turn ``go``: what it
+    said; the squad closed."""
+    squad = Squad()
+    try:
+        agent = squad.start("boxed", **start)
+        await agent.ready()
+        await agent.send("go")
+        return said(agent)
+    finally:
+        await asyncio.gather(*(a.close() for a in squad.agents.values()))
+        await squad.aclose()
 
 
 @pytest.fixture
@@ -98,11 +113,7 @@ def machine(outside, monkeypatch, tmp_path, script, own_processes):
 
 def install(m, spec: dict, ws: Path | None = None, *more: str, cwd: str = "$WS"):
     s = m.script(attack_run(spec, cwd), *more, ws=ws, name="boxed")
-    manifest = json.loads(s.ref.path.read_text())
-    manifest["contributes"]["harnesses"][0]["acp"].update(
-        {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-    s.ref.path.write_text(json.dumps(manifest))
-    s.install(m.tmp_path / "plugins")
+    s.install_sandboxed(m.tmp_path / "plugins")
     return s
 
 
@@ -181,18 +192,7 @@ def test_a_sandboxed_worktree_agent_cannot_repoint_the_kernels_git(machine, monk
         subprocess.run(["git", *args], cwd=repo, check=True)
     install(m, {"admin_writes": ["commondir", "gitdir", "HEAD"], "writes": [str(repo / ".git" / "config")]},
             cwd="$ANY")
-
-    async def go():
-        squad = Squad()
-        try:
-            agent = squad.start("boxed", cwd=repo, worktree=True, sandbox=True, kernel_tools=False)
-            await agent.ready()
-            await agent.send("go")
-            return said(agent)
-        finally:
-            await asyncio.gather(*(a.close() for a in squad.agents.values()))
-            await squad.aclose()
-    seen = seen_in(run(go()))
+    seen = seen_in(run(one_turn(cwd=repo, worktree=True, sandbox=True, kernel_tools=False)))
     assert seen["admin_writes"] == {"commondir": "EROFS", "gitdir": "EROFS", "HEAD": "written"}
     assert seen["writes"] == {str(repo / ".git" / "config"): "EROFS"}
 
@@ -204,18 +204,7 @@ def test_its_folder_under_a_hidden_one_keeps_working(machine):
     ws = m.xdg / "work"
     ws.mkdir()
     s = install(m, {"writes": [str(ws / "made.txt")], "socket": str(m.xdg / "bus")}, ws)
-
-    async def go():
-        squad = Squad()
-        try:
-            agent = squad.start("boxed", cwd=s.ws, sandbox=True, kernel_tools=False)
-            await agent.ready()
-            await agent.send("go")
-            return said(agent)
-        finally:
-            await asyncio.gather(*(a.close() for a in squad.agents.values()))
-            await squad.aclose()
-    seen = seen_in(run(go()))
+    seen = seen_in(run(one_turn(cwd=s.ws, sandbox=True, kernel_tools=False)))
     assert seen["writes"] == {str(ws / "made.txt"): "written"} and (ws / "made.txt").exists()
     assert seen["socket"] == "ENOENT"
 
@@ -262,11 +251,7 @@ def test_pasta_ends_when_its_agent_crashes(machine):
         P_INIT, 'C> {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"$WS","mcpServers":"$ANY"}}',
         'A> {"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}', '!> {"sleep": 0.5}', '!> {"exit": 3}']),
         name="boxed")
-    manifest = json.loads(s.ref.path.read_text())
-    manifest["contributes"]["harnesses"][0]["acp"].update(
-        {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-    s.ref.path.write_text(json.dumps(manifest))
-    s.install(m.tmp_path / "plugins")
+    s.install_sandboxed(m.tmp_path / "plugins")
 
     async def go():
         squad = Squad()
@@ -290,11 +275,7 @@ def test_pasta_ends_when_its_agent_crashes(machine):
 def test_stop_while_it_starts_ends_its_pasta(machine):
     m = machine
     s = m.script('!> {"hang": true}', name="boxed")  # never answers initialize
-    manifest = json.loads(s.ref.path.read_text())
-    manifest["contributes"]["harnesses"][0]["acp"].update(
-        {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-    s.ref.path.write_text(json.dumps(manifest))
-    s.install(m.tmp_path / "plugins")
+    s.install_sandboxed(m.tmp_path / "plugins")
 
     async def go():
         squad = Squad()
@@ -320,16 +301,7 @@ def test_without_pasta_the_start_fails_in_one_line_and_nothing_starts(machine, m
     bin_dir.mkdir()
     os.symlink(shutil.which("bwrap"), bin_dir / "bwrap")
     monkeypatch.setenv("PATH", str(bin_dir))
-
-    async def go():
-        squad = Squad()
-        try:
-            with pytest.raises(SquadError) as caught:
-                squad.start("boxed", cwd=s.ws, sandbox=True)
-            return str(caught.value), dict(squad.agents)
-        finally:
-            await squad.aclose()
-    message, agents = run(go())
+    message, agents = run(refused_start("boxed", cwd=s.ws, sandbox=True))
     assert "pasta" in message and "apt-get install passt" in message and "nothing was started" in message
     assert "\n" not in message and not agents
     assert not m.own_processes("bwrap")

@@ -16,7 +16,8 @@ import pytest
 from escouade_nb.engine.sandbox import Sandbox, bwrap_argv, expand_state_folder
 from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import ManifestError, load_manifest
-from git_repos import GIT_ENV
+from git_repos import base_repo, git, use_git_env
+from scripted_agent import refused_start
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
                                  reason="bubblewrap or passt's pasta is not installed "
@@ -59,11 +60,7 @@ def sandboxed(script, tmp_path, monkeypatch):
 
     def make(*runs, ws=None, name="boxed"):
         s = script(*runs, ws=ws, name=name)
-        manifest = json.loads(s.ref.path.read_text())
-        manifest["contributes"]["harnesses"][0]["acp"].update(
-            {"env": {"SCRIPT_STATE": str(s.dir)}, "stateFolders": ["${SCRIPT_STATE}"]})
-        s.ref.path.write_text(json.dumps(manifest))
-        s.install(plugins)
+        s.install_sandboxed(plugins)
         return s
     return make
 
@@ -222,15 +219,10 @@ def _group(pid: int) -> list[int]:
 @pytest.mark.parametrize("where", ["var-tmp", "tmp"])
 def test_a_sandboxed_worktree_agent_commits_but_cannot_touch_the_main_worktree(sandboxed, tmp_path, monkeypatch,
                                                                               outside_tmp, where):
-    for k, v in GIT_ENV.items():
-        monkeypatch.setenv(k, v)
-    repo = (outside_tmp if where == "var-tmp" else tmp_path) / "proj"  # a repository under /tmp is read-only too
-    repo.mkdir()
-    for args in (["init", "-q", "-b", "main"], ["config", "user.name", "t"]):
-        subprocess.run(["git", *args], cwd=repo, check=True)
-    (repo / "notes.txt").write_text("a\n")
-    subprocess.run(["git", "add", "notes.txt"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "base"], cwd=repo, check=True)
+    use_git_env(monkeypatch)
+    # a repository under /tmp is read-only too
+    repo = base_repo((outside_tmp if where == "var-tmp" else tmp_path) / "proj", {"notes.txt": "a\n"})
+    git("config", "user.name", "t", cwd=repo)
     s = sandboxed(own_commands(
         ["sh", "-c", "echo x > new.txt && git add new.txt && git commit -qm by-agent && echo committed"],
         ["sh", "-c", f"echo y >> {repo / 'notes.txt'}"],
@@ -259,32 +251,14 @@ def test_a_sandboxed_worktree_agent_commits_but_cannot_touch_the_main_worktree(s
 def test_without_bwrap_the_start_fails_in_one_line_naming_the_package_and_nothing_starts(sandboxed, monkeypatch):
     s = sandboxed(own_commands(["true"]))
     monkeypatch.setenv("PATH", "/nonexistent-bin")
-
-    async def go():
-        squad = Squad()
-        try:
-            with pytest.raises(SquadError) as err:
-                squad.start("boxed", cwd=s.ws, sandbox=True)
-            return str(err.value), dict(squad.agents)
-        finally:
-            await squad.aclose()
-    message, agents = run(go())
+    message, agents = run(refused_start("boxed", cwd=s.ws, sandbox=True))
     assert "bubblewrap" in message and "\n" not in message and agents == {}
     assert not s.log.exists()  # the scripted agent never ran
 
 
 def test_sandbox_with_via_is_refused_in_one_line(sandboxed):
     s = sandboxed(own_commands(["true"]))
-
-    async def go():
-        squad = Squad()
-        try:
-            with pytest.raises(SquadError) as err:
-                squad.start("boxed", cwd=s.ws, sandbox=True, via="ssh somewhere")
-            return str(err.value), dict(squad.agents)
-        finally:
-            await squad.aclose()
-    message, agents = run(go())
+    message, agents = run(refused_start("boxed", cwd=s.ws, sandbox=True, via="ssh somewhere"))
     assert "--sandbox cannot be used with --via" in message and "\n" not in message and agents == {}
 
 

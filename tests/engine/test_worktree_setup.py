@@ -12,7 +12,7 @@ import pytest
 
 from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest.project import ProjectFileError, read_worktree_config
-from git_repos import GIT_ENV as ENV
+from git_repos import base_repo, use_git_env
 from git_repos import git as sh
 
 
@@ -20,18 +20,11 @@ from git_repos import git as sh
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    for k, v in ENV.items():
-        monkeypatch.setenv(k, v)
+    use_git_env(monkeypatch)
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    r = tmp_path / "proj"
-    r.mkdir()
-    sh("init", "-q", "-b", "main", cwd=r)
-    (r / "notes.txt").write_text("a\n")
-    (r / ".escouade.yml").write_text("name: proj\n")
-    sh("add", "notes.txt", ".escouade.yml", cwd=r)
-    sh("commit", "-qm", "base", cwd=r)
+    r = base_repo(tmp_path / "proj", {"notes.txt": "a\n", ".escouade.yml": "name: proj\n"})
     (r / ".env").write_text("SECRET=42\n")  # untracked, not ignored: what `copy` is for
     (r / "data").mkdir()
     (r / "data" / "rows.csv").write_text("a,b\n1,2\n")

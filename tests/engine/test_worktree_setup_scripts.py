@@ -10,29 +10,23 @@ import hashlib
 import pytest
 
 from escouade_nb.engine.squad import Squad
-from git_repos import GIT_ENV as ENV
+from git_repos import base_repo, use_git_env
 from git_repos import git as sh
 
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    for k, v in ENV.items():
-        monkeypatch.setenv(k, v)
+    use_git_env(monkeypatch)
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     monkeypatch.setenv("ESCOUADE_NB_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("ESCOUADE_NB_CHECKPOINTS_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    r = tmp_path / "proj"
-    (r / "scripts").mkdir(parents=True)
-    sh("init", "-q", "-b", "main", cwd=r)
     marker = tmp_path / "ran"
-    (r / "scripts" / "setup.sh").write_text(f"#!/bin/sh\necho v1 >> {marker}\n")
-    (r / "scripts" / "setup.sh").chmod(0o755)
-    (r / "tool.bin").write_bytes(b"\0\1binary")
-    (r / ".escouade.yml").write_text('name: proj\nworktree:\n  setup: "./scripts/setup.sh && sh -n tool.bin || true"\n')
-    sh("add", "-A", cwd=r)
-    sh("commit", "-qm", "base", cwd=r)
-    return r
+    return base_repo(tmp_path / "proj", {
+        "scripts/setup.sh": f"#!/bin/sh\necho v1 >> {marker}\n",
+        "tool.bin": b"\0\1binary",
+        ".escouade.yml": 'name: proj\nworktree:\n  setup: "./scripts/setup.sh && sh -n tool.bin || true"\n',
+    }, executable=["scripts/setup.sh"])
 
 
 def run(coro, timeout: float = 90):

@@ -9,7 +9,7 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.engine.worktree import Worktree, WorktreeError
 from escouade_nb.manifest.project import project_id
 from escouade_nb.wire import transcript
-from git_repos import GIT_ENV as ENV
+from git_repos import base_repo, use_git_env
 from git_repos import git as sh
 
 
@@ -17,16 +17,9 @@ from git_repos import git as sh
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    for k, v in ENV.items():
-        monkeypatch.setenv(k, v)
+    use_git_env(monkeypatch)
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
-    r = tmp_path / "proj"
-    r.mkdir()
-    sh("init", "-q", "-b", "main", cwd=r)
-    (r / "notes.txt").write_text("a\n")
-    sh("add", "notes.txt", cwd=r)
-    sh("commit", "-qm", "base", cwd=r)
-    return r
+    return base_repo(tmp_path / "proj", {"notes.txt": "a\n"})
 
 
 def run(coro, timeout: float = 60):

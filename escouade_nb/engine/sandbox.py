@@ -403,19 +403,27 @@ def _namespace_fds(pid: int) -> tuple[int, int]:
         raise
 
 
-def _network_up(pid: int, stop: threading.Event) -> bool:
-    """Whether process ``pid``'s network namespace got a default route (IPv4 or IPv6: what
-    pasta's ``--config-net`` sets last) before ``stop`` is set or :data:`ATTACH_LIMIT`
-    seconds pass; read from ``/proc/PID/net`` every millisecond (call it in a thread)."""
+def _network_up(pid: int, ports: Sequence[int], stop: threading.Event) -> bool:
+    """Whether process ``pid``'s network namespace is ready, as pasta leaves it once
+    configured: a default route (IPv4 or IPv6, not loopback's own reject route) and each
+    of ``ports`` listening (pasta's side of a ``-T`` forward), before ``stop`` is set or
+    :data:`ATTACH_LIMIT` seconds pass; read from ``/proc/PID/net`` every millisecond (call
+    it in a thread)."""
+    wanted = {f"{port:04X}" for port in ports}
     deadline = time.monotonic() + ATTACH_LIMIT
     while not stop.is_set() and time.monotonic() < deadline:
         try:
-            v4 = Path(f"/proc/{pid}/net/route").read_text().splitlines()[1:]
-            v6 = Path(f"/proc/{pid}/net/ipv6_route").read_text().splitlines()
+            net = Path(f"/proc/{pid}/net")
+            v4 = (net / "route").read_text().splitlines()[1:]
+            v6 = (net / "ipv6_route").read_text().splitlines()
+            sockets = [(net / name).read_text().splitlines()[1:] for name in ("tcp", "tcp6")]
         except OSError:
             return False  # gone
-        if any(f[1:2] == ["00000000"] and f[0] != "lo" for f in map(str.split, v4)) or any(
-                f[:2] == ["0" * 32, "00"] and f[-1] != "lo" for f in map(str.split, v6)):  # lo's own: a reject
+        routed = any(f[1:2] == ["00000000"] and f[0] != "lo" for f in map(str.split, v4)) or any(
+            f[:2] == ["0" * 32, "00"] and f[-1] != "lo" for f in map(str.split, v6))  # lo's own: a reject
+        listening = {f[1].rsplit(":", 1)[1] for table in sockets for f in map(str.split, table)
+                     if len(f) > 3 and f[3] == "0A"}  # TCP_LISTEN
+        if routed and wanted <= listening:
             return True
         time.sleep(0.001)
     return False
@@ -487,8 +495,8 @@ class Network:
     async def attach(self) -> None:
         """bwrap's child's pid read from the info pipe (in a thread), pasta run on its
         namespace (an async subprocess in the foreground, the kernel's child: see
-        :func:`pasta_argv`), the namespace's default route awaited (in a thread: pasta has
-        configured it), then the block pipe written: the agent's program starts.
+        :func:`pasta_argv`), the namespace's default route and forwarded ports awaited (in a
+        thread: :func:`_network_up`), then the block pipe written: the agent's program starts.
         :class:`SandboxError` (one line, pasta's last line of error) when bwrap ended first,
         pasta ended before the network was up, or it took over :data:`ATTACH_LIMIT` seconds."""
         ns_fds: tuple[int, int] | None = None
@@ -507,7 +515,7 @@ class Network:
                     stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True, pass_fds=ns_fds or ())
             self._held(process.pid)
             stop = threading.Event()
-            up = asyncio.ensure_future(asyncio.to_thread(_network_up, child, stop))
+            up = asyncio.ensure_future(asyncio.to_thread(_network_up, child, self.ports, stop))
             ended = asyncio.ensure_future(process.wait())
             try:
                 await asyncio.wait({up, ended}, timeout=ATTACH_LIMIT, return_when=asyncio.FIRST_COMPLETED)

@@ -36,8 +36,14 @@ What is watched
     reviewed, and the conversation names it when it changed (the file count: once).
     Snapshots run in a worker thread (``asyncio.to_thread``, the loop's executor, joined at
     exit: not anyio's, see ``tests/core/test_layering.py``), git as an async subprocess; a
-    file unchanged since the last snapshot (same size, times, inode, and not modified within
-    :data:`RACY_NS` of its read) is not read again.
+    file unchanged since the last snapshot (same size, times, inode) is not read again when
+    its times were older than its read by the kernel's writeback window
+    (:func:`writeback_window_ns`) and it lies on a disk file system (:data:`WRITEBACK_FILESYSTEMS`):
+    git's "racily clean". A write through a shared mapping (``mmap``) moves no time while its
+    page is dirty and writable, and a page stays so until written back: only a file whose
+    times are older than that window at its read is known to move its times at its next
+    write. Any other file (changed recently, on tmpfs or another file system) is read again
+    at each snapshot.
 
 Keep and Reject
     ``keep()`` leaves the file as the agent made it. ``reject()`` puts back the bytes the
@@ -68,6 +74,7 @@ import json
 import logging
 import marshal
 import os
+import re
 import stat
 import sys
 import time
@@ -96,9 +103,19 @@ MAX_TOTAL_BYTES = 128 * 1024 * 1024
 SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn", ".jj", ".ipynb_checkpoints", "__pycache__", "node_modules",
                              ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"})
 """Folders never walked, at any depth."""
-RACY_NS = 2_000_000_000
-"""A file modified less than this before it was read is read again at the next snapshot
-(file times are coarser than the turns: git's "racily clean")."""
+WRITEBACK_MARGIN_NS = 30_000_000_000
+"""Added to the kernel's writeback window (:func:`writeback_window_ns`): the flusher runs late
+under I/O load, file times are coarse (a clock tick), the clock may step."""
+DEFAULT_WRITEBACK_NS = (3000 + 500) * 10_000_000
+"""The writeback window when ``/proc/sys/vm`` cannot be read: Linux's defaults
+(``dirty_expire_centisecs`` 3000, ``dirty_writeback_centisecs`` 500)."""
+WRITEBACK_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "bcachefs", "jfs", "reiserfs"})
+"""File systems whose pages written through a shared mapping are written back by the kernel's
+flusher and then write-protected, so that the next write through the mapping faults and
+moves the file's mtime and ctime (``page_mkwrite``). A folder on any other (tmpfs, ramfs:
+no writeback, a dirty page stays writable and the times never move; overlay, whose upper
+layer may be tmpfs; network and FUSE file systems) never trusts a file's times: each
+snapshot reads all its files."""
 DIFF_CONTEXT = 3
 """Lines of context around each hunk (unified diff)."""
 CHANGE_WORDS = {"create": "new file", "edit": "edit of", "delete": "deletion of"}
@@ -237,11 +254,73 @@ def _code_files(root: Path, names: Sequence[str]) -> list[str]:
     return [n for n in dict.fromkeys(out) if n not in listed]
 
 
+def writeback_window_ns() -> int | None:
+    """How long after a page of a file was last made dirty through a shared mapping it may
+    still be dirty, and so writable without a fault that moves the file's times: the age at
+    which the kernel's flusher writes dirty data back (``/proc/sys/vm/dirty_expire_centisecs``)
+    plus the period at which it wakes (``/proc/sys/vm/dirty_writeback_centisecs``) — Linux's
+    ``Documentation/admin-guide/sysctl/vm.rst`` — plus :data:`WRITEBACK_MARGIN_NS`;
+    :data:`DEFAULT_WRITEBACK_NS` for the first two when unreadable. None when the periodic
+    writeback is off (``dirty_writeback_centisecs`` 0: a page may stay dirty for ever)."""
+    try:
+        expire = int(Path("/proc/sys/vm/dirty_expire_centisecs").read_text())
+        period = int(Path("/proc/sys/vm/dirty_writeback_centisecs").read_text())
+    except (OSError, ValueError):
+        return DEFAULT_WRITEBACK_NS + WRITEBACK_MARGIN_NS
+    if period <= 0:
+        return None
+    return (max(expire, 0) + period) * 10_000_000 + WRITEBACK_MARGIN_NS
+
+
+def _unescape(field: str) -> str:
+    """A path of ``/proc/self/mountinfo`` (space, tab, newline, backslash as octal escapes)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _filesystem(root: Path) -> str | None:
+    """The type of the file system ``root`` lies on (the mount of ``/proc/self/mountinfo``
+    whose mount point is the longest prefix of its real path; the last one mounted there), or
+    None when unknown."""
+    try:
+        real = os.path.realpath(root)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    best, kind = -1, None
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            point, fstype = _unescape(fields[4]), fields[fields.index("-", 6) + 1]
+        except (IndexError, ValueError):
+            continue
+        if point == "/" or real == point or real.startswith(point.rstrip("/") + "/"):
+            if len(point) >= best:
+                best, kind = len(point), fstype
+    return kind
+
+
+def _trusted_until(root: Path) -> tuple[int, int] | None:
+    """How ``_scan`` may trust a cached file under ``root``: the device it must be on (the
+    folder's own) and the writeback window its times must be older than at its read; None:
+    never (not a :data:`WRITEBACK_FILESYSTEMS`, writeback off, the folder unreadable)."""
+    window = writeback_window_ns()
+    if window is None or _filesystem(root) not in WRITEBACK_FILESYSTEMS:
+        return None
+    try:
+        return os.stat(root).st_dev, window
+    except OSError:
+        return None
+
+
 def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapshot:
     """What ``names`` (relative to ``root``) are now: a file unchanged since ``cache`` saw it
-    keeps the bytes read then. Missing files, folders and symlinks are left out."""
+    (size, times, inode) keeps the bytes read then when its times were older than its read by
+    the writeback window, on a file system that writes back (:func:`_trusted_until`); any
+    other is read again. Missing files, folders and symlinks are left out."""
     snap = _Snapshot()
     total = 0
+    trust = _trusted_until(root) if cache else None
     for count, rel in enumerate(names):
         if count >= MAX_FILES:
             snap.truncated = True
@@ -256,8 +335,10 @@ def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapsho
         if not stat.S_ISREG(st.st_mode):
             continue
         old = cache.get(rel)
-        if old is not None and old.data is not None and (old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
-                st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) and old.mtime_ns < old.read_ns - RACY_NS:
+        if trust is not None and old is not None and old.data is not None and st.st_dev == trust[0] and (
+                old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
+                st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) and max(
+                old.mtime_ns, old.ctime_ns) < old.read_ns - trust[1]:
             snap.files[rel] = old
             total += old.size
             continue

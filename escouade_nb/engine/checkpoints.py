@@ -167,13 +167,13 @@ class FolderSnapshots:
     async def _locate(self) -> None:
         if self.top is not None:
             return
-        private = PrivateRepo(self.repo.top, self.repo) if self.repo is not None and \
-            self.folder.resolve().is_relative_to(self.repo.top.resolve()) else \
-            await asyncio.to_thread(PrivateRepo.over, self.folder)
         try:
+            private = PrivateRepo(self.repo.top, self.repo) if self.repo is not None and \
+                self.folder.resolve().is_relative_to(self.repo.top.resolve()) else \
+                await asyncio.to_thread(PrivateRepo.over, self.folder)
             await private.ensure()
         except (WorktreeError, OSError) as exc:
-            raise CheckpointError(f"the private repository could not be made: {str(exc)[:200]}") from None
+            raise CheckpointError(f"the private repository could not be made: {str(exc)[:400]}") from None
         self.private, self.top, self.git_dir = private, private.top, private.git_dir
         self.scope = os.path.relpath(self.folder.resolve(), private.top.resolve())
         work = state_dir() / "index"

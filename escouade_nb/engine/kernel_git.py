@@ -188,12 +188,20 @@ def _read_line(path: Path) -> str | None:
 def find_repository(folder: str | Path) -> GitRepo | None:
     """The repository holding ``folder``: the nearest ``.git`` found walking up (a folder, or a
     ``gitdir: PATH`` file), read as files — git is not run inside it, so nothing of its config
-    (``core.worktree``…) is read. None outside any repository. A few stats and reads."""
+    (``core.worktree``…) is read. None outside any repository. A main ``.git`` folder that
+    holds a ``commondir`` file is refused (:class:`WorktreeError`, one line): git never writes
+    one there (only in a worktree's admin folder, which the kernel finds through its own
+    records), so one there was planted, to send git to another repository's config and hooks.
+    A few stats and reads."""
     here = Path(folder).expanduser().resolve()
     for top in (here, *here.parents):
         dot = top / ".git"
         if dot.is_dir():
             git_dir = dot
+            if (dot / "commondir").exists() or (dot / "commondir").is_symlink():
+                raise WorktreeError(f"{dot} holds a commondir file, which git never writes in a main repository's "
+                                    f".git (it was planted, to make git read another folder's config and hooks): "
+                                    f"the kernel runs no git there; remove {dot / 'commondir'} if you did not put it")
         elif dot.is_file():
             line = _read_line(dot) or ""
             if not line.startswith("gitdir:"):

@@ -16,19 +16,24 @@ read-only except:
   and reflog (``refs/heads/escouade/``, ``logs/refs/heads/escouade/``), so ``git add`` and
   ``git commit`` work; the main worktree's files stay read-only;
 * a private ``/tmp`` (an empty tmpfs, mounted *before* the folders above are bound, so a
-  folder under ``/tmp`` is still the real one), and its own ``/proc`` and ``/dev``.
+  folder under ``/tmp`` is still the real one), and its own ``/proc`` and ``/dev``; its own
+  pid, IPC, UTS (and cgroup, where it can) namespaces.
 
-Inside those, the files that make the kernel's own git run code stay read-only
-(:func:`git_protected`): in a main worktree ``.git/config``, ``.git/hooks``, ``.git/info``
-and the other config-like files; in a git worktree its admin folder's ``commondir``,
+Inside those, what makes the kernel's own git (and yours) run code stays read-only
+(:func:`git_protected`): a main worktree's ``.git`` folder whole (nothing made or written in
+it — a planted ``commondir`` would send git to the agent's copy of it —, and it cannot be
+renamed: a mount point; so a sandboxed agent reads its repository there but cannot commit:
+``--worktree`` is for committing); in a git worktree its admin folder's ``commondir``,
 ``gitdir`` and ``config.worktree``.
 
 **Hidden** (an empty tmpfs over each, :func:`hidden_folders`): Jupyter's runtime folder
 (``kernel-*.json`` with each kernel's HMAC key, ``jpserver-*.json`` with the server's
 token), ``$XDG_RUNTIME_DIR`` (its unix sockets stay connectable through a read-only bind:
-hidden, not made read-only) and the kernel's MCP token folder, of which only this agent's
-own token file is bound back, read-only. A folder the agent needs under one of them (its
-own folder, a state folder) is bound after the tmpfs and keeps working.
+hidden, not made read-only), ``/run`` (the system's sockets; the file ``/etc/resolv.conf``
+points into there bound back read-only: :func:`resolv_conf`) and the kernel's MCP token
+folder, of which only this agent's own token file is bound back, read-only. A folder the
+agent needs under one of them (its own folder, a state folder) is bound after the tmpfs and
+keeps working.
 
 **Its own network** (``--unshare-net``): the host's loopback is cut. Outbound traffic goes
 through passt's ``pasta`` (:class:`Network`), attached from outside to the namespace once
@@ -51,9 +56,10 @@ What escouade_nb does *for* a sandboxed agent is held to the same world, built f
 same :class:`Binds` as its process's command line (:meth:`Sandbox.binds`, one computation):
 its client file system (:func:`client_confinement`, set by the agent's start through
 :meth:`~..wire.client.EscouadeClient.confine`) writes only in the process's writable set,
-never over a file :func:`git_protected` keeps read-only, and reads nothing in
+never in what :func:`git_protected` keeps read-only, and reads nothing in
 :func:`hidden_folders` (the one list of what the sandbox hides, the kernel's ``/tmp``
-first) but what the sandbox binds there; its client terminals, its terminal sign-in and
+first) but what the sandbox binds there, nor in the kernel's ``/proc``, ``/dev``, ``/sys``
+(:data:`KERNEL_WORLD`); its client terminals, its terminal sign-in and
 its worktree's setup and cleanup run under bwrap with the same binds, hidden folders and
 protected git files, less its token file (:func:`terminal_command`, the one place a
 terminal is wrapped), each in a network namespace of its own with its own pasta attached
@@ -97,7 +103,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BWRAP", "PACKAGE", "PASTA", "PASTA_PACKAGE", "Binds", "Confined", "Network", "Sandbox", "SandboxError",
            "SandboxMissing", "bwrap_argv", "client_confinement", "client_reach", "expand_state_folder", "find_bwrap",
-           "find_pasta", "git_protected", "hidden_folders", "sandbox_check", "sandboxed", "sandboxed_command",
+           "find_pasta", "git_protected", "hidden_folders", "main_git_folders", "resolv_conf",
+           "sandbox_check", "sandboxed", "sandboxed_command",
            "terminal_command", "worktree_git_folders"]
 
 BWRAP = "bwrap"
@@ -216,27 +223,51 @@ def _worktree_admin(worktree: Path) -> Path | None:
     return (worktree / line.split(":", 1)[1].strip()).resolve()
 
 
-GIT_PROTECTED = ("config", "config.worktree", "hooks", "info", "commondir", "gitdir", "modules", "objects/info")
-"""What, in a ``.git`` folder (or a worktree's admin folder), makes git run code or read
-another repository's: its config (filters, ``core.fsmonitor``, ``core.hooksPath``,
-aliases), hooks, ``info/attributes`` and ``info/exclude``, the files pointing at another
-folder (``commondir``, ``gitdir``), submodules' repositories, and the object store's
-``info/alternates``. Bound read-only (those that exist) over an agent's writable folder."""
+ADMIN_PROTECTED = ("config", "config.worktree", "hooks", "info", "commondir", "gitdir", "modules", "objects/info")
+"""What, in a git worktree's administration folder (``<repo>/.git/worktrees/NAME``, writable
+for the agent of that worktree), makes git run code or read another repository's: the files
+pointing at another folder (``commondir``, ``gitdir``), ``config.worktree``, and the
+config-like names. Bound read-only (those that exist) over its writable bind."""
+
+
+def main_git_folders(folder: Path) -> list[Path]:
+    """The main ``.git`` folder git would find for ``folder``: walking up from it, the first
+    ``.git``, when it is a folder (a main worktree's: the folder's own, or the enclosing
+    repository's); none when that first ``.git`` is a file (a git worktree: its admin folder
+    is :func:`worktree_git_folders`') or there is none. File stats: off the loop."""
+    for top in (folder, *folder.parents):
+        dot = top / ".git"
+        if dot.is_dir() and not dot.is_symlink():
+            return [dot]
+        if dot.is_symlink() and dot.is_dir():
+            return [dot.resolve()]
+        if dot.exists():
+            return []
+    return []
 
 
 def git_protected(folders: Iterable[Path]) -> list[Path]:
-    """The files and folders of :data:`GIT_PROTECTED` that exist in each writable
-    ``folder``'s ``.git`` folder (a main worktree inside the agent's folder) or, for a
-    worktree admin folder among ``folders`` (it holds ``commondir``), in that folder
-    itself. Read-only over the writable binds, so the kernel's git (the checkpoints, the
-    review, a worktree's commit) never reads a config or a hook the agent wrote. File
-    stats: off the loop."""
+    """What stays read-only over the writable binds (one list, bound read-only after them),
+    so the kernel's git (the checkpoints, the review, a worktree's commit) and yours never
+    read a config, a hook, a ``commondir`` the agent wrote:
+
+    * for each of ``folders`` that is in a main worktree (:func:`main_git_folders`), that
+      ``.git`` folder **whole**: a mount point cannot be renamed (``mv .git`` fails) and
+      nothing inside it can be written or made (a ``.git/commondir`` planted, ``.git/config``,
+      a hook): the agent reads its repository (log, diff, status) but cannot commit, stage or
+      move a ref there — an agent that commits gets ``--worktree``;
+    * for a worktree's admin folder among ``folders`` (it holds ``commondir``), its
+      :data:`ADMIN_PROTECTED` files that exist.
+
+    File stats: off the loop."""
     found: list[Path] = []
     for folder in folders:
-        for git_dir in (folder / ".git", folder):
-            if not git_dir.is_dir() or (git_dir == folder and not (folder / "commondir").is_file()):
-                continue
-            found += [git_dir / name for name in GIT_PROTECTED if (git_dir / name).exists()]
+        if folder.is_dir() and (folder / "commondir").is_file() and (folder / "gitdir").is_file():
+            found += [folder / name for name in ADMIN_PROTECTED if (folder / name).exists()]
+            continue
+        for dot in main_git_folders(folder):
+            if dot not in found:
+                found.append(dot)
     return found
 
 
@@ -267,14 +298,36 @@ def _runtime_folders(env: Mapping[str, str]) -> list[Path]:
 TMP = Path("/tmp")
 """The kernel's ``/tmp``: the sandbox has its own (an empty tmpfs, mounted first)."""
 
+RUN = (Path("/run"), Path("/var/run"))
+"""Where the system keeps its unix sockets (docker's, dbus's, munge's, a Jupyter started with
+``--sock``…): hidden (``/var/run`` when it is not a link into ``/run``); the file
+``/etc/resolv.conf`` points into there is bound back read-only (:func:`resolv_conf`)."""
+
+KERNEL_WORLD = (Path("/proc"), Path("/dev"), Path("/sys"))
+"""The kernel's own ``/proc``, ``/dev`` and ``/sys``: the sandbox has its own ``/proc`` and
+``/dev``, so its client file system reads none of the kernel's (its environment, other
+processes' command lines): what :func:`client_confinement` hides besides :func:`hidden_folders`."""
+
+
+def resolv_conf(hidden: Iterable[Path]) -> list[Path]:
+    """The real file ``/etc/resolv.conf`` points to when it is inside one of ``hidden``
+    (``/run/systemd/resolve/stub-resolv.conf``): bound back read-only, so that names resolve
+    in the sandbox where they did outside. File stats: off the loop."""
+    try:
+        real = Path("/etc/resolv.conf").resolve(strict=True)
+    except (OSError, RuntimeError):
+        return []
+    return [real] if real.is_file() and any(real.is_relative_to(h) for h in hidden) else []
+
 
 def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> list[Path]:
     """What a sandboxed agent cannot see, the one list (real paths, each once): the
     kernel's ``/tmp`` first (the sandbox mounts its own, an empty tmpfs), then the folders
     it sees empty (an empty tmpfs over each, existing ones): Jupyter's runtime folders
     (:func:`_runtime_folders`: the kernels' connection files, the server's token),
-    ``$XDG_RUNTIME_DIR`` (the kernel's and ``env``'s, the agent's environment) and
-    ``token_folder`` (the kernel's MCP token folder). The argv builder hides them
+    ``$XDG_RUNTIME_DIR`` (the kernel's and ``env``'s, the agent's environment),
+    ``token_folder`` (the kernel's MCP token folder) and :data:`RUN` (the system's unix
+    sockets). The argv builder hides them
     (:func:`bwrap_argv`) and the client file system reads nothing in them
     (:func:`client_confinement`) but what the sandbox binds there (its own folder under
     ``/tmp``, its own token file). Neither ``/`` nor ``/tmp`` again (one under ``/tmp``
@@ -286,6 +339,7 @@ def hidden_folders(env: Mapping[str, str], token_folder: Path | None = None) -> 
             wanted.append(Path(source["XDG_RUNTIME_DIR"]))
     if token_folder is not None:
         wanted.append(Path(token_folder))
+    wanted += [run for run in RUN if not run.is_symlink()]
     found: list[Path] = [TMP]
     for path in wanted:
         if not path.is_absolute() or not path.is_dir():
@@ -352,7 +406,8 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
             argv += ["--tmpfs", str(path)]
         else:
             argv += ["--bind" if kind == _WRITE else "--ro-bind", str(path), str(path)]
-    argv += ["--unshare-pid", "--unshare-net", "--die-with-parent"]
+    argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             "--die-with-parent"]
     if drop_caps if drop_caps is not None else os.geteuid() == 0:
         argv += ["--cap-drop", "ALL"]
     if network_fds is not None and not offline:
@@ -660,8 +715,9 @@ def client_confinement(binds: Binds) -> Confinement:
     may touch (:class:`~escouade_nb.wire.fs.Confinement`), the process's own reach: write
     only in its writable set, never over a protected git file; read anything but the
     hidden folders (:attr:`Binds.hidden`), except inside the folders the sandbox binds
-    there (its own, its program's…, never a hidden one itself; not its token file)."""
-    hidden_real = [Path(os.path.realpath(p)) for p in binds.hidden]
+    there (its own, its program's…, never a hidden one itself; not its token file) — and
+    neither the kernel's ``/proc``, ``/dev`` nor ``/sys`` (:data:`KERNEL_WORLD`)."""
+    hidden_real = [Path(os.path.realpath(p)) for p in (*binds.hidden, *KERNEL_WORLD)]
     shown = [p for p in (*binds.writable_set, *binds.readable) if Path(os.path.realpath(p)) not in hidden_real]
     return Confinement(writable=binds.writable_set, hidden=tuple(hidden_real), shown=tuple(shown),
                        readonly=binds.protected)
@@ -783,6 +839,7 @@ class Sandbox:
                 if git_folders[1].is_relative_to("/tmp"):  # the repository, hidden by the private /tmp
                     readable.append(git_folders[1].parent.parent)  # <repo>/.git/objects -> <repo>: read-only
         hidden = hidden_folders(env, token_folder)
+        readable += resolv_conf(hidden)
         files = [Path(token_file)] if token_file is not None and Path(token_file).is_file() else []
         return Binds(bwrap, folder, tuple(writable), tuple(readable), tuple(hidden), tuple(protected), tuple(files),
                      pasta, ports)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from escouade_nb.engine.sandbox import Sandbox, bwrap_argv, expand_state_folder
+from escouade_nb.engine.sandbox import Sandbox, bwrap_argv, expand_state_folder, git_protected, resolv_conf
 from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import ManifestError, load_manifest
 from git_repos import base_repo, git, use_git_env
@@ -80,12 +80,37 @@ def test_the_private_tmp_is_mounted_before_the_folders_and_no_environment_is_on_
     assert argv.index("--tmpfs") < argv.index("/tmp/venv") < argv.index(str(folder)) < argv.index("/tmp/x/ws/sub")
     assert argv[argv.index("/tmp/venv") - 1] == "--ro-bind"
     assert argv[argv.index(str(folder)) - 1] == "--bind"
-    assert {"--unshare-pid", "--unshare-net", "--die-with-parent"} <= set(argv)  # its network is pasta's or none
+    assert {"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent"} <= set(argv)  # its network is pasta's or none; the host's SysV IPC unseen
     assert "--setenv" not in argv and "--clearenv" not in argv
     assert argv[-3:] == ["--", "agent", "acp"]
     assert "--info-fd" not in argv  # no network given: offline
     online = bwrap_argv("bwrap", ["a"], folder=folder, network_fds=(7, 8))
     assert online[online.index("--info-fd") + 1] == "7" and online[online.index("--block-fd") + 1] == "8"
+
+
+def test_git_protected_is_the_main_git_folder_whole_and_a_worktree_admins_files(tmp_path):
+    """A folder in a main worktree (the top or a subfolder): the repository's ``.git`` whole; a
+    worktree (its ``.git`` a file): nothing of the main one; an admin folder: its own files."""
+    repo = tmp_path / "repo"
+    (repo / ".git" / "worktrees" / "w").mkdir(parents=True)
+    (repo / "sub").mkdir()
+    admin = repo / ".git" / "worktrees" / "w"
+    (admin / "commondir").write_text("../..\n")
+    (admin / "gitdir").write_text(str(tmp_path / "wt" / ".git") + "\n")
+    (tmp_path / "wt").mkdir()
+    (tmp_path / "wt" / ".git").write_text(f"gitdir: {admin}\n")
+    assert git_protected([repo]) == [repo / ".git"]
+    assert git_protected([repo / "sub", repo]) == [repo / ".git"]
+    assert git_protected([tmp_path / "wt"]) == []
+    assert git_protected([admin]) == [admin / "commondir", admin / "gitdir"]
+    assert git_protected([tmp_path / "elsewhere"]) == []
+
+
+def test_resolv_conf_is_bound_back_only_from_a_hidden_folder():
+    real = Path("/etc/resolv.conf").resolve()
+    assert resolv_conf([Path("/nowhere")]) == []
+    assert resolv_conf([real.parent]) == ([real] if real.is_file() else [])
 
 
 def test_hidden_folders_are_emptied_before_what_is_bound_back_into_them_and_git_files_bound_last():

@@ -354,7 +354,7 @@ def _same_code(b: bytes | None, a: bytes | None) -> bool:
     return code is not None and code == _notebook_code(a)
 
 
-def _compiled_from_source(path: Path, data: bytes | None) -> bool:
+def _compiled_from_source(path: Path, data: bytes | None, root: Path | None = None) -> bool:
     """Whether ``data``, a ``.pyc`` at ``path`` (``…/__pycache__/x.TAG[.opt-N].pyc``), is
     exactly what this Python writes for its source ``x.py`` as it is now: this Python's tag and
     magic number, a timestamp header matching the source's time and size (or a checked hash
@@ -378,10 +378,10 @@ def _compiled_from_source(path: Path, data: bytes | None) -> bool:
         return False
     try:
         source = Path(importlib.util.source_from_cache(str(path)))
-        st = os.lstat(source)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        found = _read_stat(source, root)  # by the walk: not a source behind a folder swapped for a symlink
+        if found is None or len(found[0]) > MAX_FILE_BYTES:
             return False
-        code = source.read_bytes()
+        code, st = found
         flags = int.from_bytes(data[4:8], "little")
         if flags == 0:
             header = data[8:16] == ((int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
@@ -392,7 +392,7 @@ def _compiled_from_source(path: Path, data: bytes | None) -> bool:
             return False
         compiled = compile(code, str(source), "exec", dont_inherit=True, optimize=level)
         return header and data[16:] == marshal.dumps(compiled)
-    except (OSError, ValueError, SyntaxError, RecursionError, MemoryError, NotImplementedError):
+    except (OSError, FileChanged, ValueError, SyntaxError, RecursionError, MemoryError, NotImplementedError):
         return False
 
 
@@ -430,7 +430,7 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
         b_data, a_data = (b.data if b else None), (a.data if a else None)
         if b_data == a_data:
             continue
-        if rel.endswith(".pyc") and through != {"fs"} and _compiled_from_source(path, a_data):
+        if rel.endswith(".pyc") and through != {"fs"} and _compiled_from_source(path, a_data, cwd):
             continue  # Python's own cache of a source as it is: the source's review is the one that counts
         seen = b if b is not None else a
         found[path] = (rel, b_data, a_data, seen.mode if seen is not None else None, through)

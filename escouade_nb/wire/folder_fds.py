@@ -25,6 +25,8 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._errors import EscouadeError
+
 __all__ = ["FOLDER_FLAGS", "Changed", "open_folder", "open_below", "still_at", "entry", "read_at", "replace_at",
            "symlink_at"]
 
@@ -33,9 +35,10 @@ FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLL
 where there is one: no read permission needed)."""
 
 
-class Changed(Exception):
+class Changed(EscouadeError):
     """``where`` (a path) is not what the walk may go through: ``what`` says why (``is now a
-    symlink``, ``was moved or removed``, ``is now another folder``…)."""
+    symlink``, ``was moved or removed``, ``is now another folder``…). Its users turn it into
+    their own error (the client fs's -32602, a Reject's ``FileChanged``, a rewind's notice)."""
 
     def __init__(self, where: Path, what: str) -> None:
         super().__init__(where, what)

@@ -23,7 +23,8 @@ class EscouadeError(Exception):
       stopped answering; also a ``RuntimeError``) with ``AuthRequired`` (the agent wants a
       sign-in), ``NoEventLoop`` (called where no asyncio loop runs) and ``AgentExited``;
       ``SessionClosed`` (closed before its process was up); ``FenceError`` (an ``fs/*``
-      path outside the agent's folder; also an ACP ``RequestError``, its JSON-RPC answer).
+      path outside the agent's folder; also an ACP ``RequestError``, its JSON-RPC answer);
+      ``Changed`` (a symlink, or another change, on the way of ``wire/folder_fds``'s walk).
     - **permissions**, the rule plugins and their wire: ``RpcError`` (a request got no
       result) with ``PeerClosed``, ``RemoteError`` (also an ACP ``RequestError``) and
       ``PluginNotRunning``; ``CommandError`` (a usage error of ``%escouade plugins`` or

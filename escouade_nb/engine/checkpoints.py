@@ -24,7 +24,11 @@ user's global excludes) are not, and a rewind leaves them as they are. File cont
 stored raw and written back byte for byte (the private ``info/attributes`` unsets ``text``,
 ``filter``, ``ident``, ``working-tree-encoding`` over any ``.gitattributes``; no
 ``core.autocrlf``), with their executable bit and symlinks; empty folders are not kept (git
-keeps files).
+keeps files). What a rewind removes is unlinked, and what it writes back (checked out by git into a
+folder of the kernel's, then copied), through a walk of folder fds from the agent's folder that follows
+no symlink (:mod:`..wire.folder_fds`): a process of the agent's swapping one of its folders for a
+symlink during the rewind gets that file left alone, named in the rewind's warning (``FolderSnapshots.refused``),
+and nothing outside the folder is removed or written.
 
 The conversation after a rewind: where the agent offers ``session/fork``
 (``sessionCapabilities.fork``), a fork of the session is taken with each checkpoint (ACP forks
@@ -41,9 +45,11 @@ one rewound to on stay in the view, marked rewound (:meth:`~..core.conversation.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
+import stat
 import tempfile
 import uuid
 import weakref
@@ -55,6 +61,7 @@ from typing import Any
 from .._errors import EscouadeError
 from ..core.conversation import Message
 from ..wire.errors import AgentError
+from ..wire.folder_fds import Changed, entry, open_below, open_folder, replace_at, symlink_at
 from ..wire.transcript import CHECKPOINT_EVENT, REWIND_EVENT
 from .kernel_git import GitRepo, PrivateRepo, WorktreeError, git, state_dir
 
@@ -149,6 +156,7 @@ class FolderSnapshots:
         self.private: PrivateRepo | None = None
         self._index: Path | None = None
         self._lock = asyncio.Lock()
+        self.refused: list[tuple[str, str]] = []  # the last restore's files not restored: (path, why)
 
     def _env(self, index: Path | None = None) -> dict[str, str]:
         assert self.private is not None
@@ -240,37 +248,148 @@ class FolderSnapshots:
                     continue
                 (removed if parts[4] == "A" else written).append(path)
             assert self.top is not None
-            await asyncio.to_thread(_remove, self.top, self.folder, removed)
+            refused = await asyncio.to_thread(_remove, self.top, self.folder, removed)
             if written:
                 with tempfile.TemporaryDirectory(prefix="escouade-rewind-") as scratch:
+                    # git writes the files into a folder of the kernel's own (no one else's process reaches it),
+                    # and they are copied from there by the walk of folder fds (_write_back): git's own checks of
+                    # a symlinked leading path and its writes are separate path lookups, which a process racing
+                    # the rewind could swap in between
                     index = Path(scratch) / "index"
+                    out = Path(scratch) / "files"
+                    out.mkdir()
                     await self._git("read-tree", commit, index=index)
                     for at in range(0, len(written), CHUNK):
-                        await self._git("checkout-index", "-f", "-q", "--", *written[at:at + CHUNK], index=index)
-            return removed, written
+                        await self._git("checkout-index", "-f", "-q", f"--prefix={out}/", "--",
+                                        *written[at:at + CHUNK], index=index)
+                    refused += await asyncio.to_thread(_write_back, self.top, self.folder, out, written)
+            self.refused = refused
+            bad = {rel for rel, _why in refused}
+            return [p for p in removed if p not in bad], [p for p in written if p not in bad]
 
 
-def _remove(top: Path, folder: Path, paths: list[str]) -> None:
-    """Unlink the files ``paths`` (a folder is never removed whole), then the folders they
-    leave empty, up to ``folder`` (runs in a thread)."""
-    parents: set[Path] = set()
+def _below(top: Path, folder: Path, rel: str) -> tuple[Path, tuple[str, ...]]:
+    """The folder's real path and the parts of ``rel`` (relative to the work tree's ``top``)
+    below it."""
+    root = Path(os.path.realpath(folder))
+    full = Path(os.path.realpath(top)) / rel
+    return root, full.relative_to(root).parts
+
+
+def _why(rel: str, exc: BaseException, root: Path) -> tuple[str, str]:
+    """``(rel, why)`` of a file not restored; the component at fault named relative to the
+    agent's folder ``root``."""
+    if isinstance(exc, Changed):
+        where = exc.where.relative_to(root).as_posix() if exc.where.is_relative_to(root) else str(exc.where)
+        return rel, (f"a symbolic link in its path ({where}), not followed" if exc.symlink
+                     else f"{where} {exc.what}")
+    if isinstance(exc, OSError):
+        return rel, exc.strerror or str(exc)
+    return rel, str(exc)
+
+
+def _held(root: Path, parts: tuple[str, ...], create: bool = False) -> int | None:
+    """An fd of the folder ``parts`` below the agent's folder ``root`` (a real path), by the
+    walk of folder fds that follows no symlink (:mod:`..wire.folder_fds`)."""
+    top = open_folder(root)
+    if top is None:
+        return None
+    try:
+        return open_below(top, root, parts, create=create)
+    finally:
+        os.close(top)
+
+
+def _remove(top: Path, folder: Path, paths: list[str]) -> list[tuple[str, str]]:
+    """Unlink the files ``paths`` (relative to the work tree's ``top``; a folder is never
+    removed whole), then the folders they leave empty, up to ``folder`` (runs in a thread).
+    Each is reached from ``folder`` by a walk of folder fds that follows no symlink and
+    unlinked in its held folder: one with a symlink on its way is left alone. Those refused,
+    with why."""
+    refused: list[tuple[str, str]] = []
+    parents: set[tuple[str, ...]] = set()
     for rel in paths:
-        path = top / rel
         try:
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-                parents.add(path.parent)
+            root, parts = _below(top, folder, rel)
+            if not parts:
+                continue
+            fd = _held(root, parts[:-1])
+            if fd is None:
+                continue
+            try:
+                st = entry(fd, parts[-1])
+                if st is None or stat.S_ISDIR(st.st_mode):
+                    continue
+                os.unlink(parts[-1], dir_fd=fd)
+                parents.add(parts[:-1])
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             continue
-    folder = folder.resolve()
-    for parent in sorted(parents, key=lambda p: -len(p.parts)):
+        except (Changed, OSError, ValueError) as exc:
+            refused.append(_why(rel, exc, Path(os.path.realpath(folder))))
+    root = Path(os.path.realpath(folder))
+    done: set[tuple[str, ...]] = set()
+    for parent in sorted(parents, key=lambda p: -len(p)):
         at = parent
-        while at != folder and folder in at.parents:
+        while at and at not in done:
+            done.add(at)
             try:
-                at.rmdir()
-            except OSError:
+                fd = _held(root, at[:-1])
+                if fd is None:
+                    break
+                try:
+                    os.rmdir(at[-1], dir_fd=fd)  # rmdir never follows a symlink
+                finally:
+                    os.close(fd)
+            except (Changed, OSError):
                 break
-            at = at.parent
+            at = at[:-1]
+    return refused
+
+
+def _write_back(top: Path, folder: Path, out: Path, paths: list[str]) -> list[tuple[str, str]]:
+    """Copy the files ``paths`` (relative to the work tree's ``top``) that git wrote under the
+    kernel's folder ``out`` into the agent's ``folder``, each reached by a walk of folder fds
+    that follows no symlink (missing folders made), written beside its name and renamed over
+    it (a symlink of the checkpoint made again as a symlink). Those refused, with why."""
+    refused: list[tuple[str, str]] = []
+    for rel in paths:
+        source = out / rel
+        try:
+            st = os.lstat(source)
+        except FileNotFoundError:  # not in the checkpoint after all: nothing to write
+            continue
+        try:
+            root, parts = _below(top, folder, rel)
+            if not parts:
+                continue
+            fd = _held(root, parts[:-1], create=True)
+            assert fd is not None
+            try:
+                now = entry(fd, parts[-1])
+                if now is not None and stat.S_ISDIR(now.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, "a folder is there now")
+                if stat.S_ISLNK(st.st_mode):
+                    symlink_at(fd, parts[-1], os.readlink(source))
+                else:
+                    replace_at(fd, parts[-1], source.read_bytes(), stat.S_IMODE(st.st_mode))
+            finally:
+                os.close(fd)
+        except (Changed, OSError, ValueError) as exc:
+            refused.append(_why(rel, exc, Path(os.path.realpath(folder))))
+    return refused
+
+
+def _refused_notice(refused: list[tuple[str, str]]) -> str:
+    """The notice of a rewind's files not restored (``(path, why)``), grouped by why."""
+    by: dict[str, list[str]] = {}
+    for rel, why in refused:
+        by.setdefault(why, []).append(rel)
+    parts = [f"{', '.join(sorted(names)[:10])}{f' and {len(names) - 10} more' if len(names) > 10 else ''} ({why})"
+             for why, names in by.items()]
+    return (f"Rewind: {len(refused)} file{'s' if len(refused) != 1 else ''} not restored: {'; '.join(parts)}. "
+            "Nothing outside the folder was touched.")
 
 
 def _prompt_text(turn: Any) -> str:
@@ -442,6 +561,8 @@ class Checkpoints:
                  f"{len(written)} written back")
         what = f"Rewound to before turn {cp.turn} (“{shown}”): {agent.cwd} is as it was then ({files}); " \
                f"{rewound} turn{'s' if rewound != 1 else ''} marked rewound."
+        if snapshots.refused:
+            conversation.add_notice(_refused_notice(snapshots.refused), level="warning")
         if fork is not None:
             self._switch(live, fork)
             if agent.transcript is not None:

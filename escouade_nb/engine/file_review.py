@@ -50,7 +50,11 @@ Keep and Reject
     file had before the agent's change, exactly (line endings, encoding, binary; mode
     bits kept), a new file removed, a deleted file restored (its folders made again); it
     is refused (:class:`FileChanged`, the edit stays pending) when the file is no longer
-    what the agent left (someone changed it since: nothing is overwritten). A second turn
+    what the agent left (someone changed it since: nothing is overwritten). Every file a Reject
+    reads, writes or removes (a compiled form too) is reached from the agent's folder by a walk
+    of folder fds that follows no symlink (:mod:`..wire.folder_fds`; :func:`_folder`): a folder
+    the agent swapped for a symlink after its turn refuses the Reject (:class:`FileChanged`, "a
+    symbolic link in its path"), and nothing outside the folder is touched. A second turn
     changing a file still pending stays one edit, from the bytes before the first change.
     A text file's edit has :attr:`FileEdit.hunks`: each hunk kept or rejected alone
     (the file rewritten with that hunk taken back; the edit is kept or rejected once no
@@ -84,6 +88,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import EscouadeError
+from ..wire.folder_fds import Changed, entry, open_below, open_folder, read_at, replace_at, still_at
 from .cell_review import EditReview, Settling
 from .kernel_git import GitRepo, PrivateRepo, find_repository
 
@@ -313,50 +318,95 @@ def _trusted_until(root: Path) -> tuple[int, int] | None:
         return None
 
 
+class _Folders:
+    """The folders of a snapshot's files, each reached from the agent's folder by a walk of
+    folder fds that follows no symlink (:mod:`..wire.folder_fds`): a folder swapped for a
+    symlink while the snapshot runs is not read through. Holds one folder's fd at a time (the
+    names come grouped by folder); :meth:`close` when done."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(os.path.realpath(root))
+        try:
+            self.top = open_folder(self.root)
+        except (Changed, OSError):  # not there (any more), not a folder: nothing to read
+            self.top = None
+        self.at: tuple[str, ...] | None = None
+        self.fd: int | None = None
+
+    def of(self, parts: tuple[str, ...]) -> int | None:
+        """An fd of the folder ``parts`` below the root (None: missing, or not reachable
+        without following a symlink)."""
+        if parts == self.at:
+            return self.fd
+        if self.fd is not None:
+            os.close(self.fd)
+        self.at, self.fd = parts, None
+        if self.top is not None:
+            try:
+                self.fd = open_below(self.top, self.root, parts)
+            except (Changed, OSError, ValueError):
+                self.fd = None
+        return self.fd
+
+    def close(self) -> None:
+        for fd in (self.fd, self.top):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self.top = None
+
+
 def _scan(root: Path, names: Iterable[str], cache: dict[str, _Seen]) -> _Snapshot:
     """What ``names`` (relative to ``root``) are now: a file unchanged since ``cache`` saw it
     (size, times, inode) keeps the bytes read then when its times were older than its read by
     the writeback window, on a file system that writes back (:func:`_trusted_until`); any
-    other is read again. Missing files, folders and symlinks are left out."""
+    other is read again. Missing files, folders and symlinks are left out; each file is
+    reached from ``root`` without following a symlink (:class:`_Folders`)."""
     snap = _Snapshot()
     total = 0
     trust = _trusted_until(root) if cache else None
-    for count, rel in enumerate(names):
-        if count >= MAX_FILES:
-            snap.truncated = True
-            break
-        if _skipped(rel):
-            continue
-        path = root / rel
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            continue
-        old = cache.get(rel)
-        if trust is not None and old is not None and old.data is not None and st.st_dev == trust[0] and (
-                old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
-                st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) and max(
-                old.mtime_ns, old.ctime_ns) < old.read_ns - trust[1]:
-            snap.files[rel] = old
-            total += old.size
-            continue
-        data: bytes | None = None
-        read_ns = time.time_ns()
-        if st.st_size <= MAX_FILE_BYTES and total + st.st_size <= MAX_TOTAL_BYTES:
+    folders = _Folders(root)
+    try:
+        for count, rel in enumerate(names):
+            if count >= MAX_FILES:
+                snap.truncated = True
+                break
+            if _skipped(rel):
+                continue
+            parts = tuple(rel.split("/"))
+            fd = folders.of(parts[:-1])
+            if fd is None:
+                continue
             try:
-                with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as fh:
-                    data = fh.read(MAX_FILE_BYTES + 1)
-            except OSError:  # unreadable (permissions…): seen, not held, so never taken for a deletion
-                data = None
-            if data is None:
-                pass
-            elif len(data) > MAX_FILE_BYTES:
-                data = None
-            else:
-                total += len(data)
-        snap.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, read_ns, data)
+                st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            old = cache.get(rel)
+            if trust is not None and old is not None and old.data is not None and st.st_dev == trust[0] and (
+                    old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
+                    st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) and max(
+                    old.mtime_ns, old.ctime_ns) < old.read_ns - trust[1]:
+                snap.files[rel] = old
+                total += old.size
+                continue
+            data: bytes | None = None
+            read_ns = time.time_ns()
+            if st.st_size <= MAX_FILE_BYTES and total + st.st_size <= MAX_TOTAL_BYTES:
+                try:
+                    with open(os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd), "rb") as fh:
+                        data = fh.read(MAX_FILE_BYTES + 1)
+                except OSError:  # unreadable (permissions…): seen, not held, so never taken for a deletion
+                    data = None
+                if data is None:
+                    pass
+                elif len(data) > MAX_FILE_BYTES:
+                    data = None
+                else:
+                    total += len(data)
+            snap.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, read_ns, data)
+    finally:
+        folders.close()
     return snap
 
 
@@ -385,7 +435,7 @@ def _same_code(b: bytes | None, a: bytes | None) -> bool:
     return code is not None and code == _notebook_code(a)
 
 
-def _compiled_from_source(path: Path, data: bytes | None) -> bool:
+def _compiled_from_source(path: Path, data: bytes | None, root: Path | None = None) -> bool:
     """Whether ``data``, a ``.pyc`` at ``path`` (``…/__pycache__/x.TAG[.opt-N].pyc``), is
     exactly what this Python writes for its source ``x.py`` as it is now: this Python's tag and
     magic number, a timestamp header matching the source's time and size (or a checked hash
@@ -409,10 +459,10 @@ def _compiled_from_source(path: Path, data: bytes | None) -> bool:
         return False
     try:
         source = Path(importlib.util.source_from_cache(str(path)))
-        st = os.lstat(source)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        found = _read_stat(source, root)  # by the walk: not a source behind a folder swapped for a symlink
+        if found is None or len(found[0]) > MAX_FILE_BYTES:
             return False
-        code = source.read_bytes()
+        code, st = found
         flags = int.from_bytes(data[4:8], "little")
         if flags == 0:
             header = data[8:16] == ((int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
@@ -423,7 +473,7 @@ def _compiled_from_source(path: Path, data: bytes | None) -> bool:
             return False
         compiled = compile(code, str(source), "exec", dont_inherit=True, optimize=level)
         return header and data[16:] == marshal.dumps(compiled)
-    except (OSError, ValueError, SyntaxError, RecursionError, MemoryError, NotImplementedError):
+    except (OSError, FileChanged, ValueError, SyntaxError, RecursionError, MemoryError, NotImplementedError):
         return False
 
 
@@ -461,7 +511,7 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
         b_data, a_data = (b.data if b else None), (a.data if a else None)
         if b_data == a_data:
             continue
-        if rel.endswith(".pyc") and through != {"fs"} and _compiled_from_source(path, a_data):
+        if rel.endswith(".pyc") and through != {"fs"} and _compiled_from_source(path, a_data, cwd):
             continue  # Python's own cache of a source as it is: the source's review is the one that counts
         seen = b if b is not None else a
         found[path] = (rel, b_data, a_data, seen.mode if seen is not None else None, through)
@@ -470,7 +520,7 @@ def _compare(cwd: Path, before: _Snapshot, after: _Snapshot, written: dict[Path,
         if path in found or rel in before.files or rel in after.files:
             continue  # seen: changed, unchanged, or over a limit (said)
         try:
-            now = _read_now(path)
+            now = _read_now(path, cwd)
         except (OSError, FileChanged):
             continue
         old = None if old_text is None else old_text.encode("utf-8")
@@ -497,67 +547,152 @@ async def _git_files(root: Path, recorded: GitRepo | None = None) -> list[str] |
     return await PrivateRepo(repo.top, repo).list_files(Path(root))
 
 
-def _read_now(path: Path) -> bytes | None:
-    """The bytes at ``path`` now (None: no file); ``FileChanged`` for a folder, a symlink…"""
+def _refused(path: Path, exc: Changed | NotADirectoryError, doing: str) -> FileChanged:
+    """Why ``path`` was not ``doing`` (``read``, ``put back``…): the walk from the agent's
+    folder met a symlink (:class:`~..wire.folder_fds.Changed`) or a non-folder on its way."""
+    if isinstance(exc, Changed) and exc.where == path and not exc.symlink:
+        return FileChanged(f"{path} is no longer a regular file: not {doing}")
+    if isinstance(exc, Changed) and exc.symlink:
+        return FileChanged(f"{path} was not {doing}: a symbolic link in its path ({exc.where}); escouade_nb "
+                           f"does not follow it, so nothing outside the folder was touched")
+    if isinstance(exc, Changed):
+        return FileChanged(f"{path} was not {doing}: {exc.where} {exc.what}")
+    return FileChanged(f"{path} was not {doing}: a part of its path is not a folder ({exc.strerror or exc})")
+
+
+def _folder(path: Path, root: Path | None, create: bool = False) -> tuple[int | None, Path]:
+    """An fd of the folder holding ``path`` and that folder's real path: reached from the
+    agent's folder ``root`` (its real path opened from ``/``) by a walk of folder fds that
+    follows no symlink (:mod:`..wire.folder_fds`), or, for a path outside ``root`` (a write
+    through our fs elsewhere, named by its real path), from ``/`` the same way. Missing
+    folders made when ``create``, else ``(None, …)``. Raises ``Changed``, ``OSError``."""
+    if root is not None:
+        real_root = Path(os.path.realpath(root))
+        for base in (Path(root), real_root):
+            if path != base and path.is_relative_to(base):
+                parts = path.relative_to(base).parts[:-1]
+                top = open_folder(real_root)
+                if top is None:
+                    return None, real_root.joinpath(*parts)
+                try:
+                    return open_below(top, real_root, parts, create=create), real_root.joinpath(*parts)
+                finally:
+                    os.close(top)
+    return open_folder(path.parent, create=create), path.parent
+
+
+def _read_stat(path: Path, root: Path | None = None) -> tuple[bytes, os.stat_result] | None:
+    """The bytes and ``fstat`` of the regular file at ``path`` now (None: no file), reached
+    by :func:`_folder`'s walk; ``FileChanged`` for a folder, a symlink, a symlink on the way…"""
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        raise FileChanged(f"{path} is no longer a regular file")
-    with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
-        return fh.read()
+        fd, _parent = _folder(path, root)
+        if fd is None:
+            return None
+        try:
+            return read_at(fd, path.name, path)
+        finally:
+            os.close(fd)
+    except (Changed, NotADirectoryError) as exc:
+        raise _refused(path, exc, "read") from None
 
 
-def _put(path: Path, data: bytes | None, mode: int | None, expect: bytes | None) -> None:
+def _read_now(path: Path, root: Path | None = None) -> bytes | None:
+    """The bytes at ``path`` now (None: no file); ``FileChanged`` for a folder, a symlink, a
+    symlink on the way from ``root`` (the agent's folder)…"""
+    found = _read_stat(path, root)
+    return None if found is None else found[0]
+
+
+def _put(path: Path, data: bytes | None, mode: int | None, expect: bytes | None,
+         root: Path | None = None) -> os.stat_result | None:
     """Make ``path`` hold ``data`` exactly (None: no file), if it still holds ``expect``
-    (a worker thread). Written beside it and renamed over it: never half a file."""
-    if _read_now(path) != expect:
-        raise FileChanged(f"{path} changed since the agent's change: not overwritten")
-    if data is None:
-        path.unlink(missing_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.parent / f".{path.name}.{os.getpid()}.escouade-restore"
+    (a worker thread); the new file's ``fstat``. The file is reached from ``root`` (the
+    agent's folder) by a walk of folder fds that follows no symlink (:func:`_folder`):
+    a symlink anywhere on the way is :class:`FileChanged` ("a symbolic link in its path"),
+    and nothing is written or removed. Written beside it and renamed over it (``renameat``
+    in the held folder): never half a file."""
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(temp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+        fd, parent = _folder(path, root, create=data is not None)
+        if fd is None:  # no folder there, so no file
+            if expect is not None:
+                raise FileChanged(f"{path} changed since the agent's change: not overwritten")
+            return None
+        try:
+            found = read_at(fd, path.name, path)
+            if (found[0] if found is not None else None) != expect:
+                raise FileChanged(f"{path} changed since the agent's change: not overwritten")
+            if data is None:
+                try:
+                    os.unlink(path.name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                return None
+            still_at(fd, parent)  # not a folder moved away with all it holds since it was opened
+            return replace_at(fd, path.name, data, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+        finally:
+            os.close(fd)
+    except (Changed, NotADirectoryError) as exc:
+        raise _refused(path, exc, "put back" if data is not None else "removed") from None
 
 
-def _remove_bytecode(source: Path) -> list[Path]:
+def _remove_bytecode(source: Path, root: Path | None = None) -> list[Path]:
     """Remove the compiled forms of the Python source ``source`` (a worker thread): every
     ``__pycache__/<stem>.*.pyc`` beside it (each Python version's tag, each optimization
     level) and :func:`importlib.util.cache_from_source`'s paths (under a
-    ``sys.pycache_prefix`` too). The paths removed."""
-    candidates: set[Path] = set()
-    cache = source.parent / "__pycache__"
-    if cache.is_dir() and not cache.is_symlink():
-        prefix = source.stem + "."
-        try:
-            with os.scandir(cache) as it:
-                candidates |= {Path(e.path) for e in it if e.name.startswith(prefix) and e.name.endswith(".pyc")}
-        except OSError:
-            pass
-    for level in ("", 1, 2):
-        try:
-            candidates.add(Path(importlib.util.cache_from_source(str(source), optimization=level)))
-        except (NotImplementedError, ValueError):  # no cache tag (sys.implementation.cache_tag None)
-            pass
+    ``sys.pycache_prefix`` too). Each reached by a walk of folder fds that follows no symlink
+    (from ``root``, the agent's folder: :func:`_folder`), unlinked in its held folder. The
+    paths removed."""
     removed: list[Path] = []
-    for pyc in sorted(candidates):
+    cache_path = source.parent / "__pycache__"
+    prefix = source.stem + "."
+    try:
+        fd, parent = _folder(source, root)
+    except (Changed, OSError):
+        fd, parent = None, source.parent
+    if fd is not None:
         try:
-            if stat.S_ISDIR(os.lstat(pyc).st_mode):
+            cache = open_below(fd, parent, ["__pycache__"], flags=os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except (Changed, OSError):
+            cache = None
+        finally:
+            os.close(fd)
+        if cache is not None:
+            try:
+                for name in sorted(os.listdir(cache)):
+                    st = entry(cache, name) if name.startswith(prefix) and name.endswith(".pyc") else None
+                    if st is None or stat.S_ISDIR(st.st_mode):
+                        continue
+                    try:
+                        os.unlink(name, dir_fd=cache)
+                    except OSError:
+                        continue
+                    removed.append(cache_path / name)
+            finally:
+                os.close(cache)
+    for level in ("", 1, 2):  # elsewhere: a sys.pycache_prefix
+        try:
+            pyc = Path(importlib.util.cache_from_source(str(source), optimization=level))
+        except (NotImplementedError, ValueError):  # no cache tag (sys.implementation.cache_tag None)
+            continue
+        if pyc.parent == cache_path or pyc in removed:
+            continue
+        try:
+            at = open_folder(pyc.parent)
+        except (Changed, OSError):
+            continue
+        if at is None:
+            continue
+        try:
+            st = entry(at, pyc.name)
+            if st is None or stat.S_ISDIR(st.st_mode):
                 continue
-            os.unlink(pyc)
+            os.unlink(pyc.name, dir_fd=at)
         except OSError:
             continue
+        finally:
+            os.close(at)
         removed.append(pyc)
-    return removed
+    return sorted(removed)
 
 
 def _umask() -> int:
@@ -985,13 +1120,14 @@ class FileWatch:
         back = {Path(p) for p in paths}
         for path in back:  # the rewind's writes are not the agent's: the snapshots compared with take them
             try:
-                self._restored(path, await asyncio.to_thread(_read_now, path))
+                found = await asyncio.to_thread(_read_stat, path, self.cwd)
+                self._restored(path, None if found is None else found[0], None if found is None else found[1])
             except (OSError, FileChanged):
                 continue
         pending: list[Any] = self.review.pending
         for edit in [e for e in pending if isinstance(e, FileEdit) and e.file in back and not e.settling]:
             try:
-                now = await asyncio.to_thread(_read_now, edit.file)
+                now = await asyncio.to_thread(_read_now, edit.file, self.cwd)
             except (OSError, FileChanged):
                 continue
             if now == edit.before:
@@ -1028,9 +1164,9 @@ class FileWatch:
                 edit.before = _take(edit.before, edit.after, hunk, from_after=True)
             else:
                 taken = _take(edit.before, edit.after, hunk, from_after=False)
-                await asyncio.to_thread(_put, edit.file, taken, edit.mode, edit.after)
+                st = await asyncio.to_thread(_put, edit.file, taken, edit.mode, edit.after, self.cwd)
                 edit.after = taken
-                self._restored(edit.file, taken)
+                self._restored(edit.file, taken, st)
                 await self._drop_bytecode(edit)
             edit.last_hunk = hunk
             self._record(edit, "kept" if keep else "rejected", hunk=hunk)
@@ -1042,8 +1178,8 @@ class FileWatch:
         if not keep:
             if edit.before is not None and edit.mode is None:
                 edit.mode = 0o666 & ~_umask()
-            await asyncio.to_thread(_put, edit.file, edit.before, edit.mode, edit.after)
-            self._restored(edit.file, edit.before)
+            st = await asyncio.to_thread(_put, edit.file, edit.before, edit.mode, edit.after, self.cwd)
+            self._restored(edit.file, edit.before, st)
             await self._drop_bytecode(edit)
         return {"outcome": "kept" if keep else "rejected"}
 
@@ -1055,7 +1191,7 @@ class FileWatch:
         pending change of one of them is dropped (removed with the Reject)."""
         if edit.file.suffix != ".py":
             return
-        removed = await asyncio.to_thread(_remove_bytecode, edit.file)
+        removed = await asyncio.to_thread(_remove_bytecode, edit.file, self.cwd)
         for pyc in removed:
             self._restored(pyc, None)
             pending: list[Any] = self.review.pending
@@ -1068,9 +1204,10 @@ class FileWatch:
                                          f"({', '.join(p.name for p in removed)}): Python compiles the restored "
                                          f"source again.")
 
-    def _restored(self, path: Path, data: bytes | None) -> None:
-        """A Reject changed ``path``: the snapshots it is compared with (the running turn's,
-        the last turn's end) take it, so the restore is not taken for the agent's change."""
+    def _restored(self, path: Path, data: bytes | None, st: os.stat_result | None = None) -> None:
+        """A Reject changed ``path`` (``st``: its ``fstat`` then): the snapshots it is compared
+        with (the running turn's, the last turn's end) take it, so the restore is not taken
+        for the agent's change."""
         real = Path(os.path.realpath(self.cwd))
         if path.is_relative_to(self.cwd):
             rel = path.relative_to(self.cwd).as_posix()
@@ -1084,9 +1221,7 @@ class FileWatch:
             if data is None:
                 snap.files.pop(rel, None)
                 continue
-            try:
-                st = os.lstat(path)
-            except OSError:
+            if st is None:
                 return
             snap.files[rel] = _Seen(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode, 0, data)
 

@@ -34,7 +34,8 @@ Races (what is checked is what is touched)
     on disk. So the worker opens exactly the checked real path, one component at a time
     from ``/``: each folder with ``O_NOFOLLOW | O_DIRECTORY`` (``O_PATH`` on Linux)
     relative to the previous one's descriptor, the file with ``O_NOFOLLOW``, never by its
-    path string. A component that became a symlink since the check (the file, or any
+    path string (the walk is :mod:`.folder_fds`'s, shared with the review's Reject and a
+    rewind). A component that became a symlink since the check (the file, or any
     folder above it, swapped for a link to elsewhere) is not followed: the request fails
     with -32602, ``data.reason`` ``"changed_during_access"``, ``data.changed`` the
     component, and nothing is read or written.
@@ -100,6 +101,10 @@ from acp.schema import ReadTextFileResponse, WriteTextFileResponse
 
 from .._errors import EscouadeError
 from ..core.render_text import cut, is_notebook_path
+from .folder_fds import Changed as _Changed
+from .folder_fds import entry as _entry
+from .folder_fds import open_folder as _open_folder
+from .folder_fds import still_at as _still_at
 
 __all__ = ["Confinement", "FileSystem", "OnWrite", "FenceError", "NotebookProblem", "SandboxRefusal",
            "notebook_problem", "inside", "INVALID_PARAMS", "INTERNAL_ERROR"]
@@ -210,101 +215,14 @@ class Confinement:
                                                      for s in self.shown) for h in self.hidden)
 
 
-# -- opening exactly the checked path --------------------------------------------------------
-# What was checked is a real path (no symlink, no ``..``). It is then opened one component at a
-# time from ``/``, each folder with O_NOFOLLOW | O_DIRECTORY relative to the previous one's fd
-# (openat), the file with O_NOFOLLOW: a component swapped for a symlink after the check is not
-# followed, it is an error. O_PATH (Linux) opens a folder without needing read permission on it.
-_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
-
-
-class _Changed(Exception):
-    """``where`` (a real path) is no longer what it was when the path was checked."""
-
-    def __init__(self, where: Path, what: str) -> None:
-        super().__init__(where, what)
-        self.where, self.what = where, what
-
-
+# -- opening exactly the checked path: the walk of folder fds is .folder_fds's (the review's Reject and a
+# rewind walk with it too)
 def _changed_error(path: str, real: Path, exc: _Changed, doing: str) -> RequestError:
     return RequestError(
         INVALID_PARAMS,
         f"Refused: {path} changed while it was being {doing}: {exc.where} {exc.what} since the path was "
         f"checked (against the fence, if any); nothing was {doing}",
         {"path": path, "realPath": str(real), "changed": str(exc.where), "reason": "changed_during_access"})
-
-
-def _diagnose(dir_fd: int, here: Path, exc: OSError) -> Exception:
-    """Why opening ``here`` (a folder expected) relative to ``dir_fd`` failed."""
-    try:
-        st = os.stat(here.name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return exc
-    if stat.S_ISLNK(st.st_mode):
-        return _Changed(here, "is now a symlink")
-    if not stat.S_ISDIR(st.st_mode):
-        return NotADirectoryError(errno.ENOTDIR, f"{here} is not a folder")
-    return exc
-
-
-def _open_folder(real: Path, *, create: bool = False) -> int | None:
-    """An fd (O_PATH where there is one) of the folder at the real path ``real``, reached
-    from ``/`` without following any symlink; missing folders are made when ``create``,
-    else ``None``. Raises :class:`_Changed` for a component now a symlink, ``OSError``."""
-    fd = os.open("/", _FOLDER_FLAGS)
-    here = Path("/")
-    try:
-        for part in real.parts[1:]:
-            here = here / part
-            try:
-                try:
-                    child = os.open(part, _FOLDER_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        os.close(fd)
-                        return None
-                    try:
-                        os.mkdir(part, dir_fd=fd)
-                    except FileExistsError:  # made meanwhile: opened below like any other
-                        pass
-                    child = os.open(part, _FOLDER_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                    raise
-                raise _diagnose(fd, here, exc) from None
-            os.close(fd)
-            fd = child
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _still_at(fd: int, real: Path) -> None:
-    """Raise :class:`_Changed` unless the folder ``fd`` is still the one at ``real`` (a
-    folder moved away after it was opened, with all it holds)."""
-    try:
-        now = _open_folder(real)
-    except _Changed:
-        raise
-    except OSError:
-        now = None
-    if now is None:
-        raise _Changed(real, "was moved or removed")
-    try:
-        a, b = os.fstat(fd), os.fstat(now)
-    finally:
-        os.close(now)
-    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
-        raise _Changed(real, "is now another folder")
-
-
-def _entry(dir_fd: int, name: str) -> os.stat_result | None:
-    """``lstat`` of ``name`` in the folder ``dir_fd`` (``None`` when missing)."""
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
 
 
 def _read_entry(path: str, real: Path, dir_fd: int) -> tuple[bytes, os.stat_result] | None:

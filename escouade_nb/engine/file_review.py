@@ -90,7 +90,7 @@ from typing import Any
 from .._errors import EscouadeError
 from ..wire.folder_fds import Changed, entry, open_below, open_folder, read_at, replace_at, still_at
 from .cell_review import EditReview, Settling
-from .kernel_git import GitRepo, PrivateRepo, find_repository
+from .kernel_git import GitRepo, PrivateRepo, WorktreeError, find_repository
 
 log = logging.getLogger(__name__)
 
@@ -176,18 +176,37 @@ SITE_FILES = frozenset({"sitecustomize.py", "usercustomize.py"})
 """Files Python runs at its start when they sit in ``site-packages`` (besides ``*.pth``)."""
 
 
+GIT_DATA_FOLDERS = frozenset({"objects", "refs", "logs"})
+"""Folders of a ``.git`` holding git's data (objects, refs and their logs), not what it runs."""
+GIT_DATA_FILES = frozenset({"index", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE",
+                            "AUTO_MERGE", "CHERRY_PICK_HEAD", "REVERT_HEAD", "COMMIT_EDITMSG", "packed-refs",
+                            "description", "gitk.cache"})
+"""Files of a ``.git`` (or of a worktree's admin folder) that git writes as data as it works."""
+
+
+def _git_data(parts: Sequence[str]) -> bool:
+    """Whether ``parts`` (a path inside ``.git``, split) is git's data, which runs nothing and
+    changes with every commit: under :data:`GIT_DATA_FOLDERS`, one of :data:`GIT_DATA_FILES`,
+    or a lock file."""
+    return any(part in GIT_DATA_FOLDERS for part in parts[:-1]) or parts[-1] in GIT_DATA_FILES or \
+        parts[-1].endswith(".lock")
+
+
 def runs_code(rel: str) -> bool:
     """Whether ``rel`` (relative to the agent's folder, ``/``-separated) is a file that makes
     a tool run code without being one of "your files" — reviewed whatever ``.gitignore`` says
-    and inside :data:`SKIPPED_FOLDERS`: ``.git/config``, ``.git/hooks/**``, ``.git/info/**``
-    (git runs hooks, filters and aliases from them), ``*.pyc`` (Python imports a
+    and inside :data:`SKIPPED_FOLDERS`: every file of ``.git`` but git's data
+    (:func:`_git_data`: objects, refs, logs, the index…) — its ``config``, ``hooks/**``,
+    ``info/**``, a ``commondir`` (git then reads another folder's config and hooks: that
+    folder's files are under ``.git`` too, or refused by the kernel), ``modules/**`` (the
+    submodules' own config and hooks), a rebase's todo (its ``exec`` lines) —, ``*.pyc`` (Python imports a
     ``__pycache__/x.*.pyc`` instead of ``x.py`` when its header matches, an unchecked-hash one
     always, and a lone ``x.pyc`` as a module), ``*.pth`` (run by ``site`` at every start of
     the Python whose ``site-packages`` holds it), and ``sitecustomize.py`` /
     ``usercustomize.py`` in a ``site-packages``."""
     parts = rel.split("/")
     if parts[0] == ".git":
-        return rel == ".git/config" or (len(parts) > 2 and parts[1] in ("hooks", "info"))
+        return len(parts) > 1 and not _git_data(parts[1:])
     name = parts[-1]
     if name.endswith((".pyc", ".pth")):
         return True
@@ -197,7 +216,7 @@ def runs_code(rel: str) -> bool:
 def _code_files(root: Path, names: Sequence[str]) -> list[str]:
     """The files under ``root`` that :func:`runs_code` names and a listing (``names``: git's,
     which leaves out ignored files, or the walk's, which skips :data:`SKIPPED_FOLDERS`) does
-    not hold (a worker thread): ``.git/config``, ``.git/hooks/**``, ``.git/info/**``; in each
+    not hold (a worker thread): the files of ``.git`` but git's data (:func:`runs_code`); in each
     folder that holds a listed file (and ``root``), its ``*.pyc`` and ``*.pth`` and those of its
     ``__pycache__``; in each virtual environment at the top of ``root`` (a folder with
     ``pyvenv.cfg``), ``lib/python*/site-packages``'s ``*.pth`` and ``sitecustomize.py`` /
@@ -215,14 +234,10 @@ def _code_files(root: Path, names: Sequence[str]) -> list[str]:
 
     git = root / ".git"
     if git.is_dir() and not git.is_symlink():
-        files_in(".git", lambda n: n == "config")
-        for sub in ("hooks", "info"):
-            top = git / sub
-            if top.is_dir() and not top.is_symlink():
-                for folder, dirs, files in os.walk(top, followlinks=False):
-                    rel = Path(folder).relative_to(root).as_posix()
-                    dirs.sort()
-                    out.extend(f"{rel}/{f}" for f in sorted(files))
+        for folder, dirs, files in os.walk(git, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if d not in GIT_DATA_FOLDERS)
+            rel = Path(folder).relative_to(root).as_posix()
+            out.extend(f"{rel}/{f}" for f in sorted(files) if runs_code(f"{rel}/{f}"))
     folders = {""}
     for name in names:  # each listed file's folder and the folders above it
         folder = name.rpartition("/")[0]
@@ -948,7 +963,14 @@ class FileWatch:
 
     # -- the turn's edges -------------------------------------------------------------------------------
     async def _snapshot(self) -> _Snapshot:
-        names = await _git_files(self.cwd, self._repository())
+        try:
+            names = await _git_files(self.cwd, self._repository())
+        except WorktreeError as exc:  # a planted .git/commondir: the folder walked, .git's files compared too
+            names = None
+            if "refused" not in self._told:
+                self._told.add("refused")
+                self.conversation.add_notice(f"File review: {exc}; the folder is compared file by file instead "
+                                             f"(its .git included)", level="warning")
         self.git = names is not None
         cache = self._cache
         if names is None:

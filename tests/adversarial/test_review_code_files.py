@@ -178,3 +178,57 @@ def test_reject_of_a_source_removes_its_compiled_forms_outside_git(tmp_path, scr
     assert sorted(p.name for p in cache.iterdir()) == [f"clean.{tag}.pyc", "xy.cpython-99.pyc"]
     assert (ws / "x.py").read_text() == "print('reviewed x')\n"
     assert _python(ws, "x").strip() == "reviewed x"
+
+
+def test_a_git_redirect_through_commondir_pends_review_with_what_it_points_at(tmp_path, script):
+    """An agent (not sandboxed) writes ``.git/commondir`` pointing at a folder of ``.git`` of its own
+    (a config with ``core.fsmonitor`` and ``core.hooksPath``, a pre-commit hook): every git then reads
+    that config — the user's ``git status`` runs the fsmonitor, ``git commit`` the hook. The kernel
+    refuses the repository (its own git runs none of it), the review compares the folder file by file
+    instead and says so, and the redirect and what it points at are pending; Reject removes them and
+    the user's git runs nothing (red team RT-8: nothing was pending and both ran)."""
+    ws = (tmp_path / "ws").resolve()
+    ws.mkdir()
+    _repo(ws)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    evil = ws / ".git" / "evil"
+    evil.mkdir()  # the agent's copy of git's data, made before its turn (data: never pending)
+    for name in ("objects", "refs"):
+        subprocess.run(["cp", "-r", str(ws / ".git" / name), str(evil / name)], check=True)
+    (evil / "HEAD").write_text((ws / ".git" / "HEAD").read_text())
+    planted = {
+        evil / "config": (f"[core]\n\trepositoryformatversion = 0\n\tbare = false\n\thooksPath = {evil / 'h'}\n"
+                          f"\tfsmonitor = \"touch {marks}/fsmonitor; false\"\n").encode(),
+        evil / "h" / "pre-commit": f"#!/bin/sh\ntouch {marks}/hook\n".encode(),
+        ws / ".git" / "commondir": b"evil\n",
+    }
+    s = script("\n".join([
+        "[P]",
+        *(_write(path, data) for path, data in planted.items()),
+        "!> " + json.dumps({"run": ["chmod", "755", str(evil / "h" / "pre-commit")]}),
+        END,
+    ]), ws=ws)
+
+    async def go():
+        async with s.running(review=True) as agent:
+            await agent.send("go")
+            edits = {e.rel: e for e in agent.pending_edits}
+            assert {".git/commondir", ".git/evil/config", ".git/evil/h/pre-commit"} <= set(edits), sorted(edits)
+            assert not any(rel.startswith((".git/evil/objects/", ".git/evil/refs/")) for rel in edits)  # git's data
+            notices = [i.text for i in agent.conversation.items if type(i).__name__ == "Notice"]
+            assert any("commondir" in n and "file by file" in n for n in notices), notices
+            assert not list(marks.iterdir())  # the kernel's own git ran none of it
+            for edit in list(agent.pending_edits):
+                if edit.rel in planted_rels:
+                    assert await edit.reject() == "rejected"
+
+    planted_rels = {p.relative_to(ws).as_posix() for p in planted}
+    run(go())
+    s.assert_ok()
+    assert not (ws / ".git" / "commondir").exists()
+    subprocess.run(["git", "-C", str(ws), *GIT, "status"], check=True, capture_output=True)
+    (ws / "new.txt").write_text("x\n")
+    subprocess.run(["git", "-C", str(ws), *GIT, "add", "new.txt"], check=True)
+    subprocess.run(["git", "-C", str(ws), *GIT, "commit", "-qm", "after"], check=True)
+    assert not list(marks.iterdir())  # neither the fsmonitor nor the hook ran

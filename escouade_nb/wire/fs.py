@@ -104,6 +104,7 @@ from ..core.render_text import cut, is_notebook_path
 from .folder_fds import Changed as _Changed
 from .folder_fds import entry as _entry
 from .folder_fds import open_folder as _open_folder
+from .folder_fds import read_at as _read_at
 from .folder_fds import still_at as _still_at
 
 __all__ = ["Confinement", "FileSystem", "OnWrite", "FenceError", "NotebookProblem", "SandboxRefusal",
@@ -227,30 +228,20 @@ def _changed_error(path: str, real: Path, exc: _Changed, doing: str) -> RequestE
 
 def _read_entry(path: str, real: Path, dir_fd: int) -> tuple[bytes, os.stat_result] | None:
     """The bytes and ``stat`` of the regular file ``real.name`` in the folder ``dir_fd``
-    (never following a symlink), or ``None`` when there is none. A folder or any other
-    kind of file (a FIFO, a device) is an error, and is not opened."""
+    (never following a symlink: :func:`~.folder_fds.read_at`), or ``None`` when there is
+    none. A folder or any other kind of file (a FIFO, a device) is an error, and is not
+    opened; a file replaced between its ``stat`` and its opening is :class:`_Changed`."""
     st = _entry(dir_fd, real.name)
     if st is None:
         return None
-    if stat.S_ISLNK(st.st_mode):
-        raise _Changed(real, "is now a symlink")
     if stat.S_ISDIR(st.st_mode):
         raise _error(path, f"{path} is a folder, not a file", "is_a_folder")
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
         raise _error(path, f"{path} is not a regular file", "not_a_file")
-    try:
-        fd = os.open(real.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _Changed(real, "is now a symlink") from None
-        raise
-    with open(fd, "rb") as fh:
-        opened = os.fstat(fh.fileno())
-        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(opened.st_mode):
-            raise _Changed(real, "was replaced")
-        return fh.read(), opened
+    got = _read_at(dir_fd, real.name, real)
+    if got is not None and (got[1].st_dev, got[1].st_ino) != (st.st_dev, st.st_ino):
+        raise _Changed(real, "was replaced")
+    return got
 
 
 @dataclass(frozen=True)

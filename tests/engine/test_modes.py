@@ -5,6 +5,7 @@ import json
 
 import pytest
 from acp_clients import fake_agent
+from scripted_agent import until
 
 from escouade_nb.engine.agent import AgentError
 from escouade_nb.manifest import discover
@@ -268,15 +269,18 @@ def test_questions_in_text(tmp_path):
             assert "<escouade_question>" in r.text
             assert visible_text(r.text) == "Before I go on, I need a decision."
             q.accept({"db": "postgres", "name": "events"})
-            for _ in range(100):
-                users = [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
-                if users[-1].startswith("[escouade] The user answered"):
-                    break
-                await asyncio.sleep(0.02)
-            assert users[-1] == ("[escouade] The user answered your questions:\n- Which database?\n  → postgres\n"
+
+            def users() -> list[str]:
+                return [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
+
+            def prompts() -> list[dict]:
+                return [m for m in sent if m.get("method") == "session/prompt"]
+
+            await until(lambda: users()[-1].startswith("[escouade] The user answered") and len(prompts()) == 2,
+                        30, "the answers sent as the next prompt")
+            assert users()[-1] == ("[escouade] The user answered your questions:\n- Which database?\n  → postgres\n"
                                  "- Name of the new table?\n  → events")
-            prompts = [m for m in sent if m.get("method") == "session/prompt"]
-            assert len(prompts) == 2 and "You have no tool" not in json.dumps(prompts[1])  # told once
+            assert "You have no tool" not in json.dumps(prompts()[1])  # told once
         finally:
             a.harness.harness.acp.questions_in_text = False
             await a.close()

@@ -104,7 +104,7 @@ if TYPE_CHECKING:
 __all__ = ["BWRAP", "PACKAGE", "PASTA", "PASTA_PACKAGE", "Binds", "Confined", "Network", "Sandbox", "SandboxError",
            "SandboxMissing", "bwrap_argv", "client_confinement", "client_reach", "expand_state_folder", "find_bwrap",
            "find_pasta", "git_protected", "hidden_folders", "main_git_folders", "resolv_conf",
-           "sandbox_check", "sandboxed", "sandboxed_command",
+           "sandbox_check", "sandboxed",
            "terminal_command", "worktree_git_folders"]
 
 BWRAP = "bwrap"
@@ -864,14 +864,3 @@ async def sandboxed(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, s
                                branch=worktree.branch if worktree is not None else None, readable=readable,
                                kernel_port=kernel_port, token_folder=token_folder, token_file=token_file,
                                network=network)
-
-
-async def sandboxed_command(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
-                            readable: Sequence[Path] = (), *, kernel_port: int | None = None,
-                            token_folder: Path | None = None, token_file: Path | None = None,
-                            network: bool = True) -> Confined:
-    """``argv`` under ``agent.sandbox`` for this start (:func:`sandboxed`), as a
-    :class:`Confined` (its command line and network). Errors as :meth:`Sandbox.binds`."""
-    binds = await sandboxed(agent, argv, env, readable, kernel_port=kernel_port, token_folder=token_folder,
-                            token_file=token_file, network=network)
-    return await asyncio.to_thread(binds.confined, argv)

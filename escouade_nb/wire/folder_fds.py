@@ -174,6 +174,23 @@ def _temp_name(name: str) -> str:
     return f".{name[:64]}.{secrets.token_hex(6)}.escouade-write"
 
 
+def _drop(dir_fd: int, temp: str) -> None:
+    try:
+        os.unlink(temp, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def _swap_in(dir_fd: int, temp: str, name: str) -> None:
+    """``temp`` renamed over ``name`` in the folder ``dir_fd`` (``renameat``); removed if
+    that fails."""
+    try:
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        _drop(dir_fd, temp)
+        raise
+
+
 def replace_at(dir_fd: int, name: str, data: bytes, mode: int) -> os.stat_result:
     """Make ``name`` in the folder ``dir_fd`` a regular file holding ``data`` with the
     permission bits ``mode`` (exactly, whatever the umask): written to a new file beside
@@ -187,13 +204,10 @@ def replace_at(dir_fd: int, name: str, data: bytes, mode: int) -> os.stat_result
             fh.flush()
             os.fchmod(fh.fileno(), stat.S_IMODE(mode))
             st = os.fstat(fh.fileno())
-        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        try:
-            os.unlink(temp, dir_fd=dir_fd)
-        except OSError:
-            pass
+        _drop(dir_fd, temp)
         raise
+    _swap_in(dir_fd, temp, name)
     return st
 
 
@@ -202,11 +216,4 @@ def symlink_at(dir_fd: int, name: str, target: str) -> None:
     it, then ``renameat`` over the name; the link is made, never followed)."""
     temp = _temp_name(name)
     os.symlink(target, temp, dir_fd=dir_fd)
-    try:
-        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        try:
-            os.unlink(temp, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise
+    _swap_in(dir_fd, temp, name)

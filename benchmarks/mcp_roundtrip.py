@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the real-kernel driver used by the te
 
 SERVE = r'''
 import numpy as np, pandas as pd
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 df = pd.DataFrame(np.random.default_rng(0).normal(size=(1000, 5)), columns=list("abcde"))
 class _Owner:
     name = "bench"
@@ -72,7 +72,7 @@ class _Ticker:
             await asyncio.sleep(0.005)
             self.worst = max(self.worst, time.perf_counter() - t - 0.005)
 _out = {"idle_cpu_without": await _idle_cpu(IDLE)}
-import escouade_nb.engine.kernel_server as _ks
+import escouade_nb.kernel_mcp.server as _ks
 _rss0, _mods0 = _rss(), len(sys.modules)
 _ticker = _Ticker()
 await asyncio.sleep(0.1)

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from escouade_nb.engine.worktree import Worktree
+from escouade_nb.engine.worktrees.worktree import Worktree
 
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com", "GIT_COMMITTER_NAME": "b",
        "GIT_COMMITTER_EMAIL": "b@example.com"}

@@ -27,7 +27,7 @@ _LAZY = {
     "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
     "Turn": "engine.turns", "Squad": "engine.squad", "SquadError": "engine.squad", "get_squad": "engine.squad",
     "render_item": "core.render_text", "render_items": "core.render_text",
-    "written": "engine.written_reads",
+    "written": "kernel_mcp.written_reads",
 }
 
 __all__ = [*_LAZY, "load_ipython_extension"]
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover  (``X as X``: a re-export, for type checke
     from .engine.cards import PermissionCard as PermissionCard, QuestionCard as QuestionCard
     from .engine.squad import Squad as Squad, SquadError as SquadError, get_squad as get_squad
     from .engine.turns import Turn as Turn
-    from .engine.written_reads import written as written
+    from .kernel_mcp.written_reads import written as written
     from .wire.errors import (AgentError as AgentError, AgentExited as AgentExited, AuthRequired as AuthRequired,
                               NoEventLoop as NoEventLoop)
 

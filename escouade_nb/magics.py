@@ -28,7 +28,7 @@ from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
 from .core.status import ENDED, NAME_FREE
-from .engine.squad import Squad, SquadError, get_squad
+from .engine import Squad, SquadError, get_squad
 from .wire.errors import NoEventLoop
 
 
@@ -184,7 +184,7 @@ class EscouadeMagics(Magics):
 
     def _resume(self, squad: Squad, words: list[str]) -> object:
         if words[1:] in ([], ["--all"]):  # name, last write, first prompt, folder (files' heads only)
-            from .engine.listing import listing_text
+            from .engine import listing_text
             print(listing_text(squad.resumable_summaries(everywhere=words[1:] == ["--all"])))
             return None
         if len(words) == 4 and words[2] == "--session":  # one of the agent's own sessions (session/list)
@@ -353,11 +353,11 @@ class EscouadeMagics(Magics):
     def _written(self, squad: Squad, words: list[str]) -> None:
         """``written [PATH]``: what each agent wrote (the cells kept with their provenance),
         in that saved notebook or, with no path, this kernel's open one; read off the loop
-        (:func:`~.engine.written_reads.read_written`) and shown in this cell's output when read."""
+        (:func:`~.kernel_mcp.written_reads.read_written`) and shown in this cell's output when read."""
         if len(words) > 2:
             raise _UsageError("written takes one notebook path, or none (this kernel's notebook)")
         self._need_loop()
-        from .engine.written_reads import read_written
+        from .kernel_mcp.written_reads import read_written
         from .widgets.views import clicks
 
         path = words[1] if len(words) == 2 else None
@@ -521,14 +521,14 @@ def load(ipython) -> None:
     the first ``%escouade NAME`` does not hold the kernel's loop while they load (imported
     in a thread later, they stalled it 60–220 ms: full garbage collections under the GIL),
     then take what is alive out of the cyclic GC's scans: see
-    :func:`~.engine.kernel_server.preload_in_kernel`. The squad itself is made at first use,
+    :func:`~.kernel_mcp.server.preload_in_kernel`. The squad itself is made at first use,
     not here: what a notebook sets after loading (``ESCOUADE_NB_CONFIG_DIR``, its plugins
     folder…) must count. Last, the channel to the notebook's pages takes its comm target
     (:mod:`.widgets.notebook_pages`; the pages are pinged at the first live read)."""
     ipython.register_magics(EscouadeMagics)
     from .widgets.tables import register
     register(ipython)  # the listings' HTML
-    from .engine.squad import preload_in_kernel  # importing the squad loads the engine first
+    from .engine import preload_in_kernel  # importing the squad loads the engine first
     from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)
     preload_in_kernel()
     from .widgets.notebook_pages import start_in_kernel

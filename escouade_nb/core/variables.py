@@ -15,7 +15,7 @@ values with a shape the ``dtype``, ``columns`` and ``dtypes`` attributes and ``h
 when ``attributes`` is asked (properties are never evaluated: their names are listed from
 the class). Any of these may be slow or hang: these functions do not bound them — the
 kernel's server runs them in worker threads with a time budget (``progress``, below, says
-which look is under way), see :mod:`escouade_nb.engine.kernel_server`.
+which look is under way), see :mod:`escouade_nb.kernel_mcp.server`.
 """
 
 from __future__ import annotations

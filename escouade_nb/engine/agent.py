@@ -32,8 +32,8 @@ from ..wire.process import StderrRing
 from ..wire.session import SessionPage
 from .budget import AgentBudget
 from .cards import PermissionCard, Policy, QuestionCard
-from .cell_review import EditReview, PendingEdit
-from .checkpoints import Checkpoint
+from .review.cell_review import EditReview, PendingEdit
+from .review.checkpoints import Checkpoint
 from .controls import Controls
 from .interfaces import default_forker
 from .kernel_access import context_blocks
@@ -321,7 +321,7 @@ class Agent:
         if method.get("type") == "terminal":
             if self.sign_in_job is not None:
                 raise AgentError(f"a sign-in of {self.name!r} is already running: answer it (sign_in_input)")
-            from .sign_in import sign_in_with_terminal
+            from .launch.sign_in import sign_in_with_terminal
 
             await sign_in_with_terminal(self._state, method)
             return self

@@ -1,7 +1,7 @@
 """What one session of an agent gets of the kernel: :class:`KernelAccess`.
 
 The MCP servers it is given on ``session/new`` / ``session/load`` — the kernel's own
-server ``escouade`` (:mod:`.kernel_server`: variables, cells, ``run_code``) and the
+server ``escouade`` (:mod:`..kernel_mcp.server`: variables, cells, ``run_code``) and the
 user's servers of ``mcp.json`` (:mod:`..manifest.mcp_servers`) — and the engine side of
 the kernel's tools: the card of a ``run_code`` call in the agent's conversation, the
 agent's own permission requests for those tools, whether the agent connected.
@@ -29,7 +29,7 @@ Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md``
   asked before, reviewed after — Keep or Reject in the notebook). Anything else is a normal
   request;
 * every call is on record (:mod:`.kernel_record`): the transcript and the journal;
-* through ``ssh`` (``--via "ssh …"``) offered by a reverse forward (:mod:`.ssh_forward`):
+* through ``ssh`` (``--via "ssh …"``) offered by a reverse forward (:mod:`.launch.ssh_forward`):
   the HTTP entry names the forward's remote end, the token in its headers; not offered
   through another launcher (``127.0.0.1`` would name the remote host), nor outside a kernel
   unless asked; what cannot be offered is said once.
@@ -55,9 +55,9 @@ from ..manifest.models import ManifestError
 from ..permissions.request import mcp_arguments_of, mcp_tool_of
 from ..wire.kernel_calls import ORIGIN
 from .kernel_record import KernelRecord
-from .kernel_server import Grant, KernelServer, Refused, ipython_shell, run_result_text
-from .launcher import is_ssh
-from .ssh_forward import ForwardFailed, ReverseForward
+from ..kernel_mcp.server import Grant, KernelServer, Refused, ipython_shell, run_result_text
+from .launch.launcher import is_ssh
+from .launch.ssh_forward import ForwardFailed, ReverseForward
 
 if TYPE_CHECKING:
     from .interfaces import AgentHandle, LiveSession
@@ -84,7 +84,7 @@ TOOL_ARGUMENTS: dict[str, tuple[dict[str, tuple[type, ...]], frozenset[str]]] = 
     "delete_cell": ({"cell_id": (str,), "base_sha256": (str,)}, frozenset({"cell_id", "base_sha256"})),
     "execute_cell": ({"cell_id": (str,)}, frozenset({"cell_id"})),
 }
-"""Each kernel tool's arguments (the input schemas of :mod:`.kernel_server`): name ->
+"""Each kernel tool's arguments (the input schemas of :mod:`..kernel_mcp.server`): name ->
 accepted types, and the required names. A request states a kernel tool's arguments only
 when one of its candidates (:func:`~..permissions.request.mcp_arguments_of`) fits this
 whole: no other key, every type right, nothing required missing."""
@@ -390,7 +390,7 @@ class KernelAccess:
 
     async def before_spawn(self, session: Any) -> None:
         """Before the process starts: an ``ssh`` launcher (``--via "ssh …"``) given the
-        kernel's tools gets the reverse forward to the kernel's server (:mod:`.ssh_forward`:
+        kernel's tools gets the reverse forward to the kernel's server (:mod:`.launch.ssh_forward`:
         ``session.argv`` gains ``-R 127.0.0.1:0:127.0.0.1:PORT``, the session's stderr drain
         feeds the port reader). Waits for the server's start; a server that cannot start is
         said later, by :meth:`servers`. Other agents: nothing."""
@@ -706,7 +706,7 @@ class KernelAccess:
         """The page ran the cell, or did not (``failed``: it raised, was stale, the page went away):
         ``text`` goes on the card's tool call (one we made is closed by us; the agent's own by the
         agent). A cell that ran is one the agent touched in this turn (the user's later change
-        of it is told to the agent: :meth:`~.cell_review.EditReview.touch`)."""
+        of it is told to the agent: :meth:`~.review.cell_review.EditReview.touch`)."""
         review = getattr(self.agent, "edit_review", None)
         if review is not None and not failed:
             review.touch(cell_id)

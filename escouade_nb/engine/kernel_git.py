@@ -14,7 +14,7 @@ diff driver), so the kernel's git reads a configuration the agent cannot touch i
   caller's ``GIT_DIR`` / ``GIT_WORK_TREE`` / ``GIT_INDEX_FILE`` / ``GIT_CONFIG_*`` of the kernel's
   own environment dropped (only what the caller passes counts).
 * **The kernel's bookkeeping over the agent's folder** — checkpoints
-  (:mod:`.checkpoints`) and the review's listing (:mod:`.file_review`): :class:`PrivateRepo`, a
+  (:mod:`.review.checkpoints`) and the review's listing (:mod:`.review.file_review`): :class:`PrivateRepo`, a
   ``GIT_DIR`` the kernel owns outside the folder (under :func:`state_dir`), with
   ``GIT_WORK_TREE`` = the repository's top and a private ``GIT_INDEX_FILE`` seeded from the
   user's index *bytes* (its stat cache spares hashing every file; tracked files stay tracked).

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..permissions.journal import Journal
 from ..permissions.request import target_of
 from ..wire import kernel_calls
-from .kernel_tools import EDIT_TOOLS
+from ..kernel_mcp.tools import EDIT_TOOLS
 
 if TYPE_CHECKING:
     from .interfaces import AgentHandle

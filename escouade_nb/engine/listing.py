@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire import transcript as tr
-from .worktree import repository_of
+from .worktrees.worktree import repository_of
 
 
 @dataclass(frozen=True)

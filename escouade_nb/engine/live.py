@@ -32,9 +32,9 @@ from ..wire.transcript import Transcript
 from ..wire.transport import MAX_LINE_BYTES
 from .cards import CardDesk
 from .kernel_access import KernelAccess
-from .launcher import agent_env
+from .launch.launcher import agent_env
 from .resume import ReplaySkip
-from .sandbox import SandboxError, client_reach, sandboxed
+from .launch.sandbox import SandboxError, client_reach, sandboxed
 from .workspace import Workspace
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class Live:
                 confined = await asyncio.to_thread(binds.confined, self.session.argv)
                 self.session.argv, self.session.confined = confined.argv, confined  # pasta attached at the spawn
                 # its client fs and terminals reach what its process reaches, from the same binds
-                # (engine/sandbox.py, wire/fs.py, wire/terminals.py)
+                # (engine/launch/sandbox.py, wire/fs.py, wire/terminals.py)
                 self.session.client.confine(*client_reach(binds))
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
             files = getattr(self.agent, "file_watch", None)  # review=True: the folder now, compared at its end

@@ -28,7 +28,7 @@ client ``event`` lines (:mod:`..wire.transcript` replays them, see :func:`~..wir
 ``checkpoint`` / ``rewind``
     ``{"turn", "prompt", "at", "commit", "ref", "git_dir", "fork"}`` when the agent's folder is
     checkpointed before a turn, ``{"turn", "commit", "session"}`` when it is rewound to one
-    (written by :mod:`.checkpoints`; the turns from ``turn`` on are marked rewound).
+    (written by :mod:`.review.checkpoints`; the turns from ``turn`` on are marked rewound).
 
 A notice made while the agent has no transcript (a restart: the old file is closed, the
 new one not made yet) waits and is written first thing in the next one; nothing is written

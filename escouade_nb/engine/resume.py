@@ -20,7 +20,7 @@ from ..core.status import AgentStatus
 from ..manifest import Harness, HarnessRef, Manifest
 from ..wire import kernel_calls
 from ..wire import transcript as tr
-from .file_review import restore_settled
+from .review.file_review import restore_settled
 
 if TYPE_CHECKING:
     from .interfaces import ResumedAgent

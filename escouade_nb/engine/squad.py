@@ -26,11 +26,11 @@ from .agent import Agent, protections, state_of
 from .budget import SquadBudget
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
-from .kernel_server import preload_in_kernel
-from .versions import ProgramVersions
-from . import agent_worktrees, worktree_setup
-from .sandbox import Sandbox, SandboxError, sandbox_check
-from .worktree import Worktree, WorktreeError, repository_of
+from ..kernel_mcp.server import preload_in_kernel
+from .launch.versions import ProgramVersions
+from .worktrees import agent_worktrees, worktree_setup
+from .launch.sandbox import Sandbox, SandboxError, sandbox_check
+from .worktrees.worktree import Worktree, WorktreeError, repository_of
 from .._errors import EscouadeError
 from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
@@ -694,7 +694,7 @@ class Squad:
         """``%escouade update NAME`` before its run (:class:`~.harness_update.UpdateJob`): the
         harness, checked — :class:`SquadError` (unknown, no ``updateCommand``), :class:`ProgramNotFound`,
         then :class:`~escouade_nb.wire.errors.NoEventLoop` — and a future of its version now (read off the loop)."""
-        from .harness_update import program_to_update
+        from .launch.harness_update import program_to_update
 
         ref = self.find(harness)
         try:

@@ -38,20 +38,20 @@ from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 from .budget import AgentBudget
 from .cards import Policy
-from .cell_review import EditReview
-from .file_review import FileWatch
-from .checkpoints import Checkpoints
+from .review.cell_review import EditReview
+from .review.file_review import FileWatch
+from .review.checkpoints import Checkpoints
 from .controls import Controls
 from .interfaces import Forker
 from .kernel_access import in_kernel as kernel_in_process
-from .launcher import launch_argv
+from .launch.launcher import launch_argv
 from .live import Live, start_limit
 from .record import ConversationRecord
 from .resume import ReplaySkip
-from .sandbox import Sandbox
+from .launch.sandbox import Sandbox
 from .turns import Turn, TurnQueue
 from .kernel_git import GitRepo
-from .worktree import Worktree
+from .worktrees.worktree import Worktree
 
 log = logging.getLogger(__name__)
 

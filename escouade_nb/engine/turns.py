@@ -187,7 +187,7 @@ class TurnQueue:
 
     def held(self) -> asyncio.Lock:
         """The queue's lock, as ``async with turns.held():``: while it is held no prompt turn
-        starts (they wait, in order). A rewind holds it (:mod:`.checkpoints`)."""
+        starts (they wait, in order). A rewind holds it (:mod:`.review.checkpoints`)."""
         return self._lock
 
     def close(self) -> None:
@@ -247,7 +247,7 @@ class TurnQueue:
         wire_prompt, primer = self._begin(turn, live)
         try:
             checkpoints = getattr(self.agent, "checkpoints", None)
-            if checkpoints is not None:  # the agent's folder before the turn (engine/checkpoints.py)
+            if checkpoints is not None:  # the agent's folder before the turn (engine/review/checkpoints.py)
                 await checkpoints.before_prompt(turn, live)
             if turn.cancelled_by_user:  # Stop (or a steer) while the checkpoint was taken: nothing is sent
                 live.cancel_sent = False

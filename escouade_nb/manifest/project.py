@@ -11,7 +11,7 @@ every session, and two spellings of one folder give one project.
   line ``private: true``.
 
 That file may also give the project's ``name``, ``review: true`` (the files an agent
-changes in each turn pend the user's Keep or Reject: ``engine/file_review.py``; it only adds
+changes in each turn pend the user's Keep or Reject: ``engine/review/file_review.py``; it only adds
 a review, never takes one away) and ``sandbox: true`` (every agent of the folder under
 bubblewrap, as ``--sandbox``: a protection, which a project file may turn on by itself,
 never off). Only those top-level keys are read:
@@ -24,7 +24,7 @@ A ``worktree`` key says how an agent's git worktree (``--worktree``) is set up:
 :func:`read_worktree_config` reads it (YAML, all of it, only when the key is there) as a
 :class:`WorktreeSetup`. ``worktree: false`` refuses ``--worktree`` for the folder. Its
 ``setup`` and ``cleanup`` commands never run by the file's say alone: the user confirms
-each exact command once for the folder (:mod:`escouade_nb.engine.worktree_setup`).
+each exact command once for the folder (:mod:`escouade_nb.engine.worktrees.worktree_setup`).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ class ProjectConfig(BaseModel):
 
     name: str | None = None
     private: bool = False
-    review: bool = False  # the files an agent changes in each turn pend review (engine/file_review.py)
-    sandbox: bool = False  # every agent of the folder under bubblewrap (engine/sandbox.py)
+    review: bool = False  # the files an agent changes in each turn pend review (engine/review/file_review.py)
+    sandbox: bool = False  # every agent of the folder under bubblewrap (engine/launch/sandbox.py)
 
     @field_validator("private", "review", "sandbox", mode="before")
     @classmethod

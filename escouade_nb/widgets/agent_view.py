@@ -20,7 +20,7 @@ from typing import Any
 from ..core.conversation import Item, Message, Permission, Question
 from ..core.render_text import render_items, safe_render_item
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, ENDED, AgentStatus
-from ..engine.agent import Agent, AuthRequired, Turn, protections
+from ..engine import Agent, AuthRequired, Turn, protections
 from .feed import UNANSWERED, Feed, form_values, item_html
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc, unified_diff_html
@@ -69,7 +69,7 @@ def control_specs(agent: Agent) -> dict[str, tuple]:
     Escouade's mode, the agent's own mode, its config options (select, grouped select,
     boolean) and the model; ``options`` are (label, value) pairs, ``setter(value)`` a
     coroutine."""
-    from ..engine.controls import flatten_options
+    from ..engine import flatten_options
     conv = agent.conversation
     out: dict[str, tuple] = {}
     modes = agent.escouade_modes()
@@ -142,7 +142,7 @@ REVIEW_DIFF_ROWS = 200
 
 
 def _file_state(edit: Any) -> dict[str, Any]:
-    """A file's pending edit as the review strip draws it (``engine/file_review.py``): its
+    """A file's pending edit as the review strip draws it (``engine/review/file_review.py``): its
     ``key``, ``file`` (as shown), ``label``, ``through``, ``diff`` (escaped HTML rows) and
     ``hunks`` (``[{"index", "diff"}]``, each answered alone; empty: the file whole)."""
     hunks = edit.hunks
@@ -325,7 +325,7 @@ class ConversationView(FrontView):
         self._head_sent: dict | None = None
         self._static_whole: dict = {}  # see static_body
         CardActions(agent, self.feed.find, self.feed.form_error).bind(self.actions)
-        self.actions["rewind"] = self._rewind  # *Rewind to here* on a prompt (engine/checkpoints.py)
+        self.actions["rewind"] = self._rewind  # *Rewind to here* on a prompt (engine/review/checkpoints.py)
         self.hold(agent.on_status.subscribe(self._head_changed))  # the conversation's state: the feed nudges
         self._serial = next(_serials)
 

@@ -22,8 +22,7 @@ from typing import Any
 import ipywidgets as w
 import traitlets
 
-from ..engine.compare import Comparison, comparison_text
-from ..engine.turns import Turn
+from ..engine import Comparison, Turn, comparison_text
 from .agent_view import TurnView, _prompt_text, _where
 from .front import HIDE_ORPHAN, FrontView, _static_css, static_page
 from .render import esc

@@ -30,7 +30,7 @@ from ..core.conversation import (Change, Compaction, Conversation, Item, Message
                                  Subagent, ToolCall, Unknown)
 from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
-from ..engine.budget import ORIGIN as BUDGET
+from ..wire.transcript import BUDGET_ORIGIN as BUDGET
 from .render import (NotDrawnYet, asked_body_html, block_html, draw_later, esc, markdown, plan_html, pre, saved_form,
                      split_frozen, tool_body_html, tool_header_html)
 
@@ -474,7 +474,7 @@ class Feed:
                 f'<div class="esc-extra">{extra}</div></div>')
 
     def _rewind_here(self, msg: Message) -> str:
-        """*Rewind to here* on a prompt whose turn has a checkpoint (engine/checkpoints.py),
+        """*Rewind to here* on a prompt whose turn has a checkpoint (engine/review/checkpoints.py),
         behind a confirm step (a ``details``: the question and its Rewind button)."""
         if not self.interactive or not getattr(msg, "checkpointed", False) or msg.rewound:
             return ""

@@ -31,9 +31,9 @@ The wire, comm target ``escouade_nb.notebook`` on both sides:
   pinged says hello by itself after a reload. A hello from a new client of the tab that
   made a change is a reload: the changes its document still holds are re-linked to it, the
   others (not saved before the reload) are dropped
-  (:func:`~escouade_nb.engine.cell_review.drop`: the agent is told once). The page reports
+  (:func:`~escouade_nb.engine.review.cell_review.drop`: the agent is told once). The page reports
   ``{"client", "touched": {"cell", "what": "edited" | "deleted"}}`` when the user changes a
-  cell the kernel changed through it (:func:`~escouade_nb.engine.cell_review.user_changed`
+  cell the kernel changed through it (:func:`~escouade_nb.engine.review.cell_review.user_changed`
   decides which agent is told). After a change or a settle, every other page of the same
   notebook gets ``{"elsewhere": {"change", "agent", "cell"}, "to"}`` (no answer): without
   real-time collaboration its copy is out of date, and it says so.
@@ -66,8 +66,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..core import notebook as notebook_core
-from ..engine import cell_review, written_reads
-from ..engine.kernel_tools import ToolFailure
+from ..engine import drop, pending_edit, user_changed
+from ..kernel_mcp import written_reads
+from ..kernel_mcp.tools import ToolFailure
 from .front import on_loop, use_extension_pages
 
 __all__ = ["TARGET", "Page", "NotebookPages", "NO_PAGE", "NO_PAGE_TO_CHANGE", "start_in_kernel"]
@@ -272,7 +273,7 @@ class NotebookPages:
         if not isinstance(cell, str) or not cell or len(cell) > MAX_FIELD or not isinstance(keep, bool):
             self.strays += 1
             return
-        edit = cell_review.pending_edit(cell)
+        edit = pending_edit(cell)
         if edit is not None:
             try:
                 edit.keep(client=page.client) if keep else edit.reject(client=page.client)
@@ -314,7 +315,7 @@ class NotebookPages:
         if not isinstance(pending, list):
             return  # the page's notebook not loaded yet: nothing to conclude
         held = {c for c in pending[:MAX_PENDING] if isinstance(c, str)}
-        ours = sorted(c for c in held if cell_review.pending_edit(c) is not None)
+        ours = sorted(c for c in held if pending_edit(c) is not None)
         if ours:  # an agent's review here holds them: the page offers Keep/Reject even in a file not trusted
             try:
                 page.comm.send({"v": PROTOCOL, "to": page.client, "held": ours})
@@ -330,7 +331,7 @@ class NotebookPages:
                 self._made[cell] = (page.client, page.tab)
             else:
                 del self._made[cell]
-                cell_review.drop(cell, "the notebook's page was reloaded without saving it, so the change is gone")
+                drop(cell, "the notebook's page was reloaded without saving it, so the change is gone")
 
     def _touched(self, touched: dict) -> None:
         """The user changed a cell the kernel changed through a page (``what``: ``edited``,
@@ -341,7 +342,7 @@ class NotebookPages:
             return
         if what == "deleted":
             self._made.pop(cell, None)
-        cell_review.user_changed(cell, what)
+        user_changed(cell, what)
 
     def _tell_others(self, page: Page, note: dict[str, Any]) -> None:
         """Tell the other pages of ``page``'s notebook that it changed there (no answer)."""
@@ -442,7 +443,7 @@ class NotebookPages:
         not answer within :data:`REPLY_WAIT` is forgotten and the request goes once more to
         another (``again=False``: not sent twice — a change, which the silent page may have
         made). ``client``: that page when it is still here (else the one :meth:`choose` gives).
-        :class:`~escouade_nb.engine.kernel_tools.ToolFailure` (one line, for the
+        :class:`~escouade_nb.kernel_mcp.tools.ToolFailure` (one line, for the
         model) when no page answers, or with the page's own error."""
         loop = asyncio.get_running_loop()
         none = fields.pop("_none", None) or (NO_PAGE if op == "cells" else NO_PAGE_TO_RUN if op == "run"
@@ -477,13 +478,13 @@ class NotebookPages:
         """The notebook's cells as its page shows them now, unsaved edits included:
         ``{"path": the page's notebook path, "client": its id, "cells": [...]}`` — the cells
         as the page sent them (unchecked: :func:`~escouade_nb.core.notebook.live_cells`
-        checks them). :class:`~escouade_nb.engine.kernel_tools.ToolFailure` as :meth:`request`."""
+        checks them). :class:`~escouade_nb.kernel_mcp.tools.ToolFailure` as :meth:`request`."""
         page, reply = await self.request("cells")
         return {"path": _text(reply.get("path")) or page.path, "client": page.client, "cells": reply.get("cells")}
 
     async def change_cell(self, op: str, fields: dict[str, Any]) -> dict[str, Any]:
         """An agent's change (``op`` ``insert``, ``edit``, ``delete``; see
-        :class:`~escouade_nb.engine.kernel_server.LiveNotebook`), sent once to one page, which
+        :class:`~escouade_nb.kernel_mcp.server.LiveNotebook`), sent once to one page, which
         checks the cell's hash as it applies it and marks the cell pending review in its
         metadata: the page's reply (``cell_id``, ``change``). Not sent twice."""
         if op not in ("insert", "edit", "delete"):
@@ -502,7 +503,7 @@ class NotebookPages:
         """Keep or Reject an agent's pending change of a cell, in one page (sent once; the
         page ``client`` when given and still here, else the page that made the change, else the
         one :meth:`choose` gives): ``{"outcome": "kept" | "rejected"}``; see
-        :class:`~escouade_nb.engine.kernel_server.LiveNotebook`."""
+        :class:`~escouade_nb.kernel_mcp.server.LiveNotebook`."""
         if client is None and cell_id in self._made:
             client = self._made[cell_id][0]
         page, reply = await self.request("settle", again=False, client=client, cell=cell_id, keep=bool(keep))
@@ -525,7 +526,7 @@ class NotebookPages:
 
     async def cell_to_run(self, cell_id: str) -> dict[str, Any]:
         """A code cell as its page shows it now: ``{"source", "sha256", "pending": bool}``.
-        :class:`~escouade_nb.engine.kernel_tools.ToolFailure`: no page (in one line, nothing
+        :class:`~escouade_nb.kernel_mcp.tools.ToolFailure`: no page (in one line, nothing
         run), no such cell, not a code cell."""
         _page, reply = await self.request("cells", _none=NO_PAGE_TO_RUN, images=False)  # no image data needed
         try:
@@ -544,7 +545,7 @@ class NotebookPages:
 
     async def run_cell(self, cell_id: str, base: str, by: dict[str, Any]) -> dict[str, Any]:
         """Have the page run a cell in the notebook, if its source's SHA-256 is still ``base``
-        (else :class:`~escouade_nb.engine.kernel_tools.ToolFailure` "changed since", nothing
+        (else :class:`~escouade_nb.kernel_mcp.tools.ToolFailure` "changed since", nothing
         run); ``by`` (who asked: agent, harness, session, turn, at) goes with the code that ran
         into the cell's metadata ``escouade.ran``. Sent once; answers when the run has ended:
         ``{"execution_count", "outputs": [nbformat-like outputs, unchecked], "client"}``; a
@@ -572,13 +573,13 @@ _pages: NotebookPages | None = None
 
 def start_in_kernel(shell: Any) -> NotebookPages | None:
     """This kernel's :class:`NotebookPages`, started once (``%load_ext escouade_nb``) and
-    given to the kernel's MCP server (:func:`~escouade_nb.engine.kernel_server.use_live_notebook`).
+    given to the kernel's MCP server (:func:`~escouade_nb.kernel_mcp.server.use_live_notebook`).
     ``None`` outside an IPython kernel."""
     global _pages
     if getattr(shell, "kernel", None) is None:
         return None
     if _pages is None:
-        from ..engine.kernel_server import use_live_notebook
+        from ..kernel_mcp.server import use_live_notebook
 
         def notebook() -> Path | None:
             ref = notebook_core.kernel_notebook(shell.user_ns, os.environ, Path.cwd())

@@ -205,7 +205,7 @@ def diff_html(item: dict[str, Any], kernel_notebook: str | None = None) -> str:
 
 
 def unified_diff_html(text: str, budget: int = MAX_DIFF_ROWS) -> str:
-    """A unified diff's text (a file pending review: ``engine/file_review.py``) as the views'
+    """A unified diff's text (a file pending review: ``engine/review/file_review.py``) as the views'
     diff rows, its ``---``/``+++`` lines left out, at most ``budget`` rows (then how many more)."""
     lines = [(line[:1] if line[:1] in "+-@" else " ", line[1:] if line[:1] in "+- " else line)
              for line in text.splitlines() if not line.startswith(("--- ", "+++ "))]

@@ -16,8 +16,7 @@ import logging
 from ..core.conversation import Conversation
 from ..core.observers import Subscription
 from ..core.status import BUSY, CAN_RESTART, ENDED
-from ..engine.agent import Agent
-from ..engine.squad import Squad
+from ..engine import Agent, Squad
 from .agent_view import STATUS_TONE, AgentView, CardActions, _run, status_text
 from .feed import Feed
 from .front import HIDE_ORPHAN, FrontView, static_page

@@ -18,15 +18,12 @@ from html import escape as e
 from typing import TYPE_CHECKING, Any
 
 from ..core.written import UNTRUSTED
-from ..engine.compare import COLUMNS, SHORT, TIMES, Comparison, comparison_rows
-from ..engine.agent import protections
-from ..engine.squad import READING
+from ..engine import COLUMNS, READING, SHORT, TIMES, Comparison, comparison_rows, protections
 from .front import palette_css
 
 if TYPE_CHECKING:
     from ..core.written import Written
-    from ..engine.squad import Listing
-    from ..engine.turns import Turn
+    from ..engine import Listing, Turn
     from ..permissions.broker import PluginsListing
 
 

@@ -2,7 +2,7 @@
 widget model (:class:`~.front.FrontView`, kind ``update``) drawn by ``widgets/escouade.js``.
 
 The view only shows: the run itself (a shell line in its own process group, bounded in
-time, killed on cancel) is :class:`~escouade_nb.engine.harness_update.UpdateJob`, which
+time, killed on cancel) is :class:`~escouade_nb.engine.launch.harness_update.UpdateJob`, which
 the view owns: closing the view cancels a run still going.
 
 Saved form: the companion output before the widget says the command and, once the run has
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..engine.harness_update import UPDATE_TIMEOUT, UpdateJob, UpdateResult
+from ..engine import UPDATE_TIMEOUT, UpdateJob, UpdateResult
 from ..manifest import HarnessRef
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc, pre
@@ -28,7 +28,7 @@ OUTPUT_TAIL = 4000
 class UpdateView(CurrentText, FrontView):
     """The update command, a Run button, then its output and the version read after.
     ``timeout`` bounds the run (seconds); ``result`` is its
-    :class:`~escouade_nb.engine.harness_update.UpdateResult` once done. Action ``run``
+    :class:`~escouade_nb.engine.launch.harness_update.UpdateResult` once done. Action ``run``
     (the button; :meth:`start` for code)."""
 
     def __init__(self, ref: HarnessRef, before: str | None, *, timeout: float = UPDATE_TIMEOUT) -> None:

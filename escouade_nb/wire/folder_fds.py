@@ -2,7 +2,7 @@
 
 One home for the walk the kernel does wherever a path may be changed under it by someone
 else (a sandboxed agent's own process): the client file system (:mod:`.fs`), the review's
-Keep and Reject (``engine/file_review.py``) and a rewind (``engine/checkpoints.py``).
+Keep and Reject (``engine/review/file_review.py``) and a rewind (``engine/review/checkpoints.py``).
 
 A path is never handed to the OS as a string it resolves again. It is opened one
 component at a time: each folder with ``O_NOFOLLOW | O_DIRECTORY`` (``O_PATH`` on Linux)

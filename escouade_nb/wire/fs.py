@@ -190,7 +190,7 @@ class Confinement:
     own folder under ``/tmp``); a hidden folder inside its writable set is neither read
     nor written, nor is anything inside ``readonly`` (bound read-only over the writable
     set: ``.git/config``, ``.git/hooks``…). Real paths
-    (made so). ``escouade_nb.engine.sandbox.client_confinement`` makes one from the
+    (made so). ``escouade_nb.engine.launch.sandbox.client_confinement`` makes one from the
     sandbox's binds."""
 
     writable: tuple[Path, ...]

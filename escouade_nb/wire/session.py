@@ -123,7 +123,7 @@ class AgentSession:
         self._on_exit = on_exit
         self._line_observers = list(line_observers)
         self.process: Any = None
-        self.confined: Any = None  # a sandbox's (engine.sandbox.Confined): pass_fds, spawned(), attach(), close()
+        self.confined: Any = None  # engine.launch.sandbox.Confined: pass_fds, spawned(), attach(), close()
         self.transport: LineTransport | None = None
         self.conn: Any = None
         self.session_id: str | None = None

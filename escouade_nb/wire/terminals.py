@@ -150,7 +150,7 @@ terminal refuses a request that sets one: bwrap runs outside the sandbox, and
 ``LD_PRELOAD`` would run the agent's code in it, unconfined."""
 
 class Wrapped(Protocol):
-    """A sandboxed terminal's command line and its network (``engine.sandbox.Confined``):
+    """A sandboxed terminal's command line and its network (``engine.launch.sandbox.Confined``):
     spawned with :attr:`pass_fds`, then :meth:`spawned` and :meth:`attach` (its pasta
     attached before the command runs), :meth:`close` once its process has ended
     (idempotent, never raises)."""

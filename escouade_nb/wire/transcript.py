@@ -82,7 +82,7 @@ BUDGET_ORIGIN = "budget"
 """The :attr:`~..core.conversation.ToolCall.origin` of a budget card: known from the code that made it (a
 ``budget`` event, ours), never from its id."""
 CHECKPOINT_EVENT = "checkpoint"
-"""The event of a checkpoint of the agent's folder before a turn (:mod:`escouade_nb.engine.checkpoints`)."""
+"""The event of a checkpoint of the agent's folder before a turn (:mod:`escouade_nb.engine.review.checkpoints`)."""
 REWIND_EVENT = "rewind"
 """The event of a rewind: ``{"turn", "commit", "session"}``; the turns from ``turn`` on are marked rewound."""
 KERNEL_RESTARTED = "the kernel restarted"

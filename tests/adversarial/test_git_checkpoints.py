@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from escouade_nb.core.conversation import Conversation
-from escouade_nb.engine.cell_review import EditReview
-from escouade_nb.engine.file_review import FileWatch
+from escouade_nb.engine.review.cell_review import EditReview
+from escouade_nb.engine.review.file_review import FileWatch
 from git_attacks import plant, ran
 from git_repos import base_repo, use_git_env
 from scripted_agent import P_INIT, P_NEW, _chunk

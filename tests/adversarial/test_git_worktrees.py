@@ -1,4 +1,4 @@
-"""A hostile agent's git worktree against the kernel's worktree operations (engine/worktree.py
+"""A hostile agent's git worktree against the kernel's worktree operations (engine/worktrees/worktree.py
 through engine/kernel_git.py): the agent writes its admin folder's ``config.worktree`` (filters,
 fsmonitor, drivers, an include…), ``.gitattributes``, its ``.git`` file (pointing at a gitdir it
 made) and even its admin folder's ``commondir``; diffstat, status, commit, rebase, merge and
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from escouade_nb.engine.worktree import Worktree, WorktreeError
+from escouade_nb.engine.worktrees.worktree import Worktree, WorktreeError
 from git_attacks import plant, ran
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh

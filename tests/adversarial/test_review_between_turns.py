@@ -18,7 +18,7 @@ import pytest
 from scripted_agent import run, until
 
 from escouade_nb.engine.agent import Agent
-from escouade_nb.engine.file_review import FileEdit
+from escouade_nb.engine.review.file_review import FileEdit
 
 END_1 = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
 

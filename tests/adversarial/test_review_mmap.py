@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from scripted_agent import run, until
 
-from escouade_nb.engine import file_review
-from escouade_nb.engine.file_review import FileEdit
+from escouade_nb.engine.review import file_review
+from escouade_nb.engine.review.file_review import FileEdit
 
 SHM = Path("/dev/shm")
 KEPT, EVIL = b"benign-1\n", b"EVIL-111\n"

@@ -51,8 +51,8 @@ def test_the_kernels_notebook_left_out_of_a_turn_is_compared_at_the_next_start(t
     agent works; its changes through the page are reviewed cell by cell): a change of what runs of it
     during the turn is shown at the next turn's start, not taken as the baseline."""
     from escouade_nb.core.conversation import Conversation
-    from escouade_nb.engine.cell_review import EditReview
-    from escouade_nb.engine.file_review import FileWatch
+    from escouade_nb.engine.review.cell_review import EditReview
+    from escouade_nb.engine.review.file_review import FileWatch
 
     nb = tmp_path / "open.ipynb"
     nb.write_text(_notebook("print(1)\n", [], None))

@@ -17,7 +17,7 @@ import sys
 import pytest
 from scripted_agent import P_INIT, P_NEW, until
 
-from escouade_nb.engine.file_review import FileChanged
+from escouade_nb.engine.review.file_review import FileChanged
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: no --sandbox here")

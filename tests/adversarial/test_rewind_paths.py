@@ -24,7 +24,7 @@ import pytest
 from git_repos import GIT_ENV
 from scripted_agent import P_INIT, P_NEW
 
-from escouade_nb.engine import checkpoints
+from escouade_nb.engine.review import checkpoints
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: no --sandbox here")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from escouade_nb.engine.sandbox import Sandbox
+from escouade_nb.engine.launch.sandbox import Sandbox
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("ipcmk") is None,
                                 reason="bubblewrap or util-linux's ipcmk is not installed")

@@ -1,4 +1,4 @@
-"""A hostile agent under ``--sandbox`` (engine/sandbox.py), started by the squad as any agent
+"""A hostile agent under ``--sandbox`` (engine/launch/sandbox.py), started by the squad as any agent
 is (the real bwrap, the real pasta attached through bwrap's info and block pipes), running
 its own commands (the scripted agent's ``run`` step: tests/adversarial/sandbox_attacks.py)
 against what the kernel's machine holds: a live Jupyter kernel's connection file and shell
@@ -136,7 +136,7 @@ def test_a_sandboxed_agent_reaches_neither_the_kernel_nor_the_host_loopback_nor_
     (repo_ws / ".git" / "hooks").mkdir(exist_ok=True)
 
     async def go():
-        from escouade_nb.engine.kernel_server import KernelServer
+        from escouade_nb.kernel_mcp.server import KernelServer
 
         server = await KernelServer.shared()
         tokens = await asyncio.to_thread(server.token_files.make_folder)

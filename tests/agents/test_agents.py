@@ -98,7 +98,7 @@ class Bench:
     root: Path
     server: object
     expect: Expect
-    sandboxed: bool = False  # started with --sandbox (a "+sandbox" bench: bwrap, engine/sandbox.py)
+    sandboxed: bool = False  # started with --sandbox (a "+sandbox" bench: bwrap, engine/launch/sandbox.py)
 
     def start(self, name: str, flags: str = "") -> tuple[Path, float]:
         """``%escouade HARNESS --cwd DIR --as NAME`` (and ``flags``) and wait until ready;
@@ -323,7 +323,7 @@ def test_write_file(bench):
 
 
 def test_review_catches_the_write_through_fs_or_by_itself_and_reject_removes_it(bench):
-    """``--review`` (engine/file_review.py): the file the agent wrote — through our fs, or with its own tools,
+    """``--review`` (engine/review/file_review.py): the file the agent wrote — through our fs, or with its own tools,
     which a client-side diff never sees — pends review once the turn returns; Reject removes the new file."""
     name = f"{bench.harness}-review"
     work, ready = bench.start(name, "--review")

@@ -1,5 +1,5 @@
 """Released agents started ``--via "ssh …"`` reach the kernel's MCP server through the
-launcher's reverse forward (``escouade_nb/engine/ssh_forward.py``).
+launcher's reverse forward (``escouade_nb/engine/launch/ssh_forward.py``).
 
 Per agent (skipped when not installed): a real sshd on 127.0.0.1 (``tests/ssh_servers.py``)
 whose ``SetEnv`` gives the "remote" logins the agent's test environment (the scripted model

@@ -13,7 +13,7 @@ import json
 from test_lab_live_cells import PANEL, Mcp, until
 
 GRANT = """from escouade_nb.engine.agent import state_of
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 await scribe.ready()
 _access = state_of(scribe).live.kernel
 for _ in range(200):

@@ -23,7 +23,7 @@ REVIEW = SETUP.replace("""    async def ask_run_code(self, code):
         return None
     def edited(self, cell_id, change, live):
         review.add(cell_id, change, live)""").replace("import asyncio", "import asyncio\n"
-                                                     "from escouade_nb.engine.cell_review import EditReview\n"
+                                                     "from escouade_nb.engine.review.cell_review import EditReview\n"
                                                      "review = EditReview()")
 
 

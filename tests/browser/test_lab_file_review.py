@@ -1,4 +1,4 @@
-"""Review after the fact in JupyterLab (``--review``, engine/file_review.py): the shipped fake agent edits a CRLF
+"""Review after the fact in JupyterLab (``--review``, engine/review/file_review.py): the shipped fake agent edits a CRLF
 file through our fs (it adds a line); its view's review strip lists the file with its diff; Reject clicked there puts the bytes
 back (CRLF intact) and the conversation says so; the agent edits it again and Keep keeps it; nothing stays drawn."""
 

@@ -23,7 +23,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 SETUP = """%load_ext escouade_nb
 import asyncio
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 from escouade_nb.widgets import notebook_pages
 class Owner:
     name = "browser test"

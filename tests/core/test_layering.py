@@ -10,12 +10,13 @@ plugin's process and imports only the plugin wire models, the line framing and t
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "escouade_nb"
 
-RANKS = {"_version": 0, "_resources": 0, "_lazy": 0, "core": 1, "manifest": 1, "wire": 2, "permissions": 3, "engine": 4,
-         "widgets": 5, "magics": 6, "tools": 7, "_errors": 0}
+RANKS = {"_version": 0, "_resources": 0, "_lazy": 0, "core": 1, "manifest": 1, "wire": 2, "kernel_mcp": 2,
+         "permissions": 3, "engine": 4, "widgets": 5, "magics": 6, "tools": 7, "_errors": 0}
 PLUGIN_SDK_MAY_IMPORT = {"escouade_nb.permissions.protocol", "escouade_nb.wire.framing", "escouade_nb._version",
                          "escouade_nb._lazy",
                          "escouade_nb", "escouade_nb.permissions", "escouade_nb.wire"}
@@ -261,3 +262,97 @@ def test_the_checks_see_a_module_imported_from_its_package(tmp_path):
     graph = file_graph(tmp_path / "escouade_nb")
     assert graph["escouade_nb.engine.cards"] == {"escouade_nb.engine.agent"}
     assert _sccs(graph) == [["escouade_nb.engine.agent", "escouade_nb.engine.cards"]]
+
+
+# -- the rooms (docs/DESIGN.md, "Layers" and "Folders"), every import counted ---------------------------------------
+
+KERNEL_MCP_MAY_IMPORT = {"core", "_errors", "_version", "_resources", "_lazy"}
+"""The layers ``kernel_mcp`` may import (beside its own modules): it knows its owner (the engine's
+agent session) and the notebook's page only through its Protocols (``ToolOwner``, ``LiveNotebook``)."""
+FACE_ONLY = ("widgets", "magics", "tools")
+"""Layers that import of the engine only its face, ``escouade_nb.engine`` (its lazy ``__all__``)."""
+WINGS = {
+    "launch": set(),
+    "review": {"interfaces", "kernel_git"},
+    "worktrees": {"interfaces", "cards", "kernel_git", "launch"},
+}
+"""The engine's wings and what each may import of the rest of the engine (a module of the engine's root, or a
+wing, all of whose modules it may import): launch nothing (it never sees the agent's handle, it is given what it
+needs, typed by ``engine/launch/interfaces.py``); no wing imports the engine's root above these base modules."""
+
+
+def room_rule_breaks(root: Path = PACKAGE) -> list[str]:
+    """Every import (function-level and under TYPE_CHECKING too) that breaks a rule of the rooms above."""
+    graph = file_graph(root)
+    engine = "escouade_nb.engine"
+    wrong = []
+    for me, targets in sorted(graph.items()):
+        parts = me.split(".")
+        for target in sorted(targets):
+            theirs = layer(target)
+            if len(parts) > 1 and parts[1] == "kernel_mcp" and theirs not in KERNEL_MCP_MAY_IMPORT | {"kernel_mcp"}:
+                wrong.append(f"{me} -> {target} (kernel_mcp imports only {sorted(KERNEL_MCP_MAY_IMPORT)})")
+            if len(parts) > 1 and parts[1] in FACE_ONLY and target.startswith(engine + "."):
+                wrong.append(f"{me} -> {target} ({parts[1]} imports only the engine's face, {engine})")
+            if len(parts) > 3 and parts[1] == "engine" and parts[2] in WINGS and target.startswith(engine + "."):
+                room = target.split(".")[2]
+                if room != parts[2] and room not in WINGS[parts[2]]:
+                    wrong.append(f"{me} -> {target} (the {parts[2]} wing imports of the engine only "
+                                 f"{sorted(WINGS[parts[2]])})")
+    return wrong
+
+
+def test_every_room_imports_only_what_it_may():
+    assert room_rule_breaks() == []
+
+
+def test_the_rooms_are_what_the_rules_name():
+    """The rules above name rooms that exist: a renamed wing or base module would leave its rule empty."""
+    engine = PACKAGE / "engine"
+    assert RANKS["kernel_mcp"] < RANKS["engine"] and (PACKAGE / "kernel_mcp" / "server.py").is_file()
+    for wing, allowed in WINGS.items():
+        assert (engine / wing / "__init__.py").is_file(), wing
+        assert all((engine / f"{m}.py").is_file() or (engine / m / "__init__.py").is_file() for m in allowed), wing
+    assert set(importlib.import_module("escouade_nb.engine").__all__) >= {"Agent", "Squad", "get_squad"}
+
+
+def test_the_room_rules_can_fail(tmp_path):
+    """A synthetic tree where each rule is broken once (lazily, under TYPE_CHECKING, or at module level) and kept
+    once: every break is seen, nothing kept is."""
+    root = tmp_path / "escouade_nb"
+    files = {
+        "core/notebook.py": "",
+        "wire/framing.py": "",
+        "kernel_mcp/__init__.py": "",
+        "kernel_mcp/server.py": "from ..core import notebook\nfrom . import tools\n"
+                                "def f():\n    from ..engine import squad\n",
+        "kernel_mcp/tools.py": "from ..wire.framing import x\n",
+        "engine/__init__.py": "",
+        "engine/squad.py": "from .launch import launcher\nfrom .worktrees import worktree\n",
+        "engine/state.py": "",
+        "engine/interfaces.py": "",
+        "engine/kernel_git.py": "",
+        "engine/launch/__init__.py": "",
+        "engine/launch/launcher.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                     "    from ..interfaces import AgentHandle\n",
+        "engine/launch/sandbox.py": "from . import launcher\ndef g():\n    from ..state import AgentState\n",
+        "engine/worktrees/__init__.py": "",
+        "engine/worktrees/worktree.py": "from ..kernel_git import git\nfrom ..launch.launcher import agent_env\n",
+        "engine/review/__init__.py": "",
+        "engine/review/checkpoints.py": "from ..kernel_git import git\nfrom ..worktrees.worktree import Worktree\n",
+        "widgets/__init__.py": "",
+        "widgets/view.py": "from ..engine import Agent\nfrom ..kernel_mcp import server\n",
+        "widgets/table.py": "def h():\n    from ..engine.squad import Squad\n",
+        "magics.py": "from .engine.squad import get_squad\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    seen = [line.split(" (")[0] for line in room_rule_breaks(root)]
+    assert seen == ["escouade_nb.engine.launch.launcher -> escouade_nb.engine.interfaces",
+                    "escouade_nb.engine.launch.sandbox -> escouade_nb.engine.state",
+                    "escouade_nb.engine.review.checkpoints -> escouade_nb.engine.worktrees.worktree",
+                    "escouade_nb.kernel_mcp.server -> escouade_nb.engine.squad",
+                    "escouade_nb.kernel_mcp.tools -> escouade_nb.wire.framing",
+                    "escouade_nb.magics -> escouade_nb.engine.squad",
+                    "escouade_nb.widgets.table -> escouade_nb.engine.squad"]

@@ -1,4 +1,4 @@
-"""The marks a rewind leaves (engine/checkpoints.py): the turns from the one rewound to on are
+"""The marks a rewind leaves (engine/review/checkpoints.py): the turns from the one rewound to on are
 marked rewound in the conversation, said "(rewound)" in the text, drawn with a badge in the
 views (live and saved); *Rewind to here* is offered on a prompt with a checkpoint, live only."""
 

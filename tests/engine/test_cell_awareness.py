@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from escouade_nb.engine import cell_review
+from escouade_nb.engine.review import cell_review
 from test_live_cell_edits import Settled
 
 

@@ -14,7 +14,7 @@ from acp_clients import RecordingClient
 from test_kernel_server import fake_agent, http_entry, run
 from test_live_cell_edits import Owner2, Page, sha
 
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 
 
 def asked(client: RecordingClient) -> list[tuple[str, Any]]:

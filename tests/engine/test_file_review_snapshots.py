@@ -1,4 +1,4 @@
-"""What the file review's snapshots see (engine/file_review.py, without an agent): git-ignored files and
+"""What the file review's snapshots see (engine/review/file_review.py, without an agent): git-ignored files and
 skipped folders are not reviewed, symlinks neither; a file over the size limit is named, not offered; the
 kernel's notebook is left out; a file the agent puts back as it was is dropped; a write that keeps the size
 and the modification time is still caught (content compared, not times alone); an fs write outside the folder
@@ -11,9 +11,9 @@ import os
 import subprocess
 
 from escouade_nb.core.conversation import Conversation, Notice
-from escouade_nb.engine import file_review
-from escouade_nb.engine.cell_review import EditReview
-from escouade_nb.engine.file_review import FileWatch
+from escouade_nb.engine.review import file_review
+from escouade_nb.engine.review.cell_review import EditReview
+from escouade_nb.engine.review.file_review import FileWatch
 
 
 def _watch(folder, excluded=()):

@@ -1,4 +1,4 @@
-"""Review after the fact (``review=True``, engine/file_review.py): a scripted agent over real pipes changes
+"""Review after the fact (``review=True``, engine/review/file_review.py): a scripted agent over real pipes changes
 files through our fs and by itself (a CRLF file, a Latin-1 file, a binary, new files, a deletion); each is a
 pending edit in ``agent.pending_edits`` by the time ``await turn`` returns; Reject puts the bytes back exactly,
 the agent is told in its next prompt naming the files, and every answer is on record (a resume shows it)."""
@@ -13,7 +13,7 @@ import sys
 from scripted_agent import run
 
 from escouade_nb.engine.agent import Agent
-from escouade_nb.engine.file_review import FileChanged, FileEdit
+from escouade_nb.engine.review.file_review import FileChanged, FileEdit
 
 
 def _b64(data: bytes) -> str:

@@ -28,7 +28,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from acp_clients import AGENT_CMD, RecordingClient
 
-from escouade_nb.engine.kernel_server import (BUSY_GRACE, SERVER_NAME, TOOLS, KernelServer, Refused,
+from escouade_nb.kernel_mcp.server import (BUSY_GRACE, SERVER_NAME, TOOLS, KernelServer, Refused,
                                               run_result_text)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -683,7 +683,7 @@ def test_shared_is_one_server_per_loop_and_stops():
 
 
 def test_importing_the_engine_does_not_import_mcp():
-    code = ("import sys, escouade_nb.engine, escouade_nb.engine.kernel_server, escouade_nb.tools.mcp_bridge; "
+    code = ("import sys, escouade_nb.engine, escouade_nb.kernel_mcp.server, escouade_nb.tools.mcp_bridge; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'uvicorn', 'starlette', 'pandas')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
@@ -808,7 +808,7 @@ def test_fake_agent_says_when_a_server_cannot_be_reached(tmp_path):
 KERNEL_SETUP = """
 import asyncio, logging, time
 import pandas as pd
-from escouade_nb.engine.kernel_server import KernelServer, Refused
+from escouade_nb.kernel_mcp.server import KernelServer, Refused
 df = pd.DataFrame({"region": ["north", "south"], "revenue": [1.5, 2.5]})
 class Owner:
     name = "kernel test"
@@ -886,7 +886,7 @@ def test_in_a_real_kernel(tmp_path):
 
 SLOW_SETUP = """
 import threading
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 class SlowRepr:
     def __init__(self):
         self.release, self.entered, self.inside = threading.Event(), threading.Event(), False
@@ -938,7 +938,7 @@ def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
         k.shutdown()
 TOKEN_FILE_SCRIPT = """
 import asyncio, json, os, subprocess, sys
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 
 class Owner:
     name = "token file test"
@@ -989,7 +989,7 @@ def test_a_grants_token_file_is_0600_private_readable_by_the_bridge_and_gone_whe
 
 
 def test_token_files_are_0600_in_a_0700_folder(tmp_path, monkeypatch):
-    from escouade_nb.engine.token_files import TokenFiles
+    from escouade_nb.kernel_mcp.token_files import TokenFiles
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     tmp_path.chmod(0o700)

@@ -16,9 +16,9 @@ from typing import Any
 
 from test_live_cells_read import Owner, client, text_of
 
-from escouade_nb.engine.cell_review import EditReview
-from escouade_nb.engine.kernel_server import KernelServer, LiveNotebook
-from escouade_nb.engine.kernel_tools import ToolFailure
+from escouade_nb.engine.review.cell_review import EditReview
+from escouade_nb.kernel_mcp.server import KernelServer, LiveNotebook
+from escouade_nb.kernel_mcp.tools import ToolFailure
 
 
 def sha(text: str) -> str:

@@ -20,7 +20,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from escouade_nb.core.output_images import MAX_IMAGE_BYTES, MAX_IMAGES
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 from png_files import png
 
 

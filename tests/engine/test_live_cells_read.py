@@ -17,7 +17,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from escouade_nb.core.notebook import MAX_OUTPUT
-from escouade_nb.engine.kernel_server import KernelServer, LiveNotebook
+from escouade_nb.kernel_mcp.server import KernelServer, LiveNotebook
 
 CELLS = [
     {"id": "a1", "cell_type": "markdown", "source": "# Sales"},

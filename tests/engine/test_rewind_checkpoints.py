@@ -1,4 +1,4 @@
-"""Checkpoints before each turn and the rewind (engine/checkpoints.py): a real git repository
+"""Checkpoints before each turn and the rewind (engine/review/checkpoints.py): a real git repository
 (with a stash entry, a dirty index, untracked and ignored files), a folder outside git (the
 shadow repository), scripted agents over real pipes — one offering ``session/fork``, whose
 wire is checked, one not — and the transcript read back by a resume."""
@@ -15,7 +15,7 @@ import pytest
 
 from escouade_nb.core.render_text import render_items
 from escouade_nb.engine.agent import Agent
-from escouade_nb.engine.checkpoints import REF_PREFIX
+from escouade_nb.engine.review.checkpoints import REF_PREFIX
 from scripted_agent import P_INIT, P_NEW, _chunk
 from git_repos import GIT_ENV as ENV
 from git_repos import git as sh
@@ -398,7 +398,7 @@ def test_a_rewind_drops_the_pending_file_changes_it_undid(script, tmp_path, stat
 
 def test_a_sha256_repository_gets_a_sha256_private_repository(tmp_path, state):
     """The kernel's private repository borrows the user's objects: over a SHA-256 repository it is one too."""
-    from escouade_nb.engine.checkpoints import FolderSnapshots
+    from escouade_nb.engine.review.checkpoints import FolderSnapshots
 
     r = tmp_path / "sha256"
     r.mkdir()

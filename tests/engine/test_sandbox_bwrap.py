@@ -1,4 +1,4 @@
-"""A sandbox per agent (``--sandbox``, engine/sandbox.py): scripted agents run under the
+"""A sandbox per agent (``--sandbox``, engine/launch/sandbox.py): scripted agents run under the
 real bubblewrap over real pipes, writing by themselves (their own shell commands, the
 ``run`` step of tests/fixtures/script_agent.py) inside and outside their folder."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from escouade_nb.engine.sandbox import Sandbox, bwrap_argv, expand_state_folder, git_protected, resolv_conf
+from escouade_nb.engine.launch.sandbox import Sandbox, bwrap_argv, expand_state_folder, git_protected, resolv_conf
 from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import ManifestError, load_manifest
 from git_repos import base_repo, git, use_git_env
@@ -308,7 +308,7 @@ def test_the_project_file_turns_the_sandbox_on(sandboxed):
 def test_the_token_folder_is_made_before_the_first_token_and_kept_for_it(tmp_path, monkeypatch):
     """What a sandbox binds read-only before the agent starts: the stdio bridge's token file
     appears in it later."""
-    from escouade_nb.engine.token_files import TokenFiles
+    from escouade_nb.kernel_mcp.token_files import TokenFiles
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     files = TokenFiles()

@@ -1,4 +1,4 @@
-"""The ssh reverse forward's command line and its port reader (``engine/ssh_forward.py``),
+"""The ssh reverse forward's command line and its port reader (``engine/launch/ssh_forward.py``),
 fed what OpenSSH 9.2 writes on stderr (copied from a run against the suite's sshd), in any
 split; the real connection is ``tests/kernel/test_kernel_tools_via_ssh.py``."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from escouade_nb.engine.ssh_forward import ForwardFailed, ReverseForward, forward_argv
+from escouade_nb.engine.launch.ssh_forward import ForwardFailed, ReverseForward, forward_argv
 
 ALLOCATED = (b"Warning: Permanently added '[127.0.0.1]:22401' (ED25519) to the list of known hosts.\r\n"
              b'Authenticated to 127.0.0.1 ([127.0.0.1]:22401) using "publickey".\r\n'

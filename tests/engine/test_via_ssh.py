@@ -1,7 +1,7 @@
 """``--via "ssh …"`` against a real sshd on 127.0.0.1: the agent runs on the "remote" side
 of a real SSH connection, and Stop (``close()``) and Restart end it there too — not only
 the local ``ssh`` client — even an agent that ignores end of input and SIGTERM, with a
-child in its process group (see ``escouade_nb/engine/launcher.py``).
+child in its process group (see ``escouade_nb/engine/launch/launcher.py``).
 
 The sshd is Debian's openssh-server, with its own host key, config and user key in a
 temporary folder, started and stopped here; the tests are skipped, with one line, where

@@ -255,7 +255,7 @@ def test_closing_while_the_card_waits_cancels_it_and_nothing_is_made(repo, tmp_p
 
 
 def test_a_resume_shows_the_setup_said_and_ran_and_its_last_lines(repo, tmp_path):
-    from escouade_nb.engine.worktree_setup import Confirmations
+    from escouade_nb.engine.worktrees.worktree_setup import Confirmations
     from escouade_nb.manifest.project import read_worktree_config as read
 
     config(repo, 'worktree:\n  copy: [.env]\n  setup: "echo resumed-setup-line"\n')
@@ -285,8 +285,8 @@ def test_a_resume_shows_the_setup_said_and_ran_and_its_last_lines(repo, tmp_path
 
 
 def test_the_worktrees_own_excludes_keep_the_global_ones_and_leave_the_main_worktree_alone(repo, tmp_path):
-    from escouade_nb.engine.worktree import Worktree
-    from escouade_nb.engine.worktree_setup import exclude_in_worktree
+    from escouade_nb.engine.worktrees.worktree import Worktree
+    from escouade_nb.engine.worktrees.worktree_setup import exclude_in_worktree
 
     (tmp_path / "xdg" / "git").mkdir(parents=True)
     (tmp_path / "xdg" / "git" / "ignore").write_text("*.log\n")  # the user's global excludes

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from escouade_nb.engine.squad import Squad, SquadError
-from escouade_nb.engine.worktree import Worktree, WorktreeError
+from escouade_nb.engine.worktrees.worktree import Worktree, WorktreeError
 from escouade_nb.manifest.project import project_id
 from escouade_nb.wire import transcript
 from git_repos import base_repo, use_git_env
@@ -243,7 +243,7 @@ def test_fork_with_session_fork_loads_the_forked_session_in_a_new_process(script
 
     init = P_INIT.replace('"loadSession":false', '"loadSession":true,"sessionCapabilities":{"fork":{}}')
     new = P_NEW.replace('"mcpServers":[]', '"mcpServers":"$ANY"')
-    # the checkpoint before the prompt takes a fork too (engine/checkpoints.py)
+    # the checkpoint before the prompt takes a fork too (engine/review/checkpoints.py)
     parent_run = f"""{init}
 {new}
 C> {{"jsonrpc":"2.0","id":9,"method":"session/fork","params":{{"sessionId":"s1","cwd":"$WS"}}}}
@@ -354,7 +354,7 @@ def test_a_git_failure_says_gits_error_not_its_progress_line(repo):
     """``git worktree add`` writes "Preparing worktree (new branch …)" before its
     ``fatal:`` line: the error says the fatal one (06-orchestration once failed with only
     "Preparing worktree" to go on)."""
-    from escouade_nb.engine.worktree import git
+    from escouade_nb.engine.worktrees.worktree import git
 
     target = repo.parent / "proj.worktrees" / "x"
     target.mkdir(parents=True)

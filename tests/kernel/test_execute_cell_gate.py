@@ -39,7 +39,7 @@ PLUGIN = textwrap.dedent('''
 # a stand-in for the page (escouade_nb.widgets.notebook_pages.NotebookPages): two cells, runs counted
 PAGE = textwrap.dedent('''
     import hashlib
-    from escouade_nb.engine.kernel_server import use_live_notebook
+    from escouade_nb.kernel_mcp.server import use_live_notebook
     class StandInPage:
         def __init__(self):
             self.cells = {"c-ok": "total = 6 * 7\\nprint(total)",

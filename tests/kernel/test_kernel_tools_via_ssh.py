@@ -2,7 +2,7 @@
 127.0.0.1 (``tests/ssh_servers.py``), through the product in a real kernel: the shipped
 ``fake`` agent runs on the "remote" side of the connection (sshd's child: the remote host's
 PATH, set by the server's ``SetEnv``, finds it) and reaches the kernel through the launcher's
-reverse forward (``ssh -R 127.0.0.1:0:127.0.0.1:PORT``, ``escouade_nb/engine/ssh_forward.py``):
+reverse forward (``ssh -R 127.0.0.1:0:127.0.0.1:PORT``, ``escouade_nb/engine/launch/ssh_forward.py``):
 it lists the kernel's variables, its ``run_code`` shows the one card and runs in the user's
 namespace, through a shared master connection (``ControlPath``) too; the ``escouade`` entry it received names the remote end; the token is in no argv
 on either side (``ps`` here, and ``ps`` run through ssh there); Restart makes a new forward

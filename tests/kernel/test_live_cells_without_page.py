@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 SETUP = """
 %load_ext escouade_nb
-from escouade_nb.engine.kernel_server import KernelServer
+from escouade_nb.kernel_mcp.server import KernelServer
 class Owner:
     name = "kernel test"
     async def ask_run_code(self, code):

@@ -1,4 +1,4 @@
-"""The agent view's review strip with files (``review=True``, engine/file_review.py), the Python side: a
+"""The agent view's review strip with files (``review=True``, engine/review/file_review.py), the Python side: a
 scripted agent over real pipes changes two files by itself; the head lists each with its diff (escaped),
 a file with several hunks offers each; a hunk's Reject (checked against the ``@@`` line the view showed),
 a file's Reject and Keep all act through ``agent.pending_edits``; the saved form says what was answered."""

@@ -163,7 +163,7 @@ class NoPage:
     """No page answers: the settle fails as the channel says."""
 
     async def settle_cell(self, cell_id: str, keep: bool, client: str | None = None) -> dict[str, Any]:
-        from escouade_nb.engine.kernel_tools import ToolFailure
+        from escouade_nb.kernel_mcp.tools import ToolFailure
 
         raise ToolFailure("changing a cell needs this notebook open (no such page answered): nothing was changed")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from escouade_nb.engine.kernel_tools import ToolFailure
+from escouade_nb.kernel_mcp.tools import ToolFailure
 from escouade_nb.widgets import notebook_pages
 from escouade_nb.widgets.notebook_pages import NO_PAGE, TARGET, NotebookPages, shows
 
@@ -198,7 +198,7 @@ def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_r
     (its pending_edits stays true), else directly (a pending cell of a saved notebook) when
     Jupyter trusts the saved notebook (its signature known here), else the page is told the
     mark is not trusted and nothing is settled (a forged mark in someone else's file)."""
-    from escouade_nb.engine.cell_review import EditReview
+    from escouade_nb.engine.review.cell_review import EditReview
 
     trusted: dict[str, Any] = {"value": True, "asked": []}
 

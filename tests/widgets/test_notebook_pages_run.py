@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from escouade_nb.engine.kernel_tools import ToolFailure
+from escouade_nb.kernel_mcp.tools import ToolFailure
 from test_notebook_pages import setup
 
 BY = {"agent": "runner", "harness": "fake", "session": "s-1", "turn": 2, "at": "2026-12-04T18:00:00Z"}

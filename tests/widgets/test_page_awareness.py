@@ -1,5 +1,5 @@
 """Awareness through the kernel's side of the channel to its notebook's pages
-(``widgets/notebook_pages`` with ``engine/cell_review``), with comms of our own standing
+(``widgets/notebook_pages`` with ``engine/review/cell_review``), with comms of our own standing
 for the browser tabs: the user's edit or deletion of a cell an agent touched in its current
 turn is told to that agent once (not to another agent, not after its next turn begins); a
 deleted pending cell leaves ``pending_edits``; after a reload (a new client of the same tab)
@@ -13,7 +13,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from escouade_nb.engine.cell_review import EditReview
+from escouade_nb.engine.review.cell_review import EditReview
 from escouade_nb.widgets import notebook_pages
 from escouade_nb.widgets.notebook_pages import TARGET, NotebookPages
 from test_notebook_pages import Comm, Manager

@@ -25,7 +25,7 @@ from scripted_agent import until
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.status import AgentStatus
 from escouade_nb.engine.agent import Agent
-from escouade_nb.engine.harness_update import UpdateJob, run_update, running_groups
+from escouade_nb.engine.launch.harness_update import UpdateJob, run_update, running_groups
 from escouade_nb.manifest import discover
 from escouade_nb.widgets import AgentView, TurnView, views_of
 from escouade_nb.widgets import agent_view, views
@@ -489,7 +489,7 @@ def test_update_still_running_at_exit_is_killed(tmp_path):
     script = tmp_path / "exit_while_updating.py"
     script.write_text(textwrap.dedent(f"""
         import asyncio
-        from escouade_nb.engine.harness_update import UpdateJob
+        from escouade_nb.engine.launch.harness_update import UpdateJob
         from escouade_nb.manifest import discover
 
         async def main():

@@ -1,4 +1,4 @@
-"""``escouade_nb.written`` / ``%escouade written``'s reading and table (engine/written_reads.py,
+"""``escouade_nb.written`` / ``%escouade written``'s reading and table (kernel_mcp/written_reads.py,
 widgets/tables.py) on saved notebooks with provenance metadata: a path read with nbformat
 off the loop; no path: the open notebook through the channel, else the saved file of the
 kernel's session, else one line; the HTML escapes what the notebook holds."""
@@ -11,8 +11,8 @@ from typing import Any
 
 from written_notebooks import by, saved_notebook
 
-from escouade_nb.engine.kernel_tools import ToolFailure
-from escouade_nb.engine.written_reads import NO_NOTEBOOK, read_written
+from escouade_nb.kernel_mcp.tools import ToolFailure
+from escouade_nb.kernel_mcp.written_reads import NO_NOTEBOOK, read_written
 from escouade_nb.widgets.tables import PRINTERS, written_html
 
 
@@ -31,7 +31,7 @@ class LivePage:
 def test_a_saved_path_is_read_off_the_loop_and_drawn_per_agent(tmp_path, monkeypatch):
     path = saved_notebook(tmp_path / "saved.ipynb")
     threads: list[str] = []
-    import escouade_nb.engine.written_reads as reads
+    import escouade_nb.kernel_mcp.written_reads as reads
     real = reads._read
     monkeypatch.setattr(reads, "_read", lambda p: (threads.append(threading.current_thread().name), real(p))[1])
 

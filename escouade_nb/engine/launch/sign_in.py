@@ -23,18 +23,18 @@ import itertools
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from ..wire.errors import AgentError
-from ..wire.terminals import TerminalEvent, TerminalManager
+from ...wire.errors import AgentError
+from ...wire.terminals import TerminalEvent, TerminalManager
 from .launcher import agent_env, launch_argv
 from .sandbox import SandboxError, client_reach, sandboxed
 
 if TYPE_CHECKING:
-    from ..core.conversation import ToolCall
-    from .interfaces import AgentHandle
+    from ...core.conversation import ToolCall
+    from .interfaces import SigningIn
 
 _runs = itertools.count(1)
 ORIGIN = "sign-in"
-"""The :attr:`~..core.conversation.ToolCall.origin` of a sign-in's terminal call."""
+"""The :attr:`~...core.conversation.ToolCall.origin` of a sign-in's terminal call."""
 
 
 class TerminalSignIn:
@@ -42,7 +42,7 @@ class TerminalSignIn:
     and ``env`` are what runs; ``call`` the tool card showing it (after :meth:`run`
     started); ``exit_code`` once it ended (negative: killed by that signal number)."""
 
-    def __init__(self, agent: AgentHandle, method: dict[str, Any]) -> None:
+    def __init__(self, agent: SigningIn, method: dict[str, Any]) -> None:
         self.agent = agent
         self.method = method
         acp = agent.harness.acp
@@ -152,7 +152,7 @@ class TerminalSignIn:
         self.agent.conversation.touch(self.call)
 
 
-async def sign_in_with_terminal(agent: AgentHandle, method: dict[str, Any]) -> None:
+async def sign_in_with_terminal(agent: SigningIn, method: dict[str, Any]) -> None:
     """Run the terminal auth ``method``; on exit 0 restart ``agent`` (reconnect,
     re-initialize) and send once more the prompt it refused for want of a sign-in
     (``agent.sign_in_retry`` is that turn). :class:`AgentError` when the program fails."""

@@ -4,7 +4,7 @@
 
 The pending state itself lives in the page, in each cell's metadata (see
 ``labextension/src/index.js``: the change, the source before it): Keep and Reject are
-operations the kernel sends to the page (:meth:`~.kernel_server.LiveNotebook.settle_cell`),
+operations the kernel sends to the page (:meth:`~...kernel_mcp.server.LiveNotebook.settle_cell`),
 which keeps the change (the mark removed; a delete done) or takes it back exactly (the
 source before restored; a new cell removed), outside the user's undo history. This list is
 the kernel's own knowledge of what this agent changed and has not yet settled through it.
@@ -48,7 +48,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
-from .kernel_tools import ToolFailure
+from ...kernel_mcp.tools import ToolFailure
 
 __all__ = ["PendingEdit", "Settling", "EditReview", "pending_edit", "user_changed", "drop", "CHANGE_WORDS"]
 
@@ -61,7 +61,7 @@ CHANGE_WORDS = {"insert": "new cell", "edit": "edit of cell", "delete": "deletio
 class Settling:
     """A Keep or Reject under way: ``await`` it for the outcome (``"kept"``,
     ``"rejected"``; ``"partial"``: one hunk of a file's edit answered, others left); the
-    page's error is raised as :class:`~.kernel_tools.ToolFailure`.
+    page's error is raised as :class:`~...kernel_mcp.tools.ToolFailure`.
     Not awaiting it is fine: it runs all the same."""
 
     def __init__(self, task: asyncio.Task) -> None:
@@ -161,7 +161,7 @@ class EditReview:
         self._changed: list[str] = []  # the user's changes of those, not yet told
         self._told: set[tuple[str, str]] = set()  # (cell, what) already noted in this turn
         self._dropped: list[str] = []  # changes dropped, not yet told
-        self._files_untold: list[str] = []  # files whose change was rejected, not yet told (engine/file_review.py)
+        self._files_untold: list[str] = []  # files whose change was rejected, not yet told (review/file_review.py)
         _reviews.add(self)
 
     @property
@@ -218,7 +218,7 @@ class EditReview:
         settled: one :class:`Settling` each (await them or not)."""
         return [self._settle(e, keep) for e in self.pending if e.key not in self._busy]
 
-    # -- other kinds of pending edits (a file's: engine/file_review.py) ---------------------------------
+    # -- other kinds of pending edits (a file's: engine/review/file_review.py) ---------------------------------
     def add_item(self, edit: Any) -> None:
         """A pending edit made elsewhere (a :class:`~.file_review.FileEdit`): in the list."""
         self._edits.append(edit)

@@ -2,7 +2,7 @@
 exists, made before it starts, re-counted after its turns, merged, rebased, discarded.
 
 The git work itself is :class:`~.worktree.Worktree`'s; this module ties it to an agent
-(its state: :class:`~.interfaces.AgentHandle`): the notices in its conversation, the
+(its state: :class:`~..interfaces.AgentHandle`): the notices in its conversation, the
 journal's lines, the status observers told (views redraw their header). Git's refusals
 come out as :class:`~.worktree.WorktreeError` (the squad says them as ``SquadError``).
 """
@@ -14,9 +14,9 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from ..manifest.project import Project
-from ..permissions.journal import Journal
-from .interfaces import AgentHandle
+from ...manifest.project import Project
+from ...permissions.journal import Journal
+from ..interfaces import AgentHandle
 from .worktree import MergeResult, Worktree, WorktreeError, safe_name
 
 __all__ = ["discard", "make", "merge", "moved_into", "plan", "rebase", "restat", "worktree_of"]

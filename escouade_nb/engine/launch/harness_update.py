@@ -24,9 +24,9 @@ from pathlib import Path
 
 import anyio
 
-from ..manifest import HarnessRef, locate_program
-from ..manifest.locate import read_version_async
-from ..wire.process import kill_group_now, spawn, terminate_group
+from ...manifest import HarnessRef, locate_program
+from ...manifest.locate import read_version_async
+from ...wire.process import kill_group_now, spawn, terminate_group
 
 UPDATE_TIMEOUT = 600.0
 """How long an update may run (seconds) before its process group is killed."""

@@ -81,10 +81,10 @@ a ``NullHandler`` so their records reach only the handlers the user configured (
 the notebook through logging's last resort). Tools turn every failure into a ``ToolError``
 whose text reaches the model.
 
-The parts, by what they do: :mod:`.kernel_http` (the bearer gate, the request's context,
-uvicorn on loopback), :mod:`.kernel_tools` (the tools' schemas and descriptions),
-:mod:`.kernel_reads` (the read tools: looks at user values in worker threads),
-:mod:`.kernel_run` (``run_code``'s execution and captures), :mod:`.token_files`. This
+The parts, by what they do: :mod:`.http` (the bearer gate, the request's context,
+uvicorn on loopback), :mod:`.tools` (the tools' schemas and descriptions),
+:mod:`.reads` (the read tools: looks at user values in worker threads),
+:mod:`.run` (``run_code``'s execution and captures), :mod:`.token_files`. This
 module holds the server: grants, start and stop, the busy rule, each call's consent.
 """
 
@@ -107,12 +107,12 @@ from .._errors import EscouadeError
 from .._version import __version__
 from ..core import notebook as notebook_core
 from ..core.output_images import Images
-from .kernel_http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_third_party_loggers, \
+from .http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_third_party_loggers, \
     serve_on_loopback
-from .kernel_reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, live_cells_text, \
+from .reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, live_cells_text, \
     notebook_cells_text
-from .kernel_run import execute, run_result_text
-from .kernel_tools import INSTRUCTIONS, TOOLS, ImageAnswer, ToolFailure, register_tools
+from .run import execute, run_result_text
+from .tools import INSTRUCTIONS, TOOLS, ImageAnswer, ToolFailure, register_tools
 from .token_files import TokenFiles
 
 __all__ = ["SERVER_NAME", "TOOLS", "DEFAULT_BUSY_LIMIT", "Refused", "ToolOwner", "LiveNotebook", "Grant",
@@ -182,7 +182,7 @@ class LiveNotebook(Protocol):
     layer implements it, :class:`escouade_nb.widgets.notebook_pages.NotebookPages`; the
     engine never imports it). ``live_cells()`` answers ``{"path": str, "cells": list}``
     (the cells as the page sent them, checked by the reader) or raises
-    :class:`~.kernel_tools.ToolFailure` with one line for the model (no page answered)."""
+    :class:`~.tools.ToolFailure` with one line for the model (no page answered)."""
 
     async def live_cells(self) -> dict[str, Any]: ...
 
@@ -191,7 +191,7 @@ class LiveNotebook(Protocol):
         ``insert`` (``source``, ``cell_type``, ``after``), ``edit`` (``cell``, ``source``,
         ``base``: the SHA-256 the agent read, checked by the page as it applies the edit) or
         ``delete`` (``cell``, ``base``); ``agent`` names who. Answers the page's reply
-        (``cell_id``, ``change``) or raises :class:`~.kernel_tools.ToolFailure` (no page,
+        (``cell_id``, ``change``) or raises :class:`~.tools.ToolFailure` (no page,
         the cell changed since, no such cell)."""
         ...
 
@@ -200,7 +200,7 @@ class LiveNotebook(Protocol):
         ``client=`` keyword may name the page, when the user clicked in one):
         ``{"outcome": "kept" | "rejected", "changed_by_user": bool}`` (``changed_by_user``:
         the user changed the cell after the agent; may be absent), or
-        :class:`~.kernel_tools.ToolFailure` (no page, the cell is not pending review)."""
+        :class:`~.tools.ToolFailure` (no page, the cell is not pending review)."""
         ...
 
 
@@ -256,7 +256,7 @@ def preload_in_kernel() -> bool:
     cycle is not reclaimed (anything freed by its reference count still is); modules,
     classes and IPython's own objects, which are most of the heap at this point, live
     until the kernel exits anyway. The engine (the ACP SDK, pydantic models) is loaded by
-    the caller first: :mod:`.squad` imports it and hands this function on. ``True`` when
+    the caller first: :mod:`..engine.squad` imports it and hands this function on. ``True`` when
     this call did the work."""
     global _preloaded
     if _preloaded:
@@ -709,7 +709,7 @@ class KernelServer:
         return run_result_text(result), "error" if result.get("error") else "ok"
 
     async def _execute(self, code: str) -> dict[str, Any]:
-        """:func:`~.kernel_run.execute` in the user namespace (each run its own file name,
+        """:func:`~.run.execute` in the user namespace (each run its own file name,
         for its tracebacks)."""
         self._runs += 1
         ns = cast(dict[str, Any], self._user_ns()[0])  # a dict: the one given, or IPython's user_ns

@@ -8,11 +8,11 @@ the Jupyter data dir: the folder keeps the repository's name and relative neighb
 worktree shares the object store; nothing is copied), and is where a user looks for it;
 not inside the repository, where it would show as untracked files of the main worktree.
 
-Git itself runs as async subprocesses on the loop (:func:`~.kernel_git.git`): GitPython and
+Git itself runs as async subprocesses on the loop (:func:`~..kernel_git.git`): GitPython and
 pygit2 are synchronous (GitPython forks ``git`` and waits), so either would block the kernel's
 loop, and neither adds what we need (worktree add/remove, merge with its conflict list)
 beyond the command line. Every method here is a coroutine; nothing blocks. Where it runs
-(:mod:`.kernel_git`): in the agent's worktree (:meth:`Worktree.inside`) with ``GIT_DIR`` a
+(:mod:`..kernel_git`): in the agent's worktree (:meth:`Worktree.inside`) with ``GIT_DIR`` a
 folder of the kernel's and ``GIT_WORK_TREE`` the recorded path — never the worktree's ``.git``
 file or its admin folder's config, which a sandboxed agent can write —; in the user's main
 worktree (:meth:`Worktree.main`) with the user's own config and hooks, ``GIT_DIR`` explicit.
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .kernel_git import WorktreeError, WorktreeGit, find_repository, git, in_main
+from ..kernel_git import WorktreeError, WorktreeGit, find_repository, git, in_main
 
 AGENT_EMAIL = "escouade_nb@localhost"
 BRANCH_PREFIX = "escouade/"
@@ -215,12 +215,12 @@ class Worktree:
             self.admin = WorktreeGit.admin_of(self.common_dir, self.path)
 
     async def main(self, *args: str, check: bool = True) -> tuple[int, str, str]:
-        """``git ARGS`` in the user's main worktree (:func:`~.kernel_git.in_main`)."""
+        """``git ARGS`` in the user's main worktree (:func:`~..kernel_git.in_main`)."""
         self._located()
         return await git(*args, cwd=self.repo, check=check, env=in_main(self.repo, self.git_dir))
 
     async def inside(self, *args: str, check: bool = True) -> tuple[int, str, str]:
-        """``git ARGS`` in the agent's worktree (:class:`~.kernel_git.WorktreeGit`: never the
+        """``git ARGS`` in the agent's worktree (:class:`~..kernel_git.WorktreeGit`: never the
         worktree's ``.git`` file nor its admin folder's config); :class:`WorktreeError` when
         its admin folder is gone or was changed."""
         self._located()

@@ -18,7 +18,7 @@ from typing import Any
 from ..core import notebook as notebook_core
 from ..core import variables as variables_core
 from ..core.output_images import Images
-from .kernel_tools import ImageAnswer, ToolFailure
+from .tools import ImageAnswer, ToolFailure
 
 READ_BUDGET = 2.0
 """Seconds one read tool call (``list_variables``, ``inspect_variable``, ``notebook_cells``)
@@ -299,7 +299,7 @@ async def live_cells_text(read: Callable[[], Awaitable[dict[str, Any]]] | None, 
     "sha256", "execution_count", "outputs"}]}`` (:func:`~..core.notebook.live_cells`), and
     when PNG or JPEG outputs came within the caps, ``"images": [{"image", "cell_id",
     "index", "mime_type", "bytes"}]`` with the text of an :class:`ImageAnswer` carrying them.
-    ``read()`` is the channel's (:meth:`.kernel_server.LiveNotebook.live_cells`);
+    ``read()`` is the channel's (:meth:`.server.LiveNotebook.live_cells`);
     ``None``: this kernel has none. :class:`ToolFailure` in one line when no page answers
     (the channel's own), for a malformed answer or bad bounds."""
     import json

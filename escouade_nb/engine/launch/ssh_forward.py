@@ -3,7 +3,7 @@ forward, :class:`ReverseForward`.
 
 ``127.0.0.1`` on the agent's host is not this kernel's, so the launcher's ``ssh`` gets
 ``-R 127.0.0.1:0:127.0.0.1:PORT`` (PORT: the kernel's loopback server,
-:mod:`.kernel_http`): sshd listens on a port it picks on the remote host's loopback and
+:mod:`...kernel_mcp.http`): sshd listens on a port it picks on the remote host's loopback and
 carries each connection made there back through the connection to the kernel's server.
 The ``escouade`` entry of ``session/new`` then names that remote end,
 ``http://127.0.0.1:N/mcp``, with the grant's bearer token in its ``headers`` — the token
@@ -39,7 +39,7 @@ import asyncio
 import re
 from collections.abc import Sequence
 
-from .._errors import EscouadeError
+from ..._errors import EscouadeError
 from .launcher import is_ssh
 
 __all__ = ["FORWARD_TIMEOUT", "ForwardFailed", "ReverseForward", "forward_argv"]

@@ -11,7 +11,7 @@ process group (``setsid``, where the host has it — Linux does; elsewhere only 
 own process is signalled) reading a FIFO that a ``cat`` feeds from the connection; when
 the connection's input ends — our ``close()`` closes the launcher's stdin, or the
 connection drops because Stop, Restart or kernel shutdown killed the local ``ssh`` — the
-agent gets end of input, has :data:`~..wire.process.EOF_GRACE` seconds to exit, then its
+agent gets end of input, has :data:`~...wire.process.EOF_GRACE` seconds to exit, then its
 whole remote group gets SIGTERM and, 3 s later, SIGKILL: the same ending as a local
 agent's. The agent's stdout and stderr are the connection's own, untouched (no terminal:
 ``ssh -t`` would echo our messages back and rewrite newlines, so it is not used). The
@@ -24,9 +24,12 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ..wire.process import agent_environment
+from ...wire.process import agent_environment
+
+if TYPE_CHECKING:
+    from .interfaces import Launched
 
 SSH_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" || exit 125
@@ -63,8 +66,8 @@ def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
     return [*via, shlex.join(["sh", "-c", SSH_WRAPPER, "escouade_nb", *command])]
 
 
-def agent_env(agent: Any) -> dict[str, str]:
-    """The environment of ``agent``'s process (an AgentHandle): the kernel's, less its
+def agent_env(agent: Launched) -> dict[str, str]:
+    """The environment of ``agent``'s process: the kernel's, less its
     manifest's ``acp.removeEnv``, plus its ``acp.env`` and the start's (``--account``…).
     What its start, its terminal sign-in and its sandboxed worktree setup all get."""
     acp_spec = agent.harness.acp

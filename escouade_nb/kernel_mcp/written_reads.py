@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core import notebook as notebook_core
 from ..core.written import Written, written_rows
-from .kernel_tools import ToolFailure
+from .tools import ToolFailure
 
 __all__ = ["read_written", "written", "saved_trusted", "NO_NOTEBOOK"]
 
@@ -73,7 +73,7 @@ async def read_written(path: str | os.PathLike[str] | None = None, *, ns: Mappin
     - ``path`` given: that saved ``.ipynb`` (relative to the kernel's folder), read with
       nbformat in a worker thread;
     - no ``path``: this kernel's open notebook as its page holds it now, through the
-      channel (``live``: a :class:`~.kernel_server.LiveNotebook`, by default the kernel's),
+      channel (``live``: a :class:`~.server.LiveNotebook`, by default the kernel's),
       unsaved Keeps included; with no page answering, the saved file of the kernel's
       session (``ns["__session__"]`` or ``JPY_SESSION_NAME``); else a one-line ``error``.
 
@@ -81,9 +81,9 @@ async def read_written(path: str | os.PathLike[str] | None = None, *, ns: Mappin
     if path is not None:
         return await _from_file(Path(path).expanduser().absolute())
     if live is None:
-        from . import kernel_server
+        from . import server
 
-        live = kernel_server._live_notebook
+        live = server._live_notebook
     if live is not None:
         try:
             got = await live.live_cells()

@@ -27,7 +27,7 @@ What is watched
     The agent's folder (``cwd``). In a git repository the files are those git lists
     (``git ls-files --cached --others --exclude-standard``, read-only: it writes neither
     the index nor a ref; run in the kernel's private repository over the folder, reading no
-    configuration the agent could have written: :mod:`.kernel_git`): tracked and untracked files, git-ignored
+    configuration the agent could have written: :mod:`..kernel_git`): tracked and untracked files, git-ignored
     ones left out. Elsewhere a plain walk. Both skip :data:`SKIPPED_FOLDERS` (``.git``,
     ``node_modules``, ``__pycache__``…) and symlinks (neither followed nor reviewed), and the
     notebook the kernel runs (JupyterLab saves it while the agent works) unless the agent
@@ -52,7 +52,7 @@ Keep and Reject
     is refused (:class:`FileChanged`, the edit stays pending) when the file is no longer
     what the agent left (someone changed it since: nothing is overwritten). Every file a Reject
     reads, writes or removes (a compiled form too) is reached from the agent's folder by a walk
-    of folder fds that follows no symlink (:mod:`..wire.folder_fds`; :func:`_folder`): a folder
+    of folder fds that follows no symlink (:mod:`...wire.folder_fds`; :func:`_folder`): a folder
     the agent swapped for a symlink after its turn refuses the Reject (:class:`FileChanged`, "a
     symbolic link in its path"), and nothing outside the folder is touched. A second turn
     changing a file still pending stays one edit, from the bytes before the first change.
@@ -87,10 +87,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import EscouadeError
-from ..wire.folder_fds import Changed, entry, open_below, open_folder, read_at, replace_at, still_at
+from ..._errors import EscouadeError
+from ...wire.folder_fds import Changed, entry, open_below, open_folder, read_at, replace_at, still_at
 from .cell_review import EditReview, Settling
-from .kernel_git import GitRepo, PrivateRepo, WorktreeError, find_repository
+from ..kernel_git import GitRepo, PrivateRepo, WorktreeError, find_repository
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def _trusted_until(root: Path) -> tuple[int, int] | None:
 
 class _Folders:
     """The folders of a snapshot's files, each reached from the agent's folder by a walk of
-    folder fds that follows no symlink (:mod:`..wire.folder_fds`): a folder swapped for a
+    folder fds that follows no symlink (:mod:`...wire.folder_fds`): a folder swapped for a
     symlink while the snapshot runs is not read through. Holds one folder's fd at a time (the
     names come grouped by folder); :meth:`close` when done."""
 
@@ -551,7 +551,7 @@ async def _git_files(root: Path, recorded: GitRepo | None = None) -> list[str] |
     """The files git lists under ``root`` (tracked, and untracked not ignored), relative to
     it; None when ``root`` is not in a work tree or git is missing. Read-only for the user's
     repository, and run in the kernel's private repository over it
-    (:meth:`~.kernel_git.PrivateRepo.list_files`): no config, hook, fsmonitor or attribute of
+    (:meth:`~..kernel_git.PrivateRepo.list_files`): no config, hook, fsmonitor or attribute of
     the folder's repository — which the agent may have written — is read as configuration.
     ``recorded``: the repository as the kernel recorded it (an agent's worktree), else found by
     walking up to a ``.git``."""
@@ -564,7 +564,7 @@ async def _git_files(root: Path, recorded: GitRepo | None = None) -> list[str] |
 
 def _refused(path: Path, exc: Changed | NotADirectoryError, doing: str) -> FileChanged:
     """Why ``path`` was not ``doing`` (``read``, ``put back``…): the walk from the agent's
-    folder met a symlink (:class:`~..wire.folder_fds.Changed`) or a non-folder on its way."""
+    folder met a symlink (:class:`~...wire.folder_fds.Changed`) or a non-folder on its way."""
     if isinstance(exc, Changed) and exc.where == path and not exc.symlink:
         return FileChanged(f"{path} is no longer a regular file: not {doing}")
     if isinstance(exc, Changed) and exc.symlink:
@@ -578,7 +578,7 @@ def _refused(path: Path, exc: Changed | NotADirectoryError, doing: str) -> FileC
 def _folder(path: Path, root: Path | None, create: bool = False) -> tuple[int | None, Path]:
     """An fd of the folder holding ``path`` and that folder's real path: reached from the
     agent's folder ``root`` (its real path opened from ``/``) by a walk of folder fds that
-    follows no symlink (:mod:`..wire.folder_fds`), or, for a path outside ``root`` (a write
+    follows no symlink (:mod:`...wire.folder_fds`), or, for a path outside ``root`` (a write
     through our fs elsewhere, named by its real path), from ``/`` the same way. Missing
     folders made when ``create``, else ``(None, …)``. Raises ``Changed``, ``OSError``."""
     if root is not None:

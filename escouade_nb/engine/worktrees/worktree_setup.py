@@ -29,8 +29,8 @@ starts only when each step went well):
 bounds; its failure is said and the discard goes on.
 
 Sandboxed when the agent is (``--sandbox``): ``setup`` and ``cleanup`` run under the agent's
-own bubblewrap as its client terminals do (:func:`.sandbox.client_reach`,
-:func:`.sandbox.terminal_command`: writable only its folder in the worktree, the worktree's
+own bubblewrap as its client terminals do (:func:`..launch.sandbox.client_reach`,
+:func:`..launch.sandbox.terminal_command`: writable only its folder in the worktree, the worktree's
 git administration, its state folders and a private ``/tmp``; the same hidden folders and
 read-only git files), with a network of their own cut the same way (their own pasta: the
 internet, of the host's loopback only the ports declared for the agent — the kernel's MCP
@@ -56,16 +56,16 @@ from typing import Any
 
 import anyio
 
-from ..manifest.project import ProjectFileError, WorktreeSetup
-from ..permissions.journal import Journal
-from ..permissions.states import config_dir
-from ..wire.errors import AgentError
-from ..wire.terminals import TerminalEvent, TerminalManager
+from ...manifest.project import ProjectFileError, WorktreeSetup
+from ...permissions.journal import Journal
+from ...permissions.states import config_dir
+from ...wire.errors import AgentError
+from ...wire.terminals import TerminalEvent, TerminalManager
 from . import agent_worktrees
-from .cards import CardDesk
-from .interfaces import AgentHandle
-from .launcher import agent_env
-from .sandbox import SandboxError, client_reach, sandboxed
+from ..cards import CardDesk
+from ..interfaces import AgentHandle
+from ..launch.launcher import agent_env
+from ..launch.sandbox import SandboxError, client_reach, sandboxed
 from .worktree import Worktree
 
 __all__ = ["CONFIRMATIONS_FILE", "LAST_LINES", "OUTPUT_CAP", "SHOWN_BYTES", "CommandResult", "Confirmations", "Copied",
@@ -83,7 +83,7 @@ CONFIRMATIONS_FILE = "worktree-commands.json"
 
 _ids = itertools.count(1)
 ORIGIN = "worktree"
-"""The :attr:`~..core.conversation.ToolCall.origin` of the worktree's cards and command calls."""
+"""The :attr:`~...core.conversation.ToolCall.origin` of the worktree's cards and command calls."""
 _running: set[TerminalManager] = set()  # the setups and cleanups running now (killed at interpreter exit)
 
 
@@ -232,7 +232,7 @@ def _card_text(config: WorktreeSetup, target: Path, files: dict[str, NamedFile] 
 async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journal: Journal | None,
                   confirmations: Confirmations | None = None, *, files: dict[str, NamedFile] | None = None) -> bool:
     """Whether ``config``'s commands may run: already confirmed for its folder (said in the
-    conversation), else a permission card (:class:`~.cards.PermissionCard`, handed out by
+    conversation), else a permission card (:class:`~..cards.PermissionCard`, handed out by
     ``agent.next_permission()`` and shown by the views like any card) that only the user
     answers: *Run* (kept) or *Don't run*. ``target``: where the worktree goes (shown).
     The decision goes in the conversation (a notice, so a transcript keeps it) and the
@@ -329,7 +329,7 @@ def _copy(entries: tuple[str, ...], source: Path, target: Path, repo: Path) -> C
 async def copy_paths(config: WorktreeSetup, worktree: Worktree, target: Path) -> Copied:
     """Copy ``config.copy`` from ``config.folder`` into ``target`` (the same folder inside
     ``worktree``), in a thread; then add what was copied to the worktree's own exclude
-    file (:func:`exclude_in_worktree`). :class:`~..manifest.project.ProjectFileError` for
+    file (:func:`exclude_in_worktree`). :class:`~...manifest.project.ProjectFileError` for
     a path whose symlink leads out of the repository."""
     done = await asyncio.to_thread(_copy, config.copy, config.folder, target, worktree.repo.resolve())
     if done.copied:
@@ -564,7 +564,7 @@ async def cleanup(agent: AgentHandle, journal: Journal | None = None, *,
     said and not run. Its failure is said (exit code, last lines); the discard goes on either way (a
     cleanup is best effort: a worktree that cannot be removed because its cleanup failed
     would be worse). None when nothing ran."""
-    from ..manifest.project import read_worktree_config
+    from ...manifest.project import read_worktree_config
 
     worktree = agent_worktrees.worktree_of(agent)
     if not agent.cwd.is_relative_to(worktree.path):

@@ -145,7 +145,7 @@ async def _refuse(send: Callable, status: int, body: bytes) -> None:
 
 def import_server_side() -> tuple[Any, Any, Any, Any]:
     """(MCPServer, ToolError, uvicorn, pydantic.Field): the heavy imports (~0.5 s), run in
-    a worker thread by :meth:`~.kernel_server.KernelServer.start`, or at once by ``%load_ext``."""
+    a worker thread by :meth:`~.server.KernelServer.start`, or at once by ``%load_ext``."""
     import uvicorn
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError

@@ -55,7 +55,7 @@ every local user reads in ``/proc``).
 What escouade_nb does *for* a sandboxed agent is held to the same world, built from the
 same :class:`Binds` as its process's command line (:meth:`Sandbox.binds`, one computation):
 its client file system (:func:`client_confinement`, set by the agent's start through
-:meth:`~..wire.client.EscouadeClient.confine`) writes only in the process's writable set,
+:meth:`~...wire.client.EscouadeClient.confine`) writes only in the process's writable set,
 never in what :func:`git_protected` keeps read-only, and reads nothing in
 :func:`hidden_folders` (the one list of what the sandbox hides, the kernel's ``/tmp``
 first) but what the sandbox binds there, nor in the kernel's ``/proc``, ``/dev``, ``/sys``
@@ -95,11 +95,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import EscouadeError
-from ..wire.fs import Confinement
+from ..._errors import EscouadeError
+from ...wire.fs import Confinement
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import Launched
 
 __all__ = ["BWRAP", "PACKAGE", "PASTA", "PASTA_PACKAGE", "Binds", "Confined", "Network", "Sandbox", "SandboxError",
            "SandboxMissing", "bwrap_argv", "client_confinement", "client_reach", "expand_state_folder", "find_bwrap",
@@ -727,8 +727,8 @@ def client_reach(binds: Binds) -> tuple[Confinement, Callable[[list[str], Path],
     """What the client may do for an agent sandboxed with ``binds``: its
     :func:`client_confinement`, and the ``wrap(argv, cwd)`` of its terminals
     (:func:`terminal_command`: a :class:`Confined` to spawn, attach and close). For
-    :meth:`~..wire.client.EscouadeClient.confine` and a
-    :class:`~..wire.terminals.TerminalManager`. Pure (``wrap`` is not: call it off the
+    :meth:`~...wire.client.EscouadeClient.confine` and a
+    :class:`~...wire.terminals.TerminalManager`. Pure (``wrap`` is not: call it off the
     loop)."""
     return client_confinement(binds), lambda argv, cwd: terminal_command(binds, argv, cwd)
 
@@ -845,7 +845,7 @@ class Sandbox:
                      pasta, ports)
 
 
-async def sandboxed(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
+async def sandboxed(agent: Launched, argv: Sequence[str], env: Mapping[str, str],
                     readable: Sequence[Path] = (), *, kernel_port: int | None = None,
                     token_folder: Path | None = None, token_file: Path | None = None,
                     network: bool = True) -> Binds:

@@ -5,9 +5,9 @@ folder (``agent.checkpoints``: one per turn, ``.turn``, ``.prompt``, ``.at``); `
 agent.rewind(cp)`` puts the folder back as it was then and continues the conversation from
 before that turn.
 
-How a folder is kept (:class:`FolderSnapshots`; git through :mod:`.kernel_git`, async
+How a folder is kept (:class:`FolderSnapshots`; git through :mod:`..kernel_git`, async
 subprocesses, never on the loop's thread): in the kernel's **private repository** over the
-folder's work tree (:class:`~.kernel_git.PrivateRepo`: a ``GIT_DIR`` of ours under the state
+folder's work tree (:class:`~..kernel_git.PrivateRepo`: a ``GIT_DIR`` of ours under the state
 folder, :func:`state_dir`, with ``GIT_WORK_TREE`` = the repository's top, or the folder itself
 outside git). Its git reads only the configuration the kernel wrote — no config, hook,
 filter, fsmonitor or attribute driver of the folder's repository, which the agent may have
@@ -26,7 +26,7 @@ stored raw and written back byte for byte (the private ``info/attributes`` unset
 ``core.autocrlf``), with their executable bit and symlinks; empty folders are not kept (git
 keeps files). What a rewind removes is unlinked, and what it writes back (checked out by git into a
 folder of the kernel's, then copied), through a walk of folder fds from the agent's folder that follows
-no symlink (:mod:`..wire.folder_fds`): a process of the agent's swapping one of its folders for a
+no symlink (:mod:`...wire.folder_fds`): a process of the agent's swapping one of its folders for a
 symlink during the rewind gets that file left alone, named in the rewind's warning (``FolderSnapshots.refused``),
 and nothing outside the folder is removed or written.
 
@@ -36,8 +36,8 @@ a session as it is *now*, so only a fork taken then is the conversation of then)
 forks that fork again (the checkpoint's stays as it was, for a later rewind) and the agent
 goes on in it, on the same process. Else — or when the process changed since (a restart, a
 resume) — a new process and session carry the conversation up to that turn as context of the
-next prompt (:func:`~..core.prompt.carried_conversation`, as a fork does). The turns from the
-one rewound to on stay in the view, marked rewound (:meth:`~..core.conversation.Conversation.mark_rewound`,
+next prompt (:func:`~...core.prompt.carried_conversation`, as a fork does). The turns from the
+one rewound to on stay in the view, marked rewound (:meth:`~...core.conversation.Conversation.mark_rewound`,
 ``(rewound)`` in the text); each checkpoint and each rewind is on record in the transcript
 (``checkpoint`` and ``rewind`` events), so a resume shows and keeps them.
 """
@@ -58,12 +58,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .._errors import EscouadeError
-from ..core.conversation import Message
-from ..wire.errors import AgentError
-from ..wire.folder_fds import Changed, entry, open_below, open_folder, replace_at, symlink_at
-from ..wire.transcript import CHECKPOINT_EVENT, REWIND_EVENT
-from .kernel_git import GitRepo, PrivateRepo, WorktreeError, git, state_dir
+from ..._errors import EscouadeError
+from ...core.conversation import Message
+from ...wire.errors import AgentError
+from ...wire.folder_fds import Changed, entry, open_below, open_folder, replace_at, symlink_at
+from ...wire.transcript import CHECKPOINT_EVENT, REWIND_EVENT
+from ..kernel_git import GitRepo, PrivateRepo, WorktreeError, git, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ def _why(rel: str, exc: BaseException, root: Path) -> tuple[str, str]:
 
 def _held(root: Path, parts: tuple[str, ...], create: bool = False) -> int | None:
     """An fd of the folder ``parts`` below the agent's folder ``root`` (a real path), by the
-    walk of folder fds that follows no symlink (:mod:`..wire.folder_fds`)."""
+    walk of folder fds that follows no symlink (:mod:`...wire.folder_fds`)."""
     top = open_folder(root)
     if top is None:
         return None
@@ -571,7 +571,7 @@ class Checkpoints:
             conversation.add_notice(f"{what} The conversation goes on in session {fork}, forked from the one the "
                                     f"agent forked before that turn (session/fork).")
             return cp
-        from ..core.prompt import carried_items
+        from ...core.prompt import carried_items
         if agent.transcript is not None:
             agent.transcript.event(REWIND_EVENT, turn=cp.turn, commit=cp.commit, session=None)
         why = "it offers no session/fork" if cp.fork is None else "its process changed since that turn"

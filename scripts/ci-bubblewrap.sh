@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install Debian's bubblewrap (`bwrap`) and passt (which ships `pasta`, the sandbox's user-mode network) for
-# the sandbox tests (tests/engine/test_sandbox_bwrap.py, tests/adversarial/test_sandbox_*.py, the sandboxed
+# the sandbox tests (tests/engine/launch/test_sandbox_bwrap.py, tests/adversarial/test_sandbox_*.py, the sandboxed
 # released agents of tests/agents/), unless both are on PATH. They need no daemon and no setuid: user
 # namespaces, or root. Without them those tests are skipped with a one-line reason.
 set -euo pipefail

@@ -309,7 +309,7 @@ def test_ask_three_agents_two_fake_one_goose_shaped_returns_three_turns(repo, tm
 
     from escouade_nb.engine.compare import comparison, comparison_text
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "agents"))
+    sys.path.insert(0, str(Path(__file__).parents[2] / "agents"))
     try:
         from model_server import ModelServer
     finally:
@@ -317,7 +317,7 @@ def test_ask_three_agents_two_fake_one_goose_shaped_returns_three_turns(repo, tm
     bin_dir = tmp_path / "bin"  # `goose` exists only on this test's PATH, as in tests/agents
     bin_dir.mkdir()
     (bin_dir / "goose").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
-                                   f"{shlex.quote(str(Path(__file__).parents[1] / 'agents' / 'goose_like_agent.py'))} \"$@\"\n")
+                                   f"{shlex.quote(str(Path(__file__).parents[2] / 'agents' / 'goose_like_agent.py'))} \"$@\"\n")
     (bin_dir / "goose").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
 

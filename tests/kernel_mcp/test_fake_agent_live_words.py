@@ -1,6 +1,6 @@
 """The fake agent's words for the live-notebook tools (escouade_nb/tools/fake_live.py), the agent
 a real process over pipes, the kernel's MCP server real: with a page of our own standing for the
-notebook's (tests/engine/test_live_cell_edits.py's, which checks the hash as the real page does)
+notebook's (tests/kernel_mcp/test_live_cell_edits.py's, which checks the hash as the real page does)
 each word makes its MCP call with the arguments documented in docs/fake-agent.md (an edit or a
 delete names the hash it read); without a page each tool answers its one-line error."""
 

@@ -101,7 +101,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Container, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, cast, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, cast, get_args, runtime_checkable
 
 from .._errors import EscouadeError
 from .._version import __version__
@@ -142,9 +142,20 @@ class Refused(EscouadeError):
         self.message = message
 
 
+OwnerCall = Literal["allow_read", "ran_code", "tool_done", "notice", "edited", "provenance", "ask_execute_cell",
+                    "ran_cell"]
+OPTIONAL_CALLS: tuple[str, ...] = get_args(OwnerCall)
+"""The members of :class:`ToolOwner` an owner may lack (one table, as the ACP SDK's ``Route(optional=True)``):
+without ``allow_read`` every read is allowed, without ``ask_execute_cell`` ``execute_cell`` is refused (nobody
+to ask), and an owner without one of the others is not told. The server calls them only by these names,
+checked by the type checker (:data:`OwnerCall`)."""
+
+
 @runtime_checkable
 class ToolOwner(Protocol):
-    """Whoever answers for one grant's calls (the engine's agent session).
+    """Whoever answers for one grant's calls (the engine's agent session,
+    :class:`escouade_nb.engine.kernel_access.KernelAccess`): every member the server calls is declared
+    here; ``name`` and ``ask_run_code`` are required, the others (:data:`OPTIONAL_CALLS`) may be absent.
 
     ``ask_run_code`` returns when the code may run and raises :class:`Refused` when not;
     it is cancelled when the MCP request is (the card must then be withdrawn).
@@ -166,14 +177,26 @@ class ToolOwner(Protocol):
 
     def ran_code(self, code: str, result: dict) -> None: ...
 
-    # optional: ``edited(cell_id, change, live)``, told of each change the page made
-    # (``insert``, ``edit``, ``delete``, ``removed``) with the channel that made it;
-    # ``provenance()`` -> {"agent", "harness", "session", "turn"}, sent with each change (the
-    # page writes it, with ``at``, into a kept cell's metadata ``escouade``);
-    # ``notice()`` -> str | None, appended once to its next tool result (a Reject of its change)
-    # ``ask_execute_cell(cell_id, source, unreviewed)``: as ``ask_run_code``, for a cell of the open
-    # notebook (its whole source now; ``unreviewed``: an agent's change pending review);
-    # ``ran_cell(cell_id, source, text, failed)``: told how it ran (the text the model reads)
+    def tool_done(self, tool: str, arguments: dict, status: str, text: str) -> None: ...
+
+    def edited(self, cell_id: str, change: str, live: "LiveNotebook") -> None:
+        """Told of each change the page made (``insert``, ``edit``, ``delete``, ``removed``) with
+        the channel that made it."""
+
+    def provenance(self) -> dict[str, Any]:
+        """``{"agent", "harness", "session", "turn"}``, sent with each change (the page writes it,
+        with ``at``, into a kept cell's metadata ``escouade``)."""
+        ...
+
+    def notice(self) -> str | None:
+        """Appended once to its next tool result (a Reject of its change), or None."""
+
+    async def ask_execute_cell(self, cell_id: str, source: str, unreviewed: bool) -> None:
+        """As ``ask_run_code``, for a cell of the open notebook (its whole source now;
+        ``unreviewed``: an agent's change pending review)."""
+
+    def ran_cell(self, cell_id: str, source: str, text: str, failed: bool) -> None:
+        """Told how an ``execute_cell`` ran (``text``: what the model reads)."""
 
 
 @runtime_checkable
@@ -272,12 +295,18 @@ def preload_in_kernel() -> bool:
     return True
 
 
-def _tell_owner(owner: Any, method: str, *args: Any) -> Any:
-    """Call the owner's optional ``method`` (see :class:`ToolOwner`: ``notice``, ``tool_done``,
-    ``edited``, ``provenance``, ``ran_code``, ``ran_cell``) with ``args``: its answer, or None
+def _owner_call(owner: Any, method: OwnerCall) -> Callable[..., Any] | None:
+    """The owner's optional ``method`` (:data:`OPTIONAL_CALLS`, declared on :class:`ToolOwner`),
+    or None when it has none."""
+    found = getattr(owner, method, None)
+    return found if callable(found) else None
+
+
+def _tell_owner(owner: Any, method: OwnerCall, *args: Any) -> Any:
+    """Call the owner's optional ``method`` (:func:`_owner_call`) with ``args``: its answer, or None
     when it has none or it raised (logged: an owner's failure never fails the tool call)."""
-    told = getattr(owner, method, None)
-    if not callable(told):
+    told = _owner_call(owner, method)
+    if told is None:
         return None
     try:
         return told(*args)
@@ -550,8 +579,8 @@ class KernelServer:
         images: list[dict[str, Any]] = []
         try:
             if tool not in ("run_code", "execute_cell"):  # these two ask with a card
-                allow = getattr(grant.owner, "allow_read", None)
-                if callable(allow):
+                allow = _owner_call(grant.owner, "allow_read")
+                if allow is not None:
                     await self._consent(allow(tool, arguments))
             answer = await impl()
             if isinstance(answer, ImageAnswer):
@@ -731,8 +760,8 @@ class KernelServer:
                               "4 or Notebook 7 (this server has no channel to a page): nothing was run")
         grant = CALLER.get()
         owner = grant.owner  # type: ignore[union-attr]
-        ask = getattr(owner, "ask_execute_cell", None)
-        if not callable(ask):
+        ask = _owner_call(owner, "ask_execute_cell")
+        if ask is None:
             raise ToolFailure("execute_cell: this session has no one to ask (no permission card): nothing was run")
         self._check_busy()
         cell = await live.cell_to_run(cell_id)  # no page: its one-line error first

@@ -115,7 +115,7 @@ from .run import execute, run_result_text
 from .tools import INSTRUCTIONS, TOOLS, ImageAnswer, ToolFailure, register_tools
 from .token_files import TokenFiles
 
-__all__ = ["SERVER_NAME", "TOOLS", "DEFAULT_BUSY_LIMIT", "Refused", "ToolOwner", "LiveNotebook", "Grant",
+__all__ = ["SERVER_NAME", "TOOLS", "DEFAULT_BUSY_LIMIT", "Refused", "ToolOwner", "LiveNotebook", "CellRunner", "Grant",
            "KernelServer", "run_result_text", "use_live_notebook"]
 
 log = logging.getLogger(__name__)
@@ -227,13 +227,25 @@ class LiveNotebook(Protocol):
         ...
 
 
-# A LiveNotebook that can run cells has also (optional, looked up by ``execute_cell``):
-# ``running() -> str | None``: why a cell run from the page would wait now (a cell of the kernel is
-# running), else None; ``cell_to_run(cell_id) -> {"source", "sha256", "pending": bool}`` (a code
-# cell as the page shows it now, or ToolFailure: no page, no such cell, not a code cell);
-# ``run_cell(cell_id, base, by) -> {"execution_count", "outputs": [nbformat-like outputs]}``:
-# the page runs the cell when its source's SHA-256 is still ``base`` (else ToolFailure "changed
-# since"), writes ``by`` and the code that ran into its metadata, and answers when the run ended.
+class CellRunner(LiveNotebook, Protocol):
+    """A :class:`LiveNotebook` that can run cells (the views' ``NotebookPages`` is one): what
+    ``execute_cell`` needs of the channel. A channel without ``run_cell`` cannot (the tool says so,
+    nothing run); one without ``running`` is taken as never busy."""
+
+    def running(self) -> str | None:
+        """Why a cell run from the page would wait now (a cell of the kernel is running), else None."""
+
+    async def cell_to_run(self, cell_id: str) -> dict[str, Any]:
+        """``{"source", "sha256", "pending": bool}``: a code cell as the page shows it now, or
+        :class:`~.tools.ToolFailure` (no page, no such cell, not a code cell)."""
+        ...
+
+    async def run_cell(self, cell_id: str, base: str, by: dict[str, Any]) -> dict[str, Any]:
+        """``{"execution_count", "outputs": [nbformat-like outputs]}``: the page runs the cell when its
+        source's SHA-256 is still ``base`` (else :class:`~.tools.ToolFailure` "changed since"), writes
+        ``by`` and the code that ran into its metadata, and answers when the run ended."""
+        ...
+
 
 _live_notebook: LiveNotebook | None = None
 
@@ -754,7 +766,7 @@ class KernelServer:
         page run it if unchanged, tell the owner: the outputs as text (PNG and JPEG outputs named
         there and attached as images, checked: :class:`~..core.output_images.Images`), status
         ``"ok"`` or ``"error"``."""
-        live: Any = self.live_notebook()
+        live = cast(CellRunner | None, self.live_notebook())  # a CellRunner when it has run_cell
         if live is None or not callable(getattr(live, "run_cell", None)):
             raise ToolFailure("execute_cell needs escouade_nb loaded in a kernel whose notebook is open in JupyterLab "
                               "4 or Notebook 7 (this server has no channel to a page): nothing was run")
@@ -776,7 +788,8 @@ class KernelServer:
         except ToolFailure as exc:  # stale, the page gone: the card's call says so too
             _tell_owner(owner, "ran_cell", cell_id, source, str(exc), True)
             raise
-        outputs = ran.get("outputs") if isinstance(ran.get("outputs"), list) else []
+        got = ran.get("outputs")
+        outputs = got if isinstance(got, list) else []
         failed = any(isinstance(o, Mapping) and o.get("output_type") == "error" for o in outputs)
         images = Images()
         try:
@@ -795,7 +808,7 @@ class KernelServer:
         return ImageAnswer(text, "error" if failed else "ok", images.items)
 
     @staticmethod
-    def _check_queue(live: Any) -> None:
+    def _check_queue(live: CellRunner) -> None:
         """A cell of the kernel running now: a run from the page would wait behind it (and that
         cell may await this very turn): refused, nothing run."""
         running = getattr(live, "running", None)

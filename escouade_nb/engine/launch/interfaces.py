@@ -1,4 +1,4 @@
-"""What the launch wing needs of an agent, as Protocols: each part of :mod:`.` is given an
+"""What the launch wing needs of an agent, as Protocols: each part of the wing is given an
 object with these members (the engine passes the agent's state, which has them), never the
 agent's whole handle (:class:`~..interfaces.AgentHandle`). Read-only members (properties):
 a part reads them, it sets nothing on the agent but through the methods declared here.
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from ...core.conversation import Conversation
 from ...manifest import HarnessRef
 
-__all__ = ["Branch", "Launched", "SigningIn", "VersionChecked"]
+__all__ = ["Branch", "LaunchedAgent", "SandboxedAgent", "SignInAgent", "VersionedAgent"]
 
 
 class Branch(Protocol):
@@ -28,15 +28,18 @@ class Branch(Protocol):
     def branch(self) -> str: ...
 
 
-class Launched(Protocol):
-    """What an agent's process needs to be started: its environment (:func:`.launcher.agent_env`)
-    and its sandbox's binds (:func:`.sandbox.sandboxed`)."""
+class LaunchedAgent(Protocol):
+    """What :func:`.launcher.agent_env` needs: its manifest and the start's environment."""
 
     @property
     def harness(self) -> HarnessRef: ...
 
     @property
     def extra_env(self) -> Mapping[str, str]: ...
+
+
+class SandboxedAgent(LaunchedAgent, Protocol):
+    """What :func:`.sandbox.sandboxed` needs: its folders, manifest, environment, sandbox and worktree."""
 
     @property
     def cwd(self) -> Path: ...
@@ -51,7 +54,7 @@ class Launched(Protocol):
     def worktree(self) -> Branch | None: ...
 
 
-class SigningIn(Launched, Protocol):
+class SignInAgent(SandboxedAgent, Protocol):
     """An agent signing in with a terminal (:mod:`.sign_in`): its program and launcher, its
     conversation (the notices, the terminal's card), its process's token folder (``live``:
     an object with ``token_folder``, or None), and the changes the sign-in makes."""
@@ -82,10 +85,9 @@ class SigningIn(Launched, Protocol):
     def retry_after_sign_in(self, prompt: list[dict[str, Any]]) -> None: ...
 
 
-class VersionChecked(Protocol):
-    """An agent whose program's version is checked against its manifest's tested range
-    (:class:`.versions.ProgramVersions`): its name, the version its ``initialize`` gave, and
-    the check (claimed while ``--version`` is read)."""
+class VersionedAgent(Protocol):
+    """What :class:`.versions.ProgramVersions` needs: its name, the version its ``initialize`` gave,
+    and the check against its manifest's tested range (claimed while ``--version`` is read)."""
 
     @property
     def name(self) -> str: ...

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from ...wire.process import agent_environment
 
 if TYPE_CHECKING:
-    from .interfaces import Launched
+    from .interfaces import LaunchedAgent
 
 SSH_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" || exit 125
@@ -66,7 +66,7 @@ def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
     return [*via, shlex.join(["sh", "-c", SSH_WRAPPER, "escouade_nb", *command])]
 
 
-def agent_env(agent: Launched) -> dict[str, str]:
+def agent_env(agent: LaunchedAgent) -> dict[str, str]:
     """The environment of ``agent``'s process: the kernel's, less its
     manifest's ``acp.removeEnv``, plus its ``acp.env`` and the start's (``--account``…).
     What its start, its terminal sign-in and its sandboxed worktree setup all get."""

@@ -99,7 +99,7 @@ from ..._errors import EscouadeError
 from ...wire.fs import Confinement
 
 if TYPE_CHECKING:
-    from .interfaces import Launched
+    from .interfaces import SandboxedAgent
 
 __all__ = ["BWRAP", "PACKAGE", "PASTA", "PASTA_PACKAGE", "Binds", "Confined", "Network", "Sandbox", "SandboxError",
            "SandboxMissing", "bwrap_argv", "client_confinement", "client_reach", "expand_state_folder", "find_bwrap",
@@ -845,7 +845,7 @@ class Sandbox:
                      pasta, ports)
 
 
-async def sandboxed(agent: Launched, argv: Sequence[str], env: Mapping[str, str],
+async def sandboxed(agent: SandboxedAgent, argv: Sequence[str], env: Mapping[str, str],
                     readable: Sequence[Path] = (), *, kernel_port: int | None = None,
                     token_folder: Path | None = None, token_file: Path | None = None,
                     network: bool = True) -> Binds:

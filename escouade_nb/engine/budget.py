@@ -221,8 +221,7 @@ class AgentBudget:
 
     @property
     def squad(self) -> SquadBudget | None:
-        squad = getattr(self.state, "forker", None)
-        budget = getattr(squad, "budget", None)
+        budget = self.state.forker.budget if self.state.forker is not None else None
         return budget if isinstance(budget, SquadBudget) and budget.own is not None else None
 
     def view(self) -> dict[str, Any] | None:
@@ -256,7 +255,7 @@ class AgentBudget:
     def _changed(self, changes: list[Change]) -> None:
         for change in changes:
             if change.kind == "state" and change.name == "usage":
-                live = getattr(self.state, "live", None)
+                live = self.state.live
                 if live is not self._live:
                     self._live = live
                     self.meter.new_session()
@@ -349,7 +348,8 @@ class AgentBudget:
             journal.add(JOURNAL_ID, "Answer", verdict=verdict, tool="budget",
                         target=perm.tool_call.title if perm.tool_call is not None else None,
                         by=perm.answered_by if chosen else None, message=perm.message, request_id=call_id,
-                        agent=self.state.name, project=getattr(self.state.project, "name", None))
+                        agent=self.state.name,
+                        project=self.state.project.name if self.state.project is not None else None)
         squad = self.squad if scope == "squad" else None
         if squad is not None:
             squad.waiting.discard(self)
@@ -427,8 +427,7 @@ class SquadBudget:
         self._rearming = False
 
     def _budgets(self) -> list[AgentBudget]:
-        return [b for b in (getattr(getattr(a, "_state", a), "budget", None) for a in self._agents())
-                if isinstance(b, AgentBudget)]
+        return [a.budget for a in self._agents() if isinstance(a.budget, AgentBudget)]
 
     def set(self, tokens: float | None = None, cost: float | None = None,
             seconds: float | None = None) -> SquadBudget:

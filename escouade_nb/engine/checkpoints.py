@@ -423,11 +423,10 @@ class Checkpoints:
     def _recorded(self) -> GitRepo | None:
         """An agent's worktree as the kernel recorded it when it made it (its admin folder, the
         common dir): read instead of the worktree's ``.git`` file, which the agent may rewrite."""
-        wt = getattr(self.agent, "worktree", None)
-        admin, common = getattr(wt, "admin", None), getattr(wt, "common_dir", None)
-        if wt is None or admin is None or common is None:
+        wt = self.agent.worktree
+        if wt is None or wt.admin is None or wt.common_dir is None:
             return None
-        return GitRepo(Path(wt.path), Path(admin), Path(common))
+        return GitRepo(Path(wt.path), Path(wt.admin), Path(wt.common_dir))
 
     def _turn_number(self) -> int:
         return sum(1 for i in self.agent.conversation.items if isinstance(i, Message) and i.role == "user")
@@ -545,7 +544,7 @@ class Checkpoints:
         if cp.git_dir is not None and snapshots.git_dir is None:
             await snapshots._locate()
         removed, written = await snapshots.restore(cp.commit)
-        files = getattr(agent, "file_watch", None)  # review=True: pending changes the rewind undid leave the list
+        files = agent.file_watch  # review=True: pending changes the rewind undid leave the list
         if files is not None and snapshots.top is not None:
             await files.rewound([snapshots.top / p for p in [*removed, *written]])
         conversation = agent.conversation

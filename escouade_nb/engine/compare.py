@@ -69,7 +69,7 @@ class Comparison:
         for i, turn in enumerate(self.turns):
             if turn.agent is not agent:
                 continue
-            current = getattr(agent.turns, "current", None)
+            current = agent.turns.current
             waiting = agent.status == AgentStatus.WAITING and not turn.done and current is turn
             if turn.done and current is not None and current is not turn:
                 self.later[i] = True  # its worktree's diff stat may now count that turn's work
@@ -151,7 +151,7 @@ class Comparison:
             return []
         out = []
         for turn, (stat, seen) in zip(self.turns, self._frozen_at, strict=False):
-            wt = getattr(turn.agent, "worktree", None)
+            wt = turn.agent.worktree
             if wt is None:
                 continue
             events = list(getattr(wt, "events", ()))[seen:]
@@ -169,7 +169,7 @@ class Comparison:
 
 
 def _worktree_state(agent: Any) -> tuple[str | None, int]:
-    wt = getattr(agent, "worktree", None)
+    wt = agent.worktree
     if wt is None:
         return None, 0
     return (str(wt.last_stat) if wt.last_stat is not None else None), len(getattr(wt, "events", ()))
@@ -233,7 +233,7 @@ def _files(turn: Turn, diffstat: bool = True) -> str:
     """Its worktree's diff stat (``diffstat``: no later turn of the agent may have changed the
     worktree since), else the files its edit tool calls aimed at."""
     agent = turn.agent
-    wt = getattr(agent, "worktree", None)
+    wt = agent.worktree
     if diffstat and wt is not None and wt.last_stat is not None:
         return f"{wt.last_stat} ({', '.join(wt.last_stat.paths[:4])})" if wt.last_stat.files else "none"
     edited = sorted({p for c in turn.tool_calls if c.kind in EDIT_KINDS for p in paths_of(c)})

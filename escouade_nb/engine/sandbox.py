@@ -99,7 +99,7 @@ from .._errors import EscouadeError
 from ..wire.fs import Confinement
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import SandboxedAgent
 
 __all__ = ["BWRAP", "PACKAGE", "PASTA", "PASTA_PACKAGE", "Binds", "Confined", "Network", "Sandbox", "SandboxError",
            "SandboxMissing", "bwrap_argv", "client_confinement", "client_reach", "expand_state_folder", "find_bwrap",
@@ -845,7 +845,7 @@ class Sandbox:
                      pasta, ports)
 
 
-async def sandboxed(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, str],
+async def sandboxed(agent: SandboxedAgent, argv: Sequence[str], env: Mapping[str, str],
                     readable: Sequence[Path] = (), *, kernel_port: int | None = None,
                     token_folder: Path | None = None, token_file: Path | None = None,
                     network: bool = True) -> Binds:
@@ -855,7 +855,9 @@ async def sandboxed(agent: AgentHandle, argv: Sequence[str], env: Mapping[str, s
     read-only; ``kernel_port``, ``token_folder``, ``token_file``, ``network``: as
     :meth:`Sandbox.binds`. ``binds.confined(argv)`` is its command line and network.
     Errors as :meth:`Sandbox.binds`."""
-    sandbox: Sandbox = agent.sandbox
+    sandbox: Sandbox | None = agent.sandbox
+    if sandbox is None:
+        raise SandboxError(f"{agent.harness.display_name}: not sandboxed (no --sandbox)")
     acp_spec = agent.harness.acp
     worktree = agent.worktree
     return await sandbox.binds(argv, folder=agent.cwd, env=env,

@@ -487,7 +487,7 @@ class Squad:
 
     async def _prepare_fork(self, source: Agent, agent: Agent, planned: Worktree | None) -> None:
         from ..core.prompt import carried_items
-        if planned is not None:
+        if planned is not None and source.worktree is not None:
             await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
             await agent_worktrees.make(state_of(agent), planned, None, parent=source.worktree)
         caps = source.agent_capabilities or {}

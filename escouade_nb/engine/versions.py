@@ -17,7 +17,7 @@ from typing import Any
 
 from ..manifest import read_version
 from ..manifest.locate import read_version_async
-from .interfaces import AgentHandle
+from .interfaces import VersionedAgent
 
 __all__ = ["ProgramVersions"]
 
@@ -93,7 +93,7 @@ class ProgramVersions:
             self._read[key] = read_version(program, version_args)
         return self._read[key]
 
-    def check_at_start(self, agent: AgentHandle, program: str, version_args: list[str]) -> None:
+    def check_at_start(self, agent: VersionedAgent, program: str, version_args: list[str]) -> None:
         """Compare the version of ``agent``'s program with its manifest's ``tested``
         range (:meth:`~.state.AgentState.check_version`): at once when it was read
         already, else once read (a task of the owner's; the check is claimed meanwhile,
@@ -105,7 +105,7 @@ class ProgramVersions:
         agent.claim_version_check()
         self._own(self._check_later(agent, program, version_args), f"escouade version check of {agent.name}")
 
-    async def _check_later(self, agent: AgentHandle, program: str, version_args: list[str]) -> None:
+    async def _check_later(self, agent: VersionedAgent, program: str, version_args: list[str]) -> None:
         """The program's ``--version`` is what counts; the version the agent gives in
         ``initialize`` only when it has none. While it is read the check is claimed, so
         the agent's own check (at ``initialize``) leaves it to this; if it gives no

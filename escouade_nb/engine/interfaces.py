@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.conversation import Conversation
-from ..core.observers import Observers
 from ..core.status import AgentStatus
 from ..manifest import HarnessRef
 from ..manifest.project import Project
@@ -21,16 +20,17 @@ from ..wire.errors import AuthRequired
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 
-__all__ = ["AgentHandle", "BudgetPart", "CardsAgent", "CheckpointsPart", "ControlledAgent", "EditReviewPart",
-           "FileWatchPart", "Forker", "JournaledAgent", "KernelRequests", "LaunchedAgent", "LiveSession", "Named",
-           "OptionalParts", "RecordedAgent", "ResumedAgent", "SandboxedAgent", "VersionedAgent", "WorktreeAgent",
-           "WorktreePart", "default_forker", "register_default_forker"]
+__all__ = ["BudgetPart", "CardsAgent", "CheckpointsPart", "ControlledAgent", "EditReviewPart", "FileWatchPart",
+           "Forker", "JournaledAgent", "KernelRequests", "KernelToolsAgent", "LaunchedAgent", "LiveAgent",
+           "LiveSession", "Named", "OptionalParts", "RecordedAgent", "ResumedAgent", "SandboxedAgent", "SignInAgent",
+           "TurnsAgent", "VersionedAgent", "WorktreeAgent", "WorktreePart", "default_forker",
+           "register_default_forker"]
 
 
 # -- the agent's optional capabilities: ONE table ------------------------------------------------
 # Each is declared here with its name and its type; an agent without one has it as None (a
 # typed None, never a missing attribute): a part reads ``agent.file_watch`` and tests ``is None``,
-# never ``getattr(agent, "file_watch", None)``. The model is the ACP SDK's ``Route(optional=True)``.
+# never looks it up by its name as a string. The model is the ACP SDK's ``Route(optional=True)``.
 
 
 class FileWatchPart(Protocol):
@@ -290,27 +290,12 @@ class WorktreeAgent(CardsAgent, Protocol):
     async def close(self) -> None: ...
 
 
-class AgentHandle(CardsAgent, JournaledAgent, RecordedAgent, OptionalParts, Protocol):
-    """The agent as the parts that run its process and its turns see it (:class:`~.live.Live`,
-    :class:`~.turns.TurnQueue`, :mod:`.sign_in`, :class:`~.kernel_access.KernelAccess`): its
-    configuration, its state, and the changes they make (each a method). The other parts
-    take the smaller Protocols above. ``live``, ``turns``, ``controls`` are its parts (typed
-    ``Any`` here: naming their classes would tie this module to theirs)."""
-
-    @property
-    def program(self) -> str: ...
-
-    @property
-    def cwd(self) -> Path: ...
-
-    @property
-    def start_timeout(self) -> float | None: ...
+class KernelToolsAgent(JournaledAgent, Named, Protocol):
+    """What :class:`~.kernel_access.KernelAccess` (the kernel's MCP server for one session)
+    needs: whether it has the kernel's tools, which servers, its fence, its pending edits."""
 
     @property
     def via(self) -> Sequence[str]: ...
-
-    @property
-    def extra_env(self) -> Mapping[str, str]: ...
 
     @property
     def kernel_tools(self) -> bool: ...
@@ -319,7 +304,107 @@ class AgentHandle(CardsAgent, JournaledAgent, RecordedAgent, OptionalParts, Prot
     def mcp(self) -> Sequence[str] | None: ...
 
     @property
-    def add_dirs(self) -> Sequence[Path]: ...
+    def fence(self) -> Path | None: ...
+
+    @property
+    def session(self) -> AgentSession | None: ...
+
+    @property
+    def agent_capabilities(self) -> dict[str, Any]: ...
+
+    @property
+    def edit_review(self) -> EditReviewPart | None: ...
+
+    def notify_status(self) -> None: ...
+
+
+class TurnsAgent(Named, Protocol):
+    """What its :class:`~.turns.TurnQueue` needs: the session to send on, the status moves of
+    a turn, its sign-in and primer, its budget, and the parts a turn passes through (the
+    folder before it, the notebook's pending edits, the files pending review)."""
+
+    status: AgentStatus
+    live: Any  # its current Live
+    turns: Any  # its TurnQueue (this one)
+
+    @property
+    def budget(self) -> BudgetPart: ...
+
+    @property
+    def file_watch(self) -> FileWatchPart | None: ...
+
+    @property
+    def edit_review(self) -> EditReviewPart | None: ...
+
+    @property
+    def folder_checkpoints(self) -> CheckpointsPart | None: ...
+
+    @property
+    def agent_capabilities(self) -> dict[str, Any]: ...
+
+    @property
+    def auth_methods(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def restarting(self) -> bool: ...
+
+    def set_status(self, status: AgentStatus | str) -> None: ...
+
+    def notify_status(self) -> None: ...
+
+    def wants_sign_in(self, error: AuthRequired, prompt: list[dict[str, Any]],
+                      primer: dict[str, Any] | None) -> None: ...
+
+    def take_primer(self) -> dict[str, Any] | None: ...
+
+    def questions_from_text(self, turn: Any) -> None: ...
+
+    def turn_ended(self, turn: Any) -> None: ...
+
+    async def ready(self) -> Any: ...
+
+    async def restart(self) -> Any: ...
+
+
+class SignInAgent(SandboxedAgent, Named, Protocol):
+    """What a terminal sign-in (:mod:`.sign_in`) needs: its command line, its sandbox, the
+    prompt refused for want of a sign-in, and the restart after it."""
+
+    sign_in_retry: Any
+    live: Any  # its current Live (the kernel's token folder, hidden from a sandboxed sign-in)
+
+    @property
+    def program(self) -> str: ...
+
+    @property
+    def via(self) -> Sequence[str]: ...
+
+    def take_auth_prompt(self) -> list[dict[str, Any]] | None: ...
+
+    def sign_in_started(self, job: Any) -> None: ...
+
+    def sign_in_ended(self) -> None: ...
+
+    def retry_after_sign_in(self, prompt: list[dict[str, Any]]) -> None: ...
+
+    async def restart(self) -> Any: ...
+
+
+class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Protocol):
+    """What one process of the agent (:class:`~.live.Live`) needs: its whole start (command
+    line, folders, start limit, system prompt, transcript), the status and sign-in moves of
+    the start and of the process's end, and its other parts (``controls``, ``turns``; typed
+    ``Any`` here: naming their classes would tie this module to theirs)."""
+
+    keeper: Any  # its ConversationRecord
+    status: AgentStatus
+    controls: Any
+    turns: Any
+    live: Any
+    previous_transcript: Path | None
+
+    @property
+    def start_timeout(self) -> float | None: ...
 
     @property
     def system_prompt(self) -> str | None: ...
@@ -330,22 +415,8 @@ class AgentHandle(CardsAgent, JournaledAgent, RecordedAgent, OptionalParts, Prot
     @property
     def review(self) -> bool: ...
 
-    keeper: Any  # its ConversationRecord
-    status: AgentStatus
-    error: str | None
-    on_status: Observers[[Any]]
-    controls: Any
-    turns: Any
-    live: Any
-    previous_transcript: Path | None
-    auth_required: AuthRequired | None
-    sign_in_retry: Any
-
     @property
-    def session(self) -> AgentSession | None: ...
-
-    @property
-    def agent_capabilities(self) -> dict[str, Any]: ...
+    def file_watch(self) -> FileWatchPart | None: ...
 
     @property
     def auth_methods(self) -> list[dict[str, Any]]: ...
@@ -357,17 +428,11 @@ class AgentHandle(CardsAgent, JournaledAgent, RecordedAgent, OptionalParts, Prot
     def private(self) -> bool: ...
 
     @property
-    def fence(self) -> Path | None: ...
-
-    @property
     def uses_client_fs(self) -> bool: ...
 
     def argv(self) -> list[str]: ...
 
-    # -- the changes the parts make --------------------------------------------------------------
     def set_status(self, status: AgentStatus | str) -> None: ...
-
-    def notify_status(self) -> None: ...
 
     def fail_start(self, message: str, *, notice: str | None = None) -> None: ...
 
@@ -381,32 +446,11 @@ class AgentHandle(CardsAgent, JournaledAgent, RecordedAgent, OptionalParts, Prot
 
     def signed_in(self) -> None: ...
 
-    def sign_in_started(self, job: Any) -> None: ...
-
-    def sign_in_ended(self) -> None: ...
-
-    def retry_after_sign_in(self, prompt: list[dict[str, Any]]) -> None: ...
-
     def use_transcript(self, transcript: Transcript | None) -> None: ...
 
     def transcript_failed(self, exc: OSError) -> None: ...
 
-    def wants_sign_in(self, error: AuthRequired, prompt: list[dict[str, Any]],
-                      primer: dict[str, Any] | None) -> None: ...
-
-    def take_auth_prompt(self) -> list[dict[str, Any]] | None: ...
-
-    def take_primer(self) -> dict[str, Any] | None: ...
-
-    def questions_from_text(self, turn: Any) -> None: ...
-
-    def turn_ended(self, turn: Any) -> None: ...
-
     def check_version(self, version: str | None) -> None: ...
-
-    async def ready(self) -> Any: ...
-
-    async def restart(self) -> Any: ...
 
 
 class Forker(Protocol):
@@ -449,7 +493,9 @@ class KernelRequests(Protocol):
 class LiveSession(Protocol):
     """One process of an agent as its kernel access sees it (:class:`~.live.Live`)."""
 
-    agent: AgentHandle
+    @property
+    def agent(self) -> KernelToolsAgent: ...
+
     session: AgentSession
     desk: Any  # its CardDesk
     ended: bool

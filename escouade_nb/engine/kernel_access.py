@@ -60,7 +60,7 @@ from .launcher import is_ssh
 from .ssh_forward import ForwardFailed, ReverseForward
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle, LiveSession
+    from .interfaces import KernelToolsAgent, LiveSession
     from .cards import PermissionCard
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class KernelAccess:
 
     def __init__(self, live: LiveSession) -> None:
         self.live = live
-        self.agent: AgentHandle = live.agent
+        self.agent: KernelToolsAgent = live.agent
         self.grant: Grant | None = None
         self.server_names: dict[str, tuple[str, ...]] = {}  # the servers given, with their known tools
         self.state = "pending" if self.agent.kernel_tools else "off"

@@ -24,9 +24,12 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..wire.process import agent_environment
+
+if TYPE_CHECKING:
+    from .interfaces import LaunchedAgent
 
 SSH_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" || exit 125
@@ -63,8 +66,8 @@ def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
     return [*via, shlex.join(["sh", "-c", SSH_WRAPPER, "escouade_nb", *command])]
 
 
-def agent_env(agent: Any) -> dict[str, str]:
-    """The environment of ``agent``'s process (an AgentHandle): the kernel's, less its
+def agent_env(agent: LaunchedAgent) -> dict[str, str]:
+    """The environment of ``agent``'s process (its ``harness`` and ``extra_env``): the kernel's, less its
     manifest's ``acp.removeEnv``, plus its ``acp.env`` and the start's (``--account``…).
     What its start, its terminal sign-in and its sandboxed worktree setup all get."""
     acp_spec = agent.harness.acp

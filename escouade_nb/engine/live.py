@@ -38,7 +38,7 @@ from .sandbox import SandboxError, client_reach, sandboxed
 from .workspace import Workspace
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import LiveAgent
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Live:
     with ``replay`` the updates it will replay that the conversation already has;
     ``mode``: the Escouade mode to set once the session exists."""
 
-    def __init__(self, agent: AgentHandle, *, resume: str | None = None, replay: ReplaySkip | None = None,
+    def __init__(self, agent: LiveAgent, *, resume: str | None = None, replay: ReplaySkip | None = None,
                  mode: str | None = None) -> None:
         self.agent = agent
         self.resume = resume

@@ -30,7 +30,7 @@ from .sandbox import SandboxError, client_reach, sandboxed
 
 if TYPE_CHECKING:
     from ..core.conversation import ToolCall
-    from .interfaces import AgentHandle
+    from .interfaces import SignInAgent
 
 _runs = itertools.count(1)
 ORIGIN = "sign-in"
@@ -42,7 +42,7 @@ class TerminalSignIn:
     and ``env`` are what runs; ``call`` the tool card showing it (after :meth:`run`
     started); ``exit_code`` once it ended (negative: killed by that signal number)."""
 
-    def __init__(self, agent: AgentHandle, method: dict[str, Any]) -> None:
+    def __init__(self, agent: SignInAgent, method: dict[str, Any]) -> None:
         self.agent = agent
         self.method = method
         acp = agent.harness.acp
@@ -152,7 +152,7 @@ class TerminalSignIn:
         self.agent.conversation.touch(self.call)
 
 
-async def sign_in_with_terminal(agent: AgentHandle, method: dict[str, Any]) -> None:
+async def sign_in_with_terminal(agent: SignInAgent, method: dict[str, Any]) -> None:
     """Run the terminal auth ``method``; on exit 0 restart ``agent`` (reconnect,
     re-initialize) and send once more the prompt it refused for want of a sign-in
     (``agent.sign_in_retry`` is that turn). :class:`AgentError` when the program fails."""

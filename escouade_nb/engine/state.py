@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Never, TypeVar
 
 import anyio
 
@@ -181,7 +181,7 @@ class _Start(Generic[T]):
     def __get__(self, state: Any, owner: type | None = None) -> T:
         return self._read(state.config)
 
-    def __set__(self, state: Any, value: T) -> None:
+    def __set__(self, state: Any, value: Never) -> None:  # Never: mypy refuses every assignment too
         raise AttributeError(f"{self._name} is a start parameter of the agent (its AgentConfig): start an agent "
                              f"with another value instead")
 

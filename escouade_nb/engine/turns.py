@@ -27,7 +27,7 @@ from ..core.status import ENDED, AgentStatus
 from ..wire.errors import AgentError, AuthRequired, running_loop
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import TurnsAgent
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class TurnQueue:
     running turn. The queue owns every turn task; :meth:`close` cancels them (each
     turn still ends, with an error)."""
 
-    def __init__(self, agent: AgentHandle) -> None:
+    def __init__(self, agent: TurnsAgent) -> None:
         self.agent = agent
         self.current: Turn | None = None
         self.stopped_in: Any = None  # the Live whose last turn the user stopped (for the instant-turn check)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ from .kernel_record import journal_of
 
 if TYPE_CHECKING:
     from .cards import PermissionCard
+    from .interfaces import BudgetedAgent
 
 KINDS = ("tokens", "cost", "seconds")
 """The budgets' kinds, in the order their words are said."""
@@ -76,7 +78,7 @@ class Spend:
     seconds: float = 0.0
 
     def of(self, kind: str) -> float:
-        return float(getattr(self, kind))
+        return float(dataclasses.asdict(self)[kind])
 
     def minus(self, other: Spend) -> Spend:
         return Spend(self.tokens - other.tokens, self.cost - other.cost, self.seconds - other.seconds)
@@ -188,7 +190,7 @@ class AgentBudget:
     (the budget card waiting, else None). The squad's budget, when its squad has one,
     is checked with it (``squad``: the squad's :class:`SquadBudget`)."""
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: BudgetedAgent) -> None:
         self.state = state
         self.meter = Meter(time.monotonic)
         self.own: Limits | None = None
@@ -362,7 +364,7 @@ class AgentBudget:
         else:  # stop (or the card cancelled: the turn was stopped, the agent closed): asked again at a prompt
             self._stopped = True
         if chosen == STOP:
-            self.state.public.cancel()
+            self.state.cancel()
         if self._released is not None:
             self._released.set()
         self._arm_timer()

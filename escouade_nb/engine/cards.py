@@ -49,6 +49,7 @@ class _Card:
         self._desk = desk
         self._item = item
         self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._on_answer: list[Callable[[], object]] = []  # called once it is answered (on_answer)
 
     @property
     def answered(self) -> bool:
@@ -64,7 +65,7 @@ class _Card:
         if self._future.done():
             fn()
         else:
-            self._on_answer = [*getattr(self, "_on_answer", []), fn]
+            self._on_answer.append(fn)
 
     def __repr__(self) -> str:
         return render_item(self._item)
@@ -421,7 +422,7 @@ class CardDesk:
 
     # -- answers -------------------------------------------------------------------------------
     def settled(self, card: _Card) -> None:
-        for fn in getattr(card, "_on_answer", ()):
+        for fn in card._on_answer:
             fn()
         if isinstance(card, PermissionCard) and card in self.cards:
             self.cards.remove(card)

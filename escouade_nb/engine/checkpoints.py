@@ -393,7 +393,7 @@ def _refused_notice(refused: list[tuple[str, str]]) -> str:
 
 
 def _prompt_text(turn: Any) -> str:
-    return "".join(b.get("text", "") for b in getattr(turn, "prompt", []) if isinstance(b, dict)
+    return "".join(b.get("text", "") for b in turn.prompt if isinstance(b, dict)
                    and b.get("type") == "text").strip()
 
 
@@ -468,14 +468,14 @@ class Checkpoints:
     async def _fork(self, live: Any, session_id: str | None = None) -> str | None:
         """``session/fork`` of the current session (or ``session_id``) where the agent offers
         it: the fork's session id, else None."""
-        session = getattr(live, "session", None)
+        session = live.session if live is not None else None
         caps = self.agent.agent_capabilities or {}
         if session is None or (caps.get("sessionCapabilities") or {}).get("fork") is None or live is self._no_fork:
             return None
         source = session_id or session.session_id
         try:
             result = await session.request("session/fork", {"sessionId": source, "cwd": str(self.agent.cwd),
-                                                            "mcpServers": list(getattr(live, "mcp_servers", []))},
+                                                            "mcpServers": list(live.mcp_servers)},
                                            timeout=FORK_TIMEOUT)
             fork = (result or {}).get("sessionId")
             self._fork_answer = result if isinstance(result, dict) else {}
@@ -588,7 +588,7 @@ class Checkpoints:
         items = list(self.agent.conversation.items)
         message = self._message(turn)
         end = items.index(message) if message is not None and message in items else len(items)
-        return [i for i in items[:end] if not getattr(i, "rewound", False)]
+        return [i for i in items[:end] if not i.rewound]
 
     def _switch(self, live: Any, session_id: str) -> None:
         """The agent goes on in ``session_id`` (a fork on the same process)."""
@@ -614,7 +614,7 @@ class Checkpoints:
         rewound to (their forks belong to the process that made them: a rewind carries the
         conversation instead); the user messages they come before are marked."""
         for rec in records:
-            if getattr(rec, "kind", None) != "event" or getattr(rec, "event", None) != CHECKPOINT_EVENT:
+            if rec.kind != "event" or rec.event != CHECKPOINT_EVENT:
                 continue
             data = rec.data or {}
             try:

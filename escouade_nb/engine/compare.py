@@ -114,8 +114,8 @@ class Comparison:
             "stop": _stop(turn),
             "agent time": agent_time,
             "waited for you": "—" if waited is None else f"{waited:.1f} s",
-            "tokens": _tokens(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
-            "cost": _cost(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
+            "tokens": _tokens(turn.usage_before, _usage_after(turn), turn) if sent else "—",
+            "cost": _cost(turn.usage_before, _usage_after(turn), turn) if sent else "—",
             "files changed": _files(turn, diffstat=not self.later[i]),
             "tool calls": str(len(turn.tool_calls)),
             "cards": "; ".join(answer_label(c) for c in turn.items if isinstance(c, Permission)) or "none",
@@ -154,7 +154,7 @@ class Comparison:
             wt = turn.agent.worktree
             if wt is None:
                 continue
-            events = list(getattr(wt, "events", ()))[seen:]
+            events = wt.events[seen:]
             now = str(wt.last_stat) if wt.last_stat is not None else None
             if events:
                 out.append(f"{turn.agent.name}: {', '.join(events)} since")
@@ -172,7 +172,7 @@ def _worktree_state(agent: Any) -> tuple[str | None, int]:
     wt = agent.worktree
     if wt is None:
         return None, 0
-    return (str(wt.last_stat) if wt.last_stat is not None else None), len(getattr(wt, "events", ()))
+    return (str(wt.last_stat) if wt.last_stat is not None else None), len(wt.events)
 
 
 def _stop(turn: Turn) -> str:
@@ -225,7 +225,7 @@ def _cost(before: dict | None, after: dict | None, turn: Turn) -> str:
 
 def _usage_after(turn: Turn) -> dict | None:
     """The agent's usage when the turn ended (its current one while the turn runs)."""
-    after = getattr(turn, "usage_after", None)
+    after = turn.usage_after
     return after if turn.done and after is not None else turn.agent.conversation.usage
 
 

@@ -1274,8 +1274,8 @@ def restore_settled(records: Sequence[Any], review: EditReviewPart) -> int:
     (whole-file answers; a file still pending at the end is ``unanswered``). How many."""
     last: dict[str, dict[str, Any]] = {}
     for rec in records:
-        data = getattr(rec, "data", None) or {}
-        if getattr(rec, "kind", None) == "event" and getattr(rec, "event", None) == FILE_EVENT \
+        data = rec.data or {}
+        if rec.kind == "event" and rec.event == FILE_EVENT \
                 and isinstance(data.get("path"), str) and "hunk" not in data:
             last[data["path"]] = data
     for path, data in last.items():

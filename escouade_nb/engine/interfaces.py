@@ -20,10 +20,10 @@ from ..wire.errors import AuthRequired
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 
-__all__ = ["BudgetPart", "CardsAgent", "CheckpointsPart", "ControlledAgent", "EditReviewPart", "FileWatchPart",
-           "Forker", "JournaledAgent", "KernelRequests", "KernelToolsAgent", "LaunchedAgent", "LiveAgent",
-           "LiveSession", "Named", "OptionalParts", "RecordedAgent", "ResumedAgent", "SandboxedAgent", "SignInAgent",
-           "TurnsAgent", "VersionedAgent", "WorktreeAgent", "WorktreePart", "default_forker",
+__all__ = ["BudgetPart", "BudgetedAgent", "CardsAgent", "CheckpointsPart", "ControlledAgent", "EditReviewPart",
+           "FileWatchPart", "Forker", "JournaledAgent", "KernelRequests", "KernelToolsAgent", "LaunchedAgent",
+           "LiveAgent", "LiveSession", "Named", "OptionalParts", "RecordedAgent", "ResumedAgent", "SandboxedAgent",
+           "SignInAgent", "TurnsAgent", "VersionedAgent", "WorktreeAgent", "WorktreePart", "default_forker",
            "register_default_forker"]
 
 
@@ -224,6 +224,24 @@ class SandboxedAgent(Protocol):
 
     @property
     def worktree(self) -> Any | None: ...
+
+
+class BudgetedAgent(JournaledAgent, Named, Protocol):
+    """What its :class:`~.budget.AgentBudget` needs: its session's cards, its running turn,
+    the squad holding it (the squad's budget), and Stop."""
+
+    status: AgentStatus
+    live: Any  # its current Live (its desk shows the budget card)
+    turns: Any  # its TurnQueue (the running turn)
+
+    @property
+    def forker(self) -> Forker | None: ...
+
+    def cards_waiting(self) -> None: ...
+
+    def notify_status(self) -> None: ...
+
+    def cancel(self) -> None: ...
 
 
 class ResumedAgent(Named, Protocol):

@@ -193,7 +193,7 @@ class KernelRecord:
         project = self.agent.project
         journal.add(JOURNAL_ID, "Answer", verdict=verdict, tool=name, target=target_of(name, arguments) or None,
                     by=by, message=message, request_id=call_id, agent=self.agent.name,
-                    project=getattr(project, "name", None))
+                    project=project.name if project is not None else None)
 
 
 _NONE = object()

@@ -89,6 +89,7 @@ class Live:
         self.told_about_questions = False  # the questionsInText preamble, once per session
         self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.acp.questions_in_text else ""
         self.cancel_sent = False  # one session/cancel per Stop
+        self.mcp_servers: list[Any] = []  # the MCP servers its session was given (a checkpoint's session/fork too)
         self.ended = False
         self._files_token: int | None = None  # review=True: this process's token in the agent's file watch
         self.waiting: str | None = None  # the request a start waits for the answer to (``initialize``…)

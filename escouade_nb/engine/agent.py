@@ -20,6 +20,7 @@ to the state.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -469,6 +470,10 @@ def state_of(agent: Agent) -> AgentState:
     for the callers that name the state side)."""
     return agent
 
+
+Agent.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # help(Agent): AgentConfig's keywords
+    [p if p.name == "harness" else p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+     for p in inspect.signature(AgentConfig).parameters.values()])
 
 for _method, _work in ((Agent.escouade_modes, Controls.escouade_modes),
                        (Agent.set_escouade_mode, Controls.set_escouade_mode), (Agent.set_mode, Controls.set_mode),

@@ -279,7 +279,7 @@ class Controls:
             return self.models.get("currentModelId"), [(m.get("modelId"), m.get("name") or m.get("modelId"))
                                                        for m in available if m.get("modelId")]
         manifest = self.agent.harness.harness.models or []
-        return None, [(m.id, m.label_text() if hasattr(m, "label_text") else m.id) for m in manifest]
+        return None, [(m.id, m.label_text()) for m in manifest]
 
     async def set_model(self, model_id: str) -> bool:
         """Change the model: the manifest's ``acp.modelOption`` config option when given

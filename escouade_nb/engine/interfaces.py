@@ -21,10 +21,10 @@ from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
 
 __all__ = ["BudgetPart", "BudgetedAgent", "CardsAgent", "CheckpointsPart", "ControlledAgent", "EditReviewPart",
-           "FileWatchPart", "Forker", "JournaledAgent", "KernelRequests", "KernelToolsAgent", "LaunchedAgent",
-           "LiveAgent", "LiveSession", "Named", "OptionalParts", "RecordedAgent", "ResumedAgent", "SandboxedAgent",
-           "SignInAgent", "TurnsAgent", "VersionedAgent", "WorktreeAgent", "WorktreePart", "default_forker",
-           "register_default_forker"]
+           "FileWatchPart", "Forker", "HasEditReview", "HasFileWatch", "HasFolderCheckpoints", "JournaledAgent",
+           "KernelRequests", "KernelToolsAgent", "LaunchedAgent", "LiveAgent", "LiveSession", "Named",
+           "OptionalParts", "RecordedAgent", "ResumedAgent", "SandboxedAgent", "SignInAgent", "TurnsAgent",
+           "VersionedAgent", "WorktreeAgent", "WorktreePart", "default_forker", "register_default_forker"]
 
 
 # -- the agent's optional capabilities: ONE table ------------------------------------------------
@@ -96,18 +96,25 @@ class WorktreePart(Protocol):
     def record(self) -> dict[str, Any]: ...
 
 
-class OptionalParts(Protocol):
-    """The table: every optional capability of an agent, its name and its type (None: absent).
-    (Its ``budget`` is always there: :class:`BudgetPart`, declared by the parts that use it.)"""
-
+class HasFileWatch(Protocol):
     @property
     def file_watch(self) -> FileWatchPart | None: ...
 
+
+class HasEditReview(Protocol):
     @property
     def edit_review(self) -> EditReviewPart | None: ...
 
+
+class HasFolderCheckpoints(Protocol):
     @property
     def folder_checkpoints(self) -> CheckpointsPart | None: ...
+
+
+class OptionalParts(HasFileWatch, HasEditReview, HasFolderCheckpoints, Protocol):
+    """The table: every optional capability of an agent, its name and its type (None: absent);
+    a part that uses one takes its ``Has…`` row (``TurnsAgent(…, HasFileWatch, …)``). (Its
+    ``budget`` is always there: :class:`BudgetPart`, declared by the parts that use it.)"""
 
     @property
     def sandbox(self) -> Any | None: ...  # its engine.sandbox.Sandbox (``--sandbox``)
@@ -244,16 +251,10 @@ class BudgetedAgent(JournaledAgent, Named, Protocol):
     def cancel(self) -> None: ...
 
 
-class ResumedAgent(Named, Protocol):
+class ResumedAgent(Named, HasEditReview, HasFolderCheckpoints, Protocol):
     """What :func:`~.resume.rebuild` needs of an agent rebuilt from its transcript."""
 
     keeper: Any  # its ConversationRecord (``paused`` while the transcript is replayed)
-
-    @property
-    def edit_review(self) -> EditReviewPart | None: ...
-
-    @property
-    def folder_checkpoints(self) -> CheckpointsPart | None: ...
 
     def resume_from(self, path: Path, session_id: str | None, replay: Any) -> None: ...
 
@@ -280,24 +281,10 @@ class CardsAgent(Named, Protocol):
     def send(self, prompt: str | Sequence[Any]) -> Any: ...
 
 
-class WorktreeAgent(CardsAgent, Protocol):
-    """What :mod:`.agent_worktrees` and :mod:`.worktree_setup` need: its worktree, its folder,
-    its cards before the session (a :class:`~.cards.CardDesk` of its own: what one needs)."""
-
-    @property
-    def cwd(self) -> Path: ...
-
-    @property
-    def worktree(self) -> Any | None: ...
-
-    @property
-    def sandbox(self) -> Any | None: ...
-
-    @property
-    def extra_env(self) -> Mapping[str, str]: ...
-
-    @property
-    def add_dirs(self) -> Sequence[Path]: ...
+class WorktreeAgent(CardsAgent, SandboxedAgent, Protocol):
+    """What :mod:`.agent_worktrees` and :mod:`.worktree_setup` need: its worktree, its folder
+    (its setup commands run as its process would: :class:`SandboxedAgent`), its cards before
+    the session (a :class:`~.cards.CardDesk` of its own: what one needs)."""
 
     early_desk: Any
 
@@ -308,7 +295,7 @@ class WorktreeAgent(CardsAgent, Protocol):
     async def close(self) -> None: ...
 
 
-class KernelToolsAgent(JournaledAgent, Named, Protocol):
+class KernelToolsAgent(JournaledAgent, Named, HasEditReview, Protocol):
     """What :class:`~.kernel_access.KernelAccess` (the kernel's MCP server for one session)
     needs: whether it has the kernel's tools, which servers, its fence, its pending edits."""
 
@@ -330,13 +317,10 @@ class KernelToolsAgent(JournaledAgent, Named, Protocol):
     @property
     def agent_capabilities(self) -> dict[str, Any]: ...
 
-    @property
-    def edit_review(self) -> EditReviewPart | None: ...
-
     def notify_status(self) -> None: ...
 
 
-class TurnsAgent(Named, Protocol):
+class TurnsAgent(Named, HasFileWatch, HasEditReview, HasFolderCheckpoints, Protocol):
     """What its :class:`~.turns.TurnQueue` needs: the session to send on, the status moves of
     a turn, its sign-in and primer, its budget, and the parts a turn passes through (the
     folder before it, the notebook's pending edits, the files pending review)."""
@@ -347,15 +331,6 @@ class TurnsAgent(Named, Protocol):
 
     @property
     def budget(self) -> BudgetPart: ...
-
-    @property
-    def file_watch(self) -> FileWatchPart | None: ...
-
-    @property
-    def edit_review(self) -> EditReviewPart | None: ...
-
-    @property
-    def folder_checkpoints(self) -> CheckpointsPart | None: ...
 
     @property
     def agent_capabilities(self) -> dict[str, Any]: ...
@@ -408,7 +383,7 @@ class SignInAgent(SandboxedAgent, Named, Protocol):
     async def restart(self) -> Any: ...
 
 
-class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Protocol):
+class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, HasFileWatch, Protocol):
     """What one process of the agent (:class:`~.live.Live`) needs: its whole start (command
     line, folders, start limit, system prompt, transcript), the status and sign-in moves of
     the start and of the process's end, and its other parts (``controls``, ``turns``; typed
@@ -432,9 +407,6 @@ class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Pro
 
     @property
     def review(self) -> bool: ...
-
-    @property
-    def file_watch(self) -> FileWatchPart | None: ...
 
     @property
     def auth_methods(self) -> list[dict[str, Any]]: ...

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, Never, TypeVar
+from typing import Any, Generic, Literal, Never, TypeVar, cast
 
 import anyio
 
@@ -169,17 +169,19 @@ class AgentConfig:
 class _Start(Generic[T]):
     """A start parameter of the agent, read (never set) from its :class:`AgentConfig`:
     ``name = _Start[str]()`` on :class:`AgentState` reads ``config.name``; ``of`` names a
-    config field of another name (``extra_env`` reads ``env``)."""
+    config field of another name (``extra_env`` reads ``env``); ``as_list``: the config's
+    tuple read as a new list (what the agent has always given: ``agent.via == [...]``)."""
 
-    def __init__(self, of: str | None = None) -> None:
-        self._of = of
+    def __init__(self, of: str | None = None, *, as_list: bool = False) -> None:
+        self._of, self._as_list = of, as_list
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._read = operator.attrgetter(self._of or name)
         self._name = name
 
     def __get__(self, state: Any, owner: type | None = None) -> T:
-        return self._read(state.config)
+        value = self._read(state.config)
+        return cast(T, list(value) if self._as_list and value is not None else value)
 
     def __set__(self, state: Any, value: Never) -> None:  # Never: mypy refuses every assignment too
         raise AttributeError(f"{self._name} is a start parameter of the agent (its AgentConfig): start an agent "
@@ -196,14 +198,14 @@ class AgentState:
     name = _Start[str]()
     cwd = _Start[Path]()
     start_timeout = _Start[float | None]()
-    policies = _Start[tuple[Policy, ...]]()
-    via = _Start[tuple[str, ...]]()
+    policies = _Start[list[Policy]](as_list=True)
+    via = _Start[list[str]](as_list=True)
     extra_env = _Start[Mapping[str, str]]("env")
     project = _Start[Project | None]()
     record = _Start[bool]()
     kernel_tools = _Start[bool]()
-    mcp = _Start[tuple[str, ...] | None]()
-    add_dirs = _Start[tuple[Path, ...]]()
+    mcp = _Start[list[str] | None](as_list=True)
+    add_dirs = _Start[list[Path]](as_list=True)
     system_prompt = _Start[str | None]()
     system_prompt_mode = _Start[str]()
     sandbox = _Start[Sandbox | None]()

@@ -45,6 +45,10 @@ def test_the_config_is_canonical_and_frozen(ref, tmp_path):
     assert config.name == ref.short_id and config.cwd == tmp_path.resolve()
     assert config.add_dirs == ((tmp_path / "extra").resolve(),) and config.via == ("ssh", "host")
     assert config.start_timeout is None  # 0: no limit
+    agent = Agent(config)  # the agent gives its sequences as lists, as it always has: copies
+    assert agent.via == ["ssh", "host"] and agent.add_dirs == [(tmp_path / "extra").resolve()] and agent.mcp is None
+    agent.via.append("x")
+    assert agent.via == ["ssh", "host"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.program = "other"  # type: ignore[misc]
 

@@ -1,4 +1,4 @@
-"""One agent of the squad: the façade the user holds.
+"""One agent of the squad: the object the user holds.
 
 The engine works without Jupyter: in a plain ``asyncio.run`` script,
 ``agent = Agent(ref, program=...); agent.start(); await agent.ready()`` then
@@ -12,9 +12,13 @@ the dials (:mod:`.controls`). What lives as long as one process — the
 :class:`~..wire.session.AgentSession`, its cards (:class:`~.cards.CardDesk`), its files
 and terminals (:class:`~.workspace.Workspace`), its per-session flags — is one
 :class:`~.live.Live` object: ``restart()`` replaces it whole, so no state of a dead
-process survives by construction. The parts take the state (typed by the Protocols of
-:mod:`.interfaces`), never this class; this class is the user's API and reads through
-to the state.
+process survives by construction. :class:`Agent` is that state's subclass: it adds the
+user's API and re-declares none of the state (no forwarding property; the start keywords
+are :class:`~.state.AgentConfig`'s, written once). Why one object rather than a façade
+holding the state: every attribute is then typed once and checked by mypy (a forwarding
+layer is either 46 hand-written properties or a ``__getattr__`` mypy cannot see through),
+and the object a card or ``on_status`` names is the object the parts change. The parts
+still never import this class: they take the Protocols of :mod:`.interfaces`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""What the agent's parts need of it, as Protocols: the parts (cards, controls, kernel
-access, live, resume, sign-in, turns, records) take the agent's
-:class:`~.state.AgentState` typed by these, never the :class:`~.agent.Agent` façade,
-the way :mod:`..permissions.interfaces` types the cards for the permission layer.
+"""What the agent's parts need of it, as Protocols, each the size of its use: the parts
+(cards, controls, kernel access, live, resume, sign-in, turns, records, budget, versions,
+the launcher, the sandbox, worktrees) take the agent typed by these, never its concrete
+class, the way :mod:`..permissions.interfaces` types the cards for the permission layer.
+Its optional capabilities are declared once, in :class:`OptionalParts` (a part takes the
+``Has…`` row it uses); absent is None.
 
 This module imports no engine module, so that no part imports another through it.
 """

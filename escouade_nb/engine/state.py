@@ -1,16 +1,21 @@
-"""What one agent is made of behind its façade: :class:`AgentState`, the handle its parts take.
+"""What one agent is made of: :class:`AgentConfig`, what it is started with (frozen, checked
+once), and :class:`AgentState`, what changes, which its parts take.
 
-:class:`~.agent.Agent` is what the user holds; :class:`AgentState` owns everything that
+:class:`~.agent.Agent` (what the user holds) is :class:`AgentState`'s subclass adding the
+user's API: one object, so nothing is declared twice. :class:`AgentState` reads its start
+parameters from its config (read-only) and owns everything that
 changes — the status and its machine (:mod:`..core.status`), the error, the sign-in
 state (``auth_required``, ``auth_prompt``, ``sign_in_job``, ``sign_in_retry``), the
 transcript, the worktree, the observers and the waiters — and the parts of the agent
 (:class:`~.turns.TurnQueue`, :class:`~.controls.Controls`, :class:`~.record.ConversationRecord`,
 the current :class:`~.live.Live`). The parts receive this object, typed by the Protocols
-of :mod:`.interfaces` (never the façade), and change it through its methods
-(:meth:`set_status`, :meth:`wake_waiters`, :meth:`cards_waiting`, :meth:`turn_ended`…).
+of :mod:`.interfaces` (each the size of its use; never the concrete class), and change
+it through its methods (:meth:`set_status`, :meth:`wake_waiters`, :meth:`cards_waiting`,
+:meth:`turn_ended`…). Its optional capabilities (``file_watch``, ``sandbox``,
+``worktree``…) are always attributes, None when absent (the table:
+:class:`~.interfaces.OptionalParts`).
 
-Only :mod:`.agent` (which builds one per agent) and :mod:`.squad` (through
-:func:`~.agent.state_of`) hold the concrete class.
+Only :mod:`.agent` (which subclasses it) and :mod:`.squad` hold the concrete class.
 """
 
 from __future__ import annotations

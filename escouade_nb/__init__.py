@@ -22,6 +22,7 @@ from ._lazy import lazy_names
 _LAZY = {
     "__version__": "_version", "EscouadeError": "_errors",
     "Agent": "engine.squad",  # the squad module: it registers who forks a lone agent (Agent.fork)
+    "AgentConfig": "engine.state",
     "AgentError": "wire.errors", "AgentExited": "wire.errors",
     "AuthRequired": "wire.errors", "NoEventLoop": "wire.errors",
     "PermissionCard": "engine.cards", "QuestionCard": "engine.cards",
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover  (``X as X``: a re-export, for type checke
     from ._version import __version__ as __version__
     from .core.render_text import render_item as render_item, render_items as render_items
     from .engine.agent import Agent as Agent
+    from .engine.state import AgentConfig as AgentConfig
     from .engine.cards import PermissionCard as PermissionCard, QuestionCard as QuestionCard
     from .engine.squad import Squad as Squad, SquadError as SquadError, get_squad as get_squad
     from .engine.turns import Turn as Turn

@@ -1,4 +1,4 @@
-"""One agent of the squad: the façade the user holds.
+"""One agent of the squad: the object the user holds.
 
 The engine works without Jupyter: in a plain ``asyncio.run`` script,
 ``agent = Agent(ref, program=...); agent.start(); await agent.ready()`` then
@@ -12,15 +12,20 @@ the dials (:mod:`.controls`). What lives as long as one process — the
 :class:`~..wire.session.AgentSession`, its cards (:class:`~.cards.CardDesk`), its files
 and terminals (:class:`~.workspace.Workspace`), its per-session flags — is one
 :class:`~.live.Live` object: ``restart()`` replaces it whole, so no state of a dead
-process survives by construction. The parts take the state (typed by the Protocols of
-:mod:`.interfaces`), never this class; this class is the user's API and reads through
-to the state.
+process survives by construction. :class:`Agent` is that state's subclass: it adds the
+user's API and re-declares none of the state (no forwarding property; the start keywords
+are :class:`~.state.AgentConfig`'s, written once). Why one object rather than a façade
+holding the state: every attribute is then typed once and checked by mypy (a forwarding
+layer is either 46 hand-written properties or a ``__getattr__`` mypy cannot see through),
+and the object a card or ``on_status`` names is the object the parts change. The parts
+still never import this class: they take the Protocols of :mod:`.interfaces`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +34,21 @@ from ..manifest import HarnessRef
 from ..manifest.project import Project, project_id
 from ..wire.errors import AgentError, AgentExited, AuthRequired
 from ..wire.process import StderrRing
-from ..wire.session import SessionPage
+from ..wire.session import ExitInfo, SessionPage
 from .budget import AgentBudget
 from .cards import PermissionCard, Policy, QuestionCard
-from .review.cell_review import EditReview, PendingEdit
+from .review.cell_review import PendingEdit
 from .review.checkpoints import Checkpoint
 from .controls import Controls
 from .interfaces import default_forker
 from .kernel_access import context_blocks
 from .live import Live
 from .resume import rebuild, resumed
-from .state import AgentState
+from .state import AgentConfig, AgentState
 from .turns import Turn
 
-__all__ = ["Agent", "AgentError", "AgentExited", "AuthRequired", "PermissionCard", "QuestionCard", "Turn", "Policy",
-           "Live", "PROTECTIONS", "protections", "state_of"]
+__all__ = ["Agent", "AgentConfig", "AgentError", "AgentExited", "AuthRequired", "PermissionCard", "QuestionCard",
+           "Turn", "Policy", "Live", "PROTECTIONS", "protections", "state_of"]
 
 PROTECTIONS = {
     "sandboxed": "Sandboxed (--sandbox): its process, everything it starts, its terminals and the files escouade_nb "
@@ -58,26 +63,15 @@ PROTECTIONS = {
 """Each protection's word, as the agent's head says it, and its meaning (the tooltip)."""
 
 
-def protections(agent: Any) -> list[tuple[str, str]]:
+def protections(agent: AgentState) -> list[tuple[str, str]]:
     """The protections in force for ``agent``, ``[(word, meaning)]`` in the order of
     :data:`PROTECTIONS`: ``sandboxed`` (it has a sandbox), ``private`` (a private
     project: the fence), ``reviewed`` (``review=True``). Empty when none holds."""
-    held = {"sandboxed": getattr(agent, "sandbox", None) is not None, "private": bool(getattr(agent, "private", False)),
-            "reviewed": bool(getattr(agent, "review", False))}
+    held = {"sandboxed": agent.sandbox is not None, "private": agent.private, "reviewed": agent.review}
     return [(word, meaning) for word, meaning in PROTECTIONS.items() if held[word]]
 
 
-def _read(attr: str, doc: str = "") -> property:
-    return property(lambda self: getattr(self._state, attr), doc=doc or f"The agent's ``{attr}``.")
-
-
-def _kept(attr: str, doc: str = "") -> property:
-    """A value the state keeps that the user may also set (``agent.policies = [...]``)."""
-    return property(lambda self: getattr(self._state, attr),
-                    lambda self, value: setattr(self._state, attr, value), doc=doc or f"The agent's ``{attr}``.")
-
-
-class Agent:
+class Agent(AgentState):
     """One harness agent. ``status`` is an :class:`~..core.status.AgentStatus` (a str:
     ``starting``, ``idle``, ``working``, ``waiting`` — a card waits for the user —,
     ``sign-in``, ``exited`` — the process ended by itself —, ``closed``, ``failed`` —
@@ -105,84 +99,57 @@ class Agent:
     ``review``: the files it changes in each turn (through our fs or by itself) pend
     your Keep or Reject in :attr:`pending_edits` (:mod:`.file_review`; also when its
     project's ``.escouade.yml`` says ``review: true``).
-    Raises :class:`AgentError` for a mode the harness lacks, or an ``"fs": false``
-    harness in a private project."""
+    ``sandbox``: its :class:`~.sandbox.Sandbox` (``--sandbox``: its process under
+    bubblewrap), else None.
 
-    def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
-                 cwd: str | Path | None = None, start_timeout: float | None = None,
-                 policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
-                 via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
-                 env: dict[str, str] | None = None, kernel_tools: bool | None = None,
-                 mcp: Sequence[str] | None = None, add_dirs: Sequence[str | Path] = (),
-                 system_prompt: str | None = None, system_prompt_mode: str = "append",
-                 session_id: str | None = None, review: bool = False) -> None:
-        self._state = AgentState(harness, program=program, name=name, cwd=cwd, start_timeout=start_timeout,
-                                 policies=policies, mode=mode, record=record, via=via, fs=fs, project=project,
-                                 env=env, kernel_tools=kernel_tools, mcp=mcp, add_dirs=add_dirs,
-                                 system_prompt=system_prompt, system_prompt_mode=system_prompt_mode,
-                                 session_id=session_id, public=self, review=review)
+    These keywords are those of :class:`~.state.AgentConfig`, checked once: ``Agent(ref,
+    program=...)`` and ``Agent(AgentConfig(ref, program=...))`` are the same agent; they
+    are read-only on the agent (``agent.program``, ``agent.cwd``…, ``agent.config``).
+    Raises :class:`AgentError` for a value of the wrong type (naming the field), a mode
+    the harness lacks, or an ``"fs": false`` harness in a private project.
 
-    # -- what it is, what it holds (the state's) ---------------------------------------------
-    harness = _kept("harness")
-    program = _kept("program")
-    name = _kept("name")
-    cwd = _kept("cwd")
-    start_timeout = _kept("start_timeout")
-    policies = _kept("policies")
-    via = _kept("via")
-    extra_env = _kept("extra_env")
-    project = _kept("project")
-    record = _kept("record")
-    kernel_tools = _kept("kernel_tools")
-    mcp = _kept("mcp")
-    add_dirs = _kept("add_dirs")
-    system_prompt = _kept("system_prompt")
-    system_prompt_mode = _kept("system_prompt_mode")
-    worktree = _kept("worktree")
-    sandbox = _read("sandbox", "Its :class:`~.sandbox.Sandbox` (``--sandbox``: its process under bubblewrap), "
-                               "else None.")
-    version_checked = _kept("version_checked")
-    reads_refusal_messages = _kept("reads_refusal_messages")
-    last_activity = _kept("last_activity")
-    sign_in_retry = _kept("sign_in_retry")
-    auth_required = _kept("auth_required")
-    auth_prompt = _kept("auth_prompt")
-    previous_transcript = _kept("previous_transcript")
-    review = _read("review", "Whether the files it changes pend review (``review=True``, or ``review: true`` in its "
-                             "project's ``.escouade.yml``).")
-    file_watch = _read("file_watch", "Its :class:`~.file_review.FileWatch` with ``review=True``, else None.")
-    sessions_elsewhere = _kept("sessions_elsewhere")
-    sessions_hidden = _kept("sessions_hidden")
-    error = _kept("error")
-    conversation = _read("conversation", "The :class:`~..core.conversation.Conversation` (items, changes).")
-    status = _read("status", "Its :class:`~..core.status.AgentStatus` (see the class).")
-    on_status = _read("on_status", "Observers of its status (and of what views show with it); they get the agent.")
-    controls = _read("controls", "Its dials (:class:`~.controls.Controls`): modes, config options, models.")
-    turns = _read("turns", "Its :class:`~.turns.TurnQueue` (``turns.current``, ``turns.queued``).")
-    live = _read("live", "The current process's :class:`~.live.Live` (None before the first start).")
-    keeper = _read("keeper", "Its :class:`~.record.ConversationRecord` (notices and answers in the transcript).")
-    sign_in_job = _read("sign_in_job", "The terminal sign-in running, else None.")
-    session = _read("session", "The current :class:`~..wire.session.AgentSession`, or None.")
-    restarting = _read("restarting", "A restart is under way: the old process is closing, a new one comes.")
-    private = _read("private", "Whether it runs in a private project (its fs fenced in).")
-    fence = _read("fence", "The folder the client's fs is fenced to: a private project's folder, else None.")
-    uses_client_fs = _read("uses_client_fs", "Whether we offer ``fs/*`` (the manifest's ``acp.fs``, not through a "
-                                             "launcher unless told otherwise).")
-    transcript = _read("transcript", "The transcript file of the current process (None between a process and the "
-                                     "next).")
-    argv: Callable[[], list[str]] = _read("argv", "")  # type: ignore[assignment]
+    One object: :class:`~.state.AgentState` holds what changes and what its parts
+    (typed by the Protocols of :mod:`.interfaces`) change it through; this subclass adds
+    the user's API (sending, cards, sessions, dials, fork, export) and re-declares none of
+    its state."""
 
-    pid = property(lambda self: self._state._of_session("pid"), doc="The process id (its process group's too).")
-    alive = property(lambda self: bool(self._state._of_session("alive", False)), doc="Whether the process runs.")
-    session_id = property(lambda self: self._state._of_session("session_id"), doc="ACP's ``sessionId``.")
-    agent_info = property(lambda self: self._state._of_session("agent_info"), doc="``initialize``'s ``agentInfo``.")
-    agent_capabilities = _read("agent_capabilities", "``initialize``'s ``agentCapabilities`` (wire dict).")
-    auth_methods = _read("auth_methods", "Its ``authMethods``.")
-    exit = property(lambda self: self._state._of_session("exit"), doc="How the process ended (:class:`ExitInfo`).")
-    transport = property(lambda self: self._state._of_session("transport"), doc="The session's line transport.")
-    client = property(lambda self: self._state._of_session("client"), doc="Our ACP client handlers (fs, terminals).")
-    stderr = property(lambda self: self._state._of_session("stderr") or StderrRing(),
-                      doc="Its stderr (newest 64 KiB).")
+    def __init__(self, harness: HarnessRef | AgentConfig, **start: Any) -> None:
+        super().__init__(harness if isinstance(harness, AgentConfig) else AgentConfig(harness, **start))
+
+    @property
+    def pid(self) -> int | None:
+        """The process id (its process group's too), else None."""
+        return self.session.pid if self.session is not None else None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process runs."""
+        return self.session is not None and self.session.alive
+
+    @property
+    def session_id(self) -> str | None:
+        """ACP's ``sessionId``, else None."""
+        return self.session.session_id if self.session is not None else None
+
+    @property
+    def exit(self) -> ExitInfo | None:
+        """How the process ended (:class:`~..wire.process.ExitInfo`), else None."""
+        return self.session.exit if self.session is not None else None
+
+    @property
+    def transport(self) -> Any:
+        """The session's line transport, else None."""
+        return self.session.transport if self.session is not None else None
+
+    @property
+    def client(self) -> Any:
+        """Our ACP client handlers (fs, terminals), else None."""
+        return self.session.client if self.session is not None else None
+
+    @property
+    def stderr(self) -> StderrRing:
+        """Its stderr (newest 64 KiB)."""
+        return self.session.stderr if self.session is not None else StderrRing()
 
     @property
     def kernel_tools_state(self) -> tuple[str, str]:
@@ -197,14 +164,14 @@ class Agent:
     def start_waiting(self) -> str | None:
         """While it starts, what it waits for and how long (``waiting 1 min 05 s for its
         answer to initialize``; redrawn every few seconds: ``on_status``), else None."""
-        early = self._state.early_desk  # its worktree's commands to confirm (worktree_setup), before any process
+        early = self.early_desk  # its worktree's commands to confirm (worktree_setup), before any process
         if early is not None and early.cards:
             return "waiting for you to confirm the worktree commands of .escouade.yml"
         return self.live.waiting_text() if self.live is not None else None
 
     @property
     def pending_cards(self) -> list[PermissionCard]:
-        early = self._state.early_desk.cards if self._state.early_desk is not None else []  # before the session
+        early = self.early_desk.cards if self.early_desk is not None else []  # before the session
         return [*early, *(self.live.desk.cards if self.live is not None else [])]
 
     @property
@@ -214,14 +181,7 @@ class Agent:
         (:class:`~.file_review.FileEdit`: ``.path``, ``.diff``, ``.hunks``); each with
         ``.keep()`` and ``.reject()`` (await them or not; see :mod:`.cell_review`). Filled
         by the time ``await turn`` returns."""
-        return self._state.edit_review.pending
-
-    @property
-    def edit_review(self) -> EditReview:
-        """Its :class:`~.cell_review.EditReview`: the pending changes, ``settled`` (what was
-        kept, rejected or dropped, oldest first) and ``settle_all(keep)`` (Keep all / Reject all)."""
-        return self._state.edit_review
-
+        return self.edit_review.pending
     def set_budget(self, tokens: float | None = None, cost: float | None = None,
                    seconds: float | None = None) -> AgentBudget:
         """Cap what the agent spends from now: ``tokens`` (reported at each turn's end),
@@ -235,18 +195,12 @@ class Agent:
         turn without it, the budget's text (its repr, the view's head) says ``tokens: not
         reported by this agent``. ``seconds`` is measured by the kernel: the one budget
         that holds whatever the agent reports."""
-        return self._state.budget.set(tokens=tokens, cost=cost, seconds=seconds)
-
-    @property
-    def budget(self) -> AgentBudget:
-        """Its :class:`~.budget.AgentBudget`: ``limits``, ``spent`` (since set), ``card``."""
-        return self._state.budget
-
+        return self.budget.set(tokens=tokens, cost=cost, seconds=seconds)
     @property
     def checkpoints(self) -> list[Checkpoint]:
         """Its folder's checkpoints, one before each turn, oldest first: each a
         :class:`~.checkpoints.Checkpoint` (``.turn``, ``.prompt``, ``.at``); see :meth:`rewind`."""
-        return list(self._state.checkpoints.items)
+        return list(self.folder_checkpoints.items)
 
     async def rewind(self, checkpoint: Checkpoint | int) -> Checkpoint:
         """Put its folder back as it was at ``checkpoint`` (one of :attr:`checkpoints`, or a
@@ -255,12 +209,12 @@ class Agent:
         the later turns stay shown, marked rewound (:mod:`.checkpoints`). :class:`AgentError`
         while a turn runs or for another agent's checkpoint, :class:`~.checkpoints.CheckpointError`
         when git cannot restore it."""
-        return await self._state.checkpoints.rewind(checkpoint)
+        return await self.folder_checkpoints.rewind(checkpoint)
 
     def rewind_soon(self, checkpoint: Checkpoint | int) -> asyncio.Task:
         """:meth:`rewind` as a task the agent owns (*Rewind to here*; ``close()`` cancels it),
         returned at once; a refusal or a failure is said in the conversation."""
-        return self._state.checkpoints.rewind_soon(checkpoint)
+        return self.folder_checkpoints.rewind_soon(checkpoint)
 
     @property
     def pending_questions(self) -> list[QuestionCard]:
@@ -300,7 +254,7 @@ class Agent:
         as context of its first prompt); returned at once, starting. An agent no squad
         holds forks into the process-wide one (``get_squad()``); :class:`AgentError` when
         no squad was loaded (``escouade_nb.Agent`` loads it)."""
-        forker = self._state.forker or default_forker()
+        forker = self.forker or default_forker()
         if forker is None:
             raise AgentError(f"agent {self.name!r} is not in a squad and none is loaded: fork it with Squad.fork")
         return forker.fork(self, name)
@@ -323,29 +277,11 @@ class Agent:
                 raise AgentError(f"a sign-in of {self.name!r} is already running: answer it (sign_in_input)")
             from .launch.sign_in import sign_in_with_terminal
 
-            await sign_in_with_terminal(self._state, method)
+            await sign_in_with_terminal(self, method)
             return self
+        assert self.live is not None  # its authMethods came from its session
         await self.live.authenticate(method_id)
         return self
-
-    async def sign_in_input(self, text: str) -> None:
-        """Answer the running terminal sign-in: ``text`` and a newline on its program's
-        stdin. :class:`AgentError` when no terminal sign-in runs."""
-        if self.sign_in_job is None:
-            raise AgentError(f"no terminal sign-in of {self.name!r} is running")
-        await self.sign_in_job.send(text)
-
-    async def ready(self) -> Agent:
-        """Wait until the session exists; raises :class:`AuthRequired` while the agent
-        wants a sign-in, :class:`AgentError` if the start failed or the agent ended."""
-        await self._state.ready()
-        return self
-
-    def start(self) -> asyncio.Task:
-        """Schedule the start on the running loop and return at once (a no-op while a
-        process of this agent is running or starting)."""
-        return self._state.start()
-
     def send(self, prompt: str | Sequence[Any], *, attach: Sequence[str | Path] = (),
              variables: Sequence[str] = (), cells: Sequence[int] | str = ()) -> Turn:
         """Queue a prompt turn and return its :class:`Turn` at once. ``prompt`` is text,
@@ -401,16 +337,6 @@ class Agent:
         """The prompts waiting for their turn, in the order they will run (a steered one
         first): each with ``.edit(text)`` and ``.drop()`` (:class:`Turn`)."""
         return self.turns.queued
-
-    def cancel(self) -> None:
-        """Stop the running turn: send ``session/cancel``, answer every pending card
-        ``cancelled`` (ACP requires the client to), mark unfinished tool calls cancelled.
-        The turn then ends with the agent's stop reason (``cancelled``). Queued turns
-        stay queued. While the agent starts (no session yet), Stop ends the start: its
-        process group is ended at once (no grace for a session it never had), the status
-        is ``closed`` and the conversation says so; Restart starts it again."""
-        self._state.cancel()
-
     @property
     def project_folder(self) -> Path:
         """The folder that is this agent's project for rule plugins (what ``%escouade
@@ -440,7 +366,8 @@ class Agent:
         saying how to turn one on for its own project — ``%escouade plugins on PLUGIN
         --project FOLDER``, its folder, which may not be the kernel's."""
         project = self.project or Project.for_folder(self.cwd)
-        hints = [p.hint for p in self.policies if callable(getattr(p, "hint", None))
+        # the policies are the user's callables: which of them know rule plugins, they say themselves
+        hints = [hint for p in self.policies if callable(hint := getattr(p, "hint", None))
                  and callable(getattr(p, "guarding", None))]
         if not hints:
             return (f"No rule plugin answers {self.name}'s permissions: it was started without them "
@@ -453,11 +380,11 @@ class Agent:
         """The next permission card of this agent not handed out yet (waits for one).
         Raises ``TimeoutError`` after ``timeout`` seconds, :class:`AgentError` if the
         agent ends first. A wait that is cancelled takes no card."""
-        return await self._state.next_card("permission", timeout, "permission request")
+        return await self.next_card("permission", timeout, "permission request")
 
     async def next_question(self, timeout: float | None = None) -> QuestionCard:
         """The next question card not handed out yet (waits for one; as :meth:`next_permission`)."""
-        return await self._state.next_card("question", timeout, "question")
+        return await self.next_card("question", timeout, "question")
 
     def escouade_modes(self) -> dict[str, str]:
         return self.controls.escouade_modes()
@@ -488,7 +415,7 @@ class Agent:
         are left out (``sessions_hidden`` counts those of this page), unless
         ``everywhere``; either way :attr:`sessions_elsewhere` remembers their folders, so
         that opening one (:meth:`~.squad.Squad.open_session`) opens it in its own folder."""
-        page = await (await self._state.ready_session()).list_sessions(cursor=cursor)
+        page = await (await self.ready_session()).list_sessions(cursor=cursor)
         here: list[dict[str, Any]] = []
         for info in page.sessions:
             if self._of_this_folder(info.get("cwd")):
@@ -511,23 +438,19 @@ class Agent:
     async def delete_session(self, session_id: str) -> None:
         """Delete one of the agent's own sessions (ACP ``session/delete``; an unknown id
         succeeds silently). ``AgentError`` when the agent does not offer it."""
-        await (await self._state.ready_session()).delete_session(session_id)
+        await (await self.ready_session()).delete_session(session_id)
+    async def sign_in_input(self, text: str) -> None:
+        """Answer the running terminal sign-in: ``text`` and a newline on its program's
+        stdin. :class:`AgentError` when no terminal sign-in runs."""
+        if self.sign_in_job is None:
+            raise AgentError(f"no terminal sign-in of {self.name!r} is running")
+        await self.sign_in_job.send(text)
 
     async def logout(self) -> None:
         """Sign out of the agent (ACP ``logout``): its sessions may then ask for a sign-in
         again. ``AgentError`` when it does not offer it (``agentCapabilities.auth.logout``)."""
-        await (await self._state.ready_session()).logout()
+        await (await self.ready_session()).logout()
         self.conversation.add_notice("Signed out (logout): the agent may ask you to sign in again.")
-
-    async def restart(self) -> Agent:
-        """Start a fresh process and session for this agent (after a crash, or to get
-        out of a stuck turn): the current process is closed and its session object
-        replaced. The conversation so far stays; a notice marks the restart. Queued
-        turns run on the new session. Restarts and closes run one at a time; a restart
-        asked while one runs joins it (a double click is one restart), and a cancelled
-        wait (a kernel interrupt) does not stop it halfway."""
-        await self._state.restart()
-        return self
 
     @classmethod
     def resume(cls, transcript_path: Path, harness: HarnessRef | None, *, program: str | None,
@@ -539,29 +462,27 @@ class Agent:
         ``harness`` None means its manifest has gone: the agent is listed as
         "harness missing" and its conversation stays readable."""
         agent = cls(**resumed(transcript_path, harness, program=program, **kwargs))
-        rebuild(agent._state, transcript_path, harness)
+        rebuild(agent, transcript_path, harness)
         return agent
-
-    async def close(self) -> None:
-        """End the agent: close its stdin, terminate its process group, end every turn
-        (the running one and the queued ones, with an error), and a terminal sign-in under
-        way (its program's group). After a restart under way."""
-        await self._state.close()
-
-    def kill_now(self) -> None:
-        """Kill the process group synchronously (interpreter exit), and its terminals."""
-        self._state.kill_now()
 
     def __repr__(self) -> str:
         return f"<Agent {self.name} ({self.harness.id}) {self.status}>"
 
+
 def state_of(agent: Agent) -> AgentState:
-    """The :class:`~.state.AgentState` behind ``agent``: for the squad, which makes and
-    forks agents (its worktree, a fork's primer, the session to reopen)."""
-    return agent._state
+    """The :class:`~.state.AgentState` of ``agent``: the agent itself (one object; kept
+    for the callers that name the state side)."""
+    return agent
 
 
-for _name in ("escouade_modes", "set_escouade_mode", "set_mode", "set_config_option", "model_choices", "set_model"):
-    getattr(Agent, _name).__doc__ = getattr(Controls, _name).__doc__  # the façade says what the work does
-del _name
+Agent.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # help(Agent): AgentConfig's keywords
+    [p if p.name == "harness" else p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+     for p in inspect.signature(AgentConfig).parameters.values()])
+
+for _method, _work in ((Agent.escouade_modes, Controls.escouade_modes),
+                       (Agent.set_escouade_mode, Controls.set_escouade_mode), (Agent.set_mode, Controls.set_mode),
+                       (Agent.set_config_option, Controls.set_config_option),
+                       (Agent.model_choices, Controls.model_choices), (Agent.set_model, Controls.set_model)):
+    _method.__doc__ = _work.__doc__  # the façade says what the work does
+del _method, _work
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ from .kernel_record import journal_of
 
 if TYPE_CHECKING:
     from .cards import PermissionCard
+    from .interfaces import BudgetedAgent
 
 KINDS = ("tokens", "cost", "seconds")
 """The budgets' kinds, in the order their words are said."""
@@ -76,7 +78,7 @@ class Spend:
     seconds: float = 0.0
 
     def of(self, kind: str) -> float:
-        return float(getattr(self, kind))
+        return float(dataclasses.asdict(self)[kind])
 
     def minus(self, other: Spend) -> Spend:
         return Spend(self.tokens - other.tokens, self.cost - other.cost, self.seconds - other.seconds)
@@ -188,7 +190,7 @@ class AgentBudget:
     (the budget card waiting, else None). The squad's budget, when its squad has one,
     is checked with it (``squad``: the squad's :class:`SquadBudget`)."""
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: BudgetedAgent) -> None:
         self.state = state
         self.meter = Meter(time.monotonic)
         self.own: Limits | None = None
@@ -221,8 +223,7 @@ class AgentBudget:
 
     @property
     def squad(self) -> SquadBudget | None:
-        squad = getattr(self.state, "forker", None)
-        budget = getattr(squad, "budget", None)
+        budget = self.state.forker.budget if self.state.forker is not None else None
         return budget if isinstance(budget, SquadBudget) and budget.own is not None else None
 
     def view(self) -> dict[str, Any] | None:
@@ -256,7 +257,7 @@ class AgentBudget:
     def _changed(self, changes: list[Change]) -> None:
         for change in changes:
             if change.kind == "state" and change.name == "usage":
-                live = getattr(self.state, "live", None)
+                live = self.state.live
                 if live is not self._live:
                     self._live = live
                     self.meter.new_session()
@@ -349,7 +350,8 @@ class AgentBudget:
             journal.add(JOURNAL_ID, "Answer", verdict=verdict, tool="budget",
                         target=perm.tool_call.title if perm.tool_call is not None else None,
                         by=perm.answered_by if chosen else None, message=perm.message, request_id=call_id,
-                        agent=self.state.name, project=getattr(self.state.project, "name", None))
+                        agent=self.state.name,
+                        project=self.state.project.name if self.state.project is not None else None)
         squad = self.squad if scope == "squad" else None
         if squad is not None:
             squad.waiting.discard(self)
@@ -362,7 +364,7 @@ class AgentBudget:
         else:  # stop (or the card cancelled: the turn was stopped, the agent closed): asked again at a prompt
             self._stopped = True
         if chosen == STOP:
-            self.state.public.cancel()
+            self.state.cancel()
         if self._released is not None:
             self._released.set()
         self._arm_timer()
@@ -427,8 +429,7 @@ class SquadBudget:
         self._rearming = False
 
     def _budgets(self) -> list[AgentBudget]:
-        return [b for b in (getattr(getattr(a, "_state", a), "budget", None) for a in self._agents())
-                if isinstance(b, AgentBudget)]
+        return [a.budget for a in self._agents() if isinstance(a.budget, AgentBudget)]
 
     def set(self, tokens: float | None = None, cost: float | None = None,
             seconds: float | None = None) -> SquadBudget:

@@ -26,7 +26,7 @@ from ..core.render_text import answer_label, render_item
 
 if TYPE_CHECKING:
     from ..wire.session import AgentSession
-    from .interfaces import AgentHandle
+    from .interfaces import CardsAgent
     from .interfaces import KernelRequests
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class _Card:
         self._desk = desk
         self._item = item
         self._future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._on_answer: list[Callable[[], object]] = []  # called once it is answered (on_answer)
 
     @property
     def answered(self) -> bool:
@@ -64,7 +65,7 @@ class _Card:
         if self._future.done():
             fn()
         else:
-            self._on_answer = [*getattr(self, "_on_answer", []), fn]
+            self._on_answer.append(fn)
 
     def __repr__(self) -> str:
         return render_item(self._item)
@@ -260,7 +261,7 @@ class CardDesk:
     ones (oldest first). ``closed``: the session is over, a card that still arrives is
     answered ``cancelled`` at once."""
 
-    def __init__(self, agent: AgentHandle) -> None:
+    def __init__(self, agent: CardsAgent) -> None:
         self.agent = agent
         self.session: AgentSession | None = None
         self.kernel: KernelRequests | None = None  # what the session has of the kernel's MCP server
@@ -338,7 +339,7 @@ class CardDesk:
             if asked is not None and request is None:  # the client's notes, made on the live call
                 asked.mcp, asked.kernel_notebook = call.mcp, call.kernel_notebook
         perm.plan = plans.plan_of(asked, agent.harness.acp.tools)
-        card = PermissionCard(agent.public, self, perm, subagent=subagent)
+        card = PermissionCard(agent, self, perm, subagent=subagent)
         self.cards.append(card)
         self._arrived("permission", card)
         return card
@@ -348,9 +349,8 @@ class CardDesk:
         the mode), else the user; a card of a closed session is cancelled at once."""
         agent, perm = self.agent, card.permission
         tcid = perm.tool_call.tool_call_id if perm.tool_call is not None and perm.tool_call.origin is None else ""
-        budget = getattr(agent, "budget", None)
-        if budget is not None and not card.answered:  # a budget card waits: nothing is granted meanwhile
-            await budget.hold_permission()
+        if not card.answered:  # a budget card waits: nothing is granted meanwhile
+            await agent.budget.hold_permission()
         policies = agent.active_policies()
         if card.answered:
             pass  # settled on arrival (a grant of this session)
@@ -397,7 +397,7 @@ class CardDesk:
 
     def add_question(self, question: Question) -> QuestionCard:
         self.agent.conversation.add_question(question)
-        card = QuestionCard(self.agent.public, self, question)
+        card = QuestionCard(self.agent, self, question)
         self.questions.append(card)
         self._arrived("question", card)
         if self.closed:
@@ -422,7 +422,7 @@ class CardDesk:
 
     # -- answers -------------------------------------------------------------------------------
     def settled(self, card: _Card) -> None:
-        for fn in getattr(card, "_on_answer", ()):
+        for fn in card._on_answer:
             fn()
         if isinstance(card, PermissionCard) and card in self.cards:
             self.cards.remove(card)

@@ -69,7 +69,7 @@ class Comparison:
         for i, turn in enumerate(self.turns):
             if turn.agent is not agent:
                 continue
-            current = getattr(agent.turns, "current", None)
+            current = agent.turns.current
             waiting = agent.status == AgentStatus.WAITING and not turn.done and current is turn
             if turn.done and current is not None and current is not turn:
                 self.later[i] = True  # its worktree's diff stat may now count that turn's work
@@ -114,8 +114,8 @@ class Comparison:
             "stop": _stop(turn),
             "agent time": agent_time,
             "waited for you": "—" if waited is None else f"{waited:.1f} s",
-            "tokens": _tokens(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
-            "cost": _cost(getattr(turn, "usage_before", None), _usage_after(turn), turn) if sent else "—",
+            "tokens": _tokens(turn.usage_before, _usage_after(turn), turn) if sent else "—",
+            "cost": _cost(turn.usage_before, _usage_after(turn), turn) if sent else "—",
             "files changed": _files(turn, diffstat=not self.later[i]),
             "tool calls": str(len(turn.tool_calls)),
             "cards": "; ".join(answer_label(c) for c in turn.items if isinstance(c, Permission)) or "none",
@@ -151,10 +151,10 @@ class Comparison:
             return []
         out = []
         for turn, (stat, seen) in zip(self.turns, self._frozen_at, strict=False):
-            wt = getattr(turn.agent, "worktree", None)
+            wt = turn.agent.worktree
             if wt is None:
                 continue
-            events = list(getattr(wt, "events", ()))[seen:]
+            events = wt.events[seen:]
             now = str(wt.last_stat) if wt.last_stat is not None else None
             if events:
                 out.append(f"{turn.agent.name}: {', '.join(events)} since")
@@ -169,10 +169,10 @@ class Comparison:
 
 
 def _worktree_state(agent: Any) -> tuple[str | None, int]:
-    wt = getattr(agent, "worktree", None)
+    wt = agent.worktree
     if wt is None:
         return None, 0
-    return (str(wt.last_stat) if wt.last_stat is not None else None), len(getattr(wt, "events", ()))
+    return (str(wt.last_stat) if wt.last_stat is not None else None), len(wt.events)
 
 
 def _stop(turn: Turn) -> str:
@@ -225,7 +225,7 @@ def _cost(before: dict | None, after: dict | None, turn: Turn) -> str:
 
 def _usage_after(turn: Turn) -> dict | None:
     """The agent's usage when the turn ended (its current one while the turn runs)."""
-    after = getattr(turn, "usage_after", None)
+    after = turn.usage_after
     return after if turn.done and after is not None else turn.agent.conversation.usage
 
 
@@ -233,7 +233,7 @@ def _files(turn: Turn, diffstat: bool = True) -> str:
     """Its worktree's diff stat (``diffstat``: no later turn of the agent may have changed the
     worktree since), else the files its edit tool calls aimed at."""
     agent = turn.agent
-    wt = getattr(agent, "worktree", None)
+    wt = agent.worktree
     if diffstat and wt is not None and wt.last_stat is not None:
         return f"{wt.last_stat} ({', '.join(wt.last_stat.paths[:4])})" if wt.last_stat.files else "none"
     edited = sorted({p for c in turn.tool_calls if c.kind in EDIT_KINDS for p in paths_of(c)})

@@ -13,7 +13,7 @@ from .workspace import EDIT_KINDS, inside, paths_of
 
 if TYPE_CHECKING:
     from ..manifest import HarnessRef
-    from .interfaces import AgentHandle
+    from .interfaces import ControlledAgent
     from .cards import PermissionCard
 
 
@@ -65,7 +65,7 @@ class Controls:
     Every setter shows the change at once and rolls it back, with a notice, when the
     agent refuses."""
 
-    def __init__(self, agent: AgentHandle) -> None:
+    def __init__(self, agent: ControlledAgent) -> None:
         self.agent = agent
         self.mode: str | None = "default"  # None: the agent is in a mode of its own that none maps to
         self.chosen: str | None = None  # the Escouade mode last chosen (a restart sets it again)
@@ -279,7 +279,7 @@ class Controls:
             return self.models.get("currentModelId"), [(m.get("modelId"), m.get("name") or m.get("modelId"))
                                                        for m in available if m.get("modelId")]
         manifest = self.agent.harness.harness.models or []
-        return None, [(m.id, m.label_text() if hasattr(m, "label_text") else m.id) for m in manifest]
+        return None, [(m.id, m.label_text()) for m in manifest]
 
     async def set_model(self, model_id: str) -> bool:
         """Change the model: the manifest's ``acp.modelOption`` config option when given

@@ -60,7 +60,7 @@ from .launch.launcher import is_ssh
 from .launch.ssh_forward import ForwardFailed, ReverseForward
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle, LiveSession
+    from .interfaces import KernelToolsAgent, LiveSession
     from .cards import PermissionCard
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class KernelAccess:
 
     def __init__(self, live: LiveSession) -> None:
         self.live = live
-        self.agent: AgentHandle = live.agent
+        self.agent: KernelToolsAgent = live.agent
         self.grant: Grant | None = None
         self.server_names: dict[str, tuple[str, ...]] = {}  # the servers given, with their known tools
         self.state = "pending" if self.agent.kernel_tools else "off"
@@ -707,7 +707,7 @@ class KernelAccess:
         ``text`` goes on the card's tool call (one we made is closed by us; the agent's own by the
         agent). A cell that ran is one the agent touched in this turn (the user's later change
         of it is told to the agent: :meth:`~.review.cell_review.EditReview.touch`)."""
-        review = getattr(self.agent, "edit_review", None)
+        review = self.agent.edit_review
         if review is not None and not failed:
             review.touch(cell_id)
         key = _cell_key(cell_id, source)
@@ -782,7 +782,7 @@ class KernelAccess:
     def edited(self, cell_id: str, change: str, live: Any) -> None:
         """The kernel's server made a change in the open notebook for this session: one of
         the agent's pending edits (``agent.pending_edits``)."""
-        review = getattr(self.agent, "edit_review", None)
+        review = self.agent.edit_review
         if review is not None:
             review.add(cell_id, change, live)
 
@@ -790,16 +790,14 @@ class KernelAccess:
         """Who makes a change now (a kept cell's metadata ``escouade``): the agent's name,
         its manifest's harness id, the ACP session id, the 1-based turn of the conversation."""
         agent = self.agent
-        live = getattr(agent, "live", None)
-        session = getattr(getattr(live, "session", None), "session_id", None)
+        session = agent.session.session_id if agent.session is not None else None
         turns = sum(1 for item in agent.conversation.items if isinstance(item, Message) and item.role == "user")
-        harness = getattr(agent, "harness", None)
-        return {"agent": agent.name, "harness": getattr(harness, "short_id", None),
+        return {"agent": agent.name, "harness": agent.harness.short_id,
                 "session": session if isinstance(session, str) else None, "turn": turns or None}
 
     def notice(self) -> str | None:
         """What the agent learns in its next tool result, once: the user's Reject of its changes."""
-        review = getattr(self.agent, "edit_review", None)
+        review = self.agent.edit_review
         return review.take_notice() if review is not None else None
 
     def tool_done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:

@@ -32,7 +32,7 @@ from ..wire import kernel_calls
 from ..kernel_mcp.tools import EDIT_TOOLS
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import JournaledAgent
     from .cards import PermissionCard
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ READ_BY = "escouade_nb"
 """Who allows the kernel's read tools (reading the kernel is what its server is for)."""
 
 
-def journal_of(agent: AgentHandle) -> Journal | None:
+def journal_of(agent: JournaledAgent) -> Journal | None:
     """The journal of ``agent``'s squad: that of its first policy holding one (the
     squad's rule-plugin broker, which every squad agent has); None outside a squad."""
     for policy in agent.policies:
@@ -72,7 +72,7 @@ class KernelRecord:
     tied by the asyncio task that serves it (the MCP request's): :meth:`card`,
     :meth:`answered` and :meth:`done` of one call run in that task."""
 
-    def __init__(self, agent: AgentHandle) -> None:
+    def __init__(self, agent: JournaledAgent) -> None:
         self.agent = agent
         self._open: dict[asyncio.Task | None, _Open] = {}
 
@@ -193,7 +193,7 @@ class KernelRecord:
         project = self.agent.project
         journal.add(JOURNAL_ID, "Answer", verdict=verdict, tool=name, target=target_of(name, arguments) or None,
                     by=by, message=message, request_id=call_id, agent=self.agent.name,
-                    project=getattr(project, "name", None))
+                    project=project.name if project is not None else None)
 
 
 _NONE = object()

@@ -38,7 +38,7 @@ from .launch.sandbox import SandboxError, client_reach, sandboxed
 from .workspace import Workspace
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import LiveAgent
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Live:
     with ``replay`` the updates it will replay that the conversation already has;
     ``mode``: the Escouade mode to set once the session exists."""
 
-    def __init__(self, agent: AgentHandle, *, resume: str | None = None, replay: ReplaySkip | None = None,
+    def __init__(self, agent: LiveAgent, *, resume: str | None = None, replay: ReplaySkip | None = None,
                  mode: str | None = None) -> None:
         self.agent = agent
         self.resume = resume
@@ -89,6 +89,7 @@ class Live:
         self.told_about_questions = False  # the questionsInText preamble, once per session
         self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.acp.questions_in_text else ""
         self.cancel_sent = False  # one session/cancel per Stop
+        self.mcp_servers: list[Any] = []  # the MCP servers its session was given (a checkpoint's session/fork too)
         self.ended = False
         self._files_token: int | None = None  # review=True: this process's token in the agent's file watch
         self.waiting: str | None = None  # the request a start waits for the answer to (``initialize``…)
@@ -106,7 +107,7 @@ class Live:
                 **({"add_dirs": [str(d) for d in agent.add_dirs]} if agent.add_dirs else {}),
                 **({"system_prompt": agent.system_prompt, "system_prompt_mode": agent.system_prompt_mode}
                    if agent.system_prompt else {}),
-                **({"review": True} if getattr(agent, "review", False) else {})},
+                **({"review": True} if agent.review else {})},
                 on_error=agent.transcript_failed))
         self.desk = CardDesk(agent)
         self.token_folder: Path | None = None  # the kernel's MCP token folder, once a sandboxed start asked for it
@@ -157,7 +158,7 @@ class Live:
                 # (engine/launch/sandbox.py, wire/fs.py, wire/terminals.py)
                 self.session.client.confine(*client_reach(binds))
             await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
-            files = getattr(self.agent, "file_watch", None)  # review=True: the folder now, compared at its end
+            files = self.agent.file_watch  # review=True: the folder now, compared at its end
             if files is not None:
                 self._files_token = await files.process_started()
             async with self.session:
@@ -178,7 +179,7 @@ class Live:
 
     async def _files_after_exit(self) -> None:
         """review=True: what the process changed since its last turn is pending review."""
-        files, token = getattr(self.agent, "file_watch", None), self._files_token
+        files, token = self.agent.file_watch, self._files_token
         if files is None or token is None:
             return
         self._files_token = None
@@ -414,7 +415,7 @@ class Live:
     def _file_written(self, path: Path, old: str | None, new: str) -> None:
         """A write through our fs: a diff in its tool card; with ``review=True``, a file pending review."""
         self.workspace.file_written(path, old, new)
-        files = getattr(self.agent, "file_watch", None)
+        files = self.agent.file_watch
         if files is not None:
             files.written(path, old, new)
 

@@ -45,7 +45,7 @@ from ..wire.transcript import (ANSWER_EVENT, NOT_ASKED_EVENT, NOTICE_EVENT, QUES
                                RECORD, SEGMENT_EVENT)
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import RecordedAgent
 
 WAITING_MAX = 200
 """Notices kept at most while no transcript is attached (an agent that records nothing keeps none)."""
@@ -54,7 +54,7 @@ WAITING_MAX = 200
 class ConversationRecord:
     """Writes ``agent``'s client notices and card answers in its transcript (see the module)."""
 
-    def __init__(self, agent: AgentHandle) -> None:
+    def __init__(self, agent: RecordedAgent) -> None:
         self.agent = agent
         self.paused = False
         self._folding = 0

@@ -179,12 +179,12 @@ def rebuild(agent: ResumedAgent, transcript_path: Path, harness: HarnessRef | No
                          adapt=lambda update: adapt(agent.harness.short_id, agent.conversation, update))
     finally:
         agent.keeper.paused = False
-    review = getattr(agent, "edit_review", None)
+    review = agent.edit_review
     if review is not None:  # what the user answered of its changes to the notebook (the saved form says it)
         for done in kernel_calls.settled(records):
             review.restore(done["cell"], done["change"], done["outcome"])
         restore_settled(records, review)  # and of the files it changed (review=True)
-    checkpoints = getattr(agent, "checkpoints", None)
+    checkpoints = agent.folder_checkpoints
     if checkpoints is not None:  # its checkpoints on record: the folder can be rewound to them
         checkpoints.rebuild(records)
     session_id = info.get("session_id")

@@ -373,11 +373,10 @@ class Squad:
                           env=env, kernel_tools=kernel_tools,
                           mcp=None if mcp is None else [m for m in mcp if m != "none"],
                           add_dirs=[folder / d for d in add_dirs], system_prompt=system_prompt,
-                          system_prompt_mode=system_prompt_mode, session_id=session_id, review=review)
+                          system_prompt_mode=system_prompt_mode, session_id=session_id, review=review,
+                          sandbox=Sandbox(ports=ports) if project is not None and project.sandbox else None)
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
-        if project is not None and project.sandbox:
-            state_of(agent).sandbox = Sandbox(ports=ports)
         self._add(agent)
         if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
             self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
@@ -476,8 +475,8 @@ class Squad:
             cwd, project = agent_worktrees.moved_into(planned, source.cwd, source.worktree.path, project)
         agent = Agent(source.harness, program=source.program, name=name, cwd=cwd, policies=list(source.policies),
                       via=source.via, project=project, env=source.extra_env, kernel_tools=source.kernel_tools,
-                      mcp=source.mcp, review=source.review)
-        state_of(agent).sandbox = source.sandbox  # a fork of a sandboxed agent is sandboxed
+                      mcp=source.mcp, review=source.review,
+                      sandbox=source.sandbox)  # a fork of a sandboxed agent is sandboxed
         self._add(agent)
         state_of(agent).claim_version_check()  # the parent's program: checked already
         state_of(agent).prepare_then_start(self._prepare_fork(source, agent, planned),
@@ -487,7 +486,7 @@ class Squad:
 
     async def _prepare_fork(self, source: Agent, agent: Agent, planned: Worktree | None) -> None:
         from ..core.prompt import carried_items
-        if planned is not None:
+        if planned is not None and source.worktree is not None:
             await source.worktree.commit(f"{source.name}'s work, up to the fork {agent.name} (escouade_nb)")
             await agent_worktrees.make(state_of(agent), planned, None, parent=source.worktree)
         caps = source.agent_capabilities or {}
@@ -583,9 +582,9 @@ class Squad:
                               private=repo_project.private or project.private,
                               review=repo_project.review or project.review,
                               sandbox=repo_project.sandbox or project.sandbox)
-        agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project)
-        if isinstance(head.get("sandbox"), dict) or (project is not None and project.sandbox):  # sandboxed again
-            state_of(agent).sandbox = Sandbox.from_record(head.get("sandbox"))
+        sandboxed = isinstance(head.get("sandbox"), dict) or (project is not None and project.sandbox)
+        agent = Agent.resume(found[name], ref, program=program, policies=[self.rules.broker], project=project,
+                             sandbox=Sandbox.from_record(head.get("sandbox")) if sandboxed else None)  # sandboxed again
         if isinstance(head.get("worktree"), dict):  # reattached: git still has it (or the view says it has gone)
             try:
                 state_of(agent).in_worktree(Worktree.from_record(head["worktree"]))

@@ -1,26 +1,34 @@
-"""What one agent is made of behind its façade: :class:`AgentState`, the handle its parts take.
+"""What one agent is made of: :class:`AgentConfig`, what it is started with (frozen, checked
+once), and :class:`AgentState`, what changes, which its parts take.
 
-:class:`~.agent.Agent` is what the user holds; :class:`AgentState` owns everything that
+:class:`~.agent.Agent` (what the user holds) is :class:`AgentState`'s subclass adding the
+user's API: one object, so nothing is declared twice. :class:`AgentState` reads its start
+parameters from its config (read-only) and owns everything that
 changes — the status and its machine (:mod:`..core.status`), the error, the sign-in
 state (``auth_required``, ``auth_prompt``, ``sign_in_job``, ``sign_in_retry``), the
 transcript, the worktree, the observers and the waiters — and the parts of the agent
 (:class:`~.turns.TurnQueue`, :class:`~.controls.Controls`, :class:`~.record.ConversationRecord`,
 the current :class:`~.live.Live`). The parts receive this object, typed by the Protocols
-of :mod:`.interfaces` (never the façade), and change it through its methods
-(:meth:`set_status`, :meth:`wake_waiters`, :meth:`cards_waiting`, :meth:`turn_ended`…).
+of :mod:`.interfaces` (each the size of its use; never the concrete class), and change
+it through its methods (:meth:`set_status`, :meth:`wake_waiters`, :meth:`cards_waiting`,
+:meth:`turn_ended`…). Its optional capabilities (``file_watch``, ``sandbox``,
+``worktree``…) are always attributes, None when absent (the table:
+:class:`~.interfaces.OptionalParts`).
 
-Only :mod:`.agent` (which builds one per agent) and :mod:`.squad` (through
-:func:`~.agent.state_of`) hold the concrete class.
+Only :mod:`.agent` (which subclasses it) and :mod:`.squad` hold the concrete class.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import operator
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, Never, TypeVar, cast
 
 import anyio
 
@@ -55,7 +63,9 @@ from .worktrees.worktree import Worktree
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AgentState"]
+__all__ = ["AgentConfig", "AgentState"]
+
+T = TypeVar("T")
 
 
 def _kernel_notebook() -> set[Path]:
@@ -66,50 +76,154 @@ def _kernel_notebook() -> set[Path]:
     return {path} if path is not None else set()
 
 
-class AgentState:
-    """The mutable state of one agent and the changes its parts make to it (see the module).
-    Built by :class:`~.agent.Agent` with its arguments (documented there); ``public`` is
-    the object the ``on_status`` observers get and that cards and turns name as their
-    agent (the :class:`~.agent.Agent`; this object itself when None)."""
+@dataclass(frozen=True)
+class AgentConfig:
+    """What one agent is started with, checked once: the keywords of
+    :class:`~.agent.Agent` (documented there), made canonical — ``name`` the harness's
+    short id when None, ``cwd`` absolute (the current folder when None), ``add_dirs``
+    absolute (relative ones against ``cwd``), ``start_timeout`` in seconds or None (no
+    limit; None given: ``$ESCOUADE_NB_START_TIMEOUT``'s, 0 given: no limit), ``kernel_tools``
+    a bool (None given: whether it runs in a kernel), sequences as tuples, ``env`` a copy.
+    ``sandbox``: its :class:`~.sandbox.Sandbox` (``--sandbox``), else None.
 
-    def __init__(self, harness: HarnessRef, *, program: str, name: str | None = None,
-                 cwd: str | Path | None = None, start_timeout: float | None = None,
-                 policies: Sequence[Policy] = (), mode: str | None = None, record: bool = True,
-                 via: Sequence[str] = (), fs: bool | None = None, project: Project | None = None,
-                 env: dict[str, str] | None = None, kernel_tools: bool | None = None,
-                 mcp: Sequence[str] | None = None, add_dirs: Sequence[str | Path] = (),
-                 system_prompt: str | None = None, system_prompt_mode: str = "append",
-                 session_id: str | None = None, public: Any = None, review: bool = False) -> None:
-        self.public: Any = self if public is None else public
-        self.forker: Forker | None = None  # the squad holding it, which forks it (Squad.fork)
-        self.harness = harness
-        self.program = program
-        self.name = name or harness.short_id
-        self.cwd = Path(cwd or Path.cwd()).resolve()
+    Frozen: an agent's start parameters never change under it; start another agent (or
+    :func:`dataclasses.replace` a config) for other ones. Raises :class:`AgentError` naming
+    the field for a value of the wrong type or out of range (``system_prompt_mode`` not
+    ``"append"``/``"override"``, a negative ``start_timeout``…)."""
+
+    harness: HarnessRef
+    program: str
+    name: str | None = None
+    cwd: Path | None = None
+    start_timeout: float | None = None
+    policies: tuple[Policy, ...] = ()
+    mode: str | None = None
+    record: bool = True
+    via: tuple[str, ...] = ()
+    fs: bool | None = None
+    project: Project | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    kernel_tools: bool | None = None
+    mcp: tuple[str, ...] | None = None
+    add_dirs: tuple[Path, ...] = ()
+    system_prompt: str | None = None
+    system_prompt_mode: Literal["append", "override"] = "append"
+    session_id: str | None = None
+    review: bool = False
+    sandbox: Sandbox | None = None
+
+    def __post_init__(self) -> None:
+        def bad(name: str, value: Any, wanted: str) -> AgentError:
+            return AgentError(f"AgentConfig.{name}: {wanted}, not {value!r}")
+
+        def words(name: str, value: Any, *, none: bool = False) -> tuple[str, ...] | None:
+            if value is None and none:
+                return None
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence) \
+                    or not all(isinstance(w, str) for w in value):
+                raise bad(name, value, "a list of strings" + (" or None" if none else ""))
+            return tuple(value)
+
+        set_ = functools.partial(object.__setattr__, self)
+        if not isinstance(self.harness, HarnessRef):
+            raise bad("harness", self.harness, "a HarnessRef (a manifest found by discovery)")
+        if not isinstance(self.program, str):
+            raise bad("program", self.program, "the program's path or name (a string)")
+        for name, value, kind, wanted in (
+                ("name", self.name, str | None, "a string or None"),
+                ("mode", self.mode, str | None, "a string or None"),
+                ("system_prompt", self.system_prompt, str | None, "a string or None"),
+                ("session_id", self.session_id, str | None, "a string or None"),
+                ("record", self.record, bool, "True or False"), ("review", self.review, bool, "True or False"),
+                ("fs", self.fs, bool | None, "True, False or None"),
+                ("kernel_tools", self.kernel_tools, bool | None, "True, False or None"),
+                ("project", self.project, Project | None, "a Project or None"),
+                ("sandbox", self.sandbox, Sandbox | None, "a Sandbox or None")):
+            if not isinstance(value, kind):
+                raise bad(name, value, wanted)
+        if self.system_prompt_mode not in ("append", "override"):
+            raise bad("system_prompt_mode", self.system_prompt_mode, "'append' or 'override'")
+        timeout = self.start_timeout
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                    or not timeout >= 0):
+            raise bad("start_timeout", timeout, "seconds (a number ≥ 0) or None")
+        env = self.env or {}
+        if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise bad("env", self.env, "a mapping of strings to strings")
+        if not all(callable(p) for p in self.policies or ()):
+            raise bad("policies", self.policies, "a list of policies (async callables taking a card)")
+        if not isinstance(self.add_dirs, Sequence) or isinstance(self.add_dirs, str | bytes) \
+                or not all(isinstance(d, str | Path) for d in self.add_dirs):
+            raise bad("add_dirs", self.add_dirs, "a list of folders")
+        if self.cwd is not None and not isinstance(self.cwd, str | Path):
+            raise bad("cwd", self.cwd, "a folder or None")
+        cwd = Path(self.cwd or Path.cwd()).resolve()
+        set_("name", self.name or self.harness.short_id)
+        set_("cwd", cwd)
         # seconds a start waits for initialize / session/new; None: as long as the process lives
-        self.start_timeout = start_limit() if start_timeout is None else (start_timeout or None)
-        self.policies: list[Policy] = list(policies or [])
-        self.via = list(via)
-        self.extra_env = dict(env or {})  # e.g. the account's folder in the manifest's accountVar
-        self.project = project  # None: not private, the folder's own project
-        self.record = record
-        self._fs_override = fs
-        self.kernel_tools = kernel_in_process() if kernel_tools is None else bool(kernel_tools)
-        self.mcp: list[str] | None = None if mcp is None else list(mcp)
+        set_("start_timeout", start_limit() if timeout is None else (timeout or None))
+        set_("policies", tuple(self.policies or ()))
+        set_("via", words("via", self.via))
+        set_("env", dict(env))  # e.g. the account's folder in the manifest's accountVar
+        set_("kernel_tools", kernel_in_process() if self.kernel_tools is None else self.kernel_tools)
+        set_("mcp", words("mcp", self.mcp, none=True))
         # ACP additionalDirectories (absolute; relative ones are against cwd): sent where offered, fenced in
-        self.add_dirs: list[Path] = [(self.cwd / d).resolve() for d in add_dirs]
-        if system_prompt_mode not in ("append", "override"):
-            raise AgentError(f"system_prompt_mode must be 'append' or 'override', not {system_prompt_mode!r}")
-        self.system_prompt = system_prompt  # the user's --system-prompt (ACP systemPrompt where offered)
-        self.system_prompt_mode = system_prompt_mode
+        set_("add_dirs", tuple((cwd / d).resolve() for d in self.add_dirs))
+
+
+class _Start(Generic[T]):
+    """A start parameter of the agent, read (never set) from its :class:`AgentConfig`:
+    ``name = _Start[str]()`` on :class:`AgentState` reads ``config.name``; ``of`` names a
+    config field of another name (``extra_env`` reads ``env``); ``as_list``: the config's
+    tuple read as a new list (what the agent has always given: ``agent.via == [...]``)."""
+
+    def __init__(self, of: str | None = None, *, as_list: bool = False) -> None:
+        self._of, self._as_list = of, as_list
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._read = operator.attrgetter(self._of or name)
+        self._name = name
+
+    def __get__(self, state: Any, owner: type | None = None) -> T:
+        value = self._read(state.config)
+        return cast(T, list(value) if self._as_list and value is not None else value)
+
+    def __set__(self, state: Any, value: Never) -> None:  # Never: mypy refuses every assignment too
+        raise AttributeError(f"{self._name} is a start parameter of the agent (its AgentConfig): start an agent "
+                             f"with another value instead")
+
+
+class AgentState:
+    """The mutable state of one agent and the changes its parts make to it (see the
+    module). Built from its :class:`AgentConfig`: the start parameters are read from it
+    (read-only: setting one raises ``AttributeError``)."""
+
+    harness = _Start[HarnessRef]()
+    program = _Start[str]()
+    name = _Start[str]()
+    cwd = _Start[Path]()
+    start_timeout = _Start[float | None]()
+    policies = _Start[list[Policy]](as_list=True)
+    via = _Start[list[str]](as_list=True)
+    extra_env = _Start[Mapping[str, str]]("env")
+    project = _Start[Project | None]()
+    record = _Start[bool]()
+    kernel_tools = _Start[bool]()
+    mcp = _Start[list[str] | None](as_list=True)
+    add_dirs = _Start[list[Path]](as_list=True)
+    system_prompt = _Start[str | None]()
+    system_prompt_mode = _Start[str]()
+    sandbox = _Start[Sandbox | None]()
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.forker: Forker | None = None  # the squad holding it, which forks it (Squad.fork)
         self.conversation = Conversation()
         # its changes to the open notebook, pending review: the views redraw as it changes, each answer on record
         self.edit_review = EditReview(on_change=self.notify_status, on_settled=self._edit_settled,
                                       on_failed=self._edit_not_settled)
         self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
         self.budget = AgentBudget(self)  # set_budget: what it may spend before it pauses on a card
-        # review=True (or the project's ``review: true``): the files it changes in each turn pend review too
-        self.review = bool(review or getattr(project, "review", False))
         self.file_watch = FileWatch(self.edit_review, self.cwd, self.conversation, lambda: self.transcript,
                                     _kernel_notebook, self._recorded_repository) if self.review else None
         self.status = AgentStatus.STARTING
@@ -117,7 +231,7 @@ class AgentState:
         self.on_status: Observers[[Any]] = Observers(f"status of {self.name}")
         self.controls = Controls(self)
         self.turns = TurnQueue(self)
-        self.checkpoints = Checkpoints(self)  # its folder before each turn, and the rewind (engine/checkpoints.py)
+        self.folder_checkpoints = Checkpoints(self)  # its folder before each turn, and the rewind
         self.live: Live | None = None
         self._transcript: Transcript | None = None
         self.previous_transcript: Path | None = None  # the file before a restart (its header names it)
@@ -133,10 +247,9 @@ class AgentState:
         self._restart_task: asyncio.Task | None = None
         self._lifecycle = asyncio.Lock()  # restart and close, one at a time
         self._wake = asyncio.Event()
-        self.resume_id: str | None = session_id  # one of the agent's own sessions to open (session/list), next start
+        self.resume_id: str | None = config.session_id  # one of its own sessions to open (session/list), next start
         self._replay = ReplaySkip()
         self.worktree: Worktree | None = None  # its own git worktree and branch (``--worktree``), if any
-        self.sandbox: Sandbox | None = None  # under bubblewrap (``--sandbox``, engine/sandbox.py), if set
         self._preparing: asyncio.Task | None = None  # work before the first start (its worktree being made)
         self.early_desk: Any = None  # cards before its session exists (a worktree's commands to confirm)
         self.primer: dict[str, Any] | None = None  # a fork's conversation so far, sent with its first prompt
@@ -146,6 +259,7 @@ class AgentState:
         # Stop pressed while it starts: its process ended (awaited by close)
         self._stop_task: asyncio.Task | None = None
         self.conversation.subscribe(self._collect)
+        mode, harness = config.mode, config.harness
         if mode is not None and mode != "default" and mode not in self.controls.escouade_modes():
             raise AgentError(f"{harness.display_name} does not offer the mode {mode!r}; it offers: "
                              f"{', '.join(self.controls.escouade_modes())}")
@@ -155,18 +269,30 @@ class AgentState:
                              f'"fs": false), so it cannot run in a private project: the fence would not hold')
 
     @property
+    def review(self) -> bool:
+        """Whether the files it changes in each turn pend review (``review=True``, or
+        ``review: true`` in its project's ``.escouade.yml``)."""
+        return self.config.review or (self.project is not None and self.project.review)
+
+    @property
     def session(self) -> AgentSession | None:
+        """The current :class:`~..wire.session.AgentSession`, or None."""
         return self.live.session if self.live is not None else None
 
-    def _of_session(self, attr: str, default: Any = None) -> Any:
-        return getattr(self.live.session, attr) if self.live is not None else default
+    @property
+    def agent_capabilities(self) -> dict[str, Any]:
+        """``initialize``'s ``agentCapabilities`` (wire dict; empty before a session)."""
+        return self.live.session.agent_capabilities if self.live is not None else {}
 
-    agent_capabilities = property(lambda self: self._of_session("agent_capabilities", {}),
-                                  doc="``initialize``'s ``agentCapabilities`` (wire dict).")
+    @property
+    def auth_methods(self) -> list[dict[str, Any]]:
+        """Its ``authMethods`` (empty before a session)."""
+        return self.live.session.auth_methods if self.live is not None else []
 
-    auth_methods = property(lambda self: self._of_session("auth_methods", []), doc="Its ``authMethods``.")
-
-    agent_info = property(lambda self: self._of_session("agent_info"), doc="``initialize``'s ``agentInfo``.")
+    @property
+    def agent_info(self) -> dict[str, Any] | None:
+        """``initialize``'s ``agentInfo``, else None."""
+        return self.live.session.agent_info if self.live is not None else None
 
     @property
     def restarting(self) -> bool:
@@ -175,21 +301,21 @@ class AgentState:
 
     @property
     def private(self) -> bool:
-        return bool(getattr(self.project, "private", False))
+        return self.project is not None and self.project.private
 
     @property
     def fence(self) -> Path | None:
         """The folder the client's fs is fenced to: a private project's folder, else None."""
-        if not self.private:
+        if self.project is None or not self.project.private:
             return None
-        return Path(getattr(self.project, "folder", None) or self.cwd)
+        return Path(self.project.folder or self.cwd)
 
     @property
     def uses_client_fs(self) -> bool:
         """Whether we offer ``fs/*``: the manifest's ``acp.fs`` (default true), but not
         through a launcher — the files are not ours — unless told otherwise."""
-        if self._fs_override is not None:
-            return self._fs_override and self.harness.acp.fs is not False
+        if self.config.fs is not None:
+            return self.config.fs and self.harness.acp.fs is not False
         return self.harness.acp.fs is not False and not self.via
 
     def argv(self) -> list[str]:
@@ -207,7 +333,7 @@ class AgentState:
         if not self.status.can_go(status):
             raise InvalidTransition(f"agent {self.name!r}: {self.status} -> {status}")
         self.status = status
-        self.on_status.emit(self.public)
+        self.on_status.emit(self)
 
     def mark(self, status: AgentStatus, error: str | None = None) -> None:
         """The initial status of an agent rebuilt from its transcript (before anyone
@@ -237,7 +363,7 @@ class AgentState:
 
     def notify_status(self) -> None:
         """Tell status observers that something they show changed (a mode)."""
-        self.on_status.emit(self.public)
+        self.on_status.emit(self)
 
     def wake_waiters(self) -> None:
         """Wake every ``ready()`` / ``next_permission()`` / ``next_question()`` wait: a
@@ -326,7 +452,7 @@ class AgentState:
         while True:
             wake, live = self._wake, self.live
             if live is not None and live.ready.is_set() and not (live.ended or live.session.closing):
-                return self.public
+                return self
             if self.auth_required is not None and self.status is AgentStatus.SIGN_IN:
                 raise self.auth_required
             if self.status in ENDED and not self._restarting:
@@ -348,7 +474,7 @@ class AgentState:
     def send(self, prompt: str | Sequence[Any]) -> Turn:
         """Queue ``prompt`` (text or ACP content blocks) as a turn of the agent: what a card's
         feedback, a question's answers and a sign-in's retry send."""
-        return self.turns.send(Turn(self.public, blocks(prompt)))
+        return self.turns.send(Turn(self, blocks(prompt)))
 
     def stopped_while_starting(self, error: str, notice: str) -> None:
         """Stop was pressed while it started: ``closed`` (Restart starts it again), saying so."""
@@ -596,7 +722,7 @@ class AgentState:
             self.budget.close()
             self.turns.close()
             self.edit_review.close()
-            await self.checkpoints.aclose()
+            await self.folder_checkpoints.aclose()
             if self.status not in (AgentStatus.FAILED, AgentStatus.EXITED, AgentStatus.CLOSED):
                 self.set_status(AgentStatus.CLOSED)
             self.wake_waiters()

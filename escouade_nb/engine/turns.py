@@ -27,7 +27,7 @@ from ..core.status import ENDED, AgentStatus
 from ..wire.errors import AgentError, AuthRequired, running_loop
 
 if TYPE_CHECKING:
-    from .interfaces import AgentHandle
+    from .interfaces import TurnsAgent
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class TurnQueue:
     running turn. The queue owns every turn task; :meth:`close` cancels them (each
     turn still ends, with an error)."""
 
-    def __init__(self, agent: AgentHandle) -> None:
+    def __init__(self, agent: TurnsAgent) -> None:
         self.agent = agent
         self.current: Turn | None = None
         self.stopped_in: Any = None  # the Live whose last turn the user stopped (for the instant-turn check)
@@ -237,7 +237,7 @@ class TurnQueue:
         says how it ends."""
         if not await self._ready_to_send(turn) or turn.done:  # done: dropped while it waited (the budget card…)
             return
-        files = getattr(self.agent, "file_watch", None)  # review=True: the folder before the turn
+        files = self.agent.file_watch  # review=True: the folder before the turn
         if files is not None:
             await files.before_turn()
             if turn.done:
@@ -246,7 +246,7 @@ class TurnQueue:
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
         try:
-            checkpoints = getattr(self.agent, "checkpoints", None)
+            checkpoints = self.agent.folder_checkpoints
             if checkpoints is not None:  # the agent's folder before the turn (engine/review/checkpoints.py)
                 await checkpoints.before_prompt(turn, live)
             if turn.cancelled_by_user:  # Stop (or a steer) while the checkpoint was taken: nothing is sent
@@ -319,7 +319,7 @@ class TurnQueue:
         preamble = live.take_preamble()
         primer = agent.take_primer()
         carried = gate([primer], takes)[0] if primer else []
-        review = getattr(agent, "edit_review", None)
+        review = agent.edit_review
         told = review.take_notice() if review is not None else None  # the user's Reject, told once
         if review is not None:
             review.new_turn()  # the user's changes are told for the cells touched in this turn

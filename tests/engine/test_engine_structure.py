@@ -13,12 +13,12 @@ from escouade_nb.engine.agent import Agent, AgentError, state_of
 from escouade_nb.manifest import discover, locate_program
 
 
-def fake(tmp_path, *, questions_in_text: bool = False, **kwargs) -> Agent:
+def fake(tmp_path, *, questions_in_text: bool = False, program: str | None = None, **kwargs) -> Agent:
     ref = discover().find("fake")
     if questions_in_text:
         ref = copy.deepcopy(ref)
         ref.harness.acp.questions_in_text = True
-    return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, **kwargs)
+    return Agent(ref, program=program or locate_program(ref.harness), cwd=tmp_path, **kwargs)
 
 
 def run(coro, timeout: float = 40):
@@ -129,8 +129,7 @@ def test_close_ends_every_turn_and_leaves_no_task(tmp_path):
 
 def test_a_start_that_fails_says_why_and_turns_end(tmp_path):
     async def go():
-        agent = fake(tmp_path)
-        agent.program = str(tmp_path / "no-such-program")
+        agent = fake(tmp_path, program=str(tmp_path / "no-such-program"))
         turn = agent.send("hello")
         with pytest.raises(AgentError, match="could not start"):
             await agent.ready()

@@ -563,8 +563,7 @@ def test_rule_plugin_killed_mid_decision(tmp_path, script, monkeypatch):
         proc = rules.host.processes["test.fixture.hang"]
         await asyncio.wait_for(proc.wait_ready(), 10)
         first_plugin = proc.pid
-        agent = s.agent(policies=[rules.broker])
-        agent.project = Project.for_folder(s.ws)
+        agent = s.agent(policies=[rules.broker], project=Project.for_folder(s.ws))
         try:
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)

@@ -198,7 +198,7 @@ def test_plan_feedback_goes_as_next_prompt_when_the_agent_cannot_read_it(tmp_pat
     async def go():
         a = fake_agent(tmp_path)
         await a.ready()
-        a.reads_refusal_messages = False
+        a.initialized({})  # as from an initialize whose _meta.escouade reads no refusal message
         turn = a.send("present plan")
         card = await a.next_permission(timeout=5)
         card.keep_planning("Shorter, please.")

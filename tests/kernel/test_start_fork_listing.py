@@ -119,13 +119,13 @@ def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_grou
             break
         time.sleep(0.05)
     assert _group(pid) == []  # nothing orphaned: the child of its group is gone too
-    wait_for(kernel, "s1._state._main_task.done()", timeout=30)  # nor a task left waiting for an answer that cannot come
+    wait_for(kernel, "s1._main_task.done()", timeout=30)  # nor a task left waiting for an answer that cannot come
     # %escouade stop while it starts
     kernel.run(f"s2 = %escouade slow --as s2 --cwd {slow.ws}")
     wait_for(kernel, "s2.pid is not None and s2.start_waiting is not None", timeout=30)
     pid2 = int(kernel.run("print(s2.pid)").text.strip())
     kernel.run("%escouade stop s2")
-    wait_for(kernel, "s2.status == 'closed' and s2._state._main_task.done()", timeout=30)
+    wait_for(kernel, "s2.status == 'closed' and s2._main_task.done()", timeout=30)
     for _ in range(100):
         if not _group(pid2):
             break

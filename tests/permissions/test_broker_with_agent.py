@@ -228,7 +228,7 @@ def test_rules_guarding_is_side_effect_free_and_a_worktree_agent_is_pointed_at_i
         ref = squad.find("fake")
         project = Project(id=project_id(repo / "sub"), name="sub", folder=wt)  # as Squad.start makes it
         agent = Agent(ref, program="unused", cwd=wt / "sub", project=project, policies=[squad.rules.broker])
-        agent.worktree = SimpleNamespace(path=wt, repo=repo)
+        agent.in_worktree(SimpleNamespace(path=wt, repo=repo))
         bare = Agent(ref, program="unused", cwd=scratch)  # not the squad's: no rule plugins at all
         procs = dict(squad.rules.host.processes)
         out = agent.rules_guarding(), agent.rules_hint(), agent.project_folder, bare.rules_guarding(), bare.rules_hint()

@@ -316,8 +316,7 @@ def test_a_private_projects_fence_takes_in_the_additional_directories(tmp_path, 
     s = script(FENCED, variables={"EXTRA": str(extra), "OUT": str(out)})
 
     async def go():
-        agent = s.agent(add_dirs=[extra])
-        agent.project = Project.for_folder(s.ws, private=True)
+        agent = s.agent(add_dirs=[extra], project=Project.for_folder(s.ws, private=True))
         try:
             assert (await agent.send("go")).stop_reason == "end_turn"
         finally:

@@ -49,8 +49,7 @@ def test_F08_fs_writes_are_fenced_to_the_private_project(tmp_path, script):
     s = script(F08, variables={"OUT": str(out)})
 
     async def go():
-        agent = s.agent()
-        agent.project = Project.for_folder(ws, private=True)  # as Squad.start(..., private=True) does
+        agent = s.agent(project=Project.for_folder(ws, private=True))  # as Squad.start(..., private=True) does
         try:
             result = await agent.send("go")
             assert result.stop_reason == "end_turn"

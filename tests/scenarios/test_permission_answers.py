@@ -60,8 +60,7 @@ C> {{"jsonrpc":"2.0","id":100,"result":{{"outcome":{{"outcome":"cancelled"}},"_m
 
     async def go():
         rules = await _started(make_rules(tmp_path, "fast"), "test.fixture.fast")
-        agent = s.agent(policies=[rules.broker])
-        agent.project = Project.for_folder(s.ws)
+        agent = s.agent(policies=[rules.broker], project=Project.for_folder(s.ws))
         try:
             turn = agent.send("go")
             card = await agent.next_permission(timeout=10)
@@ -177,8 +176,7 @@ C> {{"jsonrpc":"2.0","id":102,"result":{{"outcome":{{"outcome":"selected","optio
         rules = RulePlugins(journal=Journal(tmp_path / "journal"),
                             states=PluginStates(tmp_path / "config" / "plugins.json"), extra_dirs=[plugin])
         await _started(rules, "test.kinds")
-        agent = s.agent(policies=[rules.broker])
-        agent.project = Project.for_folder(s.ws)
+        agent = s.agent(policies=[rules.broker], project=Project.for_folder(s.ws))
         try:
             turn = agent.send("go")
             cards = [await agent.next_permission(timeout=10) for _ in range(2)]

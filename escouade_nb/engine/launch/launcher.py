@@ -31,6 +31,9 @@ from ...wire.process import agent_environment
 if TYPE_CHECKING:
     from .interfaces import LaunchedAgent
 
+if TYPE_CHECKING:
+    from .interfaces import LaunchedAgent
+
 SSH_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" || exit 125
 if command -v setsid >/dev/null 2>&1; then setsid "$@" <"$d/in" & else "$@" <"$d/in" & fi
@@ -67,7 +70,7 @@ def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
 
 
 def agent_env(agent: LaunchedAgent) -> dict[str, str]:
-    """The environment of ``agent``'s process: the kernel's, less its
+    """The environment of ``agent``'s process (its ``harness`` and ``extra_env``): the kernel's, less its
     manifest's ``acp.removeEnv``, plus its ``acp.env`` and the start's (``--account``…).
     What its start, its terminal sign-in and its sandboxed worktree setup all get."""
     acp_spec = agent.harness.acp

@@ -855,7 +855,9 @@ async def sandboxed(agent: SandboxedAgent, argv: Sequence[str], env: Mapping[str
     read-only; ``kernel_port``, ``token_folder``, ``token_file``, ``network``: as
     :meth:`Sandbox.binds`. ``binds.confined(argv)`` is its command line and network.
     Errors as :meth:`Sandbox.binds`."""
-    sandbox: Sandbox = agent.sandbox
+    sandbox: Sandbox | None = agent.sandbox
+    if sandbox is None:
+        raise SandboxError(f"{agent.harness.display_name}: not sandboxed (no --sandbox)")
     acp_spec = agent.harness.acp
     worktree = agent.worktree
     return await sandbox.binds(argv, folder=agent.cwd, env=env,

@@ -72,14 +72,14 @@ class TerminalSignIn:
         name = self.method.get("name") or self.method.get("id")
         base, env = self.env, None
         reach: tuple[Any, Any] = (None, None)
-        if getattr(self.agent, "sandbox", None) is not None:  # in the agent's sandbox, as its process runs
+        if self.agent.sandbox is not None:  # in the agent's sandbox, as its process runs
             base = agent_env(self.agent)
             env = [{"name": str(k), "value": str(v)} for k, v in (self.method.get("env") or {}).items()]
-            live = getattr(self.agent, "live", None)  # the kernel's token folder, hidden as from its process
+            live = self.agent.live  # the kernel's token folder, hidden as from its process
             try:  # the binds of its own command line, not of the agent's args: they choose nothing bound
                 binds = await sandboxed(self.agent, launch_argv(self.agent.via, [self.agent.program,
                                                                                  *self.agent.harness.acp.args]), base,
-                                        token_folder=getattr(live, "token_folder", None))
+                                        token_folder=live.token_folder if live is not None else None)
             except SandboxError as exc:
                 conversation.add_notice(f"Sign-in {name!r} could not start", level="error", detail=str(exc))
                 raise AgentError(f"sign-in with {self.method.get('id')!r} could not start: {exc}") from None

@@ -393,7 +393,7 @@ def _refused_notice(refused: list[tuple[str, str]]) -> str:
 
 
 def _prompt_text(turn: Any) -> str:
-    return "".join(b.get("text", "") for b in getattr(turn, "prompt", []) if isinstance(b, dict)
+    return "".join(b.get("text", "") for b in turn.prompt if isinstance(b, dict)
                    and b.get("type") == "text").strip()
 
 
@@ -423,11 +423,10 @@ class Checkpoints:
     def _recorded(self) -> GitRepo | None:
         """An agent's worktree as the kernel recorded it when it made it (its admin folder, the
         common dir): read instead of the worktree's ``.git`` file, which the agent may rewrite."""
-        wt = getattr(self.agent, "worktree", None)
-        admin, common = getattr(wt, "admin", None), getattr(wt, "common_dir", None)
-        if wt is None or admin is None or common is None:
+        wt = self.agent.worktree
+        if wt is None or wt.admin is None or wt.common_dir is None:
             return None
-        return GitRepo(Path(wt.path), Path(admin), Path(common))
+        return GitRepo(Path(wt.path), Path(wt.admin), Path(wt.common_dir))
 
     def _turn_number(self) -> int:
         return sum(1 for i in self.agent.conversation.items if isinstance(i, Message) and i.role == "user")
@@ -469,14 +468,14 @@ class Checkpoints:
     async def _fork(self, live: Any, session_id: str | None = None) -> str | None:
         """``session/fork`` of the current session (or ``session_id``) where the agent offers
         it: the fork's session id, else None."""
-        session = getattr(live, "session", None)
+        session = live.session if live is not None else None
         caps = self.agent.agent_capabilities or {}
         if session is None or (caps.get("sessionCapabilities") or {}).get("fork") is None or live is self._no_fork:
             return None
         source = session_id or session.session_id
         try:
             result = await session.request("session/fork", {"sessionId": source, "cwd": str(self.agent.cwd),
-                                                            "mcpServers": list(getattr(live, "mcp_servers", []))},
+                                                            "mcpServers": list(live.mcp_servers)},
                                            timeout=FORK_TIMEOUT)
             fork = (result or {}).get("sessionId")
             self._fork_answer = result if isinstance(result, dict) else {}
@@ -545,7 +544,7 @@ class Checkpoints:
         if cp.git_dir is not None and snapshots.git_dir is None:
             await snapshots._locate()
         removed, written = await snapshots.restore(cp.commit)
-        files = getattr(agent, "file_watch", None)  # review=True: pending changes the rewind undid leave the list
+        files = agent.file_watch  # review=True: pending changes the rewind undid leave the list
         if files is not None and snapshots.top is not None:
             await files.rewound([snapshots.top / p for p in [*removed, *written]])
         conversation = agent.conversation
@@ -589,7 +588,7 @@ class Checkpoints:
         items = list(self.agent.conversation.items)
         message = self._message(turn)
         end = items.index(message) if message is not None and message in items else len(items)
-        return [i for i in items[:end] if not getattr(i, "rewound", False)]
+        return [i for i in items[:end] if not i.rewound]
 
     def _switch(self, live: Any, session_id: str) -> None:
         """The agent goes on in ``session_id`` (a fork on the same process)."""
@@ -615,7 +614,7 @@ class Checkpoints:
         rewound to (their forks belong to the process that made them: a rewind carries the
         conversation instead); the user messages they come before are marked."""
         for rec in records:
-            if getattr(rec, "kind", None) != "event" or getattr(rec, "event", None) != CHECKPOINT_EVENT:
+            if rec.kind != "event" or rec.event != CHECKPOINT_EVENT:
                 continue
             data = rec.data or {}
             try:

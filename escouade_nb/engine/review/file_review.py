@@ -85,12 +85,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._errors import EscouadeError
 from ...wire.folder_fds import Changed, entry, open_below, open_folder, read_at, replace_at, still_at
 from .cell_review import EditReview, Settling
 from ..kernel_git import GitRepo, PrivateRepo, WorktreeError, find_repository
+
+if TYPE_CHECKING:
+    from .interfaces import EditReviewPart
 
 log = logging.getLogger(__name__)
 
@@ -1266,13 +1269,13 @@ class FileWatch:
                              through=sorted(edit.through), **({"hunk": hunk} if hunk is not None else {}))
 
 
-def restore_settled(records: Sequence[Any], review: EditReview) -> int:
+def restore_settled(records: Sequence[Any], review: EditReviewPart) -> int:
     """Rebuild ``review.settled`` with the file answers of a transcript's ``records``
     (whole-file answers; a file still pending at the end is ``unanswered``). How many."""
     last: dict[str, dict[str, Any]] = {}
     for rec in records:
-        data = getattr(rec, "data", None) or {}
-        if getattr(rec, "kind", None) == "event" and getattr(rec, "event", None) == FILE_EVENT \
+        data = rec.data or {}
+        if rec.kind == "event" and rec.event == FILE_EVENT \
                 and isinstance(data.get("path"), str) and "hunk" not in data:
             last[data["path"]] = data
     for path, data in last.items():

@@ -2,7 +2,7 @@
 exists, made before it starts, re-counted after its turns, merged, rebased, discarded.
 
 The git work itself is :class:`~.worktree.Worktree`'s; this module ties it to an agent
-(its state: :class:`~..interfaces.AgentHandle`): the notices in its conversation, the
+(its state: :class:`~..interfaces.WorktreeAgent`): the notices in its conversation, the
 journal's lines, the status observers told (views redraw their header). Git's refusals
 come out as :class:`~.worktree.WorktreeError` (the squad says them as ``SquadError``).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...manifest.project import Project
 from ...permissions.journal import Journal
-from ..interfaces import AgentHandle
+from ..interfaces import WorktreeAgent
 from .worktree import MergeResult, Worktree, WorktreeError, safe_name
 
 __all__ = ["discard", "make", "merge", "moved_into", "plan", "rebase", "restat", "worktree_of"]
@@ -39,7 +39,7 @@ def moved_into(planned: Worktree, folder: Path, within: Path,
     return planned.path / folder.relative_to(within), project
 
 
-async def make(agent: AgentHandle, planned: Worktree, base: str | None, parent: Worktree | None = None) -> None:
+async def make(agent: WorktreeAgent, planned: Worktree, base: str | None, parent: Worktree | None = None) -> None:
     """``git worktree add`` for ``agent`` (off ``parent``'s branch for a fork), then
     its first diff stat (what views show). :class:`WorktreeError` for git's refusals."""
     # a fork's worktree is made from the repository (never through its parent's worktree: an agent's .git file)
@@ -53,7 +53,7 @@ async def make(agent: AgentHandle, planned: Worktree, base: str | None, parent: 
                                   f"(off {parent.branch if parent else made.base}).")
 
 
-async def restat(agent: AgentHandle) -> None:
+async def restat(agent: WorktreeAgent) -> None:
     """Re-count the diff stat of ``agent``'s worktree (if it still exists); the status
     observers are told."""
     if agent.worktree is not None and await agent.worktree.exists():
@@ -61,14 +61,14 @@ async def restat(agent: AgentHandle) -> None:
     agent.notify_status()
 
 
-def worktree_of(agent: AgentHandle) -> Worktree:
+def worktree_of(agent: WorktreeAgent) -> Worktree:
     """``agent``'s worktree; :class:`WorktreeError` when it has none."""
     if agent.worktree is None:
         raise WorktreeError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
     return agent.worktree
 
 
-async def merge(agent: AgentHandle, journal: Journal) -> MergeResult:
+async def merge(agent: WorktreeAgent, journal: Journal) -> MergeResult:
     """Merge ``agent``'s worktree branch into its base (:meth:`Worktree.merge`), journal
     it, say it in its conversation, re-count."""
     result = await worktree_of(agent).merge()
@@ -78,7 +78,7 @@ async def merge(agent: AgentHandle, journal: Journal) -> MergeResult:
     return result
 
 
-async def rebase(agent: AgentHandle) -> MergeResult:
+async def rebase(agent: WorktreeAgent) -> MergeResult:
     """Rebase ``agent``'s worktree branch onto its base (:meth:`Worktree.rebase`)."""
     result = await worktree_of(agent).rebase()
     agent.conversation.add_notice(str(result), level="info" if result.ok else "warning")
@@ -86,8 +86,8 @@ async def rebase(agent: AgentHandle) -> MergeResult:
     return result
 
 
-async def discard(agent: AgentHandle, journal: Journal, force: bool = False,
-                  cleanup: Callable[[AgentHandle], Awaitable[object]] | None = None) -> None:
+async def discard(agent: WorktreeAgent, journal: Journal, force: bool = False,
+                  cleanup: Callable[[WorktreeAgent], Awaitable[object]] | None = None) -> None:
     """Stop ``agent`` and remove its worktree and branch (:meth:`Worktree.discard`;
     refused with uncommitted changes unless ``force``, saying which files), and journal it.
     ``cleanup(agent)`` runs once the agent is stopped, before the removal

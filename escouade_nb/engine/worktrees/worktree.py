@@ -189,8 +189,7 @@ class Worktree:
         """What a transcript header keeps of it (:meth:`from_record` reads it back)."""
         rec = {"repo": str(self.repo), "path": str(self.path), "branch": self.branch, "base": self.base,
                "agent": self.agent}
-        for key in ("git_dir", "common_dir", "admin"):
-            value = getattr(self, key)
+        for key, value in (("git_dir", self.git_dir), ("common_dir", self.common_dir), ("admin", self.admin)):
             if value is not None:
                 rec[key] = str(value)
         return rec

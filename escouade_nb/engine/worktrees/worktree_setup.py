@@ -63,7 +63,7 @@ from ...wire.errors import AgentError
 from ...wire.terminals import TerminalEvent, TerminalManager
 from . import agent_worktrees
 from ..cards import CardDesk
-from ..interfaces import AgentHandle
+from ..interfaces import WorktreeAgent
 from ..launch.launcher import agent_env
 from ..launch.sandbox import SandboxError, client_reach, sandboxed
 from .worktree import Worktree
@@ -229,7 +229,7 @@ def _card_text(config: WorktreeSetup, target: Path, files: dict[str, NamedFile] 
     return "\n\n".join(parts)
 
 
-async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journal: Journal | None,
+async def confirm(agent: WorktreeAgent, config: WorktreeSetup, target: Path, journal: Journal | None,
                   confirmations: Confirmations | None = None, *, files: dict[str, NamedFile] | None = None) -> bool:
     """Whether ``config``'s commands may run: already confirmed for its folder (said in the
     conversation), else a permission card (:class:`~..cards.PermissionCard`, handed out by
@@ -281,7 +281,7 @@ async def confirm(agent: AgentHandle, config: WorktreeSetup, target: Path, journ
     return allowed
 
 
-def _journal(journal: Journal | None, agent: AgentHandle, kind: Any, text: str, **fields: Any) -> None:
+def _journal(journal: Journal | None, agent: WorktreeAgent, kind: Any, text: str, **fields: Any) -> None:
     if journal is not None:
         journal.add("worktrees", kind, text=text, agent=agent.name, **fields)
 
@@ -422,7 +422,7 @@ class CommandResult:
         return "\n".join([ln for ln in self.output.splitlines() if ln.strip()][-n:])
 
 
-async def run_command(agent: AgentHandle, role: str, command: str, folder: Path, *, timeout: float) -> CommandResult:
+async def run_command(agent: WorktreeAgent, role: str, command: str, folder: Path, *, timeout: float) -> CommandResult:
     """Run ``command`` (a shell line: ``/bin/sh -c``; under the agent's bubblewrap when it is
     sandboxed) in ``folder`` as
     an async process in a group of its own, its output shown live in ``agent``'s
@@ -491,7 +491,7 @@ def _kill_running() -> None:
 atexit.register(_kill_running)
 
 
-def _say(agent: AgentHandle, journal: Journal | None, result: CommandResult, where: Path) -> None:
+def _say(agent: WorktreeAgent, journal: Journal | None, result: CommandResult, where: Path) -> None:
     tail = result.last_lines()
     text = f"Worktree {result.role} {result.verdict} in {result.seconds:.1f} s ({where})"
     agent.conversation.add_notice(text, level="info" if result.ok else "error",
@@ -501,7 +501,7 @@ def _say(agent: AgentHandle, journal: Journal | None, result: CommandResult, whe
 
 # -- the whole flow -----------------------------------------------------------------------------------
 
-async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, config: WorktreeSetup | None,
+async def prepare(agent: WorktreeAgent, planned: Worktree, base: str | None, config: WorktreeSetup | None,
                   start_folder: Path | None = None, *, journal: Journal | None = None,
                   confirmations: Confirmations | None = None) -> None:
     """Make ``agent``'s worktree and set it up (the module's steps): confirm ``config``'s
@@ -554,7 +554,7 @@ async def prepare(agent: AgentHandle, planned: Worktree, base: str | None, confi
                             f"(`%escouade discard {agent.name} --force` removes it)")
 
 
-async def cleanup(agent: AgentHandle, journal: Journal | None = None, *,
+async def cleanup(agent: WorktreeAgent, journal: Journal | None = None, *,
                   confirmations: Confirmations | None = None) -> CommandResult | None:
     """Before ``agent``'s worktree is discarded: read ``.escouade.yml`` of the folder the
     agent was started from (in the main worktree, never the worktree's copy, which the

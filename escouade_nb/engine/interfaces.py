@@ -5,7 +5,8 @@ class, the way :mod:`..permissions.interfaces` types the cards for the permissio
 Its optional capabilities are declared once, in :class:`OptionalParts` (a part takes the
 ``Has…`` row it uses); absent is None.
 
-This module imports no engine module, so that no part imports another through it.
+This module imports no engine module but the launch wing's Protocols (the wing's own, which the
+agent's handles here are built on), so that no part imports another through it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..manifest.project import Project
 from ..wire.errors import AuthRequired
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
+from .launch.interfaces import LaunchedAgent, SandboxedAgent, SignInAgent, VersionedAgent
 
 __all__ = ["BudgetPart", "BudgetedAgent", "CardsAgent", "CheckpointsPart", "ControlledAgent", "EditReviewPart",
            "FileWatchPart", "Forker", "HasEditReview", "HasFileWatch", "HasFolderCheckpoints", "JournaledAgent",
@@ -147,30 +149,8 @@ class Named(Protocol):
     def conversation(self) -> Conversation: ...
 
 
-class LaunchedAgent(Protocol):
-    """What :func:`~.launcher.agent_env` needs: its manifest and the start's environment."""
-
-    @property
-    def harness(self) -> HarnessRef: ...
-
-    @property
-    def extra_env(self) -> Mapping[str, str]: ...
 
 
-class VersionedAgent(Protocol):
-    """What :class:`~.versions.ProgramVersions` needs: compare a version once."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def agent_info(self) -> dict[str, Any] | None: ...
-
-    def check_version(self, version: str | None) -> None: ...
-
-    def claim_version_check(self) -> None: ...
-
-    def release_version_check(self) -> None: ...
 
 
 class RecordedAgent(Protocol):
@@ -213,26 +193,6 @@ class ControlledAgent(Named, Protocol):
     async def ready_session(self) -> AgentSession: ...
 
 
-class SandboxedAgent(Protocol):
-    """What :func:`~.sandbox.sandboxed` needs: its folders, manifest, sandbox and worktree."""
-
-    @property
-    def harness(self) -> HarnessRef: ...
-
-    @property
-    def cwd(self) -> Path: ...
-
-    @property
-    def add_dirs(self) -> Sequence[Path]: ...
-
-    @property
-    def extra_env(self) -> Mapping[str, str]: ...
-
-    @property
-    def sandbox(self) -> Any | None: ...
-
-    @property
-    def worktree(self) -> Any | None: ...
 
 
 class BudgetedAgent(JournaledAgent, Named, Protocol):
@@ -289,6 +249,9 @@ class WorktreeAgent(CardsAgent, SandboxedAgent, Protocol):
     the session (a :class:`~.cards.CardDesk` of its own: what one needs)."""
 
     early_desk: Any
+
+    @property
+    def worktree(self) -> Any | None: ...  # its whole worktree (:class:`~.worktrees.worktree.Worktree`), not a Branch
 
     def notify_status(self) -> None: ...
 
@@ -361,28 +324,6 @@ class TurnsAgent(Named, HasFileWatch, HasEditReview, HasFolderCheckpoints, Proto
     async def restart(self) -> Any: ...
 
 
-class SignInAgent(SandboxedAgent, Named, Protocol):
-    """What a terminal sign-in (:mod:`.sign_in`) needs: its command line, its sandbox, the
-    prompt refused for want of a sign-in, and the restart after it."""
-
-    sign_in_retry: Any
-    live: Any  # its current Live (the kernel's token folder, hidden from a sandboxed sign-in)
-
-    @property
-    def program(self) -> str: ...
-
-    @property
-    def via(self) -> Sequence[str]: ...
-
-    def take_auth_prompt(self) -> list[dict[str, Any]] | None: ...
-
-    def sign_in_started(self, job: Any) -> None: ...
-
-    def sign_in_ended(self) -> None: ...
-
-    def retry_after_sign_in(self, prompt: list[dict[str, Any]]) -> None: ...
-
-    async def restart(self) -> Any: ...
 
 
 class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, HasFileWatch, Protocol):
@@ -397,6 +338,9 @@ class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Has
     turns: Any
     live: Any
     previous_transcript: Path | None
+
+    @property
+    def worktree(self) -> Any | None: ...  # its whole worktree (:class:`~.worktrees.worktree.Worktree`), not a Branch
 
     @property
     def start_timeout(self) -> float | None: ...

@@ -31,9 +31,6 @@ from ...wire.process import agent_environment
 if TYPE_CHECKING:
     from .interfaces import LaunchedAgent
 
-if TYPE_CHECKING:
-    from .interfaces import LaunchedAgent
-
 SSH_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" || exit 125
 if command -v setsid >/dev/null 2>&1; then setsid "$@" <"$d/in" & else "$@" <"$d/in" & fi

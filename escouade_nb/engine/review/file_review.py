@@ -93,7 +93,7 @@ from .cell_review import EditReview, Settling
 from ..kernel_git import GitRepo, PrivateRepo, WorktreeError, find_repository
 
 if TYPE_CHECKING:
-    from .interfaces import EditReviewPart
+    from ..interfaces import EditReviewPart
 
 log = logging.getLogger(__name__)
 

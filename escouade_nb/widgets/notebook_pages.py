@@ -237,24 +237,24 @@ class NotebookPages:
             log.debug("escouade_nb: the ping to the notebook pages failed", exc_info=True)
 
     def _opened(self, comm: Any, msg: dict) -> None:
+        """A page opened its comm, saying hello (the first row of the page → kernel table): kept as a
+        :class:`Page` (its hello read as on an open comm, :meth:`_hello_again`), with the decision it carries
+        when it was a click in a page with no comm yet. Anything else is not a page of ours: closed."""
         data = (msg.get("content") or {}).get("data")
         hello = data.get("hello") if isinstance(data, dict) else None
         client = _text(data.get("client")) if isinstance(data, dict) else ""
-        if not isinstance(hello, dict) or not client:
+        if not isinstance(data, dict) or not isinstance(hello, dict) or not client:
             comm.close()  # not a page of ours
             return
-        page = Page(client=client, path=_text(hello.get("path")), panel=_text(hello.get("panel")), comm=comm,
-                    order=next(self._hellos), tab=_text(hello.get("tab")))
+        page = Page(client=client, path="", panel="", comm=comm, order=-1)
         old = self.pages.pop(client, None)
         if old is not None and old.comm is not comm:
             self._close(old.comm)
         self.pages[client] = page
         comm.on_msg(on_loop(lambda m: self._message(page, m)))
         comm.on_close(on_loop(lambda m: self._gone(page)))
-        if self._hello is not None:
-            self._hello.set()
-        self._relink(page, hello.get("pending"))
-        if isinstance(data, dict) and isinstance(data.get("decide"), dict):  # a click in a page with no comm yet
+        self._hello_again(page, hello, data)
+        if isinstance(data.get("decide"), dict):
             self._decide(page, data["decide"], data)
 
     def _message(self, page: Page, msg: dict) -> None:
@@ -287,8 +287,9 @@ class NotebookPages:
                     str(what)[:200])
 
     def _hello_again(self, page: Page, hello: dict[str, Any], data: dict[str, Any]) -> None:
-        """A hello on a comm already open (the page pinged again, a reload of its notebook): the page's
-        path, panel and tab as it says now, then :meth:`_relink`."""
+        """A hello (``{"path", "panel", "tab", "pending"}``), on opening the comm or again on it (the page
+        pinged again, its notebook reloaded): the page's path, panel and tab as it says now, the latest to
+        say hello (:meth:`choose`), then :meth:`_relink`."""
         page.path, page.panel = _text(hello.get("path")), _text(hello.get("panel"))
         page.order = next(self._hellos)
         page.tab = _text(hello.get("tab")) or page.tab

@@ -1,5 +1,6 @@
-"""The wheel ships the top-level plugins/ and widgets/ inside the package, and an installed
-wheel finds them there the same way a checkout (editable install) finds them at the top."""
+"""The wheel ships the top-level plugins/ and the views' served files (widgets/) inside the package, and an
+installed wheel finds them there the same way a checkout (editable install) finds them at the top; it carries
+the prebuilt JupyterLab extension, and installed where there is no node, JupyterLab loads it."""
 
 import re
 import shutil

@@ -44,3 +44,9 @@ export class Channel {
   }
   close() { this.closed = true; this.model.off("msg:custom", this.onmsg); }
 }
+
+// What a view drawn whole from one state applies (the squad, comparison, sessions and update views): a
+// snapshot's state, or the last `op` of a batch of ops (its state whole), else undefined.
+export function latest(m, op) {
+  return m.snap || (m.ops || []).filter((o) => o[0] === op).map((o) => o[1]).pop();
+}

@@ -1,4 +1,4 @@
-import { Channel } from "./channel.js";
+import { Channel, latest } from "./channel.js";
 import { mountChild } from "./child.js";
 import { h } from "./dom.js";
 import { goneView, watchKernel } from "./kernel.js";
@@ -25,7 +25,7 @@ export class CompareUI {
   }
 
   apply(m) {
-    const s = m.snap || (m.ops || []).filter((o) => o[0] === "cp").map((o) => o[1]).pop();
+    const s = latest(m, "cp");
     if (s) this.draw(s);
   }
 

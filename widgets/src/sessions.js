@@ -1,4 +1,4 @@
-import { Channel } from "./channel.js";
+import { Channel, latest } from "./channel.js";
 import { mountChild } from "./child.js";
 import { h } from "./dom.js";
 import { goneView, watchKernel } from "./kernel.js";
@@ -29,7 +29,7 @@ export class SessionsUI {
   }
 
   apply(m) {
-    const s = m.snap || (m.ops || []).filter((o) => o[0] === "ss").map((o) => o[1]).pop();
+    const s = latest(m, "ss");
     if (s) this.draw(s);
   }
 

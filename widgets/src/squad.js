@@ -1,6 +1,6 @@
 import { attention, notifyToggle } from "./attention.js";
 import { cardAct } from "./cards.js";
-import { Channel } from "./channel.js";
+import { Channel, latest } from "./channel.js";
 import { h } from "./dom.js";
 import { goneView, watchKernel } from "./kernel.js";
 
@@ -35,7 +35,7 @@ export class SquadUI {
   act(content) { this.channel.send({ k: "act", ...content }); }
 
   apply(m) {
-    const state = m.snap || (m.ops || []).filter((o) => o[0] === "sq").map((o) => o[1]).pop();
+    const state = latest(m, "sq");
     if (state) this.draw(state);
   }
 

@@ -1,4 +1,4 @@
-import { Channel } from "./channel.js";
+import { Channel, latest } from "./channel.js";
 import { h } from "./dom.js";
 import { goneView, watchKernel } from "./kernel.js";
 
@@ -12,7 +12,7 @@ export class UpdateUI {
   }
 
   apply(m) {
-    const s = m.snap || (m.ops || []).filter((o) => o[0] === "up").map((o) => o[1]).pop();
+    const s = latest(m, "up");
     if (s) this.draw(s);
   }
 

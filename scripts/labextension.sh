@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The JupyterLab 4 / Notebook 7 extension (labextension/: the kernel's channel to its notebook's page).
 # The package's build makes it: `pip install -e .` (what scripts/test.sh and scripts/demo.sh run) and a wheel
-# build run `npm ci` (labextension/package-lock.json) and its build into labextension/prebuilt/ (git-ignored)
-# when labextension/src is newer than it. This rebuilds it by hand, the same way, without pip:
+# build run `npm ci` (labextension/package-lock.json) and its build into labextension/prebuilt/ and
+# widgets/escouade.js (the views' module, from widgets/src; both git-ignored) when a source is newer than them
+# (labextension/stale.py). This rebuilds them by hand, the same way, without pip:
 #
 #   bash scripts/labextension.sh        # npm ci (when node_modules is missing or older than the lock), build
 #

@@ -2,47 +2,70 @@
 escouade_nb's JupyterLab 4 / Notebook 7 extension (its sources in the top-level
 ``labextension/``; the wheel installs it prebuilt).
 
-The wire, comm target ``escouade_nb.notebook`` on both sides:
+The wire, comm target ``escouade_nb.notebook`` on both sides (the page's end: ``labextension/src/index.js``
+and ``run.js``). Every message carries ``"v": 1``; a page's carry ``"client"`` (its id), the kernel's ``"to"``
+(the page it is for, checked there too).
 
-- the kernel *pings*: it opens a comm on the pages' target and closes it at once, when an
-  operation needs a page and it knows none (:meth:`NotebookPages.ping`; nothing is sent
-  before, so a notebook that never reads live costs nothing, and a page without the
-  extension — VS Code, a JupyterLab without it — sees no comm it cannot place). Every
-  browser tab showing this kernel gets it: each has its own connection to the kernel.
-- each notebook panel that got the ping opens a comm of its own to the kernel's target
-  and says hello, ``{"v": 1, "client": ID, "hello": {"path", "panel"}}`` (its notebook's
-  server path, its panel id); the kernel keeps it as a :class:`Page` (:attr:`pages`),
-  forgotten on the panel's ``bye`` (the comm closed: panel closed, page left) or when it
-  does not answer within :data:`REPLY_WAIT`.
-- an operation, ``{"op", "req", "to": CLIENT}``, goes on ONE page's comm: a comm belongs to
-  one browser connection, so the other tabs never see it (``to`` is checked there too);
-  the answer is ``{"reply": REQ, "client", "ok", ...}`` or ``{"ok": false, "error"}``.
+=========================================================  ==============================================
+kernel → page                                              meaning
+=========================================================  ==============================================
+``{"ping": true}`` on a comm opened and closed at once     every page showing the kernel says hello
+``{"op", "req", ...}`` on one page's comm                  an operation: ``cells`` (``images``),
+                                                           ``insert``/``edit``/``delete`` (the cell, its
+                                                           hash, the source, ``agent``), ``settle``
+                                                           (``cell``, ``keep``), ``run`` (``cell``,
+                                                           ``base``, ``by``, ``run``); answered by ``reply``
+``{"elsewhere": {"change", "agent", "cell"}}``             another page of its notebook changed it (no
+                                                           answer): its copy is out of date
+``{"held": [CELL, ...]}``                                  the cells an agent's review here holds: Keep and
+                                                           Reject offered even in a file not trusted
+``{"untrusted": CELL}``                                    a mark of a notebook not trusted here: the page
+                                                           offers only to drop it
+=========================================================  ==============================================
 
-- the user's Keep or Reject (the buttons the page draws inside a cell pending review) is
-  not done in the page: the page says ``{"client", "decide": {"cell", "keep"}}`` on its
-  comm (in its hello when it had none open), and the kernel settles it — through the agent's review when an agent's
-  ``pending_edits`` holds the cell (so that list stays true and the agent is told of a
-  Reject), else directly (a pending cell from a saved notebook) — with a ``settle``
-  operation sent back to that page.
+=========================================================  ==============================================
+page → kernel (:data:`PAGE_MESSAGES`, ``_opened``)         the kernel
+=========================================================  ==============================================
+comm open ``{"hello": {"path", "panel", "tab",             keeps the page (:class:`Page`, :attr:`pages`),
+"pending"}}`` (and ``"decide"``, a click with no comm)     re-links its pending cells (:meth:`_relink`)
+``{"hello": {...}}`` again, on its open comm               the page's path, panel and tab as it says now
+``{"decide": {"cell", "keep": bool}}``: Keep or Reject     settles it (:meth:`_decide`), then a ``settle``
+``{"touched": {"cell", "what"}}``: the user changed a      tells the agents that changed it this turn
+cell the kernel changed (``edited`` or ``deleted``)
+``{"ran": RUN, "ok", "execution_count", "outputs"}``       ends the ``run_cell`` awaiting ``RUN``
+``{"reply": REQ, "ok", ...}`` or ``{"ok": false,           ends the request awaiting ``REQ``
+"error", "stale"?}``: an operation's answer
+comm close (panel closed, page left)                       forgets the page (:meth:`_gone`)
+=========================================================  ==============================================
 
-- awareness (``labextension/src/aware.js``): the hello also carries ``tab`` (the browser
-  tab's id, the same across its reloads) and ``pending`` (the ids of the cells pending
-  review in that page's document, ``null`` while it is not loaded); a tab the kernel once
-  pinged says hello by itself after a reload. A hello from a new client of the tab that
-  made a change is a reload: the changes its document still holds are re-linked to it, the
-  others (not saved before the reload) are dropped
-  (:func:`~escouade_nb.engine.review.cell_review.drop`: the agent is told once). The page reports
-  ``{"client", "touched": {"cell", "what": "edited" | "deleted"}}`` when the user changes a
-  cell the kernel changed through it (:func:`~escouade_nb.engine.review.cell_review.user_changed`
-  decides which agent is told). After a change or a settle, every other page of the same
-  notebook gets ``{"elsewhere": {"change", "agent", "cell"}, "to"}`` (no answer): without
-  real-time collaboration its copy is out of date, and it says so.
-- ``run`` (``execute_cell``, after its card): the page checks the cell's source against the hash
-  the card showed, starts the cell's run in the notebook and answers at once
-  (``{"reply", "ok", "started": true}``); when the run has ended it sends a later message
-  ``{"ran": REQ, "client", "ok", "execution_count", "outputs"}`` (its comm handler never awaits
-  the run: JupyterLab reads the kernel's next message only after it, and the run's own
-  replies are among them).
+A page → kernel message is named by the first of :data:`PAGE_MESSAGES`' keys it has; one that has none,
+or whose value is not of that kind's shape (an object for ``hello``, ``decide``, ``touched``, a string for
+``ran`` and ``reply``), is refused: one log line, counted in :attr:`NotebookPages.strays`, nothing done.
+
+- the kernel *pings* when an operation needs a page and it knows none (:meth:`NotebookPages.ping`; nothing
+  is sent before, so a notebook that never reads live costs nothing, and a page without the extension —
+  VS Code, a JupyterLab without it — sees no comm it cannot place). Every browser tab showing this kernel
+  gets it: each has its own connection to the kernel. Each notebook panel then opens a comm of its own and
+  says hello (its notebook's server path, its panel id); the kernel keeps it as a :class:`Page`, forgotten
+  on the panel's ``bye`` (the comm closed) or when it does not answer within :data:`REPLY_WAIT`.
+- an operation goes on ONE page's comm: a comm belongs to one browser connection, so the other tabs never
+  see it.
+- the user's Keep or Reject (the buttons the page draws inside a cell pending review) is not done in the
+  page: the kernel settles it — through the agent's review when an agent's ``pending_edits`` holds the cell
+  (so that list stays true and the agent is told of a Reject), else directly (a pending cell from a saved
+  notebook, when Jupyter trusts it) — with a ``settle`` operation sent back to that page.
+- awareness (``labextension/src/aware.js``): ``tab`` is the browser tab's id, the same across its reloads;
+  ``pending`` the ids of the cells pending review in that page's document (``null`` while it is not
+  loaded); a tab the kernel once pinged says hello by itself after a reload. A hello from a new client of
+  the tab that made a change is a reload: the changes its document still holds are re-linked to it, the
+  others (not saved before the reload) are dropped (:func:`~escouade_nb.engine.review.cell_review.drop`: the agent
+  is told once). ``touched`` goes to :func:`~escouade_nb.engine.review.cell_review.user_changed`, which decides
+  which agent is told. After a change or a settle, every other page of the same notebook gets
+  ``elsewhere``: without real-time collaboration its copy is out of date, and it says so.
+- ``run`` (``execute_cell``, after its card): the page checks the cell's source against the hash the card
+  showed, starts the cell's run and answers at once (``{"reply", "ok", "started": true}``); ``ran`` comes
+  when the run has ended (its comm handler never awaits the run: JupyterLab reads the kernel's next message
+  only after it, and the run's own replies are among them).
 
 The page is untrusted here: a reply counts only for a request under way, from the client
 it was sent to (anything else is counted in :attr:`strays` and dropped), and its contents
@@ -63,7 +86,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..core import notebook as notebook_core
 from ..engine import drop, pending_edit, user_changed
@@ -71,7 +94,8 @@ from ..kernel_mcp import written_reads
 from ..kernel_mcp.tools import ToolFailure
 from .front import on_loop, use_extension_pages
 
-__all__ = ["TARGET", "Page", "NotebookPages", "NO_PAGE", "NO_PAGE_TO_CHANGE", "start_in_kernel"]
+__all__ = ["TARGET", "Page", "NotebookPages", "PageMessage", "PAGE_MESSAGES", "NO_PAGE", "NO_PAGE_TO_CHANGE",
+           "start_in_kernel"]
 
 log = logging.getLogger(__name__)
 
@@ -214,61 +238,87 @@ class NotebookPages:
             log.debug("escouade_nb: the ping to the notebook pages failed", exc_info=True)
 
     def _opened(self, comm: Any, msg: dict) -> None:
+        """A page opened its comm, saying hello (the first row of the page → kernel table): kept as a
+        :class:`Page` (its hello read as on an open comm, :meth:`_hello_again`), with the decision it carries
+        when it was a click in a page with no comm yet. Anything else is not a page of ours: closed."""
         data = (msg.get("content") or {}).get("data")
         hello = data.get("hello") if isinstance(data, dict) else None
         client = _text(data.get("client")) if isinstance(data, dict) else ""
-        if not isinstance(hello, dict) or not client:
+        if not isinstance(data, dict) or not isinstance(hello, dict) or not client:
             comm.close()  # not a page of ours
             return
-        page = Page(client=client, path=_text(hello.get("path")), panel=_text(hello.get("panel")), comm=comm,
-                    order=next(self._hellos), tab=_text(hello.get("tab")))
+        page = Page(client=client, path="", panel="", comm=comm, order=-1)
         old = self.pages.pop(client, None)
         if old is not None and old.comm is not comm:
             self._close(old.comm)
         self.pages[client] = page
         comm.on_msg(on_loop(lambda m: self._message(page, m)))
         comm.on_close(on_loop(lambda m: self._gone(page)))
+        self._hello_again(page, hello, data)
+        if isinstance(data.get("decide"), dict):
+            self._decide(page, data["decide"], data)
+
+    def _message(self, page: Page, msg: dict) -> None:
+        """A message on ``page``'s comm, handed to its handler by :data:`PAGE_MESSAGES` (the first of its keys the
+        message has names it). A message that names none, or whose value is not of its kind's shape, is refused:
+        counted in :attr:`strays`, said in one log line, and nothing else done."""
+        data = (msg.get("content") or {}).get("data")
+        if not isinstance(data, dict):
+            self._refuse(page, "not an object", type(data).__name__)
+            return
+        kind = next((k for k in PAGE_MESSAGES if k in data), None)
+        if kind is None:
+            self._refuse(page, f"none of the keys that name a message ({', '.join(PAGE_MESSAGES)})",
+                         sorted(map(str, data))[:8])
+            return
+        route = PAGE_MESSAGES[kind]
+        value = data[kind]
+        if not isinstance(value, route.shape):
+            self._refuse(page, f"its {kind!r} is not a {route.shape.__name__}", type(value).__name__)
+            return
+        try:
+            route.handle(self, page, value, data)
+        except Exception:  # the page is untrusted: what it sends never raises into the comm's machinery
+            log.warning("escouade_nb: a %r message from the notebook page %s failed", kind, page.client[:40],
+                        exc_info=True)
+
+    def _refuse(self, page: Page, why: str, what: Any) -> None:
+        self.strays += 1
+        log.warning("escouade_nb: refused a message from the notebook page %s: %s (%s)", page.client[:40], why,
+                    str(what)[:200])
+
+    def _hello_again(self, page: Page, hello: dict[str, Any], data: dict[str, Any]) -> None:
+        """A hello (``{"path", "panel", "tab", "pending"}``), on opening the comm or again on it (the page
+        pinged again, its notebook reloaded): the page's path, panel and tab as it says now, the latest to
+        say hello (:meth:`choose`), then :meth:`_relink`."""
+        page.path, page.panel = _text(hello.get("path")), _text(hello.get("panel"))
+        page.order = next(self._hellos)
+        page.tab = _text(hello.get("tab")) or page.tab
         if self._hello is not None:
             self._hello.set()
         self._relink(page, hello.get("pending"))
-        if isinstance(data, dict) and isinstance(data.get("decide"), dict):  # a click in a page with no comm yet
-            self._decide(page, data["decide"])
 
-    def _message(self, page: Page, msg: dict) -> None:
-        data = (msg.get("content") or {}).get("data")
-        if not isinstance(data, dict):
+    def _ran(self, page: Page, run: str, data: dict[str, Any]) -> None:
+        """A cell's run ended (a later message than the ``run`` operation's reply): its run's future gets
+        ``data``, when that run is under way and was sent to this page (else a stray)."""
+        ran = self._runs.get(run)
+        if ran is None or ran[0] != page.client or data.get("client") != page.client or ran[1].done():
+            self.strays += 1  # late (the caller gave up), or not this page's: dropped
             return
-        if data.get("hello") is not None and isinstance(data["hello"], dict):  # again, on the same comm
-            page.path, page.panel = _text(data["hello"].get("path")), _text(data["hello"].get("panel"))
-            page.order = next(self._hellos)
-            page.tab = _text(data["hello"].get("tab")) or page.tab
-            if self._hello is not None:
-                self._hello.set()
-            self._relink(page, data["hello"].get("pending"))
-            return
-        if isinstance(data.get("decide"), dict):
-            self._decide(page, data["decide"])
-            return
-        if isinstance(data.get("touched"), dict):
-            self._touched(data["touched"])
-            return
-        if data.get("ran") is not None:  # a cell's run ended (a later message than the reply)
-            ran = self._runs.get(data["ran"]) if isinstance(data["ran"], str) else None
-            if ran is None or ran[0] != page.client or data.get("client") != page.client or ran[1].done():
-                self.strays += 1
-                return
-            ran[1].set_result(data)
-            return
-        req = data.get("reply")
-        waiting = self._waiting.get(req) if isinstance(req, str) else None
+        ran[1].set_result(data)
+
+    def _reply(self, page: Page, req: str, data: dict[str, Any]) -> None:
+        """The answer to request ``req``: its future gets ``data``, when that request is under way and was
+        sent to this page (else a stray: a late answer, another page's)."""
+        waiting = self._waiting.get(req)
         if waiting is None or waiting[0] != page.client or data.get("client") != page.client or waiting[1].done():
             self.strays += 1
             return
         waiting[1].set_result(data)
 
-    def _decide(self, page: Page, decision: dict) -> None:
-        """The user clicked Keep or Reject in ``page``: settle it through the agent's review
-        that holds the cell, else directly (a task this object owns: :meth:`close`)."""
+    def _decide(self, page: Page, decision: dict[str, Any], data: dict[str, Any]) -> None:
+        """The user clicked Keep or Reject in ``page`` (``decision``: ``{"cell", "keep"}``): settle it through
+        the agent's review that holds the cell, else directly (a task this object owns: :meth:`close`)."""
         cell, keep = decision.get("cell"), decision.get("keep")
         if not isinstance(cell, str) or not cell or len(cell) > MAX_FIELD or not isinstance(keep, bool):
             self.strays += 1
@@ -333,9 +383,9 @@ class NotebookPages:
                 del self._made[cell]
                 drop(cell, "the notebook's page was reloaded without saving it, so the change is gone")
 
-    def _touched(self, touched: dict) -> None:
-        """The user changed a cell the kernel changed through a page (``what``: ``edited``,
-        ``deleted``): told to the agents that touched it in their current turn."""
+    def _touched(self, page: Page, touched: dict[str, Any], data: dict[str, Any]) -> None:
+        """The user changed a cell the kernel changed through ``page`` (``touched``: ``{"cell", "what"}``,
+        ``what`` ``edited`` or ``deleted``): told to the agents that touched it in their current turn."""
         cell, what = touched.get("cell"), touched.get("what")
         if not isinstance(cell, str) or not cell or len(cell) > MAX_FIELD or what not in ("edited", "deleted"):
             self.strays += 1
@@ -566,6 +616,29 @@ class NotebookPages:
         return {"execution_count": count if isinstance(count, int) and not isinstance(count, bool) else None,
                 "outputs": done.get("outputs") if isinstance(done.get("outputs"), list) else [],
                 "client": page.client}
+
+
+_Shape = TypeVar("_Shape")
+
+
+@dataclass(frozen=True)
+class PageMessage(Generic[_Shape]):
+    """One kind of message a page sends on its comm (:data:`PAGE_MESSAGES`): its value (under the key that
+    names it) must be a ``shape``; ``handle(pages, page, value, message)`` acts on it (the whole message
+    beside: a reply's fields)."""
+
+    shape: type[_Shape]
+    handle: Callable[[NotebookPages, Page, _Shape, dict[str, Any]], None]
+
+
+PAGE_MESSAGES: dict[str, PageMessage[Any]] = {
+    # the page → kernel rows of the module's table (the wire); the first of these keys a message has names it
+    "hello": PageMessage(dict, NotebookPages._hello_again),
+    "decide": PageMessage(dict, NotebookPages._decide),
+    "touched": PageMessage(dict, NotebookPages._touched),
+    "ran": PageMessage(str, NotebookPages._ran),
+    "reply": PageMessage(str, NotebookPages._reply),
+}
 
 
 _pages: NotebookPages | None = None

@@ -5,6 +5,8 @@ computes the same way."""
 from __future__ import annotations
 
 import hashlib
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +14,8 @@ import pytest
 from escouade_nb._resources import shipped_dir
 from escouade_nb.widgets import front
 from escouade_nb.widgets.squad_view import SquadView
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -75,6 +79,22 @@ def test_the_tag_is_the_one_the_extension_build_computes():
     folder = shipped_dir("widgets")
     digest = hashlib.sha256((folder / "escouade.js").read_bytes() + b"\0" + (folder / "escouade.css").read_bytes())
     assert front.front_end_tag() == digest.hexdigest()[:16]
+
+
+def test_the_served_module_is_one_es_module_built_from_the_current_sources():
+    """widgets/escouade.js is bundled from widgets/src (labextension/build.mjs): one ES module with one default
+    export and no import left to resolve (anywidget loads it from a blob URL), not older than any of its
+    sources (the build's own rule, labextension/stale.py: a test run after an edit of widgets/src without an
+    install would test the old views; scripts/test.sh installs first, which rebuilds it)."""
+    from hatch_jupyter_builder.utils import is_stale
+
+    folder = shipped_dir("widgets")
+    js, _css = front.front_end()
+    assert re.findall(r"^export .*$", js, re.M) == ["export { src as default };"]
+    assert not re.search(r"^\s*import\b|\bimport\(\s*[\"']\.", js, re.M)
+    if folder == ROOT / "widgets":  # a checkout: its sources are here
+        assert not is_stale(folder / "escouade.js", folder / "src"), "widgets/src changed: pip install -e . rebuilds"
+        assert not is_stale(folder / "escouade.js", folder / "escouade.css")
 
 
 class _Comm:

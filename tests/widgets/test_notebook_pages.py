@@ -268,3 +268,42 @@ def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_r
         review.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_message_of_no_known_kind_or_shape_is_refused_in_one_log_line(caplog, monkeypatch):
+    """The page wire's table (notebook_pages.PAGE_MESSAGES): a message is named by the first of its keys the
+    table has, and its value must be of that kind's shape; anything else is refused — a stray, one warning
+    naming the page and why — and the page goes on being served. A handler that raises (here the review's
+    ``user_changed``) is said in a log line too, never raised into the comm's machinery."""
+
+    async def main() -> None:
+        pages, (a,), _opened = setup([("a", "nb.ipynb")])
+        pages.start()
+        pages.ping()
+        assert a.comm is not None and a.comm.on_message is not None
+        refused = [["not", "an", "object"], {"client": "a", "bonjour": 1}, {"client": "a", "hello": "again"},
+                   {"client": "a", "decide": ["c1", True]}, {"client": "a", "touched": None},
+                   {"client": "a", "ran": 5}, {"client": "a", "reply": None, "ok": True}]
+        with caplog.at_level("WARNING", logger=notebook_pages.__name__):
+            for data in refused:
+                a.comm.on_message({"content": {"data": data}})
+        lines = [r.getMessage() for r in caplog.records if r.name == notebook_pages.__name__]
+        assert pages.strays == len(refused) == len(lines)
+        assert all(line.startswith("escouade_nb: refused a message from the notebook page a: ") for line in lines)
+        assert "none of the keys that name a message (hello, decide, touched, ran, reply)" in lines[1]
+        assert "its 'hello' is not a dict" in lines[2] and "its 'ran' is not a str" in lines[5]
+        caplog.clear()
+
+        def fails(cell: str, what: str) -> None:
+            raise RuntimeError("the review failed")
+
+        monkeypatch.setattr(notebook_pages.cell_review, "user_changed", fails)
+        with caplog.at_level("WARNING", logger=notebook_pages.__name__):
+            a.comm.on_message({"content": {"data": {"client": "a", "touched": {"cell": "c1", "what": "edited"}}}})
+        (line,) = [r for r in caplog.records if r.name == notebook_pages.__name__]
+        assert "a 'touched' message from the notebook page a failed" in line.getMessage() and line.exc_info
+        # the page is still served: a request answered, nothing more counted as stray
+        got = await served(pages, [a], pages.live_cells())
+        assert got["client"] == "a" and pages.strays == len(refused)
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -1,7 +1,8 @@
 """What the launch wing needs of an agent, as Protocols: each part of the wing is given an
 object with these members (the engine passes the agent's state, which has them), never the
-agent's whole state (the engine's :mod:`~..interfaces` builds its own Protocols on these). Read-only members (properties):
-a part reads them, it sets nothing on the agent but through the methods declared here.
+agent's whole state (the engine's :mod:`~..interfaces` builds its own Protocols on these).
+Read-only members (properties): a part reads them, it sets nothing on the agent but through
+the methods declared here.
 
 This module imports no engine module.
 """

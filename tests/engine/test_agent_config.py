@@ -14,6 +14,7 @@ import pytest
 
 import escouade_nb
 from escouade_nb.engine import interfaces
+from escouade_nb.engine.launch import interfaces as launch_interfaces
 from escouade_nb.engine.agent import Agent, AgentConfig, AgentError
 from escouade_nb.engine.state import AgentState
 from escouade_nb.manifest import discover
@@ -103,11 +104,12 @@ def _members(protocol: type) -> set[str]:
 
 
 def test_each_part_takes_a_protocol_the_size_of_its_use():
-    from escouade_nb.engine import controls, launcher, record, resume, versions
+    from escouade_nb.engine import controls, record, resume
+    from escouade_nb.engine.launch import launcher, versions
 
     assert not hasattr(interfaces, "AgentHandle")  # the 73-member handle is gone
     def taken(module, fn):  # the parts import their Protocol under TYPE_CHECKING
-        return typing.get_type_hints(fn, {**vars(module), **vars(interfaces)})["agent"]
+        return typing.get_type_hints(fn, {**vars(module), **vars(interfaces), **vars(launch_interfaces)})["agent"]
 
     sizes = {"launcher": (taken(launcher, launcher.agent_env), 2),
              "versions": (taken(versions, versions.ProgramVersions.check_at_start), 5),
@@ -124,7 +126,7 @@ def test_mypy_holds_the_protocols_and_the_read_only_start(tmp_path):
     pytest.importorskip("mypy")
     probe = tmp_path / "probe.py"
     probe.write_text("from escouade_nb.engine.agent import Agent\n"
-                     "from escouade_nb.engine.versions import ProgramVersions\n\n\n"
+                     "from escouade_nb.engine.launch.versions import ProgramVersions\n\n\n"
                      "def f(agent: Agent, versions: ProgramVersions) -> None:\n"
                      "    agent.program = 'x'\n"
                      "    versions.check_at_start(object(), 'p', [])\n"

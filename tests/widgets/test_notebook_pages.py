@@ -297,7 +297,7 @@ def test_a_message_of_no_known_kind_or_shape_is_refused_in_one_log_line(caplog, 
         def fails(cell: str, what: str) -> None:
             raise RuntimeError("the review failed")
 
-        monkeypatch.setattr(notebook_pages.cell_review, "user_changed", fails)
+        monkeypatch.setattr(notebook_pages, "user_changed", fails)
         with caplog.at_level("WARNING", logger=notebook_pages.__name__):
             a.comm.on_message({"content": {"data": {"client": "a", "touched": {"cell": "c1", "what": "edited"}}}})
         (line,) = [r for r in caplog.records if r.name == notebook_pages.__name__]

@@ -16,6 +16,7 @@ import pytest
 
 from escouade_nb.engine.squad import Squad
 from scripted_agent import END, P_INIT, P_NEW, P_PROMPT, alive, responses_to, until
+from deadlines import run
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install bubblewrap)")
@@ -23,10 +24,6 @@ needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
 PRELUDE = "\n".join([P_INIT, P_NEW])
 PROMPT = P_PROMPT
 REFUSED = '{"code":-32602},"result":"$ABSENT"}'
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from sandbox_attacks import HttpServer, UnixListener, seen_in, signed_execute, wait_for
 from scripted_agent import refused_start
+from deadlines import run
 
 from escouade_nb.engine.squad import Squad
 
@@ -25,10 +26,6 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("p
                                 reason="bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
 
 ATTACKS = str(Path(__file__).resolve().parent / "sandbox_attacks.py")
-
-
-def run(coro, timeout: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def attack_run(spec: dict, cwd: str = "$WS") -> str:

@@ -6,6 +6,7 @@ import asyncio
 import copy
 
 import pytest
+from deadlines import run
 
 from escouade_nb.core import plans
 from escouade_nb.core.status import CAN_SEND, ENDED, NAME_FREE, TRANSITIONS, AgentStatus, InvalidTransition
@@ -19,10 +20,6 @@ def fake(tmp_path, *, questions_in_text: bool = False, **kwargs) -> Agent:
         ref = copy.deepcopy(ref)
         ref.harness.acp.questions_in_text = True
     return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, **kwargs)
-
-
-def run(coro, timeout: float = 40):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def prompts_sent(agent: Agent, into: list) -> None:

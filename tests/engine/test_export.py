@@ -4,7 +4,6 @@ the code run through the kernel's ``run_code`` as code cells that run again."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -13,15 +12,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from deadlines import run
 
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.engine.agent import Agent, AgentError
 from escouade_nb.engine.export import fenced, no_raw_html, notebook_cells, to_notebook
 from escouade_nb.manifest import discover, locate_program
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def read(path: Path):

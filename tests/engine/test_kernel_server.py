@@ -27,6 +27,7 @@ from kernel_client import Kernel
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from acp_clients import AGENT_CMD, RecordingClient
+from deadlines import run
 
 from escouade_nb.engine.kernel_server import (BUSY_GRACE, SERVER_NAME, TOOLS, KernelServer, Refused,
                                               run_result_text)
@@ -82,10 +83,6 @@ async def mcp_client(url: str, token: str):
 
 def text_of(result: Any) -> str:
     return "\n".join(c.text for c in result.content)
-
-
-def run(coro: Any, timeout: float = 60) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def frame() -> pd.DataFrame:
@@ -757,7 +754,7 @@ def test_fake_agent_inspects_and_runs_code_through_the_kernel_server(tmp_path):
         finally:
             await server.aclose()
 
-    run(main(), 90)
+    run(main(), timeout=90)
 
 
 def test_fake_agent_through_the_stdio_bridge_and_a_refused_permission(tmp_path):
@@ -782,7 +779,7 @@ def test_fake_agent_through_the_stdio_bridge_and_a_refused_permission(tmp_path):
         finally:
             await server.aclose()
 
-    run(main(), 90)
+    run(main(), timeout=90)
 
 
 def test_fake_agent_says_when_a_server_cannot_be_reached(tmp_path):
@@ -801,7 +798,7 @@ def test_fake_agent_says_when_a_server_cannot_be_reached(tmp_path):
         finally:
             await server.aclose()
 
-    run(main(), 60)
+    run(main(), timeout=60)
 
 
 # -- a real kernel ---------------------------------------------------------------------------------------

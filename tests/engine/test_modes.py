@@ -6,6 +6,7 @@ import json
 import pytest
 from acp_clients import fake_agent
 from scripted_agent import until
+from deadlines import run
 
 from escouade_nb.engine.agent import AgentError
 from escouade_nb.manifest import discover
@@ -13,10 +14,6 @@ from escouade_nb.core.plans import answers_prompt, plan_of, questions_in, visibl
 from escouade_nb.core.conversation import ToolCall
 
 
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def test_escouade_modes_come_from_the_manifest(tmp_path):

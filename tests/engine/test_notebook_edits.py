@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 from acp import RequestError
+from deadlines import run
 
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.notebook_diff import notebook_diff
@@ -254,10 +255,6 @@ def test_the_check_runs_in_a_thread_and_the_loop_keeps_going(tmp_path: Path) -> 
 def fake(tmp_path: Path) -> Agent:
     ref = discover().find("fake")
     return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, record=False)
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypatch) -> None:

@@ -19,6 +19,7 @@ from escouade_nb.engine.checkpoints import REF_PREFIX
 from scripted_agent import P_INIT, P_NEW, _chunk
 from git_repos import GIT_ENV as ENV
 from git_repos import git as sh
+from deadlines import run
 
 
 
@@ -54,10 +55,6 @@ def prompt_line(rid: int, text: str, session: str = "s1") -> str:
 
 def answer(rid: int, text: str, session: str = "s1") -> str:
     return f'A> {_chunk(text, session)}\nA> {{"jsonrpc":"2.0","id":{rid},"result":{{"stopReason":"end_turn"}}}}'
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest.project import ProjectFileError, read_worktree_config
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
+from deadlines import run
 
 
 
@@ -33,10 +34,6 @@ def repo(tmp_path, monkeypatch):
 
 def config(repo, block: str) -> None:
     (repo / ".escouade.yml").write_text("name: proj\n" + block)
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 async def closing(squad: Squad) -> None:

@@ -12,6 +12,7 @@ import pytest
 from escouade_nb.engine.squad import Squad
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
+from deadlines import run
 
 
 @pytest.fixture
@@ -27,10 +28,6 @@ def repo(tmp_path, monkeypatch):
         "tool.bin": b"\0\1binary",
         ".escouade.yml": 'name: proj\nworktree:\n  setup: "./scripts/setup.sh && sh -n tool.bin || true"\n',
     }, executable=["scripts/setup.sh"])
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def card_text(card) -> str:

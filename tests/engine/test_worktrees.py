@@ -11,6 +11,7 @@ from escouade_nb.manifest.project import project_id
 from escouade_nb.wire import transcript
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
+from deadlines import run
 
 
 
@@ -20,10 +21,6 @@ def repo(tmp_path, monkeypatch):
     use_git_env(monkeypatch)
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
     return base_repo(tmp_path / "proj", {"notes.txt": "a\n"})
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 async def edit(agent, file: str = "notes.txt") -> None:

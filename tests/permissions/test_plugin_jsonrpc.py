@@ -5,7 +5,6 @@ peer that goes away, a request given up."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ import textwrap
 import anyio
 import pytest
 from acp import RequestError
+from deadlines import run
 
 from escouade_nb.permissions.jsonrpc import LineClient, PeerClosed, RemoteError, RpcError
 from escouade_nb.wire.framing import Skipped
@@ -73,10 +73,6 @@ async def with_peer(body, *, max_line: int = 1 << 20):
         with anyio.CancelScope(shield=True):
             await proc.wait()
     return result, skipped, closed
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def test_a_result_the_peers_own_request_and_garbage():

@@ -22,6 +22,7 @@ import pytest
 from acp_clients import fake_agent as shipped_fake_agent
 
 from scripted_agent import until
+from deadlines import run
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.status import AgentStatus
 from escouade_nb.engine.agent import Agent
@@ -34,10 +35,6 @@ from escouade_nb.widgets.squad_view import SquadView
 from escouade_nb.widgets.update_view import UpdateView
 from escouade_nb.widgets import front
 from escouade_nb.widgets.feed import Feed
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def fake_agent(tmp_path, **kwargs) -> Agent:

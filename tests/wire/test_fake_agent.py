@@ -26,6 +26,7 @@ from acp.schema import (
 )
 
 from acp_clients import AGENT_CMD, RecordingClient
+from deadlines import run
 
 from escouade_nb.tools.fake_agent import AGENT_NAME, AGENT_VERSION, find_file_name
 
@@ -63,10 +64,6 @@ async def agent_session(client: RecordingClient, cwd: Path, *, fs: bool = True, 
 
 def prompt_of(text: str) -> list[Any]:
     return [text_block(text)]
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 20))
 
 
 def assert_options(options: list[Any]) -> None:

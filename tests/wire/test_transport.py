@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import anyio
 import pytest
 from acp import PROTOCOL_VERSION, connect_to_agent
 from acp.schema import ClientCapabilities, Implementation
+from deadlines import run
 
 from escouade_nb.wire.transport import MAX_LINE_BYTES, LineTransport
 from escouade_nb.core.conversation import Conversation
@@ -55,10 +55,6 @@ class ByteSink:
 
     async def aclose(self) -> None:
         await self._stream.aclose()
-
-
-def run(fn: Callable[[], Awaitable[Any]]) -> Any:
-    return anyio.run(fn)
 
 
 class Wired:

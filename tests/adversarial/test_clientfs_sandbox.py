@@ -232,7 +232,7 @@ def test_a_sandboxed_agents_terminal_sign_in_runs_in_its_sandbox_and_takes_no_lo
 
     async def body_after_start(agent):
         signing = asyncio.ensure_future(agent.authenticate("login"))
-        await until(lambda: agent.sign_in_job is not None and agent.sign_in_job.running, 10, "the sign-in")
+        await until(lambda: agent.sign_in_job is not None and agent.sign_in_job.running, 60, "the sign-in")
         (term,) = agent.sign_in_job._terminals.terminals
         spawned = Path(f"/proc/{term.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         await agent.sign_in_input("")

@@ -4,6 +4,7 @@ the stdio bridge as a real subprocess, the fake agent over real pipes, and a rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -27,7 +28,7 @@ from kernel_client import Kernel
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from acp_clients import AGENT_CMD, RecordingClient
-from deadlines import run
+from deadlines import run, until
 
 from escouade_nb.engine.kernel_server import (BUSY_GRACE, SERVER_NAME, TOOLS, KernelServer, Refused,
                                               run_result_text)
@@ -277,14 +278,11 @@ def test_a_run_code_cancelled_while_its_card_waits_is_never_run():
             grant = server.grant(owner)
             async with mcp_client(server.url, grant.token) as session:
                 call = asyncio.ensure_future(session.call_tool("run_code", {"code": "ran = True"}))
-                await asyncio.wait_for(owner.waiting.wait(), 10)
+                await asyncio.wait_for(owner.waiting.wait(), 60)
                 call.cancel()  # the client gives up: the SDK sends notifications/cancelled
                 with pytest.raises(asyncio.CancelledError):
                     await call
-                for _ in range(200):
-                    if owner.cancelled:
-                        break
-                    await asyncio.sleep(0.01)
+                await until(lambda: owner.cancelled, what="the owner's ask cancelled")
                 assert owner.cancelled  # the owner's ask was cancelled: the card is withdrawn
                 assert "ran" not in ns and owner.ran == []
                 # the session is still good
@@ -347,10 +345,8 @@ def test_a_run_code_whose_client_went_away_is_withdrawn_and_never_run():
             await asyncio.wait_for(owner.waiting.wait(), 20)
             client.kill()  # the client goes away: its connections close, no cancel notification, no DELETE
             await client.wait()
-            for _ in range(500):
-                if owner.cancelled:
-                    break
-                await asyncio.sleep(0.01)
+            with contextlib.suppress(AssertionError):
+                await until(lambda: owner.cancelled, what="the owner's ask cancelled")
             if not owner.cancelled:
                 owner.release.set_result(None)  # the user presses Run on the card left behind
                 await asyncio.sleep(0.5)
@@ -497,9 +493,10 @@ def test_a_slow_repr_does_not_freeze_the_loop_and_is_reported_as_too_slow():
                 slow.release.set()
                 while not slow.left.is_set():
                     await asyncio.sleep(0.01)
-                for _ in range(100):  # the reader has finished with the value: it is read again, whole
-                    again = text_of(await other.call_tool("inspect_variable", {"name": "slow"}))
-                    if "SlowRepr(finally)" in again:
+                deadline = time.monotonic() + 30  # the reader has finished with the value: it is read again, whole
+                while "SlowRepr(finally)" not in (again := text_of(await other.call_tool("inspect_variable",
+                                                                                         {"name": "slow"}))):
+                    if time.monotonic() > deadline:
                         break
                     await asyncio.sleep(0.02)
                 assert again.endswith("repr:\nSlowRepr(finally)"), again
@@ -854,8 +851,11 @@ def test_in_a_real_kernel(tmp_path):
         assert ran["text"] == "result:\n40.0"
 
         # a call made while a cell blocks the loop waits, and answers once the cell has ended
-        msg_id = k.kc.execute("time.sleep(3)\nprint('CELL END', time.time())")
-        time.sleep(0.5)
+        msg_id = k.kc.execute("print('CELL START', flush=True)\ntime.sleep(5)\nprint('CELL END', time.time())")
+        while True:  # the cell blocks the loop from here (get_iopub_msg's timeout is the deadline)
+            msg = k.kc.get_iopub_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") == msg_id and "CELL START" in msg["content"].get("text", ""):
+                break
         got = call("inspect_variable", name="df")
         cell_end = None
         while cell_end is None:

@@ -53,7 +53,7 @@ def satisfies_the_seam(card) -> bool:
             and (agent.harness is None or isinstance(agent.harness, HarnessRef)))
 
 
-async def settle(card, timeout: float = 5.0) -> None:
+async def settle(card, timeout: float = 30.0) -> None:
     """Wait until the policies are done with the card (settled, or the user is called)."""
     deadline = time.monotonic() + timeout
     while card.permission.deciding and time.monotonic() < deadline:

@@ -43,7 +43,7 @@ async def decide(tmp_path: Path, cards_of, *plugins: str):
     rules = make_rules(tmp_path, *plugins, budget=30)  # what the plugin sees, not how fast it answers
     rules.start_soon()
     for pid in [f"test.fixture.{p}" for p in plugins]:
-        await asyncio.wait_for(rules.host.processes[pid].wait_ready(), 10)
+        await asyncio.wait_for(rules.host.processes[pid].wait_ready(), 60)
     project = Project.for_folder(tmp_path)
     try:
         cards = []

@@ -29,7 +29,7 @@ async def started(rules, *ids: str):
     rules.start_soon()
     for pid in ids:
         proc = rules.host.processes[pid]
-        await asyncio.wait_for(proc.wait_ready(), 10)
+        await asyncio.wait_for(proc.wait_ready(), 60)
     return rules
 
 
@@ -114,7 +114,7 @@ def test_plugin_crashing_mid_decision_is_restarted_and_the_user_is_asked(tmp_pat
             first_pid = proc.pid
             card = Card("crash=crash", project=project)
             await rules.broker(card)
-            await asyncio.wait_for(proc.wait_ready(), 10)  # restarted after a back-off
+            await asyncio.wait_for(proc.wait_ready(), 60)  # restarted after a back-off
             second_pid = proc.pid
             card2 = Card("crash=allow", project=project)
             await rules.broker(card2)
@@ -362,7 +362,7 @@ def test_an_updated_plugin_is_restarted_and_a_foreign_protocol_is_refused(tmp_pa
                             extra_dirs=[folder])
         rules.start_soon()
         proc = rules.host.processes["test.fixture.fast"]
-        await asyncio.wait_for(proc.wait_ready(), 10)
+        await asyncio.wait_for(proc.wait_ready(), 60)
         pid1 = proc.pid
         try:
             manifest = json.loads((folder / "escouade-plugin.json").read_text())

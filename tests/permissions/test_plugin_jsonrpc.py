@@ -12,7 +12,7 @@ import textwrap
 import anyio
 import pytest
 from acp import RequestError
-from deadlines import run
+from deadlines import run, until
 
 from escouade_nb.permissions.jsonrpc import LineClient, PeerClosed, RemoteError, RpcError
 from escouade_nb.wire.framing import Skipped
@@ -117,7 +117,7 @@ def test_answers_are_matched_by_id_whatever_their_order():
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(one, "hold")
-            await anyio.sleep(0.1)
+            await until(lambda: client.in_flight == 1, what="hold sent")  # sent first: release answers it
             tg.start_soon(one, "release")
         return results, client.in_flight
 
@@ -162,7 +162,7 @@ def test_a_request_given_up_leaves_nothing_behind_and_its_late_answer_is_ignored
 def test_close_fails_what_is_in_flight_with_the_reason():
     async def body(client, proc):
         async def later():
-            await anyio.sleep(0.1)
+            await until(lambda: client.in_flight == 1, what="hold sent")
             client.close("the plugin exited with code 3")
 
         async with anyio.create_task_group() as tg:

@@ -902,7 +902,7 @@ def test_closing_the_agent_ends_a_terminal_sign_in_under_way(script):
         assert alive(pid)
         await agent.close()  # the program waits on stdin: it is ended, not left behind
         with pytest.raises(AgentError, match="was stopped"):
-            await asyncio.wait_for(signing, 10)
+            await asyncio.wait_for(signing, 60)
         assert not alive(pid) and agent.status == "closed" and agent.sign_in_job is None
         return render_items(agent.conversation.items)
 

@@ -72,7 +72,7 @@ def test_closed_views_are_collected_and_release_their_subscriptions(tmp_path):
         agent = fake_agent(tmp_path)
         await agent.ready()
         turn = agent.send("edit notes.txt")  # a turn with a tool call and a card
-        card = await agent.next_permission(timeout=10)
+        card = await agent.next_permission(timeout=60)
         card.choose("allow_once")
         await turn
         await agent.send("plan")
@@ -164,7 +164,7 @@ def test_squad_view_shows_the_oldest_card_and_answers_it_in_place(tmp_path):
         squad = SquadView(Agents(agent))
         assert squad.table()["pending"] is None
         turn = agent.send("edit notes.txt")
-        card = await agent.next_permission(timeout=10)
+        card = await agent.next_permission(timeout=60)
         table = squad.table()
         pending = table["pending"]
         assert pending["agent"] == agent.name and pending["count"] == 1
@@ -582,7 +582,7 @@ def test_a_saved_form_says_a_waiting_card_was_unanswered(tmp_path):
         view = AgentView(agent)
         try:
             turn = agent.send("edit notes.txt")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             permission = view.companion_bundle()
             card.choose(card.options[-1]["optionId"])  # Reject: the turn goes on, then asks a form
             await turn

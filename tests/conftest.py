@@ -155,7 +155,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
     report: pytest.TestReport = yield
     started = _KERNEL_STARTS[0] - item.stash.get(_STARTS_BEFORE, _KERNEL_STARTS[0])
-    if call.when == "call" and report.passed and started and item.get_closest_marker("kernel") is None:
+    tier = item.get_closest_marker("kernel") or item.get_closest_marker("agents")  # the agents' own tier: kernels too
+    if call.when == "call" and report.passed and started and tier is None:
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} started {started} kernel(s) without the `kernel` marker: mark it "
                            "@pytest.mark.kernel (or move it to tests/kernel), so `-m kernel` selects the kernel tier")

@@ -94,7 +94,9 @@ def test_cancel_while_card_pending(kernel):
 def test_prompts_are_queued_not_lost(kernel):
     out = kernel.run("demo = %escouade fake --as queue\nawait demo.ready()\n"
                      "t1 = demo.send('slow'); t2 = demo.send('hello one'); t3 = demo.send('hello two')\n"
-                     "await asyncio.sleep(0.3); demo.cancel()\n"
+                     "import time\nend = time.monotonic() + 30\n"
+                     "while demo.status != 'working' and time.monotonic() < end:\n    await asyncio.sleep(0.02)\n"
+                     "demo.cancel()\n"
                      "rs = [await t for t in (t1, t2, t3)]\n"
                      "print([r.stop_reason for r in rs]); print('one' in t2.text, 'two' in t3.text)").text
     assert "['cancelled', 'end_turn', 'end_turn']" in out
@@ -128,7 +130,9 @@ def test_stderr_flood_does_not_stall(kernel):
 
 def test_stop_magic_kills_the_group(kernel):
     out = kernel.run("demo = %escouade fake --as stopper\nawait demo.ready()\nprint('PID', demo.pid)\n"
-                     "%escouade stop stopper\nawait asyncio.sleep(1)\nprint(demo.status)").text
+                     "%escouade stop stopper\nimport time\nend = time.monotonic() + 30\n"
+                     "while demo.status != 'closed' and time.monotonic() < end:\n    await asyncio.sleep(0.02)\n"
+                     "print(demo.status)").text
     pid = int(re.search(r"PID (\d+)", out).group(1))
     assert "stopping stopper" in out and out.strip().endswith("closed")
     assert not process_alive(pid)
@@ -158,7 +162,7 @@ def test_kernel_shutdown_leaves_no_agent(tmp_path):
         assert process_alive(a) and process_alive(b)
     finally:
         k.shutdown()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while (process_alive(a) or process_alive(b)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not process_alive(a) and not process_alive(b)

@@ -267,10 +267,7 @@ def test_a_prompt_dropped_while_the_budget_card_waits_is_never_sent(script):
             await agent.send("go")
             card = await agent.next_permission(timeout=60)
             second = agent.send("more")
-            for _ in range(100):
-                if second in agent.queued:
-                    break
-                await asyncio.sleep(0.02)
+            await until(lambda: second in agent.queued, what="the second turn queued")
             second.drop()
             card.choose("continue")
             await asyncio.sleep(0.5)  # what would have been sent, has been

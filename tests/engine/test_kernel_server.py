@@ -921,7 +921,8 @@ def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
         client.stdin.write(json.dumps({"tool": "inspect_variable", "arguments": {"name": "slow"}}) + "\n")
         client.stdin.flush()
         # a cell that waits (on the loop) for the repr to start, then looks: is the repr still inside?
-        cell = k.run("import asyncio\nfor _ in range(3000):\n    if slow.entered.is_set(): break\n"
+        cell = k.run("import asyncio, time\nend = time.monotonic() + 30\n"
+                     "while not slow.entered.is_set() and time.monotonic() < end:\n"
                      "    await asyncio.sleep(0.01)\nprint('INSIDE', slow.entered.is_set(), slow.inside)")
         got = json.loads(client.stdout.readline())
         # the cell ran while the repr was still sleeping: the loop was free (on a frozen loop it runs after)

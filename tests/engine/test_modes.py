@@ -1,6 +1,5 @@
 """Modes, config options, models, plan approval and questions, against the real fake agent."""
 
-import asyncio
 import json
 
 import pytest
@@ -52,10 +51,8 @@ def test_accept_edits_lets_edits_inside_the_folder_through(tmp_path):
     async def go():
         a = fake_agent(tmp_path, mode="acceptEdits")
         await a.ready()
-        for _ in range(50):  # the start-up mode switch runs right after ready
-            if a.conversation.current_mode_id == "accept-edits":
-                break
-            await asyncio.sleep(0.02)
+        # the start-up mode switch runs right after ready
+        await until(lambda: a.conversation.current_mode_id == "accept-edits", what="the start-up mode")
         turn = a.send("edit notes.txt")
         card = await a.next_permission(timeout=60)
         r = await turn
@@ -65,14 +62,14 @@ def test_accept_edits_lets_edits_inside_the_folder_through(tmp_path):
         # outside the folder: the user decides
         turn = a.send("edit ../outside-of-it.txt")
         card = await a.next_permission(timeout=60)
-        await asyncio.sleep(0.1)
+        await until(lambda: not card.permission.deciding, what="the mode's policy done")
         assert card.state == "pending" and a.status == "waiting" and not card.permission.deciding
         card.choose("reject_once")
         assert (await turn).text == "I left ../outside-of-it.txt alone."
         # a command is not an edit
         turn = a.send("run npm test")
         card = await a.next_permission(timeout=60)
-        await asyncio.sleep(0.1)
+        await until(lambda: not card.permission.deciding, what="the mode's policy done")
         assert card.state == "pending"
         card.choose("reject_once")
         await turn
@@ -200,12 +197,11 @@ def test_plan_feedback_goes_as_next_prompt_when_the_agent_cannot_read_it(tmp_pat
         card = await a.next_permission(timeout=60)
         card.keep_planning("Shorter, please.")
         await turn
-        for _ in range(100):
-            users = [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
-            if users[-1] == "Shorter, please.":
-                break
-            await asyncio.sleep(0.02)
-        assert users[-1] == "Shorter, please."
+        def users():
+            return [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
+
+        await until(lambda: users()[-1] == "Shorter, please.", what="the answer sent as the user's message")
+        assert users()[-1] == "Shorter, please."
         await a.close()
     run(go())
 
@@ -453,7 +449,7 @@ def test_accept_edits_recognises_writes_by_the_manifests_tools_map(tmp_path):
             turn = agent.send("write")
             write = await agent.next_permission(timeout=60)
             shell = await agent.next_permission(timeout=60)
-            await asyncio.sleep(0.1)
+            await until(lambda: not write.permission.deciding and not shell.permission.deciding, what="the policies")
             assert write.label == "Allowed once by the mode (accept edits)"
             assert shell.state == "pending"  # a command is not an edit: the user decides
             shell.choose("reject_once")

@@ -19,7 +19,7 @@ from escouade_nb.engine.checkpoints import REF_PREFIX
 from scripted_agent import P_INIT, P_NEW, _chunk
 from git_repos import GIT_ENV as ENV
 from git_repos import git as sh
-from deadlines import run
+from deadlines import run, until
 
 
 
@@ -325,8 +325,7 @@ def test_stop_while_the_checkpoint_is_taken_sends_no_prompt(script, tmp_path, st
     async def go():
         async with s.running() as agent:
             turn = agent.send("first")
-            await asyncio.sleep(0.5)
-            assert turn.status == "running"
+            await until(lambda: turn.status == "running", what="the turn running")
             agent.cancel()  # Stop
             await turn
             assert turn.stop_reason == "cancelled" and turn.cancelled_by_user

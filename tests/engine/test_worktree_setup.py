@@ -14,7 +14,7 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest.project import ProjectFileError, read_worktree_config
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
-from deadlines import run
+from deadlines import run, until
 
 
 
@@ -100,11 +100,9 @@ def test_first_start_asks_copies_streams_the_setup_then_discard_runs_cleanup(rep
             assert [o["optionId"] for o in card.options] == ["run", "dont-run"]
             card.choose("run")
 
-            for _ in range(1000):  # the setup's output reaches the conversation while it runs
-                out, running = terminal_output(agent, "Worktree setup")
-                if "SECRET=42" in out:
-                    break
-                await asyncio.sleep(0.02)
+            # the setup's output reaches the conversation while it runs
+            await until(lambda: "SECRET=42" in terminal_output(agent, "Worktree setup")[0], what="the setup's output")
+            out, running = terminal_output(agent, "Worktree setup")
             assert "first" in out and "SECRET=42" in out and running is True and "second" not in out
             go_file.write_text("")
             await agent.ready()
@@ -369,7 +367,7 @@ def test_a_sandboxed_agents_setup_has_a_network_of_its_own_cut_as_its_terminals(
 
         pastas = run(go())
         assert len(pastas) <= 1  # the agent's own at most (the setup's ended with it)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while own_processes("--netns-only") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not own_processes("--netns-only")

@@ -73,8 +73,8 @@ def test_the_magic_asks_once_shows_the_setup_and_discard_cleans_up(kernel_in_rep
     assert "0 idle" in out  # confirmed once for this folder: no card
 
     kernel.run("%escouade discard a")
-    kernel.run("import asyncio\nfor _ in range(300):\n    if a.worktree is None: break\n"
-               "    await asyncio.sleep(0.05)")
+    kernel.run("import asyncio, time\nend = time.monotonic() + 60\n"
+               "while a.worktree is not None and time.monotonic() < end:\n    await asyncio.sleep(0.05)")
     assert (tmp / "cleaned").read_text() == "cleaned\n" and not worktree.exists()
 
 

@@ -158,7 +158,7 @@ def test_F07_agent_dies_mid_turn_after_flooding_stderr(script):
             assert tail.endswith("fatal: out of cheese") and len(tail.encode()) <= 64 * 1024
             assert agent.stderr.total > 1 << 20
             assert turn.text == "partial" and turn.status == "failed"
-            await asyncio.sleep(0.1)
+            await until(lambda: "Agent exited with code 3" in repr(view), what="the exit in the view")
             shown = repr(view)
             assert "exited" in shown and "partial" in shown and "Agent exited with code 3" in shown
             assert "fatal: out of cheese" in shown
@@ -201,8 +201,7 @@ def test_F12_protocol_version_is_checked(script, version):
             pid = agent.pid
             await until(lambda: not alive(pid), 60, "the agent's end")
             assert agent.status == "failed"
-            await asyncio.sleep(0.1)
-            assert "[1]" in repr(view)  # the notebook shows it
+            await until(lambda: "[1]" in repr(view), what="the failure in the view")  # the notebook shows it
 
     run(go())
     assert not [x for x in s.statuses() if x["status"] != "ok"]

@@ -64,14 +64,14 @@ def test_F01_pending_permission_is_answered_cancelled_on_stop(script):
             assert answered_at - stopped < 1.0
             result = await turn
             assert result.stop_reason == "cancelled" and result.cancelled_by_user
-            await asyncio.sleep(0.1)
+            await until(lambda: card.state == "cancelled", what="the card cancelled")
             # the card is inert: no buttons, labelled cancelled; a click (a stale page) sends nothing
             assert card.state == "cancelled" and card.label.startswith("Cancelled")
             html = view.card_html(card)
             assert buttons_of(html) == [] and "esc-ans-cancelled" in html and "Cancelled" in html
             view.press(card, "choose", "ok")
             assert card.choose("ok") is False
-            await asyncio.sleep(0.2)
+            await until(lambda: agent.conversation.tool_calls["t1"].shown_status == "failed", what="t1's update")
             # the update after the cancel still applies: t1 failed
             assert agent.conversation.tool_calls["t1"].shown_status == "failed"
             assert not agent.pending_cards and not agent.turns.tasks - {asyncio.current_task()}
@@ -263,7 +263,7 @@ def test_F14_prompt_content_is_gated_on_prompt_capabilities(tmp_path, script, ca
             view = AgentView(agent)
             result = await agent.send("describe", attach=[ws / "plot.png", csv])
             assert result.stop_reason == "end_turn"
-            await asyncio.sleep(0.1)
+            await until(lambda: any(isinstance(i, Notice) for i in agent.conversation.items), what="the notice")
             notices = [i for i in agent.conversation.items if isinstance(i, Notice)]
             assert len(notices) == 1 and "image" in notices[0].text and "not sent" in notices[0].text
             assert "image was not sent" in repr(view)

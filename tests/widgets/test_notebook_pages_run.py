@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from deadlines import until
 
 from escouade_nb.engine.kernel_tools import ToolFailure
 from test_notebook_pages import setup
@@ -23,7 +24,7 @@ def test_a_run_is_sent_once_and_answers_with_the_later_ran_message_of_that_page(
         pages.start()
         pages.ping()
         run = asyncio.ensure_future(pages.run_cell("c1", "ab" * 32, BY))
-        await asyncio.sleep(0.05)
+        await until(lambda: b.comm is not None and b.comm.sent, what="the run sent to the page")
         assert a.comm is not None and b.comm is not None and a.comm.sent == []
         (op,) = b.comm.sent
         assert {k: op[k] for k in ("op", "cell", "base", "by", "to")} == \
@@ -52,7 +53,7 @@ def test_a_page_closed_mid_run_a_stale_refusal_and_a_running_cell_end_in_one_lin
         pages.ping()
         assert a.comm is not None
         run = asyncio.ensure_future(pages.run_cell("c1", "00", BY))
-        await asyncio.sleep(0.05)
+        await until(lambda: a.comm.sent, what="the run sent to the page")
         op = a.comm.sent.pop()
         a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": True, "started": True}}})
         await asyncio.sleep(0.05)
@@ -63,7 +64,7 @@ def test_a_page_closed_mid_run_a_stale_refusal_and_a_running_cell_end_in_one_lin
 
         a.ping()
         run = asyncio.ensure_future(pages.run_cell("c1", "00", BY))
-        await asyncio.sleep(0.05)
+        await until(lambda: a.comm.sent, what="the run sent to the page")
         op = a.comm.sent.pop()
         a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": False, "stale": True,
                                                 "error": "cell c1 changed since the card showed it: nothing was run"}}})

@@ -12,14 +12,15 @@
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k manifest`, `bash scripts/test.sh --fast -x`), to
 # both runs; a path among them (a word with a / , a .py or .ipynb file, tests, notebooks) replaces the default
 # ones and makes one run, in one process unless a -n is given (e.g. `bash scripts/test.sh tests/engine -n 4`).
-# ESCOUADE_TEST_WORKERS sets the number of workers (default 4: on a 2-core machine the kernel tests wait
-# more than they compute, and 4 workers beat 2 there; measured in issue 33).
+# ESCOUADE_TEST_WORKERS sets the number of workers (default 4 for the whole run: its kernel tests wait on
+# kernels and agents more than they compute; 2 for --fast, whose tests compute — starting Python programs —
+# and ran faster on 2 workers than on 4 on a 2-core machine; measured in issue 33).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${ESCOUADE_VENV:-.venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
-workers=(-n "${ESCOUADE_TEST_WORKERS:-4}" --dist loadgroup)
+workers=(--dist loadgroup -n)
 fast=0
 args=()
 paths=0
@@ -39,11 +40,11 @@ if [ "$paths" = 1 ]; then
     exec "${pytest[@]}" -n 0 "${nbval[@]}" "${args[@]}"
 fi
 if [ "$fast" = 1 ]; then
-    exec "${pytest[@]}" "${workers[@]}" tests/core tests/wire tests/permissions "${args[@]}"
+    exec "${pytest[@]}" "${workers[@]}" "${ESCOUADE_TEST_WORKERS:-2}" tests/core tests/wire tests/permissions "${args[@]}"
 fi
 # exit code 5 (nothing collected: a -k that picks tests of one run only) counts as a pass when the other run ran
 status=0
-"${pytest[@]}" "${workers[@]}" "${nbval[@]}" tests notebooks --ignore=tests/browser --ignore=tests/agents \
+"${pytest[@]}" "${workers[@]}" "${ESCOUADE_TEST_WORKERS:-4}" "${nbval[@]}" tests notebooks --ignore=tests/browser --ignore=tests/agents \
     "${args[@]}" || status=$?
 second=0
 "${pytest[@]}" tests/browser tests/agents "${args[@]}" -n 0 || second=$?

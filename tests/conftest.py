@@ -137,6 +137,7 @@ def _count_kernel_starts() -> None:
 _count_kernel_starts()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         notebook = type(item).__module__.startswith("nbval")

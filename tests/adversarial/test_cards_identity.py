@@ -83,8 +83,8 @@ def test_an_agent_request_under_one_of_our_ids_is_the_agents(script, tmp_path, m
             view = AgentView(agent)
             agent.set_budget(cost=0.5)
             turn = agent.send("go")
-            ours = await agent.next_permission(timeout=10)
-            theirs = await agent.next_permission(timeout=10)
+            ours = await agent.next_permission(timeout=60)
+            theirs = await agent.next_permission(timeout=60)
             ours_html, theirs_html = view.card_html(ours), view.card_html(theirs)
             assert "The budget</b> is spent" in ours_html
             assert "The budget</b> is spent" not in theirs_html and "asks permission" in theirs_html

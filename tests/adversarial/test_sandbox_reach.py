@@ -22,8 +22,9 @@ from deadlines import run
 
 from escouade_nb.engine.squad import Squad
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
-                                reason="bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
+pytestmark = [pytest.mark.kernel,  # the machine fixture's live Jupyter kernel
+              pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
+                                 reason="bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")]
 
 ATTACKS = str(Path(__file__).resolve().parent / "sandbox_attacks.py")
 

@@ -90,7 +90,7 @@ def test_first_start_asks_copies_streams_the_setup_then_discard_runs_cleanup(rep
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="a", worktree=True)
-            card = await agent.next_permission(timeout=20)
+            card = await agent.next_permission(timeout=60)
             asked = card.request.raw_input
             assert asked["setup"].startswith("echo first; cat .env;") and asked["cleanup"].startswith("echo cleaning")
             assert asked["folder"] == str(repo.parent / "proj.worktrees" / "a")
@@ -141,7 +141,7 @@ def test_a_confirmed_command_is_not_asked_again_a_changed_one_is_and_a_denial_ru
         squad = Squad()
         try:
             first = squad.start("fake", cwd=repo, name="one", worktree=True)
-            (await first.next_permission(timeout=20)).choose("run")
+            (await first.next_permission(timeout=60)).choose("run")
             await first.ready()
             second = squad.start("fake", cwd=repo, name="two", worktree=True)
             await second.ready()  # no card: the same command, the same folder
@@ -150,7 +150,7 @@ def test_a_confirmed_command_is_not_asked_again_a_changed_one_is_and_a_denial_ru
 
             config(repo, f'worktree:\n  setup: "echo changed >> {marker}"\n')
             third = squad.start("fake", cwd=repo, name="three", worktree=True)
-            card = await third.next_permission(timeout=20)
+            card = await third.next_permission(timeout=60)
             assert card.request.raw_input["setup"] == f"echo changed >> {marker}"
             card.choose("dont-run")
             with pytest.raises(Exception) as failed:
@@ -161,7 +161,7 @@ def test_a_confirmed_command_is_not_asked_again_a_changed_one_is_and_a_denial_ru
             assert "escouade/three" not in sh("branch", "--list", cwd=repo)
 
             fourth = squad.start("fake", cwd=repo, name="four", worktree=True)
-            (await fourth.next_permission(timeout=20)).choose("run")  # asked again: the denial was not kept
+            (await fourth.next_permission(timeout=60)).choose("run")  # asked again: the denial was not kept
             await fourth.ready()
             assert marker.read_text() == "ran\nran\nchanged\n"
         finally:
@@ -177,7 +177,7 @@ def test_a_failing_setup_says_its_exit_code_and_last_lines_and_keeps_the_worktre
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="f", worktree=True)
-            (await agent.next_permission(timeout=20)).choose("run")
+            (await agent.next_permission(timeout=60)).choose("run")
             with pytest.raises(Exception) as failed:
                 await agent.ready()
             text = str(failed.value)
@@ -201,7 +201,7 @@ def test_a_setup_past_its_timeout_is_killed_and_said(repo, tmp_path):
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="slow", worktree=True)
-            (await agent.next_permission(timeout=20)).choose("run")
+            (await agent.next_permission(timeout=60)).choose("run")
             with pytest.raises(Exception) as failed:
                 await agent.ready()
             assert "worktree setup timed out after 1 s (killed)" in str(failed.value)
@@ -240,7 +240,7 @@ def test_closing_while_the_card_waits_cancels_it_and_nothing_is_made(repo, tmp_p
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="c", worktree=True)
-            card = await agent.next_permission(timeout=20)
+            card = await agent.next_permission(timeout=60)
             await agent.close()
             assert card.state == "cancelled" and agent.status == "closed"
             assert not (repo.parent / "proj.worktrees" / "c").exists() and not (tmp_path / "ran").exists()
@@ -314,7 +314,7 @@ def test_a_failing_or_unconfirmed_cleanup_is_said_and_the_discard_goes_on(repo, 
         squad = Squad()
         try:
             a = squad.start("fake", cwd=repo, name="fa", worktree=True)
-            (await a.next_permission(timeout=20)).choose("run")
+            (await a.next_permission(timeout=60)).choose("run")
             await a.ready()
             path = a.worktree.path
             await squad.discard("fa")
@@ -357,7 +357,7 @@ def test_a_sandboxed_agents_setup_has_a_network_of_its_own_cut_as_its_terminals(
             try:
                 agent = squad.start("fake", cwd=repo, name="s", worktree=True,
                                     sandbox_ports=[declared.getsockname()[1]])
-                (await agent.next_permission(timeout=20)).choose("run")
+                (await agent.next_permission(timeout=60)).choose("run")
                 await agent.ready()
                 out, running = terminal_output(agent, "Worktree setup")
                 assert running is False and "declared-reached" in out and "other-cut" in out, out
@@ -387,7 +387,7 @@ def test_a_sandboxed_agents_setup_runs_under_its_bubblewrap(repo, tmp_path):
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="s", worktree=True, sandbox=True)
-            (await agent.next_permission(timeout=20)).choose("run")
+            (await agent.next_permission(timeout=60)).choose("run")
             await agent.ready()
             out, running = terminal_output(agent, "Worktree setup")
             assert running is False and "refused" in out and "Read-only file system" in out, out

@@ -47,7 +47,7 @@ def test_the_card_shows_the_script_a_changed_script_asks_again_an_unchanged_one_
         squad = Squad()
         try:
             one = squad.start("fake", cwd=repo, name="one", worktree=True)
-            card = await one.next_permission(timeout=20)
+            card = await one.next_permission(timeout=60)
             text = card_text(card)
             assert f"    echo v1 >> {marker}" in text  # the script's content, whole
             digest = hashlib.sha256(script.read_bytes()).hexdigest()
@@ -66,7 +66,7 @@ def test_the_card_shows_the_script_a_changed_script_asks_again_an_unchanged_one_
             script.write_text(f"#!/bin/sh\necho v2 >> {marker}\n")  # the command's text is the same
             sh("commit", "-qam", "setup v2", cwd=repo)
             three = squad.start("fake", cwd=repo, name="three", worktree=True)
-            card = await three.next_permission(timeout=20)  # asked again: the script changed
+            card = await three.next_permission(timeout=60)  # asked again: the script changed
             assert f"    echo v2 >> {marker}" in card_text(card)
             card.choose("run")
             await three.ready()
@@ -74,7 +74,7 @@ def test_the_card_shows_the_script_a_changed_script_asks_again_an_unchanged_one_
 
             script.write_text(f"#!/bin/sh\necho uncommitted >> {marker}\n")  # shown, but not what the worktree has
             four = squad.start("fake", cwd=repo, name="four", worktree=True)
-            card = await four.next_permission(timeout=20)
+            card = await four.next_permission(timeout=60)
             assert "echo uncommitted" in card_text(card)
             card.choose("run")
             with pytest.raises(Exception) as failed:
@@ -98,7 +98,7 @@ def test_a_cleanup_script_the_agent_changed_in_its_worktree_is_not_run_an_unchan
         squad = Squad()
         try:
             a = squad.start("fake", cwd=repo, name="a", worktree=True)
-            card = await a.next_permission(timeout=20)
+            card = await a.next_permission(timeout=60)
             assert f"    echo clean >> {marker}" in card_text(card)
             card.choose("run")
             await a.ready()

@@ -25,7 +25,7 @@ def repo(tmp_path, monkeypatch):
 
 async def edit(agent, file: str = "notes.txt") -> None:
     turn = agent.send(f"edit {file}")
-    card = await agent.next_permission(timeout=20)
+    card = await agent.next_permission(timeout=60)
     card.choose("allow_once")
     await turn
 
@@ -205,7 +205,7 @@ def test_side_by_side_view_compares_the_turns_and_the_squad_view_shows_worktrees
             turns = squad.ask_soon(["x", "y"], "edit notes.txt")
             view = CompareView(turns)
             for agent in (squad.agents["x"], squad.agents["y"]):
-                card = await agent.next_permission(timeout=20)
+                card = await agent.next_permission(timeout=60)
                 card.choose("allow_once")  # every agent's card answerable at once
             await squad.restat_soon(turns, view.finish)
             rows = comparison(turns, durations=False)

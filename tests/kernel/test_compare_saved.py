@@ -206,7 +206,7 @@ def test_a_frozen_row_is_the_turn_s_own_when_the_agent_goes_on_at_once(tmp_path,
             await asyncio.gather(*(t.wait() for t in turns))
             x = squad.agents["x"]
             edit = x.send("edit notes.txt")  # at once, as the next cell does
-            (await x.next_permission(timeout=30)).choose("allow_once")
+            (await x.next_permission(timeout=60)).choose("allow_once")
             await squad.restat_soon([*turns, edit], view.finish)  # the diff stats re-counted only now
             rows = {r["agent"]: r for r in view.comparison.rows(durations=False)}
             assert rows["x"]["tokens"] == "+1200 (1200/200000)" and rows["x"]["cost"] == "0.004 USD", rows

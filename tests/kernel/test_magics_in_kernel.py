@@ -39,7 +39,7 @@ def test_listing_and_usage_errors(kernel):
 def test_click_message_answers_the_agent(kernel):
     kernel.run("demo = %escouade fake --as clicker\nawait demo.ready()\n"
                "sent = []\ndemo.transport.observers.append(lambda d, m: d == 'out' and sent.append(m))\n"
-               "turn = demo.send('edit notes.txt')\ncard = await demo.next_permission(timeout=10)")
+               "turn = demo.send('edit notes.txt')\ncard = await demo.next_permission(timeout=60)")
     # the card is in the view: its buttons are what the front-end shows
     wait_for(kernel, "views_of(demo)[0].feed.find(views_of(demo)[0].feed.key(card.permission)) is not None")
     info = json.loads(kernel.run("view = views_of(demo)[0]\n"
@@ -70,7 +70,7 @@ def test_click_message_answers_the_agent(kernel):
 def test_cancel_while_card_pending(kernel):
     kernel.run("demo = %escouade fake --as canceller\nawait demo.ready()\n"
                "sent = []\ndemo.transport.observers.append(lambda d, m: d == 'out' and sent.append(m))\n"
-               "turn = demo.send('run npm test')\ncard = await demo.next_permission(timeout=10)")
+               "turn = demo.send('run npm test')\ncard = await demo.next_permission(timeout=60)")
     wait_for(kernel, "views_of(demo)[0].feed.find(views_of(demo)[0].feed.key(card.permission)) is not None")
     kernel.run("view = views_of(demo)[0]")
     assert kernel.run("print(view.head()['can']['stop'])").text.strip() == "True"
@@ -184,7 +184,7 @@ def test_mode_dropdown_plan_card_and_question_form(kernel):
     wait_for(kernel, "next(o for o in demo.conversation.config_options if o['id'] == 'sandbox')['currentValue']"
                      " == 'full-access'")
     # a plan to approve: the card's Approve button
-    kernel.run("turn = demo.send('present plan')\ncard = await demo.next_permission(timeout=10)")
+    kernel.run("turn = demo.send('present plan')\ncard = await demo.next_permission(timeout=60)")
     wait_for(kernel, "view.feed.find(view.feed.key(card.permission)) is not None")
     buttons = {b["label"]: b for b in buttons_of(json.loads(kernel.run(
         "print(json.dumps(view.card_html(card)))").text))}
@@ -193,7 +193,7 @@ def test_mode_dropdown_plan_card_and_question_form(kernel):
     wait_for(kernel, "turn.done")
     assert "Plan approved" in kernel.run("print((await turn).text, card.label)").text
     # a question: fill the form as a person would, then Submit
-    kernel.run("turn = demo.send('ask me')\nq = await demo.next_question(timeout=10)")
+    kernel.run("turn = demo.send('ask me')\nq = await demo.next_question(timeout=60)")
     wait_for(kernel, "view.feed.find(view.feed.key(q.question)) is not None")
     html = json.loads(kernel.run("print(json.dumps(view.card_html(q)))").text)
     assert all(f'data-field="{name}"' in html for name in ("database", "replicas", "note"))

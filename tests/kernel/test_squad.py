@@ -66,7 +66,7 @@ def test_start_options_mode_via_account(kernel):
 
 def test_squad_view_lists_agents(kernel):
     out = kernel.run("a = %escouade fake --as one\nb = %escouade fake --as two\nawait a.ready(); await b.ready()\n"
-                     "t = b.send('run npm test')\ncard = await b.next_permission(timeout=10)\n"
+                     "t = b.send('run npm test')\ncard = await b.next_permission(timeout=60)\n"
                      "from escouade_nb.widgets.squad_view import SquadView\nfrom escouade_nb import get_squad\n"
                      "print(repr(SquadView(get_squad())))\ncard.choose('reject_once')\nawait t").text
     assert re.search(r"one\s+fake\s+idle\s+mode=ask cards=0", out)
@@ -99,7 +99,7 @@ def test_resume_after_kernel_restart(tmp_path, monkeypatch):
     k = Kernel(tmp_path)
     try:
         k.run("%load_ext escouade_nb\na = %escouade fake --as keeper\nr = await a.send('hello from before')\n"
-              "t = a.send('edit notes.txt')\ncard = await a.next_permission(timeout=10)\ncard.choose('allow_once')\n"
+              "t = a.send('edit notes.txt')\ncard = await a.next_permission(timeout=60)\ncard.choose('allow_once')\n"
               "await t")
     finally:
         k.shutdown()

@@ -318,8 +318,8 @@ def test_on_off_per_project_private_projects_and_revoke(tmp_path: Path, monkeypa
             rules.turn("fast", True, ps)
             await ask("secret-on", ps)
             rules.grant("fast", False)  # take back "Decides your agents' permissions"
-            await until(lambda: rules.host.processes["test.fixture.fast"].state == "stopped",
-                        what="the revoked plugin stopped")
+            await until(lambda: rules.host.processes["test.fixture.fast"].state == "stopped"
+                        and not rules.host.retiring, what="the revoked plugin stopped and gone")
             proc = rules.host.processes["test.fixture.fast"]
             stopped = proc.state
             await ask("b-revoked", pb)

@@ -420,7 +420,7 @@ def test_the_tool_calls_stable_name_comes_first_for_rule_plugins(script):
     async def go():
         async with s.running() as agent:
             turn = agent.send("go")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             call = card.permission.tool_call
             assert call.extra.get("name") == "Bash"
             assert agent_tool_name(call) == ("Bash", None)  # before _meta.claudeCode.toolName
@@ -608,7 +608,7 @@ def test_a_subagent_folds_under_its_tool_call_asks_by_name_and_is_cancelled_with
         async with s.running(policies=[policy]) as agent:
             view = AgentView(agent)
             turn = agent.send("go")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             assert card.subagent is not None and card.subagent.session_id == "c1"
             assert card.agent_name == "script › explorer"
             # the card is in the subagent's nested conversation, not the parent's

@@ -56,7 +56,7 @@ async def agent_session(client: RecordingClient, cwd: Path, *, fs: bool = True, 
                 client_capabilities=caps,
                 client_info=Implementation(name="test", version="0"),
             ),
-            10,
+            60,  # a start on a loaded machine
         )
         session = await conn.new_session(cwd=str(cwd))
         yield conn, proc, init, session.session_id, wire

@@ -104,7 +104,7 @@ class Session:
     async def prompt(self, text: str) -> str:
         """Send a prompt; return the agent's reply text of that turn."""
         start = len(self.updates)
-        with anyio.fail_after(20):
+        with anyio.fail_after(60):
             response = await self.conn.prompt(session_id=self.session_id, prompt=[text_block(text)])
         assert response.stop_reason == "end_turn"
         return "".join(u["content"]["text"] for u in self.updates[start:]
@@ -132,7 +132,7 @@ async def escouade_session(cwd: Path, *, fence: Path | None = None, fs: bool = T
         async with spawn_agent_process(client, *AGENT_CMD, cwd=cwd, transport_kwargs={"stderr": subprocess.DEVNULL},
                                        observers=[lambda ev: s.wire.append(ev.message)]) as (conn, _proc):
             s.conn = conn
-            with anyio.fail_after(15):
+            with anyio.fail_after(60):  # a start on a loaded machine
                 await conn.initialize(protocol_version=PROTOCOL_VERSION,
                                       client_capabilities=capabilities(fs, terminal),
                                       client_info=Implementation(name="test", version="0"))

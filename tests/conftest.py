@@ -1,7 +1,11 @@
 """The whole suite's set-up: scratch folders for what the agents write, no agent left behind,
-nothing written into the checkout, and the shared fixtures (``script``, ``own_processes``,
-``no_orphan_plugins``). The helpers themselves are modules of this folder (on ``pythonpath``):
-import them by name, never from a conftest."""
+nothing written into the checkout, the kernel tier (the ``kernel`` marker), and the shared fixtures
+(``script``, ``own_processes``, ``no_orphan_plugins``; the one async runner is ``deadlines.run``). The helpers themselves are
+modules of this folder (on ``pythonpath``): import them by name, never from a conftest.
+
+Under pytest-xdist each worker is a process of its own: its own scratch folder, its own session
+mark (so its orphan check sees its own agents only); the checkout is checked once, by the process
+that started the run."""
 
 import os
 import tempfile
@@ -13,18 +17,23 @@ from typing import Any
 import pytest
 from kernel_client import environ_of, left_behind, process_alive, processes_named
 
-# transcripts of the agents the tests start go to a scratch folder, kernels included
-if "ESCOUADE_NB_TRANSCRIPTS_DIR" not in os.environ:
+# transcripts of the agents the tests start go to a scratch folder of this process, kernels included
+# (an xdist worker inherits the environment of the process that started it: a folder that process made
+# for itself, named in _SCRATCH_MARK, is replaced by the worker's own; one the user named is kept)
+_SCRATCH_MARK = "ESCOUADE_NB_TEST_SCRATCH"
+_scratch_is_ours = os.environ.get(_SCRATCH_MARK) == os.environ.get("ESCOUADE_NB_TRANSCRIPTS_DIR")
+if "ESCOUADE_NB_TRANSCRIPTS_DIR" not in os.environ or _scratch_is_ours:
     _TRANSCRIPTS = tempfile.mkdtemp(prefix="escouade-test-transcripts-")
-    os.environ["ESCOUADE_NB_TRANSCRIPTS_DIR"] = _TRANSCRIPTS
+    os.environ["ESCOUADE_NB_TRANSCRIPTS_DIR"] = os.environ[_SCRATCH_MARK] = _TRANSCRIPTS
     import atexit
     import shutil
 
     atexit.register(shutil.rmtree, _TRANSCRIPTS, ignore_errors=True)  # scratch: gone with the run
-
-# the user's own MCP servers (mcp.json) never reach the agents of a test: an empty config
-# unless a test names its own (kernels started by the tests inherit this)
-if "ESCOUADE_NB_MCP_CONFIG" not in os.environ:
+    # the user's own MCP servers (mcp.json) never reach the agents of a test: an empty config
+    # unless a test names its own (kernels started by the tests inherit this)
+    if "ESCOUADE_NB_MCP_CONFIG" not in os.environ or _scratch_is_ours:
+        os.environ["ESCOUADE_NB_MCP_CONFIG"] = os.path.join(_TRANSCRIPTS, "no-mcp.json")
+elif "ESCOUADE_NB_MCP_CONFIG" not in os.environ:
     os.environ["ESCOUADE_NB_MCP_CONFIG"] = os.path.join(os.environ["ESCOUADE_NB_TRANSCRIPTS_DIR"], "no-mcp.json")
 
 # every process this test session starts (kernels, agents, their children) inherits this
@@ -73,18 +82,86 @@ def _checkout_changes() -> set[str] | None:
     return set(out.stdout.splitlines()) if out.returncode == 0 else None
 
 
-@pytest.fixture(scope="session", autouse=True)
-def nothing_written_into_the_checkout():
-    """No test, notebook or demo writes into the checkout: scratch goes to temp folders.
-    Checked when the run starts from a clean checkout (as CI's fresh clone does)."""
-    before = _checkout_changes()
-    yield
-    if before != set():
-        return  # not a checkout, or one being edited: nothing to compare against
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+_CHECKOUT_BEFORE = pytest.StashKey[set[str] | None]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """No test, notebook or demo writes into the checkout: scratch goes to temp folders. The
+    checkout's state is taken when the run starts (once: not in an xdist worker) and compared at
+    its end, when it started clean (as CI's fresh clone does)."""
+    if not _is_xdist_worker(session.config):
+        session.config.stash[_CHECKOUT_BEFORE] = _checkout_changes()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _is_xdist_worker(session.config) or session.config.stash.get(_CHECKOUT_BEFORE, None) != set():
+        return  # a worker, not a checkout, or one being edited: nothing to compare against
     after = _checkout_changes() or set()
     if os.environ.get("ESCOUADE_BROWSER_UPDATE_DOCS") == "1":  # asked for: the README's pictures taken again
         after = {line for line in after if not (line.endswith(".png") and " docs/" in f" {line[3:]}")}
-    assert not after, f"the test run wrote into the checkout: {sorted(after)}"
+    if after:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"the test run wrote into the checkout: {sorted(after)}"
+        if reporter is not None:
+            reporter.write_sep("=", message, red=True)
+        else:
+            print(message)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# The kernel tier: the ``kernel`` marker. Every test of tests/kernel and every notebook run by nbval
+# carries it (added here); a test elsewhere that starts a kernel carries it itself. It cannot drift: a
+# test that starts a kernel (jupyter_client's local provisioner, whoever calls it: the tests' Kernel,
+# nbclient, a module fixture) without the marker fails, saying so.
+_KERNEL_TIER = Path(__file__).resolve().parent / "kernel"
+_KERNEL_STARTS = [0]  # kernels started in this process
+_STARTS_BEFORE = pytest.StashKey[int]()
+
+
+def _count_kernel_starts() -> None:
+    from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+    launch = LocalProvisioner.launch_kernel
+
+    async def counted(self: Any, cmd: list[str], **kwargs: Any) -> Any:
+        _KERNEL_STARTS[0] += 1
+        return await launch(self, cmd, **kwargs)
+
+    LocalProvisioner.launch_kernel = counted  # type: ignore[method-assign]
+
+
+_count_kernel_starts()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        notebook = type(item).__module__.startswith("nbval")
+        if notebook or _KERNEL_TIER in item.path.parents:
+            item.add_marker(pytest.mark.kernel)
+        if notebook:  # a notebook's cells run in order in one kernel: one xdist worker (--dist loadgroup)
+            item.add_marker(pytest.mark.xdist_group(str(item.path)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_STARTS_BEFORE] = _KERNEL_STARTS[0]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    started = _KERNEL_STARTS[0] - item.stash.get(_STARTS_BEFORE, _KERNEL_STARTS[0])
+    tier = item.get_closest_marker("kernel") or item.get_closest_marker("agents")  # the agents' own tier: kernels too
+    if call.when == "call" and report.passed and started and tier is None:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} started {started} kernel(s) without the `kernel` marker: mark it "
+                           "@pytest.mark.kernel (or move it to tests/kernel), so `-m kernel` selects the kernel tier")
+    return report
 
 
 @pytest.fixture

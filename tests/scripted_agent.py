@@ -19,12 +19,10 @@ writes a scenario and the harness manifest that starts it; the fixture ``script`
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import re
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from deadlines import run as run  # re-exported: the scripted tests' runner and poll
+from deadlines import until as until
 from escouade_nb.engine.agent import Agent
 from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import HarnessRef, load_manifest
@@ -191,18 +191,6 @@ class Script:
         fails = [s for s in statuses if s["status"] != "ok"]
         assert not fails, f"the scripted agent failed: {fails}"
         assert sorted({s["run"] for s in statuses}) == list(range(runs)), statuses
-
-
-def run(coro, timeout: float = 30):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-async def until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def refused_start(name: str, **start: Any) -> tuple[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ import itertools
 import json
 
 import pytest
-from scripted_agent import INIT_ANY, P_NEW, P_PROMPT, init_result, run, update_line
+from scripted_agent import INIT_ANY, P_NEW, P_PROMPT, init_result, run, until, update_line
 
 OURS = ["escouade-budget-1", "escouade-worktree-confirm-1", "escouade-run-code-1-0123456789ab",
         "escouade-sign-in-1"]
@@ -83,8 +83,8 @@ def test_an_agent_request_under_one_of_our_ids_is_the_agents(script, tmp_path, m
             view = AgentView(agent)
             agent.set_budget(cost=0.5)
             turn = agent.send("go")
-            ours = await agent.next_permission(timeout=10)
-            theirs = await agent.next_permission(timeout=10)
+            ours = await agent.next_permission(timeout=60)
+            theirs = await agent.next_permission(timeout=60)
             ours_html, theirs_html = view.card_html(ours), view.card_html(theirs)
             assert "The budget</b> is spent" in ours_html
             assert "The budget</b> is spent" not in theirs_html and "asks permission" in theirs_html
@@ -105,13 +105,7 @@ def test_an_agent_request_under_one_of_our_ids_is_the_agents(script, tmp_path, m
             return agent.transcript.path, render_items(agent.conversation.items)
 
     async def turn_pending(agent, card):
-        import asyncio
-
-        for _ in range(500):
-            if looker.asked:
-                return None
-            await asyncio.sleep(0.01)
-        raise AssertionError("the agent's request was never put to the policies")
+        await until(lambda: looker.asked, what="the agent's request put to the policies")
 
     path, live = run(go())
     s.assert_ok()

@@ -16,6 +16,7 @@ import pytest
 
 from escouade_nb.engine.squad import Squad
 from scripted_agent import END, P_INIT, P_NEW, P_PROMPT, alive, responses_to, until
+from deadlines import run
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install bubblewrap)")
@@ -23,10 +24,6 @@ needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
 PRELUDE = "\n".join([P_INIT, P_NEW])
 PROMPT = P_PROMPT
 REFUSED = '{"code":-32602},"result":"$ABSENT"}'
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 @pytest.fixture
@@ -235,7 +232,7 @@ def test_a_sandboxed_agents_terminal_sign_in_runs_in_its_sandbox_and_takes_no_lo
 
     async def body_after_start(agent):
         signing = asyncio.ensure_future(agent.authenticate("login"))
-        await until(lambda: agent.sign_in_job is not None and agent.sign_in_job.running, 10, "the sign-in")
+        await until(lambda: agent.sign_in_job is not None and agent.sign_in_job.running, 60, "the sign-in")
         (term,) = agent.sign_in_job._terminals.terminals
         spawned = Path(f"/proc/{term.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         await agent.sign_in_input("")

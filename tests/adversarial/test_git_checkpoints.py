@@ -21,14 +21,11 @@ from escouade_nb.engine.review.file_review import FileWatch
 from git_attacks import plant, ran
 from git_repos import base_repo, use_git_env
 from scripted_agent import P_INIT, P_NEW, _chunk
+from deadlines import run
 
 ATTACKS = Path(__file__).resolve().parent / "git_attacks.py"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install bubblewrap)")
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def prompt(rid: int) -> str:

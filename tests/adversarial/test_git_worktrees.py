@@ -19,14 +19,11 @@ from escouade_nb.engine.worktrees.worktree import Worktree, WorktreeError
 from git_attacks import plant, ran
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
+from deadlines import run
 
 ATTACKS = Path(__file__).resolve().parent / "git_attacks.py"
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install bubblewrap)")
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 @pytest.fixture

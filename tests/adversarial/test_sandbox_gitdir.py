@@ -23,15 +23,12 @@ import pytest
 from escouade_nb.engine.squad import Squad
 from git_repos import base_repo, use_git_env
 from scripted_agent import P_INIT, P_NEW, P_PROMPT, _chunk, responses_to
+from deadlines import run
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
                                  reason="bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
 
 END2 = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
-
-
-def run(coro, timeout: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def evil_copy(repo: Path, marks: Path) -> str:

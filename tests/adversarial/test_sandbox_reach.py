@@ -18,17 +18,15 @@ from urllib.parse import urlsplit
 import pytest
 from sandbox_attacks import HttpServer, UnixListener, seen_in, signed_execute, wait_for
 from scripted_agent import refused_start
+from deadlines import run
 
 from escouade_nb.engine.squad import Squad
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
-                                reason="bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
+pytestmark = [pytest.mark.kernel,  # the machine fixture's live Jupyter kernel
+              pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
+                                 reason="bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")]
 
 ATTACKS = str(Path(__file__).resolve().parent / "sandbox_attacks.py")
-
-
-def run(coro, timeout: float = 120):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def attack_run(spec: dict, cwd: str = "$WS") -> str:

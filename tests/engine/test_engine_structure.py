@@ -6,6 +6,7 @@ import asyncio
 import copy
 
 import pytest
+from deadlines import run, until
 
 from escouade_nb.core import plans
 from escouade_nb.core.status import CAN_SEND, ENDED, NAME_FREE, TRANSITIONS, AgentStatus, InvalidTransition
@@ -21,10 +22,6 @@ def fake(tmp_path, *, questions_in_text: bool = False, program: str | None = Non
     return Agent(ref, program=program or locate_program(ref.harness), cwd=tmp_path, **kwargs)
 
 
-def run(coro, timeout: float = 40):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
 def prompts_sent(agent: Agent, into: list) -> None:
     agent.transport.observers.append(
         lambda d, m: d == "out" and m.get("method") == "session/prompt" and into.append(m["params"]["prompt"]))
@@ -37,14 +34,14 @@ def test_restart_replaces_the_session_and_next_permission_gets_the_new_processes
             await agent.ready()
             first_session, first_pid = agent.session, agent.pid
             turn = agent.send("edit notes.txt")
-            old = await agent.next_permission(timeout=10)  # handed out: the dead process's card
+            old = await agent.next_permission(timeout=60)  # handed out: the dead process's card
             agent.send("edit other.txt")  # queued behind the first: its card is never asked by the old process
             await agent.restart()
             assert agent.session is not first_session and agent.pid != first_pid
             assert old.state == "cancelled" and old.label == "Cancelled (agent restarted)"
             with pytest.raises(AgentError, match="was restarted during the turn"):
                 await turn  # the turn of the dead process ended, saying why
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             assert card is not old and card.state == "pending"
             assert card.agent is agent and card in agent.pending_cards
             assert "other.txt" in (card.tool_call.title or "")  # the queued turn ran on the new session
@@ -80,7 +77,7 @@ def test_restart_applies_the_escouade_mode_again(tmp_path):
             await agent.ready()
             assert await agent.set_escouade_mode("acceptEdits")
             await agent.restart()
-            await asyncio.sleep(0.2)
+            await until(lambda: agent.conversation.current_mode_id == "accept-edits", what="the mode set again")
             assert agent.escouade_mode == "acceptEdits" and agent.conversation.current_mode_id == "accept-edits"
         finally:
             await agent.close()
@@ -93,12 +90,12 @@ def test_a_cancelled_wait_does_not_swallow_the_next_card(tmp_path):
         try:
             await agent.ready()
             waiting = asyncio.create_task(agent.next_permission())
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0)  # the task runs to its wait (no clock involved)
             waiting.cancel()  # a kernel interrupt of the cell that awaited
             with pytest.raises(asyncio.CancelledError):
                 await waiting
             agent.send("edit notes.txt")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             assert card.state == "pending"
             card.choose("allow_once")
             with pytest.raises(TimeoutError):
@@ -114,7 +111,7 @@ def test_close_ends_every_turn_and_leaves_no_task(tmp_path):
         await agent.ready()
         running = agent.send("slow")
         queued = [agent.send(f"hello {i}") for i in range(3)]
-        await asyncio.sleep(0.3)
+        await until(lambda: agent.status == "working", what="the slow turn running")
         await agent.close()
         for turn in (running, *queued):
             assert turn.done
@@ -216,7 +213,7 @@ def test_an_interrupted_restart_still_restarts(tmp_path):
         try:
             await agent.ready()
             agent.send("slow")
-            await asyncio.sleep(0.3)
+            await until(lambda: agent.status == "working", what="the slow turn running")
             old = agent.live
             waiting = asyncio.create_task(agent.restart())
             while not old.ended:
@@ -256,6 +253,5 @@ def test_restarts_and_closes_at_once_leave_one_process_or_none(tmp_path, own_pro
         assert agent.status == "idle" and agent.alive  # the restart came last: it runs
         for a in (agent, fresh):
             await a.close()
-        await asyncio.sleep(0.2)
-        assert not [p for p in _fake_pids() - before if _alive(p)], "a process was left behind"
+        await until(lambda: not [p for p in _fake_pids() - before if _alive(p)], what="no process left behind")
     run(go(), timeout=60)

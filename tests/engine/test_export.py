@@ -4,7 +4,6 @@ the code run through the kernel's ``run_code`` as code cells that run again."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -13,15 +12,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from deadlines import run
 
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.engine.agent import Agent, AgentError
 from escouade_nb.engine.export import fenced, no_raw_html, notebook_cells, to_notebook
 from escouade_nb.manifest import discover, locate_program
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def read(path: Path):
@@ -49,13 +45,13 @@ def test_export_of_a_real_conversation(tmp_path: Path) -> None:
             await agent.send("hello <script>alert(1)</script>")
             await agent.send("think")
             turn = agent.send("edit notes.txt")
-            (await agent.next_permission(timeout=15)).choose("allow_once")
+            (await agent.next_permission(timeout=60)).choose("allow_once")
             await turn
             turn = agent.send("write notebook nb.ipynb")
-            (await agent.next_permission(timeout=15)).choose("allow_once")
+            (await agent.next_permission(timeout=60)).choose("allow_once")
             await turn
             turn = agent.send("run rm -rf build")
-            (await agent.next_permission(timeout=15)).choose("reject_once")
+            (await agent.next_permission(timeout=60)).choose("reject_once")
             await turn
             with pytest.raises(AgentError):
                 await agent.send("crash")  # a notice with the agent's stderr as its detail
@@ -125,6 +121,7 @@ def run_code_conversation() -> Conversation:
     return conv
 
 
+@pytest.mark.kernel
 def test_run_code_becomes_a_code_cell_that_runs_again(tmp_path: Path) -> None:
     out = tmp_path / "rc.ipynb"
     run(to_notebook(run_code_conversation(), out, agent={"name": "claude", "display_name": "Claude"}))
@@ -186,7 +183,7 @@ def test_export_magic_in_a_kernel(tmp_path: Path) -> None:
     try:
         k.run("%load_ext escouade_nb")
         k.run("a = %escouade fake --as scribe\nawait a.ready()\nawait a.send('hello from the kernel')\n"
-              "turn = a.send('run code\\nprint(6 * 7)')\ncard = await a.next_permission(timeout=20)\n"
+              "turn = a.send('run code\\nprint(6 * 7)')\ncard = await a.next_permission(timeout=60)\n"
               "card.choose('allow_once')\nawait turn")
         shown = k.run("%escouade export scribe talk.ipynb").text
         assert shown.strip() == "exporting scribe's conversation to talk.ipynb…"

@@ -221,7 +221,7 @@ def test_transcript_writes_in_its_thread_and_flush_writes_now(tmp_path, monkeypa
         for i in range(3000):
             t.wire_line("in", b'{"jsonrpc":"2.0","method":"session/update","params":{"n":%d}}' % i)
         assert "MainThread" not in writers  # the loop's thread only queued them
-        await _until(lambda: not t._lines, 5)  # written soon, without a flush
+        await _until(lambda: not t._lines, 60)  # written soon, without a flush
         assert writers and all(w.startswith("escouade-transcripts") for w in writers)
         t.event("exit", code=0)
         t.flush()  # a turn's end: on disk now, in the caller's thread

@@ -169,7 +169,7 @@ def test_a_server_of_your_mcp_json_reaches_the_agent_which_calls_it(tmp_path, mo
         try:
             await agent.ready()
             turn = agent.send('call files echo {"text": "hi"}')
-            card = await agent.next_permission(timeout=30)
+            card = await agent.next_permission(timeout=60)
             assert card.tool_call.mcp == ("files", "echo")
             from escouade_nb.permissions.request import normalise
             assert normalise(card.tool_call, {}).tool == "mcp__files__echo"

@@ -1,11 +1,11 @@
 """Modes, config options, models, plan approval and questions, against the real fake agent."""
 
-import asyncio
 import json
 
 import pytest
 from acp_clients import fake_agent
 from scripted_agent import until
+from deadlines import run
 
 from escouade_nb.engine.agent import AgentError
 from escouade_nb.manifest import discover
@@ -13,10 +13,6 @@ from escouade_nb.core.plans import answers_prompt, plan_of, questions_in, visibl
 from escouade_nb.core.conversation import ToolCall
 
 
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def test_escouade_modes_come_from_the_manifest(tmp_path):
@@ -55,27 +51,25 @@ def test_accept_edits_lets_edits_inside_the_folder_through(tmp_path):
     async def go():
         a = fake_agent(tmp_path, mode="acceptEdits")
         await a.ready()
-        for _ in range(50):  # the start-up mode switch runs right after ready
-            if a.conversation.current_mode_id == "accept-edits":
-                break
-            await asyncio.sleep(0.02)
+        # the start-up mode switch runs right after ready
+        await until(lambda: a.conversation.current_mode_id == "accept-edits", what="the start-up mode")
         turn = a.send("edit notes.txt")
-        card = await a.next_permission(timeout=5)
+        card = await a.next_permission(timeout=60)
         r = await turn
         assert r.text == "Edited notes.txt."
         assert card.label == "Allowed once by the mode (accept edits)"
         assert (tmp_path / "notes.txt").exists()
         # outside the folder: the user decides
         turn = a.send("edit ../outside-of-it.txt")
-        card = await a.next_permission(timeout=5)
-        await asyncio.sleep(0.1)
+        card = await a.next_permission(timeout=60)
+        await until(lambda: not card.permission.deciding, what="the mode's policy done")
         assert card.state == "pending" and a.status == "waiting" and not card.permission.deciding
         card.choose("reject_once")
         assert (await turn).text == "I left ../outside-of-it.txt alone."
         # a command is not an edit
         turn = a.send("run npm test")
-        card = await a.next_permission(timeout=5)
-        await asyncio.sleep(0.1)
+        card = await a.next_permission(timeout=60)
+        await until(lambda: not card.permission.deciding, what="the mode's policy done")
         assert card.state == "pending"
         card.choose("reject_once")
         await turn
@@ -89,7 +83,7 @@ def test_bypass_allows_everything_by_the_mode(tmp_path):
         await a.ready()
         await a.set_escouade_mode("bypassPermissions")
         turn = a.send("run rm -rf build")
-        card = await a.next_permission(timeout=5)
+        card = await a.next_permission(timeout=60)
         r = await turn
         assert card.label == "Allowed once by the mode (bypass permissions)"
         assert r.text == "Ran `rm -rf build`."
@@ -162,7 +156,7 @@ def test_plan_approved(tmp_path):
         await a.ready()
         await a.set_mode("plan")
         turn = a.send("present plan")
-        card = await a.next_permission(timeout=5)
+        card = await a.next_permission(timeout=60)
         assert card.plan.startswith("## Plan") and not card.permission.deciding
         assert card.approve()
         r = await turn
@@ -181,7 +175,7 @@ def test_plan_sent_back_with_feedback_verbatim(tmp_path):
         sent = []
         a.transport.observers.append(lambda d, m: d == "out" and sent.append(m))
         turn = a.send("present plan")
-        card = await a.next_permission(timeout=5)
+        card = await a.next_permission(timeout=60)
         feedback = "Add a step: update the docs (with *care*)."
         assert card.keep_planning(feedback)
         r = await turn
@@ -200,15 +194,14 @@ def test_plan_feedback_goes_as_next_prompt_when_the_agent_cannot_read_it(tmp_pat
         await a.ready()
         a.initialized({})  # as from an initialize whose _meta.escouade reads no refusal message
         turn = a.send("present plan")
-        card = await a.next_permission(timeout=5)
+        card = await a.next_permission(timeout=60)
         card.keep_planning("Shorter, please.")
         await turn
-        for _ in range(100):
-            users = [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
-            if users[-1] == "Shorter, please.":
-                break
-            await asyncio.sleep(0.02)
-        assert users[-1] == "Shorter, please."
+        def users():
+            return [i.text for i in a.conversation.items if type(i).__name__ == "Message" and i.role == "user"]
+
+        await until(lambda: users()[-1] == "Shorter, please.", what="the answer sent as the user's message")
+        assert users()[-1] == "Shorter, please."
         await a.close()
     run(go())
 
@@ -218,7 +211,7 @@ def test_elicitation_form(tmp_path):
         a = fake_agent(tmp_path)
         await a.ready()
         turn = a.send("ask me")
-        q = await a.next_question(timeout=5)
+        q = await a.next_question(timeout=60)
         assert list(q.fields) == ["database", "replicas", "migrate", "note"]
         assert a.status == "waiting"
         with pytest.raises(ValueError, match="required field\\(s\\) missing: database"):
@@ -227,11 +220,11 @@ def test_elicitation_form(tmp_path):
         assert not q.decline()  # the first answer wins
         assert (await turn).text == "You chose: database=sqlite, replicas=3"
         turn = a.send("ask me")
-        q = await a.next_question(timeout=5)
+        q = await a.next_question(timeout=60)
         q.decline()
         assert (await turn).text == "You declined to answer; I will pick sqlite."
         turn = a.send("ask me")
-        q = await a.next_question(timeout=5)
+        q = await a.next_question(timeout=60)
         q.cancel()
         assert (await turn).stop_reason == "cancelled"
         await a.close()
@@ -243,7 +236,7 @@ def test_elicitation_url(tmp_path):
         a = fake_agent(tmp_path)
         await a.ready()
         turn = a.send("open link")
-        q = await a.next_question(timeout=5)
+        q = await a.next_question(timeout=60)
         assert q.question.mode == "url" and q.question.url == "https://example.com/login"
         q.accept()
         assert (await turn).text == "Sign-in answer: accept."
@@ -263,7 +256,7 @@ def test_questions_in_text(tmp_path):
             r = await turn
             first = next(m for m in sent if m.get("method") == "session/prompt")
             assert first["params"]["prompt"][0]["text"].startswith("[escouade] You have no tool to ask")
-            q = await a.next_question(timeout=5)
+            q = await a.next_question(timeout=60)
             assert q.question.mode == "text"
             assert [x["id"] for x in q.question.questions] == ["db", "name"]
             assert "<escouade_question>" in r.text
@@ -355,15 +348,15 @@ def test_the_mode_menus_show_the_agents_real_mode(tmp_path):
                 return next((c for c in view.head()["controls"] if c["key"] == "escouade_mode"), None)
             await agent.ready()
             assert agent.escouade_mode == "acceptEdits" and agent_row(agent)["mode"] == "acceptEdits"
-            await until(lambda: menu() is not None, 2, "the Mode menu")
-            await until(lambda: menu()["value"] == "acceptEdits", 2, "acceptEdits shown")
+            await until(lambda: menu() is not None, 60, "the Mode menu")
+            await until(lambda: menu()["value"] == "acceptEdits", 60, "acceptEdits shown")
             assert not [i for i in agent.conversation.items if isinstance(i, Notice)]
             await agent.send("go")
             assert agent.escouade_mode is None and not agent.controls.applies
             assert agent_row(agent)["mode"] == "plan (its own)"
             (notice,) = [i for i in agent.conversation.items if isinstance(i, Notice)]
             assert "its own mode 'plan'" in notice.text and "none of Escouade's modes" in notice.text
-            await until(lambda: menu()["value"] is None, 2, "no Escouade mode shown")
+            await until(lambda: menu()["value"] is None, 60, "no Escouade mode shown")
             await agent.send("again")
             assert agent.escouade_mode == "default"
 
@@ -416,7 +409,7 @@ def test_escouade_modes_a_harness_cannot_switch_are_not_offered_as_if_they_worke
             assert "has no mode to switch" in modes["acceptEdits"]
             assert await agent.set_escouade_mode("acceptEdits") and agent.escouade_mode == "acceptEdits"
             turn = agent.send("write")
-            card = await agent.next_permission(timeout=5)
+            card = await agent.next_permission(timeout=60)
             await turn
             assert card.label == "Allowed once by the mode (accept edits)"
 
@@ -454,9 +447,9 @@ def test_accept_edits_recognises_writes_by_the_manifests_tools_map(tmp_path):
             await agent.ready()
             assert await agent.set_escouade_mode("acceptEdits")
             turn = agent.send("write")
-            write = await agent.next_permission(timeout=5)
-            shell = await agent.next_permission(timeout=5)
-            await asyncio.sleep(0.1)
+            write = await agent.next_permission(timeout=60)
+            shell = await agent.next_permission(timeout=60)
+            await until(lambda: not write.permission.deciding and not shell.permission.deciding, what="the policies")
             assert write.label == "Allowed once by the mode (accept edits)"
             assert shell.state == "pending"  # a command is not an edit: the user decides
             shell.choose("reject_once")

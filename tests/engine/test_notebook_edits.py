@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 from acp import RequestError
+from deadlines import run
 
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.notebook_diff import notebook_diff
@@ -256,10 +257,6 @@ def fake(tmp_path: Path) -> Agent:
     return Agent(ref, program=locate_program(ref.harness), cwd=tmp_path, record=False)
 
 
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
 def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypatch) -> None:
     from escouade_nb.widgets import AgentView
 
@@ -275,7 +272,7 @@ def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypat
             await agent.ready()
             view = AgentView(agent)
             turn = agent.send("write notebook analysis.ipynb")
-            card = await agent.next_permission(timeout=15)
+            card = await agent.next_permission(timeout=60)
             text = repr(card)
             assert text.splitlines() == [
                 "[permission] Edit analysis.ipynb: [Allow once] [Always allow] [Reject]",
@@ -304,7 +301,7 @@ def test_e2e_fake_writes_a_notebook_shown_cell_by_cell(tmp_path: Path, monkeypat
             view.close()
             # another notebook of the folder: cell by cell, but not "the notebook you are in"
             turn = agent.send("write notebook other.ipynb")
-            card = await agent.next_permission(timeout=15)
+            card = await agent.next_permission(timeout=60)
             assert f"new notebook {other}: 2 cells" in repr(card) and "you are in" not in repr(card)
             assert card.tool_call.kernel_notebook is None
             card.choose("reject_once")
@@ -354,7 +351,7 @@ def test_a_write_to_the_kernels_own_notebook_says_so_in_a_kernel(tmp_path: Path,
     try:
         assert k.run("print(__session__)").text.strip() == str(target)
         out = k.run("%load_ext escouade_nb\na = %escouade fake --as writer\nawait a.ready()\n"
-                    "turn = a.send('write notebook here.ipynb')\ncard = await a.next_permission(timeout=15)\n"
+                    "turn = a.send('write notebook here.ipynb')\ncard = await a.next_permission(timeout=60)\n"
                     "print(repr(card))\ncard.choose('allow_once')\nprint((await turn).text)\nawait a.close()").text
         assert "    (this is the notebook you are in)\n    cell 1 (code, id first) changed" in out
         assert "Wrote notebook here.ipynb: changed cell first" in out

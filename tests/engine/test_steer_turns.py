@@ -197,7 +197,7 @@ def test_queued_prompts_are_listed_edited_and_dropped(script):
         async with s.running() as agent:
             await agent.ready()
             first = agent.send("go")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             second, third = agent.send("second"), agent.send("third")
             assert agent.queued == [second, third] and second.id != third.id
             assert second.edit("second, edited") is second

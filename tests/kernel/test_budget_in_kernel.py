@@ -21,7 +21,7 @@ def test_budget_card_in_the_view_continue_clicked_and_the_squad_sum(tmp_path):
         k.run("%load_ext escouade_nb\nimport asyncio, json\nfrom escouade_nb import get_squad\n"
               "from escouade_nb.widgets import views_of")
         out = k.run("a = %escouade fake --as a\nawait a.ready()\na.set_budget(tokens=1000)\n"
-                    "t = await a.send('hello')\ncard = await a.next_permission(timeout=10)\n"
+                    "t = await a.send('hello')\ncard = await a.next_permission(timeout=60)\n"
                     "print('TOKENS', t.tokens, a.status)\nprint('OPTIONS', [o['optionId'] for o in card.options])\n"
                     "print('CARD', repr(card))").text
         assert "TOKENS 1200 waiting" in out
@@ -45,7 +45,7 @@ def test_budget_card_in_the_view_continue_clicked_and_the_squad_sum(tmp_path):
         # the squad's budget: a second agent's turn makes the sum pass it
         out = k.run("a.set_budget()\nget_squad().set_budget(tokens=2000)\nb = %escouade fake --as b\n"
                     "await a.send('hello again')\nprint('PAUSED A', a.budget.card is not None)\n"
-                    "await b.send('hello')\ncard = await b.next_permission(timeout=10)\n"
+                    "await b.send('hello')\ncard = await b.next_permission(timeout=60)\n"
                     "print('SQUAD', get_squad().budget.view()['text'])\nprint('CARD', repr(card))\n"
                     "%escouade squad").text
         assert "PAUSED A False" in out  # 1,200 of 2,000

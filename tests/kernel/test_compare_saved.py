@@ -59,8 +59,8 @@ COMPARE_CELLS = [
     "import asyncio, gc\nfrom escouade_nb.widgets.compare_view import CompareView\n"
     "for x in (a, b):\n    (await x.next_permission(timeout=60)).choose('allow_once')\n"
     "view = next(v for v in gc.get_objects() if isinstance(v, CompareView))\n"
-    "for _ in range(600):\n"
-    "    if all(t.done for t in view.turns) and repr(view).count('1 file changed') == 2: break\n"
+    "import time\nend = time.monotonic() + 60\n"
+    "while not (all(t.done for t in view.turns) and repr(view).count('1 file changed') == 2) and time.monotonic() < end:\n"
     "    await asyncio.sleep(0.05)",
     "from escouade_nb.engine.squad import get_squad\nprint(await get_squad().merge('a'))\nawait asyncio.sleep(0.3)",
     "print(repr(view).split('\\n\\n')[-2:])",
@@ -158,7 +158,8 @@ def test_sessions_list_and_update_outcome_saved_without_their_kernel(tmp_path, m
     write_updatable_harness(plugins)
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(plugins))
     wait = ("import asyncio, gc\nfrom escouade_nb.widgets.{mod} import {cls}\n"
-            "for _ in range(400):\n    if [v for v in gc.get_objects() if isinstance(v, {cls}) and {cond}]: break\n"
+            "import time\nend = time.monotonic() + 60\n"
+            "while not [v for v in gc.get_objects() if isinstance(v, {cls}) and {cond}] and time.monotonic() < end:\n"
             "    await asyncio.sleep(0.05)\nawait asyncio.sleep(0.2)")
     # each waits in its own cell: what comes after a cell has ended reaches nbclient only while a
     # later cell runs (JupyterLab takes it at any time)
@@ -205,7 +206,7 @@ def test_a_frozen_row_is_the_turn_s_own_when_the_agent_goes_on_at_once(tmp_path,
             await asyncio.gather(*(t.wait() for t in turns))
             x = squad.agents["x"]
             edit = x.send("edit notes.txt")  # at once, as the next cell does
-            (await x.next_permission(timeout=30)).choose("allow_once")
+            (await x.next_permission(timeout=60)).choose("allow_once")
             await squad.restat_soon([*turns, edit], view.finish)  # the diff stats re-counted only now
             rows = {r["agent"]: r for r in view.comparison.rows(durations=False)}
             assert rows["x"]["tokens"] == "+1200 (1200/200000)" and rows["x"]["cost"] == "0.004 USD", rows

@@ -44,7 +44,7 @@ def setup(tmp_path_factory):
     k = kernel_with_env(ws, env)
     k.run("%load_ext escouade_nb\nimport json\nfrom escouade_nb.widgets import views_of\n"
           "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
-          "    while (card := await agent.next_permission(timeout=20)).answered:\n"
+          "    while (card := await agent.next_permission(timeout=60)).answered:\n"
           "        pass\n"
           "    return card\n"
           "def card_html(agent, card):\n"
@@ -103,7 +103,7 @@ def test_a_request_that_names_a_kernel_tool_is_not_allowed_by_its_name(setup, to
     a card waits for you (no rule plugin here), nothing is answered by escouade_nb."""
     kernel, ws = setup
     wire = json.loads(json.dumps(tool_call).replace("{x}", str(ws / "pwned")))
-    kernel.run(f"t = h.send('ask ' + {json.dumps(wire)!r})\ncard = await h.next_permission(timeout=20)")
+    kernel.run(f"t = h.send('ask ' + {json.dumps(wire)!r})\ncard = await h.next_permission(timeout=60)")
     out = kernel.run("import asyncio\nawait asyncio.sleep(0.3)\n"
                      "print(card.answered, '|', card.permission.answered_by, '|', card.request.mcp)").text
     assert out.strip() == "False | None | None"

@@ -65,7 +65,7 @@ def setup(tmp_path_factory):
           "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
           "from escouade_nb.widgets import views_of\n"
           "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
-          "    while (card := await agent.next_permission(timeout=20)).answered:\n"
+          "    while (card := await agent.next_permission(timeout=60)).answered:\n"
           "        pass\n"
           "    return card")
     out = k.run(f"%escouade plugins on kernel-rules --project {ws}").text

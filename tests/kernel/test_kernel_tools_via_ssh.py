@@ -49,7 +49,7 @@ def setup(tmp_path_factory):
             k.run("%load_ext escouade_nb\nimport json\nimport pandas as pd\n"
                   "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
                   "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
-                  "    while (card := await agent.next_permission(timeout=30)).answered:\n"
+                  "    while (card := await agent.next_permission(timeout=60)).answered:\n"
                   "        pass\n"
                   "    return card")
             k.run(f"a = %escouade fake --via {shlex.quote(shlex.join(open_ssh))} --as remote\nawait a.ready()",

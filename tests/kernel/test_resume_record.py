@@ -21,7 +21,7 @@ SETUP = ("%load_ext escouade_nb\n"
          "from escouade_nb.widgets.agent_view import AgentView\n"
          "async def answer(agent, prompt, option, **how):\n"
          "    t = agent.send(prompt)\n"
-         "    while (card := await agent.next_permission(timeout=20)).answered:\n"
+         "    while (card := await agent.next_permission(timeout=60)).answered:\n"
          "        pass\n"
          "    card.choose(option, **how)\n"
          "    return await t\n")
@@ -149,7 +149,7 @@ def scripted(tmp_path_factory):
         try:
             agent.start() if agent.live is None else None
             turn = agent.send(prompt)
-            answer(await agent.next_permission(timeout=10))
+            answer(await agent.next_permission(timeout=60))
             await turn
             return render_items(agent.conversation.items)
         finally:
@@ -208,14 +208,14 @@ def test_a_resume_keeps_who_answered_a_plan_why_a_card_was_cancelled_and_a_quest
         agent = squad.start("fake", cwd=work, name="who")
         try:
             turn = agent.send("present plan")
-            (await agent.next_permission(timeout=10)).approve()
+            (await agent.next_permission(timeout=60)).approve()
             await turn
             turn = agent.send("run make build")
-            await agent.next_permission(timeout=10)
+            await agent.next_permission(timeout=60)
             agent.cancel()
             await turn
             turn = agent.send("ask me")
-            question = await agent.next_question(timeout=10)
+            question = await agent.next_question(timeout=60)
             by_type = {"integer": 2, "number": 2, "boolean": True, "string": "x"}
             question.accept({name: spec["enum"][0] if "enum" in spec else by_type.get(spec.get("type"), "x")
                              for name, spec in question.fields.items()})
@@ -255,7 +255,7 @@ def test_a_call_the_agent_ran_without_asking_keeps_its_note_after_a_resume(scrip
     async def go():
         async with s.running() as agent:
             turn = agent.send("go")
-            (await agent.next_permission(timeout=10)).choose("always")
+            (await agent.next_permission(timeout=60)).choose("always")
             await turn
             return agent, render_items(agent.conversation.items)
 

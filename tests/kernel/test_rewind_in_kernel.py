@@ -52,7 +52,7 @@ def kernel(tmp_path_factory):
 def test_rewind_to_here_clicked_in_the_view_restores_the_repository_folder(kernel):
     ws = kernel.ws
     before, repo_before = files(ws), repo_state(ws)
-    edit = ("turn = demo.send('{what}')\ncard = await demo.next_permission(timeout=20)\n"
+    edit = ("turn = demo.send('{what}')\ncard = await demo.next_permission(timeout=60)\n"
             "card.choose('allow_once')\nawait turn\n")
     kernel.run("demo = %escouade fake --as rw\nawait demo.ready()\n" + edit.format(what="edit notes.txt"))
     (ws / "made-by-hand.txt").write_text("between the turns\n")

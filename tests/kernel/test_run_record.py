@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
     try:
         first.run("%load_ext escouade_nb\nfrom escouade_nb.core.render_text import answer_label\n"
                   "async def next_open(agent):\n"
-                  "    while (card := await agent.next_permission(timeout=20)).answered:\n"
+                  "    while (card := await agent.next_permission(timeout=60)).answered:\n"
                   "        pass\n"
                   "    return card\n"
                   "a = %escouade fake --as rec\nawait a.ready()")

@@ -32,7 +32,8 @@ def saved(tmp_path_factory) -> tuple[nbformat.NotebookNode, str, Path]:
         _cell("%escouade squad"),
         _cell("%escouade journal"),
         # the turn ends, its view closes, the companions' debounced redraws go (a person saving later)
-        _cell("for _ in range(600):\n    if a.status == 'idle' and a.turns.current is None: break\n"
+        _cell("import time\nend = time.monotonic() + 60\n"
+              "while not (a.status == 'idle' and a.turns.current is None) and time.monotonic() < end:\n"
               "    await asyncio.sleep(0.05)\nawait asyncio.sleep(3)"),
     ]
     FinishedForms(nb, timeout=120, kernel_name="python3", store_widget_state=False,

@@ -39,7 +39,9 @@ def kernel(squad_kernel):
 
 def test_start_options_mode_via_account(kernel):
     out = kernel.run(
-        "a = %escouade fake --mode acceptEdits --as moded\nawait a.ready()\nawait asyncio.sleep(0.2)\n"
+        "a = %escouade fake --mode acceptEdits --as moded\nawait a.ready()\nimport time\nend = time.monotonic() + 30\n"
+        "while a.conversation.current_mode_id != 'accept-edits' and time.monotonic() < end:\n"
+        "    await asyncio.sleep(0.02)\n"
         "print(a.escouade_mode, a.conversation.current_mode_id)\n"
         "v = %escouade fake --via env --as remote\nawait v.ready()\n"
         "print(v.argv()[0], v.uses_client_fs, v.client.capabilities if hasattr(v.client, 'capabilities') else '')\n"
@@ -64,7 +66,7 @@ def test_start_options_mode_via_account(kernel):
 
 def test_squad_view_lists_agents(kernel):
     out = kernel.run("a = %escouade fake --as one\nb = %escouade fake --as two\nawait a.ready(); await b.ready()\n"
-                     "t = b.send('run npm test')\ncard = await b.next_permission(timeout=10)\n"
+                     "t = b.send('run npm test')\ncard = await b.next_permission(timeout=60)\n"
                      "from escouade_nb.widgets.squad_view import SquadView\nfrom escouade_nb import get_squad\n"
                      "print(repr(SquadView(get_squad())))\ncard.choose('reject_once')\nawait t").text
     assert re.search(r"one\s+fake\s+idle\s+mode=ask cards=0", out)
@@ -77,16 +79,16 @@ def test_update_command_shown_then_run(kernel):
     out = kernel.run("%escouade update updatable").text  # at once: the version is read in the background
     assert "update with `echo updating the agent && echo done`" in out
     out = kernel.run("from escouade_nb.widgets.update_view import UpdateView\nimport gc\n"
-                     "for _ in range(100):\n"
-                     "    shown = [v for v in gc.get_objects() if isinstance(v, UpdateView) and v.before]\n"
-                     "    if shown:\n        break\n    await asyncio.sleep(0.1)\n"
+                     "import time\nend = time.monotonic() + 60\n"
+                     "while not (shown := [v for v in gc.get_objects() if isinstance(v, UpdateView) and v.before])"
+                     " and time.monotonic() < end:\n    await asyncio.sleep(0.1)\n"
                      "print(repr(shown[-1]), shown[-1].companion_bundle()['text/html'])").text
     assert "Updatable 0.1.0: update with `echo updating the agent && echo done`" in out and "0.1.0 —" in out
     out = kernel.run("%escouade update updatable --yes\n"
                      "from escouade_nb.widgets.update_view import UpdateView\nimport gc\n"
-                     "for _ in range(200):\n"
-                     "    done = [v for v in gc.get_objects() if isinstance(v, UpdateView) and v.result]\n"
-                     "    if done:\n        break\n    await asyncio.sleep(0.1)\n"
+                     "import time\nend = time.monotonic() + 60\n"
+                     "while not (done := [v for v in gc.get_objects() if isinstance(v, UpdateView) and v.result])"
+                     " and time.monotonic() < end:\n    await asyncio.sleep(0.1)\n"
                      "print(repr(done[-1]))").text
     assert "exit code 0; version now 0.1.0" in out
     assert "gives no updateCommand" in kernel.run("%escouade update fake").text
@@ -97,7 +99,7 @@ def test_resume_after_kernel_restart(tmp_path, monkeypatch):
     k = Kernel(tmp_path)
     try:
         k.run("%load_ext escouade_nb\na = %escouade fake --as keeper\nr = await a.send('hello from before')\n"
-              "t = a.send('edit notes.txt')\ncard = await a.next_permission(timeout=10)\ncard.choose('allow_once')\n"
+              "t = a.send('edit notes.txt')\ncard = await a.next_permission(timeout=60)\ncard.choose('allow_once')\n"
               "await t")
     finally:
         k.shutdown()

@@ -10,11 +10,11 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from deadlines import wait_until
 from kernel_client import act, kernel_with_env, wait_for
 from scripted_agent import INIT_ANY, init_result
 
@@ -114,10 +114,7 @@ def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_grou
     status_text, notes = json.loads(out.strip().splitlines()[-1])
     assert status_text == "closed"
     assert any(n.startswith("Stopped by you while starting") and "Restart" in n for n in notes), notes
-    for _ in range(100):
-        if not _group(pid):
-            break
-        time.sleep(0.05)
+    wait_until(lambda: not _group(pid), what=f"the group of {pid} gone")
     assert _group(pid) == []  # nothing orphaned: the child of its group is gone too
     wait_for(kernel, "s1._main_task.done()", timeout=30)  # nor a task left waiting for an answer that cannot come
     # %escouade stop while it starts
@@ -126,10 +123,7 @@ def test_a_slow_start_waits_says_how_long_and_stop_ends_it_with_its_process_grou
     pid2 = int(kernel.run("print(s2.pid)").text.strip())
     kernel.run("%escouade stop s2")
     wait_for(kernel, "s2.status == 'closed' and s2._main_task.done()", timeout=30)
-    for _ in range(100):
-        if not _group(pid2):
-            break
-        time.sleep(0.05)
+    wait_until(lambda: not _group(pid2), what=f"the group of {pid2} gone")
     assert _group(pid2) == []
 
 
@@ -163,8 +157,9 @@ def test_sessions_of_other_folders_are_not_listed_as_this_ones_and_open_in_their
     s = script(LISTER, OPENED_ELSEWHERE, name="lister", variables={"OTHER": str(other)})
     s.install(kernel.plugins)
     kernel.run(f"lister = %escouade lister --cwd {s.ws}\nawait lister.ready()")
-    res = kernel.run("%escouade sessions lister\nfor _ in range(100):\n    await asyncio.sleep(0.05)\n"
-                     "    if getattr(lister, 'sessions_elsewhere', None):\n        break\nawait asyncio.sleep(0.3)")
+    res = kernel.run("%escouade sessions lister\nimport time\nend = time.monotonic() + 30\n"
+                     "while not getattr(lister, 'sessions_elsewhere', None) and time.monotonic() < end:\n"
+                     "    await asyncio.sleep(0.05)\nawait asyncio.sleep(0.3)")
     listed = "\n".join(_shown(res))
     assert "Here" in listed and "Another project" not in listed and "s9" not in listed.split("not listed")[0]
     assert "1 session of other folders not listed" in listed and "%escouade sessions lister --all" in listed

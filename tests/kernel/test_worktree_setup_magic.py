@@ -58,7 +58,7 @@ def _click(kernel: Kernel, agent: str, label: str) -> str:
 def test_the_magic_asks_once_shows_the_setup_and_discard_cleans_up(kernel_in_repo):
     kernel, ws, tmp = kernel_in_repo
     worktree = ws.parent / "ws.worktrees" / "a"
-    kernel.run("a = %escouade fake --worktree --as a\ncard = await a.next_permission(timeout=20)")
+    kernel.run("a = %escouade fake --worktree --as a\ncard = await a.next_permission(timeout=60)")
     assert not worktree.exists()  # nothing made before the answer
     html = _click(kernel, "a", "Run (remember for this folder)")
     assert "echo setup-says-hello" in html and "cat .env" in html  # the whole command
@@ -73,8 +73,8 @@ def test_the_magic_asks_once_shows_the_setup_and_discard_cleans_up(kernel_in_rep
     assert "0 idle" in out  # confirmed once for this folder: no card
 
     kernel.run("%escouade discard a")
-    kernel.run("import asyncio\nfor _ in range(300):\n    if a.worktree is None: break\n"
-               "    await asyncio.sleep(0.05)")
+    kernel.run("import asyncio, time\nend = time.monotonic() + 60\n"
+               "while a.worktree is not None and time.monotonic() < end:\n    await asyncio.sleep(0.05)")
     assert (tmp / "cleaned").read_text() == "cleaned\n" and not worktree.exists()
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from acp import text_block
 from acp_clients import RecordingClient
-from test_kernel_server import fake_agent, http_entry, run
+from deadlines import run
+from test_kernel_server import fake_agent, http_entry
 from test_live_cell_edits import Owner2, Page, sha
 
 from escouade_nb.kernel_mcp.server import KernelServer
@@ -75,7 +76,7 @@ def test_the_fake_agents_words_read_insert_edit_delete_and_execute_cells_of_the_
         finally:
             await server.aclose()
 
-    run(main(), 90)
+    run(main(), timeout=90)
 
 
 def test_without_a_page_the_fake_agents_live_words_get_the_one_line_errors(tmp_path):
@@ -92,4 +93,4 @@ def test_without_a_page_the_fake_agents_live_words_get_the_one_line_errors(tmp_p
         finally:
             await server.aclose()
 
-    run(main(), 90)
+    run(main(), timeout=90)

@@ -4,6 +4,7 @@ the stdio bridge as a real subprocess, the fake agent over real pipes, and a rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -27,6 +28,7 @@ from kernel_client import Kernel
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from acp_clients import AGENT_CMD, RecordingClient
+from deadlines import run, until
 
 from escouade_nb.kernel_mcp.server import (BUSY_GRACE, SERVER_NAME, TOOLS, KernelServer, Refused,
                                               run_result_text)
@@ -82,10 +84,6 @@ async def mcp_client(url: str, token: str):
 
 def text_of(result: Any) -> str:
     return "\n".join(c.text for c in result.content)
-
-
-def run(coro: Any, timeout: float = 60) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def frame() -> pd.DataFrame:
@@ -280,14 +278,11 @@ def test_a_run_code_cancelled_while_its_card_waits_is_never_run():
             grant = server.grant(owner)
             async with mcp_client(server.url, grant.token) as session:
                 call = asyncio.ensure_future(session.call_tool("run_code", {"code": "ran = True"}))
-                await asyncio.wait_for(owner.waiting.wait(), 10)
+                await asyncio.wait_for(owner.waiting.wait(), 60)
                 call.cancel()  # the client gives up: the SDK sends notifications/cancelled
                 with pytest.raises(asyncio.CancelledError):
                     await call
-                for _ in range(200):
-                    if owner.cancelled:
-                        break
-                    await asyncio.sleep(0.01)
+                await until(lambda: owner.cancelled, what="the owner's ask cancelled")
                 assert owner.cancelled  # the owner's ask was cancelled: the card is withdrawn
                 assert "ran" not in ns and owner.ran == []
                 # the session is still good
@@ -350,10 +345,8 @@ def test_a_run_code_whose_client_went_away_is_withdrawn_and_never_run():
             await asyncio.wait_for(owner.waiting.wait(), 20)
             client.kill()  # the client goes away: its connections close, no cancel notification, no DELETE
             await client.wait()
-            for _ in range(500):
-                if owner.cancelled:
-                    break
-                await asyncio.sleep(0.01)
+            with contextlib.suppress(AssertionError):
+                await until(lambda: owner.cancelled, what="the owner's ask cancelled")
             if not owner.cancelled:
                 owner.release.set_result(None)  # the user presses Run on the card left behind
                 await asyncio.sleep(0.5)
@@ -500,9 +493,10 @@ def test_a_slow_repr_does_not_freeze_the_loop_and_is_reported_as_too_slow():
                 slow.release.set()
                 while not slow.left.is_set():
                     await asyncio.sleep(0.01)
-                for _ in range(100):  # the reader has finished with the value: it is read again, whole
-                    again = text_of(await other.call_tool("inspect_variable", {"name": "slow"}))
-                    if "SlowRepr(finally)" in again:
+                deadline = time.monotonic() + 30  # the reader has finished with the value: it is read again, whole
+                while "SlowRepr(finally)" not in (again := text_of(await other.call_tool("inspect_variable",
+                                                                                         {"name": "slow"}))):
+                    if time.monotonic() > deadline:
                         break
                     await asyncio.sleep(0.02)
                 assert again.endswith("repr:\nSlowRepr(finally)"), again
@@ -757,7 +751,7 @@ def test_fake_agent_inspects_and_runs_code_through_the_kernel_server(tmp_path):
         finally:
             await server.aclose()
 
-    run(main(), 90)
+    run(main(), timeout=90)
 
 
 def test_fake_agent_through_the_stdio_bridge_and_a_refused_permission(tmp_path):
@@ -782,7 +776,7 @@ def test_fake_agent_through_the_stdio_bridge_and_a_refused_permission(tmp_path):
         finally:
             await server.aclose()
 
-    run(main(), 90)
+    run(main(), timeout=90)
 
 
 def test_fake_agent_says_when_a_server_cannot_be_reached(tmp_path):
@@ -801,7 +795,7 @@ def test_fake_agent_says_when_a_server_cannot_be_reached(tmp_path):
         finally:
             await server.aclose()
 
-    run(main(), 60)
+    run(main(), timeout=60)
 
 
 # -- a real kernel ---------------------------------------------------------------------------------------
@@ -857,8 +851,11 @@ def test_in_a_real_kernel(tmp_path):
         assert ran["text"] == "result:\n40.0"
 
         # a call made while a cell blocks the loop waits, and answers once the cell has ended
-        msg_id = k.kc.execute("time.sleep(3)\nprint('CELL END', time.time())")
-        time.sleep(0.5)
+        msg_id = k.kc.execute("print('CELL START', flush=True)\ntime.sleep(5)\nprint('CELL END', time.time())")
+        while True:  # the cell blocks the loop from here (get_iopub_msg's timeout is the deadline)
+            msg = k.kc.get_iopub_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") == msg_id and "CELL START" in msg["content"].get("text", ""):
+                break
         got = call("inspect_variable", name="df")
         cell_end = None
         while cell_end is None:
@@ -924,7 +921,8 @@ def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
         client.stdin.write(json.dumps({"tool": "inspect_variable", "arguments": {"name": "slow"}}) + "\n")
         client.stdin.flush()
         # a cell that waits (on the loop) for the repr to start, then looks: is the repr still inside?
-        cell = k.run("import asyncio\nfor _ in range(3000):\n    if slow.entered.is_set(): break\n"
+        cell = k.run("import asyncio, time\nend = time.monotonic() + 30\n"
+                     "while not slow.entered.is_set() and time.monotonic() < end:\n"
                      "    await asyncio.sleep(0.01)\nprint('INSIDE', slow.entered.is_set(), slow.inside)")
         got = json.loads(client.stdout.readline())
         # the cell ran while the repr was still sleeping: the loop was free (on a frozen loop it runs after)

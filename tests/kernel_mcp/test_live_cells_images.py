@@ -205,7 +205,8 @@ def test_the_fake_agent_edits_a_cell_of_a_notebook_with_images(tmp_path):
     named ``[image]`` in what it reads) and its edit names it."""
     from acp_clients import RecordingClient
     from test_fake_agent_live_words import say
-    from test_kernel_server import fake_agent, http_entry, run
+    from deadlines import run
+    from test_kernel_server import fake_agent, http_entry
     from test_live_cell_edits import Owner2, Page as EditPage, sha
 
     async def main() -> None:

@@ -53,7 +53,7 @@ def satisfies_the_seam(card) -> bool:
             and (agent.harness is None or isinstance(agent.harness, HarnessRef)))
 
 
-async def settle(card, timeout: float = 5.0) -> None:
+async def settle(card, timeout: float = 30.0) -> None:
     """Wait until the policies are done with the card (settled, or the user is called)."""
     deadline = time.monotonic() + timeout
     while card.permission.deciding and time.monotonic() < deadline:
@@ -72,7 +72,7 @@ def test_team_rules_decide_for_the_fake_agent(scratch: Path):
             assert agent.project.folder == scratch.resolve()
             for cmd in ("rm -rf build", "npm test", "cargo build"):
                 turn = agent.send(f"run {cmd}")
-                card = await agent.next_permission(timeout=20)
+                card = await agent.next_permission(timeout=60)
                 await settle(card)
                 status = agent.status
                 seams.append(satisfies_the_seam(card))
@@ -130,7 +130,7 @@ def test_a_shipped_rule_plugin_is_off_until_turned_on_and_private_projects_stay_
             await agent.ready()
             assert agent.project.private
             turn = agent.send("run rm -rf build")
-            card = await agent.next_permission(timeout=20)
+            card = await agent.next_permission(timeout=60)
             await settle(card)
             state_before = card.state
             card.choose("reject_once")
@@ -179,7 +179,7 @@ def test_which_rule_plugins_guard_an_agent_and_how_to_guard_one_started_elsewher
             plugins_command(squad.rules, shlex.split(command)[2:])
             after = away.rules_guarding()
             turn = away.send("run rm -rf build")
-            card = await away.next_permission(timeout=20)
+            card = await away.next_permission(timeout=60)
             await settle(card)
             await turn
             off = plugins_command(squad.rules, ["off", "team-rules", "--project", str(scratch)], [here, away])

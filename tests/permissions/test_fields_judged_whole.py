@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.plugins.cards import HERE, Card, make_rules
+from deadlines import run
 
 from escouade_nb.core.conversation import ToolCall
 from escouade_nb.manifest.project import Project
@@ -24,10 +25,6 @@ LIMIT = getattr(request_module, "MAX_REQUEST", 4 * 1024 * 1024)
 
 
 pytestmark = pytest.mark.usefixtures("no_orphan_plugins")  # tests/conftest.py
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
 
 
 def run_code_card(code: str, project: Project) -> Card:
@@ -43,10 +40,10 @@ def bash_card(command: str, project: Project) -> Card:
 
 
 async def decide(tmp_path: Path, cards_of, *plugins: str):
-    rules = make_rules(tmp_path, *plugins)
+    rules = make_rules(tmp_path, *plugins, budget=30)  # what the plugin sees, not how fast it answers
     rules.start_soon()
     for pid in [f"test.fixture.{p}" for p in plugins]:
-        await asyncio.wait_for(rules.host.processes[pid].wait_ready(), 10)
+        await asyncio.wait_for(rules.host.processes[pid].wait_ready(), 60)
     project = Project.for_folder(tmp_path)
     try:
         cards = []

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures.plugins.cards import HERE, Card, make_rules
 from kernel_client import process_alive
+from deadlines import run, until
 
 from escouade_nb.core.conversation import ToolCall
 from escouade_nb.manifest.project import Project
@@ -24,15 +25,11 @@ CLOCK = r"\d\d:\d\d:\d\d"
 pytestmark = pytest.mark.usefixtures("no_orphan_plugins")  # tests/conftest.py
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
 async def started(rules, *ids: str):
     rules.start_soon()
     for pid in ids:
         proc = rules.host.processes[pid]
-        await asyncio.wait_for(proc.wait_ready(), 10)
+        await asyncio.wait_for(proc.wait_ready(), 60)
     return rules
 
 
@@ -117,7 +114,7 @@ def test_plugin_crashing_mid_decision_is_restarted_and_the_user_is_asked(tmp_pat
             first_pid = proc.pid
             card = Card("crash=crash", project=project)
             await rules.broker(card)
-            await asyncio.wait_for(proc.wait_ready(), 10)  # restarted after a back-off
+            await asyncio.wait_for(proc.wait_ready(), 60)  # restarted after a back-off
             second_pid = proc.pid
             card2 = Card("crash=allow", project=project)
             await rules.broker(card2)
@@ -164,14 +161,14 @@ def test_garbage_errors_and_answers_that_are_none_of_the_three_count_as_ask(tmp_
 
 def test_deny_wins_one_allow_is_enough_whatever_the_order(tmp_path: Path):
     async def main():
-        rules = await started(make_rules(tmp_path, "alpha", "beta", "gamma"),
+        rules = await started(make_rules(tmp_path, "alpha", "beta", "gamma", budget=30),  # answers all in time
                               "test.fixture.alpha", "test.fixture.beta", "test.fixture.gamma")
         project = Project.for_folder(tmp_path)
         out = {}
         try:
             for name, cmd in [
                 ("late deny beats early allow", "alpha=allow beta=sleep:0.2:deny gamma=allow"),
-                ("early deny beats late allow", "alpha=sleep:0.2:allow beta=deny"),
+                ("early deny beats late allow", "alpha=sleep:1:allow beta=deny"),
                 ("one allow is enough", "alpha=ask beta=sleep:0.1:allow gamma=error"),
                 ("all ask", "alpha=ask beta=invalid gamma=ask"),
                 ("two denials: the first plugin's message", "alpha=sleep:0.1:deny beta=deny"),
@@ -192,7 +189,7 @@ def test_deny_wins_one_allow_is_enough_whatever_the_order(tmp_path: Path):
     card, _ = out["late deny beats early allow"]
     assert card.choices == [("reject-once", "Fixture beta via Escouade", "beta says no")]
     card, settled = out["early deny beats late allow"]
-    assert card.choices[0][:2] == ("reject-once", "Fixture beta via Escouade") and settled < 0.15
+    assert card.choices[0][:2] == ("reject-once", "Fixture beta via Escouade") and settled < 1  # before alpha's
     card, _ = out["one allow is enough"]
     assert card.choices == [("allow-once", "Fixture beta via Escouade", None)]
     card, _ = out["all ask"]
@@ -204,14 +201,18 @@ def test_deny_wins_one_allow_is_enough_whatever_the_order(tmp_path: Path):
         "Fixture beta refused it")
 
 
-def test_a_user_click_before_the_plugins_wins_and_their_answer_is_journaled_not_applied(tmp_path: Path):
+def test_a_user_click_before_the_plugins_wins_and_their_answer_is_journaled_not_applied(tmp_path: Path,
+                                                                                         monkeypatch):
+    log = tmp_path / "sent.log"
+    monkeypatch.setenv("FIXTURE_LOG", str(log))  # what the plugin was sent: it thinks from then on
+
     async def main():
-        rules = await started(make_rules(tmp_path, "alpha"), "test.fixture.alpha")
+        rules = await started(make_rules(tmp_path, "alpha", budget=30), "test.fixture.alpha")  # its 1 s in time
         project = Project.for_folder(tmp_path)
         try:
-            card = Card("rm -rf build alpha=sleep:0.3:deny", project=project)
+            card = Card("rm -rf build alpha=sleep:1:deny", project=project)
             task = asyncio.ensure_future(rules.broker(card))
-            await asyncio.sleep(0.05)
+            await until(lambda: log.exists() and "permissions/decide" in log.read_text(), what="the plugin asked")
             assert card.choose("allow_once")  # the user clicks while the plugin thinks
             await task
             return card, decisions(rules, "test.fixture.alpha"), rules.broker.history[-1]
@@ -222,7 +223,7 @@ def test_a_user_click_before_the_plugins_wins_and_their_answer_is_journaled_not_
     assert card.choices == [("allow-once", "you", None)]
     assert decision.verdict.decision == "deny" and decision.applied is False
     assert re.sub(r"\(\d+ ms\)", "(N ms)", lines[0]) == (
-        "Decision  refused Bash rm -rf build alpha=sleep:0.3:deny (N ms): alpha says no — not applied: "
+        "Decision  refused Bash rm -rf build alpha=sleep:1:deny (N ms): alpha says no — not applied: "
         "you answered first")
 
 
@@ -317,7 +318,8 @@ def test_on_off_per_project_private_projects_and_revoke(tmp_path: Path, monkeypa
             rules.turn("fast", True, ps)
             await ask("secret-on", ps)
             rules.grant("fast", False)  # take back "Decides your agents' permissions"
-            await asyncio.sleep(0.3)
+            await until(lambda: rules.host.processes["test.fixture.fast"].state == "stopped"
+                        and not rules.host.retiring, what="the revoked plugin stopped and gone")
             proc = rules.host.processes["test.fixture.fast"]
             stopped = proc.state
             await ask("b-revoked", pb)
@@ -360,7 +362,7 @@ def test_an_updated_plugin_is_restarted_and_a_foreign_protocol_is_refused(tmp_pa
                             extra_dirs=[folder])
         rules.start_soon()
         proc = rules.host.processes["test.fixture.fast"]
-        await asyncio.wait_for(proc.wait_ready(), 10)
+        await asyncio.wait_for(proc.wait_ready(), 60)
         pid1 = proc.pid
         try:
             manifest = json.loads((folder / "escouade-plugin.json").read_text())
@@ -369,11 +371,9 @@ def test_an_updated_plugin_is_restarted_and_a_foreign_protocol_is_refused(tmp_pa
             monkeypatch.setenv("FIXTURE_PROTOCOL_FAST", "2")
             rules.start_soon()  # finds the update
             new = rules.host.processes["test.fixture.fast"]
-            for _ in range(200):
-                if new.state == "failed":
-                    break
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.2)
+            await until(lambda: new.state == "failed" and not process_alive(pid1)
+                        and "speaks plugin protocol" in rules.journal.text("test.fixture.fast"),
+                        what="the old plugin gone, the new one refused and journaled")
             return pid1, proc, new, rules.journal.text("test.fixture.fast")
         finally:
             await rules.aclose()
@@ -404,11 +404,8 @@ def test_a_plugin_installed_while_the_squad_runs_is_started(tmp_path: Path, monk
             shutil.copytree(HERE / "fast", folder)
             (folder / "plugin.py").write_text((folder / "plugin.py").read_text().replace(
                 "os.path.dirname(os.path.dirname(os.path.abspath(__file__)))", repr(str(HERE))))
-            for _ in range(200):
-                proc = rules.host.processes.get("test.fixture.fast")
-                if proc is not None and proc.state == "ready":
-                    break
-                await asyncio.sleep(0.02)
+            await until(lambda: getattr(rules.host.processes.get("test.fixture.fast"), "state", None) == "ready",
+                        what="the installed plugin ready")
             card = Card("fast=allow", project=Project.for_folder(tmp_path))
             await rules.broker(card)
             return card

@@ -5,7 +5,6 @@ peer that goes away, a request given up."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ import textwrap
 import anyio
 import pytest
 from acp import RequestError
+from deadlines import run, until
 
 from escouade_nb.permissions.jsonrpc import LineClient, PeerClosed, RemoteError, RpcError
 from escouade_nb.wire.framing import Skipped
@@ -75,10 +75,6 @@ async def with_peer(body, *, max_line: int = 1 << 20):
     return result, skipped, closed
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 30))
-
-
 def test_a_result_the_peers_own_request_and_garbage():
     async def body(client, proc):
         return await client.request("echo", {"a": "é"})
@@ -121,7 +117,7 @@ def test_answers_are_matched_by_id_whatever_their_order():
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(one, "hold")
-            await anyio.sleep(0.1)
+            await until(lambda: client.in_flight == 1, what="hold sent")  # sent first: release answers it
             tg.start_soon(one, "release")
         return results, client.in_flight
 
@@ -166,7 +162,7 @@ def test_a_request_given_up_leaves_nothing_behind_and_its_late_answer_is_ignored
 def test_close_fails_what_is_in_flight_with_the_reason():
     async def body(client, proc):
         async def later():
-            await anyio.sleep(0.1)
+            await until(lambda: client.in_flight == 1, what="hold sent")
             client.close("the plugin exited with code 3")
 
         async with anyio.create_task_group() as tg:

@@ -152,7 +152,7 @@ def test_an_empty_instant_turn_after_a_stop_is_said_and_points_at_restart(script
         async with s.running() as agent:
             turn = agent.send("go")
             from scripted_agent import until
-            await until(lambda: "Working" in turn.text, 5, "the first reply")
+            await until(lambda: "Working" in turn.text, 60, "the first reply")
             agent.cancel()
             assert (await turn).stop_reason == "cancelled"
             assert not flagged(agent)
@@ -242,7 +242,7 @@ def test_a_turn_the_user_stopped_ends_on_a_marker_live_and_after_a_resume(tmp_pa
         agent = squad.start("fake", cwd=work, name="stopped")
         try:
             turn = agent.send("slow")
-            await until(lambda: "tick" in turn.text, 10, "the first tick")
+            await until(lambda: "tick" in turn.text, 60, "the first tick")
             agent.cancel()
             stopped = await turn
             after = await agent.send("hello")

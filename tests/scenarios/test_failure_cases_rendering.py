@@ -12,7 +12,7 @@ import json
 import re
 import time
 
-from scripted_agent import run
+from scripted_agent import run, until
 from view_helpers import html_shown, record
 
 from escouade_nb.core.conversation import Unknown
@@ -56,8 +56,7 @@ def test_F03_unknown_update_kinds_and_fields_are_kept(script, caplog):
             hologram = render_item(unknown[2])
             assert hologram.startswith("[unknown update agent_message_chunk]") and "hologram" in hologram
             assert "futureField" not in render_items(conv.items)
-            await asyncio.sleep(0.1)
-            assert "still here" in repr(view)
+            await until(lambda: "still here" in repr(view), what="the view drawn")
             assert agent.status == "idle" and agent.alive
             assert agent.client.extension_calls == [("example.org/ping", {})]
             await asyncio.sleep(0.4)  # the agent's quiet step

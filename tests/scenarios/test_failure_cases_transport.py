@@ -74,12 +74,12 @@ def test_F02_line_over_the_cap_is_a_clear_transport_error(script, monkeypatch):
             pid = agent.pid
             turn = agent.send("go")
             with pytest.raises(AgentError) as err:
-                await asyncio.wait_for(turn.wait(), 10)
+                await asyncio.wait_for(turn.wait(), 60)
             assert "too long" in str(err.value) or "longer than" in str(err.value)
             assert turn.text == "a little"
             notices = [i for i in agent.conversation.items if isinstance(i, Notice) and i.level == "error"]
             assert any("longer than 1048576 bytes" in n.text for n in notices), notices
-            await until(lambda: not alive(pid), 5, "the agent's end")
+            await until(lambda: not alive(pid), 60, "the agent's end")
             assert agent.status in ("exited", "failed")
 
     run(go())
@@ -158,7 +158,7 @@ def test_F07_agent_dies_mid_turn_after_flooding_stderr(script):
             assert tail.endswith("fatal: out of cheese") and len(tail.encode()) <= 64 * 1024
             assert agent.stderr.total > 1 << 20
             assert turn.text == "partial" and turn.status == "failed"
-            await asyncio.sleep(0.1)
+            await until(lambda: "Agent exited with code 3" in repr(view), what="the exit in the view")
             shown = repr(view)
             assert "exited" in shown and "partial" in shown and "Agent exited with code 3" in shown
             assert "fatal: out of cheese" in shown
@@ -199,10 +199,9 @@ def test_F12_protocol_version_is_checked(script, version):
             assert f"version {json.loads(version)!r}" in message or f"version {json.loads(version)}" in message
             assert "[1]" in message
             pid = agent.pid
-            await until(lambda: not alive(pid), 5, "the agent's end")
+            await until(lambda: not alive(pid), 60, "the agent's end")
             assert agent.status == "failed"
-            await asyncio.sleep(0.1)
-            assert "[1]" in repr(view)  # the notebook shows it
+            await until(lambda: "[1]" in repr(view), what="the failure in the view")  # the notebook shows it
 
     run(go())
     assert not [x for x in s.statuses() if x["status"] != "ok"]

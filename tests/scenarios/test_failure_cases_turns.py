@@ -53,7 +53,7 @@ def test_F01_pending_permission_is_answered_cancelled_on_stop(script):
         async with s.running() as agent:
             view = AgentView(agent)
             turn = agent.send("go")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             await until(lambda: view.feed.find(view.feed.key(card.permission)) is not None, what="the card's view")
             assert [b["label"] for b in buttons_of(view.card_html(card))] == ["Allow once", "Reject"]
             assert view.head()["can"]["stop"]
@@ -64,14 +64,14 @@ def test_F01_pending_permission_is_answered_cancelled_on_stop(script):
             assert answered_at - stopped < 1.0
             result = await turn
             assert result.stop_reason == "cancelled" and result.cancelled_by_user
-            await asyncio.sleep(0.1)
+            await until(lambda: card.state == "cancelled", what="the card cancelled")
             # the card is inert: no buttons, labelled cancelled; a click (a stale page) sends nothing
             assert card.state == "cancelled" and card.label.startswith("Cancelled")
             html = view.card_html(card)
             assert buttons_of(html) == [] and "esc-ans-cancelled" in html and "Cancelled" in html
             view.press(card, "choose", "ok")
             assert card.choose("ok") is False
-            await asyncio.sleep(0.2)
+            await until(lambda: agent.conversation.tool_calls["t1"].shown_status == "failed", what="t1's update")
             # the update after the cancel still applies: t1 failed
             assert agent.conversation.tool_calls["t1"].shown_status == "failed"
             assert not agent.pending_cards and not agent.turns.tasks - {asyncio.current_task()}
@@ -94,7 +94,7 @@ def test_F01_agent_withdraws_its_request(script):
     async def go():
         async with s.running() as agent:
             turn = agent.send("go")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             result = await turn
             assert result.stop_reason == "end_turn"
             assert card.state == "cancelled" and "withdrew" in card.label
@@ -131,7 +131,7 @@ def test_F06_one_session_cancel_and_the_turn_is_cancelled(script):
         async with s.running() as agent:
             view = AgentView(agent)
             turn = agent.send("go")
-            await until(lambda: "b1" in agent.conversation.tool_calls, 10, "b1")
+            await until(lambda: "b1" in agent.conversation.tool_calls, 60, "b1")
             stopped = time.time()
             view.act({"k": "act", "act": "stop"})
             agent.cancel()  # a double click on Stop
@@ -141,7 +141,7 @@ def test_F06_one_session_cancel_and_the_turn_is_cancelled(script):
                         "session/cancel within 1 s")
             cancel_at = next(e["t"] for e in s.entries() if "session/cancel" in e["line"])
             assert cancel_at - stopped < 1.0
-            await until(lambda: "stopping" in turn.text, 5, "the text after the cancel")
+            await until(lambda: "stopping" in turn.text, 60, "the text after the cancel")
             assert not turn.done and agent.status == "working"  # not before the prompt's answer
             result = await turn
             assert result.cancelled_by_user and result.stop_reason == "end_turn"
@@ -176,7 +176,7 @@ def test_F13_second_prompt_is_queued_not_sent(script):
     async def go():
         async with s.running() as agent:
             first = agent.send("go")
-            await until(lambda: "working" in first.text, 10, "the first turn")
+            await until(lambda: "working" in first.text, 60, "the first turn")
             second = agent.send("second")  # submitted while id 2 is open
             await asyncio.sleep(0.3)
             assert second.status == "queued" and repr(TurnView(second)).endswith("turn queued")
@@ -263,7 +263,7 @@ def test_F14_prompt_content_is_gated_on_prompt_capabilities(tmp_path, script, ca
             view = AgentView(agent)
             result = await agent.send("describe", attach=[ws / "plot.png", csv])
             assert result.stop_reason == "end_turn"
-            await asyncio.sleep(0.1)
+            await until(lambda: any(isinstance(i, Notice) for i in agent.conversation.items), what="the notice")
             notices = [i for i in agent.conversation.items if isinstance(i, Notice)]
             assert len(notices) == 1 and "image" in notices[0].text and "not sent" in notices[0].text
             assert "image was not sent" in repr(view)

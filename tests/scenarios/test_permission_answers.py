@@ -39,7 +39,7 @@ END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
 async def _started(rules: RulePlugins, *ids: str) -> RulePlugins:
     rules.start_soon()
     for pid in ids:
-        await asyncio.wait_for(rules.host.processes[pid].wait_ready(), 10)
+        await asyncio.wait_for(rules.host.processes[pid].wait_ready(), 60)
     return rules
 
 
@@ -63,8 +63,8 @@ C> {{"jsonrpc":"2.0","id":100,"result":{{"outcome":{{"outcome":"cancelled"}},"_m
         agent = s.agent(policies=[rules.broker], project=Project.for_folder(s.ws))
         try:
             turn = agent.send("go")
-            card = await agent.next_permission(timeout=10)
-            await until(lambda: card.state != "pending", 5, "the plugin's denial to answer the card")
+            card = await agent.next_permission(timeout=60)
+            await until(lambda: card.state != "pending", 60, "the plugin's denial to answer the card")
             assert (await turn).stop_reason == "end_turn"
             assert card.state == "cancelled" and card.permission.denied
             assert card.label == "Denied by Fixture fast via Escouade — fast says no"
@@ -109,8 +109,8 @@ C> {{"jsonrpc":"2.0","id":101,"result":{{"outcome":{{"outcome":"selected","optio
     async def go():
         async with s.running(policies=[no_deletes]) as agent:
             turn = agent.send("go")
-            first = await agent.next_permission(timeout=10)
-            second = await agent.next_permission(timeout=10)
+            first = await agent.next_permission(timeout=60)
+            second = await agent.next_permission(timeout=60)
             assert (await turn).stop_reason == "end_turn"
             # the same words whatever carried the refusal: cancelled (no reject option), or reject_once
             assert first.label == second.label == "Denied by the team's policy — no deletes here"
@@ -179,9 +179,9 @@ C> {{"jsonrpc":"2.0","id":102,"result":{{"outcome":{{"outcome":"selected","optio
         agent = s.agent(policies=[rules.broker], project=Project.for_folder(s.ws))
         try:
             turn = agent.send("go")
-            cards = [await agent.next_permission(timeout=10) for _ in range(2)]
-            third = await agent.next_permission(timeout=10)
-            await until(lambda: not third.permission.deciding, 5, "the plugin to leave the write to the user")
+            cards = [await agent.next_permission(timeout=60) for _ in range(2)]
+            third = await agent.next_permission(timeout=60)
+            await until(lambda: not third.permission.deciding, 60, "the plugin to leave the write to the user")
             assert third.state == "pending"  # the plugin asked: the user decides
             third.choose("allow_always")
             assert (await turn).stop_reason == "end_turn"
@@ -273,7 +273,7 @@ C> {{"jsonrpc":"2.0","id":105,"result":{{"outcome":{{"outcome":"selected","optio
         try:
             turn = agent.send("go")
             for option in ("session", "approved-for-prefix", "allow_always", "allow_once", "once", "reject_always"):
-                card = await agent.next_permission(timeout=10)
+                card = await agent.next_permission(timeout=60)
                 card.choose(option)
                 labels.append(card.label)
             await turn
@@ -318,7 +318,7 @@ def test_a_call_the_agent_ran_without_asking_after_an_earlier_grant_says_so(scri
     async def go():
         async with s.running() as agent:
             turn = agent.send("go")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             card.choose("session")
             result = await turn
             return {c.tool_call_id: c for c in result.tool_calls}

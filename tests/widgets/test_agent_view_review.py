@@ -15,6 +15,7 @@ from typing import Any
 from acp_clients import fake_agent
 
 from scripted_agent import until
+from deadlines import run
 from escouade_nb.core.render_text import render_items
 from escouade_nb.engine.agent import Agent, state_of
 from escouade_nb.widgets import AgentView
@@ -30,10 +31,6 @@ class Page:
         self.settles.append((cell_id, keep))
         await asyncio.sleep(0)
         return {"outcome": "kept" if keep else "rejected"}
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def review_of(view: AgentView) -> Any:

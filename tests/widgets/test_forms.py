@@ -54,9 +54,9 @@ def with_form(tmp_path, answer: dict, body) -> None:
         async with s.running() as agent:
             view = AgentView(agent)
             turn = agent.send("go")
-            q = await agent.next_question(timeout=10)
+            q = await agent.next_question(timeout=60)
             try:
-                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 5, "the form")
+                await until(lambda: view.feed.find(view.feed.key(q.question)) is not None, 60, "the form")
                 await body(view, q)
             finally:
                 view.close()
@@ -74,7 +74,7 @@ def test_a_form_answer_is_checked_against_its_schema_before_it_is_sent(script):
     async def go():
         async with s.running() as agent:
             turn = agent.send("go")
-            q = await agent.next_question(timeout=10)
+            q = await agent.next_question(timeout=60)
             wrong = [
                 ({"replicas": 3}, "required field(s) missing: name"),
                 ({"name": "web", "replicas": "3"}, "field 'replicas': '3' is not of type 'integer'"),
@@ -118,7 +118,7 @@ def test_the_form_blocks_submit_until_required_fields_are_filled_and_sends_only_
         assert "field 'ratio': 'abc' is not a number" in html.unescape(view.card_html(q))
         fields, _ = form_fields(card, {"name": "web", "ratio": "0.5"})
         view.act({"k": "act", "act": submit["act"], "key": submit["key"], "fields": fields})
-        await until(lambda: q.state == "accept", 5, "the answer")
+        await until(lambda: q.state == "accept", 60, "the answer")
         assert q.question.answer == {"name": "web", "replicas": 2, "ratio": 0.5}
         settled = view.card_html(q)
         assert buttons_of(settled) == [] and "data-field" not in settled  # settled: no form left
@@ -147,6 +147,6 @@ def test_every_button_of_a_form_does_what_it_says_and_cancel_cancels_it(tmp_path
         assert unknown == [], f"buttons no action answers: {unknown}"
         cancel = buttons[2]
         view.act({"k": "act", "act": cancel["act"], "key": cancel["key"]})
-        await until(lambda: q.state == "cancel", 5, "the cancel")
+        await until(lambda: q.state == "cancel", 60, "the cancel")
 
     with_form(tmp_path, {"action": "cancel"}, body)

@@ -268,7 +268,7 @@ def test_one_widget_model_per_view_none_per_item(tmp_path):
         view = AgentView(agent)
         opened = set(_instances) - before
         turn = agent.send("edit notes.txt")
-        card = await agent.next_permission(timeout=10)
+        card = await agent.next_permission(timeout=60)
         tv = TurnView(turn)
         await asyncio.sleep(0.1)
         view.press(card, "choose", "allow_once")

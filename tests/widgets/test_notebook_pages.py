@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deadlines import until
 
 from escouade_nb.kernel_mcp.tools import ToolFailure
 from escouade_nb.widgets import notebook_pages
@@ -180,7 +181,7 @@ def test_a_change_goes_to_one_page_once_and_a_stale_one_says_so(monkeypatch):
         assert a.comm is not None
         task = asyncio.ensure_future(pages.change_cell("edit", {"cell": "a", "source": "2", "base": "0" * 64,
                                                                 "agent": "x"}))
-        await asyncio.sleep(0.02)
+        await until(lambda: a.comm.sent, what="the edit sent to the page")
         (op,) = a.comm.sent
         assert op["op"] == "edit" and op["cell"] == "a" and op["base"] == "0" * 64 and op["to"] == "a"
         a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": False, "stale": True,
@@ -219,18 +220,15 @@ def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_r
         # tab a (not the latest to say hello) clicks Keep: the settle goes to tab a, on its comm
         a.comm.on_message({"content": {"data": {"client": "a", "decide": {"cell": "c7", "keep": True}}}})
         a.comm.on_message({"content": {"data": {"client": "a", "decide": {"cell": "c7", "keep": True}}}})  # twice
-        await asyncio.sleep(0.02)
+        await until(lambda: a.comm.sent, what="the settle sent")
         (op,) = a.comm.sent
         assert (op["op"], op["cell"], op["keep"], op["to"]) == ("settle", "c7", True, "a") and b.comm.sent == []
         a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": True, "outcome": "kept"}}})
-        await asyncio.sleep(0.02)
+        await until(lambda: edit.state == "kept", what="the edit kept")
         assert edit.state == "kept" and review.pending == []
         # a cell no agent's review holds: settled directly, by a task the pages own, the saved file trusted
         b.comm.on_message({"content": {"data": {"client": "b", "decide": {"cell": "old", "keep": False}}}})
-        for _ in range(100):
-            if len(b.comm.sent) >= 2:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: len(b.comm.sent) >= 2, what="two messages to tab b")
         assert trusted["asked"] == [Path("/srv/work/nb.ipynb")]  # the kernel's notebook, checked in a thread
         assert b.comm.sent.pop(0)["elsewhere"] == {"change": "kept", "agent": "", "cell": "c7"}  # told, not asked
         (op,) = b.comm.sent
@@ -239,25 +237,18 @@ def test_a_click_on_keep_or_reject_is_settled_by_the_kernel_through_the_agents_r
         # the saved file not trusted here (someone else's): the page is told, nothing settled
         trusted["value"] = False
         b.comm.on_message({"content": {"data": {"client": "b", "decide": {"cell": "forged", "keep": False}}}})
-        for _ in range(100):
-            if b.comm.sent:
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.05)
+        await until(lambda: b.comm.sent, what="the answer to tab b")
+        await asyncio.sleep(0.05)  # and nothing more (a check of absence: a fixed look)
         assert b.comm.sent == [{"v": 1, "to": "b", "untrusted": "forged"}]
         b.comm.sent.clear()
         trusted["value"] = True
         pages.close()
-        await asyncio.sleep(0.02)
-        assert not pages._tasks
+        await until(lambda: not pages._tasks, what="the pages' tasks ended")
         # a page with no comm open yet (a reload of a saved notebook with pending cells) says it in its hello
         late = Comm()
         a.manager.targets[TARGET](late, {"content": {"data": {"v": 1, "client": "z", "hello": {
             "path": "nb.ipynb", "panel": "p"}, "decide": {"cell": "saved", "keep": True}}}})
-        for _ in range(100):
-            if late.sent:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: late.sent, what="the settle sent to the late tab")
         (op,) = late.sent
         assert (op["op"], op["cell"], op["keep"], op["to"]) == ("settle", "saved", True, "z")
         pages.close()

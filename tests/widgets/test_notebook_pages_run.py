@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from deadlines import until
 
 from escouade_nb.kernel_mcp.tools import ToolFailure
 from test_notebook_pages import setup
@@ -23,7 +24,7 @@ def test_a_run_is_sent_once_and_answers_with_the_later_ran_message_of_that_page(
         pages.start()
         pages.ping()
         run = asyncio.ensure_future(pages.run_cell("c1", "ab" * 32, BY))
-        await asyncio.sleep(0.05)
+        await until(lambda: b.comm is not None and b.comm.sent, what="the run sent to the page")
         assert a.comm is not None and b.comm is not None and a.comm.sent == []
         (op,) = b.comm.sent
         assert {k: op[k] for k in ("op", "cell", "base", "by", "to")} == \
@@ -38,7 +39,7 @@ def test_a_run_is_sent_once_and_answers_with_the_later_ran_message_of_that_page(
         await asyncio.sleep(0.05)
         assert not run.done() and pages.strays == 1
         b.comm.on_message({"content": {"data": {**done, "client": "b"}}})
-        got = await asyncio.wait_for(run, 5)
+        got = await asyncio.wait_for(run, 60)
         assert got == {"execution_count": 5, "outputs": done["outputs"], "client": "b"}
         assert pages._runs == {}
 
@@ -52,23 +53,23 @@ def test_a_page_closed_mid_run_a_stale_refusal_and_a_running_cell_end_in_one_lin
         pages.ping()
         assert a.comm is not None
         run = asyncio.ensure_future(pages.run_cell("c1", "00", BY))
-        await asyncio.sleep(0.05)
+        await until(lambda: a.comm.sent, what="the run sent to the page")
         op = a.comm.sent.pop()
         a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": True, "started": True}}})
         await asyncio.sleep(0.05)
         assert a.comm.on_closed is not None
         a.comm.on_closed({})  # the tab closed its notebook while the cell ran
         with pytest.raises(ToolFailure, match="closed before the cell's run ended"):
-            await asyncio.wait_for(run, 5)
+            await asyncio.wait_for(run, 60)
 
         a.ping()
         run = asyncio.ensure_future(pages.run_cell("c1", "00", BY))
-        await asyncio.sleep(0.05)
+        await until(lambda: a.comm.sent, what="the run sent to the page")
         op = a.comm.sent.pop()
         a.comm.on_message({"content": {"data": {"client": "a", "reply": op["req"], "ok": False, "stale": True,
                                                 "error": "cell c1 changed since the card showed it: nothing was run"}}})
         with pytest.raises(ToolFailure) as stale:
-            await asyncio.wait_for(run, 5)
+            await asyncio.wait_for(run, 60)
         assert str(stale.value) == "cell c1 changed since the card showed it: nothing was run"
 
         assert pages.running() is None

@@ -22,6 +22,7 @@ import pytest
 from acp_clients import fake_agent as shipped_fake_agent
 
 from scripted_agent import until
+from deadlines import run
 from escouade_nb.core.conversation import Conversation
 from escouade_nb.core.status import AgentStatus
 from escouade_nb.engine.agent import Agent
@@ -34,10 +35,6 @@ from escouade_nb.widgets.squad_view import SquadView
 from escouade_nb.widgets.update_view import UpdateView
 from escouade_nb.widgets import front
 from escouade_nb.widgets.feed import Feed
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def fake_agent(tmp_path, **kwargs) -> Agent:
@@ -75,7 +72,7 @@ def test_closed_views_are_collected_and_release_their_subscriptions(tmp_path):
         agent = fake_agent(tmp_path)
         await agent.ready()
         turn = agent.send("edit notes.txt")  # a turn with a tool call and a card
-        card = await agent.next_permission(timeout=10)
+        card = await agent.next_permission(timeout=60)
         card.choose("allow_once")
         await turn
         await agent.send("plan")
@@ -167,7 +164,7 @@ def test_squad_view_shows_the_oldest_card_and_answers_it_in_place(tmp_path):
         squad = SquadView(Agents(agent))
         assert squad.table()["pending"] is None
         turn = agent.send("edit notes.txt")
-        card = await agent.next_permission(timeout=10)
+        card = await agent.next_permission(timeout=60)
         table = squad.table()
         pending = table["pending"]
         assert pending["agent"] == agent.name and pending["count"] == 1
@@ -359,11 +356,11 @@ def test_header_buttons_follow_the_status_groups(tmp_path):
         assert head["can"]["send"]  # a prompt sent while it starts is queued
         assert head["status_text"] == "starting…"
         await agent.ready()
-        await asyncio.sleep(0.1)
+        await until(lambda: view.head()["can"]["restart"], what="the view told the agent is ready")
         head = view.head()
         assert head["can"]["send"] and head["can"]["restart"]
         await agent.close()
-        await asyncio.sleep(0.1)
+        await until(lambda: not view.state()["head"]["can"]["send"], what="the view told the agent closed")
         head = view.state()["head"]
         assert not head["can"]["send"] and not head["can"]["stop"] and head["can"]["restart"]
         assert head["status_text"] == "closed"
@@ -507,7 +504,7 @@ def test_update_still_running_at_exit_is_killed(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     pgid = int(out.stdout.split()[0])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     if group_alive(pgid):
@@ -585,7 +582,7 @@ def test_a_saved_form_says_a_waiting_card_was_unanswered(tmp_path):
         view = AgentView(agent)
         try:
             turn = agent.send("edit notes.txt")
-            card = await agent.next_permission(timeout=10)
+            card = await agent.next_permission(timeout=60)
             permission = view.companion_bundle()
             card.choose(card.options[-1]["optionId"])  # Reject: the turn goes on, then asks a form
             await turn

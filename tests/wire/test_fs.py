@@ -8,12 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 from acp import RequestError
+from deadlines import run
 
 from escouade_nb.wire.fs import FenceError, FileSystem
-
-
-def run(coro_fn, *args):
-    return anyio.run(coro_fn, *args)
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -11,6 +11,7 @@ import anyio
 import pytest
 from acp import RequestError
 from acp.schema import EnvVariable
+from deadlines import run, until
 
 from escouade_nb.wire.terminals import SHELL, Terminal, TerminalManager, command_argv
 
@@ -41,10 +42,6 @@ async def group_gone(pgid: int, within: float = 3.0) -> bool:
             return False
         await anyio.sleep(0.02)
     return True
-
-
-def run(fn) -> None:
-    anyio.run(fn)
 
 
 # -- the command-shape rule -----------------------------------------------------------------
@@ -273,11 +270,11 @@ def test_release_of_a_running_command(tmp_path: Path) -> None:
             async with anyio.create_task_group() as tg:
                 waited = []
 
-                async def wait():
+                async def wait(*, task_status=anyio.TASK_STATUS_IGNORED):
+                    task_status.started()  # the parent goes on once this task waits in wait_for_exit
                     waited.append(await tm.wait_for_exit(tid))
 
-                tg.start_soon(wait)
-                await anyio.sleep(0.05)
+                await tg.start(wait)
                 await tm.release(tid)
             assert waited[0].signal == "SIGTERM"  # a pending wait is answered
             assert await group_gone(pgid)
@@ -321,8 +318,7 @@ def test_leaving_the_manager_kills_everything(tmp_path: Path) -> None:
             for _ in range(3):
                 tid = await tm.create("sleep 30")
                 pgids.append(tm.get(tid).pid)
-            await anyio.sleep(0.1)
-            assert all(group_members(p) for p in pgids)
+            await until(lambda: all(group_members(p) for p in pgids), what="the three commands running")
             statuses = tm.terminals
         assert all(t.exit_status.signal == "SIGTERM" for t in statuses)
         for p in pgids:
@@ -489,9 +485,9 @@ def test_e2e_without_terminal_capability(tmp_path: Path) -> None:
 def test_kill_now_is_synchronous(tmp_path: Path) -> None:
     async def main():
         async with TerminalManager(tmp_path) as tm:
-            tid = await tm.create("trap '' TERM; sleep 30")
+            tid = await tm.create("trap '' TERM; echo armed; sleep 30")
             pgid = tm.get(tid).pid
-            await anyio.sleep(0.1)
+            await until(lambda: tm.snapshot(tid)[0] == "armed\n", what="the trap set")  # SIGTERM ignored from here
             tm.kill_now()  # no await: usable from atexit
             assert (await tm.wait_for_exit(tid)).signal == "SIGKILL"
             assert await group_gone(pgid)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import anyio
 import pytest
 from acp import PROTOCOL_VERSION, connect_to_agent
 from acp.schema import ClientCapabilities, Implementation
+from deadlines import run
 
 from escouade_nb.wire.transport import MAX_LINE_BYTES, LineTransport
 from escouade_nb.core.conversation import Conversation
@@ -57,10 +57,6 @@ class ByteSink:
         await self._stream.aclose()
 
 
-def run(fn: Callable[[], Awaitable[Any]]) -> Any:
-    return anyio.run(fn)
-
-
 class Wired:
     """A transport between two in-memory pipes: ``feed`` writes what the agent would
     print, ``written`` reads what the transport sent. Closes every stream on exit."""
@@ -94,7 +90,7 @@ async def receive_all(chunks: list[bytes], **kwargs: Any) -> tuple[list[dict[str
             w.feed.send_nowait(c)
         await w.feed.aclose()
         messages: list[dict[str, Any]] = []
-        with anyio.fail_after(5):
+        with anyio.fail_after(60):
             while (msg := await w.transport.receive()) is not None:
                 messages.append(msg)
         return messages, w.transport
@@ -280,7 +276,7 @@ def test_receive_waits_for_the_rest_of_a_line() -> None:
             async def reader() -> None:
                 got.append(await w.transport.receive())
 
-            with anyio.fail_after(5):
+            with anyio.fail_after(60):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(reader)
                     await w.feed.send(b'{"id":')
@@ -438,7 +434,7 @@ def test_sdk_connection_through_line_transport_to_fake_agent() -> None:
             transport.observers.append(lambda d, m: directions.append(d))
             client = QuietClient()
             conn = connect_to_agent(client, transport)
-            with anyio.fail_after(10):
+            with anyio.fail_after(60):
                 init = await conn.initialize(
                     protocol_version=PROTOCOL_VERSION,
                     client_capabilities=ClientCapabilities(),
@@ -459,7 +455,7 @@ def test_sdk_connection_through_line_transport_to_fake_agent() -> None:
             result["skipped"] = transport.skipped_count
             await conn.close()
             await transport.close()
-            with anyio.fail_after(5):
+            with anyio.fail_after(60):
                 result["rc"] = await process.wait()
         finally:
             if process.returncode is None:

@@ -18,16 +18,13 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest import ManifestError, load_manifest
 from git_repos import base_repo, git, use_git_env
 from scripted_agent import refused_start
+from deadlines import run
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("pasta") is None,
                                  reason="bubblewrap or passt's pasta is not installed "
                                         "(apt-get install bubblewrap passt)")
 
 SECRET = "sandbox-secret-3f9a1c"  # in the agent's environment: never on a command line
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def prelude(cwd: str = "$WS") -> str:

@@ -45,7 +45,7 @@ async def _started(s: Script, run_no: int) -> list[int]:
     """The pids of run ``run_no`` once the agent has spawned its child (all alive)."""
     from scripted_agent import until
 
-    await until(lambda: len(_pids(s, run_no)) == 2, 10, "the agent and its child")
+    await until(lambda: len(_pids(s, run_no)) == 2, 60, "the agent and its child")
     pids = _pids(s, run_no)
     assert all(alive(p) for p in pids), pids
     return pids

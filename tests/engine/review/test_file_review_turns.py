@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from scripted_agent import run
+from scripted_agent import run, until
 
 from escouade_nb.engine.agent import Agent
 from escouade_nb.engine.review.file_review import FileChanged, FileEdit
@@ -96,10 +96,7 @@ def test_files_changed_through_fs_and_by_itself_pend_review_and_reject_restores_
             edits["latin.txt"].reject()  # not awaited: it runs all the same
             rejected = [edits[n].reject() for n in ("pic.bin", "sub/new_fs.txt", "made.txt", "gone.txt")]
             assert [await r for r in rejected] == ["rejected"] * 4
-            for _ in range(100):
-                if not agent.pending_edits:
-                    break
-                await __import__("asyncio").sleep(0.02)
+            await until(lambda: not agent.pending_edits, what="the answered edits gone")
             assert agent.pending_edits == []  # answered edits leave the list
             assert {e.rel: e.state for e in agent.edit_review.settled} == {
                 "keep.txt": "kept", "crlf.txt": "rejected", "latin.txt": "rejected", "pic.bin": "rejected",

@@ -19,6 +19,7 @@ from escouade_nb.engine.review.checkpoints import REF_PREFIX
 from scripted_agent import P_INIT, P_NEW, _chunk
 from git_repos import GIT_ENV as ENV
 from git_repos import git as sh
+from deadlines import run, until
 
 
 
@@ -54,10 +55,6 @@ def prompt_line(rid: int, text: str, session: str = "s1") -> str:
 
 def answer(rid: int, text: str, session: str = "s1") -> str:
     return f'A> {_chunk(text, session)}\nA> {{"jsonrpc":"2.0","id":{rid},"result":{{"stopReason":"end_turn"}}}}'
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 @pytest.fixture
@@ -328,8 +325,7 @@ def test_stop_while_the_checkpoint_is_taken_sends_no_prompt(script, tmp_path, st
     async def go():
         async with s.running() as agent:
             turn = agent.send("first")
-            await asyncio.sleep(0.5)
-            assert turn.status == "running"
+            await until(lambda: turn.status == "running", what="the turn running")
             agent.cancel()  # Stop
             await turn
             assert turn.stop_reason == "cancelled" and turn.cancelled_by_user

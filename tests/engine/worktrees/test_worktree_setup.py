@@ -14,6 +14,7 @@ from escouade_nb.engine.squad import Squad, SquadError
 from escouade_nb.manifest.project import ProjectFileError, read_worktree_config
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
+from deadlines import run, until
 
 
 
@@ -33,10 +34,6 @@ def repo(tmp_path, monkeypatch):
 
 def config(repo, block: str) -> None:
     (repo / ".escouade.yml").write_text("name: proj\n" + block)
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 async def closing(squad: Squad) -> None:
@@ -93,7 +90,7 @@ def test_first_start_asks_copies_streams_the_setup_then_discard_runs_cleanup(rep
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="a", worktree=True)
-            card = await agent.next_permission(timeout=20)
+            card = await agent.next_permission(timeout=60)
             asked = card.request.raw_input
             assert asked["setup"].startswith("echo first; cat .env;") and asked["cleanup"].startswith("echo cleaning")
             assert asked["folder"] == str(repo.parent / "proj.worktrees" / "a")
@@ -103,11 +100,9 @@ def test_first_start_asks_copies_streams_the_setup_then_discard_runs_cleanup(rep
             assert [o["optionId"] for o in card.options] == ["run", "dont-run"]
             card.choose("run")
 
-            for _ in range(1000):  # the setup's output reaches the conversation while it runs
-                out, running = terminal_output(agent, "Worktree setup")
-                if "SECRET=42" in out:
-                    break
-                await asyncio.sleep(0.02)
+            # the setup's output reaches the conversation while it runs
+            await until(lambda: "SECRET=42" in terminal_output(agent, "Worktree setup")[0], what="the setup's output")
+            out, running = terminal_output(agent, "Worktree setup")
             assert "first" in out and "SECRET=42" in out and running is True and "second" not in out
             go_file.write_text("")
             await agent.ready()
@@ -146,7 +141,7 @@ def test_a_confirmed_command_is_not_asked_again_a_changed_one_is_and_a_denial_ru
         squad = Squad()
         try:
             first = squad.start("fake", cwd=repo, name="one", worktree=True)
-            (await first.next_permission(timeout=20)).choose("run")
+            (await first.next_permission(timeout=60)).choose("run")
             await first.ready()
             second = squad.start("fake", cwd=repo, name="two", worktree=True)
             await second.ready()  # no card: the same command, the same folder
@@ -155,7 +150,7 @@ def test_a_confirmed_command_is_not_asked_again_a_changed_one_is_and_a_denial_ru
 
             config(repo, f'worktree:\n  setup: "echo changed >> {marker}"\n')
             third = squad.start("fake", cwd=repo, name="three", worktree=True)
-            card = await third.next_permission(timeout=20)
+            card = await third.next_permission(timeout=60)
             assert card.request.raw_input["setup"] == f"echo changed >> {marker}"
             card.choose("dont-run")
             with pytest.raises(Exception) as failed:
@@ -166,7 +161,7 @@ def test_a_confirmed_command_is_not_asked_again_a_changed_one_is_and_a_denial_ru
             assert "escouade/three" not in sh("branch", "--list", cwd=repo)
 
             fourth = squad.start("fake", cwd=repo, name="four", worktree=True)
-            (await fourth.next_permission(timeout=20)).choose("run")  # asked again: the denial was not kept
+            (await fourth.next_permission(timeout=60)).choose("run")  # asked again: the denial was not kept
             await fourth.ready()
             assert marker.read_text() == "ran\nran\nchanged\n"
         finally:
@@ -182,7 +177,7 @@ def test_a_failing_setup_says_its_exit_code_and_last_lines_and_keeps_the_worktre
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="f", worktree=True)
-            (await agent.next_permission(timeout=20)).choose("run")
+            (await agent.next_permission(timeout=60)).choose("run")
             with pytest.raises(Exception) as failed:
                 await agent.ready()
             text = str(failed.value)
@@ -206,7 +201,7 @@ def test_a_setup_past_its_timeout_is_killed_and_said(repo, tmp_path):
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="slow", worktree=True)
-            (await agent.next_permission(timeout=20)).choose("run")
+            (await agent.next_permission(timeout=60)).choose("run")
             with pytest.raises(Exception) as failed:
                 await agent.ready()
             assert "worktree setup timed out after 1 s (killed)" in str(failed.value)
@@ -245,7 +240,7 @@ def test_closing_while_the_card_waits_cancels_it_and_nothing_is_made(repo, tmp_p
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="c", worktree=True)
-            card = await agent.next_permission(timeout=20)
+            card = await agent.next_permission(timeout=60)
             await agent.close()
             assert card.state == "cancelled" and agent.status == "closed"
             assert not (repo.parent / "proj.worktrees" / "c").exists() and not (tmp_path / "ran").exists()
@@ -319,7 +314,7 @@ def test_a_failing_or_unconfirmed_cleanup_is_said_and_the_discard_goes_on(repo, 
         squad = Squad()
         try:
             a = squad.start("fake", cwd=repo, name="fa", worktree=True)
-            (await a.next_permission(timeout=20)).choose("run")
+            (await a.next_permission(timeout=60)).choose("run")
             await a.ready()
             path = a.worktree.path
             await squad.discard("fa")
@@ -362,7 +357,7 @@ def test_a_sandboxed_agents_setup_has_a_network_of_its_own_cut_as_its_terminals(
             try:
                 agent = squad.start("fake", cwd=repo, name="s", worktree=True,
                                     sandbox_ports=[declared.getsockname()[1]])
-                (await agent.next_permission(timeout=20)).choose("run")
+                (await agent.next_permission(timeout=60)).choose("run")
                 await agent.ready()
                 out, running = terminal_output(agent, "Worktree setup")
                 assert running is False and "declared-reached" in out and "other-cut" in out, out
@@ -372,7 +367,7 @@ def test_a_sandboxed_agents_setup_has_a_network_of_its_own_cut_as_its_terminals(
 
         pastas = run(go())
         assert len(pastas) <= 1  # the agent's own at most (the setup's ended with it)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while own_processes("--netns-only") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not own_processes("--netns-only")
@@ -392,7 +387,7 @@ def test_a_sandboxed_agents_setup_runs_under_its_bubblewrap(repo, tmp_path):
         squad = Squad()
         try:
             agent = squad.start("fake", cwd=repo, name="s", worktree=True, sandbox=True)
-            (await agent.next_permission(timeout=20)).choose("run")
+            (await agent.next_permission(timeout=60)).choose("run")
             await agent.ready()
             out, running = terminal_output(agent, "Worktree setup")
             assert running is False and "refused" in out and "Read-only file system" in out, out

@@ -12,6 +12,7 @@ import pytest
 from escouade_nb.engine.squad import Squad
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
+from deadlines import run
 
 
 @pytest.fixture
@@ -27,10 +28,6 @@ def repo(tmp_path, monkeypatch):
         "tool.bin": b"\0\1binary",
         ".escouade.yml": 'name: proj\nworktree:\n  setup: "./scripts/setup.sh && sh -n tool.bin || true"\n',
     }, executable=["scripts/setup.sh"])
-
-
-def run(coro, timeout: float = 90):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def card_text(card) -> str:
@@ -50,7 +47,7 @@ def test_the_card_shows_the_script_a_changed_script_asks_again_an_unchanged_one_
         squad = Squad()
         try:
             one = squad.start("fake", cwd=repo, name="one", worktree=True)
-            card = await one.next_permission(timeout=20)
+            card = await one.next_permission(timeout=60)
             text = card_text(card)
             assert f"    echo v1 >> {marker}" in text  # the script's content, whole
             digest = hashlib.sha256(script.read_bytes()).hexdigest()
@@ -69,7 +66,7 @@ def test_the_card_shows_the_script_a_changed_script_asks_again_an_unchanged_one_
             script.write_text(f"#!/bin/sh\necho v2 >> {marker}\n")  # the command's text is the same
             sh("commit", "-qam", "setup v2", cwd=repo)
             three = squad.start("fake", cwd=repo, name="three", worktree=True)
-            card = await three.next_permission(timeout=20)  # asked again: the script changed
+            card = await three.next_permission(timeout=60)  # asked again: the script changed
             assert f"    echo v2 >> {marker}" in card_text(card)
             card.choose("run")
             await three.ready()
@@ -77,7 +74,7 @@ def test_the_card_shows_the_script_a_changed_script_asks_again_an_unchanged_one_
 
             script.write_text(f"#!/bin/sh\necho uncommitted >> {marker}\n")  # shown, but not what the worktree has
             four = squad.start("fake", cwd=repo, name="four", worktree=True)
-            card = await four.next_permission(timeout=20)
+            card = await four.next_permission(timeout=60)
             assert "echo uncommitted" in card_text(card)
             card.choose("run")
             with pytest.raises(Exception) as failed:
@@ -101,7 +98,7 @@ def test_a_cleanup_script_the_agent_changed_in_its_worktree_is_not_run_an_unchan
         squad = Squad()
         try:
             a = squad.start("fake", cwd=repo, name="a", worktree=True)
-            card = await a.next_permission(timeout=20)
+            card = await a.next_permission(timeout=60)
             assert f"    echo clean >> {marker}" in card_text(card)
             card.choose("run")
             await a.ready()

@@ -11,6 +11,7 @@ from escouade_nb.manifest.project import project_id
 from escouade_nb.wire import transcript
 from git_repos import base_repo, use_git_env
 from git_repos import git as sh
+from deadlines import run, until
 
 
 
@@ -22,13 +23,9 @@ def repo(tmp_path, monkeypatch):
     return base_repo(tmp_path / "proj", {"notes.txt": "a\n"})
 
 
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
 async def edit(agent, file: str = "notes.txt") -> None:
     turn = agent.send(f"edit {file}")
-    card = await agent.next_permission(timeout=20)
+    card = await agent.next_permission(timeout=60)
     card.choose("allow_once")
     await turn
 
@@ -52,10 +49,8 @@ def test_two_worktrees_edit_one_file_merge_fast_forwards_then_conflicts_and_disc
             await edit(b)
             await edit(b)  # b: two lines: the same file, changed differently
             assert (repo / "notes.txt").read_text() == "a\n"  # the main worktree untouched so far
-            for _ in range(200):  # re-counted after each turn, for the views' headers
-                if a.worktree.last_stat is not None and a.worktree.last_stat.files == 1:
-                    break
-                await asyncio.sleep(0.02)
+            # re-counted after each turn, for the views' headers
+            await until(lambda: a.worktree.last_stat is not None and a.worktree.last_stat.files == 1, what="the stat")
             assert str(a.worktree.last_stat) == "1 file changed, +1 -0"
             stat = await a.worktree.diffstat()
             assert (stat.files, stat.insertions, stat.deletions, stat.paths) == (1, 1, 0, ["notes.txt"])
@@ -110,7 +105,7 @@ def test_refusals_are_one_clear_line(repo, tmp_path):
 
             early = squad.start("fake", cwd=repo, name="early", worktree=True)
             await early.close()  # while its worktree is being made: it never starts
-            await asyncio.sleep(0.3)
+            await until(lambda: early.status == "closed", what="the early agent closed")
             assert early.status == "closed" and early.live is None
 
             (repo / "notes.txt").write_text("staged\n")
@@ -210,7 +205,7 @@ def test_side_by_side_view_compares_the_turns_and_the_squad_view_shows_worktrees
             turns = squad.ask_soon(["x", "y"], "edit notes.txt")
             view = CompareView(turns)
             for agent in (squad.agents["x"], squad.agents["y"]):
-                card = await agent.next_permission(timeout=20)
+                card = await agent.next_permission(timeout=60)
                 card.choose("allow_once")  # every agent's card answerable at once
             await squad.restat_soon(turns, view.finish)
             rows = comparison(turns, durations=False)

@@ -137,14 +137,10 @@ def _count_kernel_starts() -> None:
 _count_kernel_starts()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        notebook = type(item).__module__.startswith("nbval")
-        if notebook or _KERNEL_TIER in item.path.parents:
+        if type(item).__module__.startswith("nbval") or _KERNEL_TIER in item.path.parents:
             item.add_marker(pytest.mark.kernel)
-        if notebook:  # a notebook's cells run in order in one kernel: one xdist worker (--dist loadgroup)
-            item.add_marker(pytest.mark.xdist_group(str(item.path)))
 
 
 @pytest.hookimpl(tryfirst=True)

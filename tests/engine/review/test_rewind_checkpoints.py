@@ -324,8 +324,9 @@ def test_stop_while_the_checkpoint_is_taken_sends_no_prompt(script, tmp_path, st
 
     async def go():
         async with s.running() as agent:
-            turn = agent.send("first")
-            await until(lambda: turn.status == "running", what="the turn running")
+            turn = agent.send("first")  # the agent holds the fork's answer 1 s: Stop lands while it is under way
+            await until(lambda: any(m.get("method") == "session/fork" for m in s.received()), what="the fork sent")
+            assert turn.status == "running"
             agent.cancel()  # Stop
             await turn
             assert turn.stop_reason == "cancelled" and turn.cancelled_by_user

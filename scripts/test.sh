@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (once) and run the tests.
 #   bash scripts/test.sh          everything, in two runs whose exit codes both count:
-#                                 1. unit tests and real-kernel tests with the shipped fake agent: everything but
-#                                    tests/browser and tests/agents, spread over pytest-xdist workers (the kernel
-#                                    tests mostly wait on kernels and agents: workers overlap the waits);
-#                                 2. the browser and agent suites and the notebooks under nbval, in one process
-#                                    (one JupyterLab and one chromium for the browser suite; a notebook's cells in
-#                                    order in one kernel; the suites skip with a reason when their tools are missing)
+#                                 1. unit tests, real-kernel tests with the shipped fake agent, the released
+#                                    agents' suite and the notebooks under nbval: everything but tests/browser,
+#                                    spread over pytest-xdist workers a file at a time (`--dist loadfile`: a
+#                                    module's kernel is started once, a notebook's cells stay together; the
+#                                    kernel tests mostly wait on kernels and agents: workers overlap the waits);
+#                                 2. the browser suite, in one process (one JupyterLab and one chromium for the
+#                                    whole suite; it skips with a reason when its tools are missing)
 #   bash scripts/test.sh --fast   the one-minute loop: tests/core, tests/wire, tests/permissions (no kernel), in
 #                                 workers too
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k manifest`, `bash scripts/test.sh --fast -x`), to
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 venv="${ESCOUADE_VENV:-.venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
-workers=(--dist loadgroup -n)
+workers=(--dist loadfile -n)
 fast=0
 args=()
 paths=0
@@ -44,10 +45,10 @@ if [ "$fast" = 1 ]; then
 fi
 # exit code 5 (nothing collected: a -k that picks tests of one run only) counts as a pass when the other run ran
 status=0
-"${pytest[@]}" "${workers[@]}" "${ESCOUADE_TEST_WORKERS:-4}" tests --ignore=tests/browser --ignore=tests/agents \
+"${pytest[@]}" "${workers[@]}" "${ESCOUADE_TEST_WORKERS:-4}" "${nbval[@]}" tests notebooks --ignore=tests/browser \
     "${args[@]}" || status=$?
 second=0
-"${pytest[@]}" "${nbval[@]}" tests/browser tests/agents notebooks "${args[@]}" -n 0 || second=$?
+"${pytest[@]}" tests/browser "${args[@]}" -n 0 || second=$?
 if [ "$status" = 5 ] && [ "$second" != 5 ]; then status=0; fi
 if [ "$second" != 0 ] && [ "$second" != 5 ] && [ "$status" = 0 ]; then status=$second; fi
 if [ "$status" != 0 ]; then echo "scripts/test.sh: the runs failed (exit codes: $status, $second)" >&2; fi

@@ -14,9 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# one wheel built for the whole module: its tests stay on one worker (pytest-xdist's --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("wheel")
-
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:

@@ -12,17 +12,20 @@ from __future__ import annotations
 import json
 
 from test_lab_cell_edits import BARS, CELLS, REVIEWED
-from test_lab_live_cells import PANEL, Mcp, until
+from test_lab_live_cells import PANEL, Mcp
+from browser_waits import until
 
 # the kernel pings its pages until both tabs said hello (a tab whose kernel connection was not up yet
 # missed the first ping)
-RELAY = """pages = notebook_pages.start_in_kernel(get_ipython())
-for _ in range(400):
-    if _ % 20 == 0:
-        pages.ping()
-    if len(pages.pages) >= 2:
-        break
-    await asyncio.sleep(0.05)
+RELAY = """import time as _time
+pages = notebook_pages.start_in_kernel(get_ipython())
+_pinged = None
+async with asyncio.timeout(45):
+    while len(pages.pages) < 2:
+        if _pinged is None or _time.monotonic() - _pinged > 1:
+            pages.ping()
+            _pinged = _time.monotonic()
+        await asyncio.sleep(0.05)
 len(pages.pages)"""
 
 # the notice as shown in the panel's toolbar (not in its "…" menu): its whole sentence, the tooltip

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from browser_waits import until
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -36,10 +37,9 @@ print("TOKEN", grant.token)"""
 
 PING = """pages = notebook_pages.start_in_kernel(get_ipython())
 pages.ping()
-for _ in range(400):
-    if len(pages.pages) >= 2:
-        break
-    await asyncio.sleep(0.05)
+async with asyncio.timeout(45):
+    while len(pages.pages) < 2:
+        await asyncio.sleep(0.05)
 print("PAGES", len(pages.pages))"""
 
 TYPED = 'typed = "not saved yet, ça va"'
@@ -53,15 +53,6 @@ for _ in range(30):
 [round(x * 1000, 1) for x in sorted(_rt)]"""
 
 PANEL = "window.jupyterapp.shell.currentWidget"
-
-
-def until(check, what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
-    return got
 
 
 def answered(page) -> list[str]:

@@ -3,7 +3,8 @@ chromium through Python playwright, the way a person uses escouade_nb.
 
 ONE JupyterLab server and ONE chromium serve the whole run (session fixtures ``lab`` and
 ``browser``); each test gets a fresh browser context and page (``lab_page``: the app loaded
-anew, no tab, cookie, permission or script state of an earlier test) and its own folder
+anew, no tab, cookie, permission or script state of an earlier test; made while the test before
+it ran, so that its load costs the run little: ``Pages``) and its own folder
 under the server's throw-away root, where its notebook is generated (``nb``; the kernel runs
 in that folder). Notebook 7's pages (``/notebooks/PATH``) are served by the same server;
 a test that needs a kernel environment sets it in its kernel, so no test needs a server
@@ -367,23 +368,26 @@ _written: list[Path] = []  # screenshots of this run
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if _written:
         terminalreporter.write_line(f"browser suite: {len(_written)} screenshots in {ARTIFACTS}")
-    if LabPage.loads:
-        loads = sorted(LabPage.loads)
-        terminalreporter.write_line(f"browser suite: {len(loads)} JupyterLab page loads, median "
-                                    f"{loads[len(loads) // 2]:.1f} s, longest {loads[-1]:.1f} s")
+    if LabPage.waits:
+        waits = sorted(LabPage.waits)
+        terminalreporter.write_line(f"browser suite: {len(waits)} tests waited for their JupyterLab page: median "
+                                    f"{waits[len(waits) // 2]:.1f} s, longest {waits[-1]:.1f} s, "
+                                    f"{sum(waits):.0f} s in all")
 
 
 # --------------------------------------------------------------------------- a notebook in the page
 
 class LabPage:
     """One test's JupyterLab page, in a browser context of its own (no cookie, cache,
-    permission or tab of another test). Console errors are collected."""
+    permission or tab of another test). Console errors are collected. Made, it starts
+    loading; :meth:`ready` waits for the app (see :class:`Pages`)."""
 
-    loads: list[float] = []  # seconds each page load took (the run's figures, printed at the end)
+    waits: list[float] = []  # seconds the tests waited for their page (the run's figures, printed at the end)
+    URL = "{}/lab/workspaces/escouade-browser?reset&token={}"  # reset: no tab of an earlier page is restored
 
     def __init__(self, lab: Lab, browser) -> None:
         self.lab = lab
-        self._before = set(marked(lab.mark))  # the server's own processes
+        self._before: set[int] = set()
         self._finished = False
         self.context = browser.new_context(viewport={"width": 1200, "height": 900}, device_scale_factor=1)
         self.context.set_default_timeout(30_000)
@@ -392,28 +396,38 @@ class LabPage:
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
         try:
-            self.load()
+            self._go(60)
         except BaseException:
             self.context.close()
             raise
 
-    def load(self, timeout: float = 60) -> None:
-        """(Re)load the app: seconds; raises playwright's TimeoutError past ``timeout``."""
-        started = time.monotonic()
-        # a workspace of its own, reset: no tab of an earlier run is restored (nor its kernel)
-        # what is waited for is the app, within this load's deadline: not the page's load event,
-        # which goto would wait for within the context's default 30 s (the bundles take longer
-        # to arrive and parse on a loaded machine)
-        deadline = started + timeout
+    def _go(self, timeout: float) -> None:
+        # what is waited for is the app (ready), not the page's load event, which goto would
+        # wait for within the context's default 30 s (the bundles take longer on a loaded machine)
+        self.page.goto(self.URL.format(self.lab.url, TOKEN), wait_until="commit", timeout=timeout * 1000)
+
+    def ready(self, timeout: float = 60) -> None:
+        """Wait (``timeout`` seconds at most) until the app is up and restored, then give the
+        notebook the width; raises playwright's ``TimeoutError`` past it."""
+        deadline = time.monotonic() + timeout
         left = lambda: max(1.0, deadline - time.monotonic()) * 1000  # noqa: E731 - ms for playwright
-        self.page.goto(f"{self.lab.url}/lab/workspaces/escouade-browser?reset&token={TOKEN}", wait_until="commit",
-                       timeout=left())
         self.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
                                     "'docmanager:open')", timeout=left())
         self.page.evaluate("() => window.jupyterapp.restored")
         self.page.locator("#jp-main-dock-panel").wait_for(timeout=left())
         self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")  # the notebook gets the width
-        LabPage.loads.append(time.monotonic() - started)
+
+    def load(self, timeout: float = 60) -> None:
+        """Load the app again (a reload, as a person's): seconds; raises playwright's
+        ``TimeoutError`` past ``timeout``."""
+        started = time.monotonic()
+        self._go(timeout)
+        self.ready(max(1.0, timeout - (time.monotonic() - started)))
+
+    def adopt(self) -> LabPage:
+        """This page is now a test's: what runs on the server now is not the test's."""
+        self._before = set(marked(self.lab.mark))
+        return self
 
     def close_documents(self) -> None:
         """Close every tab of the main area without asking (the notebooks were edited)."""
@@ -445,13 +459,59 @@ class LabPage:
         return left
 
 
+class Pages:
+    """The tests' pages: each test takes a page that was made (and so started loading) while
+    the test before it ran — a JupyterLab page takes seconds of CPU to load, and a test mostly
+    waits on kernels and agents — and leaves the next one loading. Never a page used before."""
+
+    def __init__(self, lab: Lab, browser) -> None:
+        self.lab, self.browser = lab, browser
+        self.spare: LabPage | None = None
+
+    def take(self) -> LabPage:
+        """A page with the app up (raises playwright's ``TimeoutError`` if none comes up in 60 s)."""
+        started = time.monotonic()
+        page, self.spare = self.spare, None
+        try:
+            if page is None:
+                page = LabPage(self.lab, self.browser)
+            page.ready()
+        except Exception:  # the spare's load failed (its page crashed, the server was slow): a new one
+            if page is not None:
+                page.close()
+            page = LabPage(self.lab, self.browser)
+            try:
+                page.ready()
+            except BaseException:
+                page.close()
+                raise
+        LabPage.waits.append(time.monotonic() - started)
+        self.spare = LabPage(self.lab, self.browser)  # loads while this test runs
+        return page.adopt()
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
+
+
+@pytest.fixture(scope="session")
+def pages(lab: Lab, browser):
+    """The run's :class:`Pages` (the spare closed at the end)."""
+    made = Pages(lab, browser)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
 @pytest.fixture
-def lab_page(request: pytest.FixtureRequest, lab: Lab, browser):
+def lab_page(request: pytest.FixtureRequest, lab: Lab, pages: Pages):
     """This test's page (a fresh context) on a server with no kernel; after the test as
     ``LabPage.finish``: fails the test if it left a process behind."""
     lab.alive_or_fail()
     assert not lab.api("GET", "/api/kernels"), "a kernel of an earlier test is still running"
-    page = LabPage(lab, browser)
+    page = pages.take()
     try:
         yield page
     finally:

@@ -377,6 +377,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 # --------------------------------------------------------------------------- a notebook in the page
 
+# the notebook at path is the app's current widget; else it is opened (or brought to the front): false
+NOTEBOOK_IN_FRONT = """p => { const app = window.jupyterapp, w = app.shell.currentWidget;
+  if (w && w.context && w.context.path === p) return true;
+  app.commands.execute('docmanager:open', {path: p, factory: 'Notebook'}); return false; }"""
+
+
 class LabPage:
     """One test's JupyterLab page, in a browser context of its own (no cookie, cache,
     permission or tab of another test). Console errors are collected. Made, it starts
@@ -423,6 +429,23 @@ class LabPage:
         started = time.monotonic()
         self._go(timeout)
         self.ready(max(1.0, timeout - (time.monotonic() - started)))
+
+    def second_tab(self, path: str, workspace: str, timeout: float = 180):
+        """The notebook at ``path`` opened in a new page (tab) of this context, a JupyterLab of
+        workspace ``workspace`` (reset), once it is that page's current widget (JupyterLab may
+        put its launcher there after the notebook opened: the notebook is brought back to the
+        front). Returns the playwright page; raises past ``timeout`` seconds (a second app on a
+        loaded machine is slow)."""
+        deadline = time.monotonic() + timeout
+        left = lambda: max(1.0, deadline - time.monotonic()) * 1000  # noqa: E731 - ms for playwright
+        page = self.context.new_page()
+        page.goto(f"{self.lab.url}/lab/workspaces/{workspace}?reset", wait_until="commit", timeout=left())
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                               "'docmanager:open')", timeout=left())
+        page.evaluate("() => window.jupyterapp.restored")
+        until(lambda: page.evaluate(NOTEBOOK_IN_FRONT, path), f"{path} in front in a second tab",
+              max(1.0, deadline - time.monotonic()))
+        return page
 
     def adopt(self) -> LabPage:
         """This page is now a test's: what runs on the server now is not the test's."""

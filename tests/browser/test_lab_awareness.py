@@ -42,12 +42,7 @@ def connect(nb) -> Mcp:
 
 def open_second_tab(nb):
     """The same notebook in a second browser tab (a page of its own, its own kernel connection)."""
-    second = nb.lab_page.context.new_page()
-    second.goto(f"{nb.lab.url}/lab/workspaces/escouade-aware-tab?reset")
-    second.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')",
-                             timeout=60_000)
-    second.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
-                    nb.path)
+    second = nb.lab_page.second_tab(nb.path, "escouade-aware-tab")
     until(lambda: second.evaluate(f"() => !!({PANEL} && {PANEL}.node.dataset.escouadeClient)"),
           "the second tab's panel has its client id", 180)  # a second JupyterLab page: slow on a loaded machine
     return second

@@ -118,12 +118,7 @@ def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
         assert answered(page) == ["r1"]
 
         # the same notebook in a second browser tab (its own connection to the kernel)
-        second = lab_page.context.new_page()
-        second.goto(f"{nb.lab.url}/lab/workspaces/escouade-second-tab?reset")
-        second.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
-                                 "'docmanager:open')", timeout=60_000)
-        second.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
-                        nb.path)
+        second = lab_page.second_tab(nb.path, "escouade-second-tab")
         second.locator(".jp-NotebookPanel:not(.lm-mod-hidden) [data-status='idle']").wait_for(timeout=60_000)
         until(lambda: second.evaluate(f"() => !!({PANEL} && {PANEL}.node.dataset.escouadeClient)"),
               "the second tab's panel has its client id")

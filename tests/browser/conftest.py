@@ -1,13 +1,21 @@
 """The browser suite: a real JupyterLab on 127.0.0.1, driven headless by Debian's
 chromium through Python playwright, the way a person uses escouade_nb.
 
-One JupyterLab server, one chromium and one JupyterLab page are shared by the tests
-of a module (the page is loaded afresh after a failed test). Not by the session: between
-its calls playwright's sync API marks its event loop as running in the main thread, so
-``asyncio.run`` in the tests after ours would fail while it is up. Each test gets its own
-notebook (generated into the server's throw-away root, opened with the app's own
-command), its own kernel and agent folder; after the test its tab is closed and its
-kernel shut down.
+ONE JupyterLab server and ONE chromium serve the whole run (session fixtures ``lab`` and
+``browser``); each test gets a fresh browser context and page (``lab_page``: the app loaded
+anew, no tab, cookie, permission or script state of an earlier test; made while the test before
+it ran, so that its load costs the run little: ``Pages``) and its own folder
+under the server's throw-away root, where its notebook is generated (``nb``; the kernel runs
+in that folder). Notebook 7's pages (``/notebooks/PATH``) are served by the same server;
+a test that needs a kernel environment sets it in its kernel, so no test needs a server
+of its own. After each test its context is closed (every tab), every session and kernel of
+the server is shut down, whoever started it, and nothing the test started (kernels, agents)
+may be left; a test then starts on a server with no kernel (checked).
+
+The browser tests run after every other test of the same pytest run (collection puts them
+last): between its calls playwright's sync API marks its event loop as running in the main
+thread, so ``asyncio.run`` in a test after the first browser test would fail while chromium
+is up. They stay one serial run (with or without ``-n 0``): one server, one chromium.
 
 Every process this suite starts carries a marker in its environment (the server,
 and through it the kernels and the agents; chromium; playwright's driver), so the
@@ -41,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_waits import until
 
 HERE = Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("ESCOUADE_CHROMIUM", "/usr/bin/chromium")
@@ -78,12 +87,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the browser tests (skipped with the reason when the suite cannot run here) and
+    put them after every other test, in their order (see the module's docstring)."""
     reason = missing()
-    for item in items:
-        if HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(pytest.mark.browser)
-            if reason:
-                item.add_marker(pytest.mark.skip(reason=f"browser suite: {reason}"))
+    ours = [item for item in items if HERE in Path(str(item.path)).resolve().parents]
+    for item in ours:
+        item.add_marker(pytest.mark.browser)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"browser suite: {reason}"))
+    if ours:
+        mine = set(map(id, ours))
+        items[:] = [item for item in items if id(item) not in mine] + ours
 
 
 # --------------------------------------------------------------------------- processes
@@ -252,15 +266,39 @@ class Lab:
     def sessions_for(self, path: str) -> list[dict[str, Any]]:
         return [s for s in self.api("GET", "/api/sessions") if s.get("path") == path]
 
+    def processes(self) -> dict[int, str]:
+        """The live processes the server started (its kernels, their agents), itself too:
+        pid -> command line."""
+        return marked(self.mark)
+
     def shutdown_sessions(self, path: str) -> None:
+        """Shut down the sessions (and so the kernels) of the notebook at ``path``."""
         for s in self.sessions_for(path):
             try:
                 self.api("DELETE", f"/api/sessions/{s['id']}", timeout=30)
-            except urllib.error.HTTPError:
+            except urllib.error.HTTPError:  # gone meanwhile
                 pass
 
+    def shutdown_all(self) -> None:
+        """Shut down every session and every kernel of the server, whoever started them;
+        raise ``AssertionError`` if the server still lists one after 30 s."""
+        for path in {s.get("path") for s in self.api("GET", "/api/sessions")}:
+            self.shutdown_sessions(path)
+        for k in self.api("GET", "/api/kernels"):  # kernels without a session (started by the API)
+            try:
+                self.api("DELETE", f"/api/kernels/{k['id']}", timeout=30)
+            except urllib.error.HTTPError:
+                pass
+        until(lambda: not self.api("GET", "/api/kernels") and not self.api("GET", "/api/sessions"),
+              "the server lists no kernel and no session")
 
-@pytest.fixture(scope="module")
+    def alive_or_fail(self) -> None:
+        """Fail the test (with the log's tail) when the server is no longer running."""
+        if self.proc is None or self.proc.poll() is not None:
+            pytest.fail(f"the suite's JupyterLab has exited; its log:\n{self.log_tail()}")
+
+
+@pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory):
     for old in ARTIFACTS.glob("FAILED-*.png"):  # from an earlier run
         old.unlink(missing_ok=True)
@@ -280,7 +318,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
 
 # --------------------------------------------------------------------------- chromium
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -330,33 +368,89 @@ _written: list[Path] = []  # screenshots of this run
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if _written:
         terminalreporter.write_line(f"browser suite: {len(_written)} screenshots in {ARTIFACTS}")
+    if LabPage.waits:
+        waits = sorted(LabPage.waits)
+        terminalreporter.write_line(f"browser suite: {len(waits)} tests waited for their JupyterLab page: median "
+                                    f"{waits[len(waits) // 2]:.1f} s, longest {waits[-1]:.1f} s, "
+                                    f"{sum(waits):.0f} s in all")
 
 
 # --------------------------------------------------------------------------- a notebook in the page
 
+# the notebook at path is the app's current widget; else it is opened (or brought to the front): false
+NOTEBOOK_IN_FRONT = """p => { const app = window.jupyterapp, w = app.shell.currentWidget;
+  if (w && w.context && w.context.path === p) return true;
+  app.commands.execute('docmanager:open', {path: p, factory: 'Notebook'}); return false; }"""
+
+
 class LabPage:
-    """One JupyterLab page for the session (loading the app costs seconds; opening a
-    notebook in it, a fraction). Console errors are collected; after a failed test the
-    page is loaded afresh."""
+    """One test's JupyterLab page, in a browser context of its own (no cookie, cache,
+    permission or tab of another test). Console errors are collected. Made, it starts
+    loading; :meth:`ready` waits for the app (see :class:`Pages`)."""
+
+    waits: list[float] = []  # seconds the tests waited for their page (the run's figures, printed at the end)
+    URL = "{}/lab/workspaces/escouade-browser?reset&token={}"  # reset: no tab of an earlier page is restored
 
     def __init__(self, lab: Lab, browser) -> None:
         self.lab = lab
+        self._before: set[int] = set()
+        self._finished = False
         self.context = browser.new_context(viewport={"width": 1200, "height": 900}, device_scale_factor=1)
         self.context.set_default_timeout(30_000)
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
-        self.load()
+        try:
+            self._go(60)
+        except BaseException:
+            self.context.close()
+            raise
+
+    def _go(self, timeout: float) -> None:
+        # what is waited for is the app (ready), not the page's load event, which goto would
+        # wait for within the context's default 30 s (the bundles take longer on a loaded machine)
+        self.page.goto(self.URL.format(self.lab.url, TOKEN), wait_until="commit", timeout=timeout * 1000)
+
+    def ready(self, timeout: float = 60) -> None:
+        """Wait (``timeout`` seconds at most) until the app is up and restored, then give the
+        notebook the width; raises playwright's ``TimeoutError`` past it."""
+        deadline = time.monotonic() + timeout
+        left = lambda: max(1.0, deadline - time.monotonic()) * 1000  # noqa: E731 - ms for playwright
+        self.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                                    "'docmanager:open')", timeout=left())
+        self.page.evaluate("() => window.jupyterapp.restored")
+        self.page.locator("#jp-main-dock-panel").wait_for(timeout=left())
+        self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")  # the notebook gets the width
 
     def load(self, timeout: float = 60) -> None:
-        # a workspace of its own, reset: no tab of an earlier run is restored (nor its kernel)
-        self.page.goto(f"{self.lab.url}/lab/workspaces/escouade-browser?reset&token={TOKEN}")
-        self.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
-                                    "'docmanager:open')", timeout=timeout * 1000)
-        self.page.evaluate("() => window.jupyterapp.restored")
-        self.page.locator("#jp-main-dock-panel").wait_for(timeout=timeout * 1000)
-        self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")  # the notebook gets the width
+        """Load the app again (a reload, as a person's): seconds; raises playwright's
+        ``TimeoutError`` past ``timeout``."""
+        started = time.monotonic()
+        self._go(timeout)
+        self.ready(max(1.0, timeout - (time.monotonic() - started)))
+
+    def second_tab(self, path: str, workspace: str, timeout: float = 180):
+        """The notebook at ``path`` opened in a new page (tab) of this context, a JupyterLab of
+        workspace ``workspace`` (reset), once it is that page's current widget (JupyterLab may
+        put its launcher there after the notebook opened: the notebook is brought back to the
+        front). Returns the playwright page; raises past ``timeout`` seconds (a second app on a
+        loaded machine is slow)."""
+        deadline = time.monotonic() + timeout
+        left = lambda: max(1.0, deadline - time.monotonic()) * 1000  # noqa: E731 - ms for playwright
+        page = self.context.new_page()
+        page.goto(f"{self.lab.url}/lab/workspaces/{workspace}?reset", wait_until="commit", timeout=left())
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                               "'docmanager:open')", timeout=left())
+        page.evaluate("() => window.jupyterapp.restored")
+        until(lambda: page.evaluate(NOTEBOOK_IN_FRONT, path), f"{path} in front in a second tab",
+              max(1.0, deadline - time.monotonic()))
+        return page
+
+    def adopt(self) -> LabPage:
+        """This page is now a test's: what runs on the server now is not the test's."""
+        self._before = set(marked(self.lab.mark))
+        return self
 
     def close_documents(self) -> None:
         """Close every tab of the main area without asking (the notebooks were edited)."""
@@ -368,28 +462,100 @@ class LabPage:
         }""")
 
     def close(self) -> None:
+        """Close the context: every page of it (tabs of the test included)."""
         self.context.close()
 
+    def finish(self) -> dict[int, str]:
+        """End the test on the server's side too: close the context, shut down every
+        session and kernel, wait (20 s at most) for what the test started to end. Returns
+        the processes that had to be killed (pid -> command line); empty the second time."""
+        if self._finished:
+            return {}
+        self._finished = True
+        try:
+            self.close()
+        finally:
+            try:
+                self.lab.shutdown_all()
+            finally:
+                left = reap(self.lab.mark, keep=self._before | {self.lab.proc.pid}, timeout=20)
+        return left
 
-@pytest.fixture(scope="module")
-def lab_page(lab: Lab, browser):
-    page = LabPage(lab, browser)
+
+class Pages:
+    """The tests' pages: each test takes a page that was made (and so started loading) while
+    the test before it ran — a JupyterLab page takes seconds of CPU to load, and a test mostly
+    waits on kernels and agents — and leaves the next one loading. Never a page used before."""
+
+    def __init__(self, lab: Lab, browser) -> None:
+        self.lab, self.browser = lab, browser
+        self.spare: LabPage | None = None
+
+    def take(self) -> LabPage:
+        """A page with the app up (raises playwright's ``TimeoutError`` if none comes up in 60 s)."""
+        started = time.monotonic()
+        page, self.spare = self.spare, None
+        try:
+            if page is None:
+                page = LabPage(self.lab, self.browser)
+            page.ready()
+        except Exception:  # the spare's load failed (its page crashed, the server was slow): a new one
+            if page is not None:
+                page.close()
+            page = LabPage(self.lab, self.browser)
+            try:
+                page.ready()
+            except BaseException:
+                page.close()
+                raise
+        LabPage.waits.append(time.monotonic() - started)
+        self.spare = LabPage(self.lab, self.browser)  # loads while this test runs
+        return page.adopt()
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
+
+
+@pytest.fixture(scope="session")
+def pages(lab: Lab, browser):
+    """The run's :class:`Pages` (the spare closed at the end)."""
+    made = Pages(lab, browser)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def lab_page(request: pytest.FixtureRequest, lab: Lab, pages: Pages):
+    """This test's page (a fresh context) on a server with no kernel; after the test as
+    ``LabPage.finish``: fails the test if it left a process behind."""
+    lab.alive_or_fail()
+    assert not lab.api("GET", "/api/kernels"), "a kernel of an earlier test is still running"
+    page = pages.take()
     try:
         yield page
     finally:
-        page.close()
+        left = page.finish()
+        if left:
+            pytest.fail(f"{request.node.name} left processes behind (killed now): {left}")
 
 
 class Notebook:
-    """One test's notebook: generated into the server's root, opened in the session's
-    page, run cell by cell like a person (click the cell, Shift+Enter)."""
+    """One test's notebook: generated into the test's own folder of the server's root
+    (``path`` is relative to the root: ``NAME/NAME.ipynb``), opened in the test's page, run
+    cell by cell like a person (click the cell, Shift+Enter)."""
 
     def __init__(self, lab_page: LabPage, name: str) -> None:
         self.lab = lab_page.lab
         self.lab_page = lab_page
         self.page = lab_page.page
         self.name = name
-        self.path = f"{name}.ipynb"
+        self.folder = self.lab.root / name  # this test's; the kernel runs here
+        self.folder.mkdir()
+        self.path = f"{name}/{name}.ipynb"
         self._first_error = len(lab_page.errors)
         # the agent's --cwd: short, as it is shown in the view's header (and the pictures)
         self.work = Path(tempfile.mkdtemp(prefix="escouade-demo-"))
@@ -431,23 +597,17 @@ class Notebook:
         seven.page = page
         seven.cell(0).wait_for(timeout=timeout * 1000)
         page.locator(".jp-NotebookPanel[data-escouade-client]").wait_for(timeout=timeout * 1000)
-        deadline = time.monotonic() + timeout
-        while not ((s := self.lab.sessions_for(self.path)) and s[0]["kernel"]["execution_state"] == "idle"):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"kernel of {self.path} not idle after {timeout} s in Notebook 7")
-            time.sleep(0.2)
+        until(self._kernel_idle, f"the kernel of {self.path} idle in Notebook 7", timeout)
         return seven
+
+    def _kernel_idle(self) -> bool:
+        sessions = self.lab.sessions_for(self.path)
+        return bool(sessions) and sessions[0]["kernel"]["execution_state"] == "idle"
 
     def wait_kernel_idle(self, timeout: float = 60) -> None:
         """The server says the kernel is idle and so does the notebook's toolbar."""
         deadline = time.monotonic() + timeout
-        while True:
-            sessions = self.lab.sessions_for(self.path)
-            if sessions and sessions[0]["kernel"]["execution_state"] == "idle":
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"kernel of {self.path} not idle after {timeout} s: {sessions}")
-            time.sleep(0.2)
+        until(self._kernel_idle, f"the kernel of {self.path} idle", timeout)
         self.panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
             timeout=max(1.0, deadline - time.monotonic()) * 1000)
 
@@ -468,14 +628,12 @@ class Notebook:
         cell.locator(".jp-InputArea-editor").click()
         self.page.keyboard.press("Shift+Enter")
         prompt = cell.locator(".jp-InputArea-prompt")
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def counted() -> bool:
             text = prompt.inner_text().strip()
-            if text.startswith("[") and text[1:-2].strip().isdigit():
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"cell {i} still shows {text!r} after {timeout} s")
-            time.sleep(0.1)
+            return text.startswith("[") and text[1:-2].strip().isdigit()
+
+        until(counted, f"cell {i} shows an execution count", timeout)
 
     # -- the agent view ------------------------------------------------------------------------
     def agent_view(self, cell: int):
@@ -505,11 +663,7 @@ class Notebook:
         return view.locator(".esc-head .esc-head-main .esc-status").inner_text()
 
     def wait_status(self, view, word: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while word not in (text := self.status(view)):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"agent status is {text!r}, not {word!r}, after {timeout} s")
-            time.sleep(0.1)
+        until(lambda: word in self.status(view) or None, f"the agent's status says {word!r}", timeout)
 
     # -- pictures --------------------------------------------------------------------------------
     def shot(self, locator, name: str) -> Path:
@@ -536,32 +690,20 @@ class Notebook:
         _written.append(path)
         return path
 
-    def close(self, reload: bool = False) -> None:
-        try:
-            if reload:
-                self.lab_page.load()  # a failed test may have left the page in any state
-            else:
-                self.lab_page.close_documents()
-        finally:
-            self.lab.shutdown_sessions(self.path)
-
 
 @pytest.fixture
-def nb(request: pytest.FixtureRequest, lab: Lab, lab_page: LabPage):
-    """A notebook name and folder for this test, in the session's page. After the test
-    its tab is closed, its kernel shut down, and nothing it started (kernel, agents) may
-    be left."""
+def nb(request: pytest.FixtureRequest, lab_page: LabPage):
+    """This test's notebook name, folder (under the server's root) and agent folder, in this
+    test's page. After the test: its page closed, every kernel shut down, and nothing it
+    started (kernel, agents) may be left."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
-    before = set(marked(lab.mark))
     notebook = Notebook(lab_page, name)
     try:
         yield notebook
     finally:
-        rep = getattr(request.node, "rep_call", None)
         try:
-            notebook.close(reload=rep is None or rep.failed)
+            left = lab_page.finish()
         finally:
-            left = reap(lab.mark, keep=before | {lab.proc.pid}, timeout=20)
             shutil.rmtree(notebook.work, ignore_errors=True)
-            if left:
-                pytest.fail(f"{request.node.name} left processes behind (killed now): {left}")
+        if left:
+            pytest.fail(f"{request.node.name} left processes behind (killed now): {left}")

@@ -11,7 +11,7 @@ import re
 import time
 
 import pytest
-
+from browser_waits import REVEAL, frames, steady, until
 
 
 def start_cells(nb, *more: str) -> list[str]:
@@ -40,18 +40,6 @@ def prompts(view):
 
 def pins(view):
     return view.locator(".esc-pins")
-
-
-def eventually(check, what: str, timeout: float = 10):
-    """Wait until ``check()`` is truthy; return it (fail saying ``what`` and its last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still {value!r} after {timeout} s")
-        time.sleep(0.1)
 
 
 SCROLL_STATE = """v => { const s = v.querySelector('.esc-scroll');
@@ -91,7 +79,7 @@ def visible_turn(nb, cell: int):
 def wait_static_turn(nb, cell: int, timeout: float = 15):
     """The turn's cell output became static: the finished turn, no widget left."""
     out = nb.output(cell)
-    eventually(lambda: out.locator(".esc-saved.esc-turn").count() == 1 and out.locator(".esc-root:not(.esc-static)").count() == 0,
+    until(lambda: out.locator(".esc-saved.esc-turn").count() == 1 and out.locator(".esc-root:not(.esc-static)").count() == 0,
                "the turn's output made static", timeout)
     return out.locator(".esc-saved.esc-turn")
 
@@ -110,12 +98,13 @@ def test_prompt_box_streams_the_reply(nb):
     box.press("Shift+Enter")
     box.press_sequentially("the browser", delay=5)
     assert box.input_value() == "Hello from\nthe browser"
-    nb.page.wait_for_timeout(300)
     assert prompts(view).count() == 0
-    assert nb.cell(2).locator(".jp-OutputArea-output").count() == 0  # Shift+Enter did not run the next cell
     box.press("Enter")
     reply = replies(view).last
     reply.get_by_text("You said: Hello from", exact=False).wait_for()
+    # had Shift+Enter sent or run anything, it would show by now (the kernel answered since)
+    assert prompts(view).count() == 1, "Shift+Enter sent nothing"
+    assert nb.cell(2).locator(".jp-OutputArea-output").count() == 0  # Shift+Enter did not run the next cell
     assert box.input_value() == ""
     assert focused_box(view), "the focus is back in the prompt box after sending"
     assert "Hello! I am the fake agent." in reply.inner_text()
@@ -189,18 +178,18 @@ def test_follow_the_reply_queue_and_stop(nb):
     scroll = view.locator(".esc-scroll")
     scroll.hover()
     nb.page.mouse.wheel(0, -600)
-    eventually(lambda: view.evaluate(SCROLL_STATE)["gap"] > 300, "scrolled up")
+    until(lambda: view.evaluate(SCROLL_STATE)["gap"] > 300, "scrolled up")
     top = view.evaluate(SCROLL_STATE)["top"]
     shown = reply.inner_text()
-    eventually(lambda: reply.inner_text() != shown, "more ticks", 5)
-    nb.page.wait_for_timeout(400)
+    until(lambda: reply.inner_text() != shown, "more ticks", 5)
+    frames(nb.page)  # the frame that revealed them would have scrolled
     assert abs(view.evaluate(SCROLL_STATE)["top"] - top) <= 2, "the view did not move while the user reads above"
     new = view.locator(".esc-new")
     new.wait_for()
     assert re.fullmatch(r"(\d+ new|new text) ↓", new.inner_text()), new.inner_text()
     nb.shot(view, "new-below")
     new.click()
-    eventually(lambda: view.evaluate(SCROLL_STATE)["gap"] < 8, "back at the bottom")
+    until(lambda: view.evaluate(SCROLL_STATE)["gap"] < 8, "back at the bottom")
     assert new.is_hidden()
 
     # -- Stop (the head's button) cancels the slow turn; the queued prompt then runs
@@ -209,11 +198,11 @@ def test_follow_the_reply_queue_and_stop(nb):
     stop.click()
     replies(view).get_by_text("You said: Hello while busy").wait_for(timeout=15_000)  # the slow turn ended
     assert queued.count() == 0, "the queued prompt left the queue when it ran"
-    stop_text = reply.inner_text()
+    nb.wait_status(view, "idle")
+    stop_text = steady(nb.page, reply.inner_text, "the stopped reply")
     ticks = re.findall(r"tick (\d+)", stop_text)
     assert ticks and int(ticks[-1]) < 50, stop_text
-    nb.wait_status(view, "idle")
-    nb.page.wait_for_timeout(500)
+    frames(nb.page, REVEAL)
     assert reply.inner_text() == stop_text, "nothing more after Stop"
     stopped = view.locator(".esc-transcript .esc-item", has_text=re.compile(r"^\W*stopped by you", re.I))
     assert stopped.count() == 1, "the stopped turn is marked stopped"
@@ -225,8 +214,8 @@ def test_follow_the_reply_queue_and_stop(nb):
     assert focused_box(view)
     view.locator("textarea.esc-box").press("Escape")
     nb.wait_status(view, "idle", timeout=10)
-    shown = reply.inner_text()
-    nb.page.wait_for_timeout(700)
+    shown = steady(nb.page, reply.inner_text, "the stopped reply")
+    frames(nb.page, REVEAL)
     assert reply.inner_text() == shown and "tick 50" not in shown, shown
 
     # -- a card in a long transcript: answered from the pin by the prompt box
@@ -248,7 +237,7 @@ def test_narrow_window_with_the_file_browser(nb):
         page.locator("#filebrowser").wait_for()
         nb.send(view, "slow", key="Enter")
         nb.stop_button(view).wait_for()
-        page.wait_for_timeout(300)
+        steady(page, view.bounding_box, "the view's box", n=2)
         vbox = view.bounding_box()
         for what in (nb.stop_button(view), view.locator(".esc-head .esc-menu > summary"),
                      view.locator(".esc-head .esc-status"), view.locator(".esc-composer .esc-send")):
@@ -297,7 +286,7 @@ def test_permission_card_allow_once(nb):
     # "show in conversation ↑": the card comes into the transcript's sight, flashed
     view.evaluate("v => { v.querySelector('.esc-scroll').scrollTop = 0; }")
     pin.locator("button", has_text="show in conversation ↑").click()
-    eventually(lambda: view.evaluate("""v => { const s = v.querySelector('.esc-scroll').getBoundingClientRect();
+    until(lambda: view.evaluate("""v => { const s = v.querySelector('.esc-scroll').getBoundingClientRect();
         const c = v.querySelector('.esc-item.esc-pinned').getBoundingClientRect();
         return c.top >= s.top - 1 && c.top < s.bottom; }"""), "the card in sight after the jump", 3)
     assert "esc-flash" in (item.get_attribute("class") or "")
@@ -327,7 +316,7 @@ def test_permission_card_allow_once(nb):
 
 
 def expect_empty(locator, timeout: float = 5) -> None:
-    eventually(lambda: locator.evaluate("e => e.children.length === 0"), "empty", timeout)
+    until(lambda: locator.evaluate("e => e.children.length === 0"), "empty", timeout)
 
 
 def test_plan_approval(nb):
@@ -392,7 +381,7 @@ def test_agent_reply_renders_as_text(nb):
         found = where.evaluate(INJECTED)
         assert found == {"bad": [], "handlers": []}, found
     assert nb.page.evaluate(JS_URLS) == []
-    nb.page.wait_for_timeout(300)
+    frames(nb.page)
     assert nb.page.evaluate("() => window.__escouade_pwned === undefined")
     assert not [e for e in nb.errors if "pwned" in e]
 
@@ -423,11 +412,19 @@ JS_URLS = """() => [...document.querySelectorAll('[href], [src], [action], [form
 
 # --------------------------------------------------------------------------- colours
 
+# the theme's stylesheet is applied: its background colour (--jp-layout-color0) is light or dark
+THEME_APPLIED = """light => { const probe = document.createElement('div');
+  probe.style.color = 'var(--jp-layout-color0)'; document.body.append(probe);
+  const rgb = (getComputedStyle(probe).color.match(/[\\d.]+/g) || []).slice(0, 3).map(Number); probe.remove();
+  return rgb.length === 3 && (rgb[0] + rgb[1] + rgb[2]) / 3 > 128 === light; }"""
+
+
 def set_theme(nb, theme: str) -> None:
     light = "true" if "Light" in theme else "false"
     nb.page.evaluate("t => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme)
     nb.page.wait_for_function("l => document.body.dataset.jpThemeLight === l", arg=light, timeout=20_000)
-    nb.page.wait_for_timeout(500)  # the stylesheet applied
+    nb.page.wait_for_function(THEME_APPLIED, arg=light == "true", timeout=20_000)
+    frames(nb.page)  # and drawn
 
 
 # Contrast ratios (WCAG 2 relative luminance) of the view's text against the background
@@ -560,10 +557,10 @@ def test_squad_row_actions_and_pending_cards(nb):
     cancel = squad_row(squad, "a").locator("button", has_text="Cancel turn")
     cancel.click()
     nb.wait_status(va, "idle", timeout=10)
-    shown = replies(va).last.inner_text()
-    nb.page.wait_for_timeout(500)
+    shown = steady(nb.page, replies(va).last.inner_text, "the cancelled reply")
+    frames(nb.page, REVEAL)
     assert replies(va).last.inner_text() == shown and "tick 50" not in shown
-    eventually(lambda: squad_row(squad, "a").locator("button", has_text="Cancel turn").count() == 0, "no Cancel turn when idle")
+    until(lambda: squad_row(squad, "a").locator("button", has_text="Cancel turn").count() == 0, "no Cancel turn when idle")
     # two cards pending: the oldest (a's) in the squad view, its buttons after the settle
     squad.evaluate(SETTLE_PROBE)
     nb.send(va, "run make deploy", key="Enter")
@@ -589,7 +586,7 @@ def test_squad_row_actions_and_pending_cards(nb):
     pending.locator("button", has_text="Allow once").click()
     replies(va).get_by_text("Ran make deploy", exact=False).wait_for()
     pending.get_by_text("⚑ 1 waiting for you, b's:").wait_for()
-    nb.page.wait_for_timeout(650)  # the settle
+    pending.locator("button[data-act]:not([disabled])").first.wait_for()  # the settle is over: keys act
     squad.locator(".esc-head").click()  # the squad view has the focus (not a text box)
     nb.page.keyboard.press("1")  # Allow once
     replies(vb).get_by_text("Edited notes.txt.").wait_for()
@@ -602,17 +599,17 @@ def test_squad_row_actions_and_pending_cards(nb):
     confirm.get_by_text("Stop b's process?").wait_for()
     confirm.locator("button", has_text="Cancel").click()
     assert confirm.count() == 0
-    nb.page.wait_for_timeout(500)
+    frames(nb.page)
     assert "idle" in nb.status(vb)
     row.locator("button", has_text="Stop agent…").click()
     confirm.locator("button", has_text="Stop agent").click()
-    eventually(lambda: re.search(r"exited|closed", nb.status(vb)), "b stopped", 15)
-    eventually(lambda: re.search(r"exited|closed", row.locator(".esc-status").inner_text()), "its row says so", 10)
+    until(lambda: re.search(r"exited|closed", nb.status(vb)), "b stopped", 15)
+    until(lambda: re.search(r"exited|closed", row.locator(".esc-status").inner_text()), "its row says so", 10)
     assert "idle" in nb.status(va)
     # Open: the agent's one view, brought into sight
     nb.page.evaluate("() => document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook').scrollTop = 1e6")
     squad_row(squad, "a").locator("button", has_text="Open").click()
-    eventually(lambda: va.evaluate("v => { const r = v.getBoundingClientRect(); return r.top < innerHeight && r.bottom > 0; }"),
+    until(lambda: va.evaluate("v => { const r = v.getBoundingClientRect(); return r.top < innerHeight && r.bottom > 0; }"),
                "a's view in sight", 5)
     assert squad.locator(".esc-squad-opened .esc-view").count() == 0, "no second copy of a's view"
     nb.shot(squad, "squad")
@@ -627,10 +624,23 @@ def reopen(nb) -> None:
     nb.cell(0).wait_for(timeout=60_000)
 
 
+def widgets_tried(page, timeout: float = 30) -> None:
+    """Wait until the widget manager has tried to find the models of every widget output of the
+    page: none says "Loading widget..." any more (ipywidgets' renderer looks for a model for 2 s,
+    then says it is not found, or waits for the manager to be restored and looks again)."""
+    until(lambda: not page.evaluate(LOADING_WIDGET), "every widget output tried", timeout)
+
+
+LOADING_WIDGET = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
+  .some(e => (e.textContent || '').includes('Loading widget...'))"""
+
+
 def save(nb) -> None:
+    before = nb.lab.api("GET", f"/api/contents/{nb.path}?content=0").get("last_modified")
     nb.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-    eventually(lambda: nb.lab.api("GET", f"/api/contents/{nb.path}?content=0").get("last_modified"), "saved")
-    nb.page.wait_for_timeout(500)
+    until(lambda: nb.lab.api("GET", f"/api/contents/{nb.path}?content=0").get("last_modified") != before, "saved")
+    until(lambda: not nb.page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.dirty"),
+          "the notebook is clean")
 
 
 def test_reload_catches_up_and_keeps_streaming(nb):
@@ -659,7 +669,7 @@ def test_reload_catches_up_and_keeps_streaming(nb):
     reply.get_by_text("tick", exact=False).wait_for()
     first = len(re.findall(r"tick \d+", reply.inner_text()))
     # more ticks arrive after the reload — unless the reply ended while the page reloaded (a slow machine)
-    eventually(lambda: len(re.findall(r"tick \d+", reply.inner_text())) > min(first + 3, 49), "more ticks after the reload")
+    until(lambda: len(re.findall(r"tick \d+", reply.inner_text())) > min(first + 3, 49), "more ticks after the reload")
     reply.get_by_text("tick 50", exact=False).wait_for(timeout=15_000)
     nb.wait_status(view, "idle")
     ticks = [int(t) for t in re.findall(r"tick (\d+)", reply.inner_text())]
@@ -684,7 +694,7 @@ def test_saved_notebook_reopened_without_its_kernel(nb):
     save(nb)
     nb.lab_page.close_documents()
     nb.lab.shutdown_sessions(nb.path)
-    eventually(lambda: not nb.lab.sessions_for(nb.path), "kernel shut down")
+    until(lambda: not nb.lab.sessions_for(nb.path), "kernel shut down")
     reopen(nb)
     page = nb.page
     static = nb.output(2).locator(".esc-saved.esc-turn")
@@ -699,7 +709,7 @@ def test_saved_notebook_reopened_without_its_kernel(nb):
     companion.wait_for()
     assert companion.is_visible()
     assert "%escouade resume fake" in companion.inner_text()
-    page.wait_for_timeout(1500)  # the widget manager has tried (and failed) to find the models
+    widgets_tried(page)
     shown = page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output')]
         .filter(e => /model not found|Error displaying widget/i.test(e.innerText) && e.getClientRects().length
                      && getComputedStyle(e).visibility !== 'hidden')
@@ -735,7 +745,7 @@ def test_mode_dropdown(nb):
     pick(mode, "bypassPermissions")
     head.locator(".esc-menu > summary").click()  # the agent's own mode is in the ⋯ menu
     agent_mode = dropdown(head.locator(".esc-menu-items"), "Agent mode")
-    eventually(lambda: selected(agent_mode) == "YOLO", "the agent confirms its own mode", 15)
+    until(lambda: selected(agent_mode) == "YOLO", "the agent confirms its own mode", 15)
     assert selected(dropdown(head, "Mode")).startswith("bypassPermissions")
     items = head.locator(".esc-menu-items")
     assert items.locator(".esc-menu-item", has_text="Restart…").count() == 1
@@ -765,7 +775,7 @@ def test_mode_dropdown(nb):
     confirm.get_by_text("Restart fake?", exact=False).wait_for()
     confirm.locator("button", has_text="Cancel").click()
     assert confirm.is_hidden()
-    nb.page.wait_for_timeout(300)
+    frames(nb.page)
     assert "idle" in nb.status(view)
     assert replies(view).get_by_text("Ran make deploy.", exact=False).count() == 1  # the conversation is still there
 
@@ -798,7 +808,7 @@ def test_journal_of_a_rule_plugin(nb):
     assert "rm -rf build" in rows.inner_text()
     box = journal.locator("input[aria-label='Filter']")
     box.fill("rm -rf")
-    eventually(lambda: "npm test" not in rows.inner_text(), "the journal filtered")
+    until(lambda: "npm test" not in rows.inner_text(), "the journal filtered")
     assert "rm -rf build" in rows.inner_text()
     box.fill("")
     rows.get_by_text("npm test", exact=False).first.wait_for()
@@ -823,7 +833,7 @@ def test_run_code_card_in_the_kernel(nb):
     view = nb.agent_view(2)
     nb.wait_status(view, "idle")
     tools = view.locator(".esc-head .esc-tools")
-    eventually(lambda: "kernel tools ✓" in tools.inner_text(), "kernel tools connected", 30)
+    until(lambda: "kernel tools ✓" in tools.inner_text(), "kernel tools connected", 30)
     box = view.locator("textarea.esc-box")
     box.fill(RUN_CODE)  # several lines (Shift+Enter's), sent with Enter
     box.press("End")
@@ -921,9 +931,9 @@ def test_in_notebook_7(nb):
         seven.cell(len(cells) - 1).wait_for(timeout=60_000)
         assert page.locator("#jp-top-panel, #top-panel-wrapper").count() >= 1
         assert "/lab" not in page.url
-        eventually(lambda: (s := nb.lab.sessions_for(nb.path)) and s[0]["kernel"]["execution_state"] == "idle",
+        until(lambda: (s := nb.lab.sessions_for(nb.path)) and s[0]["kernel"]["execution_state"] == "idle",
                    "the kernel idle", 60)
-        page.wait_for_timeout(500)
+        page.locator(".jp-NotebookPanel[data-escouade-client]").wait_for(timeout=30_000)
         seven.run_cell(0)
         seven.run_cell(1)
         view = seven.agent_view(1)

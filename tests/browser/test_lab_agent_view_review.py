@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 
-from test_lab_live_cells import PANEL, Mcp, until
+from test_lab_live_cells import PANEL, Mcp
+from browser_waits import until
 
 GRANT = """from escouade_nb.engine.agent import state_of
 from escouade_nb.kernel_mcp.server import KernelServer
 await scribe.ready()
 _access = state_of(scribe).live.kernel
-for _ in range(200):
-    if _access.grant is not None:
-        break
-    await asyncio.sleep(0.05)
+async with asyncio.timeout(30):
+    while _access.grant is None:
+        await asyncio.sleep(0.05)
 print("URL", (await KernelServer.shared()).url)
 print("TOKEN", _access.grant.token)"""
 

@@ -12,17 +12,20 @@ from __future__ import annotations
 import json
 
 from test_lab_cell_edits import BARS, CELLS, REVIEWED
-from test_lab_live_cells import PANEL, Mcp, until
+from test_lab_live_cells import PANEL, Mcp
+from browser_waits import until
 
 # the kernel pings its pages until both tabs said hello (a tab whose kernel connection was not up yet
 # missed the first ping)
-RELAY = """pages = notebook_pages.start_in_kernel(get_ipython())
-for _ in range(400):
-    if _ % 20 == 0:
-        pages.ping()
-    if len(pages.pages) >= 2:
-        break
-    await asyncio.sleep(0.05)
+RELAY = """import time as _time
+pages = notebook_pages.start_in_kernel(get_ipython())
+_pinged = None
+async with asyncio.timeout(45):
+    while len(pages.pages) < 2:
+        if _pinged is None or _time.monotonic() - _pinged > 1:
+            pages.ping()
+            _pinged = _time.monotonic()
+        await asyncio.sleep(0.05)
 len(pages.pages)"""
 
 # the notice as shown in the panel's toolbar (not in its "…" menu): its whole sentence, the tooltip
@@ -39,12 +42,7 @@ def connect(nb) -> Mcp:
 
 def open_second_tab(nb):
     """The same notebook in a second browser tab (a page of its own, its own kernel connection)."""
-    second = nb.lab_page.context.new_page()
-    second.goto(f"{nb.lab.url}/lab/workspaces/escouade-aware-tab?reset")
-    second.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')",
-                             timeout=60_000)
-    second.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
-                    nb.path)
+    second = nb.lab_page.second_tab(nb.path, "escouade-aware-tab")
     until(lambda: second.evaluate(f"() => !!({PANEL} && {PANEL}.node.dataset.escouadeClient)"),
           "the second tab's panel has its client id", 180)  # a second JupyterLab page: slow on a loaded machine
     return second

@@ -18,11 +18,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_lab import eventually
+from browser_waits import until
+
 
 pytestmark = pytest.mark.browser
-
-
 
 
 HIDE = """hidden => {
@@ -62,7 +61,7 @@ def test_the_budget_card_pinned_in_the_view_and_continue_rearms(nb):
     assert budget.inner_text() == "budget 1,200 of 1,000 tokens" and "esc-over" in budget.get_attribute("class")
     nb.shot(view, "budget-card")
     pins.locator("button", has_text="Continue").first.click()
-    eventually(lambda: view.locator(".esc-head .esc-budget").inner_text() == "budget 1,200 of 2,200 tokens",
+    until(lambda: view.locator(".esc-head .esc-budget").inner_text() == "budget 1,200 of 2,200 tokens",
                "the head re-armed")
     nb.wait_status(view, "idle")
     assert "Allowed by you: Continue" in view.locator(".esc-transcript").inner_text()
@@ -88,33 +87,37 @@ def test_title_count_notifications_and_the_jump_key(nb):
     toggle = squad.locator(".esc-notify")
     assert toggle.inner_text() == "notify: off"  # off by default
     toggle.click()
-    eventually(lambda: toggle.inner_text() == "notify: on", "notifications turned on")
+    until(lambda: toggle.inner_text() == "notify: on", "notifications turned on")
     try:
         page.evaluate(HIDE, True)
         nb.send(va, "run make deploy", key="Enter")  # a waits for you
-        eventually(lambda: title(nb) == f"(1) {bare}", "the title counts a waiting")
+        until(lambda: title(nb) == f"(1) {bare}", "the title counts a waiting")
         nb.send(vb, "slow", key="Enter")  # b works for 5 s, then finishes while the page is hidden
         nb.wait_status(vb, "working")
         nb.wait_status(vb, "idle", timeout=30)
-        eventually(lambda: title(nb) == f"(2) {bare}", "the title counts b finished while hidden")
+        until(lambda: title(nb) == f"(2) {bare}", "the title counts b finished while hidden")
         notes = page.evaluate("() => window.__notes")
         assert "a waits for you" in notes and "b finished" in notes, notes
         page.evaluate(HIDE, False)  # seen: the finished one is no longer counted
-        eventually(lambda: title(nb) == f"(1) {bare}", "the count once the page is shown")
+        until(lambda: title(nb) == f"(1) {bare}", "the count once the page is shown")
         # two waiting: n in the squad view goes to a, then b, then a again
         nb.send(vb, "Please edit notes.txt", key="Enter")
         nb.wait_status(vb, "waiting")
-        eventually(lambda: title(nb) == f"(2) {bare}", "two waiting")
+        until(lambda: title(nb) == f"(2) {bare}", "two waiting")
         squad.locator(".esc-head b").click()  # the squad view has the focus (not a text box)
         cells = nb.panel.locator(".jp-Cell").count()
         jumped = []
         for _ in range(3):
+            previous = jumped[-1] if jumped else None
             page.keyboard.press("n")
-            eventually(lambda: squad.locator("tr.esc-jumped").count() == 1, "a row jumped to")
-            jumped.append(squad.locator("tr.esc-jumped").get_attribute("data-agent"))
-            page.wait_for_timeout(300)
+            # one row jumped to, another than the last (the agents alternate), and focused: the next n is its
+            agent = until(lambda previous=previous: (row := squad.locator("tr.esc-jumped")).count() == 1
+                          and (a := row.get_attribute("data-agent")) != previous and a, "a row jumped to")
+            jumped.append(agent)
+            until(lambda agent=agent: page.evaluate("() => document.activeElement && document.activeElement.dataset"
+                                                    ".agent") == agent, f"{agent}'s row focused")
         assert jumped == ["a", "b", "a"], jumped
-        eventually(lambda: va.evaluate("v => { const r = v.getBoundingClientRect(); return r.top < innerHeight && r.bottom > 0; }"),
+        until(lambda: va.evaluate("v => { const r = v.getBoundingClientRect(); return r.top < innerHeight && r.bottom > 0; }"),
                    "a's view in sight", 5)
         assert nb.page.evaluate("() => document.activeElement && document.activeElement.dataset.agent") == "a"
         # the notebook's own shortcuts did not take n (no cell added)

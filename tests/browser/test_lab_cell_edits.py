@@ -15,7 +15,8 @@ import json
 import subprocess
 import sys
 
-from test_lab_live_cells import PANEL, SETUP, Mcp, until
+from test_lab_live_cells import PANEL, SETUP, Mcp
+from browser_waits import until
 
 # the grant's owner keeps the agent's pending edits, as an agent's session does (agent.pending_edits)
 REVIEW = SETUP.replace("""    async def ask_run_code(self, code):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 
-from test_lab import comparison_rows, eventually, reopen, save, set_theme
+from test_lab import comparison_rows, reopen, save, set_theme, widgets_tried
+from browser_waits import until
 
 MODEL_NOT_FOUND = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
     .filter(e => /model not found|Error displaying widget/i.test(e.innerText) && e.getClientRects().length
@@ -21,6 +22,15 @@ PINNED_NOTE = """v => { const c = v.querySelector('.esc-item.esc-pinned > .esc-c
 def side_by_side(columns) -> bool:
     box = [columns.nth(i).bounding_box() for i in (0, 1)]
     return box[0]["x"] + box[0]["width"] <= box[1]["x"] + 1 and abs(box[0]["width"] - box[1]["width"]) < 2
+
+
+def stacked(columns, what: str) -> None:
+    """Wait (10 s at most) until the second column is laid out under the first."""
+    def under() -> bool:
+        box = [columns.nth(i).bounding_box() for i in (0, 1)]
+        return box[1]["y"] >= box[0]["y"] + box[0]["height"] - 1
+
+    until(under, what, 10)
 
 
 def test_side_by_side_turns_live_then_saved_without_their_kernel(nb):
@@ -54,11 +64,11 @@ def test_side_by_side_turns_live_then_saved_without_their_kernel(nb):
         assert pin.locator(".esc-pin-title").inner_text() == "Edit notes.txt"
         assert heads.nth(i).inner_text() == f"{name} · Fake · worktree escouade/{name} (off main) · no changes"
         # one status, said once and the same everywhere: the turn's head and the table's row
-        eventually(lambda: "waiting for you" in col.locator(".esc-head .esc-status").inner_text(),  # noqa: B023 (called now)
+        until(lambda: "waiting for you" in col.locator(".esc-head .esc-status").inner_text(),  # noqa: B023 (called now)
                    "turn head says waiting")
         note = col.evaluate(PINNED_NOTE)  # the card in the transcript says where to answer it: just below
         assert note and "answer it below this turn" in note and "prompt box" not in note, note
-    eventually(lambda: [r[1] for r in comparison_rows(table)[1:]] == ["waiting for you"] * 2, "rows say waiting")
+    until(lambda: [r[1] for r in comparison_rows(table)[1:]] == ["waiting for you"] * 2, "rows say waiting")
     assert compare.locator(".esc-compare-state").inner_text() == ""  # not frozen yet
     nb.shot(compare, "orchestration-pending")
     for col in (columns.nth(0), columns.nth(1)):
@@ -84,9 +94,7 @@ def test_side_by_side_turns_live_then_saved_without_their_kernel(nb):
     page = nb.page
     try:  # a narrow window: the second column goes under the first; the table scrolls in its box
         page.set_viewport_size({"width": 640, "height": 1600})
-        page.wait_for_timeout(300)
-        box = [columns.nth(i).bounding_box() for i in (0, 1)]
-        assert box[1]["y"] >= box[0]["y"] + box[0]["height"] - 1, box
+        stacked(columns, "the live table's columns stacked")
         wrap = compare.locator(".esc-compare-table")
         scroll = wrap.evaluate("b => [b.scrollWidth, b.clientWidth, getComputedStyle(b).overflowX]")
         assert scroll[0] <= scroll[1] or scroll[2] == "auto", scroll
@@ -98,7 +106,7 @@ def test_side_by_side_turns_live_then_saved_without_their_kernel(nb):
     save(nb)
     nb.lab_page.close_documents()
     nb.lab.shutdown_sessions(nb.path)
-    eventually(lambda: not nb.lab.sessions_for(nb.path), "kernel shut down", timeout=30)
+    until(lambda: not nb.lab.sessions_for(nb.path), "kernel shut down", timeout=30)
     reopen(nb)
     static = nb.output(4).locator(".esc-saved.esc-compare")
     static.wait_for(timeout=20_000)
@@ -114,16 +122,14 @@ def test_side_by_side_turns_live_then_saved_without_their_kernel(nb):
     assert [r[6] for r in rows] == ["1 file changed, +1 -0 (notes.txt)"] * 2  # as the turns ended
     assert static.locator(".esc-compare-since").inner_text() == "a: merged into main since"
     assert static.locator("button").count() == 0
-    page.wait_for_timeout(1500)  # the widget manager has tried (and failed) to find the models
+    widgets_tried(page)
     assert page.evaluate(MODEL_NOT_FOUND) == []
     nb.shot(static, "orchestration-saved")
     try:
         set_theme(nb, "JupyterLab Dark")
         nb.shot(static, "orchestration-saved-dark")
         page.set_viewport_size({"width": 640, "height": 1600})
-        page.wait_for_timeout(300)
-        box = [saved_cols.nth(i).bounding_box() for i in (0, 1)]
-        assert box[1]["y"] >= box[0]["y"] + box[0]["height"] - 1, box
+        stacked(saved_cols, "the saved table's columns stacked")
         nb.shot(static, "orchestration-saved-narrow-dark")
     finally:
         page.set_viewport_size({"width": 1200, "height": 900})

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import threading
 
-from test_lab_live_cells import PANEL, SETUP, Mcp, answered, until
+from test_lab_live_cells import PANEL, SETUP, Mcp, answered
+from browser_waits import until
 
 
 def write_with_ids(nb, cells: list[tuple[str, str]]) -> None:
@@ -48,8 +49,15 @@ def index_of(page, cell_id: str) -> int:
     return page.evaluate(f"id => {PANEL}.content.model.sharedModel.cells.findIndex(c => c.id === id)", cell_id)
 
 
-INSERT = """import json
+# before its first call, the agent's link to the kernel's tools is waited for, within a deadline, as the
+# other browser tests do (the view's "idle" is the session's; kernel_tools_state is that link's); a call
+# that failed shows what it got, in the cell's traceback
+INSERT = """import asyncio, json
+async with asyncio.timeout(60):
+    while a.kernel_tools_state[0] != 'connected':
+        await asyncio.sleep(0.05)
 r = await a.send('call escouade insert_cell {"source": "print(x * 2)"}')
+assert " returned: " in r.text, r.text
 cid = json.loads(r.text.split(" returned: ", 1)[1].splitlines()[0])["cell_id"]
 print("CID", cid)"""
 
@@ -81,8 +89,10 @@ def run_behind_one_card(nb) -> tuple:
         nb.run_cell(i)
     view = nb.agent_view(1)
     nb.wait_status(view, "idle")
-    nb.run_cell(3)  # the agent inserts a cell at the end: pending review
-    cid = nb.output(3).inner_text().split("CID ", 1)[1].strip()
+    nb.run_cell(3, timeout=90)  # the agent inserts a cell at the end: pending review
+    out = nb.output(3).inner_text()
+    assert "CID " in out, out  # else the kernel's traceback says why
+    cid = out.split("CID ", 1)[1].strip()
     assert cell_state(page, cid)[4]["change"] == "insert"
 
     # the turn asks to run it, in the background: one card, the cell's source on it, unreviewed

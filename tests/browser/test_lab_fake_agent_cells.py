@@ -8,7 +8,8 @@ the cell with its provenance. The picture of the pending cell is the README's
 
 from __future__ import annotations
 
-from test_lab_live_cells import PANEL, until
+from test_lab_live_cells import PANEL
+from browser_waits import until
 
 CELLS = f"() => {PANEL}.content.model.sharedModel.cells.map(c => [c.id, c.getSource(), " \
         "c.getMetadata('escouade_pending') || null, c.getMetadata('escouade') || null])"

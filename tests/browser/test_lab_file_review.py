@@ -3,8 +3,8 @@ file through our fs (it adds a line); its view's review strip lists the file wit
 back (CRLF intact) and the conversation says so; the agent edits it again and Keep keeps it; nothing stays drawn."""
 
 from __future__ import annotations
+from browser_waits import until
 
-from test_lab_live_cells import until
 
 EDIT = """t = w.send('edit notes.txt')
 card = await w.next_permission(timeout=30)

@@ -5,14 +5,14 @@ A page whose copy is missing (or another version) gets the whole module from its
 
 from __future__ import annotations
 
-from test_lab import eventually, pins, replies
+from browser_waits import until
+from test_lab import pins, replies
 
 WAIT_HELLO = """from escouade_nb.widgets import front
 import asyncio
-for _ in range(200):
-    if front.extension_present():
-        break
-    await asyncio.sleep(0.05)
+async with asyncio.timeout(30):
+    while not front.extension_present():
+        await asyncio.sleep(0.05)
 print("extension:", front.extension_present())"""
 
 MODULES = """from ipywidgets.widgets.widget import _instances
@@ -57,7 +57,7 @@ def test_light_module_renders_streams_and_answers_a_card(nb):
     pin.locator("button[data-act]", has_text="Allow once").click()
     view.locator(".esc-transcript .esc-answer", has_text="Allowed once by you").wait_for()
     replies(view).get_by_text("Edited notes.txt.").wait_for()
-    eventually(lambda: "Edited by the fake agent." in (nb.work / "notes.txt").read_text(), "the edit made")
+    until(lambda: "Edited by the fake agent." in (nb.work / "notes.txt").read_text(), "the edit made")
     nb.wait_status(view, "idle")
     # a page without the extension's copy (here: removed): the light view asks its kernel for the module
     nb.page.evaluate("() => { delete globalThis[Symbol.for('escouade_nb.views')]; }")
@@ -89,7 +89,7 @@ def test_in_notebook_7_a_light_view_streams(nb):
         seven = copy.copy(nb)
         seven.page = page
         seven.cell(3).wait_for(timeout=60_000)
-        eventually(lambda: (s := nb.lab.sessions_for(nb.path)) and s[0]["kernel"]["execution_state"] == "idle",
+        until(lambda: (s := nb.lab.sessions_for(nb.path)) and s[0]["kernel"]["execution_state"] == "idle",
                    "the kernel idle", 60)
         seven.run_cell(0)
         seven.run_cell(1)

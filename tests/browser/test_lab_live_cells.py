@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from browser_waits import until
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -36,10 +37,9 @@ print("TOKEN", grant.token)"""
 
 PING = """pages = notebook_pages.start_in_kernel(get_ipython())
 pages.ping()
-for _ in range(400):
-    if len(pages.pages) >= 2:
-        break
-    await asyncio.sleep(0.05)
+async with asyncio.timeout(45):
+    while len(pages.pages) < 2:
+        await asyncio.sleep(0.05)
 print("PAGES", len(pages.pages))"""
 
 TYPED = 'typed = "not saved yet, ça va"'
@@ -53,15 +53,6 @@ for _ in range(30):
 [round(x * 1000, 1) for x in sorted(_rt)]"""
 
 PANEL = "window.jupyterapp.shell.currentWidget"
-
-
-def until(check, what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
-    return got
 
 
 def answered(page) -> list[str]:
@@ -127,12 +118,7 @@ def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
         assert answered(page) == ["r1"]
 
         # the same notebook in a second browser tab (its own connection to the kernel)
-        second = lab_page.context.new_page()
-        second.goto(f"{nb.lab.url}/lab/workspaces/escouade-second-tab?reset")
-        second.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
-                                 "'docmanager:open')", timeout=60_000)
-        second.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p, factory: 'Notebook'})",
-                        nb.path)
+        second = lab_page.second_tab(nb.path, "escouade-second-tab")
         second.locator(".jp-NotebookPanel:not(.lm-mod-hidden) [data-status='idle']").wait_for(timeout=60_000)
         until(lambda: second.evaluate(f"() => !!({PANEL} && {PANEL}.node.dataset.escouadeClient)"),
               "the second tab's panel has its client id")

@@ -19,10 +19,9 @@ display(Image(data=base64.b64decode({base64.b64encode(png(3, 3)).decode()!r})))"
 ONE_PAGE = """import asyncio
 pages = notebook_pages.start_in_kernel(get_ipython())
 pages.ping()
-for _ in range(400):
-    if pages.pages:
-        break
-    await asyncio.sleep(0.05)
+async with asyncio.timeout(45):
+    while not pages.pages:
+        await asyncio.sleep(0.05)
 print("PAGES", len(pages.pages))"""
 
 

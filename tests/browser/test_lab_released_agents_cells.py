@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from browser_waits import until
 from agents.agent_configs import AGENTS, DROP
 from agents.model_server import FINAL_PREFIX, ModelServer
-from test_lab_live_cells import PANEL, until
+from test_lab_live_cells import PANEL
 
 
 LIVE_AGENTS = ["gemini", "claude-agent"]
@@ -55,9 +56,9 @@ def start_agent(nb, model_server, harness: str, tmp_path) -> str:
              f"%load_ext escouade_nb\n"
              f"agent = %escouade {harness} --cwd {nb.work} --as {name}\n"
              f"await agent.ready()\n"
-             f"for _ in range(300):  # it connects to the kernel's server during its session's start\n"
-             f"    if agent.kernel_tools_state[0] == 'connected':\n        break\n"
-             f"    await asyncio.sleep(0.1)\n"
+             f"async with asyncio.timeout(60):  # it connects to the kernel's server during its session's start\n"
+             f"    while agent.kernel_tools_state[0] != 'connected':\n"
+             f"        await asyncio.sleep(0.1)\n"
              f"print('TOOLS', agent.kernel_tools_state[0])",
              "revenue = [120.5, 95.0, 44.0]",
              "print(agent.pending_edits)", CLOSE])

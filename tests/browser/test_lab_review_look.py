@@ -10,7 +10,8 @@ import json
 
 from test_lab import CONTRAST, set_theme
 from test_lab_cell_edits import BARS, REVIEWED, sha
-from test_lab_live_cells import PANEL, Mcp, until
+from test_lab_live_cells import PANEL, Mcp
+from browser_waits import until
 
 LOOK_GROUPS = {
     "bar title": ".escouade-review-title",
@@ -43,6 +44,15 @@ PLACE = f"""() => {{
 
 def overlaps(a, b) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def well_placed(place: dict) -> bool:
+    """The review item in the toolbar (over no cell, within the bar) or in its "more" menu."""
+    if not (place["inToolbar"] or place["inPopup"]) or place["covered"]:
+        return False
+    return not place["visible"] or (not overlaps(place["item"], place["cell"])
+                                    and place["item"][1] >= place["toolbar"][1] - 1
+                                    and place["item"][3] <= place["toolbar"][3] + 1)
 
 
 def check_look(nb, theme: str) -> None:
@@ -95,8 +105,9 @@ def test_the_review_reads_in_light_and_dark_and_its_toolbar_item_covers_no_cell_
         # -- an 800 px window: the item is one of the toolbar's (or in its "more" menu), over no cell
         page.set_viewport_size({"width": 800, "height": 700})
         page.evaluate(f"() => {PANEL}.content.scrollToItem ? {PANEL}.content.scrollToItem(0) : undefined")
-        page.wait_for_timeout(1200)  # the toolbar lays its items out again (throttled)
-        place = page.evaluate(PLACE)
+        # the toolbar lays its items out again (throttled): until the item has a place of its own
+        place = until(lambda: (p := page.evaluate(PLACE)) and well_placed(p) and p, "the review item's place at 800 px",
+                      10)
         print("\n800 px:", place)
         nb.shot(nb.panel, "review-800")
         assert place["inToolbar"] or place["inPopup"], place

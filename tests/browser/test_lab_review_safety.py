@@ -15,7 +15,8 @@ import json
 import nbformat
 from test_lab_awareness import ELSEWHERE, connect, open_second_tab
 from test_lab_cell_edits import BARS, CELLS, REVIEWED, sha
-from test_lab_live_cells import PANEL, until
+from test_lab_live_cells import PANEL
+from browser_waits import until
 
 SOURCES = f"() => {PANEL}.content.model.sharedModel.cells.map(c => c.getSource())"
 PROVENANCE = f"() => {PANEL}.content.model.sharedModel.cells.map(c => c.getMetadata('escouade') || null)"

@@ -6,8 +6,8 @@ before that turn (empty), and the view marks both turns rewound and says what wa
 from __future__ import annotations
 
 import os
+from browser_waits import until
 
-from test_lab_live_cells import until
 
 TURNS = """for what in ("edit notes.txt", "edit second.txt"):
     turn = demo.send(what)

@@ -8,9 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_lab import eventually, open_agent, reopen, save, set_theme, wait_static_turn
+from test_lab import open_agent, reopen, save, set_theme, wait_static_turn, widgets_tried
+from browser_waits import until
 
 STALE = ("turn queued", "starting…", "working…", "reading…", "thinks…", "Error displaying widget", "model not found")
+
+
+def companions_final(nb) -> bool:
+    """The saved forms the page holds (hidden while live) say what the test reads after the reload."""
+    def text(i: int, css: str) -> str:
+        found = nb.output(i).locator(css)
+        return (found.first.text_content() or "") if found.count() else ""
+
+    agent, turn, squad = text(1, ".esc-saved-agent"), text(2, ".esc-saved.esc-turn"), text(3, ".esc-saved-squad")
+    return ("00399 x" in agent and "chunks 400" in agent and "● done" in turn and "fake" in squad
+            and text(4, ".esc-saved-journal") != "" and not any(w in t for w in STALE for t in (agent, turn, squad)))
 
 
 def test_saved_forms_after_save_shutdown_reload(nb):
@@ -19,11 +31,11 @@ def test_saved_forms_after_save_shutdown_reload(nb):
     wait_static_turn(nb, 2, timeout=60)
     nb.run_cell(3)
     nb.run_cell(4)
-    nb.page.wait_for_timeout(2500)  # the companions' debounced redraws (COMPANION_WAIT) have gone
+    until(lambda: companions_final(nb), "the companions redrawn as last seen (COMPANION_WAIT after a change)")
     save(nb)
     nb.lab_page.close_documents()
     nb.lab.shutdown_sessions(nb.path)
-    eventually(lambda: not nb.lab.sessions_for(nb.path), "kernel shut down")
+    until(lambda: not nb.lab.sessions_for(nb.path), "kernel shut down")
     reopen(nb)
     page = nb.page
     turn = nb.output(2).locator(".esc-saved.esc-turn")
@@ -46,7 +58,7 @@ def test_saved_forms_after_save_shutdown_reload(nb):
     assert all(c["align"] in ("left", "start") for c in cells), cells
     assert [c["lines"] for c in cells if c["text"].startswith("1200/")] == [1], cells
     assert "Journal" in nb.output(4).locator(".esc-saved-journal").inner_text()
-    page.wait_for_timeout(1500)  # the widget manager has tried (and failed) to find the models
+    widgets_tried(page)
     shown = page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output')]
         .filter(e => e.getClientRects().length && getComputedStyle(e).visibility !== 'hidden')
         .map(e => e.innerText)""")

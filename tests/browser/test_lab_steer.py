@@ -5,7 +5,8 @@ one; then the *Steer now* button does the same."""
 
 from __future__ import annotations
 
-from test_lab import eventually, open_agent, prompts, replies
+from test_lab import open_agent, prompts, replies
+from browser_waits import until
 
 SLOW = "stream 400 of 10 at 5/s"  # ~80 s unless stopped
 
@@ -14,23 +15,23 @@ def test_steer_now_ctrl_enter_and_the_queued_list(nb):
     view = open_agent(nb)
     nb.send(view, SLOW, typed=False, key="Enter")
     replies(view).last.wait_for()
-    eventually(lambda: len(replies(view).last.inner_text()) > 30, "the slow reply streams")
+    until(lambda: len(replies(view).last.inner_text()) > 30, "the slow reply streams")
     steer = view.locator(".esc-composer .esc-steer")
-    eventually(lambda: steer.is_visible(), "Steer now is offered while the turn runs")
+    until(lambda: steer.is_visible(), "Steer now is offered while the turn runs")
 
     # -- Enter queues, as before: two prompts; one edited, one dropped
     nb.send(view, "hello first", typed=False, key="Enter")
     nb.send(view, "hello second", typed=False, key="Enter")
     rows = view.locator(".esc-queued .esc-queued-item")
-    eventually(lambda: rows.count() == 2, "two queued prompts listed")
+    until(lambda: rows.count() == 2, "two queued prompts listed")
     assert "hello first" in rows.nth(0).inner_text() and "queued" in rows.nth(0).inner_text()
     rows.nth(0).get_by_role("button", name="Edit").click()
     box = view.locator(".esc-queued .esc-queued-edit")
     box.fill("hello changed")
     box.press("Enter")
-    eventually(lambda: "hello changed" in rows.nth(0).inner_text(), "the edit reached the queue")
+    until(lambda: "hello changed" in rows.nth(0).inner_text(), "the edit reached the queue")
     rows.nth(1).get_by_role("button", name="Drop").click()
-    eventually(lambda: rows.count() == 1, "the dropped prompt left the list")
+    until(lambda: rows.count() == 1, "the dropped prompt left the list")
 
     assert "Ctrl+Enter" in view.locator("textarea.esc-box").get_attribute("placeholder")
     nb.shot(view, "steer-queued")
@@ -50,7 +51,7 @@ def test_steer_now_ctrl_enter_and_the_queued_list(nb):
 
     # -- the Steer now button does the same
     nb.send(view, SLOW, typed=False, key="Enter")
-    eventually(lambda: steer.is_visible(), "Steer now is offered again")
+    until(lambda: steer.is_visible(), "Steer now is offered again")
     view.locator("textarea.esc-box").fill("hello by button")
     steer.click()
     prompts(view).filter(has_text="hello by button").wait_for(timeout=30_000)

@@ -6,7 +6,8 @@ takes no prompt."""
 
 from __future__ import annotations
 
-from test_lab import SCROLL_STATE, eventually, open_agent, pins, replies, set_theme
+from test_lab import SCROLL_STATE, open_agent, pins, replies, set_theme
+from browser_waits import frames, steady, until
 
 # The view's head and prompt box against what the notebook shows of the page (its scroll
 # area, inside the window): both in sight together once the view's top is at the top.
@@ -29,9 +30,8 @@ LIVE_CONTROLS = """v => [...v.querySelectorAll('button, textarea, select, input'
 
 def following(nb, view, what: str) -> None:
     """At the end of the transcript, and no "new ↓" offered (nothing was missed)."""
-    eventually(lambda: view.evaluate(SCROLL_STATE)["gap"] < 8, f"{what}: at the end of the transcript", 5)
-    nb.page.wait_for_timeout(300)  # a late scroll event or frame would show here
-    state = view.evaluate(SCROLL_STATE)
+    until(lambda: view.evaluate(SCROLL_STATE)["gap"] < 8, f"{what}: at the end of the transcript", 5)
+    state = steady(nb.page, lambda: view.evaluate(SCROLL_STATE), what)  # a late scroll or frame shows here
     assert state["gap"] < 8, f"{what}: the view left the end: {state}"
     assert view.locator(".esc-new").is_hidden(), f"{what}: {view.locator('.esc-new').inner_text()!r} offered"
 
@@ -78,7 +78,7 @@ def test_view_fits_the_window_follows_across_resizes_and_a_closed_box_says_why(n
     view.locator(".esc-confirm button", has_text="Stop agent").click()
     nb.wait_status(view, "closed")
     box = view.locator("textarea.esc-box")
-    eventually(lambda: box.is_disabled(), "the closed agent's box disabled", 5)
+    until(lambda: box.is_disabled(), "the closed agent's box disabled", 5)
     hint = box.get_attribute("placeholder") or ""
     assert "closed" in hint and "Restart" in hint, hint
     assert view.locator(".esc-composer .esc-send").is_disabled()
@@ -95,7 +95,7 @@ def kernel_gone(nb, view, name: str, why: str) -> None:
     assert "kernel" in nb.status(view), nb.status(view)
     assert "waiting for you" not in nb.status(view)
     assert view.locator(".esc-head .esc-stop").count() == 0
-    eventually(lambda: view.evaluate(LIVE_CONTROLS) == [], "nothing that can act is enabled", 5)
+    until(lambda: view.evaluate(LIVE_CONTROLS) == [], "nothing that can act is enabled", 5)
     assert view.locator("textarea.esc-box").is_disabled()
 
 
@@ -130,7 +130,7 @@ def test_a_view_whose_kernel_is_gone_says_so(nb):
         set_theme(nb, "JupyterLab Light")
     # the card's button does nothing, and says nothing in the console
     view.locator(".esc-transcript button", has_text="Allow once").click(force=True)
-    page.wait_for_timeout(500)
+    frames(page)  # the click's handler has run
     assert nb.errors[errors:] == [], nb.errors[errors:]
     assert "Allowed" not in view.inner_text()
     assert (nb.work / "notes.txt").read_text() == "Buy milk.\n"

@@ -13,7 +13,8 @@ import json
 from test_lab_awareness import ELSEWHERE, RELAY
 from test_lab_cell_edits import BARS, CELLS, REVIEWED, sha
 from test_lab_execute_cell import run_behind_one_card, run_cells, write_with_ids
-from test_lab_live_cells import PANEL, Mcp, until
+from test_lab_live_cells import PANEL, Mcp
+from browser_waits import until
 
 
 def connect(seven) -> Mcp:

@@ -93,6 +93,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ours = [item for item in items if HERE in Path(str(item.path)).resolve().parents]
     for item in ours:
         item.add_marker(pytest.mark.browser)
+        if item.get_closest_marker("timeout") is None:  # the first pays for the server's start (90 s a try), a
+            item.add_marker(pytest.mark.timeout(600))   # released agent's turn may take 180 s: 600 s, not 300
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"browser suite: {reason}"))
     if ours:

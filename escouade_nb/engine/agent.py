@@ -99,7 +99,7 @@ class Agent(AgentState):
     ``review``: the files it changes in each turn (through our fs or by itself) pend
     your Keep or Reject in :attr:`pending_edits` (:mod:`.file_review`; also when its
     project's ``.escouade.yml`` says ``review: true``).
-    ``sandbox``: its :class:`~.sandbox.Sandbox` (``--sandbox``: its process under
+    ``sandbox``: its :class:`~.launch.sandbox.Sandbox` (``--sandbox``: its process under
     bubblewrap), else None.
 
     These keywords are those of :class:`~.state.AgentConfig`, checked once: ``Agent(ref,
@@ -177,8 +177,8 @@ class Agent(AgentState):
     @property
     def pending_edits(self) -> list[PendingEdit]:
         """Its changes still pending review, oldest first: to the open notebook
-        (:class:`~.cell_review.PendingEdit`) and, with ``review=True``, to files
-        (:class:`~.file_review.FileEdit`: ``.path``, ``.diff``, ``.hunks``); each with
+        (:class:`~.review.cell_review.PendingEdit`) and, with ``review=True``, to files
+        (:class:`~.review.file_review.FileEdit`: ``.path``, ``.diff``, ``.hunks``); each with
         ``.keep()`` and ``.reject()`` (await them or not; see :mod:`.cell_review`). Filled
         by the time ``await turn`` returns."""
         return self.edit_review.pending
@@ -199,7 +199,7 @@ class Agent(AgentState):
     @property
     def checkpoints(self) -> list[Checkpoint]:
         """Its folder's checkpoints, one before each turn, oldest first: each a
-        :class:`~.checkpoints.Checkpoint` (``.turn``, ``.prompt``, ``.at``); see :meth:`rewind`."""
+        :class:`~.review.checkpoints.Checkpoint` (``.turn``, ``.prompt``, ``.at``); see :meth:`rewind`."""
         return list(self.folder_checkpoints.items)
 
     async def rewind(self, checkpoint: Checkpoint | int) -> Checkpoint:
@@ -207,7 +207,7 @@ class Agent(AgentState):
         turn number) and go on from before that turn: the agent's fork of then where it
         offers ``session/fork``, else a new session carrying the conversation up to there;
         the later turns stay shown, marked rewound (:mod:`.checkpoints`). :class:`AgentError`
-        while a turn runs or for another agent's checkpoint, :class:`~.checkpoints.CheckpointError`
+        while a turn runs or for another agent's checkpoint, :class:`~.review.checkpoints.CheckpointError`
         when git cannot restore it."""
         return await self.folder_checkpoints.rewind(checkpoint)
 

@@ -38,7 +38,7 @@ __all__ = ["BudgetPart", "BudgetedAgent", "CardsAgent", "CheckpointsPart", "Cont
 
 
 class FileWatchPart(Protocol):
-    """``file_watch``: the files it changes pend review (``review=True``; :class:`~.file_review.FileWatch`)."""
+    """``file_watch``: the files it changes pend review (``review=True``; :class:`~.review.file_review.FileWatch`)."""
 
     async def before_turn(self) -> None: ...
 
@@ -54,7 +54,7 @@ class FileWatchPart(Protocol):
 
 
 class EditReviewPart(Protocol):
-    """``edit_review``: its changes to the open notebook pending review (:class:`~.cell_review.EditReview`)."""
+    """``edit_review``: its changes to the open notebook pending review (:class:`~.review.cell_review.EditReview`)."""
 
     def add(self, cell_id: str, change: str, live: Any) -> Any: ...
 
@@ -70,7 +70,8 @@ class EditReviewPart(Protocol):
 
 
 class CheckpointsPart(Protocol):
-    """``folder_checkpoints``: its folder before each turn, and the rewind (:class:`~.checkpoints.Checkpoints`)."""
+    """``folder_checkpoints``: its folder before each turn, and the rewind
+    (:class:`~.review.checkpoints.Checkpoints`)."""
 
     async def before_prompt(self, turn: Any, live: Any) -> None: ...
 
@@ -90,7 +91,7 @@ class BudgetPart(Protocol):
 
 
 class WorktreePart(Protocol):
-    """``worktree``: its own git worktree and branch (``--worktree``; :class:`~.worktree.Worktree`)."""
+    """``worktree``: its own git worktree and branch (``--worktree``; :class:`~.worktrees.worktree.Worktree`)."""
 
     path: Path
     repo: Path
@@ -121,13 +122,13 @@ class OptionalParts(HasFileWatch, HasEditReview, HasFolderCheckpoints, Protocol)
     ``budget`` is always there: :class:`BudgetPart`, declared by the parts that use it.)"""
 
     @property
-    def sandbox(self) -> Any | None: ...  # its engine.sandbox.Sandbox (``--sandbox``)
+    def sandbox(self) -> Any | None: ...  # its engine.launch.sandbox.Sandbox (``--sandbox``)
 
     @property
     def worktree(self) -> WorktreePart | None: ...
 
     @property
-    def sign_in_job(self) -> Any | None: ...  # its engine.sign_in.TerminalSignIn while one runs
+    def sign_in_job(self) -> Any | None: ...  # its engine.launch.sign_in.TerminalSignIn while one runs
 
     @property
     def early_desk(self) -> Any | None: ...  # a CardDesk for cards before its session (worktree_setup)

@@ -306,7 +306,7 @@ class Squad:
         MCP server (default: when running in a kernel). ``worktree``: True (branch
         ``escouade/<name>``) or a branch name: the agent works in its own git worktree off
         the repository's ``HEAD`` (or ``worktree_base``), made before it starts
-        (:class:`~.worktree.Worktree`, ``agent.worktree``); git's refusals (a dirty index,
+        (:class:`~.worktrees.worktree.Worktree`, ``agent.worktree``); git's refusals (a dirty index,
         a branch taken) fail the agent with one line. ``add_dirs``: more folders of the
         session (ACP ``additionalDirectories``, relative ones against ``cwd``; the fence of
         a private project takes them in), sent where the agent offers it.
@@ -690,7 +690,7 @@ class Squad:
         self.rules.kill_now()
 
     def update_soon(self, harness: str) -> tuple[HarnessRef, asyncio.Future[str | None]]:
-        """``%escouade update NAME`` before its run (:class:`~.harness_update.UpdateJob`): the
+        """``%escouade update NAME`` before its run (:class:`~.launch.harness_update.UpdateJob`): the
         harness, checked — :class:`SquadError` (unknown, no ``updateCommand``), :class:`ProgramNotFound`,
         then :class:`~escouade_nb.wire.errors.NoEventLoop` — and a future of its version now (read off the loop)."""
         from .launch.harness_update import program_to_update
@@ -714,7 +714,7 @@ _squad: Squad | None = None
 def get_squad() -> Squad:
     """The process-wide squad (created on first use, killed at exit). In a kernel, the
     first call also loads what the first agent's start would otherwise load on the loop
-    (about a second, in the calling cell; see :func:`~.kernel_server.preload_in_kernel`)
+    (about a second, in the calling cell; see :func:`~escouade_nb.kernel_mcp.server.preload_in_kernel`)
     and reads the plugins' manifests (a start rereads them if its harness is not found)."""
     global _squad
     if _squad is None:

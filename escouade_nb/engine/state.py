@@ -84,7 +84,7 @@ class AgentConfig:
     absolute (relative ones against ``cwd``), ``start_timeout`` in seconds or None (no
     limit; None given: ``$ESCOUADE_NB_START_TIMEOUT``'s, 0 given: no limit), ``kernel_tools``
     a bool (None given: whether it runs in a kernel), sequences as tuples, ``env`` a copy.
-    ``sandbox``: its :class:`~.sandbox.Sandbox` (``--sandbox``), else None.
+    ``sandbox``: its :class:`~.launch.sandbox.Sandbox` (``--sandbox``), else None.
 
     Frozen: an agent's start parameters never change under it; start another agent (or
     :func:`dataclasses.replace` a config) for other ones. Raises :class:`AgentError` naming
@@ -150,7 +150,8 @@ class AgentConfig:
         env = self.env or {}
         if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise bad("env", self.env, "a mapping of strings to strings")
-        if not all(callable(p) for p in self.policies or ()):
+        if callable(self.policies) or not isinstance(self.policies or (), Sequence) \
+                or not all(callable(p) for p in self.policies or ()):
             raise bad("policies", self.policies, "a list of policies (async callables taking a card)")
         if not isinstance(self.add_dirs, Sequence) or isinstance(self.add_dirs, str | bytes) \
                 or not all(isinstance(d, str | Path) for d in self.add_dirs):
@@ -237,7 +238,7 @@ class AgentState:
         self.previous_transcript: Path | None = None  # the file before a restart (its header names it)
         self.auth_required: AuthRequired | None = None
         self.auth_prompt: list[dict[str, Any]] | None = None  # the prompt refused with auth_required (-32000)
-        self.sign_in_job: Any = None  # the terminal sign-in running (engine/sign_in.py), else None
+        self.sign_in_job: Any = None  # the terminal sign-in running (engine/launch/sign_in.py), else None
         self.sign_in_retry: Turn | None = None  # the refused prompt, sent again after a terminal sign-in
         self.reads_refusal_messages = False
         self.last_activity: float | None = None  # wall-clock time of the last conversation change
@@ -344,7 +345,7 @@ class AgentState:
         """One of its changes to the open notebook was answered: said in the conversation (a
         notice, so in the transcript: ``%escouade resume`` shows it) and written as a
         ``kernel_tool`` line of phase ``settle`` (``cell``, ``change``, ``outcome``)."""
-        if edit.cell_id is None and self.file_watch is not None:  # a file's edit (engine/file_review.py)
+        if edit.cell_id is None and self.file_watch is not None:  # a file's edit (engine/review/file_review.py)
             self.file_watch.settled(edit)
             return
         words = {"kept": "kept", "rejected": "rejected (taken back)",
@@ -507,7 +508,7 @@ class AgentState:
         self.auth_required = None
 
     def sign_in_started(self, job: Any) -> None:
-        """A terminal sign-in runs (``job``: :class:`~.sign_in.TerminalSignIn`); the view shows its input box."""
+        """A terminal sign-in runs (``job``: :class:`~.launch.sign_in.TerminalSignIn`); the view shows its input box."""
         self.sign_in_job = job
         self.notify_status()
 

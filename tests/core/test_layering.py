@@ -165,6 +165,19 @@ def test_importing_the_package_loads_no_engine():
     assert first == "[]" and second == "True True"
 
 
+def test_the_engines_face_is_lazy():
+    """``import escouade_nb.engine`` (the face the views and magics import) loads none of its modules; the
+    first use of a name loads the module that has it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, escouade_nb.engine as e; inner = lambda: sorted(m for m in sys.modules "
+            "if m.startswith('escouade_nb.engine.')); print(inner()); e.Squad; "
+            "print('escouade_nb.engine.squad' in inner())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines() == ["[]", "True"]
+
+
 def test_no_anyio_worker_threads_in_the_product():
     """AnyIO's worker threads are not daemons and idle 10 s before they end: a kernel that
     used one waits for it at exit, gets killed by its manager first, and its atexit
@@ -340,6 +353,11 @@ def test_the_room_rules_can_fail(tmp_path):
         "engine/launch/sandbox.py": "from . import launcher\ndef g():\n    from ..state import AgentState\n",
         "engine/worktrees/__init__.py": "",
         "engine/worktrees/worktree.py": "from ..kernel_git import git\nfrom ..launch.launcher import agent_env\n",
+        "engine/worktrees/agent_worktrees.py": "from ..interfaces import WorktreeAgent\n"
+                                               "def k():\n    from ..state import AgentState\n",
+        "engine/agent.py": "",
+        "tools/__init__.py": "",
+        "tools/fake.py": "from ..engine import Agent\ndef t():\n    from ..engine.agent import Agent\n",
         "engine/review/__init__.py": "",
         "engine/review/checkpoints.py": "from ..kernel_git import git\nfrom ..worktrees.worktree import Worktree\n",
         "widgets/__init__.py": "",
@@ -354,7 +372,9 @@ def test_the_room_rules_can_fail(tmp_path):
     assert seen == ["escouade_nb.engine.launch.launcher -> escouade_nb.engine.interfaces",
                     "escouade_nb.engine.launch.sandbox -> escouade_nb.engine.state",
                     "escouade_nb.engine.review.checkpoints -> escouade_nb.engine.worktrees.worktree",
+                    "escouade_nb.engine.worktrees.agent_worktrees -> escouade_nb.engine.state",
                     "escouade_nb.kernel_mcp.server -> escouade_nb.engine.squad",
                     "escouade_nb.kernel_mcp.tools -> escouade_nb.wire.framing",
                     "escouade_nb.magics -> escouade_nb.engine.squad",
+                    "escouade_nb.tools.fake -> escouade_nb.engine.agent",
                     "escouade_nb.widgets.table -> escouade_nb.engine.squad"]

@@ -30,7 +30,8 @@ def ref():
 @pytest.mark.parametrize(("field", "value"), [
     ("system_prompt_mode", "replace"), ("start_timeout", -1), ("start_timeout", "soon"), ("via", "ssh host"),
     ("mcp", "all"), ("env", {"A": 1}), ("record", "yes"), ("review", None), ("fs", "no"), ("name", 3),
-    ("add_dirs", "extra"), ("policies", ["not callable"]), ("project", "/tmp"), ("program", None),
+    ("add_dirs", "extra"), ("policies", ["not callable"]), ("policies", print), ("policies", 3),
+    ("project", "/tmp"), ("program", None),
 ])
 def test_a_bad_start_value_is_refused_naming_its_field(ref, tmp_path, field, value):
     with pytest.raises(AgentError, match=rf"AgentConfig\.{field}\b"):

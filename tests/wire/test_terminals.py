@@ -35,7 +35,7 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
     return found
 
 
-async def group_gone(pgid: int, within: float = 3.0) -> bool:
+async def group_gone(pgid: int, within: float = 30.0) -> bool:
     deadline = time.monotonic() + within
     while group_members(pgid):
         if time.monotonic() > deadline:

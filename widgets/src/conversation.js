@@ -335,7 +335,7 @@ export class ConversationUI {
     this.review.replaceChildren(all, ...rows);
   }
 
-  // a file the agent changed (review=True, engine/file_review.py): Keep / Reject of the file, its diff folded
+  // a file the agent changed (review=True, engine/review/file_review.py): Keep / Reject of the file, its diff folded
   // under it (kept open across redraws), and each hunk's Keep / Reject when it has several
   drawReviewFile(e, decide, open) {
     const row = h("div", { class: "esc-review-item esc-review-file", "data-key": e.key, "data-file": e.file },

@@ -14,6 +14,13 @@ _PACKAGE = Path(__file__).resolve().parent
 _IN_WHEEL = {"plugins": _PACKAGE / "plugins", "widgets": _PACKAGE / "widgets" / "static"}
 
 
+def package_home() -> Path:
+    """The folder that holds the ``escouade_nb`` package: a checkout's root in an editable install,
+    ``site-packages`` in a wheel's (known from this module, which sits at the package's top, wherever a
+    module that asks sits in the package's rooms)."""
+    return _PACKAGE.parent
+
+
 def shipped_dir(name: str) -> Path:
     """The folder of shipped ``name`` (``"plugins"`` or ``"widgets"``): inside the
     package when installed from a wheel, else the checkout's top-level folder.

@@ -96,6 +96,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import EscouadeError
+from ..._resources import package_home as _package_home
 from ...wire.fs import Confinement
 
 if TYPE_CHECKING:
@@ -363,7 +364,7 @@ def _under_tmp(command: Sequence[str]) -> list[Path]:
     prefix = Path(sys.prefix)
     if prefix.is_relative_to(tmp) and prefix != tmp:
         found.append(prefix)
-    package_home = Path(__file__).resolve().parents[2]  # escouade_nb's own folder: an editable install's checkout
+    package_home = _package_home()  # the folder holding escouade_nb: an editable install's checkout
     if package_home.is_relative_to(tmp) and package_home != tmp and not package_home.is_relative_to(prefix):
         found.append(package_home)  # (CI's fresh clone under /tmp): the stdio bridge imports escouade_nb from it
     for index, word in enumerate(command):

@@ -52,7 +52,9 @@ def test_a_reject_does_not_write_or_delete_through_a_folder_the_sandboxed_agent_
         _write("$WS/sub/f.txt", b"C-outside\n"),  # now the same bytes as the file outside
         _write("$WS/sub/g.txt", b"G-outside\n"),  # a new file, the same as another outside
         END_2,
-        # after its answer, from its own process: the folder becomes a symlink to outside
+        # after its answer was read (the turn's review taken: $CTL/go), from its own process: the folder
+        # becomes a symlink to outside
+        _step({"wait_file": "$CTL/go", "timeout": 60}),
         _step({"run": ["sh", "-c", f"mv sub sub_old && ln -s {out} sub"]}),
         _step({"hang": True}),
     ]), name="boxed", variables={"CTL": str(ctl)})
@@ -63,13 +65,15 @@ def test_a_reject_does_not_write_or_delete_through_a_folder_the_sandboxed_agent_
     async def go():
         squad = Squad()
         try:
-            agent = squad.start("boxed", cwd=s.ws, sandbox=True, review=True)
+            # $CTL: the test's signal, outside the agent's folder (not one of its changes), in its sandbox's reach
+            agent = squad.start("boxed", cwd=s.ws, sandbox=True, review=True, add_dirs=[str(ctl)])
             assert agent.sandbox is not None
             await agent.ready()
             await agent.send("go")
             edits = {e.rel: e for e in agent.pending_edits}
             assert {"sub/f.txt", "sub/g.txt"} <= set(edits)
-            await until(lambda: (s.ws / "sub").is_symlink(), timeout=20, what="the agent's swap")
+            (ctl / "go").touch()
+            await until(lambda: (s.ws / "sub").is_symlink(), timeout=60, what="the agent's swap")
             for rel in ("sub/f.txt", "sub/g.txt"):
                 with pytest.raises(FileChanged) as refused:
                     await edits[rel].reject()

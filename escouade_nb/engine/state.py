@@ -353,7 +353,8 @@ class AgentState:
                  "dropped": "dropped (the agent removed its own new cell before review)"}
         closed = self.edit_review.closed  # answered after the agent closed: a Reject cannot be told to it
         told = {"told": False} if closed and edit.state == "rejected" else {}
-        after = " after the agent closed (not told to the agent)" if told else " after the agent closed" if closed else ""
+        after = (" after the agent closed (not told to the agent)" if told
+                 else " after the agent closed" if closed else "")
         self.conversation.add_notice(f"Notebook review: {edit.label} {words.get(edit.state, edit.state)}{after}")
         if self.transcript is not None:
             self.transcript.event(kernel_calls.EVENT, phase="settle", tool=None, cell=edit.cell_id,

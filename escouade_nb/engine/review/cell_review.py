@@ -96,7 +96,7 @@ class PendingEdit:
     :func:`drop`), ``settled_at`` (epoch seconds of the answer, else ``None``), ``why`` (why
     it was dropped, else ``None``), ``changed_by_user`` (the page found the user had changed
     the cell after the agent when it was kept or rejected: a Keep's provenance says so, a
-    Reject was one undoable step, so Ctrl+Z gives the user's version back)."""
+    Reject dropped the user's lines too — the page's Reject button asks first)."""
 
     def __init__(self, review: EditReview, cell_id: str, change: str, live: Any) -> None:
         self._review = review
@@ -133,9 +133,10 @@ class PendingEdit:
     def reject(self, *, client: str | None = None) -> Settling:
         """Take the change back exactly: the source before it restored, a new cell removed,
         a cell marked for deletion left as it was. The agent is told (see
-        :meth:`EditReview.take_notice`). When the user had changed the cell after the agent,
-        the page does it as one step of the user's undo history (Ctrl+Z gives the user's
-        version back)."""
+        :meth:`EditReview.take_notice`; not once the agent is closed: :attr:`EditReview.closed`).
+        When the user had changed the cell after the agent, their lines go too (the page's
+        Reject button asks first; this call is its own consent). Outside the undo history,
+        which the page clears for the cell: no undo brings the agent's text back."""
         return self._review._settle(self, False, client)
 
     def __repr__(self) -> str:

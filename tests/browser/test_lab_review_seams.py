@@ -100,3 +100,10 @@ def walk(view, mcp: Mcp) -> None:
 def test_keep_and_reject_act_or_say_why_and_undo_brings_no_rejected_text_back(nb):
     nb.open([REVIEWED, "df = 1"])
     walk(nb, connect(nb))
+
+
+def test_in_notebook_7_keep_and_reject_act_or_say_why_and_undo_brings_no_rejected_text_back(nb):
+    nb.write([REVIEWED, "df = 1"])
+    seven = nb.in_notebook_7()
+    assert "/notebooks/" in seven.page.url
+    walk(seven, connect(seven))

@@ -562,12 +562,13 @@ function attach(panel) {
       operate((msg.content && msg.content.data) || {});
     }; // returns nothing: see the top of this file
     opened.onClose = () => {
-      if (comm === opened) {
+      const current = comm === opened;
+      if (current) {
         comm = null;
       }
-      // closed by the kernel before it said anything, clicks waiting: no comm target of ours there (a kernel
-      // without escouade_nb closes a comm it cannot place at once): each waiting cell says what to run
-      if (!heard && waiting.size > 0) {
+      // this panel's comm, closed by the kernel before it said anything, clicks waiting: no comm target of ours
+      // there (a kernel without escouade_nb closes a comm it cannot place at once): each waiting cell says what to run
+      if (current && !heard && waiting.size > 0) {
         waiting.forEach((_wait, cellId) => notes.set(cellId, NOT_LOADED));
         waiting.clear();
         refresh();

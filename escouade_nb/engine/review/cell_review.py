@@ -212,8 +212,9 @@ class EditReview:
         self.settled.append(edit)
         self._tell(self.on_settled, edit)
         self._tell(self.on_change)
-        if self.closed and not self.pending:
-            _held.discard(self)  # a closed review with nothing left to answer: no longer held
+        if self.closed and not self.pending:  # a closed review with nothing left to answer: let go of
+            _held.discard(self)
+            _reviews.discard(self)
 
     @staticmethod
     def _tell(callback: Callable[..., object] | None, *args: Any) -> None:

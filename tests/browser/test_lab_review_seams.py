@@ -3,7 +3,7 @@ without its mark (issue 34, findings 2 and 3), in a real JupyterLab and in Noteb
 
 - the agent's review closed (what ``await agent.close()`` does to it): a click of Keep or Reject
   in the cell, or Keep all in the toolbar, still settles the change through it;
-- Reject of a cell the user also typed into asks first ("Reject anyway" / "Cancel"); a Reject is
+- Reject (and Reject all) of a cell the user also typed into asks first ("Reject anyway" / "Cancel"); a Reject is
   outside the undo history and cuts the cell's, so Ctrl+Z after it brings no agent text back;
 - the kernel restarted, escouade_nb not loaded yet: the click says at once, in the cell, what to
   run; after ``%load_ext escouade_nb`` the same click settles the mark (the page made it, the
@@ -49,14 +49,14 @@ def walk(view, mcp: Mcp) -> None:
     until(lambda: page.evaluate(BARS) == [load["id"]], "the Keep settled after the review closed", timeout=60)
     until(lambda: f"('{new}', 'kept')" in settled(mcp), "the closed review has the Keep")
 
-    # the user types into the agent's edit: Reject asks first, Cancel leaves everything as it is
+    # the user types into the agent's edit: Reject all (and Reject) asks first, Cancel leaves everything as it is
     type_at_end(view, 1, "\n# mine")
     page.keyboard.press("Escape")
     until(lambda: page.evaluate(SOURCES)[1] == "df = 9\n# mine", "the typed text is in the model")
     bar = bar_of(view, load["id"])
     until(lambda: "then by you" in bar.locator("span").first.inner_text(), "the bar says the user changed it")
-    bar.get_by_role("button", name="Reject").click()
-    until(lambda: bar.locator(".escouade-review-confirm").count() == 1, "Reject asks first")
+    view.panel.locator(".escouade-review-all").get_by_role("button", name="Reject all").click()
+    until(lambda: bar.locator(".escouade-review-confirm").count() == 1, "Reject all asks first, in the bar")
     assert "You edited this cell too: Reject drops your edits as well." in bar.inner_text()
     bar.get_by_role("button", name="Cancel").click()
     until(lambda: bar.locator(".escouade-review-confirm").count() == 0, "Cancel closes the question")

@@ -52,8 +52,9 @@ or whose value is not of that kind's shape (an object for ``hello``, ``decide``,
   see it.
 - the user's Keep or Reject (the buttons the page draws inside a cell pending review) is not done in the
   page: the kernel settles it — through the agent's review when an agent's ``pending_edits`` holds the cell,
-  a closed agent's too (so that list stays true and the agent, while it runs, is told of a Reject), else directly (a pending cell from a saved
-  notebook, when Jupyter trusts it) — with a ``settle`` operation sent back to that page.
+  a closed agent's too (so that list stays true and the agent, while it runs, is told of a Reject), else
+  directly (a pending cell from a saved notebook, when Jupyter trusts it) — with a ``settle`` operation sent
+  back to that page.
 - awareness (``labextension/src/aware.js``): ``tab`` is the browser tab's id, the same across its reloads;
   ``pending`` the ids of the cells pending review in that page's document (``null`` while it is not
   loaded); a tab the kernel once pinged says hello by itself after a reload. A hello from a new client of

@@ -344,16 +344,21 @@ class AgentState:
     def _edit_settled(self, edit: Any) -> None:
         """One of its changes to the open notebook was answered: said in the conversation (a
         notice, so in the transcript: ``%escouade resume`` shows it) and written as a
-        ``kernel_tool`` line of phase ``settle`` (``cell``, ``change``, ``outcome``)."""
+        ``kernel_tool`` line of phase ``settle`` (``cell``, ``change``, ``outcome``; ``told: false``
+        for a Reject answered after the agent closed, which it is never told)."""
         if edit.cell_id is None and self.file_watch is not None:  # a file's edit (engine/review/file_review.py)
             self.file_watch.settled(edit)
             return
         words = {"kept": "kept", "rejected": "rejected (taken back)",
                  "dropped": "dropped (the agent removed its own new cell before review)"}
-        self.conversation.add_notice(f"Notebook review: {edit.label} {words.get(edit.state, edit.state)}")
+        closed = self.edit_review.closed  # answered after the agent closed: a Reject cannot be told to it
+        told = {"told": False} if closed and edit.state == "rejected" else {}
+        after = (" after the agent closed (not told to the agent)" if told
+                 else " after the agent closed" if closed else "")
+        self.conversation.add_notice(f"Notebook review: {edit.label} {words.get(edit.state, edit.state)}{after}")
         if self.transcript is not None:
             self.transcript.event(kernel_calls.EVENT, phase="settle", tool=None, cell=edit.cell_id,
-                                  change=edit.change, outcome=edit.state)
+                                  change=edit.change, outcome=edit.state, **told)
 
     def _edit_not_settled(self, edit: Any, keep: bool, error: BaseException) -> None:
         """A Keep or Reject of one of its changes failed (no page answered…): said in the

@@ -51,9 +51,10 @@ or whose value is not of that kind's shape (an object for ``hello``, ``decide``,
 - an operation goes on ONE page's comm: a comm belongs to one browser connection, so the other tabs never
   see it.
 - the user's Keep or Reject (the buttons the page draws inside a cell pending review) is not done in the
-  page: the kernel settles it — through the agent's review when an agent's ``pending_edits`` holds the cell
-  (so that list stays true and the agent is told of a Reject), else directly (a pending cell from a saved
-  notebook, when Jupyter trusts it) — with a ``settle`` operation sent back to that page.
+  page: the kernel settles it — through the agent's review when an agent's ``pending_edits`` holds the cell,
+  a closed agent's too (so that list stays true and the agent, while it runs, is told of a Reject), else
+  directly (a pending cell from a saved notebook, when Jupyter trusts it) — with a ``settle`` operation sent
+  back to that page.
 - awareness (``labextension/src/aware.js``): ``tab`` is the browser tab's id, the same across its reloads;
   ``pending`` the ids of the cells pending review in that page's document (``null`` while it is not
   loaded); a tab the kernel once pinged says hello by itself after a reload. A hello from a new client of
@@ -319,6 +320,7 @@ class NotebookPages:
     def _decide(self, page: Page, decision: dict[str, Any], data: dict[str, Any]) -> None:
         """The user clicked Keep or Reject in ``page`` (``decision``: ``{"cell", "keep"}``): settle it through
         the agent's review that holds the cell, else directly (a task this object owns: :meth:`close`)."""
+        # a kernel without escouade_nb never gets here: it closes the page's comm at once, and the page says so
         cell, keep = decision.get("cell"), decision.get("keep")
         if not isinstance(cell, str) or not cell or len(cell) > MAX_FIELD or not isinstance(keep, bool):
             self.strays += 1

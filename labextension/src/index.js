@@ -23,12 +23,19 @@
 // notebook's toolbar offers Keep all / Reject all while any is pending. A click does not change the
 // notebook here: the page tells the kernel ({decide: {cell, keep}}), which settles it through the
 // agent's review (its `pending_edits` stays true, a Reject is told to the agent) by sending `settle`
-// back; the bar goes as soon as the cell's mark does (the settle removes it).
+// back; the bar goes as soon as the cell's mark does (the settle removes it). The agent's review settles
+// it even after the agent closed (the kernel holds it until each change is answered).
+// A click always acts or says why, in one line in the cell's bar (`notes`): a kernel without escouade_nb
+// (just restarted) closes the comm the click opened before saying anything — "escouade_nb is not loaded
+// in this kernel: run %load_ext escouade_nb…", at once; no kernel at all; no answer within DECIDE_WAIT.
+// After %load_ext a mark this page made for an earlier kernel is settled only as a saved file's mark
+// (the kernel checks the saved notebook's trust, else says `untrusted`: the bar then offers Drop mark).
 // A Keep writes the cell's provenance, which the kernel sent with the change (PENDING.by), into its
 // metadata under PROVENANCE: {agent, harness, session, turn, at}.
-// The agent's changes are not in the user's undo history (one transaction outside the undo
-// manager): undo stays the user's own, and Reject (the review) is how an agent change is taken back —
-// except when the user typed into the agent's change: then the Reject is one undoable step (./safe.js).
+// The agent's changes, Keep and Reject are not in the user's undo history (one transaction outside the
+// undo manager), and a Reject clears the cell's undo history (./safe.js `settled`): no undo brings back a
+// rejected agent's text without its mark. When the user typed into the agent's change, Reject asks
+// first in the bar ("Reject anyway" / "Cancel": the user's lines go too); Reject all asks in those bars.
 // A mark from a notebook file not trusted here (./safe.js) gets only "Drop mark".
 
 import { INotebookTracker } from '@jupyterlab/notebook';
@@ -38,7 +45,7 @@ import { IMAGE_MIMES, imageBudget, imageForKernel } from './images.js';
 import { reviewButton, reviewToolbarItem } from './look.js';
 import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
 import { shareViews } from './views';
-import { changedByUser, linkedElsewhere, undoable, untrustedBar, untrustedHere } from './safe.js';
+import { changedByUser, linkedElsewhere, settled, undoable, untrustedBar, untrustedHere } from './safe.js';
 
 const TARGET = 'escouade_nb.notebook';
 const PROTOCOL = 1;
@@ -52,8 +59,12 @@ const PENDING = 'escouade_pending';
 const CELL_TYPES = ['code', 'markdown', 'raw'];
 // the metadata key of a kept cell's provenance: {agent, harness, session, turn, at}
 const PROVENANCE = 'escouade';
-// milliseconds a clicked Keep/Reject waits for the kernel before its buttons come back
+// milliseconds a clicked Keep/Reject waits for the kernel before its buttons come back, with a note saying so
 const DECIDE_WAIT = 10000;
+// the notes in a cell's review bar when a click could not be settled (one line each)
+const NOT_LOADED = 'escouade_nb is not loaded in this kernel: run %load_ext escouade_nb, then click again, to settle this change';
+const NO_KERNEL = 'No kernel is connected to this notebook: start one and run %load_ext escouade_nb to settle this change';
+const NO_ANSWER = 'The kernel did not answer within 10 s (is a cell running?): nothing was changed; click again';
 // lines of each side beyond which the review shows the old and new sources whole instead of a diff
 const DIFF_LINES = 400;
 // characters (UTF-16 code units, as JavaScript counts them) of the largest source an insert or edit may bring
@@ -186,8 +197,10 @@ function element(tag, style, text) {
   return node;
 }
 
-// The review bar of one pending cell: what changed, Keep and Reject (disabled while a click waits).
-function reviewBar(cell, pending, busy, decide) {
+// The review bar of one pending cell: what changed, Keep and Reject (disabled while a click waits);
+// `note`: why the last click did nothing (one line, else null); `confirm`: the user typed into the agent's
+// change and clicked Reject: the bar asks first (Reject anyway / Cancel), `ask(cellId, on)` opens or closes it.
+function reviewBar(cell, pending, busy, decide, note = null, confirm = false, ask = () => undefined) {
   const bar = element('div', ''); // its look: ./review.css
   bar.className = 'escouade-review';
   bar.dataset.cell = cell.id;
@@ -208,9 +221,27 @@ function reviewBar(cell, pending, busy, decide) {
   const heading = element('span', '', busy ? `${title} — ${busy}…` : title);
   heading.className = 'escouade-review-title';
   head.appendChild(heading);
-  head.appendChild(reviewButton('Keep', () => decide(cell.id, true), busy !== null, true));
-  head.appendChild(reviewButton('Reject', () => decide(cell.id, false), busy !== null));
-  bar.appendChild(head);
+  if (confirm && mine) {
+    const question = element('div', '');
+    question.className = 'escouade-review-confirm';
+    question.appendChild(element('span', '', 'You edited this cell too: Reject drops your edits as well.'));
+    question.appendChild(reviewButton('Reject anyway', () => decide(cell.id, false), busy !== null));
+    question.appendChild(reviewButton('Cancel', () => ask(cell.id, false), busy !== null));
+    head.appendChild(reviewButton('Keep', () => decide(cell.id, true), busy !== null, true));
+    bar.appendChild(head);
+    bar.appendChild(question);
+  } else {
+    head.appendChild(reviewButton('Keep', () => decide(cell.id, true), busy !== null, true));
+    // a Reject would drop the user's own lines with the agent's: asked first
+    head.appendChild(reviewButton('Reject', () => (mine ? ask(cell.id, true) : decide(cell.id, false)), busy !== null));
+    bar.appendChild(head);
+  }
+  if (note) {
+    const line = element('div', '', note);
+    line.className = 'escouade-review-note';
+    line.setAttribute('role', 'status');
+    bar.appendChild(line);
+  }
   if (pending.change === 'edit' && typeof pending.original === 'string') {
     const diff = element('pre', '');
     diff.className = 'escouade-review-diff';
@@ -391,17 +422,8 @@ function settle(panel, data) {
   }
   const keep = data.keep === true;
   const mine = changedByUser(cell, pending, sha256Hex);
-  if (!keep && mine) {
-    // the user typed into the agent's change: the mark goes (outside the undo history), then the source
-    // before the agent comes back (or the new cell goes) as one undoable step: Ctrl+Z gives the user's back
-    notebook.transact(() => cell.deleteMetadata(PENDING), false);
-    if (pending.change === 'insert') {
-      undoable(notebook, () => notebook.deleteCell(index)); // the notebook's undo (z) brings the cell back
-    } else if (typeof pending.original === 'string') {
-      undoable(cell, () => cell.setSource(pending.original)); // Ctrl+Z in the cell gives the user's version
-    }
-    return { ok: true, cell_id: data.cell, outcome: 'rejected', changed_by_user: true };
-  }
+  // outside the undo history, Keep and Reject alike (the user's history before it is cut there: ./safe.js
+  // `settled`): no Ctrl+Z brings back a rejected agent's text without its mark, nor takes back what the record says
   notebook.transact(() => {
     if ((keep && pending.change === 'delete') || (!keep && pending.change === 'insert')) {
       notebook.deleteCell(index);
@@ -420,6 +442,9 @@ function settle(panel, data) {
       cell.setMetadata(PROVENANCE, prior && typeof prior === 'object' && prior.ran ? { ...by, ran: prior.ran } : by);
     }
   }, false);
+  if (!keep) {
+    settled(cell);
+  }
   return { ok: true, cell_id: data.cell, outcome: keep ? 'kept' : 'rejected', changed_by_user: mine };
 }
 
@@ -467,6 +492,7 @@ function attach(panel) {
     if (data.to === client && (typeof data.untrusted === 'string' || Array.isArray(data.held))) {
       if (typeof data.untrusted === 'string') {
         refused.add(data.untrusted); // the kernel refused to settle it: only a way to drop the mark
+        madeHere.delete(data.untrusted); // made here before this kernel (a restart): its bar says so now
         waiting.delete(data.untrusted);
       } else {
         const held = new Set(data.held.filter(id => typeof id === 'string'));
@@ -530,12 +556,22 @@ function attach(panel) {
     }
     const opened = kernel.createComm(TARGET);
     comm = opened;
+    let heard = false; // the kernel said something on it: escouade_nb is there
     opened.onMsg = msg => {
+      heard = true;
       operate((msg.content && msg.content.data) || {});
     }; // returns nothing: see the top of this file
     opened.onClose = () => {
-      if (comm === opened) {
+      const current = comm === opened;
+      if (current) {
         comm = null;
+      }
+      // this panel's comm, closed by the kernel before it said anything, clicks waiting: no comm target of ours
+      // there (a kernel without escouade_nb closes a comm it cannot place at once): each waiting cell says what to run
+      if (current && !heard && waiting.size > 0) {
+        waiting.forEach((_wait, cellId) => notes.set(cellId, NOT_LOADED));
+        waiting.clear();
+        refresh();
       }
     };
     try {
@@ -560,17 +596,31 @@ function attach(panel) {
 
   // -- the review: Keep and Reject inside each pending cell, Keep all / Reject all in the toolbar --
   const waiting = new Map(); // cell id -> {label, until}: a click the kernel has not settled yet
+  const notes = new Map(); // cell id -> why its last click did nothing (shown in its bar until the next click)
+  const asking = new Set(); // cells whose Reject asks first (the user typed into the agent's change)
+  const ask = (cellId, on) => {
+    if (on) {
+      asking.add(cellId);
+    } else {
+      asking.delete(cellId);
+    }
+    refresh();
+  };
 
-  // The user's Keep or Reject: told to the kernel, which settles it (nothing changes here before).
+  // The user's Keep or Reject: told to the kernel, which settles it (nothing changes here before). A click
+  // that cannot reach escouade_nb in the kernel says why in the cell's bar, at once or after DECIDE_WAIT.
   const decide = (cellId, keep) => {
     if (waiting.has(cellId)) {
       return;
     }
+    asking.delete(cellId);
+    notes.delete(cellId);
     const decision = { decide: { cell: cellId, keep } };
     if (comm !== null && !comm.isDisposed) {
       send(decision);
     } else if (!openComm(decision)) {
-      console.warn('escouade_nb: no kernel to tell the review to');
+      notes.set(cellId, NO_KERNEL);
+      refresh();
       return;
     }
     waiting.set(cellId, { label: keep ? 'keeping' : 'rejecting', until: Date.now() + DECIDE_WAIT });
@@ -598,9 +648,19 @@ function attach(panel) {
     refused.delete(cellId);
     refresh();
   };
+  // Reject all rejects the cells the user did not type into; the others ask first, in their bars
+  const rejectAll = () => pendingCells().forEach(cell => {
+    if (changedByUser(cell, pendingOf(cell), sha256Hex)) {
+      asking.add(cell.id);
+    } else {
+      decide(cell.id, false);
+    }
+  });
   const toolbarReview = reviewToolbarItem(panel, // a toolbar item (./look.js), there while any is pending
-    () => pendingCells().forEach(cell => decide(cell.id, true)),
-    () => pendingCells().forEach(cell => decide(cell.id, false)));
+    () => pendingCells().forEach(cell => decide(cell.id, true)), () => {
+      rejectAll();
+      refresh();
+    });
 
   const refresh = () => {
     const notebook = panel.content;
@@ -620,9 +680,14 @@ function attach(panel) {
       let bar = widget.node.querySelector(':scope > .escouade-review');
       const wait = waiting.get(cell.id);
       if (wait && (pending === null || wait.until < now)) {
-        waiting.delete(cell.id); // settled, or the kernel did not act: the buttons come back
+        waiting.delete(cell.id); // settled, or the kernel did not act: the buttons come back, saying so
+        if (pending !== null) {
+          notes.set(cell.id, NO_ANSWER);
+        }
       }
       if (pending === null) {
+        notes.delete(cell.id);
+        asking.delete(cell.id);
         if (bar) {
           bar.remove();
         }
@@ -636,8 +701,10 @@ function attach(panel) {
         count++;
       }
       const busy = waiting.has(cell.id) ? waiting.get(cell.id).label : null;
-      const key = JSON.stringify([pending.change, pending.agent, pending.original, pending.at, busy, distrust,
-        pending.change === 'edit' || pending.change === 'insert' ? cell.getSource() : '']);
+      const note = notes.get(cell.id) || null;
+      const confirm = asking.has(cell.id);
+      const key = JSON.stringify([pending.change, pending.agent, pending.original, pending.at, busy, distrust, note,
+        confirm, pending.change === 'edit' || pending.change === 'insert' ? cell.getSource() : '']);
       if (bar && bar.dataset.key === key) {
         if (bar !== widget.node.lastElementChild) {
           widget.node.appendChild(bar); // a new cell's own parts were attached after it: back to the end
@@ -647,7 +714,8 @@ function attach(panel) {
       if (bar) {
         bar.remove();
       }
-      bar = distrust ? untrustedBar(cell, element, reviewButton, drop) : reviewBar(cell, pending, busy, decide);
+      bar = distrust ? untrustedBar(cell, element, reviewButton, drop)
+        : reviewBar(cell, pending, busy, decide, note, confirm, ask);
       bar.dataset.key = key;
       widget.node.appendChild(bar); // at the cell's end: the cell's own widgets keep their places
     }

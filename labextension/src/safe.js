@@ -2,9 +2,12 @@
 //
 // - The user's changes of a cell pending review: the agent's mark records the SHA-256 of the source the
 //   agent left (`sha`); the cell's source now differing from it means the user changed the cell after
-//   the agent (`changedByUser`). Reject then still restores exactly what was there before the agent, but
-//   as one step of the user's undo history (`undoable`): Ctrl+Z brings the user's version back. Keep
-//   writes `changed_by_user: true` in the provenance: nothing claims the agent wrote the user's lines.
+//   the agent (`changedByUser`). The bar's Reject then asks first ("Reject anyway" / "Cancel": a Reject
+//   restores exactly what was there before the agent, the user's lines too); Keep writes
+//   `changed_by_user: true` in the provenance: nothing claims the agent wrote the user's lines.
+// - A Keep or Reject is outside the undo history, and a Reject cuts the cell's history there (`settled`):
+//   an undo step from before it could bring back characters of the agent's text the user had typed over,
+//   without the review mark, and the record (the kernel's, the agent told) says it was rejected.
 // - Trust: a notebook file written by someone else can carry forged review marks (an "original" that
 //   Reject would write into the cell, an "insert" mark that Reject would delete the user's cell with).
 //   Jupyter's own notebook trust decides: the server marks every code cell of a notebook whose
@@ -47,6 +50,19 @@ export function undoable(owner, fn) {
   owner.transact(fn, true);
   if (manager && typeof manager.stopCapturing === 'function') {
     manager.stopCapturing();
+  }
+}
+
+// A Reject was done in `cell` (outside the undo history): the undo history of the cell (the notebook's,
+// when its document-wide undo is on) is cleared, so no undo step from before brings the agent's text back.
+export function settled(cell) {
+  const manager = cell && cell.undoManager;
+  if (manager && typeof manager.clear === 'function') {
+    try {
+      manager.clear();
+    } catch (err) {
+      // a cell just removed (a rejected new cell) has no history left to cut
+    }
   }
 }
 

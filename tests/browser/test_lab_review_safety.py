@@ -1,8 +1,8 @@
 """The review's safety in a real JupyterLab (the extension installed with the package):
 the user types into a cell the agent edited → the bar says "Edited by NAME, then by you";
-Reject restores what was there before the agent as one undoable step (Ctrl+Z gives the
-user's version back: nothing typed is lost) and Keep writes ``changed_by_user: true`` in the
-provenance; a notebook file written by someone else (not signed, so JupyterLab loads its
+Reject asks first (it drops the user's edits too), then restores what was there before the
+agent outside the undo history (Ctrl+Z brings no agent text back: test_lab_review_seams.py)
+and Keep writes ``changed_by_user: true`` in the provenance; a notebook file written by someone else (not signed, so JupyterLab loads its
 code cells ``trusted: false``) with forged ``escouade_pending`` marks gets no Keep/Reject:
 only "Drop mark", which leaves the cell as it is (no forged "original" written, no cell
 deleted); a second tab opened after the kernel's ping says hello by itself (the kernel has
@@ -33,7 +33,7 @@ def type_at_end(nb, index: int, text: str) -> None:
     nb.page.keyboard.type(text)
 
 
-def test_reject_after_the_user_typed_is_undoable_and_keep_says_the_user_changed_it(nb):
+def test_reject_after_the_user_typed_asks_first_and_keep_says_the_user_changed_it(nb):
     page = nb.page
     nb.open([REVIEWED, "df = 1"])
     mcp = connect(nb)
@@ -51,29 +51,25 @@ def test_reject_after_the_user_typed_is_undoable_and_keep_says_the_user_changed_
         until(lambda: bar.locator("span").first.inner_text() == "Edited by browser test, then by you",
               "the bar says the user changed it too")
 
-        # Reject: what was there before the agent, as an undoable step; Ctrl+Z brings the user's version back
+        # Reject asks first (the user's edits go too), then restores what was there before the agent
         bar.get_by_role("button", name="Reject").click()
+        bar.get_by_role("button", name="Reject anyway").click()
         until(lambda: page.evaluate(CELLS)[1][1:] == ["df = 1", None], "the source before the agent is back")
         assert mcp.call("run_code", code="review.settled[-1].changed_by_user")["text"].startswith("result:\nTrue")
-        nb.cell(1).locator(".jp-InputArea-editor").click()
-        page.keyboard.press("Control+z")
-        until(lambda: page.evaluate(SOURCES)[1] == "df = 9\n# mine", "Ctrl+Z gives the user's version back")
-        page.keyboard.press("Escape")
-        assert page.evaluate(CELLS)[1][2] is None, "the undo brings no review mark back"
 
-        # the same from Python (agent.pending_edits): the Reject is undoable too
-        mcp.call("edit_cell", cell_id=load["id"], source="df = 7", base_sha256=sha("df = 9\n# mine"))
+        # the same from Python (agent.pending_edits): asked by the code itself, no question; outside the undo history
+        mcp.call("edit_cell", cell_id=load["id"], source="df = 7", base_sha256=sha("df = 1"))
         until(lambda: page.evaluate(BARS) == [load["id"]], "the second edit's bar")
         type_at_end(nb, 1, "  # again mine")
         page.keyboard.press("Escape")
         until(lambda: page.evaluate(SOURCES)[1] == "df = 7  # again mine", "typed")
         got = mcp.call("run_code", code="e = review.pending[0]\nprint(await e.reject(), e.changed_by_user)")
         assert got["text"].startswith("stdout:\nrejected True"), got
-        until(lambda: page.evaluate(CELLS)[1][1:] == ["df = 9\n# mine", None], "the source before the agent")
+        until(lambda: page.evaluate(CELLS)[1][1:] == ["df = 1", None], "the source before the agent")
         nb.cell(1).locator(".jp-InputArea-editor").click()
         page.keyboard.press("Control+z")
-        until(lambda: page.evaluate(SOURCES)[1] == "df = 7  # again mine", "Ctrl+Z gives it back")
         page.keyboard.press("Escape")
+        assert page.evaluate(SOURCES)[1] == "df = 1", "Ctrl+Z brings no rejected text back"
 
         # Keep after the user typed: the provenance says the user changed it after the agent
         now = page.evaluate(SOURCES)[1]

@@ -283,3 +283,40 @@ def test_the_provenance_of_a_real_agents_change_names_it_its_harness_session_and
             await agent.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_closed_review_keeps_its_pending_changes_settleable_until_each_is_answered():
+    """``agent.close()`` closes its review: the changes still pending stay found by the page's
+    click (``pending_edit``) and settle; the user's later edits are no longer noted for the closed
+    agent; the kernel lets go of the review once nothing is left to answer, and a review closed with
+    nothing pending is gone at once."""
+    import gc
+
+    from escouade_nb.engine.review import cell_review
+
+    async def main() -> None:
+        page = Page()
+        page.cells.append({"id": "b2", "cell_type": "code", "source": "x = 1", "pending": "edit", "original": "x"})
+        page.cells.append({"id": "c3", "cell_type": "code", "source": "y = 2", "pending": "insert"})
+        review = EditReview()
+        review.add("b2", "edit", page)
+        review.add("c3", "insert", page)
+        review.new_turn()
+        review.touch("b2")
+        review.close()
+        assert review.closed and cell_review.pending_edit("b2") is not None
+        assert cell_review.user_changed("b2", "edited") == 0, "a closed agent is not told"
+        del review
+        gc.collect()  # the user's variable gone: the kernel still holds the review
+        edit = cell_review.pending_edit("b2")
+        assert edit is not None and await edit.reject() == "rejected"
+        assert page.cells[1]["source"] == "x"
+        last = cell_review.pending_edit("c3")
+        assert last is not None and await last.keep() == "kept"
+        held = last._review
+        assert held not in cell_review._held and held not in set(cell_review._reviews)
+        empty = EditReview()
+        empty.close()
+        assert empty not in set(cell_review._reviews) and empty not in cell_review._held
+
+    asyncio.run(asyncio.wait_for(main(), 60))

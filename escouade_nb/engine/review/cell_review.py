@@ -37,6 +37,12 @@ touched in its current turn (inserted, edited, ran: :meth:`EditReview.touch`;
 :func:`user_changed`, told by the page), so it does not rebuild from a stale picture; and
 that a change of its was dropped — gone without a Keep or Reject (:func:`drop`: the page
 reloaded without saving it, the user deleted the cell) — which then leaves the list.
+
+A closed agent's review stays settleable: :meth:`EditReview.close` leaves the changes still
+pending in the kernel's registry (held there, even once the agent object is gone, until each
+is answered), so the page's Keep and Reject (and ``pending_edits[i].keep()``) still settle
+them; :attr:`EditReview.closed` is then true, and a Reject after the close is on record as
+not told to the agent (it has no next turn to be told in).
 """
 
 from __future__ import annotations
@@ -90,7 +96,7 @@ class PendingEdit:
     :func:`drop`), ``settled_at`` (epoch seconds of the answer, else ``None``), ``why`` (why
     it was dropped, else ``None``), ``changed_by_user`` (the page found the user had changed
     the cell after the agent when it was kept or rejected: a Keep's provenance says so, a
-    Reject was one undoable step, so Ctrl+Z gives the user's version back)."""
+    Reject dropped the user's lines too — the page's Reject button asks first)."""
 
     def __init__(self, review: EditReview, cell_id: str, change: str, live: Any) -> None:
         self._review = review
@@ -127,9 +133,10 @@ class PendingEdit:
     def reject(self, *, client: str | None = None) -> Settling:
         """Take the change back exactly: the source before it restored, a new cell removed,
         a cell marked for deletion left as it was. The agent is told (see
-        :meth:`EditReview.take_notice`). When the user had changed the cell after the agent,
-        the page does it as one step of the user's undo history (Ctrl+Z gives the user's
-        version back)."""
+        :meth:`EditReview.take_notice`; not once the agent is closed: :attr:`EditReview.closed`).
+        When the user had changed the cell after the agent, their lines go too (the page's
+        Reject button asks first; this call is its own consent). Outside the undo history,
+        which the page clears for the cell: no undo brings the agent's text back."""
         return self._review._settle(self, False, client)
 
     def __repr__(self) -> str:
@@ -162,6 +169,8 @@ class EditReview:
         self._told: set[tuple[str, str]] = set()  # (cell, what) already noted in this turn
         self._dropped: list[str] = []  # changes dropped, not yet told
         self._files_untold: list[str] = []  # files whose change was rejected, not yet told (review/file_review.py)
+        self.closed = False
+        """The agent closed: its pending changes still settle, a Reject is no longer told to it."""
         _reviews.add(self)
 
     @property
@@ -203,6 +212,9 @@ class EditReview:
         self.settled.append(edit)
         self._tell(self.on_settled, edit)
         self._tell(self.on_change)
+        if self.closed and not self.pending:  # a closed review with nothing left to answer: let go of
+            _held.discard(self)
+            _reviews.discard(self)
 
     @staticmethod
     def _tell(callback: Callable[..., object] | None, *args: Any) -> None:
@@ -252,9 +264,11 @@ class EditReview:
     def user_changed(self, cell_id: str, what: str) -> bool:
         """The user ``edited`` or ``deleted`` ``cell_id``: noted for the agent (once per cell
         and kind) when it touched the cell in its current turn; a deletion drops the cell's
-        pending edit. Whether the agent will be told."""
+        pending edit. Whether the agent will be told (never once it is closed)."""
         if what == "deleted":
             self._drop(cell_id, "the user deleted the cell", tell=False)
+        if self.closed:
+            return False
         if cell_id not in self._touched or (cell_id, what) in self._told:
             return False
         self._told.add((cell_id, what))
@@ -349,13 +363,21 @@ class EditReview:
             log.warning("escouade_nb: a Keep or Reject failed: %s", task.exception())
 
     def close(self) -> None:
-        """Cancel the Keep/Reject operations under way (the agent closes)."""
+        """The agent closes: the Keep/Reject operations under way are cancelled (their changes
+        stay pending); the changes still pending stay settleable (the review held by the kernel's
+        registry until each is answered: :func:`pending_edit` finds them), else it leaves the registry."""
+        self.closed = True
         for task in list(self._tasks):
             task.cancel()
-        _reviews.discard(self)
+        if any(getattr(e, "cell_id", None) is not None for e in self.pending):
+            _held.add(self)
+        else:
+            _reviews.discard(self)
+            _held.discard(self)
 
 
 _reviews: weakref.WeakSet[EditReview] = weakref.WeakSet()
+_held: set[EditReview] = set()  # closed reviews with cell changes still pending: kept alive until answered
 
 
 def user_changed(cell_id: str, what: str) -> int:

@@ -268,7 +268,11 @@ def test_a_prompt_dropped_while_the_budget_card_waits_is_never_sent(script):
             card = await agent.next_permission(timeout=60)
             second = agent.send("more")
             await until(lambda: second in agent.queued, what="the second turn queued")
+            from escouade_nb.core.render_text import render_items
+            await until(lambda: "Held behind this card: “more”." in render_items(agent.conversation.items),
+                        what="the held prompt named on the card")
             second.drop()
+            assert "Held behind" not in render_items(agent.conversation.items)  # it holds nothing now
             card.choose("continue")
             await asyncio.sleep(0.5)  # what would have been sent, has been
             assert second.status == "dropped" and second.done

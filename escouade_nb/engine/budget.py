@@ -23,8 +23,10 @@ its item has ``"reported": False``; ``seconds`` is the budget the kernel measure
 When one is passed the agent pauses on a **budget card**: a permission card of the
 client (never sent to rule plugins nor to the mode: no policy answers it) whose text
 says "budget", with two options, ``continue`` (re-arms that budget by the same amount,
-counted from what is spent now) and ``stop`` (cancels the running turn; the budget
-stays spent, so the next prompt asks again). ``await agent.next_permission()`` hands it
+counted from what is spent now) and ``stop`` (cancels the running turn — or, raised with no
+turn running, sends nothing: the card says which; the budget stays spent, so the next prompt
+asks again). The prompts waiting behind the card are named on it ("Held behind this card: …",
+:data:`HELD`), live, in its saved form and on record. ``await agent.next_permission()`` hands it
 out like any card. While it waits the running turn goes on streaming, but no other
 permission card is decided (they wait behind it) and no queued prompt is sent. It is on
 record in the transcript (``budget`` events: :mod:`..wire.transcript` replays them), so
@@ -63,6 +65,10 @@ ORIGIN = BUDGET_ORIGIN
 """The budget card's :attr:`~..core.conversation.ToolCall.origin`."""
 JOURNAL_ID = "budget"
 """The journal's name for the budget cards' answers (a file ``budget.jsonl`` beside the rule plugins')."""
+HELD = "Held behind this card: "
+"""How the budget card's last line names the prompts waiting behind it (each quoted)."""
+HELD_CHARS = 80
+"""A held prompt is named on the card cut to this many characters."""
 UNREPORTED = "not reported by this agent"
 """How a budget's text names a kind the agent has not reported after a turn (tokens, cost)."""
 _serial = itertools.count(1)
@@ -307,11 +313,19 @@ class AgentBudget:
         whose = "the squad's budget" if scope == "squad" else "its budget"
         title = f"Budget reached: {said} ({whose})"
         again = ", ".join(amount_text(k, limits.amounts[k], currency) for k in kinds)
-        text = (f"{self.state.name} has spent {whose} ({said}). While this card waits the turn goes on, but no "
-                f"permission is granted and no prompt is sent. Continue gives another {again}; Stop cancels "
-                f"the running turn.")
+        current = self.state.turns.current
+        if current is not None and not current.done:  # Stop has a turn to cancel
+            text = (f"{self.state.name} has spent {whose} ({said}). While this card waits the turn goes on, but no "
+                    f"permission is granted and no prompt is sent. Continue gives another {again}; Stop cancels "
+                    f"the running turn.")
+            stop = "Stop the turn"
+        else:  # no turn runs: Stop cancels nothing, it sends nothing
+            text = (f"{self.state.name} has spent {whose} ({said}). No turn is running; while this card waits no "
+                    f"prompt is sent. Continue gives another {again} and sends what waits; Stop sends nothing: the "
+                    f"prompt held is not sent, and the next prompt asks again.")
+            stop = "Stop (send nothing)"
         options = [{"optionId": CONTINUE, "name": f"Continue (another {again})", "kind": "allow_once"},
-                   {"optionId": STOP, "name": "Stop the turn", "kind": "reject_once"}]
+                   {"optionId": STOP, "name": stop, "kind": "reject_once"}]
         call_id = f"{CARD_PREFIX}{next(_serial)}"
         content: list[dict[str, Any]] = [{"type": "content", "content": {"type": "text", "text": text}}]
         wire = {"toolCallId": call_id, "title": title, "kind": "other", "status": "pending", "content": content}
@@ -371,12 +385,37 @@ class AgentBudget:
 
     async def hold(self) -> bool:
         """Before a prompt is sent: wait while a budget card waits (raising one first when a
-        budget is spent). False when it was answered ``stop`` or cancelled: not sent."""
+        budget is spent; the prompts queued are named on it). False when it was answered
+        ``stop`` or cancelled: not sent."""
         card = self.check(prompt=True)
         if card is None:
             return True
+        self.show_held()
         await card.wait()
         return card.permission.option_id == CONTINUE and card.permission.state == "selected"
+
+    def show_held(self) -> None:
+        """Name the prompts queued now (``agent.queued``) on the waiting budget card, as its
+        last line (:data:`HELD`; none: no such line), on record too (a ``budget`` event of
+        phase ``held``). Once answered the card keeps the prompts it held. No card: nothing."""
+        card = self.card
+        call = card.permission.tool_call if card is not None else None
+        asked = card.permission.request if card is not None else None
+        if call is None or asked is None:
+            return
+        texts = [" ".join("".join(b.get("text", "") for b in t.prompt if isinstance(b, dict)
+                                  and b.get("type") == "text").split()) for t in self.state.turns.queued]
+        held = ", ".join(f"“{t if len(t) <= HELD_CHARS else t[:HELD_CHARS - 1] + '…'}”" for t in texts)
+        line = f"{HELD}{held}." if held else ""
+        if held_line(asked.content) == line:
+            return
+        set_held(asked, line)
+        set_held(call, line)
+        self.state.conversation.touch(call)
+        transcript = self.state.transcript
+        if transcript is not None:
+            transcript.event(BUDGET_EVENT, phase="held", call=call.tool_call_id, text=line)
+        self.state.notify_status()  # the view's queue too
 
     async def hold_permission(self) -> None:
         """Before a permission card is decided: wait while a budget card waits."""
@@ -411,6 +450,21 @@ class AgentBudget:
     def close(self) -> None:
         """The agent is closed: its timer goes."""
         self._cancel_timer()
+
+
+def held_line(content: list[dict[str, Any]]) -> str:
+    """The budget card's :data:`HELD` line in a tool call's ``content``, else ""."""
+    for block in content[1:]:
+        text = (block.get("content") or {}).get("text") if isinstance(block, dict) else None
+        if isinstance(text, str) and text.startswith(HELD):
+            return text
+    return ""
+
+
+def set_held(call: ToolCall, line: str) -> None:
+    """Put ``line`` as the budget card's held line of ``call`` (ours), or take it away ("")."""
+    held = [{"type": "content", "content": {"type": "text", "text": line}}] if line else []
+    call.content = [*call.content[:1], *held]
 
 
 class SquadBudget:

@@ -4,9 +4,10 @@ The notebook (nbformat 4.5) reads top to bottom as the conversation went, in mar
 cells that GitHub and nbconvert render:
 
 * a title cell (the title, the agent, its harness and version, its folder, the time);
-* your prompts as ``**you:**`` and a quote; the agent's replies as the markdown it wrote
-  (raw HTML in it shown as text, as the views do); its thoughts folded in a
-  ``<details>`` block;
+* your prompts as ``**you:**`` and a quote (``**you (steered):**``, ``**you (rewound):**``
+  as the view marks them; every other cell of a turn a rewind undid begins ``*(rewound)*``);
+  the agent's replies as the markdown it wrote (raw HTML in it shown as text, as the views
+  do); its thoughts folded in a ``<details>`` block;
 * each tool call: its title, kind and status, its input (unless a diff shows it), its
   diffs (a text diff fenced as ``diff``, a notebook's cell by cell), its output and
   terminals;
@@ -122,12 +123,25 @@ def _ran(call: ToolCall, cards: list[Permission]) -> bool:
     return call.status == "completed"
 
 
+REWOUND_MD = "*(rewound)*"
+"""The first line of an exported markdown cell of a turn a rewind undid (its prompt: ``**you (rewound):**``)."""
+REWOUND_CODE = "# (rewound)"
+"""The first line of an exported code cell (``run_code``) of a turn a rewind undid."""
+
+
 class _Cells:
     def __init__(self) -> None:
         self.cells: list[dict[str, Any]] = []
 
     def markdown(self, cell_id: str, text: str) -> None:
         self.cells.append({"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text})
+
+    def rewound(self, start: int) -> None:
+        """Mark the cells from ``start`` on as part of a turn a rewind undid: markdown cells
+        begin with ``*(rewound)*``, code cells with a ``# (rewound)`` line."""
+        for cell in self.cells[start:]:
+            cell["source"] = (REWOUND_MD + "\n\n" + cell["source"] if cell["cell_type"] == "markdown"
+                              else REWOUND_CODE + "\n" + cell["source"])
 
     def code(self, cell_id: str, code: str, metadata: dict[str, Any]) -> None:
         self.cells.append({"cell_type": "code", "id": cell_id, "metadata": metadata, "source": code,
@@ -219,10 +233,12 @@ def notebook_cells(items: list[Item], *, speaker: str = "agent", agent_name: str
             deferred[id(cards_of[id(item)][-1])] = item
     for item in items:
         key = item.key
+        made = len(out.cells)
         if isinstance(item, Message):
             if item.role == "user":
                 extra = "".join(f"\n>\n> *({no_raw_html(content_text(b))})*" for b in item.blocks)
-                out.markdown(key, f"**you{' (steered)' if item.steered else ''}:**\n\n{_quote(item.text)}{extra}")
+                marks = ", ".join(m for m, on in (("steered", item.steered), ("rewound", item.rewound)) if on)
+                out.markdown(key, f"**you{f' ({marks})' if marks else ''}:**\n\n{_quote(item.text)}{extra}")
             elif item.role == "thought":
                 out.markdown(key, f"<details><summary>{speaker} thinks…</summary>\n\n{no_raw_html(item.text)}"
                                   f"\n\n</details>")
@@ -256,6 +272,8 @@ def notebook_cells(items: list[Item], *, speaker: str = "agent", agent_name: str
             out.markdown(key, "---\n\n" + fenced(compaction_text(item)))
         elif isinstance(item, Unknown):
             out.markdown(key, f"*unknown update `{item.raw.get('sessionUpdate', '?')}`: {no_raw_html(item.reason)}*")
+        if item.rewound and not (isinstance(item, Message) and item.role == "user"):
+            out.rewound(made)  # as the view marks every item of a turn a rewind undid
     return out.cells
 
 

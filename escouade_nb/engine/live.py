@@ -323,6 +323,11 @@ class Live:
                                     f"replay it, so its earlier messages are not shown).")
         elif session.loaded:
             conversation.add_notice(f"Reattached to session {session.session_id} (session/load).")
+        if self.replay.shown and (session.loaded or session.resumed):  # the agent is untrusted: say it
+            conversation.add_notice(
+                f"The agent's replay of session {session.session_id} differs from this conversation's record: "
+                f"the {self.replay.shown} update(s) it replayed that the record does not have are shown above, "
+                f"after the record's own.", level="warning")
         else:
             if resume:
                 conversation.add_notice(

@@ -123,6 +123,7 @@ class Turn:
             raise AgentError(f"this prompt is {self.status}: only a queued prompt can be edited")
         others = [b for b in self.prompt if not (isinstance(b, dict) and b.get("type") == "text")]
         self.prompt = [{"type": "text", "text": text}, *others]
+        self.agent.turns.agent.budget.show_held()  # a budget card waiting names the prompts it holds
         self.agent.turns.agent.notify_status()  # the views list the queue (the queue's agent: the state)
         return self
 
@@ -134,6 +135,7 @@ class Turn:
             raise AgentError(f"this prompt is {self.status}: only a queued prompt can be dropped")
         self._finish()
         self.status = "dropped"
+        self.agent.turns.agent.budget.show_held()
         self.agent.turns.agent.notify_status()
 
     def __repr__(self) -> str:

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 
-from ..core.conversation import Item, Message, Permission, Question
+from ..core.conversation import Item, Message, Permission, Question, ToolCall
 from ..core.render_text import render_items, safe_render_item
 from ..core.status import BUSY, CAN_RESTART, CAN_SEND, CONTROLS_OFF, ENDED, AgentStatus
 from ..engine import Agent, AuthRequired, Turn, protections
-from .feed import UNANSWERED, Feed, form_values, item_html
+from .feed import UNANSWERED, Feed, form_values, item_html, tool_status
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc, unified_diff_html
 from .views import clicks, current_run, shown_in_cell
@@ -409,10 +409,16 @@ class ConversationView(FrontView):
 def saved_text(items: list[Item], speaker: str) -> str:
     """The items as plain text for a saved form: :func:`render_items`, a card still waiting
     said to be unanswered (:data:`.feed.UNANSWERED`) instead of offering its options or
-    "waiting for you" (nobody is asked once the kernel is gone)."""
+    "waiting for you" (nobody is asked once the kernel is gone), a call allowed whose status is
+    still ``pending`` said "allowed" (as the HTML form: never "pending" once answered)."""
     lines = []
+    allowed = {id(i.tool_call) for i in items if isinstance(i, Permission) and i.tool_call is not None
+               and i.state == "selected" and tool_status(i.tool_call, i)[0] == "allowed"}
     for item in items:
         text = safe_render_item(item, speaker, whole=False)  # a long code by its start, length and SHA-256
+        if isinstance(item, ToolCall) and id(item) in allowed:
+            head, sep, rest = text.partition("\n")
+            text = (head[:-len(", pending)")] + ", allowed)" if head.endswith(", pending)") else head) + sep + rest
         if isinstance(item, (Permission, Question)) and item.state == "pending":
             head, _sep, rest = text.partition("\n")
             if isinstance(item, Permission) and item.plan is None:  # "[permission] TITLE: [option] [option]…"

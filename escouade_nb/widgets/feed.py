@@ -94,7 +94,9 @@ def _rejected(perm: Permission) -> bool:
 def tool_status(call: ToolCall, perm: Permission | None) -> tuple[str | None, str | None]:
     """(word, tone) a tool card shows when its permission says more than the agent's
     status: a call that failed because it was refused says who refused it ("rejected by
-    you", "refused by Team rules"), a plan sent back says so; (None, None) otherwise."""
+    you", "refused by Team rules"), a plan sent back says so, an allowed one whose status
+    is still ``pending`` (no update since: a card of ours, an agent that sent none) says
+    "allowed"; (None, None) otherwise."""
     if perm is None:
         return None, None
     if perm.state == "pending":
@@ -106,6 +108,8 @@ def tool_status(call: ToolCall, perm: Permission | None) -> tuple[str | None, st
     if _rejected(perm) and call.shown_status in ("failed", "pending", "in_progress", "cancelled"):
         who = _who(perm.answered_by)
         return ("rejected by you" if who == "you" else f"refused by {who}" if who else "refused"), "refused"
+    if perm.state == "selected" and call.shown_status == "pending":  # answered: never "pending" above "Allowed"
+        return "allowed", "completed"
     return None, None
 
 

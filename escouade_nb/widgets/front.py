@@ -518,7 +518,16 @@ def palette_css(scope: str) -> str:
     return scope + "{" + ";".join(d.strip() for d in body.split(";") if d.strip().startswith("--esc-")) + "}"
 
 
+MATHS_IGNORED = "mathjax_ignore tex2jax_ignore"
+"""The classes on a static output's root that keep the page's maths typesetter off it (a ``$x$`` in
+a saved command is text, not maths): MathJax 3's ``ignoreHtmlClass`` default, ``mathjax_ignore``
+(JupyterLab 4 / Notebook 7: ``@jupyterlab/mathjax-extension`` typesets outputs with MathJax 3's
+``FindTeX``, whose ``OPTIONS.ignoreHtmlClass`` is that), and MathJax 2's ``tex2jax_ignore`` (nbconvert's
+HTML export loads MathJax 2.7 with ``tex2jax``; classic notebooks). Both are inherited by every element
+inside."""
+
+
 def static_page(body: str) -> str:
     """``body`` wrapped for a static output: the stylesheet inlined, in a root element the
-    stylesheet scopes to."""
-    return f'<div class="esc-root esc-static"><style>{_static_css()}</style>{body}</div>'
+    stylesheet scopes to, which the page's maths typesetter leaves alone (:data:`MATHS_IGNORED`)."""
+    return f'<div class="esc-root esc-static {MATHS_IGNORED}"><style>{_static_css()}</style>{body}</div>'

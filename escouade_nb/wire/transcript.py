@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict
 from ..core.conversation import STOPPED_BY_YOU, Conversation, PermissionState, Question, QuestionState
 from ..core.prompt import is_context
 from . import kernel_calls, steering
+from .reloads import ReplaySkip
 
 MAX_BYTES = 20 * 1024 * 1024
 """A transcript file is rotated past this size (bytes)."""
@@ -555,8 +556,12 @@ def replay(records: Iterator[Record], conversation: Conversation,
     only its process's, so a new segment forgets them (``Conversation.new_session``), ends
     what the process left unfinished and shows a card it left pending cancelled
     (:data:`KERNEL_RESTARTED`), as the live view did. Replaying the same records again
-    gives the same conversation. Returns what the records say of the session:
-    ``{"session_id", "agent_capabilities", ...}``."""
+    gives the same conversation. What an agent replays on ``session/load`` is matched
+    against what the conversation has of that session (:class:`~.reloads.ReplaySkip`, as live):
+    what it has is skipped, the rest shown, as it was live — so a history only the agent's
+    replay brought is kept by the record. Returns what the records say of the session:
+    ``{"session_id", "agent_capabilities", "history", ...}`` (``history``: what a reload
+    of each session will replay, see :func:`expected_replay`)."""
     read = list(records)
     run = _Replay(read, conversation, adapt)
     # a chunk's time (Message.first_at / last_at) is its record's, on the monotonic clock's scale
@@ -577,7 +582,18 @@ def replay(records: Iterator[Record], conversation: Conversation,
         run.end_segment()
     finally:
         conversation.clock = clock
+    run.info["history"] = run.history
     return run.info
+
+
+def expected_replay(info: dict[str, Any], session_id: str | None) -> Iterator[Any]:
+    """What the agent will replay when session ``session_id`` is reloaded, as the
+    conversation :func:`replay` rebuilt (``info``, its answer) has it: that session's updates
+    as they were shown (what a load's replay repeated is not in it twice; what it brought that
+    the records lacked is), and our prompts as the agent's ``user_message_chunk``s."""
+    for session, update in info.get("history") or ():
+        if session in (None, session_id):
+            yield update
 
 
 def _sessions_of(records: list[Record]) -> set[Any]:
@@ -603,6 +619,8 @@ class _Replay:
         self.info: dict[str, Any] = {}
         self.kernel = kernel_calls.KernelReplay(records, _starts_segment)  # the kernel's run_code cards
         self.sessions = _sessions_of(records)
+        self.history: list[tuple[Any, Any]] = []  # (session id, update) shown, and our prompts: what a reload replays
+        self.skip = ReplaySkip()  # while a reload runs: what the conversation has of its session
         self.begun = self.quiet = False
         self._forget()
 
@@ -660,6 +678,8 @@ class _Replay:
             return
         if "id" in msg and "method" not in msg:
             self.reloads.discard(msg["id"])
+            if not self.reloads:
+                self.skip.done()
             stopped = self.prompts.pop(msg["id"], False)
             if stopped and not self.recorded and (msg.get("result") or {}).get("stopReason") == "cancelled":
                 conversation.add_notice(STOPPED_BY_YOU)  # as live: the turn the user stopped (engine/turns.py)
@@ -681,13 +701,16 @@ class _Replay:
             self.info["agent_capabilities"] = msg["result"]["agentCapabilities"]
 
     def _update(self, params: dict[str, Any]) -> None:
-        """A ``session/update``: applied to its session (a subagent's to its own)."""
-        if self.reloads:  # the agent's replay of a reloaded session: already in the records before
-            return
+        """A ``session/update``: applied to its session (a subagent's to its own); during a
+        reload, only what the conversation does not have of it (as live)."""
         session_id = params.get("sessionId")
+        if self.reloads and (session_id in self.conversation.subagents or self.skip.skip(params.get("update"))):
+            return  # the agent's replay of what the records hold already
         if session_id in self.conversation.subagents:  # a child session (a subagent)
             self.conversation.apply_child(params["sessionId"], params.get("update") or {})
-        elif session_id in (None, *self.sessions) or not self.sessions:
+            return
+        self.history.append((session_id, params.get("update")))
+        if session_id in (None, *self.sessions) or not self.sessions:
             update = params.get("update") or {}
             update = self.adapt(update) if self.adapt is not None and isinstance(update, dict) else update
             if update is not None:
@@ -698,6 +721,10 @@ class _Replay:
         method = msg.get("method")
         if method in ("session/load", "session/resume") and "id" in msg:
             self.reloads.add(msg["id"])  # resume must not replay; an agent that does anyway is shown once
+            self.conversation.new_session()  # as live: the replay folds afresh
+            session = (msg.get("params") or {}).get("sessionId")
+            self.skip = ReplaySkip.of(expected_replay({"history": self.history}, session))
+            self.skip.active = True
         if method == "session/fork" and "id" in msg:
             self.forks.add(msg["id"])
         if method == "session/prompt" and "id" in msg:
@@ -709,6 +736,8 @@ class _Replay:
             self.steers[msg["id"]] = (method, list((msg.get("params") or {}).get("prompt") or []))
         if method == "session/prompt":  # the user's words, as live: not the context we put first
             sent = (msg.get("params") or {}).get("prompt") or []
+            self.history.extend(((msg.get("params") or {}).get("sessionId"),
+                                 {"sessionUpdate": "user_message_chunk", "content": block}) for block in sent)
             ours = ((msg.get("params") or {}).get("_meta") or {}).get("escouade") or {}
             self.conversation.add_user_message([b for b in sent if not (isinstance(b, dict) and is_context(b))],
                                                steered=isinstance(ours, dict) and ours.get("steered") is True)
@@ -766,13 +795,20 @@ class _Replay:
                 self._card_made(made)
 
     def _budget(self, data: dict[str, Any]) -> None:
-        """A budget card made (the client's: not on the wire), or its call's end."""
+        """A budget card made (the client's: not on the wire), the prompts it holds, or its call's end."""
         if data.get("phase") == "card":
             text = {"type": "content", "content": {"type": "text", "text": str(data.get("text") or "")}}
             options = [o for o in data.get("options") or [] if isinstance(o, dict)]
             self._card_made(self.conversation.add_permission(
                 {"toolCallId": data["call"], "title": str(data.get("title") or "Budget reached"), "kind": "other",
                  "status": "pending", "content": [text]}, options, origin=BUDGET_ORIGIN))
+        elif data.get("phase") == "held" and isinstance(data.get("text"), str):  # the prompts it held, named
+            cards = self.by_call.get((BUDGET_ORIGIN, data["call"])) or []
+            line = [{"type": "content", "content": {"type": "text", "text": data["text"]}}] if data["text"] else []
+            for held in [c for c in (cards[-1].request, cards[-1].tool_call) if c is not None] if cards else []:
+                held.content = [*held.content[:1], *line]
+            if cards and cards[-1].tool_call is not None:
+                self.conversation.touch(cards[-1].tool_call)
         elif data.get("phase") == "end" and data.get("status") in ("completed", "failed"):
             call = self.conversation.own_calls.get(data["call"])
             if call is not None and call.origin == BUDGET_ORIGIN:

@@ -268,10 +268,54 @@ def test_a_prompt_dropped_while_the_budget_card_waits_is_never_sent(script):
             card = await agent.next_permission(timeout=60)
             second = agent.send("more")
             await until(lambda: second in agent.queued, what="the second turn queued")
+            from escouade_nb.core.render_text import render_items
+            await until(lambda: "Held behind this card: “more”." in render_items(agent.conversation.items),
+                        what="the held prompt named on the card")
             second.drop()
+            assert "Held behind" not in render_items(agent.conversation.items)  # it holds nothing now
             card.choose("continue")
             await asyncio.sleep(0.5)  # what would have been sent, has been
             assert second.status == "dropped" and second.done
             assert [m.get("method") for m in s.received()].count("session/prompt") == 1
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+def test_the_budget_card_names_the_prompts_it_holds_and_what_stop_does(script, tmp_path, monkeypatch):
+    """Raised at a turn's end (no turn runs), the card does not offer to stop a turn: its Stop
+    sends nothing, and says so; a prompt sent while it waits is named on it ("Held behind this
+    card"), live, once answered, and as a resume rebuilds it from the record (on main it sat in
+    ``agent.queued``, shown nowhere, and the card said "Stop cancels the running turn")."""
+    from escouade_nb.core.conversation import Conversation
+    from escouade_nb.core.render_text import render_items
+    from escouade_nb.wire.transcript import read, replay
+
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    s = script(TOKENS)
+
+    async def go():
+        async with s.running(policies=[Recorder()]) as agent:
+            agent.set_budget(tokens=100)
+            await agent.send("go")
+            card = await agent.next_permission(timeout=60)
+            assert agent.turns.current is None  # no turn runs
+            assert [o["name"] for o in card.options] == ["Continue (another 100 tokens)", "Stop (send nothing)"]
+            text = render_items(agent.conversation.items)
+            assert "Stop cancels the running turn" not in text and "No turn is running" in text
+            second = agent.send("more")
+            await until(lambda: "Held behind this card" in render_items(agent.conversation.items),
+                        what="the held prompt named on the card")
+            assert "Held behind this card: “more”." in render_items(agent.conversation.items)
+            card.choose("continue")
+            assert (await second).stop_reason == "end_turn"
+            live = render_items(agent.conversation.items)
+            assert "Held behind this card: “more”." in live  # what it held, once answered
+            return agent.transcript.path, live
+
+    path, live = run(go())
+    conversation = Conversation()
+    replay(read(path), conversation)
+    again = render_items(conversation.items)
+    assert "Held behind this card: “more”." in again
+    assert [ln for ln in again.splitlines() if "budget" in ln.lower() or "held" in ln.lower()] == \
+        [ln for ln in live.splitlines() if "budget" in ln.lower() or "held" in ln.lower()]

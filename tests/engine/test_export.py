@@ -173,6 +173,30 @@ def test_markdown_helpers() -> None:
                                            "source": "> **info:** plain"}]
 
 
+def test_the_export_says_rewound_wherever_the_view_does() -> None:
+    """A turn a rewind undid: the view marks its prompt (a badge) and every item of it (a dashed
+    rule), the text form its prompt "you (rewound)"; the export said nothing of it (on main it
+    marked steered turns only): its prompt reads ``**you (rewound):**``, every other cell of it
+    begins ``*(rewound)*``, the turn before it is unmarked."""
+    from escouade_nb.core.render_text import render_items
+
+    conv = Conversation()
+    conv.add_user_message([{"type": "text", "text": "first"}])
+    conv.apply({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Kept."}})
+    conv.close_messages()
+    conv.add_user_message([{"type": "text", "text": "second"}], steered=True)
+    conv.apply({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Undone."}})
+    conv.apply({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Write a.py", "kind": "edit",
+                "status": "completed"})
+    assert conv.mark_rewound(2) == 1
+    sources = [c["source"] for c in notebook_cells(conv.items)]
+    assert sources[0].startswith("**you:**") and sources[1] == "Kept."
+    assert sources[2].startswith("**you (steered, rewound):**")
+    assert sources[3] == "*(rewound)*\n\nUndone."
+    assert sources[4].startswith("*(rewound)*\n\n") and "Write a.py" in sources[4]
+    assert "you (steered) (rewound)" in render_items(conv.items)  # the text form marks it too
+
+
 # -- %escouade export in a real kernel --------------------------------------------------------------
 
 @pytest.mark.kernel

@@ -270,6 +270,10 @@ async def confirm(agent: WorktreeAgent, config: WorktreeSetup, target: Path, jou
             card.cancel("agent closed")
         desk.close("agent closed")
     allowed = answer.get("outcome") == "selected" and answer.get("optionId") == "run"
+    call = card.permission.tool_call
+    if call is not None:  # ours, held: its status says the answer (no agent updates it)
+        agent.conversation.set_status(call, "completed" if allowed else "failed" if
+                                      answer.get("outcome") == "selected" else "cancelled")
     if allowed:
         await asyncio.to_thread(confirmations.keep, config.folder, commands, config.file, hashes)
     who = card.permission.answered_by or "you"

@@ -4,6 +4,7 @@ commands; the confirmation card answered from Python as a user would."""
 
 import asyncio
 import json
+import re
 import shutil
 import socket
 import time
@@ -398,3 +399,36 @@ def test_a_sandboxed_agents_setup_runs_under_its_bubblewrap(repo, tmp_path):
             await closing(squad)
 
     run(go())
+
+
+def test_an_answered_worktree_card_is_saved_as_answered_never_pending(repo):
+    """The worktree commands' card is ours: no agent updates its call, which stayed ``pending``; its
+    saved form read "● pending" above "✓ Allowed by you" (issue 34, finding 4). Answered, its call
+    says so (completed when allowed, failed when not), and so do the saved form's HTML and text."""
+    from escouade_nb.widgets import AgentView
+
+    config(repo, 'worktree:\n  setup: "echo set up"\n')
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("fake", cwd=repo, name="a", worktree=True)
+            view = AgentView(agent)
+            try:
+                card = await agent.next_permission(timeout=60)
+                card.choose("run")
+                await agent.ready()
+                return card.permission.tool_call.status, view.companion_bundle()
+            finally:
+                view.close()
+        finally:
+            await closing(squad)
+
+    status, saved = run(go(), timeout=120)
+    assert status == "completed"
+    html = re.sub(r"<style>.*?</style>", "", saved["text/html"], flags=re.S)
+    word = re.search(r'● ([^<]*)</span> <b class="esc-title">Run the worktree commands', html)
+    assert word is not None and word.group(1) != "pending", html  # on main: "● pending"
+    assert "✓ Allowed by you: Run (remember for this folder)" in html, html
+    line = next(ln for ln in saved["text/plain"].splitlines() if ln.startswith("[tool] Run the worktree commands"))
+    assert "pending" not in line, line

@@ -96,9 +96,9 @@ def text_delta(old: str, new: str) -> list:
             head += step
         step >>= 1
     room = limit - head
-    tail, step = 0, 1 << 16
+    tail, step, o, n = 0, 1 << 16, len(old), len(new)
     while step:
-        while tail + step <= room and old[len(old) - tail - step:len(old) - tail] == new[len(new) - tail - step:len(new) - tail]:
+        while tail + step <= room and old[o - tail - step:o - tail] == new[n - tail - step:n - tail]:
             tail += step
         step >>= 1
     return [utf16_len(old[:head]), utf16_len(old[len(old) - tail:]) if tail else 0, new[head:len(new) - tail]]

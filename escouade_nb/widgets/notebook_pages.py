@@ -21,18 +21,24 @@ kernel → page                                              meaning
                                                            Reject offered even in a file not trusted
 ``{"untrusted": CELL}``                                    a mark of a notebook not trusted here: the page
                                                            offers only to drop it
+``{"form": {"view", "from", "to", "data"}}`` or            a view's saved form (:meth:`.front.FrontView.form_message`):
+``{"form": {"view", "to", "whole"}}``                      the page writes it into the companion output whose
+                                                           metadata names that view (``labextension/src/forms.js``)
 =========================================================  ==============================================
 
 =========================================================  ==============================================
 page → kernel (:data:`PAGE_MESSAGES`, ``_opened``)         the kernel
 =========================================================  ==============================================
 comm open ``{"hello": {"path", "panel", "tab",             keeps the page (:class:`Page`, :attr:`pages`),
-"pending"}}`` (and ``"decide"``, a click with no comm)     re-links its pending cells (:meth:`_relink`)
+"pending", "forms"}}`` (and ``"decide"``, a click with     re-links its pending cells (:meth:`_relink`), sends
+no comm)                                                   the newer saved forms (:meth:`_forms_held`)
 ``{"hello": {...}}`` again, on its open comm               the page's path, panel and tab as it says now
 ``{"decide": {"cell", "keep": bool}}``: Keep or Reject     settles it (:meth:`_decide`), then a ``settle``
 ``{"touched": {"cell", "what"}}``: the user changed a      tells the agents that changed it this turn
 cell the kernel changed (``edited`` or ``deleted``)
 ``{"ran": RUN, "ok", "execution_count", "outputs"}``       ends the ``run_cell`` awaiting ``RUN``
+``{"forms": {VIEW: VERSION, ...}}`` (also in a hello): the  each live view whose form is of another version is
+saved forms the page's document holds                      sent whole to that page (:meth:`_forms_held`)
 ``{"reply": REQ, "ok", ...}`` or ``{"ok": false,           ends the request awaiting ``REQ``
 "error", "stale"?}``: an operation's answer
 comm close (panel closed, page left)                       forgets the page (:meth:`_gone`)
@@ -326,7 +332,7 @@ class NotebookPages:
         """Send a view's saved form (:meth:`.front.FrontView.form_message`) to every page known: each
         writes it into its document's companion output of that view. False when no page is known."""
         sent = False
-        if not self.pages and self._forms_pinged is not None:  # a page of ours was here: one closed and reopened says hello
+        if not self.pages and self._forms_pinged is not None:  # a page of ours was here: a reopened one says hello
             now = time.monotonic()
             if now - self._forms_pinged >= FORMS_PING_EVERY:
                 self._forms_pinged = now

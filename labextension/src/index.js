@@ -13,6 +13,7 @@
 // deadlock: a cell run awaited here never finishes). Answers go out with a later `send`.
 // Nothing the kernel sends is evaluated: only the operations named below run, on this panel's own
 // notebook: `cells` (read), `insert`, `edit`, `delete` (an agent's change, pending review), `run` (execute_cell: ./run.js).
+// The views' saved forms ({form}, from the kernel) are written into their companion outputs: ./forms.js.
 //
 // An agent's change is applied at once and marked pending in the cell's own metadata
 // (PENDING below: what changed, the source before it, by whom), so a save keeps it pending and a

@@ -281,7 +281,7 @@ def test_a_message_of_no_known_kind_or_shape_is_refused_in_one_log_line(caplog, 
         lines = [r.getMessage() for r in caplog.records if r.name == notebook_pages.__name__]
         assert pages.strays == len(refused) == len(lines)
         assert all(line.startswith("escouade_nb: refused a message from the notebook page a: ") for line in lines)
-        assert "none of the keys that name a message (hello, decide, touched, ran, reply)" in lines[1]
+        assert "none of the keys that name a message (hello, decide, touched, ran, reply, forms)" in lines[1]
         assert "its 'hello' is not a dict" in lines[2] and "its 'ran' is not a str" in lines[5]
         caplog.clear()
 

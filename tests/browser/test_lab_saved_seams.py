@@ -1,6 +1,7 @@
 """The saved form at every save, whatever the page's history (issue 34, finding 1), in a real JupyterLab and
 Notebook 7 with the fake agent: a prompt, then the notebook's tab closed and reopened while the kernel runs
-(and, in JupyterLab, the page reloaded), then a card answered and another prompt — each save writes the agent's
+(and, in JupyterLab, the page reloaded, and a second browser tab prompting), then a card answered and another
+prompt — each save writes the agent's
 companion output as the live view is (JupyterLab routes a display update only to the outputs its current page
 displayed: without escouade_nb's extension writing the form into the document, the file kept the form of the
 moment the tab closed). Then the kernel shut down: the file keeps the last true form."""
@@ -72,6 +73,14 @@ def test_saved_form_after_tab_closed_and_reopened_and_a_reload(nb):
     view = nb.agent_view(1)
     turn(nb, view, "Prompt after the reload", "You said: Prompt after the reload")
     saved_until_true(nb, "Prompt after the reload", "Prompt after the reopen", "Edited notes.txt.")
+    # a second browser tab of the same notebook (its own document): a prompt sent there, saved from the first
+    second = nb.lab_page.second_tab(nb.path, "saved-seams-second")
+    there = second.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell").nth(1).locator(
+        ".esc-view.esc-agent")
+    there.wait_for(timeout=120_000)
+    turn(nb, there, "Prompt from a second tab", "You said: Prompt from a second tab")
+    saved_until_true(nb, "Prompt from a second tab", "Prompt after the reload")
+    second.close()
     # the kernel shut down after the save: the file keeps the last true form
     nb.lab_page.close_documents()
     nb.lab.shutdown_sessions(nb.path)

@@ -58,7 +58,7 @@ def one_more_turn(tmp, long_reply: bool) -> int:
         k.run("%load_ext escouade_nb")
         say_hello(k)
         k.run(f"a = %escouade fake --cwd {tmp}\nawait a.ready()")
-        k.run("_ = await a.send('chunks 3000 of 100')" if long_reply else "_ = await a.send('a short one')")
+        k.run("_ = await a.send('chunks 1000 of 100')" if long_reply else "_ = await a.send('a short one')")
         bytes_of(k, SETTLED)  # the thread's own redraws drained
         return bytes_of(k, "_ = await a.send('one more line')\n" + SETTLED)
     finally:
@@ -71,6 +71,6 @@ def test_a_turn_costs_the_same_bytes_on_a_long_thread_as_on_a_short_one(tmp_path
         (tmp_path / name / "ws").mkdir(parents=True)
     short = one_more_turn(tmp_path / "short", long_reply=False)
     long = one_more_turn(tmp_path / "long", long_reply=True)
-    # a 300 KB reply behind it: main sent the whole saved form (HTML and text) at each status change, ~1.3 MB
-    print(f"one more turn: {long:,} B after a 300 KB reply, {short:,} B after a short one")
+    # a 100 KB reply behind it: main sent the whole saved form (HTML and text) at each status change
+    print(f"one more turn: {long:,} B after a 100 KB reply, {short:,} B after a short one")
     assert long <= 2 * short, (long, short)

@@ -1,10 +1,11 @@
 """The saved form at every save, whatever the page's history (issue 34, finding 1), in a real JupyterLab and
-Notebook 7 with the fake agent: a prompt, then the notebook's tab closed and reopened while the kernel runs
-(and, in JupyterLab, the page reloaded, and a second browser tab prompting), then a card answered and another
-prompt — each save writes the agent's
-companion output as the live view is (JupyterLab routes a display update only to the outputs its current page
+Notebook 7 with the fake agent. JupyterLab: a prompt; the notebook's tab closed and reopened while the kernel
+runs, then a card answered and another prompt; the page reloaded, another prompt; a second browser tab of the same
+notebook, a prompt sent there — each save (from the first tab) writes the agent's companion output as the live
+view is; then the kernel shut down: the file keeps the last true form. Notebook 7: a prompt, its tab closed and
+opened again, another prompt, saved. (JupyterLab routes a display update only to the outputs its current page
 displayed: without escouade_nb's extension writing the form into the document, the file kept the form of the
-moment the tab closed). Then the kernel shut down: the file keeps the last true form."""
+moment the tab closed.)"""
 
 from __future__ import annotations
 

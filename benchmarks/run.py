@@ -250,9 +250,21 @@ def bench_worktree(files: int = 10_000, runs: int = 7) -> None:
         f"{out['bare_ms']:.0f} ms git worktree add alone", f"{out['overhead'] * 100:+.1f}%")
 
 
+def bench_saved_forms(chunks: int = 10_000) -> None:
+    out = _script_json("saved_form_cost.py", "--chunks", str(chunks))
+    mb = chunks * 100 / 1e6
+    for label, what in (("ext", "extension present"), ("plain", "no extension (display updates)")):
+        long, short = out[f"{label}_long"], out[f"{label}_short"]
+        row(f"saved form: one more turn, {what}", f"{long:,} B after a {mb:g} MB thread",
+            f"{short:,} B after a short one", f"{long / short:.2f}×" + ("; target ≤ 2×" if label == "ext" else ""))
+    row(f"saved form: .ipynb of a {mb:g} MB thread (nbclient)", f"{out['ipynb']:,} B",
+        f"{out['conversation']:,} B of conversation text", f"{out['ipynb'] / out['conversation']:.2f}×; target ≤ 1.5×")
+
+
 BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
            "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
-           "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree}
+           "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree,
+           "saved": bench_saved_forms}
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,8 @@ must be the *finished* forms, so:
   (scratch folders become ``<workspace>``, clock times ``HH:MM:SS``…), then this environment's
   folder (``<venv>``), the checkout (``<repo>``), the user's home (``~``) — escaped in HTML;
 - no execution timestamps, no widget state, the cells' ids kept, widget model ids derived
-  from the notebook, the cell and the output (a saved model id points at no model anyway).
+  from the notebook, the cell and the output (a saved model id points at no model anyway), no saved form's
+  ``escouade_nb`` metadata (the view's id and the form's version, which only the kernel that made them reads).
 
 A cell whose saved outputs differ from what it displayed first gets the tag
 ``nbval-ignore-output``: nbval compares a fresh run's *first* displays (it drops every
@@ -110,6 +111,8 @@ def clean(nb, rules, name: str, late: set[int]) -> None:
         else:
             cell.metadata.pop("tags", None)
         for number, out in enumerate(cell.outputs):
+            if isinstance(out.get("metadata"), dict):
+                out.metadata.pop("escouade_nb", None)  # a live view's id and its form's version: the run's own
             if out.output_type == "stream":
                 out.text = neutral(out.text, rules, in_html=False)
             if "data" not in out:

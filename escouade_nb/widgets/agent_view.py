@@ -406,6 +406,27 @@ class ConversationView(FrontView):
         return items
 
 
+PLAIN_KEEP = 20000
+"""Characters of a conversation's text that a saved form's ``text/plain`` holds (its end): the ``text/html``
+beside it holds the whole conversation, so a long thread is not saved twice (a saved ``.ipynb`` about its
+conversation's size, not twice it)."""
+
+
+def plain_tail(text: str, keep: int = PLAIN_KEEP) -> str:
+    """``text`` when it is at most ``keep`` characters; else its end — from the first line's start after a cut
+    that moves by ``keep // 2`` characters at a time (so a redraw after a turn changes the end only: the saved
+    form's change stays small), between ``keep`` and ``1.5 × keep`` characters — under a first line saying how
+    many characters before it are in the HTML form."""
+    if len(text) <= keep:
+        return text
+    block = max(1, keep // 2)  # the cut moves by whole blocks: a turn added changes the end, not the whole text
+    cut = (len(text) - keep) // block * block
+    start = text.find("\n", cut)
+    start = cut if start < 0 or start >= len(text) - 1 else start + 1
+    return (f"… the first {start:,} characters of the conversation are in this output's HTML form "
+            f"(text/html)\n" + text[start:])
+
+
 def saved_text(items: list[Item], speaker: str) -> str:
     """The items as plain text for a saved form: :func:`render_items`, a card still waiting
     said to be unanswered (:data:`.feed.UNANSWERED`) instead of offering its options or
@@ -643,7 +664,7 @@ class AgentView(ConversationView):
         transcript = (f'<div class="esc-transcript esc-static-transcript" style="max-height:min(70vh,720px);'
                       f'overflow-y:auto">{body}</div>') if body else ""
         html = static_page(f'<div class="esc-view esc-saved esc-saved-agent">{head}{transcript}</div>') + HIDE_ORPHAN
-        text = saved_text(self.feed.items, self.speaker)
+        text = plain_tail(saved_text(self.feed.items, self.speaker))
         plain = f"{a.name} · {harness}{held_text}" + (f" · {ended}" if ended else "") + (
             f"\n{review_title(a)}: " + "; ".join(reviewed) if reviewed else "") + ("\n" + text if text else "")
         return {"text/plain": plain, "text/html": html}
@@ -703,7 +724,8 @@ class TurnView(ConversationView):
     def companion_bundle(self, final: bool = False) -> dict[str, str]:
         """The turn's saved form, ``{"text/plain": str, "text/html": str}``. Before the
         end (``final`` False): no text, and HTML naming the agent and the prompt. ``final``:
-        the finished turn — ``text/plain`` its whole text (``repr``), ``text/html`` one
+        the finished turn — ``text/plain`` its text (``repr``; of a long turn the end, :func:`plain_tail`: the
+        HTML holds it whole), ``text/html`` one
         self-contained element (:func:`~.front.static_page`: the stylesheet inlined) holding
         its head (name, how it ended) and every item to the last chunk, without buttons,
         then :data:`~.front.HIDE_ORPHAN`. Deterministic: no duration, no path of ours."""
@@ -720,7 +742,9 @@ class TurnView(ConversationView):
                 f'<span class="esc-status esc-st-{esc(head["tone"])}">● {esc(head["status_text"])}</span>'
                 f'</div></div></div>'
                 f'<div class="esc-transcript esc-static-transcript">{self.static_body()}</div></div>')
-        return {"text/plain": repr(self), "text/html": static_page(body) + HIDE_ORPHAN}
+        head_line, _sep, rest = repr(self).partition("\n")
+        return {"text/plain": head_line + ("\n" + plain_tail(rest) if rest else ""),
+                "text/html": static_page(body) + HIDE_ORPHAN}
 
     def __repr__(self) -> str:
         body = render_items(self.feed.items, self.speaker)

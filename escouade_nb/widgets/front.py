@@ -23,6 +23,7 @@ import asyncio
 import functools
 import json
 import logging
+import weakref
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,56 @@ on the kernel's loop, for a few percent more bytes)."""
 COMPANION_WAIT = 1.0
 """Seconds between a moment that matters (a status change, a turn's end, a new journal
 entry) and the companion output's redraw; later moments within it share that redraw (s)."""
+FORM_KEY = "escouade_nb"
+"""The key of a companion output's metadata that names it ours: ``{"view": ID, "v": N}`` — the view's
+id (its widget model's id) and the version of the saved form the output holds. The kernel writes it when
+it displays the companion; it is saved with the notebook (a ``display_id`` is not), so escouade_nb's
+JupyterLab extension finds the output again after its tab was closed and reopened, or reloaded."""
+
+
+_form_pages: Callable[[dict[str, Any]], bool] | None = None
+_forms: weakref.WeakValueDictionary[str, FrontView] = weakref.WeakValueDictionary()
+
+
+def use_form_pages(send: Callable[[dict[str, Any]], bool] | None) -> None:
+    """Tell the views how a saved form reaches the pages with escouade_nb's extension (the notebook
+    pages' channel, :mod:`.notebook_pages`): ``send(form)`` → bool, ``form`` one
+    :meth:`FrontView.form_message`; ``False`` when no such page is known (the form then goes as a
+    display update: VS Code, Colab, nbclient). ``None``: always a display update."""
+    global _form_pages
+    _form_pages = send
+
+
+def form_view(view_id: str) -> FrontView | None:
+    """The live view whose saved form has the id ``view_id`` (:data:`FORM_KEY`), or None."""
+    return _forms.get(view_id)
+
+
+def utf16_len(text: str) -> int:
+    """``len`` of ``text`` as JavaScript counts it (UTF-16 code units)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def text_delta(old: str, new: str) -> list:
+    """``[start, end, insert]``: ``new`` is ``old`` with its UTF-16 units ``start`` to ``len(old) - end``
+    replaced by ``insert`` (positions as JavaScript counts them; the common head and tail are kept, so a
+    change at a long form's end costs its own size). Found in slices compared in blocks (memcmp), not
+    per character."""
+    if old == new:
+        return [utf16_len(old), 0, ""]
+    limit = min(len(old), len(new))
+    head, step = 0, 1 << 16
+    while step:  # the longest common head: by blocks, then halving
+        while head + step <= limit and old[head:head + step] == new[head:head + step]:
+            head += step
+        step >>= 1
+    room = limit - head
+    tail, step, o, n = 0, 1 << 16, len(old), len(new)
+    while step:
+        while tail + step <= room and old[o - tail - step:o - tail] == new[n - tail - step:n - tail]:
+            tail += step
+        step >>= 1
+    return [utf16_len(old[:head]), utf16_len(old[len(old) - tail:]) if tail else 0, new[head:len(new) - tail]]
 
 
 @functools.cache
@@ -271,6 +322,9 @@ class FrontView(anywidget.AnyWidget):
         self._companion = None
         self._companion_sent: dict | None = None
         self._companion_due: asyncio.TimerHandle | None = None
+        self.form_version = 0
+        """The version of the saved form last drawn (:data:`FORM_KEY`): one more at each redraw."""
+        self._form_marked = False  # the companion output carries FORM_KEY (displayed or updated with it)
         kwargs.setdefault("layout", shared_layout())  # one model per view: no Layout model of its own
         if "_esm" not in kwargs and extension_present():  # the page has the module: ~1 KB, not ~63 KB
             kwargs["_esm"], kwargs["_css"] = light_module(), ""
@@ -282,6 +336,7 @@ class FrontView(anywidget.AnyWidget):
         self.actions: dict[str, Callable[[dict], Any]] = {}
         self._held: list[Callable[[], object]] = []
         self.on_msg(on_loop(self._on_message))
+        _forms[self.form_id] = self
 
     # -- to the browser --------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:  # pragma: no cover - overridden
@@ -432,19 +487,50 @@ class FrontView(anywidget.AnyWidget):
         ``text/plain``: what the notebook keeps as text is this one. Overridden."""
         return {"text/plain": "", "text/html": f'<div class="esc-saved">{self.kind} view</div>{HIDE_ORPHAN}'}
 
+    @property
+    def form_id(self) -> str:
+        """The id of this view's saved form in its companion output's metadata (:data:`FORM_KEY`): the
+        widget model's id."""
+        return str(self.model_id)
+
+    @property
+    def form_shown(self) -> bool:
+        """Whether the companion output was displayed with its metadata (:data:`FORM_KEY`)."""
+        return self._companion is not None and self._form_marked
+
+    def form_metadata(self) -> dict[str, Any]:
+        """The companion output's metadata: ``{FORM_KEY: {"view": id, "v": version}}``."""
+        return {FORM_KEY: {"view": self.form_id, "v": self.form_version}}
+
     def _ipython_display_(self) -> None:
-        """Two outputs: the static companion (:meth:`companion_bundle`, kept to update it),
-        then the widget itself."""
+        """Two outputs: the static companion (:meth:`companion_bundle`, kept to update it,
+        its metadata naming it ours, :meth:`form_metadata`), then the widget itself."""
         from IPython.display import display
 
         self._companion_sent = self.companion_bundle()
-        self._companion = display(self._companion_sent, raw=True, display_id=True)
+        self._companion = display(self._companion_sent, metadata=self.form_metadata(), raw=True, display_id=True)
+        self._form_marked = True
         data, meta = self._repr_mimebundle_()
         display(data, metadata=meta, raw=True)
 
+    def form_message(self, since: int | None = None) -> dict[str, Any]:
+        """The saved form for the pages' extension: ``{"view", "to": version, "data": {mime: [start, end,
+        insert]}, "from": since}`` — each mime's change from the form of version ``since`` (only the one
+        last drawn is kept: ``since`` is ``form_version - 1`` or None) — or, ``since`` None, ``{"view",
+        "to", "whole": {mime: text}}``. Positions count UTF-16 units (:func:`text_delta`)."""
+        now = self._companion_sent or {}
+        if since is None:
+            return {"view": self.form_id, "to": self.form_version, "whole": dict(now)}
+        old = self.__dict__.get("_form_before") or {}
+        return {"view": self.form_id, "from": since, "to": self.form_version,
+                "data": {mime: text_delta(old.get(mime, ""), text) for mime, text in now.items()}}
+
     def update_companion(self, final: bool = False) -> None:
         """Redraw the companion output now (nothing if the view was not displayed, or if
-        its saved form did not change)."""
+        its saved form did not change). Where a page with escouade_nb's extension is known
+        (:func:`use_form_pages`), only what changed goes, to the page, which writes it into the
+        notebook's document (the output its metadata names, whatever that page's history);
+        else a display update of the whole form (VS Code, Colab, nbclient)."""
         if self._companion_due is not None:
             self._companion_due.cancel()
             self._companion_due = None
@@ -452,9 +538,15 @@ class FrontView(anywidget.AnyWidget):
             return
         try:
             bundle = self.companion_bundle(final)
-            if bundle != self._companion_sent:
-                self._companion.update(bundle, raw=True)
-                self._companion_sent = bundle
+            if bundle == self._companion_sent:
+                return
+            self.__dict__["_form_before"] = self._companion_sent
+            self._companion_sent = bundle
+            self.form_version += 1
+            if self._form_marked and _form_pages is not None and _form_pages(self.form_message(self.form_version - 1)):
+                return
+            self._companion.update(bundle, metadata=self.form_metadata(), raw=True)
+            self._form_marked = True
         except Exception:
             log.exception("%s: its saved form could not be updated", type(self).__name__)
 

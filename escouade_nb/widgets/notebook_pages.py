@@ -21,18 +21,24 @@ kernel → page                                              meaning
                                                            Reject offered even in a file not trusted
 ``{"untrusted": CELL}``                                    a mark of a notebook not trusted here: the page
                                                            offers only to drop it
+``{"form": {"view", "from", "to", "data"}}`` or            a view's saved form (:meth:`.front.FrontView.form_message`):
+``{"form": {"view", "to", "whole"}}``                      the page writes it into the companion output whose
+                                                           metadata names that view (``labextension/src/forms.js``)
 =========================================================  ==============================================
 
 =========================================================  ==============================================
 page → kernel (:data:`PAGE_MESSAGES`, ``_opened``)         the kernel
 =========================================================  ==============================================
 comm open ``{"hello": {"path", "panel", "tab",             keeps the page (:class:`Page`, :attr:`pages`),
-"pending"}}`` (and ``"decide"``, a click with no comm)     re-links its pending cells (:meth:`_relink`)
+"pending", "forms"}}`` (and ``"decide"``, a click with     re-links its pending cells (:meth:`_relink`), sends
+no comm)                                                   the newer saved forms (:meth:`_forms_held`)
 ``{"hello": {...}}`` again, on its open comm               the page's path, panel and tab as it says now
 ``{"decide": {"cell", "keep": bool}}``: Keep or Reject     settles it (:meth:`_decide`), then a ``settle``
 ``{"touched": {"cell", "what"}}``: the user changed a      tells the agents that changed it this turn
 cell the kernel changed (``edited`` or ``deleted``)
 ``{"ran": RUN, "ok", "execution_count", "outputs"}``       ends the ``run_cell`` awaiting ``RUN``
+``{"forms": {VIEW: VERSION, ...}}`` (also in a hello): the  each live view whose form is of another version is
+saved forms the page's document holds                      sent whole to that page (:meth:`_forms_held`)
 ``{"reply": REQ, "ok", ...}`` or ``{"ok": false,           ends the request awaiting ``REQ``
 "error", "stale"?}``: an operation's answer
 comm close (panel closed, page left)                       forgets the page (:meth:`_gone`)
@@ -93,7 +99,7 @@ from ..core import notebook as notebook_core
 from ..engine import drop, pending_edit, user_changed
 from ..kernel_mcp import written_reads
 from ..kernel_mcp.tools import ToolFailure
-from .front import on_loop, use_extension_pages
+from .front import form_view, on_loop, use_extension_pages, use_form_pages
 
 __all__ = ["TARGET", "Page", "NotebookPages", "PageMessage", "PAGE_MESSAGES", "NO_PAGE", "NO_PAGE_TO_CHANGE",
            "start_in_kernel"]
@@ -110,6 +116,9 @@ and the request is sent once more, to another page (after a new ping when none i
 VIEWS_PING_EVERY = 30.0
 """Seconds between two pings made because a view was built while no page was known (after
 a page of ours was seen in this kernel; before, one ping in all)."""
+FORMS_PING_EVERY = 5.0
+"""Seconds between two pings made because a view's saved form found no page to go to (after a page of ours
+was seen in this kernel): a page reopened says hello, and gets the forms as they are now."""
 MAX_FIELD = 1000
 """Characters kept of a hello's client id, path and panel id."""
 RELINK_PINGS = (3.0, 10.0)
@@ -118,6 +127,8 @@ the pages, while no page holds those changes: a reloaded page says hello by itse
 for one that could not (no sessionStorage)."""
 MAX_PENDING = 10000
 """Cell ids read of a hello's ``pending`` list (the cells pending review in that page)."""
+MAX_FORMS = 1000
+"""Saved forms read of a page's ``forms`` (the views' companion outputs its document holds)."""
 NO_PAGE = ('source="live" needs this notebook open in JupyterLab 4 or Notebook 7 with escouade_nb\'s '
            "extension, and no such page answered (nbclient, nbval, VS Code or a closed page have none): "
            'source="file" reads the saved notebook')
@@ -194,6 +205,7 @@ class NotebookPages:
         self.cells_running = 0
         """Cells of the kernel running now (IPython's pre/post_run_cell, counted by :func:`start_in_kernel`)."""
         self._views_pinged: float | None = None
+        self._forms_pinged: float | None = None
         self._views_seen = False
 
     # -- the wire ---------------------------------------------------------------------------
@@ -295,9 +307,44 @@ class NotebookPages:
         page.path, page.panel = _text(hello.get("path")), _text(hello.get("panel"))
         page.order = next(self._hellos)
         page.tab = _text(hello.get("tab")) or page.tab
+        if self._forms_pinged is None:
+            self._forms_pinged = -FORMS_PING_EVERY  # a page of ours was here: forms with no page ping (send_form)
         if self._hello is not None:
             self._hello.set()
         self._relink(page, hello.get("pending"))
+        if isinstance(hello.get("forms"), dict):
+            self._forms_held(page, hello["forms"], data)
+
+    def _forms_held(self, page: Page, forms: dict[str, Any], data: dict[str, Any]) -> None:
+        """The saved forms ``page``'s document holds, ``{view id: version}`` (in its hello, once its
+        notebook is loaded, or when a change it was sent did not apply to what it holds): each live view
+        of this kernel whose form is of another version is sent to that page whole (a tab reopened or
+        reloaded, a second tab: the document gets the form as it is now)."""
+        for view_id, version in list(forms.items())[:MAX_FORMS]:
+            view = form_view(view_id) if isinstance(view_id, str) else None
+            if view is None or view.form_version == version or not view.form_shown:
+                continue
+            try:
+                page.comm.send({"v": PROTOCOL, "to": page.client, "form": view.form_message()})
+            except Exception:
+                log.debug("escouade_nb: a saved form was not sent to the page", exc_info=True)
+
+    def send_form(self, form: dict[str, Any]) -> bool:
+        """Send a view's saved form (:meth:`.front.FrontView.form_message`) to every page known: each
+        writes it into its document's companion output of that view. False when no page is known."""
+        sent = False
+        if not self.pages and self._forms_pinged is not None:  # a page of ours was here: a reopened one says hello
+            now = time.monotonic()
+            if now - self._forms_pinged >= FORMS_PING_EVERY:
+                self._forms_pinged = now
+                self.ping()
+        for page in list(self.pages.values()):
+            try:
+                page.comm.send({"v": PROTOCOL, "to": page.client, "form": form})
+                sent = True
+            except Exception:
+                log.debug("escouade_nb: a saved form was not sent to the page", exc_info=True)
+        return sent
 
     def _ran(self, page: Page, run: str, data: dict[str, Any]) -> None:
         """A cell's run ended (a later message than the ``run`` operation's reply): its run's future gets
@@ -640,6 +687,7 @@ PAGE_MESSAGES: dict[str, PageMessage[Any]] = {
     "touched": PageMessage(dict, NotebookPages._touched),
     "ran": PageMessage(str, NotebookPages._ran),
     "reply": PageMessage(str, NotebookPages._reply),
+    "forms": PageMessage(dict, NotebookPages._forms_held),
 }
 
 
@@ -676,4 +724,5 @@ def start_in_kernel(shell: Any) -> NotebookPages | None:
             events.register("post_run_cell", ended)
     _pages.start()
     use_extension_pages(_pages.views_extension)  # the views' module travels once per page (front.light_module)
+    use_form_pages(_pages.send_form)  # the saved forms: what changed, to the pages that write them into the document
     return _pages

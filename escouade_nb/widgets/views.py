@@ -42,7 +42,9 @@ class CurrentText(_Mixed):
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        self._companion = display(self.companion_bundle(), raw=True, display_id=True)
+        self._companion_sent = self.companion_bundle()
+        self._companion = display(self._companion_sent, metadata=self.form_metadata(), raw=True, display_id=True)
+        self._form_marked = True
         data, meta = self._widget_bundle = self._repr_mimebundle_()
         self._widget_out = display({**data, "text/plain": self.widget_text(False)}, metadata=meta, raw=True,
                                    display_id=True)
@@ -51,6 +53,7 @@ class CurrentText(_Mixed):
         """Show the view in two outputs displayed before it existed (``display_id`` handles):
         its saved form, then the widget."""
         self._companion, self._widget_out = companion, widget
+        self._form_marked = False  # displayed without the saved form's metadata: the first redraw adds it
         self._widget_bundle = self._repr_mimebundle_()
         self.update_companion(final)
 

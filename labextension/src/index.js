@@ -13,6 +13,7 @@
 // deadlock: a cell run awaited here never finishes). Answers go out with a later `send`.
 // Nothing the kernel sends is evaluated: only the operations named below run, on this panel's own
 // notebook: `cells` (read), `insert`, `edit`, `delete` (an agent's change, pending review), `run` (execute_cell: ./run.js).
+// The views' saved forms ({form}, from the kernel) are written into their companion outputs: ./forms.js.
 //
 // An agent's change is applied at once and marked pending in the cell's own metadata
 // (PENDING below: what changed, the source before it, by whom), so a save keeps it pending and a
@@ -45,6 +46,7 @@ import { IMAGE_MIMES, imageBudget, imageForKernel } from './images.js';
 import { reviewButton, reviewToolbarItem } from './look.js';
 import { elsewhereNotice, markLinked, pendingIds, tabId, wasLinked, watcher } from './aware.js';
 import { shareViews } from './views';
+import { applyForm, formsHeld } from './forms.js';
 import { changedByUser, linkedElsewhere, settled, undoable, untrustedBar, untrustedHere } from './safe.js';
 
 const TARGET = 'escouade_nb.notebook';
@@ -477,7 +479,10 @@ function attach(panel) {
   const hello = () => ({
     v: PROTOCOL,
     client,
-    hello: { path: panel.context.path, panel: panel.id, tab: tabId(), pending: pendingIds(panel, pendingOf) }
+    hello: {
+      path: panel.context.path, panel: panel.id, tab: tabId(), pending: pendingIds(panel, pendingOf),
+      forms: formsHeld(panel) // the views' saved forms this document holds (./forms.js): the kernel sends newer ones
+    }
   });
   // the user's changes of the cells changed through this page, and the notice of changes in other tabs
   const aware = watcher(panel, (cell, what) => send({ touched: { cell, what } }));
@@ -485,6 +490,10 @@ function attach(panel) {
 
   const operate = data => {
     const req = data.req;
+    if (data.form && data.to === client) {
+      applyForm(panel, data.form, held => send({ forms: held })); // a view's saved form (./forms.js)
+      return;
+    }
     if (data.elsewhere && data.to === client) {
       elsewhere.show(data.elsewhere); // another tab of this notebook applied a change
       return;
@@ -735,6 +744,9 @@ function attach(panel) {
       panel.content.model.sharedModel.changed.connect(onChanged);
       panel.content.model.contentChanged.connect(onChanged);
       refresh();
+      if (comm !== null && !comm.isDisposed) {
+        send({ forms: formsHeld(panel) || {} }); // said hello before the document loaded: its saved forms now
+      }
     }
   };
   panel.context.ready.then(watch, () => undefined);
@@ -757,7 +769,10 @@ function attach(panel) {
       const linked = kernel;
       const known = wasLinked(panel.context.path);
       panel.context.ready.then(async () => {
-        if (!known && !(await linkedElsewhere(linked))) {
+        // a document holding saved forms of escouade_nb's views (./forms.js) says hello too: a tab reopened in a new
+        // browser tab gets the forms as they are now
+        const forms = formsHeld(panel);
+        if (!known && !(forms && Object.keys(forms).length > 0) && !(await linkedElsewhere(linked))) {
           return; // a kernel without escouade_nb, or none of its pages linked yet: the ping will come
         }
         if (kernel === linked && (comm === null || comm.isDisposed)) {

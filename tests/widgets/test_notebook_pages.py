@@ -281,7 +281,7 @@ def test_a_message_of_no_known_kind_or_shape_is_refused_in_one_log_line(caplog, 
         lines = [r.getMessage() for r in caplog.records if r.name == notebook_pages.__name__]
         assert pages.strays == len(refused) == len(lines)
         assert all(line.startswith("escouade_nb: refused a message from the notebook page a: ") for line in lines)
-        assert "none of the keys that name a message (hello, decide, touched, ran, reply)" in lines[1]
+        assert "none of the keys that name a message (hello, decide, touched, ran, reply, forms)" in lines[1]
         assert "its 'hello' is not a dict" in lines[2] and "its 'ran' is not a str" in lines[5]
         caplog.clear()
 
@@ -298,3 +298,55 @@ def test_a_message_of_no_known_kind_or_shape_is_refused_in_one_log_line(caplog, 
         assert got["client"] == "a" and pages.strays == len(refused)
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_saved_forms_redraw_goes_to_the_pages_as_a_change_and_whole_to_a_page_holding_another_version():
+    """Issue 34: a view's saved form reaches the pages with the extension as what changed (no display update);
+    a page whose document holds another version (a tab reopened, a reload) gets it whole; with no page known,
+    a display update carrying the form's metadata (VS Code, nbclient)."""
+    from escouade_nb.widgets import front
+
+    class Handle:
+        def __init__(self) -> None:
+            self.updates: list[tuple[dict, dict]] = []
+
+        def update(self, bundle: dict, metadata: dict, raw: bool) -> None:
+            self.updates.append((bundle, metadata))
+
+    class Shown(front.FrontView):
+        words = "first"
+
+        def state(self) -> dict:
+            return {}
+
+        def companion_bundle(self, final: bool = False) -> dict[str, str]:
+            return {"text/plain": self.words, "text/html": f"<p>{self.words}</p>"}
+
+    pages, (a, b), _ = setup([("a", "nb.ipynb"), ("b", "nb.ipynb")])
+    pages.start()
+    view = Shown()
+    handle = view._companion = Handle()
+    view._companion_sent, view._form_marked = view.companion_bundle(), True
+    front.use_form_pages(pages.send_form)
+    try:
+        view.words = "second"
+        view.update_companion()  # no page known yet: a display update, with the form's metadata
+        assert handle.updates == [({"text/plain": "second", "text/html": "<p>second</p>"},
+                                   {front.FORM_KEY: {"view": view.form_id, "v": 1}})]
+        a.ping()
+        b.ping()
+        view.words = "second, then third"
+        view.update_companion()
+        assert len(handle.updates) == 1, "no display update where pages of the extension are known"
+        for tab in (a, b):
+            form = tab.comm.sent.pop()["form"]
+            assert form == {"view": view.form_id, "from": 1, "to": 2,
+                            "data": {"text/plain": [6, 0, ", then third"], "text/html": [9, 4, ", then third"]}}
+        a.comm.on_message({"content": {"data": {"v": 1, "client": "a", "forms": {view.form_id: 1, "not ours": 3}}}})
+        assert a.comm.sent == [{"v": 1, "to": "a", "form": {"view": view.form_id, "to": 2, "whole": {
+            "text/plain": "second, then third", "text/html": "<p>second, then third</p>"}}}]
+        b.comm.on_message({"content": {"data": {"v": 1, "client": "b", "forms": {view.form_id: 2}}}})
+        assert b.comm.sent == [], "a page holding the form's version gets nothing"
+    finally:
+        front.use_form_pages(None)
+        view.close()

@@ -582,6 +582,8 @@ def _preload() -> None:
     for name in PRELOADED:
         importlib.import_module(name)
         gc.freeze()
+    from .widgets.front import static_page
+    static_page("")  # its stylesheet, cut once (~25 ms): the first view's saved form needs it
     engine.preload_in_kernel(collect=False)
 
 

@@ -584,6 +584,8 @@ def _preload() -> None:
         gc.freeze()
     from .widgets.front import static_page
     static_page("")  # its stylesheet, cut once (~25 ms): the first view's saved form needs it
+    from .manifest import discover
+    discover()  # the installed packages' entry points, read once (kept while sys.path's folders are unchanged)
     engine.preload_in_kernel(collect=False)
 
 

@@ -19,6 +19,7 @@ Machinery (kernel, scratch environment, blast agent as a user plugin) from ``vie
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tree", type=Path, default=HERE.parent, help="the package's tree (PYTHONPATH of the kernel)")
     ap.add_argument("--profile", type=int, default=0, help="print the kernel's top N functions by own time")
+    ap.add_argument("--json", type=Path, help="write the figures there (rates per s, CPU in µs per update)")
     args = ap.parse_args(argv)
     n = args.n
     rates: dict[str, list[float]] = {"view": [], "shown": [], "noview": [], "sdk": []}
@@ -89,6 +91,8 @@ def main(argv: list[str]) -> int:
             c = statistics.median(cpu[key]) if cpu.get(key) else None
             cpu_cols = f"{c:.1f} µs | {statistics.median(cpu['sdk']) / c:.2f}×" if c else " | "
             print(f"| {label} | {med[key]:,.0f}/s {spread} | {med[key] / med['sdk']:.2f}× | {cpu_cols} |")
+    if args.json:
+        args.json.write_text(json.dumps({"n": n, "rounds": args.rounds, "rates": rates, "cpu_us": cpu}, indent=1))
     return 0
 
 

@@ -20,8 +20,10 @@ the user's synchronous cell, e.g. ten ``%escouade`` magics in one cell); the lon
 (generation 2) garbage collection in the step, from ``gc.callbacks`` (it holds the GIL:
 the loop cannot turn while it runs, whichever thread triggered it).
 
-Steps, in four fresh kernels per run (so that each "first" is one: no version read yet):
-the idle kernel (jitter, in each); ``%escouade`` (first, then again); in the second,
+Steps, in fresh kernels per run (so that each "first" is one: no version read yet):
+the idle kernel (jitter, in each); in the ``load-ext`` kernel, ``%load_ext escouade_nb`` (its cell,
+then its worker thread's imports until done), the first ``%escouade fake`` and the first kernel tool
+call (every other kernel waits for that thread before its idle step); ``%escouade`` (first, then again); in the second,
 ``%escouade`` with stand-ins of the 8 released agents on the PATH, each answering
 ``--version`` in 0.5 s; in the third, ``%escouade fake`` (the first start, until ready);
 ``%escouade fake --sandbox`` (a second agent under bubblewrap: its state folders made and the
@@ -202,10 +204,23 @@ HOSTILE_KERNEL: list[tuple[str, list[str], list[str], float]] = [
     ("hostile agent: a 3.3 MB run_code (its card)", [], ["t = h.send('runcode 3300000')", _ANSWER_ALL], 1.0),
 ]
 """A hostile agent's largest payloads (issue 32), its view displayed: ``tests/adversarial/hostile.py``."""
-KERNELS = {"listing": LISTING_KERNEL, "installed": INSTALLED_KERNEL, "agents": AGENTS_KERNEL,
-           "no-ext": NO_EXT_KERNEL, "sandbox": SANDBOX_KERNEL, "hostile": HOSTILE_KERNEL}
-STEPS = list({step[0]: step for step in LISTING_KERNEL + INSTALLED_KERNEL[1:] + AGENTS_KERNEL[1:] + NO_EXT_KERNEL[1:]
-              + SANDBOX_KERNEL[1:] + HOSTILE_KERNEL[1:]}.values())
+_LOADED = ("import escouade_nb.magics as _m  # %load_ext's thread (issue 37) done; a tree without one: nothing\n"
+           "await asyncio.to_thread(getattr(_m, 'loaded', lambda: None))")
+LOAD_EXT_KERNEL: list[tuple[str, list[str], list[str], float]] = [
+    (IDLE, [], [], 2.0),
+    ("%load_ext escouade_nb (its cell)", [], ["%load_ext escouade_nb"], 0.0),
+    ("%load_ext escouade_nb: its thread's imports, until done", [], [_LOADED], 0.5),
+    ("%escouade fake (first start, until ready)", [], ["a = %escouade fake --as bench", "await a.ready()"], 1.0),
+    ("first kernel tool call (the agent's inspect_variable)", ["x = 41"],
+     ["t = a.send('inspect x')", "r = await t\nassert 'x: int' in r.text, r.text"], 1.0),
+]
+"""``%load_ext escouade_nb`` measured (issue 37): its cell (the loop held while it runs), then its
+worker thread's imports until they are done (the loop's stalls meanwhile), the first agent's start,
+the first call of a kernel tool (the fake agent's ``inspect x``: the MCP server's first request)."""
+KERNELS = {"load-ext": LOAD_EXT_KERNEL, "listing": LISTING_KERNEL, "installed": INSTALLED_KERNEL,
+           "agents": AGENTS_KERNEL, "no-ext": NO_EXT_KERNEL, "sandbox": SANDBOX_KERNEL, "hostile": HOSTILE_KERNEL}
+STEPS = list({step[0]: step for step in LISTING_KERNEL + LOAD_EXT_KERNEL[1:] + INSTALLED_KERNEL[1:] + AGENTS_KERNEL[1:]
+              + NO_EXT_KERNEL[1:] + SANDBOX_KERNEL[1:] + HOSTILE_KERNEL[1:]}.values())
 
 
 def _released_programs() -> list[str]:
@@ -271,7 +286,10 @@ def one_run(tree: Path | None, kernels: list[str]) -> dict[str, list[dict]]:
                 install(scratch / "plugins")
             k = Kernel(ws)
             try:
-                k.run(("" if steps is NO_EXT_KERNEL else "%load_ext escouade_nb\n") + KERNEL_SETUP)
+                loads = steps not in (NO_EXT_KERNEL, LOAD_EXT_KERNEL)
+                k.run(("%load_ext escouade_nb\n" if loads else "") + KERNEL_SETUP)
+                if loads:
+                    k.run(_LOADED, timeout=300)
                 k.run("await asyncio.sleep(0.5)")  # the ticker settles
                 for name, setup, cells, wait in steps:
                     for cell in setup:

@@ -2,7 +2,7 @@
 
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
     python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports
-                                             #          mcp worktree
+                                             #          mcp worktree weight ingest_kernel
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -231,11 +231,15 @@ def bench_imports(runs: int = 10) -> None:
 def bench_mcp(calls: int = 300, kernels: int = 3) -> None:
     out = _script_json("mcp_roundtrip.py", "--calls", str(calls), "--kernels", str(kernels))
     trips, cost = out["roundtrip"], out["cost"]
-    sdk, raw, floor = trips["sdk"], trips["raw"], trips["floor"]
+    sdk, raw, floor, small = trips["sdk"], trips["raw"], trips["floor"], trips["small"]
     for p in ("p50", "p99"):
         row(f"mcp: inspect_variable round trip, {p}", f"{sdk[p + '_ms']:.2f} ms (SDK client)",
             f"{floor[p + '_ms']:.2f} ms bare authorised GET", f"+{sdk[p + '_ms'] - floor[p + '_ms']:.2f} ms "
             f"(raw POST: {raw[p + '_ms']:.2f} ms)")
+    row("mcp: tools/call, raw POST, p50 (a 1000×5 DataFrame)", f"{raw['p50_ms']:.2f} ms",
+        f"{floor['p50_ms']:.2f} ms bare authorised GET", f"{raw['p50_ms'] / floor['p50_ms']:.1f}× (target ≤ 2×)")
+    row("mcp: tools/call, raw POST, p50 (an int)", f"{small['p50_ms']:.2f} ms",
+        f"{floor['p50_ms']:.2f} ms bare authorised GET", f"{small['p50_ms'] / floor['p50_ms']:.1f}×")
     row("mcp: server start, fresh kernel", f"{cost['import_s']:.2f} s imports + {cost['start_s'] * 1e3:.0f} ms start",
         f"%load_ext escouade_nb: {cost['load_ext_s']:.2f} s", f"longest loop stall {cost['stall_s'] * 1e3:.0f} ms")
     row("mcp: kernel RSS with the server", f"{cost['rss_after_mib']:.1f} MiB, +{cost['modules']:.0f} modules",
@@ -261,10 +265,32 @@ def bench_saved_forms(chunks: int = 10_000) -> None:
         f"{out['conversation']:,} B of conversation text", f"{out['ipynb'] / out['conversation']:.2f}×; target ≤ 1.5×")
 
 
+def bench_weight(turns: int = 5, idle: int = 3) -> None:
+    out = _script_json("view_weight.py", "--turns", str(turns), "--idle", str(idle))
+    ext, plain = out["ext"][0], out["plain"][0]
+    row("front-end: an idle agent view's comm_open, no extension", f"{plain['idle_open']:,.0f} B (packed module)",
+        f"{ext['idle_open']:,.0f} B with the extension (light module)",
+        f"{plain['idle_open'] / ext['idle_open']:.1f}× (target ≤ 64 KB)")
+    row("front-end: a turn view's comm_open, no extension", f"{plain['turn_open']:,.0f} B",
+        f"{ext['turn_open']:,.0f} B with the extension", f"{plain['turn_open'] / ext['turn_open']:.1f}×")
+
+
+def bench_ingest_kernel(rounds: int = 3) -> None:
+    out = _script_json("ingest_view.py", "--rounds", str(rounds))
+    rates, cpu = out["rates"], out["cpu_us"]
+    sdk = statistics.median(rates["sdk"])
+    for key, label in (("view", "agent view displayed"), ("noview", "no view")):
+        rate = statistics.median(rates[key])
+        row(f"ingest in a kernel, {out['n']} updates, {label}", f"{rate:,.0f}/s, "
+            f"{statistics.median(cpu[key]):.1f} µs CPU each", f"{sdk:,.0f}/s bare SDK, "
+            f"{statistics.median(cpu['sdk']):.1f} µs CPU each", f"{rate / sdk:.2f}× the SDK's rate"
+            + (" (target ≥ 2×)" if key == "view" else ""))
+
+
 BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
            "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
-           "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree,
-           "saved": bench_saved_forms}
+           "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree, "weight": bench_weight,
+           "ingest_kernel": bench_ingest_kernel, "saved": bench_saved_forms}
 
 
 def main(argv: list[str]) -> int:

@@ -51,6 +51,9 @@ _resolve = lazy_names(__name__, _LAZY, globals())
 
 
 def __getattr__(name: str) -> Any:
+    magics = sys.modules.get(__name__ + ".magics") if name in _LAZY else None
+    if magics is not None:  # %load_ext's thread may be importing the engine: one thread imports it
+        magics.loaded()
     value = _resolve(name)
     if name in ("Squad", "get_squad", "written"):
         _listings_as_html()

@@ -18,18 +18,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import importlib
+import logging
 import shlex
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
+from . import engine  # the engine's lazy face: its modules load in %load_ext's thread (load)
 from .core.status import ENDED, NAME_FREE
-from .engine import Squad, SquadError, get_squad
 from .wire.errors import NoEventLoop
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Squad
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,7 @@ def _loop_or_none():
 class EscouadeMagics(Magics):
     @line_cell_magic
     def escouade(self, line: str, cell: str | None = None):
+        loaded(self.shell)  # %load_ext's imports, if its thread is still at them
         try:
             words = shlex.split(line)
         except ValueError as exc:
@@ -139,7 +150,7 @@ class EscouadeMagics(Magics):
             return self._line(words)
         except _UsageError as exc:
             _usage(str(exc))
-        except SquadError as exc:
+        except engine.SquadError as exc:
             print(f"escouade: {exc}", file=sys.stderr)
         return None
 
@@ -155,7 +166,7 @@ class EscouadeMagics(Magics):
             print(command.help())
             return None
         assert command.handler is not None
-        return command.handler(self, get_squad(), words)
+        return command.handler(self, engine.get_squad(), words)
 
     def _listing(self, squad: Squad, words: list[str]) -> None:
         """``%escouade``: the harnesses at once; the versions not read yet arrive in this
@@ -209,7 +220,7 @@ class EscouadeMagics(Magics):
         try:
             ref, before = squad.update_soon(words[1])
         except NoEventLoop as exc:  # terminal IPython: said after what was checked without a loop
-            raise SquadError(str(exc)) from None
+            raise engine.SquadError(str(exc)) from None
         from .widgets.update_view import UpdateView
         view = UpdateView(ref, None)
         before.add_done_callback(lambda read: view.set_before(None if read.cancelled() else read.result()))
@@ -252,7 +263,7 @@ class EscouadeMagics(Magics):
         if not text:
             raise _UsageError("the cell is empty: write the prompt under %%escouade NAME")
         self._need_loop()
-        squad = get_squad()
+        squad = engine.get_squad()
         name = args.name
         if "," in name and args.steer:
             raise _UsageError("--steer steers one agent")
@@ -307,7 +318,7 @@ class EscouadeMagics(Magics):
                               + (" (and optionally --force)" if verb == "discard" else ""))
         agent = squad.get(rest[0])
         if agent.worktree is None:
-            raise SquadError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
+            raise engine.SquadError(f"agent {agent.name!r} has no worktree (start it with --worktree)")
         self._need_loop()
         handle = display({"text/plain": f"{verb} of {agent.name}'s worktree…"}, raw=True, display_id=True)
 
@@ -318,7 +329,7 @@ class EscouadeMagics(Magics):
                     text = f"discarded {agent.name}'s worktree and branch"
                 else:
                     text = str(await getattr(squad, verb)(agent.name))
-            except SquadError as exc:
+            except engine.SquadError as exc:
                 text = f"escouade: {exc}"
             handle.update({"text/plain": text}, raw=True)
         squad._own(go(), f"escouade {verb} {agent.name}", cancel=False)
@@ -383,7 +394,7 @@ class EscouadeMagics(Magics):
         from pathlib import Path
 
         if Path(path).exists() and not force:  # a stat: the write itself checks again, in its thread
-            raise SquadError(f"{path} exists already: add --force to replace it")
+            raise engine.SquadError(f"{path} exists already: add --force to replace it")
         self._need_loop()
         handle = display({"text/plain": f"exporting {agent.name}'s conversation to {path}…"}, raw=True,
                          display_id=True)
@@ -405,9 +416,9 @@ class EscouadeMagics(Magics):
         if check is not None:
             try:
                 check()
-            except SquadError as exc:
+            except engine.SquadError as exc:
                 print(f"escouade: {exc}", file=sys.stderr)
-        raise SquadError(str(NoEventLoop("%escouade")))
+        raise engine.SquadError(str(NoEventLoop("%escouade")))
 
 
 def _show(view) -> None:
@@ -515,21 +526,87 @@ def _help(words: list[str]) -> None:
     print(command.help())
 
 
+PRELOADED = ("escouade_nb.engine.squad", "escouade_nb.widgets.agent_view", "escouade_nb.widgets.squad_view",
+             "escouade_nb.widgets.tables", "escouade_nb.widgets.notebook_pages")
+"""What ``%load_ext escouade_nb``'s thread imports, in this order, one step each: the engine (the ACP SDK,
+pydantic's models), the views (ipywidgets, markdown-it), the listings' HTML, the channel to the pages;
+then the kernel's MCP server's side (:func:`~.kernel_mcp.server.preload_in_kernel`)."""
+
+_loading: threading.Thread | None = None
+_finished = False
+
+
 def load(ipython) -> None:
-    """``%load_ext escouade_nb``: register the magics, and import the views, the engine and
-    the kernel's MCP server (about a second, once, in the cell that asked for them) so that
-    the first ``%escouade NAME`` does not hold the kernel's loop while they load (imported
-    in a thread later, they stalled it 60–220 ms: full garbage collections under the GIL),
-    then take what is alive out of the cyclic GC's scans: see
-    :func:`~.kernel_mcp.server.preload_in_kernel`. The squad itself is made at first use,
-    not here: what a notebook sets after loading (``ESCOUADE_NB_CONFIG_DIR``, its plugins
-    folder…) must count. Last, the channel to the notebook's pages takes its comm target
-    (:mod:`.widgets.notebook_pages`; the pages are pinged at the first live read)."""
+    """``%load_ext escouade_nb``: register the magics (this module loads nothing heavy), then
+    import the engine, the views and the kernel's MCP server (:data:`PRELOADED`: about two
+    seconds, once) in a worker thread, so that neither this cell nor the first ``%escouade
+    NAME`` holds the kernel's loop while they load. Imports in a thread still hold the GIL
+    a few milliseconds at a time; what stalled the loop there was the cyclic GC's full
+    collections (60–220 ms each, walking the whole heap): the thread moves what is alive out
+    of the collector's scans (``gc.freeze()``) before its first step and after each one, so
+    that a collection walks at most one step's new objects (see
+    :func:`~.kernel_mcp.server.preload_in_kernel`). When they are loaded, the loop registers
+    the listings' HTML and the channel to the notebook's pages (:mod:`.widgets.notebook_pages`:
+    its comm target; the pages are pinged at the first live read). A ``%escouade`` (or
+    :func:`loaded`) before that waits for the thread, then does the same. The squad itself
+    is made at first use, not here: what a notebook sets after loading
+    (``ESCOUADE_NB_CONFIG_DIR``, its plugins folder…) must count. Outside a kernel with a
+    running loop (terminal IPython), all of it happens in this call."""
+    global _loading
     ipython.register_magics(EscouadeMagics)
+    loop = _loop_or_none()
+    if loop is None or getattr(ipython, "kernel", None) is None:
+        _preload()
+        _finish(ipython)
+        return
+    if _loading is None:
+        _loading = threading.Thread(target=_preload_then_finish, args=(loop, ipython), name="escouade-load",
+                                    daemon=True)
+        _loading.start()
+
+
+def loaded(ipython: Any = None) -> None:
+    """Wait until :func:`load`'s thread has imported what it imports (the calling thread is
+    held meanwhile: at most the rest of those ~2 s, once), then, given the shell, register
+    what :func:`load` registers on the loop if that was not done yet. At once when
+    ``%load_ext`` was not run, or from the loading thread itself."""
+    loading = _loading
+    if loading is not None and loading is not threading.current_thread():
+        loading.join()
+    if ipython is not None and loading is not None:
+        _finish(ipython)
+
+
+def _preload() -> None:
+    gc.freeze()  # the kernel's heap as it is: out of the collector's scans (no full collection: its walk stalls)
+    for name in PRELOADED:
+        importlib.import_module(name)
+        gc.freeze()
+    from .widgets.front import static_page
+    static_page("")  # its stylesheet, cut once (~25 ms): the first view's saved form needs it
+    from .manifest import discover
+    discover()  # the installed packages' entry points, read once (kept while sys.path's folders are unchanged)
+    engine.preload_in_kernel(collect=False)
+
+
+def _preload_then_finish(loop: asyncio.AbstractEventLoop, ipython: Any) -> None:
+    try:
+        _preload()
+    except Exception:  # the first %escouade imports them again on the loop, and says what failed
+        log.exception("%load_ext escouade_nb: loading the engine and the views failed")
+    try:
+        loop.call_soon_threadsafe(_finish, ipython)
+    except RuntimeError:  # the loop is closed: the kernel is going away
+        pass
+
+
+def _finish(ipython: Any) -> None:
+    """On the kernel's loop, once: the listings' HTML, the channel to the notebook's pages."""
+    global _finished
+    if _finished:
+        return
+    _finished = True
     from .widgets.tables import register
     register(ipython)  # the listings' HTML
-    from .engine import preload_in_kernel  # importing the squad loads the engine first
-    from .widgets import agent_view, squad_view  # noqa: F401  (ipywidgets, markdown-it)
-    preload_in_kernel()
     from .widgets.notebook_pages import start_in_kernel
     start_in_kernel(ipython)  # the channel to the notebook's page (labextension/): its comm target

@@ -97,6 +97,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Container, Mapping
@@ -272,39 +273,49 @@ def ipython_shell() -> Any:
 
 
 _preloaded = False
+_preload_lock = threading.Lock()
 
 
-def preload_in_kernel() -> bool:
+def preload_in_kernel(*, collect: bool = True) -> bool:
     """Make ready, in the calling thread, what the first agent of a kernel would otherwise
-    load on the kernel's loop; called by ``%load_ext escouade_nb`` and by the first
-    ``get_squad()`` in a kernel, i.e. in the user's cell that asked for escouade (about a
-    second, once per process; later calls return ``False`` at once).
+    load on the kernel's loop; called by the first ``get_squad()`` in a kernel, i.e. in the
+    user's cell that asked for escouade (about a second, once per process), and by
+    ``%load_ext escouade_nb``'s worker thread with ``collect=False``. A call while another
+    thread's runs waits for it; later calls return ``False`` at once.
 
     Imports anyio's asyncio backend (loaded on first use, on the loop) and
-    :func:`import_server_side` (mcp, uvicorn; ``%load_ext`` imports the views before calling
-    this); then ``gc.collect()`` and ``gc.freeze()``: every object alive is moved out of the
-    cyclic collector's scans. Without that, the next full collections, whether
-    triggered by these imports in the server's worker thread or later by the agents'
-    traffic, walk the whole kernel heap (~150,000 objects after these imports) under the
-    GIL: 70–210 ms during which the loop cannot turn (measured: benchmarks/loop_stall.py).
-    The price: an object alive now that later becomes garbage only through a reference
-    cycle is not reclaimed (anything freed by its reference count still is); modules,
-    classes and IPython's own objects, which are most of the heap at this point, live
-    until the kernel exits anyway. The engine (the ACP SDK, pydantic models) is loaded by
-    the caller first: :mod:`..engine.squad` imports it and hands this function on. ``True`` when
-    this call did the work."""
+    :func:`import_server_side` (mcp, uvicorn); then ``gc.collect()`` (unless ``collect`` is
+    false) and ``gc.freeze()``: every object alive is moved out of the cyclic collector's
+    scans. Without that, the next full collections, whether triggered by these imports in
+    the server's worker thread or later by the agents' traffic, walk the whole kernel heap
+    (~150,000 objects after these imports) under the GIL: 70–210 ms during which the loop
+    cannot turn (measured: benchmarks/loop_stall.py). The full collection itself holds the
+    GIL as long: ``%load_ext``'s thread freezes after each step of its imports instead, so
+    that no collection walks more than one step's objects (what was garbage in a cycle at
+    that moment is kept). The price: an object alive now that later becomes garbage only
+    through a reference cycle is not reclaimed (anything freed by its reference count still
+    is); modules, classes and IPython's own objects, which are most of the heap at this
+    point, live until the kernel exits anyway. The engine (the ACP SDK, pydantic models) is
+    loaded by the caller first: :mod:`..engine.squad` imports it and hands this function on.
+    ``True`` when this call did the work."""
     global _preloaded
     if _preloaded:
         return False
     import gc
 
-    import anyio._backends._asyncio  # noqa: F401  (anyio loads its backend on first use: on the loop)
+    with _preload_lock:
+        if _preloaded:
+            return False
+        import anyio._backends._asyncio  # noqa: F401  (anyio loads its backend on first use: on the loop)
 
-    import_server_side()
-    gc.collect()
-    gc.freeze()
-    _preloaded = True
-    return True
+        if not collect:
+            gc.freeze()
+        import_server_side()
+        if collect:
+            gc.collect()
+        gc.freeze()
+        _preloaded = True
+        return True
 
 
 def _owner_call(owner: Any, method: OwnerCall) -> Callable[..., Any] | None:
@@ -466,20 +477,23 @@ class KernelServer:
         MCPServer, ToolError, uvicorn, Field = await asyncio.to_thread(import_server_side)
         self._tool_error = ToolError
         quiet_third_party_loggers()
-        root = logging.getLogger()
-        handlers, level = root.handlers[:], root.level
-        try:  # MCPServer() calls logging.basicConfig: the notebook's logging is left as it was
-            mcp = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-        # these build pydantic models and starlette routes on the loop (5–25 ms each on a busy
-        # machine): one turn of the loop each, so that its other callbacks run in between
-        await asyncio.sleep(0)
-        register_tools(mcp, Field, self._call, variables=self._list_variables, variable=self._inspect_variable,
-                       cells=self._notebook_cells, live_cells=self._live_cells, notebook_ref=self._notebook_ref,
-                       run=self._run_code, change=self._change_cell, execute=self._execute_cell)
-        await asyncio.sleep(0)
+
+        def build() -> Any:
+            root = logging.getLogger()
+            handlers, level = root.handlers[:], root.level
+            try:  # MCPServer() calls logging.basicConfig: the notebook's logging is left as it was
+                mcp = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
+            finally:
+                root.handlers[:] = handlers
+                root.setLevel(level)
+            register_tools(mcp, Field, self._call, variables=self._list_variables, variable=self._inspect_variable,
+                           cells=self._notebook_cells, live_cells=self._live_cells, notebook_ref=self._notebook_ref,
+                           run=self._run_code, change=self._change_cell, execute=self._execute_cell)
+            return mcp
+
+        # the server and its tools' pydantic models and JSON schemas (20–40 ms on a busy machine, issue 37)
+        # are built in a worker thread, which lets the loop turn every few ms; nothing serves them yet
+        mcp = await asyncio.to_thread(build)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
         await asyncio.sleep(0)
         sock, server, task, port = await serve_on_loopback(

@@ -7,6 +7,7 @@ resolves a harness by ``plugin:<plugin>:<harness>`` or by its short id.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -154,9 +155,32 @@ def _manifest_files(folder: Path, *, allow_self: bool) -> list[Path]:
     return [c / MANIFEST_FILENAME for c in children if (c / MANIFEST_FILENAME).is_file()]
 
 
+_read_entry_points: tuple[tuple[Any, ...], list[Any]] | None = None
+
+
+def _plugin_entry_points() -> list[Any]:
+    """The entry points of :data:`ENTRY_POINT_GROUP`, read again only when a folder of ``sys.path`` changed
+    (its modification time: installing or removing a distribution adds or removes its folder there). Each
+    read parses every installed distribution's ``entry_points.txt`` (~25 ms for 300 of them, on the kernel's
+    loop: the first ``%escouade NAME`` read them twice, its squad's discovery then its rule plugins')."""
+    global _read_entry_points
+    key = (entry_points, tuple(sys.path), tuple(_mtime(p) for p in sys.path))
+    read = _read_entry_points
+    if read is None or read[0] != key:
+        read = _read_entry_points = (key, list(entry_points(group=ENTRY_POINT_GROUP)))
+    return read[1]
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return None
+
+
 def _entry_point_folders(errors: list[ManifestError]) -> list[Path]:
     folders: list[Path] = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _plugin_entry_points():
         where = f"<entry point {ep.name} = {ep.value}>"
         try:
             value: Any = ep.load()

@@ -8,12 +8,14 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import EscouadeError
-from ..manifest.project import Project
-from .broker import PluginsListing, RulePlugins, listing
-from .journal import Entry, Journal
+
+if TYPE_CHECKING:  # pragma: no cover  (loaded where used: %load_ext imports this module on the kernel's loop)
+    from ..manifest.project import Project
+    from .broker import PluginsListing, RulePlugins
+    from .journal import Entry, Journal
 
 PLUGINS_USAGE = (
     "  %escouade plugins                         rule plugins: on/off for this project, permission, process\n"
@@ -35,8 +37,14 @@ def _project(words: list[str]) -> tuple[list[str], Project]:
         folder = Path(words[i + 1]).expanduser()
         if not folder.is_dir():
             raise CommandError(f"folder {folder} does not exist")
-        return words[:i] + words[i + 2:], Project.for_folder(folder)
-    return words, Project.for_folder(Path.cwd())
+        return words[:i] + words[i + 2:], _for_folder(folder)
+    return words, _for_folder(Path.cwd())
+
+
+def _for_folder(folder: Path) -> Project:
+    from ..manifest.project import Project
+
+    return Project.for_folder(folder)
 
 
 def plugins_command(rules: RulePlugins, words: list[str], agents: Iterable[Any] = ()) -> PluginsListing:
@@ -47,7 +55,7 @@ def plugins_command(rules: RulePlugins, words: list[str], agents: Iterable[Any] 
     would."""
     words, project = _project(list(words))
     if not words:
-        return listing(rules, project)
+        return _listing(rules, project)
     action, rest = words[0], words[1:]
     if action not in ("on", "off", "revoke", "grant"):
         raise CommandError(f"unknown plugins action {action!r}: on, off, revoke or grant")
@@ -62,6 +70,12 @@ def plugins_command(rules: RulePlugins, words: list[str], agents: Iterable[Any] 
             rules.grant(rest[0], action == "grant")
     except LookupError as exc:
         raise CommandError(str(exc).strip("'\"")) from None
+    return _listing(rules, project, note)
+
+
+def _listing(rules: RulePlugins, project: Project, note: str | None = None) -> PluginsListing:
+    from .broker import listing
+
     return listing(rules, project, note)
 
 
@@ -77,7 +91,7 @@ def _turned(rules: RulePlugins, pid: str, on: bool, project: Project, agents: It
     lines = [f"{head}: it guards the agents working there; for another folder: "
              f"`%escouade plugins on {short} --project DIR`"]
     for agent in agents:
-        theirs = getattr(agent, "project", None) or Project.for_folder(agent.cwd)
+        theirs = getattr(agent, "project", None) or _for_folder(agent.cwd)
         if any(g.id == pid for g in rules.broker.guarding(theirs)):
             continue
         folder = getattr(agent, "project_folder", None) or theirs.folder

@@ -5,7 +5,11 @@ A page whose copy is missing (or another version) gets the whole module from its
 
 from __future__ import annotations
 
+import json
+
 from browser_waits import until
+
+from escouade_nb.widgets.front import front_end
 from test_lab import pins, replies
 
 WAIT_HELLO = """from escouade_nb.widgets import front
@@ -30,7 +34,8 @@ def test_light_module_renders_streams_and_answers_a_card(nb):
     # the first view of the kernel is built before any page said hello (its build pings the pages): it
     # carries the whole module; the views built after the hello carry the light one
     nb.open([f"%load_ext escouade_nb\nfirst = %escouade fake --as first --cwd {nb.work}", WAIT_HELLO,
-             f"demo = %escouade fake --cwd {nb.work}", MODULES, "%%escouade fake\nslow", MODULES])
+             f"demo = %escouade fake --cwd {nb.work}", MODULES, "%%escouade fake\nslow", MODULES,
+             f"front.use_extension_pages(None)\npacked = %escouade fake --as packed --cwd {nb.work}", MODULES])
     nb.run_cell(0)
     nb.run_cell(1)
     assert "extension: True" in nb.output(1).inner_text()
@@ -42,7 +47,7 @@ def test_light_module_renders_streams_and_answers_a_card(nb):
     assert "modules: [" in shown, shown
     sizes = [int(x) for x in shown.split("modules: [", 1)[1].split("]", 1)[0].split(",")]
     assert len(sizes) == 2 and min(sizes) < 4000 < max(sizes), shown  # the first view's whole, then light
-    assert "css: [0," in shown, shown
+    assert "css: [0]" in shown, shown  # the light module has none; the packed one carries it inside
     assert nb.agent_view(0).locator(".esc-head-row").is_visible()  # the whole module's view renders too
     # styled by the extension's stylesheet: the head is laid out as a flex row
     assert view.locator(".esc-head-row").evaluate("e => getComputedStyle(e).display") == "flex"
@@ -67,6 +72,20 @@ def test_light_module_renders_streams_and_answers_a_card(nb):
     shown = modules(nb, 5)
     sizes = [int(x) for x in shown.split("modules: [", 1)[1].split("]", 1)[0].split(",")]
     assert min(sizes) < 4000, shown  # still the light module: the kernel sent the whole one on demand
+    # a view built where no page said hello (VS Code, Colab): the packed module, unpacked in the page by
+    # itself (neither the extension's copy nor the one the kernel sent is there to use)
+    sheet = json.dumps(front_end()[1][:60])  # the views' stylesheet as a style element of its own (not a saved form's)
+    styles = f"() => [...document.querySelectorAll('style')].filter(s => s.textContent.startsWith({sheet})).length"
+    before = nb.page.evaluate(styles)
+    nb.page.evaluate("() => { delete globalThis[Symbol.for('escouade_nb.views.kernel')]; }")
+    nb.run_cell(6)
+    packed = nb.agent_view(6)
+    nb.wait_status(packed, "idle")
+    assert packed.locator(".esc-head-row").evaluate("e => getComputedStyle(e).display") == "flex"
+    assert nb.page.evaluate(styles) == before + 1  # its stylesheet, added once with the module
+    shown = modules(nb, 7)
+    sizes = [int(x) for x in shown.split("modules: [", 1)[1].split("]", 1)[0].split(",")]
+    assert [s for s in sizes if 4000 < s < 64_000], shown  # the packed module (the files as they are: ~99 KB)
     assert not [e for e in nb.errors if "escouade" in e.lower()], nb.errors
 
 

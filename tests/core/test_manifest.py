@@ -411,6 +411,29 @@ def test_entry_points(tmp_path, monkeypatch):
     assert "no luck" in str(d.errors[0]) and "fake_ep_mod:boom" in str(d.errors[0])
 
 
+def test_entry_points_read_again_only_when_a_folder_of_sys_path_changed(tmp_path, monkeypatch):
+    """Issue 37: each discovery parsed every installed distribution's entry points (~25 ms on the kernel's loop,
+    twice in the first ``%escouade NAME``); they are read again when a folder of sys.path changes (a package
+    installed or removed there), not at each discovery."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    reads: list[str] = []
+
+    def counting(group):
+        reads.append(group)
+        return []
+
+    monkeypatch.setattr(mf.discovery, "entry_points", counting)
+    discover()
+    discover()
+    assert reads == ["escouade_nb.plugins"]
+    (site / "newpkg-1.0.dist-info").mkdir()  # what an install adds (the folder's time moves)
+    os.utime(site, ns=(site.stat().st_atime_ns, site.stat().st_mtime_ns + 10**9))
+    discover()
+    assert reads == ["escouade_nb.plugins"] * 2
+
+
 def _ref(plugin_id: str, harness_id: str) -> HarnessRef:
     m = Manifest.model_validate(minimal(plugin_id, harness_id))
     return HarnessRef(m, m.contributes.harnesses[0], Path("/x/escouade-plugin.json"), "extra")

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deadlines import wait_until
 
 from escouade_nb.core.conversation import Notice
 from escouade_nb.engine.squad import Squad
@@ -347,7 +348,45 @@ def test_load_ext_loads_the_server_side_and_takes_the_heap_out_of_full_collectio
     try:
         assert _loaded(k) == [False, False, False, False]
         k.run("%load_ext escouade_nb")
-        assert _loaded(k) == [True, True, True, True]
+        wait_until(lambda: _loaded(k) == [True, True, True, True], 120, "the server side loaded")
+    finally:
+        k.shutdown()
+
+
+_IMPORTERS = """import sys, threading
+_importers = {}
+def _audit(event, args):
+    if event == "import" and args[0] in ("acp.schema", "mcp.types", "ipywidgets", "markdown_it"):
+        _importers.setdefault(args[0], threading.current_thread().name)
+sys.addaudithook(_audit)"""
+
+
+@pytest.mark.kernel
+def test_load_ext_imports_in_a_thread_and_registers_everything(tmp_path, monkeypatch):
+    """Issue 37: ``%load_ext escouade_nb`` held the kernel's loop 2.3 s (the engine, the views and the MCP
+    server's side imported in its cell, then a full collection). Its cell registers the magics only; the
+    imports run in its worker thread (never the kernel's main thread), then the loop registers the
+    listings' HTML and the channel to the notebook's pages; ``%escouade`` works before and after."""
+    from kernel_client import Kernel
+
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    k = Kernel(tmp_path)
+    try:
+        k.run(_IMPORTERS)
+        k.run("%load_ext escouade_nb")
+        assert "usage:" in k.run("%escouade --help").text  # waits for the thread if it is still importing
+        wait_until(lambda: _loaded(k) == [True, True, True, True], 120, "the server side loaded")
+        out = k.run("import json, escouade_nb.magics as m\n"
+                    "shell = get_ipython()\n"
+                    "print('STATE', json.dumps([_importers, 'escouade' in shell.magics_manager.magics['line'], "
+                    "'escouade' in shell.magics_manager.magics['cell'], "
+                    "'escouade_nb.notebook' in shell.kernel.comm_manager.targets, "
+                    "all(key in shell.display_formatter.formatters['text/html'].deferred_printers "
+                    "for key in __import__('escouade_nb.widgets.tables').widgets.tables.PRINTERS)]))").text
+        importers, line, cell, target, html = json.loads(out.split("STATE", 1)[1])
+        assert importers == {name: "escouade-load" for name in ("acp.schema", "mcp.types", "ipywidgets",
+                                                                 "markdown_it")}, importers
+        assert line and cell and target and html  # the magics, the pages' comm target, the listings' HTML
     finally:
         k.shutdown()
 

@@ -31,8 +31,8 @@ def test_a_view_carries_the_light_module_once_a_page_said_hello(pages_say):
     pages_say["hello"] = True
     after = SquadView(SimpleNamespace(agents={}))
     try:
-        js, css = front.front_end()
-        assert (before._esm, before._css) == (js, css)  # built before the hello: the whole module
+        js, _css = front.front_end()
+        assert (before._esm, before._css) == (front.packed_module(), "")  # before the hello: the whole module
         assert after._esm == front.light_module() and after._css == ""
         assert len(after._esm) < 2000 < len(js)
         assert front.front_end_tag() in after._esm and front.VIEWS_KEY in after._esm
@@ -45,9 +45,28 @@ def test_without_pages_the_whole_module():
     front.use_extension_pages(None)
     view = SquadView(SimpleNamespace(agents={}))
     try:
-        assert view._esm == front.front_end()[0]
+        assert (view._esm, view._css) == (front.packed_module(), "")
     finally:
         view.close()
+
+
+def test_without_the_extension_a_view_carries_the_module_packed_in_64_kb():
+    """Issue 37: where no page has the extension (VS Code, Colab, nbclient), a view's module is the loader
+    with ``escouade.js``, a NUL and ``escouade.css`` deflated inside, base64 (≤ 64 KB of JSON in its
+    ``comm_open``, against ~102 KB for the two files as they are); unpacked, the build's files byte for byte."""
+    import base64
+    import json
+    import zlib
+
+    js, css = front.front_end()
+    module = front.FrontView._esm
+    assert front.FrontView._css == ""
+    assert len(json.dumps(module)) <= 64_000 < len(json.dumps(js)) + len(json.dumps(css))
+    packed = re.findall(r'^const PACKED = "([A-Za-z0-9+/=]+)";$', module, re.M)
+    assert len(packed) == 1
+    assert zlib.decompress(base64.b64decode(packed[0])) == js.encode("utf-8") + b"\0" + css.encode("utf-8")
+    assert front.front_end_tag() in module and front.VIEWS_KEY in module  # the page's copy first, when it has one
+    assert re.findall(r"^export default \{$", module, re.M) == ["export default {"]
 
 
 def test_a_page_without_the_module_gets_it_from_the_kernel(pages_say):

@@ -5,12 +5,18 @@ shrinking to the shortest sequence of steps that still fails that way."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 
 def seed_and_walks(seed: int, walks: int) -> tuple[int, int]:
     """``ESCOUADE_WALK_SEED`` and ``ESCOUADE_WALKS`` when set, else the file's fixed ``seed`` and ``walks``."""
     return int(os.environ.get("ESCOUADE_WALK_SEED", seed)), int(os.environ.get("ESCOUADE_WALKS", walks))
+
+
+def walk_length(steps: int) -> int:
+    """``ESCOUADE_WALK_STEPS`` when set (longer walks find more, each costs more), else ``steps``."""
+    return int(os.environ.get("ESCOUADE_WALK_STEPS", steps))
 
 
 def shrinking() -> bool:
@@ -20,8 +26,8 @@ def shrinking() -> bool:
 
 def kind_of(failure: str) -> str:
     """What broke, without the details: ``invariant N: what`` (or ``cell failed: Error``), the failure's
-    first line to its second colon."""
-    return ":".join(failure.splitlines()[0].split(":")[:2])
+    first line to its second colon, what it quotes (a step's own words, numbered) left out."""
+    return re.sub(r"(?<=\s)'[^']*'|(?<=\s)\"[^\"]*\"|\[.*", "…", ":".join(failure.splitlines()[0].split(":")[:2]))
 
 
 def shrink(steps: list[str], kind: str, play: Callable[[list[str]], str | None]) -> list[str]:

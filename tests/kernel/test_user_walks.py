@@ -31,7 +31,7 @@ import pytest
 
 from deadlines import wait_until
 from kernel_client import Kernel, act, buttons_of, kernel_with_env
-from walks import kind_of, seed_and_walks, shrink, shrinking
+from walks import kind_of, seed_and_walks, shrink, shrinking, walk_length
 
 pytestmark = pytest.mark.kernel
 
@@ -161,11 +161,17 @@ class Walk:
         one, two = self.prompt("chunks 2"), self.prompt("chunks 4")
         self.run(f"t1 = a.send({one!r})\nt2 = a.send({two!r})\nawait t1\nawait t2")
 
-    def step_steer(self) -> None:
+    def _steer(self, first: str) -> None:
         self.live()
         slow, steer = self.prompt("slow"), self.prompt("chunks 1")
-        self.run(f"t = a.send({slow!r})\nawait walk_until(lambda: a.turns.current is t and a.status == 'working', "
-                 f"'the turn runs')\ns = a.steer({steer!r})\nawait t\nawait s")
+        self.run(f"t = a.send({slow!r})\nawait walk_until(lambda: {first}, 'the turn runs')\n"
+                 f"s = a.steer({steer!r})\nawait t\nawait s")
+
+    def step_steer(self) -> None:  # while the reply streams
+        self._steer("a.turns.current is t and 'tick 1' in render_items(a.conversation.items)")
+
+    def step_steer_early(self) -> None:  # as soon as the turn is working (its prompt may not be sent yet)
+        self._steer("a.turns.current is t and a.status == 'working'")
 
     def _card(self, label: str, clicks: int) -> None:
         self.live()
@@ -263,7 +269,7 @@ class Walk:
             self.check()
 
 
-CHOICES = ("send", "queue", "steer", "allow", "deny", "allow_twice", "rewind", "crash", "close", "resume",
+CHOICES = ("send", "queue", "steer", "steer_early", "allow", "deny", "allow_twice", "rewind", "crash", "close", "resume",
            "restart_kernel")
 
 
@@ -313,10 +319,12 @@ def world(tmp_path, own_processes):
 @pytest.mark.timeout(600)
 def test_random_walks_of_a_users_life(world):
     seed, walks = seed_and_walks(SEED, WALKS)
+    length = walk_length(STEPS)
     rng = random.Random(seed)
-    print(f"\nuser walks: seed {seed}, {walks} walks of {STEPS} steps (ESCOUADE_WALK_SEED, ESCOUADE_WALKS)")
+    print(f"\nuser walks: seed {seed}, {walks} walks of {length} steps "
+          "(ESCOUADE_WALK_SEED, ESCOUADE_WALKS, ESCOUADE_WALK_STEPS)")
     for number in range(walks):
-        steps = draw(rng, STEPS)
+        steps = draw(rng, length)
         print(f"walk {number}: {steps}")
         failure = world(steps)
         if failure is None:
@@ -330,9 +338,11 @@ def test_random_walks_of_a_users_life(world):
 # Walks the random walks found, shrunk (ESCOUADE_WALK_SHRINK=1) and kept: each replays its steps
 # through the same machine. A strict xfail names a failure not fixed on this branch yet.
 KEPT = [
-    pytest.param(["steer"], id="a-steered-turn", marks=pytest.mark.xfail(strict=True, reason=(
-        "found by seed 1 (walk 0, shrunk from 7 steps): a steered turn — the transcript's replay lacks the "
-        "prompt the steer stopped ('you: slow (step 1)'), which the live view shows (not one of findings 1-6)"))),
+    pytest.param(["steer_early"], id="a-turn-steered-before-its-prompt-went", marks=pytest.mark.xfail(strict=True, reason=(
+        "found by seed 1 (walk 0, shrunk from 7 steps): a turn steered while it prepares (its checkpoint) is "
+        "stopped before its session/prompt is sent; the live view shows 'you: slow (step 1)', the transcript has "
+        "no prompt, so its replay (a resume) loses it (not one of findings 1-6)"))),
+    ["send", "steer"],  # the same steered while the reply streams: both prompts on record
     ["crash", "deny"],  # seed 3, walk 1: a prompt after a crash, the agent restarted by the view's Restart
 ]
 

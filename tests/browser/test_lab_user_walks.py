@@ -155,9 +155,13 @@ class PageWalk:
         """Ctrl+Z in the user's cell, as a person undoing what they see changed there."""
         if USER_CELL >= len(self.cells()):
             return
-        undone = self.undoable.pop() if self.undoable else None
-        if undone is not None:  # the user undoes their own typing: that line goes, as they asked
-            self.typed.remove(undone)
+        # the user undoes their own typing: what they typed since their last other step goes, as they asked
+        # (the editor groups typing into one undo step; the model forgets at least what Ctrl+Z may take)
+        if self.undoable and self.undoable[-1] is None:  # it undoes the settle (a Reject is undoable)
+            self.undoable.pop()
+        else:
+            while self.undoable and self.undoable[-1] is not None:
+                self.typed.remove(self.undoable.pop())
         self.nb.cell(USER_CELL).locator(".jp-InputArea-editor").click()
         self.page.keyboard.press("Control+z")
         self.page.keyboard.press("Escape")
@@ -237,6 +241,7 @@ class PageWalk:
         self.nb.run_cell(0)
         until(lambda: self.nb.output(0).locator(".esc-view.esc-agent").count() > 0, "the agent's view", 120)
         until(lambda: "idle" in self.nb.status(self.view()), "the agent idle", 60)
+        save(self.nb)  # the person saves the notebook with its agent (closed unsaved, it would have no view)
         played: list[str] = []
         for i in range(len(steps) if steps is not None else length):
             if steps is not None:
@@ -252,6 +257,8 @@ class PageWalk:
                 self.check()
             except AssertionError as exc:
                 raise AssertionError(str(exc), played) from None
+            except Exception as exc:  # the page did not show what the step needs (playwright's timeout)
+                raise AssertionError(f"step {step}: {type(exc).__name__}: {str(exc).splitlines()[0]}", played) from exc
         return played
 
 
@@ -307,7 +314,11 @@ def test_random_walks_of_a_page_life(nb):
 
 # Walks the random walks found, shrunk (ESCOUADE_WALK_SHRINK=1) and kept: each replays its steps in a
 # notebook of its own. A strict xfail names a failure fixed on another branch of issue 34.
-KEPT: list = []
+KEPT: list = [
+    pytest.param(["prompt", "reopen", "save"], id="saved-form-after-a-reopen", marks=pytest.mark.xfail(
+        strict=True, reason="issue 34 finding 1: fixed on branch h34/saved (found by seed 42, walk 2, shrunk "
+                            "from ['type', 'undo', 'prompt', 'reopen', 'save'])")),
+]
 
 
 @pytest.mark.timeout(600)

@@ -35,7 +35,7 @@ from walks import kind_of, seed_and_walks, shrink, shrinking, walk_length
 
 pytestmark = pytest.mark.kernel
 
-SEED = 3401
+SEED = 3434  # its two walks take 10 of the 12 kinds of step
 WALKS = 2
 STEPS = 7
 NAME = "walker"
@@ -50,12 +50,12 @@ from escouade_nb.core.conversation import Conversation, Permission
 from escouade_nb.core.adapters import adapt as _adapt
 from escouade_nb.wire import transcript as _tr
 
-async def walk_until(pred, what, timeout=60):
+async def walk_until(pred, what, timeout=60, every=0.02):
     end = asyncio.get_running_loop().time() + timeout
     while not pred():
         if asyncio.get_running_loop().time() > end:
             raise AssertionError('timed out waiting for ' + what)
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(every)
 
 async def walk_card(agent):
     while (card := await agent.next_permission(timeout=60)).answered:
@@ -161,17 +161,17 @@ class Walk:
         one, two = self.prompt("chunks 2"), self.prompt("chunks 4")
         self.run(f"t1 = a.send({one!r})\nt2 = a.send({two!r})\nawait t1\nawait t2")
 
-    def _steer(self, first: str) -> None:
+    def _steer(self, first: str, poll: float = 0.02) -> None:
         self.live()
         slow, steer = self.prompt("slow"), self.prompt("chunks 1")
-        self.run(f"t = a.send({slow!r})\nawait walk_until(lambda: {first}, 'the turn runs')\n"
+        self.run(f"t = a.send({slow!r})\nawait walk_until(lambda: {first}, 'the turn runs', every={poll})\n"
                  f"s = a.steer({steer!r})\nawait t\nawait s")
 
     def step_steer(self) -> None:  # while the reply streams
         self._steer("a.turns.current is t and 'tick 1' in render_items(a.conversation.items)")
 
-    def step_steer_early(self) -> None:  # as soon as the turn is working (its prompt may not be sent yet)
-        self._steer("a.turns.current is t and a.status == 'working'")
+    def step_steer_early(self) -> None:  # the moment the turn works (shown, its prompt not sent yet): Ctrl+Enter at once
+        self._steer("a.turns.current is t and a.status == 'working'", poll=0)
 
     def _card(self, label: str, clicks: int) -> None:
         self.live()
@@ -339,9 +339,9 @@ def test_random_walks_of_a_users_life(world):
 # through the same machine. A strict xfail names a failure not fixed on this branch yet.
 KEPT = [
     pytest.param(["steer_early"], id="a-turn-steered-before-its-prompt-went", marks=pytest.mark.xfail(strict=True, reason=(
-        "found by seed 1 (walk 0, shrunk from 7 steps): a turn steered while it prepares (its checkpoint) is "
-        "stopped before its session/prompt is sent; the live view shows 'you: slow (step 1)', the transcript has "
-        "no prompt, so its replay (a resume) loses it (not one of findings 1-6)"))),
+        "found by seeds 1 and 7: a turn steered at once (while it prepares its checkpoint) is stopped before its "
+        "session/prompt is sent; the live view shows 'you: slow (step 1)', the transcript has no prompt, so its "
+        "replay (a resume) loses it, and a session/cancel goes for no prompt (not one of findings 1-6)"))),
     ["send", "steer"],  # the same steered while the reply streams: both prompts on record
     ["crash", "deny"],  # seed 3, walk 1: a prompt after a crash, the agent restarted by the view's Restart
 ]

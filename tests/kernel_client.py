@@ -111,7 +111,7 @@ class Kernel:
         """A widget message on iopub, whatever its parent: counted and kept (with when it was read);
         a display with an id: what a front-end holds of it (``displays``)."""
         kind = msg["msg_type"]
-        display_id = msg["content"].get("transient", {}).get("display_id")
+        display_id = (msg["content"].get("transient") or {}).get("display_id")
         if kind in ("display_data", "update_display_data") and display_id:
             if kind == "display_data" or display_id in self.displays:
                 self.displays[display_id] = msg["content"]["data"]

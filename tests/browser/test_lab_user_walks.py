@@ -140,7 +140,8 @@ class PageWalk:
         except AssertionError:
             raise AssertionError(f"invariant 2: {button} in the cell did nothing and said nothing "
                                  f"(bar: {bar.inner_text() if bar.count() else None!r})") from None
-        self.undoable.append(None)
+        if index == USER_CELL:  # a settle of the user's cell is on its undo history (a Reject is undoable)
+            self.undoable.append(None)
         if button == "Keep":  # the agent's text in it is the user's now; a rejected one must never come back unmarked
             self.kept.append(source)
             self.agent_texts = [t for t in self.agent_texts if t not in source]

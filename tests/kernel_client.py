@@ -59,6 +59,9 @@ class Kernel:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        # what a front-end holds of each display with an id: its last display_data or
+        # update_display_data (read from iopub by run and drain_iopub, whatever the parent)
+        self.displays: dict[str, dict[str, Any]] = {}
 
     @property
     def pid(self) -> int:
@@ -105,8 +108,13 @@ class Kernel:
         return res
 
     def _count_comm(self, res: Result, msg: dict[str, Any]) -> None:
-        """A widget message on iopub, whatever its parent: counted and kept (with when it was read)."""
+        """A widget message on iopub, whatever its parent: counted and kept (with when it was read);
+        a display with an id: what a front-end holds of it (``displays``)."""
         kind = msg["msg_type"]
+        display_id = (msg["content"].get("transient") or {}).get("display_id")
+        if kind in ("display_data", "update_display_data") and display_id:
+            if kind == "display_data" or display_id in self.displays:
+                self.displays[display_id] = msg["content"]["data"]
         if kind in ("comm_open", "comm_msg"):
             res.comm_msgs += 1
             res.comm_bytes += len(self.kc.session.pack(msg["content"]))

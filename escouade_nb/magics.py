@@ -33,6 +33,7 @@ from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
 from . import engine  # the engine's lazy face: its modules load in %load_ext's thread (load)
+from ._threads import collector_paused
 from .core.status import ENDED, NAME_FREE
 from .wire.errors import NoEventLoop
 
@@ -578,15 +579,16 @@ def loaded(ipython: Any = None) -> None:
 
 
 def _preload() -> None:
-    gc.freeze()  # the kernel's heap as it is: out of the collector's scans (no full collection: its walk stalls)
-    for name in PRELOADED:
-        importlib.import_module(name)
-        gc.freeze()
-    from .widgets.front import static_page
-    static_page("")  # its stylesheet, cut once (~25 ms): the first view's saved form needs it
-    from .manifest import discover
-    discover()  # the installed packages' entry points, read once (kept while sys.path's folders are unchanged)
-    engine.preload_in_kernel(collect=False)
+    with collector_paused():  # these imports parse ASTs: safe beside the kernel's own parses (_threads.py)
+        gc.freeze()  # the kernel's heap as it is: out of the collector's scans (no full collection: its walk stalls)
+        for name in PRELOADED:
+            importlib.import_module(name)
+            gc.freeze()
+        from .widgets.front import static_page
+        static_page("")  # its stylesheet, cut once (~25 ms): the first view's saved form needs it
+        from .manifest import discover
+        discover()  # the installed packages' entry points, read once (kept while sys.path's folders are unchanged)
+        engine.preload_in_kernel(collect=False)
 
 
 def _preload_then_finish(loop: asyncio.AbstractEventLoop, ipython: Any) -> None:

@@ -105,6 +105,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, cast, get_args, runtime_checkable
 
 from .._errors import EscouadeError
+from .._threads import collector_paused
 from .._version import __version__
 from ..core import notebook as notebook_core
 from ..core.output_images import Images
@@ -481,14 +482,16 @@ class KernelServer:
         def build() -> Any:
             root = logging.getLogger()
             handlers, level = root.handlers[:], root.level
-            try:  # MCPServer() calls logging.basicConfig: the notebook's logging is left as it was
-                mcp = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
-            finally:
-                root.handlers[:] = handlers
-                root.setLevel(level)
-            register_tools(mcp, Field, self._call, variables=self._list_variables, variable=self._inspect_variable,
-                           cells=self._notebook_cells, live_cells=self._live_cells, notebook_ref=self._notebook_ref,
-                           run=self._run_code, change=self._change_cell, execute=self._execute_cell)
+            with collector_paused():  # pydantic and inspect parse ASTs here: safe beside the kernel's (_threads.py)
+                try:  # MCPServer() calls logging.basicConfig: the notebook's logging is left as it was
+                    mcp = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
+                finally:
+                    root.handlers[:] = handlers
+                    root.setLevel(level)
+                register_tools(mcp, Field, self._call, variables=self._list_variables,
+                               variable=self._inspect_variable, cells=self._notebook_cells,
+                               live_cells=self._live_cells, notebook_ref=self._notebook_ref, run=self._run_code,
+                               change=self._change_cell, execute=self._execute_cell)
             return mcp
 
         # the server and its tools' pydantic models and JSON schemas (20–40 ms on a busy machine, issue 37)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "escouade_nb"
 
-RANKS = {"_version": 0, "_resources": 0, "_lazy": 0, "core": 1, "manifest": 1, "wire": 2, "kernel_mcp": 2,
+RANKS = {"_version": 0, "_resources": 0, "_lazy": 0, "_threads": 0, "core": 1, "manifest": 1, "wire": 2, "kernel_mcp": 2,
          "permissions": 3, "engine": 4, "widgets": 5, "magics": 6, "tools": 7, "_errors": 0}
 PLUGIN_SDK_MAY_IMPORT = {"escouade_nb.permissions.protocol", "escouade_nb.wire.framing", "escouade_nb._version",
                          "escouade_nb._lazy",
@@ -279,7 +279,7 @@ def test_the_checks_see_a_module_imported_from_its_package(tmp_path):
 
 # -- the rooms (docs/DESIGN.md, "Layers" and "Folders"), every import counted ---------------------------------------
 
-KERNEL_MCP_MAY_IMPORT = {"core", "_errors", "_version", "_resources", "_lazy"}
+KERNEL_MCP_MAY_IMPORT = {"core", "_errors", "_version", "_resources", "_lazy", "_threads"}
 """The layers ``kernel_mcp`` may import (beside its own modules): it knows its owner (the engine's
 agent session) and the notebook's page only through its Protocols (``ToolOwner``, ``LiveNotebook``)."""
 FACE_ONLY = ("widgets", "magics", "tools")

@@ -561,6 +561,7 @@ def load(ipython) -> None:
         _finish(ipython)
         return
     if _loading is None:
+        _hold_pages()
         _loading = threading.Thread(target=_preload_then_finish, args=(loop, ipython), name="escouade-load",
                                     daemon=True)
         _loading.start()
@@ -602,8 +603,32 @@ def _preload_then_finish(loop: asyncio.AbstractEventLoop, ipython: Any) -> None:
         pass
 
 
+_held_pages: list[tuple[Any, dict, list[dict]]] = []
+"""Pages' comms opened while :func:`load`'s thread imports: (comm, its open message, what it sent since)."""
+
+
+def _hold_pages() -> None:
+    """Take the pages' comm target at once (:func:`load`): a page that says hello before the channel
+    to the pages is loaded (a reopened notebook's page says it without waiting; a click's decision rides
+    on its open) is held, with what it sends meanwhile, and handed over by :func:`_finish`; one that
+    closes meanwhile is dropped."""
+    from comm import get_comm_manager
+
+    from .core.notebook import PAGES_TARGET
+
+    def hold(comm: Any, msg: dict) -> None:
+        early: list[dict] = []
+        held = (comm, msg, early)
+        comm.on_msg(early.append)
+        comm.on_close(lambda _msg: _held_pages.remove(held) if held in _held_pages else None)
+        _held_pages.append(held)
+
+    get_comm_manager().register_target(PAGES_TARGET, hold)
+
+
 def _finish(ipython: Any) -> None:
-    """On the kernel's loop, once: the listings' HTML, the channel to the notebook's pages."""
+    """On the kernel's loop, once: the listings' HTML, the channel to the notebook's pages (the pages held
+    meanwhile handed to it)."""
     global _finished
     if _finished:
         return
@@ -611,4 +636,8 @@ def _finish(ipython: Any) -> None:
     from .widgets.tables import register
     register(ipython)  # the listings' HTML
     from .widgets.notebook_pages import start_in_kernel
-    start_in_kernel(ipython)  # the channel to the notebook's page (labextension/): its comm target
+    pages = start_in_kernel(ipython)  # the channel to the notebook's page (labextension/): its comm target
+    held, _held_pages[:] = _held_pages[:], []
+    for comm, msg, early in held:
+        if pages is not None:
+            pages.adopt(comm, msg, early)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,9 +53,12 @@ def scratch_kernel(tmp: Path) -> Kernel:
 class Kernel:
     """One kernel in ``cwd``. ``run(code)`` executes and waits for idle."""
 
-    def __init__(self, cwd: Path) -> None:
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(cwd), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    def __init__(self, cwd: Path, env: Mapping[str, str] | None = None, connection_file: Path | None = None) -> None:
+        """A python3 kernel started in ``cwd`` with ``env`` as its whole environment (default: this
+        process's; the agents it starts inherit it), its connection file at ``connection_file`` if given."""
+        extra = {} if connection_file is None else {"connection_file": str(connection_file)}
+        self.km = KernelManager(kernel_name="python3", **extra)
+        self.km.start_kernel(cwd=str(cwd), env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"})
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

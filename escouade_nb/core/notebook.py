@@ -24,6 +24,9 @@ from .variables import cell_bound, cut
 
 __all__ = ["NotebookRef", "kernel_notebook", "file_cells", "live_cells", "output_text", "outputs_text", "MAX_OUTPUT"]
 
+PAGES_TARGET = "escouade_nb.notebook"
+"""The Jupyter comm target of the kernel's channel to its notebook's pages (``labextension/src/index.js``)."""
+
 MAX_OUTPUT = 2000
 """Characters of one cell's outputs (as text) kept by :func:`file_cells`."""
 

@@ -106,7 +106,7 @@ __all__ = ["TARGET", "Page", "NotebookPages", "PageMessage", "PAGE_MESSAGES", "N
 
 log = logging.getLogger(__name__)
 
-TARGET = "escouade_nb.notebook"
+TARGET = notebook_core.PAGES_TARGET
 PROTOCOL = 1
 HELLO_WAIT = 2.0
 """Seconds a request waits for a page's hello after a ping, when the kernel knows none."""
@@ -249,6 +249,13 @@ class NotebookPages:
             comm.close()
         except Exception:
             log.debug("escouade_nb: the ping to the notebook pages failed", exc_info=True)
+
+    def adopt(self, comm: Any, msg: dict, early: list[dict]) -> None:
+        """A page's comm opened before this channel started (``%load_ext``'s thread was still importing:
+        ``magics`` held it): taken as if opened now, then the messages it sent meanwhile, in order."""
+        self._opened(comm, msg)
+        for message in early:
+            comm.handle_msg(message)
 
     def _opened(self, comm: Any, msg: dict) -> None:
         """A page opened its comm, saying hello (the first row of the page → kernel table): kept as a

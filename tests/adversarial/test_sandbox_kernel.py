@@ -15,7 +15,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from jupyter_client.manager import KernelManager
 from kernel_client import Kernel
 from sandbox_attacks import PREFIX, seen_in, signed_execute, wait_for
 
@@ -26,17 +25,10 @@ pytestmark = [pytest.mark.kernel,
 ATTACKS = str(Path(__file__).resolve().parent / "sandbox_attacks.py")
 
 
-class RuntimeKernel(Kernel):
+def RuntimeKernel(cwd: Path, runtime: Path, env: dict[str, str]) -> Kernel:
     """A :class:`kernel_client.Kernel` whose connection file is in ``runtime`` (Jupyter's
     runtime folder, as a notebook server's kernels have it), started with ``env`` added."""
-
-    def __init__(self, cwd: Path, runtime: Path, env: dict[str, str]) -> None:
-        self.km = KernelManager(kernel_name="python3",
-                                connection_file=str(runtime / f"kernel-{os.urandom(4).hex()}.json"))
-        self.km.start_kernel(cwd=str(cwd), env={**os.environ, **env, "PYTHONUNBUFFERED": "1"})
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+    return Kernel(cwd, {**os.environ, **env}, runtime / f"kernel-{os.urandom(4).hex()}.json")
 
 
 @pytest.fixture

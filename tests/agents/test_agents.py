@@ -78,17 +78,7 @@ EXPECT: dict[str, Expect] = {
 REPORT: dict[str, dict] = {}
 
 
-class AgentKernel(Kernel):
-    """A kernel whose environment (inherited by the agents it starts) is ``env``."""
-
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:  # same as Kernel
-        from jupyter_client.manager import KernelManager
-
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(cwd), env={**env, "PYTHONUNBUFFERED": "1"})
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+AgentKernel = Kernel  # a kernel whose environment (inherited by the agents it starts) is the one given
 
 
 @dataclass

@@ -22,19 +22,6 @@ pytestmark = pytest.mark.agents
 HERE = Path(__file__).resolve().parent
 
 
-class _Kernel(Kernel):
-    """A kernel whose environment (inherited by the agents it starts) is ``env``."""
-
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:  # same as Kernel, another environment
-        from jupyter_client.manager import KernelManager
-
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(cwd), env={**env, "PYTHONUNBUFFERED": "1"})
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-
 def test_goose_steer_goes_into_the_running_turn(model_server, tmp_path):
     bin_dir, home, work = tmp_path / "bin", tmp_path / "home", tmp_path / "work"
     for folder in (bin_dir, home, work):
@@ -50,7 +37,7 @@ def test_goose_steer_goes_into_the_running_turn(model_server, tmp_path):
                 "ESCOUADE_NB_TRANSCRIPTS_DIR": str(tmp_path / "transcripts"),
                 "ESCOUADE_NB_JOURNAL_DIR": str(tmp_path / "journal"),
                 "ESCOUADE_NB_CONFIG_DIR": str(tmp_path / "config"), "ESCOUADE_NB_PLUGINS_DIR": str(tmp_path / "p")})
-    kernel = _Kernel(work, env)
+    kernel = Kernel(work, env)
     try:
         kernel.run("%load_ext escouade_nb\nimport json\nfrom escouade_nb.core.render_text import render_items\n"
                    f"g = %escouade goose --cwd {shlex.quote(str(work))} --as gsteer\nawait g.ready()\n"

@@ -62,7 +62,7 @@ def test_every_word_is_dispatched_to_its_handler(monkeypatch):
     def recording(command: Subcommand) -> Subcommand:
         return Subcommand(command.names, command.usage, lambda _m, squad, words: called.append((command, words)))
 
-    monkeypatch.setattr(magics, "get_squad", lambda: "the squad")
+    monkeypatch.setattr(magics.engine, "get_squad", lambda: "the squad")
     table = {name: recording(c) for name, c in magics._BY_NAME.items()}
     monkeypatch.setattr(magics, "_BY_NAME", table)
     monkeypatch.setattr(magics, "START", recording(START))

@@ -81,7 +81,8 @@ def test_a_rule_plugin_sees_the_whole_source_its_denial_runs_nothing_and_is_on_r
     k = kernel_with_env(tmp_path / "ws", _env(tmp_path))
     try:
         k.run("%load_ext escouade_nb")
-        k.run(PAGE + "page = StandInPage()\nuse_live_notebook(page)")
+        k.run(PAGE + "from escouade_nb import magics\nmagics.loaded(get_ipython())  # the pages' channel set, then stood in for\n"
+              "page = StandInPage()\nuse_live_notebook(page)")
         assert "on" in k.run(f"%escouade plugins on exec-rules --project {tmp_path / 'ws'}").text
         k.run("a = %escouade fake --as runner\nawait a.ready()")
         wait_for(k, "a.kernel_tools_state[0] == 'connected'", timeout=30)

@@ -33,6 +33,7 @@ class _Kernel(Kernel):
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        self.displays = {}  # what a front-end holds of each display (Kernel's, read by its run())
 
 
 def test_goose_steer_goes_into_the_running_turn(model_server, tmp_path):

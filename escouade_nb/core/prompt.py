@@ -36,6 +36,26 @@ def is_context(block: Mapping[str, Any]) -> bool:
     return isinstance(ours, Mapping) and bool(ours.get("context"))
 
 
+def steered_part(block: dict[str, Any], n: int) -> dict[str, Any]:
+    """``block`` marked as the words of the ``n``-th (≥ 1) steer joined to a prompt that was
+    not sent yet (``agent.steer`` while its turn took its checkpoint): ``_meta.escouade.steered``
+    = ``n``. One ``session/prompt`` carries the user's prompt, then each steer's blocks; the
+    mark tells them apart in the transcript, as the conversation shows them (messages of
+    their own, marked steered)."""
+    meta = dict(block.get("_meta") or {})
+    ours = meta.get("escouade")
+    meta["escouade"] = {**(ours if isinstance(ours, Mapping) else {}), "steered": n}
+    return {**block, "_meta": meta}
+
+
+def steered_part_of(block: Mapping[str, Any]) -> int | None:
+    """The ``n`` of :func:`steered_part`'s mark on ``block`` (a wire dict), else None."""
+    meta = block.get("_meta")
+    ours = meta.get("escouade") if isinstance(meta, Mapping) else None
+    n = ours.get("steered") if isinstance(ours, Mapping) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+
 def carried_conversation(name: str, parent: str, text: str, speaker: str = "agent") -> dict[str, Any]:
     """The block that carries a fork's conversation so far (``text``, rendered: the
     user's messages after ``you:``, the agent's after ``speaker:``) to the new agent

@@ -316,7 +316,9 @@ class Agent(AgentState):
         text goes as a steered prompt right after it). Otherwise the running turn is
         stopped (``session/cancel``; what it produced stays) and a new prompt carries the
         text, marked steered, run before the prompts queued earlier: that turn is returned.
-        With no turn running it is a plain prompt, queued like :meth:`send`'s.
+        A running turn whose prompt has not gone yet (its checkpoint is being taken) is not
+        stopped: the text joins its prompt, and that turn is returned. With no turn
+        running it is a plain prompt, queued like :meth:`send`'s.
         ``ValueError`` for an empty prompt (:mod:`.steer`)."""
         from .steer import steer
 

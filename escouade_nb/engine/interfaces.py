@@ -299,6 +299,9 @@ class TurnsAgent(Named, HasFileWatch, HasEditReview, HasFolderCheckpoints, Proto
     def budget(self) -> BudgetPart: ...
 
     @property
+    def transcript(self) -> Transcript | None: ...
+
+    @property
     def agent_capabilities(self) -> dict[str, Any]: ...
 
     @property

@@ -9,6 +9,12 @@ it: the conversation shows it, marked steered, where the agent's answer came. Wh
 agent says no turn is running any more (``promptRequired``, goose's error) or refuses,
 the text goes as a prompt instead.
 
+When the running turn's prompt has not gone yet (its checkpoint is being taken), nothing
+runs on the agent's side: nothing is stopped, and the text joins that prompt — one
+``session/prompt`` carries both, the steered blocks marked (:meth:`~.turns.TurnQueue.join`)
+— so the agent reads the prompt and the steer together, as a steer into its running turn
+would have it, and the transcript holds both as the conversation shows them.
+
 Otherwise the running turn is stopped (``session/cancel``, as Stop does: what it produced
 stays in the conversation) and a new prompt carries the text, marked steered (the
 ``session/prompt`` carries ``_meta.escouade.steered``, so the transcript — and a resume —
@@ -61,6 +67,9 @@ def steer(agent: Agent, prompt: str | Sequence[Any]) -> Turn:
     running = queue.current
     if running is None or running.done:  # nothing to steer: a prompt, in its place in the queue
         return queue.send(Turn(agent, content))
+    joined = queue.join(content)  # its prompt not sent yet: the text goes with it, nothing is stopped
+    if joined is not None:
+        return joined
     method = native_method(agent)
     if method is not None and agent.budget.card is None:  # a budget card waiting: no new prompt goes in
         _send_native(agent, running, method, content)

@@ -22,9 +22,10 @@ import anyio
 from pydantic import ValidationError
 
 from ..core.conversation import STOPPED_BY_YOU, Item, Message, ToolCall
-from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, context, gate
+from ..core.prompt import ATTACH_EMBED_MAX, attachment_block, context, gate, steered_part, steered_part_of
 from ..core.status import ENDED, AgentStatus
 from ..wire.errors import AgentError, AuthRequired, running_loop
+from ..wire.transcript import UNSENT_EVENT
 
 if TYPE_CHECKING:
     from .interfaces import TurnsAgent
@@ -165,6 +166,7 @@ class TurnQueue:
         self._sent: list[Turn] = []  # turns sent, pruned to those still queued (see queued)
         self.steered: list[Turn] = []  # run right after the running turn, before the queued ones (agent.steer)
         self.holds: set[asyncio.Future] = set()  # steering requests in flight: the turn's followers wait for them
+        self.unsent: list[Any] | None = None  # the running turn's prompt as it will go, until it goes (see join)
 
     def send(self, turn: Turn) -> Turn:
         task = asyncio.get_running_loop().create_task(self._run(turn), name=f"escouade turn {self.agent.name}")
@@ -247,18 +249,22 @@ class TurnQueue:
         live = self.agent.live
         session = live.session
         wire_prompt, primer = self._begin(turn, live)
+        self.unsent = wire_prompt  # until it is sent, a steer joins it (join)
         try:
             checkpoints = self.agent.folder_checkpoints
             if checkpoints is not None:  # the agent's folder before the turn (engine/review/checkpoints.py)
                 await checkpoints.before_prompt(turn, live)
-            if turn.cancelled_by_user:  # Stop (or a steer) while the checkpoint was taken: nothing is sent
+            if turn.cancelled_by_user:  # Stop while the checkpoint was taken: nothing is sent
                 live.cancel_sent = False
+                if self.agent.transcript is not None:  # shown, never sent: the record says so (a resume shows it)
+                    self.agent.transcript.event(UNSENT_EVENT, prompt=turn.prompt, steered=turn.steered)
                 if files is not None:
                     await files.after_turn()
                 self.agent.conversation.add_notice(STOPPED_BY_YOU)
                 turn._finish(stop_reason="cancelled")
                 return
             mark = {"escouade": {"steered": True}} if turn.steered else {}  # _meta: the transcript says it
+            self.unsent = None  # from here a steer stops the turn: its prompt is on its way
             self.agent.budget.turn_started()  # its seconds count from the prompt sent
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt, **mark)
         except Exception as exc:
@@ -275,9 +281,34 @@ class TurnQueue:
             elif turn.stop_reason is not None or turn.error is not None:
                 self.stopped_in = None
             self.current = None
+            self.unsent = None
             live.cancel_sent = False
             self.agent.budget.turn_ended(turn.tokens)
             self.agent.turn_ended(turn)
+
+    def join(self, content: list[dict[str, Any]]) -> Turn | None:
+        """A steer (``agent.steer``) while the running turn's prompt is not sent yet (its
+        checkpoint is being taken): nothing runs on the agent's side, so nothing is stopped
+        — ``content`` joins that prompt. The one ``session/prompt`` carries the user's prompt,
+        then the steered blocks (fitted to what the agent takes, each marked
+        :func:`~..core.prompt.steered_part`), and the conversation shows them at once as a
+        message of their own, marked steered, as the transcript's replay does. Returns the
+        running turn (it carries the text); None when no prompt waits to be sent (none runs,
+        it is sent, or a Stop came for it)."""
+        turn, wire = self.current, self.unsent
+        if turn is None or turn.done or wire is None or turn.cancelled_by_user:
+            return None
+        agent = self.agent
+        takes = agent.agent_capabilities.get("promptCapabilities") or {}
+        fitted, notices = gate(content, takes, who=agent.name)
+        for notice in notices:
+            agent.conversation.add_notice(notice, level="warning")
+        n = 1 + max((steered_part_of(b) or 0 for b in wire if isinstance(b, dict)), default=0)
+        marked = [steered_part(b, n) for b in fitted]
+        wire.extend(marked)
+        turn.prompt = [*turn.prompt, *marked]  # a sign-in's retry sends them too
+        agent.conversation.add_user_message(marked, sent=wire, steered=True)  # an echo of the whole is folded
+        return turn
 
     async def _ready_to_send(self, turn: Turn) -> bool:
         """Read the turn's attachments and wait for the session; False when the turn
@@ -409,8 +440,8 @@ class TurnQueue:
         if turn is None or live is None or live.session.session_id is None:
             return
         turn.cancelled_by_user = True
-        if live.cancel_sent:  # a double click on Stop sends one session/cancel
-            return
+        if live.cancel_sent or self.unsent is not None:  # a double click on Stop sends one session/cancel;
+            return  # its prompt not sent yet (its checkpoint is taken): nothing runs to cancel, it is not sent
         live.cancel_sent = True
         session = live.session
 

@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..core.conversation import STOPPED_BY_YOU, Conversation, PermissionState, Question, QuestionState
-from ..core.prompt import is_context
+from ..core.prompt import is_context, steered_part_of
 from . import kernel_calls, steering
 from .reloads import ReplaySkip
 
@@ -84,6 +84,9 @@ BUDGET_ORIGIN = "budget"
 ``budget`` event, ours), never from its id."""
 CHECKPOINT_EVENT = "checkpoint"
 """The event of a checkpoint of the agent's folder before a turn (:mod:`escouade_nb.engine.review.checkpoints`)."""
+UNSENT_EVENT = "unsent"
+"""The event of a prompt shown in the conversation and never sent (a Stop while its turn took
+its checkpoint): ``{"prompt": [blocks], "steered": bool}``, the user's words as shown."""
 REWIND_EVENT = "rewind"
 """The event of a rewind: ``{"turn", "commit", "session"}``; the turns from ``turn`` on are marked rewound."""
 KERNEL_RESTARTED = "the kernel restarted"
@@ -543,6 +546,18 @@ def _starts_segment(rec: Record) -> bool:
     return rec.kind == "header" or (rec.kind == "event" and rec.event in ("resume", SEGMENT_EVENT))
 
 
+def _user_messages(conversation: Conversation, words: list[dict[str, Any]], steered: bool,
+                   sent: list[Any] | None = None) -> None:
+    """The user's ``words`` of one prompt, as live (engine/turns.py): the prompt's message
+    (``steered`` as its ``_meta`` says), then one marked steered for each steer joined to it
+    before it was sent (its blocks marked :func:`~..core.prompt.steered_part`)."""
+    parts: dict[int, list[dict[str, Any]]] = {0: []}
+    for block in words:
+        parts.setdefault(steered_part_of(block) or 0, []).append(block)
+    for n, blocks in parts.items():
+        conversation.add_user_message(blocks, sent=sent if n else None, steered=bool(n) or steered)
+
+
 def replay(records: Iterator[Record], conversation: Conversation,
            adapt: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Rebuild ``conversation`` from a transcript's records: the agent's updates (through
@@ -739,8 +754,8 @@ class _Replay:
             self.history.extend(((msg.get("params") or {}).get("sessionId"),
                                  {"sessionUpdate": "user_message_chunk", "content": block}) for block in sent)
             ours = ((msg.get("params") or {}).get("_meta") or {}).get("escouade") or {}
-            self.conversation.add_user_message([b for b in sent if not (isinstance(b, dict) and is_context(b))],
-                                               steered=isinstance(ours, dict) and ours.get("steered") is True)
+            _user_messages(self.conversation, [b for b in sent if isinstance(b, dict) and not is_context(b)],
+                           steered=isinstance(ours, dict) and ours.get("steered") is True, sent=sent)
         elif "id" in msg and msg["id"] in self.cards and isinstance(msg.get("result"), dict):
             self._answered(self.cards[msg["id"]], msg["result"])
 
@@ -781,6 +796,9 @@ class _Replay:
         elif event == "exit" and not data.get("expected") and not self.recorded:
             conversation.add_notice(f"Agent exited with code {data.get('code')}", level="error",
                                     detail=data.get("stderr_tail", ""))
+        elif event == UNSENT_EVENT and isinstance(data.get("prompt"), list):
+            _user_messages(conversation, [b for b in data["prompt"] if isinstance(b, dict)],
+                           steered=data.get("steered") is True)
         elif event == REWIND_EVENT and isinstance(data.get("turn"), int):
             conversation.mark_rewound(data["turn"])
             if data.get("session"):  # it went on in a fork: its ids are its own

@@ -7,7 +7,8 @@ the middle of a running turn by construction, not by timing."""
 import json
 
 import pytest
-from scripted_agent import INIT_ANY, P_NEW, chunk_line, run, until, update_line
+from git_repos import use_git_env
+from scripted_agent import INIT_ANY, P_NEW, chunk_line, init_result, run, until, update_line
 
 from escouade_nb.core.render_text import render_items
 from escouade_nb.engine.agent import AgentError
@@ -143,6 +144,86 @@ def test_without_native_steering_the_turn_is_stopped_and_a_steered_prompt_runs_f
             assert "**you (steered):**" in exported and exported.count("**you:**") == 2
     run(go())
     s.assert_ok()
+
+
+def _held_at_its_checkpoint(script, tmp_path, monkeypatch, *after: str):
+    """A scripted agent offering session/fork, which holds its answer to the first turn's
+    checkpoint fork until the test writes the returned file (the turn shown, its prompt not
+    sent yet: by construction, not by timing), then plays ``after``; session/cancel forbidden."""
+    monkeypatch.setenv("ESCOUADE_NB_TRANSCRIPTS_DIR", str(tmp_path / "transcripts"))
+    monkeypatch.setenv("ESCOUADE_NB_CHECKPOINTS_DIR", str(tmp_path / "checkpoints"))
+    use_git_env(monkeypatch)
+    go_on = tmp_path / "go-on"
+    s = script("\n".join([
+        INIT_ANY, init_result('{"fork":{}}'), P_NEW,
+        'C> {"jsonrpc":"2.0","id":2,"method":"session/fork","params":{"sessionId":"s1"}}',
+        '!> {"wait_file": "$GO_ON", "timeout": 120}',
+        'A> {"jsonrpc":"2.0","id":2,"result":{"sessionId":"f1"}}', *after,
+    ]), variables={"GO_ON": str(go_on)}, forbid=[{"method": "session/cancel"}])
+    return s, go_on
+
+
+async def _at_its_checkpoint(s, agent, text: str):
+    """``agent.send(text)``, once its checkpoint's session/fork reached the script."""
+    await agent.ready()
+    turn = agent.send(text)
+    await until(lambda: any(m.get("method") == "session/fork" for m in s.received()),
+                what="the checkpoint's session/fork")
+    assert turn.status == "running" and agent.turns.current is turn
+    return turn
+
+
+def test_a_steer_before_the_prompt_went_joins_it_and_nothing_is_cancelled(script, tmp_path, monkeypatch):
+    """Steered while the turn takes its checkpoint: no session/cancel, one session/prompt
+    carrying the prompt then the steered text (marked), and the transcript rebuilds the
+    conversation the view shows."""
+    s, go_on = _held_at_its_checkpoint(
+        script, tmp_path, monkeypatch,
+        'C> {"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"s1","prompt":['
+        '{"type":"text","text":"go"},{"type":"text","text":"only src/","_meta":{"escouade":{"steered":1}}}]}}',
+        chunk_line("src only."),
+        'A> {"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}')
+
+    async def go():
+        async with s.running() as agent:
+            turn = await _at_its_checkpoint(s, agent, "go")
+            steered = agent.steer("only src/")
+            assert steered is turn and agent.queued == []  # the prompt not sent carries it: nothing stopped
+            lines = ["you: go", "you (steered): only src/"]
+            assert _text(agent).splitlines() == lines  # shown at once
+            go_on.write_text("")
+            await turn
+            assert turn.stop_reason == "end_turn" and turn.text == "src only." and not turn.cancelled_by_user
+            lines.append("agent: src only.")
+            assert _text(agent).splitlines() == lines
+            assert _replayed(agent).splitlines() == lines  # the record says what the view shows
+            assert [cp.turn for cp in agent.checkpoints] == [1]
+    run(go())
+    s.assert_ok()
+    methods = [m.get("method") for m in s.received() if "method" in m]
+    assert "session/cancel" not in methods and methods.count("session/prompt") == 1
+
+
+def test_a_stop_before_the_prompt_went_sends_no_cancel_and_the_record_keeps_the_prompt(script, tmp_path,
+                                                                                     monkeypatch):
+    """Stopped while the turn takes its checkpoint: nothing was sent, so no session/cancel and
+    no session/prompt; the prompt the view showed is in the transcript's replay too."""
+    s, go_on = _held_at_its_checkpoint(script, tmp_path, monkeypatch)
+
+    async def go():
+        async with s.running() as agent:
+            turn = await _at_its_checkpoint(s, agent, "go")
+            agent.cancel()
+            go_on.write_text("")
+            await turn
+            assert turn.stop_reason == "cancelled" and turn.cancelled_by_user
+            lines = ["you: go", "[info] Stopped by you"]
+            assert _text(agent).splitlines() == lines
+            assert _replayed(agent).splitlines() == lines
+    run(go())
+    s.assert_ok()
+    methods = [m.get("method") for m in s.received() if "method" in m]
+    assert "session/cancel" not in methods and "session/prompt" not in methods
 
 
 def test_goose_steer_uses_the_run_id_it_announced(script):

@@ -338,10 +338,9 @@ def test_random_walks_of_a_users_life(world):
 # Walks the random walks found, shrunk (ESCOUADE_WALK_SHRINK=1) and kept: each replays its steps
 # through the same machine. A strict xfail names a failure not fixed on this branch yet.
 KEPT = [
-    pytest.param(["steer_early"], id="a-turn-steered-before-its-prompt-went", marks=pytest.mark.xfail(strict=True, reason=(
-        "found by seeds 1 and 7: a turn steered at once (while it prepares its checkpoint) is stopped before its "
-        "session/prompt is sent; the live view shows 'you: slow (step 1)', the transcript has no prompt, so its "
-        "replay (a resume) loses it, and a session/cancel goes for no prompt (not one of findings 1-6)"))),
+    pytest.param(["steer_early"], id="a-turn-steered-before-its-prompt-went"),  # seeds 1 and 7: steered while
+    # its checkpoint was taken, the turn was stopped unsent (the view showed the prompt, the transcript had none,
+    # a session/cancel went for no prompt); now the steer joins the prompt not sent (engine/turns.py, join)
     ["send", "steer"],  # the same steered while the reply streams: both prompts on record
     ["crash", "deny"],  # seed 3, walk 1: a prompt after a crash, the agent restarted by the view's Restart
 ]

@@ -246,3 +246,28 @@ def update_line(update: str, session: str = "s1") -> str:
 def chunk_line(text: str) -> str:
     """An ``A>`` line with an ``agent_message_chunk`` of ``text`` (no JSON escaping: plain text only)."""
     return update_line('{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"' + text + '"}}')
+
+
+def conversation_text(conversation) -> str:
+    """The conversation's text (``render_items``) without the client's own notices."""
+    from escouade_nb.core.conversation import Notice
+    from escouade_nb.core.render_text import render_items
+
+    return render_items([i for i in conversation.items if not isinstance(i, Notice)])
+
+
+def resume_and_send(s: Script, path, prompt: str, reply: str) -> str:
+    """Resume the transcript at ``path`` with ``s``'s agent, send ``prompt`` (its answer must read ``reply``),
+    close: the resumed conversation's :func:`conversation_text`."""
+
+    async def go():
+        agent = Agent.resume(path, s.ref, program=sys.executable)
+        try:
+            agent.start()
+            await agent.ready()
+            assert (await agent.send(prompt)).text == reply
+            return conversation_text(agent.conversation)
+        finally:
+            await agent.close()
+
+    return run(go())

@@ -17,7 +17,7 @@ import pytest
 from escouade_nb.engine.agent import Agent, AgentError, AgentExited
 from escouade_nb.core.conversation import Notice
 from escouade_nb.core.render_text import render_items
-from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, run, steps_of, until
+from scripted_agent import P_INIT, P_NEW, P_PROMPT, Script, _chunk, alive, conversation_text, resume_and_send, run, steps_of, until
 from view_helpers import buttons_of, html_shown
 
 END = 'A> {"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}'
@@ -41,10 +41,6 @@ def group_members(pgid: int) -> list[int]:
             out.append(int(entry.name))
     return out
 
-
-def content(conversation) -> str:
-    """The conversation's text without the client's own notices."""
-    return render_items([i for i in conversation.items if not isinstance(i, Notice)])
 
 
 # -- an agent that exits: shown, cards and tool calls closed, restart ---------------------------
@@ -268,7 +264,7 @@ def _first_session(tmp_path, *runs):
         async with s.running() as agent:
             result = await agent.send("go")
             assert result.text == "Hello world" + "Done."
-        return agent.transcript.path, content(agent.conversation)
+        return agent.transcript.path, conversation_text(agent.conversation)
 
     path, text = run(go())
     assert text == "you: go\nagent: Hello world\n[tool] Read a.py (read, completed)\nagent: Done."
@@ -282,20 +278,20 @@ def test_resume_with_session_load_does_not_append_twice(tmp_path):
         agent = Agent.resume(path, s.ref, program=sys.executable)
         try:
             assert agent.status == "resumable"
-            assert content(agent.conversation) == before  # rebuilt from the transcript alone
+            assert conversation_text(agent.conversation) == before  # rebuilt from the transcript alone
             agent.start()
             await agent.ready()
             assert agent.session_id == "s1"
-            assert content(agent.conversation) == before  # the agent's replay was not appended again
+            assert conversation_text(agent.conversation) == before  # the agent's replay was not appended again
             assert "Reattached to session s1" in render_items(agent.conversation.items)
             result = await agent.send("more")
             assert result.text == "More."
-            assert content(agent.conversation) == before + "\nyou: more\nagent: More."
+            assert conversation_text(agent.conversation) == before + "\nyou: more\nagent: More."
         finally:
             await agent.close()
         # a second kernel restart: the transcript (with the load's replay in it) still gives it once
         again = Agent.resume(path, None, program=None)
-        assert content(again.conversation) == before + "\nyou: more\nagent: More."
+        assert conversation_text(again.conversation) == before + "\nyou: more\nagent: More."
 
     run(go())
     s.assert_ok(runs=2)
@@ -317,18 +313,6 @@ RECHUNKED = (f"{LOAD_INIT}\n{LOAD}" + f"A> {_user('g')}\nA> {_user('o')}\nA> {_c
              f"A> {FIRST_SESSION[2]}\nA> {_chunk('Do')}\nA> {_chunk('ne.')}" + LOADED + MORE)
 
 
-def _resume_and_send(s, path, prompt: str, reply: str) -> str:
-    async def go():
-        agent = Agent.resume(path, s.ref, program=sys.executable)
-        try:
-            agent.start()
-            await agent.ready()
-            assert (await agent.send(prompt)).text == reply
-            return content(agent.conversation)
-        finally:
-            await agent.close()
-
-    return run(go())
 
 
 def test_a_conversation_resumed_twice_keeps_its_history(tmp_path):
@@ -337,11 +321,11 @@ def test_a_conversation_resumed_twice_keeps_its_history(tmp_path):
     rebuilt from the transcript and after the agent's ``session/load`` replay."""
     s, path, before = _first_session(tmp_path, RELOADED, RELOADED_TWICE)
     once = before + "\nyou: more\nagent: More."
-    assert _resume_and_send(s, path, "more", "More.") == once
-    assert content(Agent.resume(path, None, program=None).conversation) == once
+    assert resume_and_send(s, path, "more", "More.") == once
+    assert conversation_text(Agent.resume(path, None, program=None).conversation) == once
     twice = once + "\nyou: again\nagent: Again."
-    assert _resume_and_send(s, path, "again", "Again.") == twice
-    assert content(Agent.resume(path, None, program=None).conversation) == twice
+    assert resume_and_send(s, path, "again", "Again.") == twice
+    assert conversation_text(Agent.resume(path, None, program=None).conversation) == twice
     s.assert_ok(runs=3)
 
 
@@ -350,7 +334,7 @@ def test_a_replay_chunked_differently_from_the_live_stream_is_shown_once(tmp_pat
     says "Hello world" and "Do" + "ne." (and the prompt in two pieces): recognised by
     content, not by chunk boundaries."""
     s, path, before = _first_session(tmp_path, RECHUNKED)
-    assert _resume_and_send(s, path, "more", "More.") == before + "\nyou: more\nagent: More."
+    assert resume_and_send(s, path, "more", "More.") == before + "\nyou: more\nagent: More."
     s.assert_ok(runs=2)
 
 
@@ -375,8 +359,8 @@ def test_a_conversation_restarted_then_resumed_keeps_what_came_before_the_restar
 
     path = run(go())
     history = "you: go\nagent: Hello world\n[tool] Read a.py (read, completed)\nagent: Done.\nyou: more\nagent: More."
-    assert content(Agent.resume(path, None, program=None).conversation) == history
-    assert _resume_and_send(s, path, "again", "Again.") == history + "\nyou: again\nagent: Again."
+    assert conversation_text(Agent.resume(path, None, program=None).conversation) == history
+    assert resume_and_send(s, path, "again", "Again.") == history + "\nyou: again\nagent: Again."
     s.assert_ok(runs=3)
     (load,) = [m for m in s.received(run=2) if m.get("method") == "session/load"]
     assert load["params"]["sessionId"] == "s2"
@@ -393,7 +377,7 @@ def test_resume_without_load_session_starts_a_new_one_and_says_so(tmp_path):
             assert agent.session_id == "s2"
             notices = [i.text for i in agent.conversation.items if isinstance(i, Notice)]
             assert any("new session was started" in n and "loadSession" in n for n in notices), notices
-            assert content(agent.conversation) == before
+            assert conversation_text(agent.conversation) == before
             assert (await agent.send("more")).text == "More."
         finally:
             await agent.close()
@@ -411,7 +395,7 @@ def test_resume_with_the_harness_gone_keeps_the_conversation_readable(tmp_path):
     async def go():
         agent = Agent.resume(path, None, program=None)
         assert agent.status == "harness missing" and agent.name == "script"
-        assert content(agent.conversation) == before
+        assert conversation_text(agent.conversation) == before
         view = AgentView(agent)
         shown = repr(view)
         assert "Harness missing" in shown and "script: Hello world" in shown

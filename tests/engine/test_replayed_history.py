@@ -9,9 +9,8 @@ import json
 import sys
 
 from escouade_nb.core.conversation import Notice
-from escouade_nb.core.render_text import render_items
 from escouade_nb.engine.agent import Agent
-from scripted_agent import INIT, Script, _chunk, init_result, run
+from scripted_agent import INIT, Script, _chunk, conversation_text, init_result, resume_and_send, run
 
 LOAD = 'C> {"jsonrpc":"2.0","id":1,"method":"session/load","params":{"sessionId":"s1","cwd":"$WS","mcpServers":"$ANY"}}'
 LOADED = 'A> {"jsonrpc":"2.0","id":1,"result":{}}'
@@ -50,28 +49,12 @@ NO_REPLAY = "\n".join([LOAD_INIT.replace('"sessionCapabilities":{}', '"sessionCa
 OLD = "you: old question\nagent: Old answer.\n[tool] Read a.py (read, completed)"
 
 
-def content(conversation) -> str:
-    """The conversation's text without the client's own notices."""
-    return render_items([i for i in conversation.items if not isinstance(i, Notice)])
 
-
-def _resume_and_send(s: Script, path, prompt: str, reply: str) -> str:
-    async def go():
-        agent = Agent.resume(path, s.ref, program=sys.executable)
-        try:
-            agent.start()
-            await agent.ready()
-            assert (await agent.send(prompt)).text == reply
-            return content(agent.conversation)
-        finally:
-            await agent.close()
-
-    return run(go())
 
 
 def _from_record(path) -> str:
     """The conversation as the transcript alone rebuilds it (a new kernel, no agent)."""
-    return content(Agent.resume(path, None, program=None).conversation)
+    return conversation_text(Agent.resume(path, None, program=None).conversation)
 
 
 def test_a_replayed_history_is_kept_by_the_record_once_through_resumes(tmp_path):
@@ -85,20 +68,20 @@ def test_a_replayed_history_is_kept_by_the_record_once_through_resumes(tmp_path)
         async with s.running(session_id="s1") as agent:
             await agent.ready()
             assert (await agent.send("more")).text == "More."
-            return agent.transcript.path, content(agent.conversation)
+            return agent.transcript.path, conversation_text(agent.conversation)
 
     path, live = run(first())
     once = OLD + "\nyou: more\nagent: More."
     assert live == once
     assert _from_record(path) == once  # on main: the replayed history was lost from the record
     twice = once + "\nyou: again\nagent: Again."
-    assert _resume_and_send(s, path, "again", "Again.") == twice  # the replay again: shown once
+    assert resume_and_send(s, path, "again", "Again.") == twice  # the replay again: shown once
     assert _from_record(path) == twice
     thrice = twice + "\nyou: third\nagent: Third."
-    assert _resume_and_send(s, path, "third", "Third.") == thrice
+    assert resume_and_send(s, path, "third", "Third.") == thrice
     assert _from_record(path) == thrice
     fourth = thrice + "\nyou: fourth\nagent: Fourth."
-    assert _resume_and_send(s, path, "fourth", "Fourth.") == fourth  # nothing from the agent: the record has it
+    assert resume_and_send(s, path, "fourth", "Fourth.") == fourth  # nothing from the agent: the record has it
     assert _from_record(path) == fourth
     s.assert_ok(runs=4)
 
@@ -130,7 +113,7 @@ def test_a_replay_that_differs_from_the_record_is_shown_after_it_and_said_so(tmp
             notices = [i.text for i in agent.conversation.items if isinstance(i, Notice)]
             assert any("replay" in n and "differs" in n for n in notices), notices
             assert (await agent.send("again")).text == "Again."
-            return content(agent.conversation)
+            return conversation_text(agent.conversation)
         finally:
             await agent.close()
 

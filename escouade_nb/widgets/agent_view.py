@@ -474,7 +474,7 @@ class AgentView(ConversationView):
         _views.setdefault(agent, weakref.WeakSet()).add(self)
         self._retry_seen = None
         self.hold(agent.on_status.subscribe(self._retry))
-        self.hold(agent.on_status.subscribe(self.update_companion_soon))  # the saved form follows, debounced
+        self.hold(agent.on_status.subscribe(self._status_form))  # the saved form follows the status
 
     def release(self) -> None:
         views = _views.get(self.agent)
@@ -514,6 +514,17 @@ class AgentView(ConversationView):
         if isinstance(turn.error, AuthRequired) and not self.closed:
             self.prompt_value = text
             self.push([["pv", text]], 0, True)
+
+    def _status_form(self, agent: Agent) -> None:
+        """The saved form after a status change: at once when no turn runs any more (idle: the turn's reply
+        is whole; an agent ended), so that a save or a kernel shut down right after it keeps the whole turn;
+        debounced (:data:`.front.COMPANION_WAIT`) while one runs."""
+        if self._closed:
+            return
+        if agent.status == AgentStatus.IDLE or agent.status in ENDED:
+            self.update_companion()
+        else:
+            self.update_companion_soon()
 
     def _retry(self, _agent: Agent) -> None:
         retry = getattr(self.agent, "sign_in_retry", None)  # a terminal sign-in sent the refused prompt again

@@ -1,17 +1,26 @@
 """A model of the user's life, page part (issue 34): seeded random walks in a real JupyterLab and
 chromium, the shipped ``fake`` agent — a prompt typed in its view, the agent inserting a cell
-(its ``insert cell`` words), Keep and Reject clicked in the cell's review bar, Ctrl+Z, a save,
-the notebook's tab closed and reopened, the agent closed — and after each step the invariants:
+(its ``insert cell`` words) or editing the user's (``edit cell``), the user typing in their cell,
+Keep and Reject clicked in the cell's review bar, Keep all / Reject all in the notebook's toolbar,
+Ctrl+Z and the notebook's undo, a save, the notebook's tab closed and reopened, the page reloaded,
+the agent closed — and after each step the invariants:
 
 1. after a save, the saved file's form of the agent view (its companion's ``text/plain``) holds
-   every prompt sent, whatever the page's history (tabs closed and reopened);
-2. Keep and Reject act: the clicked cell's mark goes (or the cell says why, in its bar);
-3. no agent text sits in a cell without its review mark (``escouade_pending``) unless it was kept.
+   every prompt sent, whatever the page's history (tabs closed and reopened, the page reloaded);
+2. Keep and Reject act: the clicked cell's mark goes (or the cell says why, in its bar); a Reject
+   gives back exactly the source before the agent (a new cell goes); a Reject of a cell the user
+   typed in asks first in its bar ("Reject anyway" / "Cancel", answered as a person would, at
+   random): Cancel changes nothing;
+3. no agent text sits in a cell without its review mark (``escouade_pending``) unless it was kept,
+   whatever Ctrl+Z does (Keep and Reject are not on the undo history, a Reject clears it), and
+   nothing the user typed is lost but what they chose to drop (Keep, Reject anyway, an undo, a
+   tab closed unsaved).
 
 ``ESCOUADE_WALK_SEED`` / ``ESCOUADE_WALKS`` as for the kernel part
 (``tests/kernel/test_user_walks.py``); ``ESCOUADE_WALK_SHRINK=1`` shrinks a failing walk (steps
 dropped while the same invariant still breaks), each try in a notebook of its own. A shrunk
-walk is kept below as an example (``test_kept_walk``).
+walk is kept below as an example (``test_kept_walk``); a Reject that asked is played and kept
+with its answer (``reject_anyway``, ``reject_cancel``, ``reject_all_anyway``, ``reject_all_cancel``).
 """
 
 from __future__ import annotations

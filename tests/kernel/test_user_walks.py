@@ -207,7 +207,10 @@ class Walk:
         assert self.kernel is not None
         model_id = json.loads(self.run("print(json.dumps(views_of(a)[0].model_id))").strip().splitlines()[-1])
         act(self.kernel, model_id, {"act": "close_agent", "key": None, "value": None})
-        self.run("await walk_until(lambda: str(a.status) == 'closed', 'the agent closed')")
+        if not self.dead:
+            self.run("await walk_until(lambda: str(a.status) == 'closed', 'the agent closed')")
+        else:  # a crashed agent's close keeps its status (exited: what ended it); a close again joins the click's
+            self.run("await a.close()\nassert str(a.status) in ('exited', 'failed', 'closed'), a.status")
         self.agent_open = self.dead = False
 
     def step_resume(self) -> None:
@@ -345,6 +348,8 @@ KEPT = [
     ["send", "steer"],  # the same steered while the reply streams: both prompts on record
     ["crash", "deny"],  # seed 3, walk 1: a prompt after a crash, the agent restarted by the view's Restart
 ]
+# seed 21 (steer_early left out), walk 1, ['crash', 'close', ...]: the view's Close of a crashed agent leaves its
+# status 'exited' (Agent.close keeps an ended agent's status), a send then refused: the model says so (step_close)
 
 
 @pytest.mark.timeout(600)

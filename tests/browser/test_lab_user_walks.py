@@ -1,17 +1,26 @@
 """A model of the user's life, page part (issue 34): seeded random walks in a real JupyterLab and
 chromium, the shipped ``fake`` agent — a prompt typed in its view, the agent inserting a cell
-(its ``insert cell`` words), Keep and Reject clicked in the cell's review bar, Ctrl+Z, a save,
-the notebook's tab closed and reopened, the agent closed — and after each step the invariants:
+(its ``insert cell`` words) or editing the user's (``edit cell``), the user typing in their cell,
+Keep and Reject clicked in the cell's review bar, Keep all / Reject all in the notebook's toolbar,
+Ctrl+Z and the notebook's undo, a save, the notebook's tab closed and reopened, the page reloaded,
+the agent closed — and after each step the invariants:
 
 1. after a save, the saved file's form of the agent view (its companion's ``text/plain``) holds
-   every prompt sent, whatever the page's history (tabs closed and reopened);
-2. Keep and Reject act: the clicked cell's mark goes (or the cell says why, in its bar);
-3. no agent text sits in a cell without its review mark (``escouade_pending``) unless it was kept.
+   every prompt sent, whatever the page's history (tabs closed and reopened, the page reloaded);
+2. Keep and Reject act: the clicked cell's mark goes (or the cell says why, in its bar); a Reject
+   gives back exactly the source before the agent (a new cell goes); a Reject of a cell the user
+   typed in asks first in its bar ("Reject anyway" / "Cancel", answered as a person would, at
+   random): Cancel changes nothing;
+3. no agent text sits in a cell without its review mark (``escouade_pending``) unless it was kept,
+   whatever Ctrl+Z does (Keep and Reject are not on the undo history, a Reject clears it), and
+   nothing the user typed is lost but what they chose to drop (Keep, Reject anyway, an undo, a
+   tab closed unsaved).
 
 ``ESCOUADE_WALK_SEED`` / ``ESCOUADE_WALKS`` as for the kernel part
 (``tests/kernel/test_user_walks.py``); ``ESCOUADE_WALK_SHRINK=1`` shrinks a failing walk (steps
 dropped while the same invariant still breaks), each try in a notebook of its own. A shrunk
-walk is kept below as an example (``test_kept_walk``).
+walk is kept below as an example (``test_kept_walk``); a Reject that asked is played and kept
+with its answer (``reject_anyway``, ``reject_cancel``, ``reject_all_anyway``, ``reject_all_cancel``).
 """
 
 from __future__ import annotations
@@ -44,13 +53,14 @@ CLOSE_CELL = f"await {NAME}.close()"
 class PageWalk:
     """One walk in one notebook: the page, and what the model says is true."""
 
-    def __init__(self, nb) -> None:
+    def __init__(self, nb, rng: random.Random | None = None) -> None:
         self.nb = nb
+        self.rng = rng or random.Random(0)  # a person's answers when a bar asks (a step may name its answer)
         self.prompts: list[str] = []  # what the user sent the agent
         self.agent_texts: list[str] = []  # what the agent put in cells, not kept (pending or rejected)
         self.kept: list[str] = []
         self.typed: list[str] = []  # what the user typed into the user's cell
-        self.undoable: list[str | None] = []  # the user's own steps in that cell, newest last: a line typed, a settle
+        self.undoable: list[str] = []  # the lines the user typed in that cell its undo history holds, newest last
         self.open = True
         self.n = 0
 
@@ -122,47 +132,143 @@ class PageWalk:
         self.page.keyboard.press("Escape")
         until(lambda: line in self.cells()[USER_CELL][0], "the typed line is in the model")
 
-    def _settle(self, button: str) -> None:
+    def _asks(self, index: int) -> bool:
+        """The cell's bar says the user changed the agent's change (its Reject then asks first)."""
+        return self.nb.cell(index).locator(".escouade-review").get_attribute("data-changed-by-user") == "true"
+
+    def _answer(self, index: int, choice: str | None) -> str:
+        """The bar of cell ``index`` asks first ("Reject anyway" / "Cancel"): the person's answer (``choice``
+        when the step names it, else drawn), clicked. The answer."""
+        question = self.nb.cell(index).locator(".escouade-review .escouade-review-confirm")
+        try:
+            question.wait_for(timeout=30_000)
+        except Exception:
+            raise AssertionError("invariant 2: Reject of a cell the user typed in did not ask first "
+                                 f"(cell {index}: {self.cells()[index]})") from None
+        choice = choice or self.rng.choice(("anyway", "cancel"))
+        question.get_by_role("button", name="Reject anyway" if choice == "anyway" else "Cancel").click()
+        if choice == "cancel":
+            until(lambda: question.count() == 0, "the question closed after Cancel", 30)
+        return choice
+
+    def _settled(self, before: list[list], keep: dict[str, bool], why: str) -> None:
+        """The cells ``keep`` names (id -> kept) settled after a click (``why``), against the cells ``before``
+        it: each mark gone (or its bar says why, a note naming escouade_nb), a Reject giving back exactly the
+        source before the agent (a new cell gone); what the user typed in a settled cell goes only as the
+        person chose; the model follows."""
+        def gone() -> bool:
+            now = {cid: mark for _src, mark, cid in self.cells()}
+            return all(not now.get(cid) for cid in keep)
+        try:
+            until(gone, f"the {why} click settled the cells", 30)
+        except AssertionError:
+            bars = self.page.evaluate("() => [...document.querySelectorAll('.escouade-review')].map(b => b.innerText)")
+            if not any("escouade_nb" in bar for bar in bars):
+                raise AssertionError(f"invariant 2: {why} did nothing and said nothing (bars: {bars})") from None
+            return
+        now = {cid: src for src, _mark, cid in self.cells()}
+        for src, mark, cid in before:
+            if cid not in keep:
+                continue
+            if not keep[cid]:
+                if mark.get("change") == "insert":
+                    assert cid not in now, f"invariant 2: a rejected new cell is still there: {self.cells()}"
+                elif mark.get("change") == "edit":
+                    assert now.get(cid) == mark.get("original"), (
+                        f"invariant 2: Reject did not give back the source before the agent "
+                        f"({mark.get('original')!r}): {now.get(cid)!r}")
+                if USER_CELL < len(before) and before[USER_CELL][2] == cid:
+                    self.undoable = []  # a Reject clears the cell's undo history
+            else:
+                self.kept.append(src)
+                self.agent_texts = [t for t in self.agent_texts if t not in src]
+            # the user's lines in a settled cell: the person chose which version stays
+            here = [line for line in self.typed if line in src or line in json.dumps(mark)]
+            cells = self.cells()
+            self.typed = [line for line in self.typed if line not in here
+                          or any(line in s or line in json.dumps(m) for s, m, _id in cells)]
+
+    def _settle(self, button: str, choice: str | None = None) -> str | None:
+        """Keep or Reject clicked in the first pending cell's bar; a Reject of a cell the user typed in asks
+        first: ``choice`` ("anyway" / "cancel") answers, else drawn as a person would. The step played."""
         marked = self.marked()
         if not marked:
-            return
+            return None
         index = marked[0]
-        source = self.cells()[index][0]
+        before = self.cells()
         bar = self.nb.cell(index).locator(".escouade-review")
         bar.wait_for(timeout=30_000)
-        bar.get_by_role("button", name=button).click()
+        asks = button == "Reject" and self._asks(index)
+        bar.get_by_role("button", name=button, exact=True).click()
+        played = button.lower()
+        if asks:
+            choice = self._answer(index, choice)
+            played = f"reject_{choice}"
+            if choice == "cancel":
+                assert self.cells() == before, f"invariant 2: Cancel changed the notebook: {self.cells()}"
+                return played
+        self._settled(before, {before[index][2]: button == "Keep"}, button)
+        return played
 
-        def settled() -> bool:
-            now = [src for src, mark, _id in self.cells() if mark]
-            return source not in now or "escouade_nb" in (bar.inner_text() if bar.count() else "")
-        try:
-            until(settled, f"the {button} click settled the cell", 30)
-        except AssertionError:
-            raise AssertionError(f"invariant 2: {button} in the cell did nothing and said nothing "
-                                 f"(bar: {bar.inner_text() if bar.count() else None!r})") from None
-        if index == USER_CELL:  # a settle of the user's cell is on its undo history (a Reject is undoable)
-            self.undoable.append(None)
-        if button == "Keep":  # the agent's text in it is the user's now; a rejected one must never come back unmarked
-            self.kept.append(source)
-            self.agent_texts = [t for t in self.agent_texts if t not in source]
+    def step_keep(self) -> str | None:
+        return self._settle("Keep")
 
-    def step_keep(self) -> None:
-        self._settle("Keep")
+    def step_reject(self) -> str | None:
+        return self._settle("Reject")
 
-    def step_reject(self) -> None:
-        self._settle("Reject")
+    def step_reject_anyway(self) -> str | None:
+        return self._settle("Reject", "anyway")
+
+    def step_reject_cancel(self) -> str | None:
+        return self._settle("Reject", "cancel")
+
+    def _settle_all(self, button: str, choice: str | None = None) -> str | None:
+        """Keep all / Reject all clicked in the notebook's toolbar; Reject all asks first in the bars of the
+        cells the user typed in (``choice`` answers each, else drawn). The step played."""
+        before = self.cells()
+        pending = [i for i, (_src, mark, _id) in enumerate(before) if mark]
+        if not pending:
+            return None
+        asking = [i for i in pending if self._asks(i)] if button == "Reject all" else []
+        self.nb.panel.locator(".escouade-review-all").get_by_role("button", name=button, exact=True).click()
+        played = button.lower().replace(" ", "_")
+        cancelled: set[str] = set()
+        for index in asking:
+            choice = self._answer(index, choice)
+            played = f"reject_all_{choice}"
+            if choice == "cancel":
+                cancelled.add(before[index][2])
+        self._settled(before, {before[i][2]: button == "Keep all" for i in pending
+                               if before[i][2] not in cancelled}, button)
+        now = {cid: (src, mark) for src, mark, cid in self.cells()}
+        for src, mark, cid in before:
+            if cid in cancelled:
+                assert now.get(cid) == (src, mark), f"invariant 2: Cancel changed the cell: {now.get(cid)}"
+        return played
+
+    def step_keep_all(self) -> str | None:
+        return self._settle_all("Keep all")
+
+    def step_reject_all(self) -> str | None:
+        return self._settle_all("Reject all")
+
+    def step_reject_all_anyway(self) -> str | None:
+        return self._settle_all("Reject all", "anyway")
+
+    def step_reject_all_cancel(self) -> str | None:
+        return self._settle_all("Reject all", "cancel")
 
     def step_undo(self) -> None:
         """Ctrl+Z in the user's cell, as a person undoing what they see changed there."""
         if USER_CELL >= len(self.cells()):
             return
-        # the user undoes their own typing: what they typed since their last other step goes, as they asked
-        # (the editor groups typing into one undo step; the model forgets at least what Ctrl+Z may take)
-        if self.undoable and self.undoable[-1] is None:  # it undoes the settle (a Reject is undoable)
-            self.undoable.pop()
-        else:
-            while self.undoable and self.undoable[-1] is not None:
-                self.typed.remove(self.undoable.pop())
+        # the user undoes their own typing, as they asked (Keep and Reject are not on the undo history, the
+        # agent's changes neither, and a Reject clears it: no undo brings back a rejected agent's text); the
+        # editor groups typing into undo steps: the model forgets at least what Ctrl+Z may take
+        while self.undoable:
+            line = self.undoable.pop()
+            if line in self.typed:
+                self.typed.remove(line)
         self.nb.cell(USER_CELL).locator(".jp-InputArea-editor").click()
         self.page.keyboard.press("Control+z")
         self.page.keyboard.press("Escape")
@@ -197,15 +303,20 @@ class PageWalk:
         missing = [p for p in self.prompts if p not in form]
         assert not missing, f"invariant 1: the saved form lacks prompts sent: {missing}\n--- saved\n{form}"
 
-    def step_reopen(self) -> None:
+    def step_reopen(self, reload: bool = False) -> None:
         """The tab closed without saving (what was typed since the last save is gone, as the person chose),
-        the notebook reopened from its file."""
+        the notebook reopened from its file; with ``reload``, the page reloaded in between (a new app)."""
         on_disk = (self.nb.lab.root / self.nb.path).read_text(encoding="utf-8")
         self.typed = [line for line in self.typed if json.dumps(line)[1:-1] in on_disk]
         self.undoable = []  # a new editor: no undo history
         self.nb.lab_page.close_documents()
+        if reload:
+            self.nb.lab_page.load()
         reopen(self.nb)
         self.nb.wait_kernel_idle()
+
+    def step_reload(self) -> None:
+        self.step_reopen(reload=True)
 
     def step_close_agent(self) -> None:
         if not self.open:
@@ -227,17 +338,18 @@ class PageWalk:
     def applicable(self) -> list[str]:
         """The steps that mean something now (a rule's precondition): no prompt to a closed agent,
         no Keep or Reject with nothing pending."""
-        steps = ["type", "undo", "undo_cells", "save", "reopen"]
+        steps = ["type", "undo", "undo_cells", "save", "reopen", "reload"]
         if self.open:
             steps += ["prompt", "insert", "edit", "close_agent"]
         if self.marked():
-            steps += ["keep", "reject"]
+            steps += ["keep", "reject", "keep_all", "reject_all"]
         return steps
 
     def play(self, steps: list[str] | None = None, rng: random.Random | None = None, length: int = 0) -> list[str]:
         """Open the notebook, start the agent, then play ``steps`` (or draw ``length`` of them with ``rng``
         among the applicable ones, a person's likely next step weighted up), the invariants checked after
-        each. The steps played (a failure's ``args[1]``)."""
+        each. The steps played (a failure's ``args[1]``), a Reject that asked first named with the answer
+        (``reject_anyway``, ``reject_cancel``, ``reject_all_anyway``, ``reject_all_cancel``)."""
         self.nb.open([AGENT_CELL.format(work=self.nb.work), CLOSE_CELL, "x = 1"])
         self.nb.run_cell(0)
         until(lambda: self.nb.output(0).locator(".esc-view.esc-agent").count() > 0, "the agent's view", 120)
@@ -250,11 +362,11 @@ class PageWalk:
             else:
                 assert rng is not None
                 choices = self.applicable()
-                likely = FOLLOW_UPS.get(played[-1], ()) if played else ()
+                likely = FOLLOW_UPS.get(played[-1].split("_anyway")[0].split("_cancel")[0], ()) if played else ()
                 step = rng.choices(choices, [4 if c in likely else 1 for c in choices])[0]
             played.append(step)
             try:
-                getattr(self, f"step_{step}")()
+                played[-1] = getattr(self, f"step_{step}")() or step  # a step that asked says the answer
                 self.check()
             except AssertionError as exc:
                 raise AssertionError(str(exc), played) from None
@@ -266,9 +378,10 @@ class PageWalk:
 # what a person likely does next (weighted up in a random walk): undo what they just settled, review
 # what the agent just wrote, save what they see, go on after reopening
 FOLLOW_UPS = {"reject": ("undo", "undo_cells", "save"), "keep": ("undo", "save"), "edit": ("keep", "reject", "type"),
-              "insert": ("keep", "reject", "save"), "type": ("reject", "keep", "undo"), "prompt": ("save", "reopen"),
-              "reopen": ("prompt", "insert", "save", "keep", "reject"), "close_agent": ("keep", "reject", "save"),
-              "save": ("reopen",)}
+              "insert": ("keep", "reject", "save", "keep_all"), "type": ("reject", "keep", "undo", "reject_all"),
+              "prompt": ("save", "reopen"), "reopen": ("prompt", "insert", "save", "keep", "reject"),
+              "reload": ("prompt", "keep", "reject"), "close_agent": ("keep", "reject", "save", "reject_all"),
+              "save": ("reopen", "reload"), "reject_all": ("undo", "save"), "keep_all": ("undo", "save")}
 
 
 def failure_of(nb, steps: list[str] | None = None, rng: random.Random | None = None,
@@ -277,7 +390,7 @@ def failure_of(nb, steps: list[str] | None = None, rng: random.Random | None = N
     None) and the steps played. Its tabs are closed and its kernel shut down after."""
     played: list[str] = list(steps or ())
     try:
-        played = PageWalk(nb).play(steps, rng, length)
+        played = PageWalk(nb, random.Random(rng.random()) if rng else None).play(steps, rng, length)
     except AssertionError as exc:
         message, played = exc.args if len(exc.args) == 2 else (str(exc), played)
         return message, played
@@ -314,24 +427,21 @@ def test_random_walks_of_a_page_life(nb):
 
 
 # Walks the random walks found, shrunk (ESCOUADE_WALK_SHRINK=1) and kept: each replays its steps in a
-# notebook of its own. A strict xfail names a failure fixed on another branch of issue 34.
+# notebook of its own (one notebook costs ~20 s: shrunk walks are joined into one where they fit). A strict
+# xfail names a failure not fixed yet.
 KEPT: list = [
-    pytest.param(["reopen", "insert", "save"], id="a-prompt-after-a-reopen", marks=pytest.mark.xfail(
-        strict=True, reason="issue 34 finding 1: fixed on branch h34/saved (found by seed 61, walk 0, shrunk "
-                            "from ['reopen', 'prompt', 'insert', 'save']; seed 42 found ['prompt', 'reopen', "
-                            "'save'] too: a prompt sent before a close without saving)")),
-    pytest.param(["insert", "save", "close_agent", "reopen", "reject"], id="reject-after-the-agent-closed",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "issue 34 finding 2: fixed on branch h34/review (found by seed 72, walk 1, shrunk from 9 steps: "
-                     "the agent closed and the tab reopened, the pending cell's Reject cannot be clicked)"))),
-    pytest.param(["edit", "type", "reject"], id="reject-keeps-what-the-user-typed", marks=pytest.mark.xfail(
-        strict=True, reason="issue 34 finding 3: fixed on branch h34/review (a Reject of a cell the user also "
-                            "typed in throws the user's line away with the agent's)")),
+    # issue 34 findings 1, 2 and 3 (fixed): a prompt after a reopen is in the saved form (seed 61, shrunk from
+    # ['reopen', 'prompt', 'insert', 'save']); after the agent closed and the tab reopened, the pending cells'
+    # Reject acts (seed 72, shrunk from 9 steps); a Reject of a cell the user typed in asks first: Cancel
+    # changes nothing, Reject anyway gives back the source before the agent, and no undo brings its text back
+    pytest.param(["reopen", "insert", "edit", "type", "save", "close_agent", "reopen", "reject_cancel", "undo",
+                  "type", "reject_anyway", "undo", "reject"], id="reopen-closed-agent-reject-asks-first"),
 ]
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("steps", KEPT)
 def test_kept_walk(nb, steps):
-    failure, _played = failure_of(nb, steps)
+    failure, played = failure_of(nb, steps)
     assert failure is None, failure
+    assert played == steps, f"the walk did not play as kept (a bar that should ask did not): {played}"

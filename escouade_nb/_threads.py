@@ -7,8 +7,11 @@ when the last such thread is done. CPython before 3.11.8 and 3.12.2 counts the A
 recursion in one place for all threads (CPython gh-106905): a collection inside one thread's
 ``ast.parse`` may run Python code (a finalizer, a ``gc.callbacks`` entry) and let another thread in,
 and a second ``ast.parse`` meanwhile — IPython compiling the user's next cell — fails with
-``SystemError: AST constructor recursion depth mismatch``. Between two steps of Python code a thread
-keeps the GIL unless a collection runs, so with the collector off no two parses interleave.
+``SystemError: AST constructor recursion depth mismatch``. One ``ast.parse``, in C, lets no other thread
+in unless it runs Python code, which only a collection does there: with the collector off, no two parses
+interleave. The price, while such a thread works (``%load_ext``'s: about two seconds, once): a reference
+cycle that becomes garbage then is freed only by a later collection — or never, when the thread freezes it
+(:func:`gc.freeze`, ``magics._preload``) — and a ``gc.disable()`` of the user's meanwhile is undone.
 """
 
 from __future__ import annotations

@@ -74,3 +74,19 @@ def test_a_turn_costs_the_same_bytes_on_a_long_thread_as_on_a_short_one(tmp_path
     # a 100 KB reply behind it: main sent the whole saved form (HTML and text) at each status change
     print(f"one more turn: {long:,} B after a 100 KB reply, {short:,} B after a short one")
     assert long <= 2 * short, (long, short)
+
+
+def test_a_turn_s_saved_form_holds_its_reply_when_its_cell_ends(tmp_path) -> None:
+    """No page (nbclient, VS Code): the saved form's display update with the reply is sent before the cell that
+    awaited the turn ends, not a second later — a save, or a kernel shut down, right after the reply keeps it
+    (a stranger's review: the form kept only the header after a shutdown within that second)."""
+    (tmp_path / "ws").mkdir()
+    k = scratch_kernel(tmp_path)
+    try:
+        k.run(f"%load_ext escouade_nb\na = %escouade fake --cwd {tmp_path}\nawait a.ready()")
+        k.run("_ = await a.send('Last words')")  # displays: what a front-end holds once this cell is idle
+        forms = [d.get("text/plain", "") for d in k.displays.values() if "Last words" in d.get("text/plain", "")]
+        assert any("You said: Last words" in f for f in forms), forms  # the fake agent's reply
+    finally:
+        k.run("await a.close()", allow_error=True)
+        k.shutdown()

@@ -366,6 +366,7 @@ class FrontView(anywidget.AnyWidget):
         self._closed = False  # before the widget opens: ipywidgets' __del__ closes a half-built one
         self._companion = None
         self._companion_sent: dict | None = None
+        self._form_before: dict | None = None  # the saved form drawn before the last one (form_message's "from")
         self._companion_due: asyncio.TimerHandle | None = None
         self.form_version = 0
         """The version of the saved form last drawn (:data:`FORM_KEY`): one more at each redraw."""
@@ -566,7 +567,7 @@ class FrontView(anywidget.AnyWidget):
         now = self._companion_sent or {}
         if since is None:
             return {"view": self.form_id, "to": self.form_version, "whole": dict(now)}
-        old = self.__dict__.get("_form_before") or {}
+        old = self._form_before or {}
         return {"view": self.form_id, "from": since, "to": self.form_version,
                 "data": {mime: text_delta(old.get(mime, ""), text) for mime, text in now.items()}}
 
@@ -585,7 +586,7 @@ class FrontView(anywidget.AnyWidget):
             bundle = self.companion_bundle(final)
             if bundle == self._companion_sent:
                 return
-            self.__dict__["_form_before"] = self._companion_sent
+            self._form_before = self._companion_sent
             self._companion_sent = bundle
             self.form_version += 1
             if self._form_marked and _form_pages is not None and _form_pages(self.form_message(self.form_version - 1)):

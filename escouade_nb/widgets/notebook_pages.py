@@ -331,10 +331,7 @@ class NotebookPages:
             view = form_view(view_id) if isinstance(view_id, str) else None
             if view is None or view.form_version == version or not view.form_shown:
                 continue
-            try:
-                page.comm.send({"v": PROTOCOL, "to": page.client, "form": view.form_message()})
-            except Exception:
-                log.debug("escouade_nb: a saved form was not sent to the page", exc_info=True)
+            self._tell(page, "form", view.form_message())
 
     def send_form(self, form: dict[str, Any]) -> bool:
         """Send a view's saved form (:meth:`.front.FrontView.form_message`) to every page known: each
@@ -346,12 +343,19 @@ class NotebookPages:
                 self._forms_pinged = now
                 self.ping()
         for page in list(self.pages.values()):
-            try:
-                page.comm.send({"v": PROTOCOL, "to": page.client, "form": form})
-                sent = True
-            except Exception:
-                log.debug("escouade_nb: a saved form was not sent to the page", exc_info=True)
+            sent = self._tell(page, "form", form) or sent
         return sent
+
+    @staticmethod
+    def _tell(page: Page, kind: str, value: Any) -> bool:
+        """Send ``page`` one message that needs no answer, ``{kind: value}`` (a row of the kernel → page
+        table); whether it went (a comm gone is said in one debug line, not raised)."""
+        try:
+            page.comm.send({"v": PROTOCOL, "to": page.client, kind: value})
+            return True
+        except Exception:
+            log.debug("escouade_nb: %r was not sent to the page", kind, exc_info=True)
+            return False
 
     def _ran(self, page: Page, run: str, data: dict[str, Any]) -> None:
         """A cell's run ended (a later message than the ``run`` operation's reply): its run's future gets
@@ -399,10 +403,7 @@ class NotebookPages:
         path = self._saved_path(page)
         trusted = None if path is None else await asyncio.to_thread(written_reads.saved_trusted, path)
         if trusted is not True:
-            try:
-                page.comm.send({"v": PROTOCOL, "to": page.client, "untrusted": cell})
-            except Exception:
-                log.debug("escouade_nb: telling a page a mark is not trusted failed", exc_info=True)
+            self._tell(page, "untrusted", cell)
             return
         await self.settle_cell(cell, keep, client=page.client)
 
@@ -423,10 +424,7 @@ class NotebookPages:
         held = {c for c in pending[:MAX_PENDING] if isinstance(c, str)}
         ours = sorted(c for c in held if pending_edit(c) is not None)
         if ours:  # an agent's review here holds them: the page offers Keep/Reject even in a file not trusted
-            try:
-                page.comm.send({"v": PROTOCOL, "to": page.client, "held": ours})
-            except Exception:
-                log.debug("escouade_nb: telling a page its held cells failed", exc_info=True)
+            self._tell(page, "held", ours)
         if not page.tab:
             return  # no tab id: no reload to tell apart
         for cell, (client, tab) in list(self._made.items()):
@@ -455,10 +453,7 @@ class NotebookPages:
         for other in list(self.pages.values()):
             if other.client == page.client or other.path != page.path:
                 continue
-            try:
-                other.comm.send({"v": PROTOCOL, "to": other.client, "elsewhere": note})
-            except Exception:
-                log.debug("escouade_nb: telling another page failed", exc_info=True)
+            self._tell(other, "elsewhere", note)
 
     def _settled(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)

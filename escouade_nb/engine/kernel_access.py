@@ -56,7 +56,8 @@ from ..permissions.request import mcp_arguments_of, mcp_tool_of
 from ..wire.kernel_calls import ORIGIN
 from .kernel_record import KernelRecord
 from ..kernel_mcp.server import Grant, KernelServer, Refused, ipython_shell, run_result_text
-from .launch.launcher import is_ssh
+from ..kernel_mcp.acp_channel import AcpChannel, ChannelError
+from .launch.launcher import is_ssh, launch_argv, relay_command, relay_preamble
 from .launch.ssh_forward import ForwardFailed, ReverseForward
 
 if TYPE_CHECKING:
@@ -278,6 +279,7 @@ class KernelAccess:
         self._server: Any = None
         self._server_task: asyncio.Task | None = None
         self.forward: ReverseForward | None = None  # an ssh launcher's reverse forward (before_spawn)
+        self.channel: AcpChannel | None = None  # the kernel's server over the agent's own pipe (a launcher's relay)
         self.record = KernelRecord(self.agent)  # every call on record: transcript and journal
         if self.agent.kernel_tools:
             self._server_task = asyncio.get_running_loop().create_task(
@@ -345,9 +347,11 @@ class KernelAccess:
         agent = self.agent
         if self._server_task is None:
             return None
-        if agent.via and not is_ssh(agent.via):
-            self._not_offered(said, "the agent runs through a launcher (--via) other than ssh: 127.0.0.1 would "
-                                    "name the other host, not this kernel (see docs/kernel-mcp-server.md)")
+        session = self.live.session
+        relayed = bool(agent.via) and session is not None and session.relay is not None
+        if agent.via and not is_ssh(agent.via) and not relayed:
+            self._not_offered(said, "the agent runs through a launcher (--via) and no relay runs beside it: "
+                                    f"{self._no_relay()} (see docs/agents-elsewhere.md)")
             return None
         try:
             server = await asyncio.shield(self._server_task)
@@ -355,8 +359,18 @@ class KernelAccess:
             log.exception("the kernel's MCP server did not start")
             self._not_offered(said, f"the kernel's MCP server did not start ({exc})")
             return None
-        if agent.via and not await self._forward_ready(caps, said):
-            return None
+        if agent.via:
+            # through ssh, the reverse forward where the server allows it and the agent takes HTTP (measured and
+            # tested since issue 21); else — every other launcher, a forward refused, an agent without HTTP — the
+            # agent's own pipe, through the relay
+            forward_said: list[str] = []
+            if not (is_ssh(agent.via) and await self._forward_ready(caps, forward_said)):
+                if not relayed:
+                    said.extend(forward_said)
+                    if not forward_said:
+                        self._not_offered(said, self._no_relay())
+                    return None
+                return self._channel_entry(server)
         self._server = server
         if self.grant is None:
             self.grant = server.grant(self)
@@ -388,17 +402,45 @@ class KernelAccess:
                 "env": [{"name": "ESCOUADE_MCP_URL", "value": server.url},
                         {"name": "ESCOUADE_MCP_TOKEN_FILE", "value": str(token_file)}]}
 
+    def _no_relay(self) -> str:
+        """Why the relay is not there, from what its launcher said."""
+        session = self.live.session
+        tail = session.stderr.tail() if session is not None else ""
+        if "no python3 on the agent's side" in tail:
+            return "the agent's side has no python3 for the relay that carries them over its pipe"
+        return "the relay that carries them over the agent's pipe did not start"
+
+    def _channel_entry(self, server: Any) -> dict[str, Any]:
+        """The ``acp`` entry of the kernel's server over the agent's own pipe (made once per
+        process: its grant, its channel, its random ``serverId``)."""
+        if self.grant is None:
+            self.grant = server.grant(self)
+            self.grant.on_connect.subscribe(self._connected)
+        session = self.live.session
+        if self.channel is None:
+            self.channel = server.channel(self.grant, session.notify if session is not None else None)
+        self._server = server
+        self.server_names[SERVER] = KERNEL_TOOLS
+        self.state = "offered"
+        self.why = ("over the agent's own pipe: the relay beside it on the other side carries the kernel's MCP "
+                    "server (MCP-over-ACP, no port opened, no token)")
+        self._notify()
+        return self.channel.entry(SERVER)
+
     async def before_spawn(self, session: Any) -> None:
         """Before the process starts: an ``ssh`` launcher (``--via "ssh …"``) given the
         kernel's tools gets the reverse forward to the kernel's server (:mod:`.launch.ssh_forward`:
         ``session.argv`` gains ``-R 127.0.0.1:0:127.0.0.1:PORT``, the session's stderr drain
         feeds the port reader). Waits for the server's start; a server that cannot start is
         said later, by :meth:`servers`. Other agents: nothing."""
-        if self._server_task is None or not is_ssh(self.agent.via):
+        if self._server_task is None or not self.agent.via:
             return
         try:
             server = await asyncio.shield(self._server_task)
         except Exception:
+            return
+        await self._relay(session)
+        if not is_ssh(self.agent.via):
             return
         port = urlsplit(server.url).port
         if port is None:
@@ -406,6 +448,32 @@ class KernelAccess:
         self.forward = ReverseForward(port)
         session.argv = self.forward.argv(session.argv)
         session.stderr.watchers.append(self.forward.feed)
+
+    async def _relay(self, session: Any) -> None:
+        """A launcher's agent (``--via``) runs under the relay (:mod:`.launch.pipe_relay`), its
+        source the first bytes of its stdin: the kernel's server can then be carried over the
+        agent's own pipe (MCP-over-ACP, :meth:`_mcp_over_acp`) whatever the launcher. Not when
+        the command line was already changed by another part (it would not be the agent's)."""
+        agent = self.agent
+        acp = agent.harness.acp
+        if acp is None or list(session.argv) != agent.argv():
+            return
+        try:
+            preamble = await asyncio.to_thread(relay_preamble)
+        except OSError:
+            log.exception("the relay's source could not be read")
+            return
+        session.argv = launch_argv(agent.via, relay_command([agent.program, *acp.args]))
+        session.preamble = preamble
+        session.mcp_over_acp = self._mcp_over_acp
+
+    async def _mcp_over_acp(self, method: str, params: Any, request: bool) -> dict[str, Any] | None:
+        """An ``mcp/*`` request of the agent (or of its relay): answered by this session's
+        channel (:class:`~..kernel_mcp.acp_channel.AcpChannel`, this session's grant), or
+        refused when none was offered."""
+        if self.channel is None:
+            raise ChannelError(-32602, f"{method}: no MCP server is offered over ACP to this session")
+        return await self.channel.handle(method, params, request=request)
 
     async def _forward_ready(self, caps: Mapping[str, Any], said: list[str]) -> bool:
         """Whether an agent run through ``ssh`` gets the entry naming the reverse forward's
@@ -454,6 +522,9 @@ class KernelAccess:
 
     def close(self) -> None:
         """The session is over: its token no longer opens the server."""
+        if self.channel is not None:
+            self.channel.close()  # its connections end: a card waiting is withdrawn, calls under way cancelled
+            self.channel = None
         if self.grant is not None:
             self._server.revoke(self.grant)
             self.grant = None

@@ -109,6 +109,7 @@ from .._threads import collector_paused
 from .._version import __version__
 from ..core import notebook as notebook_core
 from ..core.output_images import Images
+from .acp_channel import AcpChannel
 from .http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_third_party_loggers, \
     serve_on_loopback
 from .reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, live_cells_text, \
@@ -370,6 +371,7 @@ class KernelServer:
         self._serve_task: asyncio.Task | None = None
         self._heartbeat_task: asyncio.Task | None = None
         self._uvicorn: Any = None
+        self._mcp: Any = None  # the MCPServer: its HTTP app served, its lowlevel loop run per AcpChannel connection
         self._socket: socket.socket | None = None
         self._tool_error: type[Exception] = ToolFailure
         self._closed = False
@@ -449,6 +451,17 @@ class KernelServer:
             raise RuntimeError("this grant of the kernel's MCP server has ended")
         return path
 
+    def channel(self, grant: Grant, notify: Callable[[dict[str, Any]], None] | None = None) -> AcpChannel:
+        """This server offered to one agent's own ACP pipe under ``grant`` (MCP-over-ACP,
+        :class:`~.acp_channel.AcpChannel`: ``mcp/connect``, ``mcp/message``, ``mcp/disconnect``
+        answered by the same tools and consent as the HTTP transport). ``RuntimeError`` before
+        :meth:`start` or for a grant that is not live."""
+        if self._mcp is None or self._closed:
+            raise RuntimeError("the kernel's MCP server is not started")
+        if self._grants.get(grant.token) is not grant:
+            raise RuntimeError("this grant of the kernel's MCP server has ended")
+        return AcpChannel(self._mcp, grant, notify)
+
     def _grant_for(self, token: bytes | None) -> Grant | None:
         if not token:
             return None
@@ -496,7 +509,7 @@ class KernelServer:
 
         # the server and its tools' pydantic models and JSON schemas (20–40 ms on a busy machine, issue 37)
         # are built in a worker thread, which lets the loop turn every few ms; nothing serves them yet
-        mcp = await asyncio.to_thread(build)
+        mcp = self._mcp = await asyncio.to_thread(build)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
         await asyncio.sleep(0)
         sock, server, task, port = await serve_on_loopback(

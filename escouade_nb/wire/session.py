@@ -25,7 +25,7 @@ import contextlib
 import itertools
 import logging
 import signal
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -53,6 +53,14 @@ START_TIMEOUT = 60.0
 """Seconds an agent has to answer ``initialize`` and ``session/new``."""
 CLOSE_TIMEOUT = 2.0
 """Seconds an agent has to answer ``session/close`` before its process group is ended anyway."""
+MCP_OVER_ACP = ("mcp/connect", "mcp/message", "mcp/disconnect")
+"""ACP's unstable MCP-over-ACP requests (agent → client), intercepted before the SDK (which does not route them)."""
+MAX_MCP_IN_FLIGHT = 64
+"""MCP-over-ACP messages of one session handled at once; more are refused (a flood is bounded)."""
+RELAY_HELLO = "_escouade/relay"
+"""The notification a launcher's relay (engine/launch/pipe_relay.py) writes first, before the agent's own
+bytes: it runs, and carries the kernel's MCP server over this pipe. Taken only from a session that sent one a
+:attr:`AgentSession.preamble`, once."""
 
 
 class SessionClosed(EscouadeError):
@@ -148,6 +156,14 @@ class AgentSession:
         self._on_answer: dict[str, Callable[[dict[str, Any]], None]] = {}  # rid -> called as its answer is read
         self._prompts: set[Any] = set()  # ids of session/prompt requests not answered yet
         self.prompt_answer: dict[str, Any] | None = None  # the last session/prompt result, as it came
+        # bytes written to the program's stdin before ACP starts: a launcher's relay source (engine/launch/relayed.py)
+        self.preamble = b""
+        self.relay: dict[str, Any] | None = None  # the relay's hello (RELAY_HELLO), when one runs on the far side
+        # MCP-over-ACP (mcp/connect, mcp/message, mcp/disconnect from the agent): handler(method, params, request)
+        # -> the result (None for a notification), or raises an exception whose error() is the JSON-RPC error;
+        # None: they are answered "method not found"
+        self.mcp_over_acp: Callable[[str, Any, bool], Awaitable[dict[str, Any] | None]] | None = None
+        self._mcp_in_flight = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -190,6 +206,8 @@ class AgentSession:
             raise SessionClosed(f"agent {self.name!r} was closed while it started")
         stack = contextlib.AsyncExitStack()
         try:
+            if self.preamble:  # before any ACP: what the launcher's bootstrap reads first
+                await self.process.stdin.send(self.preamble)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(drain, self.process.stderr, self.stderr)
             await self._tg.start(self.client.terminals.serve)
@@ -462,7 +480,60 @@ class AgentSession:
                 with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     self._requests[rid].send_nowait(message)
             return True
+        method = message.get("method")
+        if method == RELAY_HELLO and "id" not in message and self.preamble and self.relay is None:
+            params = message.get("params")
+            self.relay = params if isinstance(params, dict) else {}
+            return True
+        if method in MCP_OVER_ACP:
+            self._mcp_message(method, message)
+            return True
         return self.router.intercept(message)
+
+    def _mcp_message(self, method: str, message: dict[str, Any]) -> None:
+        """An MCP-over-ACP message from the agent: handed to :attr:`mcp_over_acp` in a job of
+        this session (ended with it: the calls under way are cancelled), at most
+        :data:`MAX_MCP_IN_FLIGHT` at once (more are refused, nothing queued); answered when
+        it is a request."""
+        request, rid = "id" in message, message.get("id")
+        handler = self.mcp_over_acp
+        if handler is None or self._mcp_in_flight >= MAX_MCP_IN_FLIGHT:
+            if request:
+                self._refuse(rid, {"code": -32601, "message": f"method not found: {method}"} if handler is None else
+                             {"code": -32000, "message": f"{MAX_MCP_IN_FLIGHT} MCP-over-ACP requests are under way"})
+            return
+        self._mcp_in_flight += 1
+        params = message.get("params")
+
+        async def answer() -> None:
+            try:
+                try:
+                    result = await handler(method, params, request)
+                    reply: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "result": result or {}}
+                except Exception as exc:
+                    error = getattr(exc, "error", None)
+                    reply = {"jsonrpc": "2.0", "id": rid, "error": error() if callable(error) else
+                             {"code": -32603, "message": f"{method} failed: {type(exc).__name__}"}}
+                    if not callable(error):
+                        log.exception("%s of %s failed", method, self.name)
+            finally:
+                self._mcp_in_flight -= 1
+            if request and self.transport is not None:
+                with contextlib.suppress(ConnectionError):
+                    await self.transport.send(reply)
+        self.start_soon(answer)
+
+    def notify(self, message: dict[str, Any]) -> None:
+        """Send a JSON-RPC notification to the agent, in a job of this session (dropped once
+        it is over)."""
+        transport = self.transport
+        if transport is None:
+            return
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionError):
+                await transport.send(message)
+        self.start_soon(send)
 
     def _refuse(self, rpc_id: Any, error: dict[str, Any]) -> None:
         transport = self.transport  # set: the request came in through it

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...wire.process import agent_environment
@@ -50,6 +51,47 @@ exit "$s"
 """The remote side of an ``ssh`` launcher (see the module's docstring): ``sh -c
 SSH_WRAPPER escouade_nb PROGRAM ARGS…``. Exits with the agent's exit code (125 when
 the FIFO cannot be made)."""
+
+
+RELAY_BOOTSTRAP = """import os,sys
+h=b""
+while not h.endswith(b"\\n"):
+ c=os.read(0,1)
+ if not c:sys.exit(125)
+ h+=c
+n=int(h);s=b""
+while len(s)<n:
+ c=os.read(0,n-len(s))
+ if not c:sys.exit(125)
+ s+=c
+if sys.version_info<(3,8):os.execvp(sys.argv[1],sys.argv[1:])
+exec(compile(s,"escouade-relay","exec"),{"__name__":"__escouade_relay__","RELAY_SOURCE":s})"""
+"""The relay's bootstrap (``python3 -c``): reads ``<length>\\n<source>`` from its stdin byte-exact
+(nothing of the ACP stream after it is consumed) and runs it as :mod:`.pipe_relay`; under
+Python < 3.8 it runs the agent itself instead (no kernel tools)."""
+
+RELAY_SH = r"""if command -v python3 >/dev/null 2>&1; then exec python3 -c "$0" "$@"; fi
+IFS= read -r n || exit 125
+dd bs=1 count="$n" of=/dev/null 2>/dev/null
+echo "escouade_nb: no python3 on the agent's side: the kernel's tools are not carried over this pipe" >&2
+exec "$@"
+"""
+"""``sh -c RELAY_SH BOOTSTRAP PROGRAM ARGS…``: the relay under ``python3`` when the far side has
+one; else the relay's source is read and dropped (``dd``, byte-exact) and the agent runs alone,
+saying why on its stderr."""
+
+
+def relay_command(command: Sequence[str]) -> list[str]:
+    """``command`` (the agent's program and arguments) run under the relay
+    (:mod:`.pipe_relay`, sent over the pipe: :func:`relay_preamble`)."""
+    return ["sh", "-c", RELAY_SH, RELAY_BOOTSTRAP, *command]
+
+
+def relay_preamble() -> bytes:
+    """What the kernel writes on the launcher's stdin before any ACP: ``<length>\\n`` and the
+    relay's source (:mod:`.pipe_relay`, ~10 kB). ``OSError`` if the file cannot be read."""
+    source = (Path(__file__).parent / "pipe_relay.py").read_bytes()
+    return b"%d\n" % len(source) + source
 
 
 def is_ssh(via: Sequence[str]) -> bool:

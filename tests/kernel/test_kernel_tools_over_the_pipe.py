@@ -92,6 +92,7 @@ def test_through_a_plain_prefix_the_agent_reads_and_runs_behind_one_card(kernel)
 
 def test_through_ssh_with_forwarding_forbidden_the_pipe_carries_the_tools(kernel):
     k, root = kernel
+    before = set(processes_named("escouade-relay"))
     with sshd(root / "sshd-no-forwarding", REMOTE_PATH + "AllowTcpForwarding no\n") as launcher:
         k.run(f"s = %escouade fake --via {shlex.quote(shlex.join(launcher))} --as no-forward\nawait s.ready()",
               timeout=120)
@@ -103,3 +104,6 @@ def test_through_ssh_with_forwarding_forbidden_the_pipe_carries_the_tools(kernel
             assert notices == [], notices  # nothing "not given": the pipe carried them
         finally:
             k.run("await s.close()", allow_error=True)
+        # the relay on the far side (sshd's child) died with the pipe, and its agent with it
+        assert not left_behind("escouade-relay", before, timeout=30)
+        assert not left_behind("relay.py --mcp", set(), timeout=30)

@@ -2,7 +2,7 @@
 
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
     python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports
-                                             #          mcp worktree weight ingest_kernel
+                                             #          mcp worktree weight ingest_kernel relay
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -287,10 +287,19 @@ def bench_ingest_kernel(rounds: int = 3) -> None:
             + (" (target ≥ 2×)" if key == "view" else ""))
 
 
+def bench_relay(calls: int = 300) -> None:
+    out = _script_json("relay_roundtrip.py", "--calls", str(calls))
+    relay, local = out["relay"], out["local"]
+    row("relay: run_code round trip, p50", f"{relay['p50_ms']:.2f} ms over the agent's pipe",
+        f"{local['p50_ms']:.2f} ms local agent (HTTP)", f"{out['ratio_p50']:.2f}× (target ≤ 1.5×)")
+    row("relay: run_code round trip, p99", f"{relay['p99_ms']:.2f} ms over the agent's pipe",
+        f"{local['p99_ms']:.2f} ms local agent (HTTP)", f"{relay['p99_ms'] / local['p99_ms']:.2f}×")
+
+
 BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
            "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
            "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree, "weight": bench_weight,
-           "ingest_kernel": bench_ingest_kernel, "saved": bench_saved_forms}
+           "ingest_kernel": bench_ingest_kernel, "saved": bench_saved_forms, "relay": bench_relay}
 
 
 def main(argv: list[str]) -> int:

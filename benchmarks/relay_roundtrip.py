@@ -78,6 +78,7 @@ class _Owner:
 
 async def measure(calls: int) -> dict:
     from escouade_nb.engine.launch.launcher import relay_command, relay_preamble
+    from escouade_nb.kernel_mcp.acp_channel import ChannelError
     from escouade_nb.kernel_mcp.server import KernelServer
 
     server = await KernelServer(namespace={}).start()
@@ -103,8 +104,8 @@ async def measure(calls: int) -> dict:
                 result = await channel.handle(message["method"], params, request="id" in message)
                 reply = {"jsonrpc": "2.0", "id": message.get("id"), "result": result or {}}
             except Exception as exc:
-                reply = {"jsonrpc": "2.0", "id": message.get("id"), "error": getattr(exc, "error", lambda: {
-                    "code": -32603, "message": str(exc)})()}
+                error = exc.error() if isinstance(exc, ChannelError) else {"code": -32603, "message": str(exc)}
+                reply = {"jsonrpc": "2.0", "id": message.get("id"), "error": error}
             if "id" in message:
                 await send(reply)
 

@@ -348,7 +348,8 @@ class KernelAccess:
         if self._server_task is None:
             return None
         session = self.live.session
-        relayed = bool(agent.via) and session is not None and session.relay is not None
+        relayed = bool(agent.via) and session is not None and session.relay is not None \
+            and not session.relay.get("absent")
         if agent.via and not is_ssh(agent.via) and not relayed:
             self._not_offered(said, "the agent runs through a launcher (--via) and no relay runs beside it: "
                                     f"{self._no_relay()} (see docs/agents-elsewhere.md)")
@@ -405,9 +406,11 @@ class KernelAccess:
     def _no_relay(self) -> str:
         """Why the relay is not there, from what its launcher said."""
         session = self.live.session
-        tail = session.stderr.tail() if session is not None else ""
-        if "no python3 on the agent's side" in tail:
+        absent = session.relay.get("absent") if session is not None and session.relay is not None else None
+        if absent == "no python3":
             return "the agent's side has no python3 for the relay that carries them over its pipe"
+        if absent:
+            return f"the agent's side cannot run the relay that carries them over its pipe ({str(absent)[:80]})"
         return "the relay that carries them over the agent's pipe did not start"
 
     def _channel_entry(self, server: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -107,3 +108,27 @@ def test_through_ssh_with_forwarding_forbidden_the_pipe_carries_the_tools(kernel
         # the relay on the far side (sshd's child) died with the pipe, and its agent with it
         assert not left_behind("escouade-relay", before, timeout=30)
         assert not left_behind("relay.py --mcp", set(), timeout=30)
+
+
+def test_a_far_side_without_python3_is_said_in_one_line_and_the_agent_runs(kernel, tmp_path):
+    k, _ = kernel
+    bare = tmp_path / "bin"  # a far side with sh and dd, the agent, and no python3
+    bare.mkdir()
+    for tool in ("sh", "dd"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    (bare / "escouade-fake-agent").symlink_to(Path(BIN) / "escouade-fake-agent")
+    via = shlex.join(["env", f"PATH={bare}"])
+    k.run(f"n = %escouade fake --via {shlex.quote(via)} --as no-python\nawait n.ready()", timeout=90)
+    try:
+        state = json.loads(k.run("print(json.dumps(n.kernel_tools_state))").text)
+        assert state == ["not offered", "the agent runs through a launcher (--via) and no relay runs beside it: the "
+                         "agent's side has no python3 for the relay that carries them over its pipe (see "
+                         "docs/agents-elsewhere.md)"], state
+        notices = json.loads(k.run(
+            "print(json.dumps([i.text for i in n.conversation.items if type(i).__name__ == 'Notice' "
+            "and 'kernel' in i.text]))").text)
+        assert len(notices) == 1 and "\n" not in notices[0] and "no python3" in notices[0], notices
+        out = k.run("r = await n.send('hello')\nprint(r.stop_reason)", timeout=90).text
+        assert "end_turn" in out  # the relay's source was dropped whole: the agent's ACP is intact
+    finally:
+        k.run("await n.close()", allow_error=True)

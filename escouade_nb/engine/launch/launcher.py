@@ -64,7 +64,9 @@ while len(s)<n:
  c=os.read(0,n-len(s))
  if not c:sys.exit(125)
  s+=c
-if sys.version_info<(3,8):os.execvp(sys.argv[1],sys.argv[1:])
+if sys.version_info<(3,8):
+ os.write(1,b'{"jsonrpc":"2.0","method":"_escouade/relay","params":{"absent":"python3 older than 3.8"}}\\n')
+ os.execvp(sys.argv[1],sys.argv[1:])
 exec(compile(s,"escouade-relay","exec"),{"__name__":"__escouade_relay__","RELAY_SOURCE":s})"""
 """The relay's bootstrap (``python3 -c``): reads ``<length>\\n<source>`` from its stdin byte-exact
 (nothing of the ACP stream after it is consumed) and runs it as :mod:`.pipe_relay`; under
@@ -73,12 +75,13 @@ Python < 3.8 it runs the agent itself instead (no kernel tools)."""
 RELAY_SH = r"""if command -v python3 >/dev/null 2>&1; then exec python3 -c "$0" "$@"; fi
 IFS= read -r n || exit 125
 dd bs=1 count="$n" of=/dev/null 2>/dev/null
+echo '{"jsonrpc":"2.0","method":"_escouade/relay","params":{"absent":"no python3"}}'
 echo "escouade_nb: no python3 on the agent's side: the kernel's tools are not carried over this pipe" >&2
 exec "$@"
 """
 """``sh -c RELAY_SH BOOTSTRAP PROGRAM ARGS…``: the relay under ``python3`` when the far side has
-one; else the relay's source is read and dropped (``dd``, byte-exact) and the agent runs alone,
-saying why on its stderr."""
+one; else the relay's source is read and dropped (``dd``, byte-exact), the relay's hello says it is
+absent (``{"absent": "no python3"}``, before the agent's first byte) and the agent runs alone."""
 
 
 def relay_command(command: Sequence[str]) -> list[str]:

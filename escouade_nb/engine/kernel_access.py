@@ -29,10 +29,14 @@ Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md``
   asked before, reviewed after — Keep or Reject in the notebook). Anything else is a normal
   request;
 * every call is on record (:mod:`.kernel_record`): the transcript and the journal;
-* through ``ssh`` (``--via "ssh …"``) offered by a reverse forward (:mod:`.launch.ssh_forward`):
-  the HTTP entry names the forward's remote end, the token in its headers; not offered
-  through another launcher (``127.0.0.1`` would name the remote host), nor outside a kernel
-  unless asked; what cannot be offered is said once.
+* through a launcher (``--via``) carried over the agent's own pipe: the agent runs under the
+  relay (:mod:`.launch.pipe_relay`, its source the first bytes of its stdin), the entry is
+  ``{"type": "acp", "serverId"}`` and the agent's ``mcp/*`` requests are answered by this
+  session's channel (:class:`~..kernel_mcp.acp_channel.AcpChannel`, this grant) — no port, no
+  token; through ``ssh`` a reverse forward (:mod:`.launch.ssh_forward`) is used instead where the
+  server allows it and the agent takes HTTP (the HTTP entry names the forward's remote end, the
+  token in its headers). Not offered outside a kernel unless asked; what cannot be offered is
+  said once.
 """
 
 from __future__ import annotations
@@ -431,11 +435,12 @@ class KernelAccess:
         return self.channel.entry(SERVER)
 
     async def before_spawn(self, session: Any) -> None:
-        """Before the process starts: an ``ssh`` launcher (``--via "ssh …"``) given the
-        kernel's tools gets the reverse forward to the kernel's server (:mod:`.launch.ssh_forward`:
-        ``session.argv`` gains ``-R 127.0.0.1:0:127.0.0.1:PORT``, the session's stderr drain
-        feeds the port reader). Waits for the server's start; a server that cannot start is
-        said later, by :meth:`servers`. Other agents: nothing."""
+        """Before the process starts: an agent run through a launcher (``--via``) given the
+        kernel's tools runs under the relay (:meth:`_relay`); an ``ssh`` launcher also gets the
+        reverse forward to the kernel's server (:mod:`.launch.ssh_forward`: ``session.argv`` gains
+        ``-R 127.0.0.1:0:127.0.0.1:PORT``, the session's stderr drain feeds the port reader).
+        Waits for the server's start; a server that cannot start is said later, by
+        :meth:`servers`. Other agents: nothing."""
         if self._server_task is None or not self.agent.via:
             return
         try:

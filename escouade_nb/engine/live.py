@@ -157,7 +157,7 @@ class Live:
                 # its client fs and terminals reach what its process reaches, from the same binds
                 # (engine/launch/sandbox.py, wire/fs.py, wire/terminals.py)
                 self.session.client.confine(*client_reach(binds))
-            await self.kernel.before_spawn(self.session)  # an ssh launcher's reverse forward to the kernel's server
+            await self.kernel.before_spawn(self.session)  # a launcher's relay; an ssh launcher's reverse forward
             files = self.agent.file_watch  # review=True: the folder now, compared at its end
             if files is not None:
                 self._files_token = await files.process_started()

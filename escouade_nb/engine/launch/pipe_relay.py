@@ -25,8 +25,9 @@ What it does (``main_relay``):
   method, params}`` (a request as a request, answered back under the client's own id; a
   notification as a notification), ``mcp/disconnect`` when it ends — on the same stdout, one
   line each, never inside one of the agent's lines;
-* dies with the pipe: end of input (or SIGHUP, SIGTERM) ends the agent — end of input given,
-  then SIGTERM to its group after 2 s, SIGKILL 3 s later — and removes its folder.
+* dies with the pipe: end of input (or SIGHUP, SIGTERM, its stdout gone) ends the agent — end of input
+  given, then SIGTERM to its group after 2 s, SIGKILL 3 s later — and removes its folder; on Linux the
+  agent also gets SIGKILL if the relay itself is killed outright (``PR_SET_PDEATHSIG``).
 """
 
 import itertools
@@ -153,13 +154,16 @@ class Relay:
     # -- the agent -> the kernel --------------------------------------------------------------
     def from_agent(self):
         source = self.agent.stdout
-        for line in iter(source.readline, b""):
-            if self.initialize_ids and b'"mcpCapabilities"' in line:
-                message = _parse(line)
-                if isinstance(message, dict) and json.dumps(message.get("id")) in self.initialize_ids:
-                    caps = ((message.get("result") or {}).get("agentCapabilities") or {}).get("mcpCapabilities")
-                    self.native = isinstance(caps, dict) and caps.get("acp") is True
-            self.raw(line)
+        try:
+            for line in iter(source.readline, b""):
+                if self.initialize_ids and b'"mcpCapabilities"' in line:
+                    message = _parse(line)
+                    if isinstance(message, dict) and json.dumps(message.get("id")) in self.initialize_ids:
+                        caps = ((message.get("result") or {}).get("agentCapabilities") or {}).get("mcpCapabilities")
+                        self.native = isinstance(caps, dict) and caps.get("acp") is True
+                self.raw(line)
+        except OSError:  # our stdout is gone (the launcher's pipe): the agent ends with it
+            self.end(0.0, 1.0)
 
     # -- the agent's MCP clients (its stdio child, connected to the socket) --------------------
     def accept(self):
@@ -251,7 +255,7 @@ class Relay:
         self.emit({"jsonrpc": "2.0", "method": HELLO, "params": {"protocol": 1, "python": sys.version.split()[0]}})
         try:
             self.agent = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          start_new_session=True)
+                                          start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:
             sys.stderr.write(f"escouade relay: could not start {self.command[:1]}: {exc}\n")
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -273,6 +277,17 @@ class Relay:
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
         return code if code >= 0 else 128 - code
+
+
+def _die_with_parent():
+    """In the agent's child before its exec (Linux): SIGKILL when the relay dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
 
 
 def _parse(line):

@@ -164,6 +164,7 @@ class AgentSession:
         # None: they are answered "method not found"
         self.mcp_over_acp: Callable[[str, Any, bool], Awaitable[dict[str, Any] | None]] | None = None
         self._mcp_in_flight = 0
+        self._mcp_calls: dict[Any, anyio.CancelScope] = {}  # the agent's mcp/* request id -> its job's scope
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -488,13 +489,20 @@ class AgentSession:
         if method in MCP_OVER_ACP:
             self._mcp_message(method, message)
             return True
+        if method == "$/cancel_request" and "id" not in message:
+            params = message.get("params")
+            scope = self._mcp_calls.get(params.get("requestId")) if isinstance(params, dict) else None
+            if scope is not None:  # the agent gave up on an MCP call: it is cancelled (a card waiting withdrawn)
+                scope.cancel()
+                return True
         return self.router.intercept(message)
 
     def _mcp_message(self, method: str, message: dict[str, Any]) -> None:
         """An MCP-over-ACP message from the agent: handed to :attr:`mcp_over_acp` in a job of
         this session (ended with it: the calls under way are cancelled), at most
         :data:`MAX_MCP_IN_FLIGHT` at once (more are refused, nothing queued); answered when
-        it is a request."""
+        it is a request. The agent's ``$/cancel_request`` naming it cancels it (answered
+        -32800, request cancelled)."""
         request, rid = "id" in message, message.get("id")
         handler = self.mcp_over_acp
         if handler is None or self._mcp_in_flight >= MAX_MCP_IN_FLIGHT:
@@ -505,19 +513,29 @@ class AgentSession:
         self._mcp_in_flight += 1
         params = message.get("params")
 
+        scope = anyio.CancelScope()
+        key = rid if request and isinstance(rid, (str, int)) and rid not in self._mcp_calls else None
+        if key is not None:
+            self._mcp_calls[key] = scope
+
         async def answer() -> None:
+            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": rid,
+                                     "error": {"code": -32800, "message": f"{method}: request cancelled"}}
             try:
-                try:
-                    result = await handler(method, params, request)
-                    reply: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "result": result or {}}
-                except Exception as exc:
-                    error = getattr(exc, "error", None)
-                    reply = {"jsonrpc": "2.0", "id": rid, "error": error() if callable(error) else
-                             {"code": -32603, "message": f"{method} failed: {type(exc).__name__}"}}
-                    if not callable(error):
-                        log.exception("%s of %s failed", method, self.name)
+                with scope:
+                    try:
+                        result = await handler(method, params, request)
+                        reply = {"jsonrpc": "2.0", "id": rid, "result": result or {}}
+                    except Exception as exc:
+                        error = getattr(exc, "error", None)
+                        reply = {"jsonrpc": "2.0", "id": rid, "error": error() if callable(error) else
+                                 {"code": -32603, "message": f"{method} failed: {type(exc).__name__}"}}
+                        if not callable(error):
+                            log.exception("%s of %s failed", method, self.name)
             finally:
                 self._mcp_in_flight -= 1
+                if key is not None:
+                    self._mcp_calls.pop(key, None)
             if request and self.transport is not None:
                 with contextlib.suppress(ConnectionError):
                     await self.transport.send(reply)

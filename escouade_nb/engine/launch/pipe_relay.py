@@ -23,7 +23,8 @@ What it does (``main_relay``):
 * each MCP client that connects to the socket (the agent's stdio child) gets a connection:
   ``mcp/connect {serverId}``, then each of its MCP messages as ``mcp/message {connectionId,
   method, params}`` (a request as a request, answered back under the client's own id; a
-  notification as a notification), ``mcp/disconnect`` when it ends — on the same stdout, one
+  notification as a notification; its ``notifications/cancelled`` of a call as ACP's ``$/cancel_request``
+  of the ``mcp/message`` that carries it), ``mcp/disconnect`` when it ends — on the same stdout, one
   line each, never inside one of the agent's lines;
 * dies with the pipe: end of input (or SIGHUP, SIGTERM, its stdout gone) ends the agent — end of input
   given, then SIGTERM to its group after 2 s, SIGKILL 3 s later — and removes its folder; on Linux the
@@ -92,6 +93,7 @@ class Relay:
         rid = self.prefix + str(next(self.ids))
         self.waiting[rid] = callback
         self.emit({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return rid
 
     # -- the kernel -> the agent --------------------------------------------------------------
     def from_kernel(self):
@@ -191,6 +193,7 @@ class Relay:
             client.close()
             return
         self.connections[connection_id] = (client, threading.Lock())
+        asked: dict = {}  # the client's request id (JSON) -> our mcp/message request's id
         try:
             for line in iter(reader.readline, b""):
                 message = _parse(line)
@@ -200,8 +203,15 @@ class Relay:
                 if "params" in message:
                     params["params"] = message["params"]
                 if "id" in message:
-                    self.request("mcp/message", params,
-                                 lambda answer, rid=message["id"], cid=connection_id: self.answer(cid, rid, answer))
+                    ours = self.request("mcp/message", params, lambda answer, rid=message["id"],
+                                        cid=connection_id: (asked.pop(json.dumps(rid), None),
+                                                            self.answer(cid, rid, answer)))
+                    asked[json.dumps(message["id"])] = ours
+                elif message["method"] == "notifications/cancelled" and isinstance(message.get("params"), dict) \
+                        and json.dumps(message["params"].get("requestId")) in asked:
+                    # the client gave up on a call: ACP's own cancel of the mcp/message that carries it
+                    self.emit({"jsonrpc": "2.0", "method": "$/cancel_request",
+                               "params": {"requestId": asked.pop(json.dumps(message["params"]["requestId"]))}})
                 else:
                     self.emit({"jsonrpc": "2.0", "method": "mcp/message", "params": params})
         except OSError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -85,3 +86,54 @@ def test_a_relay_killed_outright_takes_its_agent_with_it(tmp_path):
     finally:
         if _alive(agent):
             os.kill(agent, signal.SIGKILL)
+
+
+def test_the_relays_mcp_endpoint_speaks_mcp_over_acp_on_the_pipe_and_keeps_its_answers_from_the_agent(tmp_path):
+    """``cat`` as the agent echoes all it is given: what the relay keeps from the agent never shows up."""
+    relay = subprocess.Popen(relay_command(["cat"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert relay.stdin is not None and relay.stdout is not None
+
+    def send(message: dict) -> None:
+        relay.stdin.write(json.dumps(message).encode() + b"\n")
+        relay.stdin.flush()
+
+    def read() -> dict:
+        return json.loads(relay.stdout.readline())
+
+    try:
+        relay.stdin.write(relay_preamble())
+        assert read()["method"] == "_escouade/relay"
+        send({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": [
+            {"type": "acp", "name": "escouade", "serverId": "escouade-abc"}]}})
+        entry = read()["params"]["mcpServers"][0]  # echoed by cat, rewritten
+        endpoint = socket.socket(socket.AF_UNIX)
+        endpoint.connect(entry["args"][2])  # what the agent's stdio child does
+        stream = endpoint.makefile("rwb")
+        stream.write(b'{"serverId": "escouade-abc"}\n')
+        stream.flush()
+        connect = read()
+        assert connect["method"] == "mcp/connect" and connect["params"] == {"serverId": "escouade-abc"}
+        send({"jsonrpc": "2.0", "id": connect["id"], "result": {"connectionId": "c1"}})
+        stream.write(b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "run_code"}}\n')
+        stream.flush()
+        call = read()
+        assert call["method"] == "mcp/message" and call["id"] != 9 and call["params"] == {
+            "connectionId": "c1", "method": "tools/call", "params": {"name": "run_code"}}
+        stream.write(b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}\n')
+        stream.flush()
+        assert read() == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": call["id"]}}
+        send({"jsonrpc": "2.0", "id": call["id"], "error": {"code": -32800, "message": "request cancelled"}})
+        assert json.loads(stream.readline()) == {"jsonrpc": "2.0", "id": 9,
+                                                 "error": {"code": -32800, "message": "request cancelled"}}
+        send({"jsonrpc": "2.0", "method": "mcp/message", "params": {"connectionId": "c1", "method": "notifications/x"}})
+        assert json.loads(stream.readline()) == {"jsonrpc": "2.0", "method": "notifications/x"}
+        send({"jsonrpc": "2.0", "method": "after"})  # the next line cat echoes: nothing of the relay's came before
+        assert read() == {"jsonrpc": "2.0", "method": "after"}
+        stream.close()  # the agent's MCP client ended
+        endpoint.close()
+        disconnect = read()
+        assert disconnect["method"] == "mcp/disconnect" and disconnect["params"] == {"connectionId": "c1"}
+    finally:
+        relay.stdin.close()
+        relay.wait(timeout=60)

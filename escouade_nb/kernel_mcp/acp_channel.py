@@ -35,6 +35,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import EscouadeError
 from .http import CALLER, GONE, Grant
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ MAX_IN_FLIGHT = 16
 INVALID_PARAMS, INTERNAL, LIMIT = -32602, -32603, -32000
 
 
-class ChannelError(Exception):
+class ChannelError(EscouadeError):
     """A refused MCP-over-ACP request: ``code`` and ``message`` are its JSON-RPC error's."""
 
     def __init__(self, code: int, message: str) -> None:

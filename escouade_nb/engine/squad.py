@@ -27,6 +27,7 @@ from .budget import SquadBudget
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from ..kernel_mcp.server import preload_in_kernel
+from .launch.far_side import probe as probe_far_side
 from .launch.versions import ProgramVersions
 from .worktrees import agent_worktrees, worktree_setup
 from .launch.sandbox import Sandbox, SandboxError, sandbox_check
@@ -89,6 +90,16 @@ def named_program(ref: HarnessRef) -> str:
     it, so named (its manifest's first ``locate.names``, else its short id), not looked up here."""
     locate = ref.harness.locate
     return locate.names[0] if locate and locate.names else ref.short_id
+
+async def _in_turn(coros: list[Coroutine[Any, Any, Any]]) -> None:
+    """Await ``coros`` one after the other (an agent's preparations); the ones never begun are closed."""
+    try:
+        for coro in coros:
+            await coro
+    finally:
+        for rest in coros:
+            rest.close()
+
 
 class SquadError(EscouadeError):
     """A request the squad cannot carry out; the message is one line for the user."""
@@ -378,16 +389,37 @@ class Squad:
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
         self._add(agent)
-        if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
+        prepared: list[Coroutine[Any, Any, Any]] = []
+        if launcher:  # the program is on the far side: located and its version read there first
+            state_of(agent).claim_version_check()
+            prepared.append(self._far_side(state_of(agent), launcher, ref))
+        else:
             self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
         if planned is not None:
             # its confirmation card, git worktree add, copies, setup (sandboxed when the agent is)
-            state_of(agent).prepare_then_start(
-                worktree_setup.prepare(state_of(agent), planned, worktree_base, setup, start_folder,
-                                       journal=self.rules.journal),
-                name=f"escouade worktree of {agent.name}")
+            prepared.append(worktree_setup.prepare(state_of(agent), planned, worktree_base, setup, start_folder,
+                                                   journal=self.rules.journal))
+        if prepared:
+            state_of(agent).prepare_then_start(_in_turn(prepared), name=f"escouade preparation of {agent.name}")
         agent.start()
         return agent
+
+    @staticmethod
+    async def _far_side(agent: Any, launcher: list[str], ref: HarnessRef) -> None:
+        """Before an agent starts through ``launcher``: its program located and its version read
+        on the far side (:func:`~.launch.far_side.probe`), said in its conversation, the version
+        compared with the manifest's ``tested`` range. Raises :class:`~.launch.far_side.FarSideError`
+        (one line: the host unreachable, the container not running, the allocation refused, no such
+        program there): the agent then fails with it and nothing has started on either side."""
+        names = list(ref.harness.locate.names) if ref.harness.locate and ref.harness.locate.names \
+            else [named_program(ref)]
+        try:
+            far = await probe_far_side(launcher, names, ref.harness.version_args)
+        finally:
+            agent.release_version_check()
+        agent.conversation.add_notice(
+            f"Runs via {far.where}: {far.program}" + (f" {far.version}" if far.version else ""))
+        agent.check_version(far.version)
 
     # -- one prompt to several agents, merges, forks -------------------------------------------------
     def agent_for(self, name: str) -> Agent:

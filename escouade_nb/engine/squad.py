@@ -38,7 +38,7 @@ from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
 from ..permissions import RulePlugins
 from ..wire.errors import running_loop
-from ..manifest.project import Project, ProjectFileError, read_worktree_config
+from ..manifest.project import Project, ProjectFileError, project_launcher, read_worktree_config
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +289,11 @@ class Squad:
         if name is not None and name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
         launcher = shlex.split(via) if isinstance(via, str) else list(via or [])
+        if via is None:  # the folder's own launcher (.escouade.yml's via:), in the forms it may name
+            try:
+                launcher = project_launcher(folder) or []
+            except ProjectFileError as exc:
+                raise SquadError(str(exc)) from None
         program = named_program(ref) if launcher else locate_program(ref.harness)
         if program is None:
             raise ProgramNotFound(ref)
@@ -308,9 +313,11 @@ class Squad:
         manifest's ``tested`` range puts a warning in the agent's conversation when read.
 
         ``mode``: an Escouade mode (``acceptEdits``…) set once the session exists.
-        ``via``: a launcher prefix (``"ssh host"``, ``"kubectl exec -i POD --"``): the
-        program then runs wherever the launcher puts it, is not looked up here, and
-        client fs is off unless ``fs=True``. ``account``: the manifest's ``accountVar``
+        ``via``: a launcher prefix (``"ssh host"``, ``"podman exec -i C"``, ``"srun -N1 --unbuffered"``,
+        ``"kubectl exec -i POD --"``; None: the folder's ``.escouade.yml`` ``via:``, if any): the
+        program then runs wherever the launcher puts it, is located and its version read
+        there before the start (:mod:`.launch.far_side`: an unreachable place fails the agent in
+        one line), and client fs is off unless ``fs=True``. ``account``: the manifest's ``accountVar``
         points at that account's own folder (:func:`account_dir`), so two accounts of a
         harness run side by side. ``mcp``: which of your ``mcp.json`` servers the agent
         gets (None: all; ``[]`` or ``["none"]``: none); ``kernel_tools``: the kernel's own

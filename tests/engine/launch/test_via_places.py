@@ -286,3 +286,67 @@ def test_a_program_missing_on_the_far_side_is_said_in_one_line(script, tmp_path,
     error, status, _ = _refused(s, podman_box.launcher)
     _one_line(error, podman_box.launcher)
     assert "no program named" in error and "escouade-no-such-program" in error and status == "failed", error
+
+
+def test_the_folders_project_file_names_its_launcher(script, tmp_path, podman_box, monkeypatch):
+    """``.escouade.yml``'s ``via:``: an agent started in the folder without ``--via`` runs in the container;
+    the head and the squad row say so."""
+    from escouade_nb.widgets.agent_view import status_line
+    from escouade_nb.widgets.squad_view import agent_row
+
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(tmp_path / "plugins"))
+    s = script(WORKS)
+    s.install(tmp_path / "plugins")
+    (s.ws / ".escouade.yml").write_text(f"via: podman exec -i {podman_box.name}\n")
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start(s.ref.harness.id, cwd=s.ws, fs=True)
+            await asyncio.wait_for(agent.ready(), 120)
+            await asyncio.wait_for(agent.send("go").wait(), 120)
+            seen = list(agent.via), said(agent), status_line(agent), agent_row(agent)["folder"]
+            await agent.close()
+            return seen
+        finally:
+            await squad.aclose()
+    via, text, head, folder = run(go(), timeout=300)
+    assert via == ["podman", "exec", "-i", podman_box.name]
+    assert "in-a-container" in text and f"Runs via podman exec -i {podman_box.name}: /usr/bin/python3" in text
+    assert f"via podman exec -i {podman_box.name}" in head and folder.endswith(f"via podman exec -i {podman_box.name}")
+    s.assert_ok()
+
+
+@pytest.mark.parametrize("via, why", [
+    ("ssh -o ProxyCommand=touch\\ /tmp/x host", "option -o is not allowed"),
+    ("ssh -oProxyCommand=x host", "option -oProxyCommand=x is not allowed"),
+    ("/usr/bin/ssh host", "must be one of"),
+    ("sh -c 'touch /tmp/x'", "must be one of"),
+    ("kubectl --kubeconfig ./k exec -i pod --", "kubectl exec"),
+    ("kubectl exec -i pod", "must end with --"),
+    ("srun --prolog=./x -N1", "option --prolog=./x is not allowed"),
+    ("podman exec -i --env A=1 box", "option --env is not allowed"),
+    ("podman exec -i", "one host, container or pod"),
+])
+def test_a_project_file_names_only_the_documented_launcher_forms(tmp_path, via, why):
+    """A cloned folder must not run a local command of its own by naming a launcher: refused in one
+    line naming the file, nothing started."""
+    from escouade_nb.manifest.project import ProjectFileError, project_launcher
+
+    (tmp_path / ".escouade.yml").write_text(json.dumps({"via": via}))
+    with pytest.raises(ProjectFileError) as caught:
+        project_launcher(tmp_path)
+    message = str(caught.value)
+    assert why in message and str(tmp_path / ".escouade.yml") in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("via", ["ssh -p 2222 -l me host.example", "ssh me@host", "podman exec -i box",
+                                 "docker exec -i -w /work -u 1000 box", "kubectl exec -i -n ns -c main pod --",
+                                 "srun -N1 --unbuffered", "srun -N 1 -p gpu --gres=gpu:1 -t 60 --unbuffered"])
+def test_the_documented_launcher_forms_are_read_from_a_project_file(tmp_path, via):
+    import shlex
+
+    from escouade_nb.manifest.project import project_launcher
+
+    (tmp_path / ".escouade.yml").write_text(json.dumps({"via": via}))
+    assert project_launcher(tmp_path) == shlex.split(via)

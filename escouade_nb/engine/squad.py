@@ -17,6 +17,7 @@ import atexit
 import functools
 import logging
 import os
+import shlex
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,7 +280,6 @@ class Squad:
         full id), the folder, the name, the program. Returns ``(ref, folder, launcher
         argv, program)``; raises :class:`SquadError` or :class:`ProgramNotFound` (with
         the manifest's install command) as :meth:`start` does."""
-        import shlex
 
         ref = self.find(harness)
         folder = Path(cwd).expanduser() if cwd else Path.cwd()
@@ -356,6 +356,11 @@ class Squad:
         if account is not None:
             if not ref.harness.account_var:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
+            if launcher and os.path.basename(launcher[0]) != "srun":
+                # the account's folder is on this machine, and these launchers pass no environment across
+                raise SquadError(f"--account cannot be used with --via {shlex.join(launcher)}: the account's folder "
+                                 f"is on this machine and the launcher carries no environment to the far side; set "
+                                 f"{ref.harness.account_var} there instead")
             env[ref.harness.account_var] = str(account_dir(ref, account))
         try:
             ports = _ports(sandbox_ports)

@@ -350,3 +350,20 @@ def test_the_documented_launcher_forms_are_read_from_a_project_file(tmp_path, vi
 
     (tmp_path / ".escouade.yml").write_text(json.dumps({"via": via}))
     assert project_launcher(tmp_path) == shlex.split(via)
+
+
+def test_an_account_is_refused_through_a_launcher_that_carries_no_environment(script, tmp_path, monkeypatch):
+    """``--account`` points the manifest's ``accountVar`` at a folder of this machine, in the launcher's
+    environment: ``podman exec``/``docker exec``/``kubectl exec``/``ssh`` pass none of it, so the agent would
+    silently use the far side's default account. Refused in one line, nothing started."""
+    from scripted_agent import refused_start
+
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(tmp_path / "plugins"))
+    s = script(WORKS)
+    manifest = json.loads(s.ref.path.read_text())
+    manifest["contributes"]["harnesses"][0]["accountVar"] = "SCRIPT_HOME"
+    s.ref.path.write_text(json.dumps(manifest))
+    s.install(tmp_path / "plugins")
+    message, agents = run(refused_start(s.ref.harness.id, cwd=s.ws, via="podman exec -i box", account="work"))
+    assert message.startswith("--account cannot be used with --via podman exec -i box") and "SCRIPT_HOME" in message
+    assert "\n" not in message and agents == {} and not s.log.exists()

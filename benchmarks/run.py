@@ -2,7 +2,7 @@
 
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
     python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports
-                                             #          mcp worktree weight ingest_kernel relay
+                                             #          mcp worktree weight ingest_kernel relay places
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -296,10 +296,26 @@ def bench_relay(calls: int = 300) -> None:
         f"{local['p99_ms']:.2f} ms local agent (HTTP)", f"{relay['p99_ms'] / local['p99_ms']:.2f}×")
 
 
+def bench_places(agents: int = 20) -> None:
+    """Agents started elsewhere (launcher_starts.py): N through each launcher against N local ones."""
+    out = _script_json("launcher_starts.py", "--agents", str(agents))
+    local = out["results"].get("local")
+    for name, got in out["results"].items():
+        if name == "local" or local is None:
+            continue
+        row(f"places: start {agents} agents via {name.split()[0]}", f"{got['seconds']:.2f} s",
+            f"{agents} local: {local['seconds']:.2f} s", f"{got['seconds'] / local['seconds']:.1f}× the local start")
+        row(f"places: client memory per agent via {name.split()[0]}", f"{got['rss_per_agent'] / 2**20:.2f} MiB",
+            f"local: {local['rss_per_agent'] / 2**20:.2f} MiB", "")
+    for name, why in out["skipped"].items():
+        row(f"places: via {name.split()[0]}", "skipped", why[:30], "")
+
+
 BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
            "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
            "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree, "weight": bench_weight,
-           "ingest_kernel": bench_ingest_kernel, "saved": bench_saved_forms, "relay": bench_relay}
+           "ingest_kernel": bench_ingest_kernel, "saved": bench_saved_forms, "relay": bench_relay,
+           "places": bench_places}
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,7 @@
 """The whole suite's set-up: scratch folders for what the agents write, no agent left behind,
 nothing written into the checkout, the kernel tier (the ``kernel`` marker), and the shared fixtures
-(``script``, ``own_processes``, ``no_orphan_plugins``; the one async runner is ``deadlines.run``). The helpers themselves are
+(``script``, ``own_processes``, ``no_orphan_plugins``; ``podman_box``, ``docker_box``, ``slurm_cluster`` from
+``remote_places``; the one async runner is ``deadlines.run``). The helpers themselves are
 modules of this folder (on ``pythonpath``): import them by name, never from a conftest.
 
 Under pytest-xdist each worker is a process of its own: its own scratch folder, its own session
@@ -42,6 +43,9 @@ SESSION_MARK = f"ESCOUADE_NB_TEST_SESSION={os.getpid()}-{os.urandom(4).hex()}"
 os.environ["ESCOUADE_NB_TEST_SESSION"] = SESSION_MARK.partition("=")[2]
 SCRIPT_AGENT_MARK = "ESCOUADE_NB_SCRIPT_AGENT=1"  # set by fixtures/script_agent.py for itself and its children
 FIXTURE_PLUGINS = str(Path(__file__).resolve().parent / "fixtures" / "plugins")
+# the real places to run an agent elsewhere, one of each per session, for any test that names them:
+# podman_box, docker_box, slurm_cluster (tests/remote_places.py; each skipped in one line where it cannot run)
+pytest_plugins = ["remote_places"]
 
 
 def _left_behind(before: set[int]) -> set[int]:

@@ -17,6 +17,7 @@ import atexit
 import functools
 import logging
 import os
+import shlex
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from .budget import SquadBudget
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from ..kernel_mcp.server import preload_in_kernel
+from .launch.far_side import probe as probe_far_side
 from .launch.versions import ProgramVersions
 from .worktrees import agent_worktrees, worktree_setup
 from .launch.sandbox import Sandbox, SandboxError, sandbox_check
@@ -37,7 +39,7 @@ from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
 from ..permissions import RulePlugins
 from ..wire.errors import running_loop
-from ..manifest.project import Project, ProjectFileError, read_worktree_config
+from ..manifest.project import Project, ProjectFileError, project_launcher, read_worktree_config
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,16 @@ def named_program(ref: HarnessRef) -> str:
     it, so named (its manifest's first ``locate.names``, else its short id), not looked up here."""
     locate = ref.harness.locate
     return locate.names[0] if locate and locate.names else ref.short_id
+
+async def _in_turn(coros: list[Coroutine[Any, Any, Any]]) -> None:
+    """Await ``coros`` one after the other (an agent's preparations); the ones never begun are closed."""
+    try:
+        for coro in coros:
+            await coro
+    finally:
+        for rest in coros:
+            rest.close()
+
 
 class SquadError(EscouadeError):
     """A request the squad cannot carry out; the message is one line for the user."""
@@ -268,7 +280,6 @@ class Squad:
         full id), the folder, the name, the program. Returns ``(ref, folder, launcher
         argv, program)``; raises :class:`SquadError` or :class:`ProgramNotFound` (with
         the manifest's install command) as :meth:`start` does."""
-        import shlex
 
         ref = self.find(harness)
         folder = Path(cwd).expanduser() if cwd else Path.cwd()
@@ -278,6 +289,11 @@ class Squad:
         if name is not None and name in self.agents and self.agents[name].status not in NAME_FREE:
             raise SquadError(f"an agent named {name!r} is already running; stop it first or pick another --as")
         launcher = shlex.split(via) if isinstance(via, str) else list(via or [])
+        if via is None:  # the folder's own launcher (.escouade.yml's via:), in the forms it may name
+            try:
+                launcher = project_launcher(folder) or []
+            except ProjectFileError as exc:
+                raise SquadError(str(exc)) from None
         program = named_program(ref) if launcher else locate_program(ref.harness)
         if program is None:
             raise ProgramNotFound(ref)
@@ -297,9 +313,11 @@ class Squad:
         manifest's ``tested`` range puts a warning in the agent's conversation when read.
 
         ``mode``: an Escouade mode (``acceptEdits``…) set once the session exists.
-        ``via``: a launcher prefix (``"ssh host"``, ``"kubectl exec -i POD --"``): the
-        program then runs wherever the launcher puts it, is not looked up here, and
-        client fs is off unless ``fs=True``. ``account``: the manifest's ``accountVar``
+        ``via``: a launcher prefix (``"ssh host"``, ``"podman exec -i C"``, ``"srun -N1 --unbuffered"``,
+        ``"kubectl exec -i POD --"``; None: the folder's ``.escouade.yml`` ``via:``, if any): the
+        program then runs wherever the launcher puts it, is located and its version read
+        there before the start (:mod:`.launch.far_side`: an unreachable place fails the agent in
+        one line), and client fs is off unless ``fs=True``. ``account``: the manifest's ``accountVar``
         points at that account's own folder (:func:`account_dir`), so two accounts of a
         harness run side by side. ``mcp``: which of your ``mcp.json`` servers the agent
         gets (None: all; ``[]`` or ``["none"]``: none); ``kernel_tools``: the kernel's own
@@ -338,6 +356,11 @@ class Squad:
         if account is not None:
             if not ref.harness.account_var:
                 raise SquadError(f"{ref.harness.display_name} has no accountVar in its manifest: it has no accounts")
+            if launcher and os.path.basename(launcher[0]) != "srun":
+                # the account's folder is on this machine, and these launchers pass no environment across
+                raise SquadError(f"--account cannot be used with --via {shlex.join(launcher)}: the account's folder "
+                                 f"is on this machine and the launcher carries no environment to the far side; set "
+                                 f"{ref.harness.account_var} there instead")
             env[ref.harness.account_var] = str(account_dir(ref, account))
         try:
             ports = _ports(sandbox_ports)
@@ -378,16 +401,37 @@ class Squad:
         except Exception as exc:  # AgentError: a mode it lacks, fs:false in a private project
             raise SquadError(str(exc)) from None
         self._add(agent)
-        if not launcher:  # through a launcher the program is elsewhere: its initialize tells its version
+        prepared: list[Coroutine[Any, Any, Any]] = []
+        if launcher:  # the program is on the far side: located and its version read there first
+            state_of(agent).claim_version_check()
+            prepared.append(self._far_side(state_of(agent), launcher, ref))
+        else:
             self.versions.check_at_start(state_of(agent), program, ref.harness.version_args)
         if planned is not None:
             # its confirmation card, git worktree add, copies, setup (sandboxed when the agent is)
-            state_of(agent).prepare_then_start(
-                worktree_setup.prepare(state_of(agent), planned, worktree_base, setup, start_folder,
-                                       journal=self.rules.journal),
-                name=f"escouade worktree of {agent.name}")
+            prepared.append(worktree_setup.prepare(state_of(agent), planned, worktree_base, setup, start_folder,
+                                                   journal=self.rules.journal))
+        if prepared:
+            state_of(agent).prepare_then_start(_in_turn(prepared), name=f"escouade preparation of {agent.name}")
         agent.start()
         return agent
+
+    @staticmethod
+    async def _far_side(agent: Any, launcher: list[str], ref: HarnessRef) -> None:
+        """Before an agent starts through ``launcher``: its program located and its version read
+        on the far side (:func:`~.launch.far_side.probe`), said in its conversation, the version
+        compared with the manifest's ``tested`` range. Raises :class:`~.launch.far_side.FarSideError`
+        (one line: the host unreachable, the container not running, the allocation refused, no such
+        program there): the agent then fails with it and nothing has started on either side."""
+        names = list(ref.harness.locate.names) if ref.harness.locate and ref.harness.locate.names \
+            else [named_program(ref)]
+        try:
+            far = await probe_far_side(launcher, names, ref.harness.version_args)
+        finally:
+            agent.release_version_check()
+        agent.conversation.add_notice(
+            f"Runs via {far.where}: {far.program}" + (f" {far.version}" if far.version else ""))
+        agent.check_version(far.version)
 
     # -- one prompt to several agents, merges, forks -------------------------------------------------
     def agent_for(self, name: str) -> Agent:

@@ -20,6 +20,10 @@ a project folder can mark itself private, but it can never turn a rule plugin on
 project is the user's choice, kept in the user's config (see
 :mod:`escouade_nb.permissions.states`), never in the project folder.
 
+A ``via`` key names the folder's launcher (``via: "podman exec -i box"``): its agents run there
+unless ``--via`` says otherwise (:func:`project_launcher`: only the launcher forms of the docs, with
+their harmless options — a folder never runs a local command of its own by naming a launcher).
+
 A ``worktree`` key says how an agent's git worktree (``--worktree``) is set up:
 :func:`read_worktree_config` reads it (YAML, all of it, only when the key is there) as a
 :class:`WorktreeSetup`. ``worktree: false`` refuses ``--worktree`` for the folder. Its
@@ -39,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from .._errors import EscouadeError
 
 __all__ = ["CONFIG_FILENAME", "Project", "ProjectConfig", "ProjectFileError", "WorktreeSetup", "load_project_file",
-           "read_project_config",
+           "project_launcher", "read_project_config",
            "read_worktree_config"]
 
 CONFIG_FILENAME = ".escouade.yml"
@@ -230,3 +234,90 @@ def _worktree_setup(path: Path, folder: Path, value: Any) -> WorktreeSetup:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= WORKTREE_TIMEOUT_MAX:
         raise bad("worktree.timeout", f"seconds, more than 0 and at most {WORKTREE_TIMEOUT_MAX:g}; not {timeout!r}")
     return WorktreeSetup(path, folder, True, tuple(copy), commands["setup"], commands["cleanup"], float(timeout))
+
+
+# -- the folder's launcher (``via:``) ----------------------------------------------------------------
+
+_LAUNCHER_FORMS: dict[str, tuple[tuple[str, ...], frozenset[str], frozenset[str], bool]] = {
+    # program: (its fixed words after the program, flags without a value, options taking one value,
+    #           whether the form ends with "--")
+    "ssh": ((), frozenset({"-4", "-6", "-T", "-q", "-C"}), frozenset({"-p", "-l"}), False),
+    "podman": (("exec",), frozenset({"-i", "--interactive"}),
+               frozenset({"-w", "--workdir", "-u", "--user"}), False),
+    "docker": (("exec",), frozenset({"-i", "--interactive"}),
+               frozenset({"-w", "--workdir", "-u", "--user"}), False),
+    "kubectl": (("exec",), frozenset({"-i", "--stdin"}),
+                frozenset({"-n", "--namespace", "-c", "--container"}), True),
+    "srun": ((), frozenset({"--unbuffered", "-u"}),
+             frozenset({"-N", "--nodes", "-n", "--ntasks", "-p", "--partition", "-A", "--account", "-t", "--time",
+                        "-c", "--cpus-per-task", "--mem", "--gres", "--gpus", "-w", "--nodelist", "-J",
+                        "--job-name", "--immediate", "-q", "--qos", "--constraint", "-C"}), False),
+}
+"""What a project file's ``via:`` may say, by program (a bare name, looked up on ``PATH``): the
+launcher forms of the docs with their harmless options. Anything else — an option that runs a local
+command (``ssh -o ProxyCommand=…``, ``kubectl --kubeconfig`` with an exec plugin, ``srun --prolog``),
+a program by path — is refused: a cloned folder must not run a command of its own by naming a
+launcher. ``--via`` given by the user is not limited."""
+
+
+def project_launcher(folder: str | Path) -> list[str] | None:
+    """The launcher ``folder/.escouade.yml`` names (``via: "podman exec -i box"``), as argv; None when
+    it names none. :class:`ProjectFileError` (one line naming the file) for a launcher outside the
+    forms of :data:`_LAUNCHER_FORMS` or a file that is not YAML."""
+    import shlex
+
+    path, data = load_project_file(folder)
+    value = (data or {}).get("via")
+    if value is None or value == "":
+        return None
+    try:
+        words = shlex.split(value) if isinstance(value, str) else None
+    except ValueError as exc:
+        raise ProjectFileError(f"{path}: via: {exc}") from None
+    if not words:
+        raise ProjectFileError(f"{path}: via: a launcher's command line, as text (e.g. \"ssh host\")")
+    why = _launcher_refused(words)
+    if why is not None:
+        raise ProjectFileError(f"{path}: via: {shlex.join(words)!r} is not a launcher a project file may name "
+                               f"({why}); give it with --via instead")
+    return words
+
+
+def _launcher_refused(words: list[str]) -> str | None:
+    """Why ``words`` is not one of the allowed forms, else None."""
+    program, rest = words[0], list(words[1:])
+    form = _LAUNCHER_FORMS.get(program)
+    if form is None:
+        return f"its program must be one of {', '.join(_LAUNCHER_FORMS)}, by name"
+    fixed, flags, options, dashes = form
+    if rest[:len(fixed)] != list(fixed):
+        return f"{program} {' '.join(fixed)} …"
+    rest = rest[len(fixed):]
+    if dashes:
+        if not rest or rest[-1] != "--":
+            return "it must end with --"
+        rest = rest[:-1]
+    targets: list[str] = []
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith("-"):
+            targets.append(word)
+            continue
+        name, eq, _ = word.partition("=")
+        if word in flags:
+            continue
+        if name in options and eq:
+            continue
+        if word in options:
+            if not rest or rest[0].startswith("-"):
+                return f"{word} wants a value"
+            rest.pop(0)
+            continue
+        if len(word) > 2 and not word.startswith("--") and word[:2] in options:  # -N1, -pdebug
+            continue
+        return f"option {word} is not allowed there"
+    if program == "srun":
+        return None if not targets else f"srun takes no command words here: {targets[0]}"
+    if len(targets) != 1:
+        return "it must name one host, container or pod"
+    return None

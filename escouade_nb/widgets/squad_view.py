@@ -5,6 +5,7 @@ act after a 500 ms settle, as Escouade's overview does). One widget model."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -87,7 +88,7 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
     return {
         "agent": agent.name,
         "harness": agent.harness.short_id,
-        "folder": str(agent.cwd) + (f" via {agent.via}" if getattr(agent, "via", None) else ""),
+        "folder": str(agent.cwd) + (f" via {shlex.join(agent.via)}" if getattr(agent, "via", None) else ""),
         "worktree": _worktree_cell(agent),
         "mode": mode,
         "status": status_text(agent.status),

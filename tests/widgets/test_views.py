@@ -604,3 +604,11 @@ def test_a_saved_form_says_a_waiting_card_was_unanswered(tmp_path):
             assert unanswered in html and unanswered in plain, plain
         assert "[permission] Edit notes.txt: " + unanswered in permission["text/plain"], permission["text/plain"]
     run(go())
+
+
+def test_the_squad_row_says_where_an_agent_runs_in_the_launchers_words(tmp_path):
+    """A launcher's agent: its folder cell names the launcher as typed (``via podman exec -i box``), not a list."""
+    from escouade_nb.widgets.squad_view import agent_row
+
+    agent = fake_agent(tmp_path, via=["podman", "exec", "-i", "my box"])
+    assert agent_row(agent)["folder"] == f"{agent.cwd} via podman exec -i 'my box'"

@@ -1,22 +1,25 @@
 """Launchers (``--via``): the command line of an agent run elsewhere, and how it ends there.
 
-A launcher is a prefix (``ssh host``, ``kubectl exec -i POD --``) put before the agent's
-own command. Ending the local launcher is not ending the agent: a killed ``ssh`` client
-leaves the remote command running (without a terminal, sshd signals nothing to it; it
-only closes its pipes, and an agent that is stuck, or ignores end of input, lives on).
+A launcher is a prefix that carries stdin and stdout (``ssh host``, ``podman exec -i CONTAINER``,
+``docker exec -i CONTAINER``, ``kubectl exec -i POD --``, ``srun -N1 --unbuffered``) put before
+the agent's own command. Ending the local launcher is not ending the agent: a killed ``ssh``
+client leaves the remote command running (without a terminal, sshd signals nothing to it; it
+only closes its pipes, and an agent that is stuck, or ignores end of input, lives on); a killed
+``podman exec`` / ``docker exec`` / ``kubectl exec`` client leaves its process in the container.
 
-For ``ssh`` the remote command is therefore wrapped in :data:`SSH_WRAPPER`, plain POSIX
-``sh`` run on the remote host (nothing to install there): the agent runs in its own
-process group (``setsid``, where the host has it — Linux does; elsewhere only the agent's
-own process is signalled) reading a FIFO that a ``cat`` feeds from the connection; when
-the connection's input ends — our ``close()`` closes the launcher's stdin, or the
-connection drops because Stop, Restart or kernel shutdown killed the local ``ssh`` — the
-agent gets end of input, has :data:`~...wire.process.EOF_GRACE` seconds to exit, then its
-whole remote group gets SIGTERM and, 3 s later, SIGKILL: the same ending as a local
-agent's. The agent's stdout and stderr are the connection's own, untouched (no terminal:
-``ssh -t`` would echo our messages back and rewrite newlines, so it is not used). The
-remote words are quoted for the remote shell (``ssh`` joins its arguments into one
-command line), so arguments with spaces arrive as they are.
+So for every launcher the far command is wrapped in :data:`REMOTE_WRAPPER`, plain POSIX ``sh``
+run on the other side (nothing to install there: ``sh``, ``mktemp``, ``mkfifo``, ``cat``,
+``kill``): the agent runs in its own process group (``setsid``, where the far side has it —
+Linux does; elsewhere only the agent's own process is signalled) reading a FIFO that a ``cat``
+feeds from the launcher's stdin; when that input ends — our ``close()`` closes the launcher's
+stdin, or the pipe drops because Stop, Restart or kernel shutdown killed the local launcher —
+the agent gets end of input, has :data:`~...wire.process.EOF_GRACE` seconds to exit, then its
+whole far group gets SIGTERM and, 3 s later, SIGKILL: the same ending as a local agent's. The
+agent's stdout and stderr are the launcher's own, untouched (no terminal: ``ssh -t``,
+``podman exec -t``, ``srun --pty`` would echo our messages back and rewrite newlines, so none
+is used). ``ssh`` joins its arguments into one remote command line, so there the words are
+quoted for the remote shell; every other launcher passes its words as they are
+(``podman exec -i C sh -c WRAPPER escouade_nb PROGRAM ARGS…``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from ...wire.process import agent_environment
 if TYPE_CHECKING:
     from .interfaces import LaunchedAgent
 
-SSH_WRAPPER = r"""
+REMOTE_WRAPPER = r"""
 d=$(mktemp -d) && mkfifo "$d/in" || exit 125
 if command -v setsid >/dev/null 2>&1; then setsid "$@" <"$d/in" & else "$@" <"$d/in" & fi
 a=$!
@@ -48,9 +51,12 @@ wait "$a"; s=$?
 kill -KILL "$w" 2>/dev/null
 exit "$s"
 """
-"""The remote side of an ``ssh`` launcher (see the module's docstring): ``sh -c
-SSH_WRAPPER escouade_nb PROGRAM ARGS…``. Exits with the agent's exit code (125 when
+"""The far side of every launcher (see the module's docstring): ``sh -c
+REMOTE_WRAPPER escouade_nb PROGRAM ARGS…``. Exits with the agent's exit code (125 when
 the FIFO cannot be made)."""
+
+SSH_WRAPPER = REMOTE_WRAPPER
+"""The name it had when only ``ssh`` was wrapped."""
 
 
 RELAY_BOOTSTRAP = """import os,sys
@@ -104,11 +110,21 @@ def is_ssh(via: Sequence[str]) -> bool:
 
 def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
     """The local command line that runs ``command`` (the agent's program and
-    arguments) through launcher ``via``: ``[*via, *command]``, or for ``ssh`` one remote
-    command line that runs it under :data:`SSH_WRAPPER`, every word quoted."""
-    if not is_ssh(via):
-        return [*via, *command]
-    return [*via, shlex.join(["sh", "-c", SSH_WRAPPER, "escouade_nb", *command])]
+    arguments) through launcher ``via`` under :data:`REMOTE_WRAPPER`: ``command`` itself
+    without a launcher; ``[*via, "sh", "-c", REMOTE_WRAPPER, "escouade_nb", *command]``;
+    for ``ssh`` that far command as one remote command line, every word quoted."""
+    if not via:
+        return list(command)
+    return far_argv(via, ["sh", "-c", REMOTE_WRAPPER, "escouade_nb", *command])
+
+
+def far_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
+    """The local command line that runs ``command`` as it is on the far side of ``via``
+    (no wrapper: a short command, e.g. :mod:`.far_side`'s probe): ``[*via, *command]``, or
+    for ``ssh`` ``[*via, <command quoted for the remote shell>]``."""
+    if is_ssh(via):
+        return [*via, shlex.join(command)]
+    return [*via, *command]
 
 
 def agent_env(agent: LaunchedAgent) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import sys
 import threading
@@ -22,30 +23,7 @@ from escouade_nb.engine.launch.registry_install import InstallError, install_age
 from escouade_nb.manifest import discover, locate_program
 from escouade_nb.manifest.registry import RegistryError, cached_registry_path, load_registry
 
-FAKE_NPM = r'''#!PYTHON
-import json, os, sys
-from pathlib import Path
-with open(os.environ["FAKE_NPM_LOG"], "a") as log:
-    log.write(json.dumps(sys.argv[1:]) + "\n")
-args = sys.argv[1:]
-prefix = Path(args[args.index("--prefix") + 1])
-spec = args[-1]
-name, _, version = spec.rpartition("@")
-for i in range(30):
-    print(f"npm http fetch GET 200 https://registry.npmjs.org/{name} {i}ms", flush=True)
-if os.environ.get("FAKE_NPM_FAIL"):
-    print("npm error 404 Not Found", file=sys.stderr)
-    sys.exit(1)
-package = prefix / "node_modules" / name
-package.mkdir(parents=True)
-(package / "package.json").write_text(json.dumps({"name": name, "version": version, "bin": {"tool-acp": "cli.js"}}))
-cli = package / "cli.js"
-cli.write_text(f"#!/bin/sh\necho {version}\n")
-cli.chmod(0o755)
-(prefix / "node_modules" / ".bin").mkdir()
-os.symlink(f"../{name}/cli.js", prefix / "node_modules" / ".bin" / "tool-acp")
-print(f"added 1 package in 0s")
-'''
+FAKE_NPM = Path(__file__).resolve().parents[2] / "fixtures" / "fake_npm.py"
 
 
 def entry(version: str, **dist) -> dict:
@@ -58,7 +36,7 @@ def home(tmp_path, monkeypatch):
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
     npm = bin_dir / "npm"
-    npm.write_text(FAKE_NPM.replace("PYTHON", sys.executable))
+    npm.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_NPM))} \"$@\"\n")
     npm.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_NPM_LOG", str(tmp_path / "npm.log"))

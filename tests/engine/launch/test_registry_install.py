@@ -160,3 +160,48 @@ def test_a_fetched_registry_is_validated_and_cached_private(home):
     assert reg.source == "cached" and note == f"registry fetched from {url} (1 agents)"
     assert stat.S_IMODE(cached_registry_path().stat().st_mode) == 0o600
     assert load_registry().entry("tool")["version"] == "2.0.0"
+
+
+def _wheel(folder: Path) -> None:
+    """A real wheel of ``tool-agent`` 1.0.0 whose console script ``tool-agent`` prints its version."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        "tool_agent/__init__.py": "def main():\n    print('tool-agent 1.0.0')\n",
+        "tool_agent-1.0.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tool-agent\nVersion: 1.0.0\n",
+        "tool_agent-1.0.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                                            "Tag: py3-none-any\n",
+        "tool_agent-1.0.0.dist-info/entry_points.txt": "[console_scripts]\ntool-agent = tool_agent:main\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    record.append("tool_agent-1.0.0.dist-info/RECORD,,")
+    with zipfile.ZipFile(folder / "tool_agent-1.0.0-py3-none-any.whl", "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+        wheel.writestr("tool_agent-1.0.0.dist-info/RECORD", "\n".join(record) + "\n")
+
+
+def test_a_pypi_entry_installs_with_pip_into_a_venv_of_its_own(home, monkeypatch):
+    wheels = home / "wheels"
+    wheels.mkdir()
+    _wheel(wheels)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # the user's own pip settings reach pip: here, a local index
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    registry(home, entry("1.0.0", uvx={"package": "tool-agent==1.0.0", "args": ["acp"]},
+                         npx={"package": "@scope/tool@1.0.0"}))
+    lines: list[str] = []
+    result = deadlines.run(install_agent("tool", on_line=lines.append), timeout=240)
+    assert result.plan.kind == "uvx" and npm_runs(home) == []  # pip-only where the entry allows it
+    assert any("Successfully installed tool-agent-1.0.0" in x for x in lines), lines
+    program = home / "agents" / "bin" / "tool-agent"
+    assert program.resolve() == result.folder / "bin" / "tool-agent"
+    assert (result.folder / "pyvenv.cfg").is_file()
+    ref = discover().find("tool")
+    assert ref.harness.locate.names == ["tool-agent"] and ref.acp.args == ["acp"]
+    from escouade_nb.manifest import read_version
+    assert read_version(locate_program(ref.harness), ["--version"]) == "1.0.0"

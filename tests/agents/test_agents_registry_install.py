@@ -71,15 +71,15 @@ def bench(model_server, tmp_path_factory):
     env.update(_qwen(home, model_server.url))
     env.update({"ESCOUADE_NB_AGENTS_DIR": str(agents), "ESCOUADE_NB_PLUGINS_DIR": str(root / "plugins"),
                 "ESCOUADE_AGENT_SUITE": SUITE_TOKEN})
-    # npm itself reaches its registry (the kernel's environment keeps the machine's own npm settings)
+    # npm reaches its registry with the machine's own settings (its cache the default one); the agents are
+    # started with the proxies that lead nowhere (_start_and_prompt), so they reach nothing but loopback
     for key in LOOPBACK_ONLY:
-        if key.lower().endswith("_proxy"):
-            env.pop(key, None)
-            if key in os.environ:
-                env[key] = os.environ[key]
+        env.pop(key, None)
+        if key in os.environ:
+            env[key] = os.environ[key]
     env["npm_config_cache"] = str(Path(os.environ.get("npm_config_cache") or Path.home() / ".npm"))
     kernel = Kernel(root, env)
-    kernel.run("%load_ext escouade_nb\nimport asyncio, json, time\nfrom escouade_nb.engine import get_squad\n"
+    kernel.run("%load_ext escouade_nb\nimport asyncio, json, os, time\nfrom escouade_nb.engine import get_squad\n"
                "agents = {}")
     yield kernel, root, model_server
     try:
@@ -109,15 +109,27 @@ def _install(kernel: Kernel, agent_id: str) -> str:
     return shown[0]
 
 
+NO_PROXIES = {k: v for k, v in LOOPBACK_ONLY.items() if "proxy" not in k.lower()}
+"""qwen-code 0.8.2 sends its model requests through ``HTTPS_PROXY`` whatever ``NO_PROXY`` says (its turn fails
+with "Internal error" through the proxies that lead nowhere): it is started without them, its telemetry and usage
+statistics off in its settings, its model the scripted server on 127.0.0.1."""
+
+
 def _start_and_prompt(kernel: Kernel, root: Path, harness: str, name: str) -> dict:
     work = root / name
     work.mkdir()
     out = kernel.run(
+        f"_saved = dict(os.environ)\n"
+        f"os.environ.update({(NO_PROXIES if harness == 'qwen-code' else LOOPBACK_ONLY)!r})\n"
         f"_a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {name}\n"
         f"agents[{name!r}] = _a\n"
         f"_res = {{}}\n"
         f"try:\n"
-        f"    await asyncio.wait_for(_a.ready(), 180)\n"
+        f"    try:\n"
+        f"        await asyncio.wait_for(_a.ready(), 180)\n"
+        f"    finally:\n"
+        f"        os.environ.clear()\n"
+        f"        os.environ.update(_saved)\n"
         f"    _res['info'] = _a.agent_info\n"
         f"    _t = _a.send('Hello, who are you?')\n"
         f"    _r = await asyncio.wait_for(_t.wait(), 180)\n"

@@ -180,11 +180,17 @@ def _swap_link(link: Path, target: str) -> None:
     os.replace(tmp, link)
 
 
+_DIVERTING = {"npm_config_global", "npm_config_prefix", "npm_config_location", "npm_config_dry_run", "pip_user",
+              "pip_target", "pip_prefix", "pip_root", "pip_dry_run", "pip_editable"}
+"""The kernel's npm and pip settings reach npm and pip (a registry or index of the user's own, a cache, a proxy),
+but for those that would install elsewhere than the per-user folder (``-g``, ``--user``, ``--target``…)."""
+
+
 async def _run(argv: list[str], cwd: Path, log: Any, on_line: Callable[[str], object] | None,
                timeout: float) -> int | None:
     """Run *argv* (no shell) in its own process group, each output line to the log and
     ``on_line``; its exit code, None when it timed out. Cancelling kills the group."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("npm_config_", "NPM_CONFIG_"))}
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _DIVERTING}
     env.update({"NO_UPDATE_NOTIFIER": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "NO_COLOR": "1"})
     process = await spawn(argv, cwd=cwd, env=env)
     log.write(f"$ {' '.join(argv)}\n")

@@ -43,6 +43,7 @@ from ...manifest.registry import (KNOWN_AS, PLUGIN_PREFIX, REGISTRY_URL, Install
                                   agents_bin_dir, agents_dir, cached_registry_path, install_plan, load_registry,
                                   manifest_for, npm_program, validate_registry)
 from ...wire.process import spawn, terminate_group
+from .harness_update import track_group, untrack_group
 
 INSTALL_TIMEOUT = 900.0
 """How long npm or pip may run (seconds) before its process group is killed."""
@@ -193,6 +194,7 @@ async def _run(argv: list[str], cwd: Path, log: Any, on_line: Callable[[str], ob
     env = {k: v for k, v in os.environ.items() if k.lower() not in _DIVERTING}
     env.update({"NO_UPDATE_NOTIFIER": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "NO_COLOR": "1"})
     process = await spawn(argv, cwd=cwd, env=env)
+    track_group(process.pid)  # killed at exit (a kernel shut down mid-install) unless ended before
     log.write(f"$ {' '.join(argv)}\n")
 
     async def read(stream: Any) -> None:
@@ -225,6 +227,7 @@ async def _run(argv: list[str], cwd: Path, log: Any, on_line: Callable[[str], ob
     finally:
         with anyio.CancelScope(shield=True):
             await terminate_group(process, 3.0)
+            untrack_group(process.pid)
 
 
 def _lock(folder: Path) -> int:

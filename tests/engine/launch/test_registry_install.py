@@ -7,6 +7,7 @@ registry's refresh falling back in one line, and a fetched registry cached 0600.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import deadlines
+from kernel_client import processes_named
 from escouade_nb.engine.launch.registry_install import InstallError, install_agent, refresh_registry
 from escouade_nb.manifest import discover, locate_program
 from escouade_nb.manifest.registry import RegistryError, cached_registry_path, load_registry
@@ -205,3 +207,20 @@ def test_a_pypi_entry_installs_with_pip_into_a_venv_of_its_own(home, monkeypatch
     assert ref.harness.locate.names == ["tool-agent"] and ref.acp.args == ["acp"]
     from escouade_nb.manifest import read_version
     assert read_version(locate_program(ref.harness), ["--version"]) == "1.0.0"
+
+
+def test_a_cancelled_install_ends_npm_and_changes_nothing(home, monkeypatch):
+    registry(home, entry("1.0.0"))
+    monkeypatch.setenv("FAKE_NPM_PAUSE", "60")  # a download that takes its time
+    lines: list[str] = []
+
+    async def go() -> None:
+        task = asyncio.ensure_future(install_agent("tool", on_line=lines.append))
+        await deadlines.until(lambda: len(lines) >= 10, timeout=60, what="npm's first lines")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    deadlines.run(go())
+    assert not processes_named(str(home / "agents"))  # npm's process group ended with the install
+    assert sorted(p.name for p in (home / "agents" / "tool").iterdir()) == [".lock", "install.log"]
+    assert not (home / "agents" / "bin").exists() and not (home / "plugins").exists()

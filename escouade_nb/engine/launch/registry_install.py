@@ -231,6 +231,8 @@ async def _run(argv: list[str], cwd: Path, log: Any, on_line: Callable[[str], ob
 
 
 def _lock(folder: Path) -> int:
+    """An exclusive lock on ``folder/.lock`` (one install of an agent at a time), not waited for:
+    :class:`InstallError` when another holds it. Returns the descriptor to close."""
     import fcntl
 
     fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)

@@ -224,3 +224,18 @@ def test_a_cancelled_install_ends_npm_and_changes_nothing(home, monkeypatch):
     assert not processes_named(str(home / "agents"))  # npm's process group ended with the install
     assert sorted(p.name for p in (home / "agents" / "tool").iterdir()) == [".lock", "install.log"]
     assert not (home / "agents" / "bin").exists() and not (home / "plugins").exists()
+
+
+def test_a_second_install_of_the_same_agent_while_one_runs_is_refused_in_one_line(home, monkeypatch):
+    registry(home, entry("1.0.0"))
+    monkeypatch.setenv("FAKE_NPM_PAUSE", "1")
+    lines: list[str] = []
+
+    async def go() -> None:
+        first = asyncio.ensure_future(install_agent("tool", on_line=lines.append))
+        await deadlines.until(lambda: lines, timeout=60, what="the first install's npm")
+        with pytest.raises(InstallError, match="another install of tool is under way"):
+            await install_agent("tool")
+        assert not (await first).already
+    deadlines.run(go())
+    assert len(npm_runs(home)) == 1

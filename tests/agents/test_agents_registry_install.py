@@ -1,15 +1,21 @@
 """``%escouade install NAME`` of three real ACP registry entries, from the npm registry into a
 temporary per-user folder, then each started from the manifest the install wrote and prompted
-once through the scripted model server (tests/agents/model_server.py), in a real kernel.
+once through the scripted model server (tests/agents/model_server.py), in a real kernel: each
+answers the scripted model's reply.
 
 The entries are the registry's own (https://github.com/agentclientprotocol/registry):
 claude-code-acp 0.16.0 from the copy shipped with the package (commit 3de1678, 2026-02-07), and,
-since the npm registry these machines reach holds neither qwen-code 0.9.1 nor github-copilot
-1.425.0 of that copy, the registry's entries of the same agents at earlier commits — qwen-code
-0.8.2 (099769c, 2026-01-30) and github-copilot 1.419.0 (57eecc5, 2026-02-02) — given to the
-kernel as its per-user cached registry. GitHub Copilot signs in with GitHub only: it is started
-and its ``initialize`` answered, and its prompt is refused for want of a sign-in (said in one
-line); the other two answer the scripted model's reply.
+since the npm registry these machines reach holds neither qwen-code 0.9.1 nor gemini 0.27.3 of
+that copy, the registry's entries of the same agents at earlier commits — qwen-code 0.8.2
+(099769c, 2026-01-30) and gemini 0.27.0 (19f9b8b, 2026-02-04) — given to the kernel as its
+per-user cached registry. (github-copilot 1.419.0, 57eecc5, also installs and starts, but signs in
+with GitHub only: its prompt is refused in one line; it was left out to keep the test short.)
+
+No entry of the registry's history has a ``uvx`` distribution but minion-code's (0.1.5–0.1.8): its
+0.1.8 from PyPI, with the agent-client-protocol pip picks (0.12.1; it does not pin it), does not
+start (``ImportError: AuthMethod``); with 0.8.1 it starts, but its turn fetches tiktoken's files
+from the internet, and it reads the model's reply as code to run. The pip path is shown by
+tests/engine/launch/test_registry_install.py (a local wheel, real pip).
 
 Each entry is skipped, with one line, when the npm registry does not answer for its package.
 """
@@ -34,11 +40,10 @@ QWEN_0_8_2 = {  # the registry's qwen-code/agent.json at 099769cb2415ec880eb75f9
     "id": "qwen-code", "name": "Qwen Code", "version": "0.8.2", "description": "Alibaba's Qwen coding assistant",
     "repository": "https://github.com/QwenLM/qwen-code", "authors": ["Alibaba Qwen Team"], "license": "Apache-2.0",
     "distribution": {"npx": {"package": "@qwen-code/qwen-code@0.8.2", "args": ["--acp", "--experimental-skills"]}}}
-COPILOT_1_419_0 = {  # the registry's github-copilot/agent.json at 57eecc58c15c7b0c239c192b7f2a84c69f53c47a
-    "id": "github-copilot", "name": "GitHub Copilot", "version": "1.419.0", "description": "GitHub's AI pair programmer",
-    "repository": "https://github.com/github/copilot-language-server-release", "authors": ["Microsoft"],
-    "license": "proprietary",
-    "distribution": {"npx": {"package": "@github/copilot-language-server@1.419.0", "args": ["--acp"]}}}
+GEMINI_0_27_0 = {  # the registry's gemini/agent.json at 19f9b8b088c6ce1ef74f54ad7331b29d2379821b
+    "id": "gemini", "name": "Gemini CLI", "version": "0.27.0", "description": "Google's official CLI for Gemini",
+    "repository": "https://github.com/google-gemini/gemini-cli", "authors": ["Google"], "license": "Apache-2.0",
+    "distribution": {"npx": {"package": "@google/gemini-cli@0.27.0", "args": ["--experimental-acp"]}}}
 
 
 def _qwen(home: Path, url: str) -> dict[str, str]:
@@ -63,12 +68,13 @@ def bench(model_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("registry-install")
     agents = root / "agents"
     agents.mkdir()
-    entries = [_shipped_entry("claude-code-acp"), QWEN_0_8_2, COPILOT_1_419_0]
+    entries = [_shipped_entry("claude-code-acp"), QWEN_0_8_2, GEMINI_0_27_0]
     (agents / "registry.json").write_text(json.dumps({"version": "1.0.0", "agents": entries, "extensions": []}))
     home = root / "home"
     env = {k: v for k, v in os.environ.items() if k not in DROP}
     env.update(AGENTS["claude-agent"].env(home, model_server.url))  # HOME, XDG folders, loopback only, Claude's
     env.update(_qwen(home, model_server.url))
+    env.update(AGENTS["gemini"].configure(home, model_server.url))  # its settings in HOME, the scripted model's url
     env.update({"ESCOUADE_NB_AGENTS_DIR": str(agents), "ESCOUADE_NB_PLUGINS_DIR": str(root / "plugins"),
                 "ESCOUADE_AGENT_SUITE": SUITE_TOKEN})
     # npm reaches its registry with the machine's own settings (its cache the default one); the agents are
@@ -110,9 +116,12 @@ def _install(kernel: Kernel, agent_id: str) -> str:
 
 
 NO_PROXIES = {k: v for k, v in LOOPBACK_ONLY.items() if "proxy" not in k.lower()}
-"""qwen-code 0.8.2 sends its model requests through ``HTTPS_PROXY`` whatever ``NO_PROXY`` says (its turn fails
-with "Internal error" through the proxies that lead nowhere): it is started without them, its telemetry and usage
-statistics off in its settings, its model the scripted server on 127.0.0.1."""
+"""qwen-code 0.8.2 and gemini 0.27.0 (qwen-code is a fork of it) send their model requests through
+``HTTPS_PROXY`` whatever ``NO_PROXY`` says (their turn fails with "Internal error", gemini's "fetch failed
+sending request", through the proxies that lead nowhere): they are started without them, their telemetry and
+usage statistics off in their settings, their model the scripted server on 127.0.0.1."""
+
+STARTED_WITHOUT_PROXIES = ("qwen-code", "gemini")
 
 
 def _start_and_prompt(kernel: Kernel, root: Path, harness: str, name: str) -> dict:
@@ -120,7 +129,7 @@ def _start_and_prompt(kernel: Kernel, root: Path, harness: str, name: str) -> di
     work.mkdir()
     out = kernel.run(
         f"_saved = dict(os.environ)\n"
-        f"os.environ.update({(NO_PROXIES if harness == 'qwen-code' else LOOPBACK_ONLY)!r})\n"
+        f"os.environ.update({(NO_PROXIES if harness in STARTED_WITHOUT_PROXIES else LOOPBACK_ONLY)!r})\n"
         f"_a = %escouade {harness} --cwd {shlex.quote(str(work))} --as {name}\n"
         f"agents[{name!r}] = _a\n"
         f"_res = {{}}\n"
@@ -140,12 +149,12 @@ def _start_and_prompt(kernel: Kernel, root: Path, harness: str, name: str) -> di
     return json.loads(out.text.split("RESULT", 1)[1])
 
 
-@pytest.mark.parametrize("agent_id, package, harness, answers", [
-    ("claude-code-acp", "@zed-industries/claude-code-acp@0.16.0", "claude-agent", True),
-    ("qwen-code", "@qwen-code/qwen-code@0.8.2", "qwen-code", True),
-    ("github-copilot", "@github/copilot-language-server@1.419.0", "github-copilot", False),
+@pytest.mark.parametrize("agent_id, package, harness", [
+    ("claude-code-acp", "@zed-industries/claude-code-acp@0.16.0", "claude-agent"),
+    ("qwen-code", "@qwen-code/qwen-code@0.8.2", "qwen-code"),
+    ("gemini", "@google/gemini-cli@0.27.0", "gemini"),
 ])
-def test_a_registry_agent_installed_then_started_and_prompted(bench, agent_id, package, harness, answers):
+def test_a_registry_agent_installed_then_started_and_prompted(bench, agent_id, package, harness):
     kernel, root, server = bench
     _reachable(package)
     outcome = _install(kernel, agent_id)
@@ -159,10 +168,8 @@ def test_a_registry_agent_installed_then_started_and_prompted(bench, agent_id, p
     mark = server.mark()
     result = _start_and_prompt(kernel, root, harness, agent_id.replace("-", "_"))
     print(f"\n{agent_id}: {json.dumps(result)[:600]}")
-    assert result.get("info") is not None, result  # it started and answered initialize
-    if answers:
-        assert result.get("stop") == "end_turn", result
-        assert "Scripted reply." in result.get("text", ""), result
-        assert server.since(mark), "no model request reached the scripted model server"
-    else:
-        assert "error" in result and "\n" not in result["error"], result
+    assert result.get("stop") == "end_turn", result
+    assert "Scripted reply." in result.get("text", ""), result
+    assert server.since(mark), "no model request reached the scripted model server"
+    if agent_id != "gemini":  # gemini 0.27.0's initialize names no agentInfo (its turn above is its proof)
+        assert result.get("info") is not None, result

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import html
 import importlib
 import logging
 import shlex
@@ -33,6 +34,7 @@ from IPython.display import display
 
 from .permissions.commands import PLUGINS_USAGE, CommandError, journal_command, plugins_command
 from . import engine  # the engine's lazy face: its modules load in %load_ext's thread (load)
+from ._errors import EscouadeError
 from ._threads import collector_paused
 from .core.status import ENDED, NAME_FREE
 from .wire.errors import NoEventLoop
@@ -229,6 +231,37 @@ class EscouadeMagics(Magics):
         if len(words) == 3:
             view.start()
 
+    def _install(self, squad: Squad, words: list[str]) -> None:
+        """``install [NAME] [--refresh]``: what the ACP registry offers, or one of its agents
+        installed per user (:meth:`~.engine.squad.Squad.install`), npm's or pip's output streamed
+        into this cell's output as it comes, then what was installed, its version and where."""
+        refresh = "--refresh" in words[1:]
+        rest = [w for w in words[1:] if w != "--refresh"]
+        if len(rest) > 1:
+            raise _UsageError("install takes one registry agent id (none: the list), and optionally --refresh")
+        self._need_loop()
+        if not rest:
+            handle = display({"text/plain": "the ACP registry…"}, raw=True, display_id=True)
+
+            async def listing() -> None:
+                try:
+                    text = await squad.registry_listing(refresh)
+                except EscouadeError as exc:
+                    text = f"escouade: {exc}"
+                handle.update({"text/plain": text}, raw=True)
+            squad._own(listing(), "escouade install listing", cancel=False)
+            return
+        name = rest[0]
+        progress = InstallLog(f"installing {name} from the ACP registry…")
+
+        async def go() -> None:
+            try:
+                result = await squad.install(name, on_line=progress.line, refresh=refresh)
+                progress.end(str(result), keep_log=not result.already)
+            except EscouadeError as exc:
+                progress.end(f"escouade: {exc}", keep_log=True)
+        squad._own(go(), f"escouade install {name}")
+
     def _rules(self, squad: Squad, words: list[str]) -> None:
         """``plugins …`` and ``journal …`` (:mod:`~.permissions.commands`)."""
         try:
@@ -422,6 +455,54 @@ class EscouadeMagics(Magics):
         raise engine.SquadError(str(NoEventLoop("%escouade")))
 
 
+class InstallLog:
+    """``%escouade install NAME``'s output: a display whose log (the newest ``TAIL`` lines of
+    npm's or pip's output) is redrawn at most every ``EVERY`` seconds while it runs, then
+    replaced by the outcome (what was installed, its version and where, or why not) and the
+    log's end. Plain text and HTML; nothing transient stays once it has ended."""
+
+    TAIL = 12
+    EVERY = 0.5
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+        self.lines: list[str] = []
+        self.count = 0
+        self.ended = False
+        self._later: asyncio.TimerHandle | None = None
+        self.handle = display(self._bundle(head), raw=True, display_id=True)
+
+    def _bundle(self, head: str, keep_log: bool = True) -> dict[str, str]:
+        log = "\n".join(self.lines[-self.TAIL:]) if keep_log else ""
+        more = f"({self.count} lines of output; the last {min(self.TAIL, len(self.lines))}:)" if log else ""
+        text = "\n".join(x for x in (head, more, log) if x)
+        body = f"<div>{html.escape(head)}</div>"
+        if log:
+            body += (f"<div class='esc-dim'>{html.escape(more)}</div>"
+                     f"<pre style='max-height:16em;overflow:auto'>{html.escape(log)}</pre>")
+        return {"text/plain": text, "text/html": f"<div class='esc-install'>{body}</div>"}
+
+    def line(self, line: str) -> None:
+        """One line of output (redrawn soon, not at once: npm prints hundreds)."""
+        self.count += 1
+        self.lines.append(line)
+        del self.lines[:-self.TAIL]
+        if self._later is None and not self.ended:
+            self._later = asyncio.get_running_loop().call_later(self.EVERY, self._redraw)
+
+    def _redraw(self) -> None:
+        self._later = None
+        if not self.ended:
+            self.handle.update(self._bundle(self.head), raw=True)
+
+    def end(self, outcome: str, *, keep_log: bool) -> None:
+        """The outcome, once: it replaces the running form."""
+        self.ended = True
+        if self._later is not None:
+            self._later.cancel()
+        self.handle.update(self._bundle(outcome, keep_log), raw=True)
+
+
 def _show(view) -> None:
     """Display a view as the output of the cell being run; when that cell runs again,
     the views it showed before are closed (their output is gone: they let go)."""
@@ -494,6 +575,10 @@ COMMANDS: tuple[Subcommand, ...] = (
   %escouade resume AGENT --from FILE        rebuild that transcript (two agents of one name: pick one)
   %escouade resume AGENT --session ID       open that session of the agent's own (see sessions) in a new agent
 """, EscouadeMagics._resume),
+    Subcommand(("install",), """\
+  %escouade install [NAME] [--refresh]      the ACP registry's agents, or one installed for you (npm or pip, no
+                                            root; --refresh: the registry fetched first, else the copy at hand)
+""", EscouadeMagics._install),
     Subcommand(("update",), "  %escouade update NAME [--yes]             show (and run) the harness's update command\n",
                EscouadeMagics._update),
     PROMPT,

@@ -30,6 +30,8 @@ _LAZY = {
     # a harness update's run
     "UpdateJob": "launch.harness_update", "UpdateResult": "launch.harness_update",
     "UPDATE_TIMEOUT": "launch.harness_update",
+    # an agent of the ACP registry installed (%escouade install)
+    "InstallResult": "launch.registry_install",
 }
 __all__ = list(_LAZY)
 
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover  (``X as X``: a re-export, for type checke
     from .controls import flatten_options as flatten_options
     from .launch.harness_update import (UPDATE_TIMEOUT as UPDATE_TIMEOUT, UpdateJob as UpdateJob,
                                         UpdateResult as UpdateResult)
+    from .launch.registry_install import InstallResult as InstallResult
     from .listing import listing_text as listing_text
     from .review.cell_review import (PendingEdit as PendingEdit, drop as drop, pending_edit as pending_edit,
                                      user_changed as user_changed)

@@ -751,6 +751,48 @@ class Squad:
                                lambda v: None if before.done() else before.set_result(v))
         return ref, before
 
+    async def install(self, name: str, *, on_line: Callable[[str], object] | None = None,
+                      refresh: bool = False) -> Any:
+        """``%escouade install NAME``: install the ACP registry's agent *name* per user and write
+        its harness manifest (:func:`~.launch.registry_install.install_agent`); ``on_line(line)``
+        sees npm's or pip's output as it comes; *refresh* fetches the registry first
+        (:func:`~.launch.registry_install.refresh_registry`; its one-line note goes to
+        ``on_line``). Returns the :class:`~.launch.registry_install.InstallResult`, the
+        discovery read again (the harness is found at once). :class:`SquadError` (one line)
+        when the entry is refused or the install fails: nothing was changed then."""
+        from ..manifest.registry import PLUGIN_PREFIX, RegistryError
+        from .launch.registry_install import InstallError, install_agent, refresh_registry
+
+        registry = None
+        if refresh:
+            registry, note = await refresh_registry()
+            if on_line is not None:
+                on_line(note)
+        described = {ref.short_id: (ref.manifest.to_dict(), ref.harness.id)
+                     for ref in self.discovery().harnesses
+                     if not ref.folder.name.startswith(PLUGIN_PREFIX)}
+        try:
+            result = await install_agent(name, on_line=on_line, described=described, registry=registry)
+        except (RegistryError, InstallError) as exc:
+            raise SquadError(str(exc)) from None
+        await asyncio.to_thread(self.discovery, True)
+        return result
+
+    async def registry_listing(self, refresh: bool = False) -> str:
+        """``%escouade install`` alone: what the ACP registry offers (the cached or shipped copy;
+        fetched first with *refresh*, its note on the first line)."""
+        from ..manifest.registry import load_registry
+        from .launch.registry_install import refresh_registry, registry_listing
+
+        note = None
+        if refresh:
+            registry, note = await refresh_registry()
+        else:
+            registry = await asyncio.to_thread(load_registry)
+        text = registry_listing(registry)
+        return f"{note}\n{text}" if note else text
+
+
 
 _squad: Squad | None = None
 

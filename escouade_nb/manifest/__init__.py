@@ -1,6 +1,7 @@
 """Harness manifests (Escouade's ``escouade-plugin.json``, schema plugin-1): the pydantic
 models (:mod:`.models`), where manifests are found (:mod:`.discovery`), the program and
-its version (:mod:`.locate`), and the project a folder belongs to (:mod:`.project`).
+its version (:mod:`.locate`), the project a folder belongs to (:mod:`.project`), and the ACP
+registry's entries as data (:mod:`.registry`: the shipped copy, an entry checked into an install plan).
 
 The bottom layer: it imports nothing else of escouade_nb.
 """

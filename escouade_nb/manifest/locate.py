@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .models import Harness, Tested
+from .registry import agents_bin_dir
 
 def _scripts_dir() -> str | None:
     """The running Python environment's scripts folder (``bin``/``Scripts``)."""
@@ -25,13 +26,17 @@ def _scripts_dir() -> str | None:
 def locate_program(harness: Harness) -> str | None:
     """Absolute path of the harness program, or ``None`` if not found.
 
-    For each name of ``locate.names``, in order: ``shutil.which`` on the
-    PATH, then the running Python environment's scripts folder (a kernel
-    started from a venv without activation may not have it on the PATH).
+    For each name of ``locate.names``, in order: the folder of the agents
+    ``%escouade install`` installed (:func:`~.registry.agents_bin_dir`: the
+    user installed them for this), then ``shutil.which`` on the PATH, then the
+    running Python environment's scripts folder (a kernel started from a venv
+    without activation may not have it on the PATH).
     """
     scripts = _scripts_dir()
+    installed = agents_bin_dir()
     for name in harness.locate.names:
-        found = shutil.which(name)
+        found = shutil.which(name, path=str(installed)) if installed.is_dir() else None
+        found = found or shutil.which(name)
         if not found and scripts and os.path.isdir(scripts):
             found = shutil.which(name, path=scripts)
         if found:

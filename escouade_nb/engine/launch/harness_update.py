@@ -77,6 +77,17 @@ def _kill_running() -> None:
     _running.clear()
 
 
+def track_group(pgid: int) -> None:
+    """Kill process group ``pgid`` at interpreter exit unless :func:`untrack_group` came first
+    (an installer's: ``%escouade update``'s and ``%escouade install``'s)."""
+    _track(pgid)
+
+
+def untrack_group(pgid: int) -> None:
+    """The group ended: no longer killed at exit."""
+    _running.discard(pgid)
+
+
 def _track(pgid: int) -> None:
     global _atexit_registered
     if not _atexit_registered:

@@ -118,6 +118,7 @@ class ActivityTracker:
         swallowed). Returns the length of the quiet spell it ended when the agent was
         stalled (seconds), else None."""
         alive = update
+        doing, detail, says = self.doing, self.detail, self.agent_says
         for change in changes:
             item = change.item
             if isinstance(item, Notice) and item.origin != "agent":
@@ -125,26 +126,27 @@ class ActivityTracker:
             alive = True
             if item is None:
                 if change.name == "agent_state":
-                    self.agent_says = self.read_agent_state()
+                    says = self.read_agent_state()
             elif isinstance(item, Message):
                 if item.role == "thought":
-                    self.doing, self.detail = "thinking", ""
+                    doing, detail = "thinking", ""
                 elif item.role == "agent":
-                    self.doing, self.detail = "writing", ""
+                    doing, detail = "writing", ""
             elif isinstance(item, ToolCall) and item.origin is None:
                 if item.status in _UNFINISHED and not item.cancelled:
                     title = item.title or item.kind or ""  # the agent's words: shown as text, cut short
-                    self.doing, self.detail = "tool", title if len(title) <= 80 else title[:79] + "…"
-                elif self.doing == "tool":
-                    self.doing, self.detail = "thinking", ""  # it has the tool's result
+                    doing, detail = "tool", title if len(title) <= 80 else title[:79] + "…"
+                elif doing == "tool":
+                    doing, detail = "thinking", ""  # it has the tool's result
         if not alive:
             return None
         now = self.clock()
-        quiet = now - self.last_update
+        ended = now - self.last_update if self.stalled else None
         self.last_update = now
-        ended = quiet if self.stalled else None
-        self.stalled = False
-        self._settle()
+        # the common case (one more chunk of what it was doing) settles nothing: no allocation
+        if ended is not None or doing != self.doing or detail != self.detail or says != self.agent_says:
+            self.doing, self.detail, self.agent_says, self.stalled = doing, detail, says, False
+            self._settle()
         return ended
 
     def agent_state(self, state: str | None) -> None:

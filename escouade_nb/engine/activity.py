@@ -1,15 +1,19 @@
 """An agent's activity (``agent.activity``) and its stall timer: :class:`ActivityWatch`.
 
-The machine is :class:`~..core.activity.ActivityTracker` (pure); this part feeds it the
-agent's conversation, turns and cards, and owns the one timer task of the agent: it
+The machine is :class:`~..core.activity.ActivityTracker` (pure); this part feeds it every
+update of the agent (from :class:`~.live.Live`'s fold: the client's own changes are no sign
+of the agent's life), its turns and its cards, and owns the one timer task of the agent: it
 sleeps until the agent would be stalled (an update only moves a float: the task wakes at
 the old deadline and sleeps the rest), and while stalled redraws the views every few
 seconds (the count, "stalled for 74 s"). No turn, or a card waiting for the user: no task.
 
 The record: when a stall ends — the agent sends something again, or the turn ends (Stop)
 — the conversation says how long it was quiet, in a notice ("No update from the agent for
-1 min 14 s (stalled), then it sent an update" / "…, when the turn ended"): a notice is in the transcript, so the saved form, a resume and an export
-keep it; the live "stalled" word itself is a state, like "working…", and is not.
+1 min 14 s (stalled), then it sent an update" / "…, when the turn ended"): a notice is in
+the transcript, so the saved form, a resume and an export keep it; the live word
+"stalled", like "working…", is a state and is not kept. Why a notice: a stall is what the
+user could not see in the record otherwise (the chunks' times are there, but a silence of a
+minute between two of them reads like any other), and it says only what we saw.
 """
 
 from __future__ import annotations

@@ -125,11 +125,25 @@ class SubagentUpdate(_Wire):
     field_meta: dict[str, Any] | None = Field(default=None, alias="_meta")
 
 
+class StateUpdate(_Wire):
+    """``{"sessionUpdate": "state_update", "state": "running"|"idle"|"requires_action"|
+    "unknown"|<string>, "stopReason"?, "usage"?}``: ACP v2's (draft) word of the agent on
+    its own work, the ``StateUpdate`` of ``subagent_update`` sent for the session itself
+    (``docs/protocol/v2/migration.mdx``). Accepted from a v1 agent that sends it, as data:
+    it ends no turn of ours (:mod:`..core.activity`)."""
+
+    session_update: Literal["state_update"] = Field(alias="sessionUpdate")
+    state: str = Field(min_length=1)
+    stop_reason: str | None = Field(default=None, alias="stopReason")
+    field_meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
 UPDATES: dict[str, type[_Wire]] = {
     "notice": NoticeUpdate,
     "compaction_update": CompactionUpdate,
     "compaction_summary_chunk": CompactionSummaryChunk,
     "subagent_update": SubagentUpdate,
+    "state_update": StateUpdate,
 }
 """The ``sessionUpdate`` kinds of this module, by tag."""
 

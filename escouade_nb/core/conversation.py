@@ -332,7 +332,7 @@ class Unknown(Item):
 @dataclass(frozen=True)
 class Change:
     """``kind`` is ``added`` (a new item), ``updated`` (an item changed) or ``state``
-    (session state ``name`` changed: mode, config_options, commands, info, usage)."""
+    (session state ``name`` changed: mode, config_options, commands, info, usage, agent_state)."""
 
     kind: Literal["added", "updated", "state"]
     item: Item | None = None
@@ -377,7 +377,8 @@ def _validate(update: dict[str, Any]) -> str | None:
 class Conversation:
     """The folded state of one session: ``items`` in transcript order, the tool calls by
     id, and the session state (``modes``, ``current_mode_id``, ``config_options``,
-    ``commands``, ``title``, ``updated_at``, ``usage``).
+    ``commands``, ``title``, ``updated_at``, ``usage``, ``agent_state``: the ``state``
+    of the agent's latest ACP v2 ``state_update``, as sent).
 
     Subscribers (``subscribe(fn)``) are called synchronously with each batch of
     changes. A subscriber that raises is logged and does not stop the fold.
@@ -395,6 +396,7 @@ class Conversation:
         self.title: str | None = None
         self.updated_at: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.agent_state: str | None = None  # the latest ACP v2 state_update's ``state``, as sent
         self.session_meta: dict[str, Any] = {}  # session_info_update's _meta, merged per key (goose's activeRunId)
         self._messages: dict[tuple[str, str], Message] = {}
         self._echo: tuple[Message, str, list[dict[str, Any]]] | None = None  # the prompt an agent may echo back
@@ -496,6 +498,9 @@ class Conversation:
             self._compaction(raw, changes)
         elif kind == "subagent_update":
             self._subagent(raw, changes)
+        elif kind == "state_update":  # ACP v2's word of the agent on its work: data (core/activity.py)
+            self.agent_state = raw["state"]
+            changes.append(Change("state", name="agent_state"))
         else:  # a kind the SDK validates but we do not fold yet: keep it visible
             self._append(Unknown(self._new_key("unknown"), raw=raw, reason="not shown by this client"), changes)
         return self._emit(changes)

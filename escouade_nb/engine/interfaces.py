@@ -90,6 +90,14 @@ class BudgetPart(Protocol):
     async def hold(self) -> bool: ...
 
 
+class ActivityPart(Protocol):
+    """``activity_watch``: what it does now and its stall timer (:class:`~.activity.ActivityWatch`)."""
+
+    def turn_started(self) -> None: ...
+
+    def saw(self, changes: list[Any]) -> None: ...
+
+
 class WorktreePart(Protocol):
     """``worktree``: its own git worktree and branch (``--worktree``; :class:`~.worktrees.worktree.Worktree`)."""
 
@@ -304,6 +312,9 @@ class TurnsAgent(Named, HasFileWatch, HasEditReview, HasFolderCheckpoints, Proto
     def budget(self) -> BudgetPart: ...
 
     @property
+    def activity_watch(self) -> ActivityPart: ...
+
+    @property
     def transcript(self) -> Transcript | None: ...
 
     @property
@@ -342,6 +353,9 @@ class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Has
     ``Any`` here: naming their classes would tie this module to theirs)."""
 
     keeper: Any  # its ConversationRecord
+
+    @property
+    def activity_watch(self) -> ActivityPart: ...  # what it does now: fed every update of the agent
     status: AgentStatus
     controls: Any
     turns: Any

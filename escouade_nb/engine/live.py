@@ -430,8 +430,9 @@ class Live:
         conversation = self.agent.conversation
         with self.agent.keeper.folding():  # what the fold adds (an adapter's notice) a replay adds again
             update = adapt(self.agent.harness.short_id, conversation, update)
-            if update is not None:
-                conversation.apply(update if isinstance(update, dict) else {"value": update})
+            changes = [] if update is None else conversation.apply(update if isinstance(update, dict)
+                                                                    else {"value": update})
+        self.agent.activity_watch.saw(changes)  # a sign of life, and what it does (engine/activity.py)
 
     def _fold_child(self, session_id: str, update: Any) -> None:
         """An update of a child session (a subagent): into its nested conversation."""
@@ -439,8 +440,9 @@ class Live:
         if sub is None:
             return
         update = adapt(self.agent.harness.short_id, sub.conversation, update)
-        if update is not None:
-            sub.conversation.apply(update if isinstance(update, dict) else {"value": update})
+        changes = [] if update is None else sub.conversation.apply(update if isinstance(update, dict)
+                                                                   else {"value": update})
+        self.agent.activity_watch.saw(changes)  # its subagent's work is its own
 
     def _on_refused(self, size: int, envelope: dict[str, Any]) -> None:
         """A message of the agent over the wire's cap was refused unread: one line says so."""

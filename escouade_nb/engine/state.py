@@ -33,6 +33,7 @@ from typing import Any, Generic, Literal, Never, TypeVar, cast
 import anyio
 
 from ..core import plans
+from ..core.activity import Activity
 from ..core.conversation import Change, Conversation, Question, ToolCall
 from ..core.observers import Observers
 from ..core.prompt import blocks
@@ -44,6 +45,7 @@ from ..wire.errors import AgentError, AuthRequired, running_loop
 from ..wire.process import kill_group_now
 from ..wire.session import AgentSession
 from ..wire.transcript import Transcript
+from .activity import ActivityWatch
 from .budget import AgentBudget
 from .cards import Policy
 from .review.cell_review import EditReview
@@ -225,6 +227,7 @@ class AgentState:
                                       on_failed=self._edit_not_settled)
         self.keeper = ConversationRecord(self)  # its notices and card answers in the transcript
         self.budget = AgentBudget(self)  # set_budget: what it may spend before it pauses on a card
+        self.activity_watch = ActivityWatch(self)  # what it does now, and its stall timer (agent.activity)
         self.file_watch = FileWatch(self.edit_review, self.cwd, self.conversation, lambda: self.transcript,
                                     _kernel_notebook, self._recorded_repository) if self.review else None
         self.status = AgentStatus.STARTING
@@ -378,12 +381,34 @@ class AgentState:
         self._wake = asyncio.Event()
 
     def cards_waiting(self) -> None:
+        self.activity_watch.cards(True)  # never stalled while a card waits for the user
         if self.status in (AgentStatus.IDLE, AgentStatus.WORKING):
             self.set_status(AgentStatus.WAITING)
 
     def cards_answered(self) -> None:
+        self.activity_watch.cards(False)
         if self.status is AgentStatus.WAITING:
             self.set_status(AgentStatus.WORKING if self.turns.current is not None else AgentStatus.IDLE)
+
+    @property
+    def activity(self) -> Activity:
+        """What it is doing now (:class:`~..core.activity.Activity`): ``.state`` one of
+        ``idle``, ``thinking``, ``writing``, ``tool``, ``waiting`` (a card waits for you),
+        ``stalled`` (a turn runs and no update came for :attr:`stall_after` seconds);
+        ``.detail`` (the tool's title, how long it is quiet…); ``.since``, a UTC ``datetime``;
+        ``.text``, the words the views show."""
+        return self.activity_watch.activity()
+
+    @property
+    def stall_after(self) -> float | None:
+        """Seconds without an update from the agent, while a turn runs and no card waits,
+        after which it is *stalled* (default 60; None: never). Setting it takes effect at
+        once; ``ValueError`` for anything but a positive number or None."""
+        return self.activity_watch.stall_after
+
+    @stall_after.setter
+    def stall_after(self, seconds: float | None) -> None:
+        self.activity_watch.stall_after = seconds
 
     def _collect(self, changes: list[Change]) -> None:
         self.last_activity = time.time()
@@ -622,6 +647,7 @@ class AgentState:
     def turn_ended(self, turn: Turn) -> None:
         if self.transcript is not None:  # a turn's end is on disk, whatever comes next
             self.transcript.flush()
+        self.activity_watch.turn_ended()  # a stall it ended in is said (a notice) before the turn's last words
         self.conversation.settle_rejected()
         self.conversation.close_messages()
         if self.live is not None:
@@ -726,6 +752,7 @@ class AgentState:
                 self.early_desk.close("agent closed")
             await self._close_session()
             self.budget.close()
+            self.activity_watch.close()
             self.turns.close()
             self.edit_review.close()
             await self.folder_checkpoints.aclose()

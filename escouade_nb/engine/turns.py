@@ -266,6 +266,7 @@ class TurnQueue:
             mark = {"escouade": {"steered": True}} if turn.steered else {}  # _meta: the transcript says it
             self.unsent = None  # from here a steer stops the turn: its prompt is on its way
             self.agent.budget.turn_started()  # its seconds count from the prompt sent
+            self.agent.activity_watch.turn_started()  # …and its quiet spells (engine/activity.py)
             response = await session.conn.prompt(session_id=session.session_id, prompt=wire_prompt, **mark)
         except Exception as exc:
             if files is not None:  # its changes pend review by the time ``await turn`` returns

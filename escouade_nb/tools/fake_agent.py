@@ -20,6 +20,8 @@ fork's conversation so far, a preamble), nor an embedded resource.
 ``crash``           two chunks, a few stderr lines, then ``os._exit(3)``
 ``flood``           2 MiB of stderr, then a short reply
 ``slow``            50 ``tick N`` chunks, 0.1 s apart; honours cancel
+``go silent``       one chunk, then no update at all until cancelled (a hang: the client sees it stall)
+``go quiet N s``    one chunk, N seconds of silence, then a last chunk (a stall that clears)
 ``chunks N [of W]`` exactly N chunks of W (default 40) characters, no sleeps
 ``think``           a thought (2 chunks), then a reply
 ``present plan``    a plan to approve (``ExitPlanMode``): Approve / Keep planning
@@ -134,12 +136,14 @@ from .fake_modes import ModesAndQuestions  # noqa: E402
 from .fake_session import PERMISSION_OPTIONS, _Cancelled, _is_context, _Session, _Turn  # noqa: E402
 from .fake_words import (  # noqa: E402
     _CHUNKS_RE,
+    _QUIET_RE,
     _RUN_RE,
     _STREAM_CODE_RE,
     _STREAM_RE,
     CHUNK_WIDTH,
     CODE_CHUNK,
     FLOOD_BYTES,
+    SILENT_WORDS,
     SLOW_DELAY,
     SLOW_TICKS,
     _chunk_text,
@@ -295,6 +299,11 @@ class FakeAgent(McpTools, ModesAndQuestions, FilesAndTerminals):
         special = await self._dispatch_files_terminals(turn, text)
         if special is not None:
             return special
+        if "go silent" in low:
+            return await self._silent(turn, None)
+        m = _QUIET_RE.search(text)
+        if m:
+            return await self._silent(turn, float(m.group(1)))
         if "crash" in low:
             return await self._crash(turn)
         if "flood" in low:
@@ -339,6 +348,14 @@ class FakeAgent(McpTools, ModesAndQuestions, FilesAndTerminals):
         sys.stderr.write("".join(lines))
         sys.stderr.flush()
         await turn.say("Flooded stderr with 2 MiB.")
+        return "end_turn"
+
+    async def _silent(self, turn: _Turn, seconds: float | None) -> str:
+        """A chunk, then nothing at all: until the turn is cancelled (``seconds`` None: a
+        hang, Stop ends it), or for ``seconds``, then a last chunk (it resumes)."""
+        await turn.say(SILENT_WORDS)
+        await turn.sleep(seconds if seconds is not None else 24 * 3600)
+        await turn.say(" …and I am back.")
         return "end_turn"
 
     async def _slow(self, turn: _Turn) -> str:

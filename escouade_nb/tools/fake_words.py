@@ -42,6 +42,9 @@ _CODE_VERBS = ("load", "parse", "scale", "merge", "split", "count", "filter", "r
                "write", "group", "sort", "clean", "score", "fetch", "store", "update", "compare")
 _CODE_NOUNS = ("rows", "frame", "values", "records", "batch", "table", "cells", "tokens", "paths", "items",
                "scores", "labels", "columns", "samples", "weights", "options", "results", "entries")
+_QUIET_RE = re.compile(r"\bgo\s+quiet\s+(\d+(?:\.\d+)?)\s*s\b", re.IGNORECASE)
+SILENT_WORDS = "Looking into it…"
+"""What ``go silent`` and ``go quiet N s`` say before their silence."""
 _RUN_RE = re.compile(r"\brun\s+(.+)", re.IGNORECASE)
 # A token "looks like a file name" when it ends in a dot and an extension.
 _FILE_RE = re.compile(r"^[\w./\\~-]*\w\.[A-Za-z0-9]{1,10}$")

@@ -45,6 +45,19 @@ def status_text(status: str) -> str:
     return STATUS_TEXT.get(status, str(status))
 
 
+def activity_words(agent: Agent) -> tuple[str, str, str] | None:
+    """While its turn's prompt is out and no card waits: ``(words, tone, state)`` of what it
+    does (``thinking``, ``running a tool: Read x.py``, ``stalled for 74 s``…; tone
+    ``stalled`` or ``in_progress``; :attr:`~..engine.agent.Agent.activity`), else None (the
+    status says it: waiting for you, idle, starting…)."""
+    if agent.status != AgentStatus.WORKING:
+        return None
+    activity = agent.activity
+    if activity.state in ("idle", "waiting"):  # the prompt not sent yet (its checkpoint): "working…"
+        return None
+    return activity.text, ("stalled" if activity.state == "stalled" else "in_progress"), activity.state
+
+
 _views: weakref.WeakKeyDictionary[Agent, weakref.WeakSet] = weakref.WeakKeyDictionary()
 
 
@@ -596,6 +609,10 @@ class AgentView(ConversationView):
         waiting = getattr(a, "start_waiting", None)
         if status == AgentStatus.STARTING and waiting:
             text += f" ({waiting})"
+        doing = activity_words(a)
+        tone = STATUS_TONE.get(status, "idle")
+        if doing is not None:
+            text, tone = doing[0], doing[1]
         usage = conv.usage or {}
         cost = usage.get("cost") or {}
         state, why = a.kernel_tools_state
@@ -621,7 +638,8 @@ class AgentView(ConversationView):
         return {
             "name": a.name, "harness": a.harness.display_name, "folder": str(a.cwd), "where": _where(a),
             "protections": [[word, meaning] for word, meaning in protections(a)],
-            "status": str(status), "status_text": text, "tone": STATUS_TONE.get(status, "idle"),
+            "status": str(status), "status_text": text, "tone": tone,
+            "activity": a.activity.state,  # idle, thinking, writing, tool, waiting, stalled (the page's attention)
             "title": conv.title, "placeholder": _placeholder(a.name, status, text),
             "usage": {"used": usage.get("used"), "size": usage.get("size"),
                       "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else None}
@@ -727,6 +745,9 @@ class TurnView(ConversationView):
                  "failed": "failed"}.get(status, status)
         if status == "running" and self.agent.status in BUSY and self.agent.turns.current is t:
             words, tone = status_text(self.agent.status), STATUS_TONE[self.agent.status]  # a card waits: say so
+            doing = activity_words(self.agent)
+            if doing is not None:  # thinking, running a tool, stalled for 74 s…
+                words, tone = doing[0], doing[1]
         if t.error is not None:
             words = f"failed: {t.error}"
         return {"name": self.agent.name, "status": status, "status_text": words, "tone": tone,

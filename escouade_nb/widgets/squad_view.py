@@ -18,7 +18,7 @@ from ..core.conversation import Conversation
 from ..core.observers import Subscription
 from ..core.status import BUSY, CAN_RESTART, ENDED
 from ..engine import Agent, Squad
-from .agent_view import STATUS_TONE, AgentView, CardActions, _run, status_text
+from .agent_view import STATUS_TONE, AgentView, CardActions, _run, activity_words, status_text
 from .feed import Feed
 from .front import HIDE_ORPHAN, FrontView, static_page
 from .render import esc
@@ -91,7 +91,7 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
         "folder": str(agent.cwd) + (f" via {shlex.join(agent.via)}" if getattr(agent, "via", None) else ""),
         "worktree": _worktree_cell(agent),
         "mode": mode,
-        "status": status_text(agent.status),
+        "status": _status_cell(agent),
         "last activity": _ago(agent.last_activity, now),
         "tokens": f"{usage.get('used')}/{usage.get('size')}" if usage.get("used") is not None else "—",
         "cost": f"{cost.get('amount')} {cost.get('currency', '')}".strip() if cost else "—",
@@ -99,6 +99,17 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
         "cards": str(len(agent.pending_cards) + len(agent.pending_questions)),
         "subagents": _subagents_cell(agent),
     }
+
+
+def _status_cell(agent: Agent) -> str:
+    """Its status, or while its turn runs what it does (``running a tool: …``, ``stalled for 74 s``)."""
+    doing = activity_words(agent)
+    return doing[0] if doing is not None else status_text(agent.status)
+
+
+def _tone(agent: Agent) -> str:
+    doing = activity_words(agent)
+    return doing[1] if doing is not None else STATUS_TONE.get(agent.status, "idle")
 
 
 def _budget_cell(agent: Agent) -> str:
@@ -186,8 +197,8 @@ class SquadView(FrontView):
         for agent in agents:
             cells = agent_row(agent, now)
             cells["last activity"] = ""  # the browser counts it from "at" (no message a second)
-            rows.append({"name": agent.name, "cells": cells, "tone": STATUS_TONE.get(agent.status, "idle"),
-                         "status": str(agent.status),
+            rows.append({"name": agent.name, "cells": cells, "tone": _tone(agent),
+                         "status": str(agent.status), "activity": agent.activity.state,
                          "at": agent.last_activity, "cards": len(agent.pending_cards) + len(agent.pending_questions),
                          "can": {"cancel": agent.status in BUSY and agent.turns.current is not None,
                                  "restart": agent.status in CAN_RESTART, "stop": agent.status not in ENDED}})
@@ -298,7 +309,7 @@ class SquadView(FrontView):
         if rows:
             head = "".join(f"<th>{esc(c)}</th>" for c in cols)
             body = "".join(
-                "<tr>" + "".join(f'<td><span class="esc-status esc-st-{STATUS_TONE.get(a.status, "idle")}">● '
+                "<tr>" + "".join(f'<td><span class="esc-status esc-st-{_tone(a)}">● '
                                  f'{esc(cells[c])}</span></td>' if c == "status" else
                                  f'<td class="esc-nowrap">{esc(cells[c])}</td>' if c in _WHOLE else
                                  f"<td>{esc(cells[c])}</td>"

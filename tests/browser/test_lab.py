@@ -131,7 +131,7 @@ def test_prompt_box_streams_the_reply(nb):
     nb.run_cell(3)
     turn = nb.output(3).locator(".esc-view.esc-turn:not(.esc-saved)")
     turn.get_by_text("tick 3", exact=False).wait_for()
-    assert "working" in turn.locator(".esc-head .esc-status").inner_text()
+    assert "writing" in turn.locator(".esc-head .esc-status").inner_text()  # what it does now (agent.activity)
     turn.locator(".esc-head .esc-stop").click()
     static = wait_static_turn(nb, 3)
     assert "stopped" in static.locator(".esc-status").first.inner_text()
@@ -999,7 +999,7 @@ def test_page_stall_with_three_agents_streaming(nb):
     for v in views:
         v.locator("textarea.esc-box").press("Enter")
     for v in views:
-        nb.wait_status(v, "working")
+        nb.wait_status(v, "writing")  # streaming: what it does now (agent.activity)
     for v in views:
         nb.wait_status(v, "idle", timeout=120)
     took = time.monotonic() - started

@@ -93,7 +93,7 @@ def test_title_count_notifications_and_the_jump_key(nb):
         nb.send(va, "run make deploy", key="Enter")  # a waits for you
         until(lambda: title(nb) == f"(1) {bare}", "the title counts a waiting")
         nb.send(vb, "slow", key="Enter")  # b works for 5 s, then finishes while the page is hidden
-        nb.wait_status(vb, "working")
+        nb.wait_status(vb, "writing")  # its ticks: what it does now (agent.activity)
         nb.wait_status(vb, "idle", timeout=30)
         until(lambda: title(nb) == f"(2) {bare}", "the title counts b finished while hidden")
         notes = page.evaluate("() => window.__notes")

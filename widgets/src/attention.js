@@ -1,8 +1,9 @@
 import { h } from "./dom.js";
 
 // -- attention: the tab's title count and opt-in notifications (one per page) -------------------------
-// Every view reports the agents it shows (name -> status); an agent waiting for you, or one that finished
-// while the page was hidden, counts in the tab's title, "(2) …". Notifications (the page's Notification
+// Every view reports the agents it shows (name -> status, or "stalled": a turn with no update for its
+// stall_after); an agent waiting for you, or one that finished while the page was hidden, counts in the tab's
+// title, "(2) …"; a stall is notified (once per stall), not counted. Notifications (the page's Notification
 // API) are off until turned on with a view's notify toggle (kept in localStorage); the browser's permission is
 // asked only on that click, never unprompted.
 const NOTIFY_KEY = "escouade_nb.notify";
@@ -45,7 +46,8 @@ export function attention() {
       for (const [name, st] of now) {
         const before = this.status.get(name);
         if (st === "waiting" && before !== "waiting") this.notify(`${name} waits for you`, name);
-        const busy = before === "working" || before === "waiting";
+        if (st === "stalled" && before !== "stalled") this.notify(`${name} has stalled: no update for a while`, name);
+        const busy = before === "working" || before === "waiting" || before === "stalled";
         if (busy && st === "idle" && document.hidden) { this.finished.add(name); this.notify(`${name} finished`, name); }
       }
       for (const name of [...this.finished]) if (!now.has(name)) this.finished.delete(name);
@@ -86,7 +88,7 @@ export function notifyToggle(compact = false) {
     btn.setAttribute("aria-pressed", String(on));
     btn.setAttribute("aria-label", `Notifications: ${on ? "on" : "off"}`);
     btn.title = blocked ? "Notifications are blocked by the browser for this page"
-      : "Notify me when an agent waits for me, or finishes while this page is hidden";
+      : "Notify me when an agent waits for me, stalls, or finishes while this page is hidden";
   };
   btn.addEventListener("click", (e) => { e.preventDefault(); a.toggle(); });
   a.toggles.add(draw);

@@ -113,7 +113,7 @@ export class ConversationUI {
     this.review.replaceChildren();
     for (const n of this.transcript.querySelectorAll(":scope > .esc-pinned")) n.classList.remove("esc-pinned");
     // what was still waiting or running never will: its status word says so
-    for (const st of this.transcript.querySelectorAll(".esc-st-waiting, .esc-st-in_progress, .esc-st-pending")) {
+    for (const st of this.transcript.querySelectorAll(".esc-st-waiting, .esc-st-in_progress, .esc-st-pending, .esc-st-stalled")) {
       if (!st.classList.contains("esc-status")) continue;
       const words = st.classList.contains("esc-st-waiting") ? "not answered: no kernel" : "stopped with the kernel";
       st.className = "esc-status esc-st-cancelled";
@@ -407,7 +407,7 @@ export class ConversationUI {
       side.append(this.notifyBtn);
     }
     if (!this.attentionId) this.attentionId = "v" + (++attention().serial);
-    attention().report(this.attentionId, [[head.name, head.status]]);
+    attention().report(this.attentionId, [[head.name, head.activity === "stalled" ? "stalled" : head.status]]);
     const inHead = (c) => c.key === "escouade_mode" || c.key === "model" || (c.key === "agent_mode" && !(head.controls || []).some((d) => d.key === "escouade_mode"));
     for (const c of head.controls || []) if (inHead(c)) side.append(this.control(c));
     if (head.can && head.can.stop) side.append(h("button", { class: "esc-btn esc-stop", title: head.status === "starting" ? "Stop the start: end the agent's process (Esc)" : "Cancel the running turn (Esc)", text: "■ Stop", onclick: () => this.act({ act: "stop" }) }));

@@ -49,7 +49,7 @@ export class SquadUI {
     if (s.budget) side.append(h("span", { class: "esc-budget", title: "the squad's spend against its budget (squad.set_budget)", text: `squad budget ${s.budget}` }));
     side.append(this.notifyBtn);
     this.headEl.replaceChildren(h("div", { class: "esc-head-row" }, main, side));
-    attention().report(this.attentionId, s.rows.map((r) => [r.name, r.status]));
+    attention().report(this.attentionId, s.rows.map((r) => [r.name, r.activity === "stalled" ? "stalled" : r.status]));
     if (!s.rows.length) { this.table.replaceChildren(h("caption", { text: "No agents yet." })); }
     else {
       // a column no agent has anything in (worktree, subagents…) is left out

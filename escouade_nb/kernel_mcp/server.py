@@ -29,11 +29,13 @@ Tools (input schemas in each tool's description; results are plain text):
     the page (:class:`LiveNotebook`, given by :func:`use_live_notebook`; JSON with each
     cell's id, type, source, its SHA-256, execution count and outputs as text; a tool
     error in one line when no page answers).
-``run_code(code)``
+``run_code(code, wait=None)``
     always asks the caller's owner first (:meth:`ToolOwner.ask_run_code`: a permission
-    card), then runs the code in the user namespace on the loop: stdout/stderr captured
-    per call (two runs awaiting at once keep their own output, see ``_execute``), the
-    last expression's ``repr``, an exception as its traceback text.
+    card), then runs the code in the user namespace (:func:`~.run.execute`: synchronous
+    code in a thread of its own, the loop left free; code with a top-level ``await`` on
+    the loop): stdout/stderr captured per call (two runs at once keep their own output),
+    the last expression's ``repr``, an exception as its traceback text. With ``wait``
+    (seconds), a run still going then answers at once with a ``task_id`` (:mod:`.tasks`).
 ``insert_cell(source, cell_type="code", after_cell_id=None)``,
 ``edit_cell(cell_id, source, base_sha256)``, ``delete_cell(cell_id, base_sha256)``
     change the notebook open in the user's page, through the channel
@@ -51,6 +53,9 @@ Tools (input schemas in each tool's description; results are plain text):
     (``escouade.ran``). The answer is the cell's outputs as text, when its run has ended.
     Refused before the card when a cell of the kernel is running (the page's run would
     queue behind it, and that cell may be awaiting this very turn: a deadlock).
+``task_status(task_id, wait=0)``, ``task_cancel(task_id)``
+    a run the caller left running (``wait``): its status, output since, result; an
+    interrupt of it (not asked). Another grant's task is refused as an unknown one.
 
 What the read tools run of the user's values, exactly (the values' own code, which may be
 slow or hang): ``repr``; ``len``; for values with a ``shape`` of integers, the ``shape``,
@@ -171,9 +176,12 @@ class ToolOwner(Protocol):
     ``ran_code(code, result)`` is told the result dict of each run (``{"stdout", "stderr",
     "result", "error"}``). ``tool_done(tool, arguments, status, text)`` (optional) is told
     how every call ended, in the call's own task: ``status`` ``"ok"``, ``"error"`` (a run
-    whose code raised, or a tool that failed), ``"refused"``, ``"cancelled"`` or ``"busy"``
-    (not run: the kernel was busy); ``text`` is what the model read (the result, or the
-    error)."""
+    whose code raised, or a tool that failed), ``"refused"``, ``"cancelled"``, ``"busy"``
+    (not run: the kernel was busy) or ``"running"`` (left running as task
+    ``arguments["task_id"]``); ``text`` is what the model read (the result, or the
+    error). When such a task's run ends, ``tool_done("task", {"task_id", "tool", "ran",
+    …the call's arguments}, end, text)`` (``end``: ``done``, ``interrupted``, ``cancelled``,
+    ``ended``; ``ran``: ``ok`` or ``error``), from a done callback of the loop."""
 
     name: str
 

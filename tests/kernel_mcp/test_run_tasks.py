@@ -239,3 +239,41 @@ def test_jupyters_interrupt_stops_a_run_left_running_in_a_real_kernel(tmp_path):
         run(main(), timeout=240)
     finally:
         k.shutdown()
+
+
+def test_the_fake_agent_starts_a_long_run_watches_it_and_cancels_it(tmp_path):
+    """Its words (docs/fake-agent.md): ``run long code``, ``task status``, ``wait for task``, ``cancel task``."""
+    import re
+
+    from acp import text_block
+    from acp_clients import RecordingClient
+    from test_kernel_server import fake_agent, http_entry
+
+    ns = namespace()
+
+    async def main() -> None:
+        server = await KernelServer(namespace=ns).start()
+        owner = TaskOwner()
+        client = RecordingClient("allow-once")
+        try:
+            async with fake_agent(client, tmp_path, [http_entry(server, server.grant(owner))]) as (conn, sid, _init):
+                await conn.prompt(session_id=sid, prompt=[text_block("run long code\n" + LOOPING.replace(
+                    "begun.set()", "begun.set()\nprint('looping', flush=True)"))])
+                said = client.text()
+                assert said.startswith("mcp__escouade__run_code returned: task_id: task-"), said
+                assert client.permissions[0][0].raw_input["wait"] == 2 and owner.asked  # the one card
+                task_id = re.search(r"task-[0-9a-f]+", said).group(0)
+                client.updates.clear()
+                await conn.prompt(session_id=sid, prompt=[text_block(f"task status {task_id}")])
+                assert f"task {task_id} (run_code): running for" in client.text()
+                client.updates.clear()
+                await conn.prompt(session_id=sid, prompt=[text_block(f"cancel task {task_id}")])
+                assert f"task {task_id} (run_code): cancelled by the agent (task_cancel)" in client.text()
+                client.updates.clear()
+                await conn.prompt(session_id=sid, prompt=[text_block(f"wait for task {task_id}")])
+                assert "cancelled by the agent" in client.text() and "KeyboardInterrupt" in client.text()
+            assert [d[2] for d in owner.done if d[0] == "task"] == ["cancelled"]
+        finally:
+            await server.aclose()
+
+    run(main(), timeout=120)

@@ -100,7 +100,8 @@ def report(out: dict[str, dict[str, float]], seconds: float) -> None:
     print(f"{'run_code of ' + format(seconds, 'g') + ' s':<48} {'longest stall':>14} {'p99':>9}  vs baseline")
     for name, f in out.items():
         print(f"{name:<48} {f['longest']:>11.1f} ms {f['p99']:>6.1f} ms  "
-              f"{f['longest'] / max(base['longest'], 0.001):.1f}× longest, {f['p99'] / max(base['p99'], 0.001):.1f}× p99")
+              f"{f['longest'] / max(base['longest'], 0.001):.1f}× longest, "
+              f"{f['p99'] / max(base['p99'], 0.001):.1f}× p99")
     thread = out["synchronous run, CPU-bound (its thread)"].get("count")
     held = out["CPU-bound held on the loop (before issue 36)"].get("count")
     if thread and held:

@@ -30,9 +30,10 @@ class McpTools(LiveCellWords, FakeParts):
     _MCP_VARIABLES_RE = re.compile(r"^[ \t]*(?:list[ \t]+)?variables[ \t]*[.!?]?[ \t]*$", re.IGNORECASE | re.MULTILINE)
     _MCP_INSPECT_RE = re.compile(r"^[ \t]*inspect[ \t]+`?([A-Za-z_][\w]*)`?", re.IGNORECASE | re.MULTILINE)
     _MCP_RUN_CODE_RE = re.compile(r"^[ \t]*run[ \t]+code[ \t]*\n?(.+)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
-    _MCP_LONG_RUN_RE = re.compile(r"^[ \t]*run[ \t]+long[ \t]+code[ \t]*\n?(.+)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
-    _MCP_TASK_RE = re.compile(r"^[ \t]*(task[ \t]+status|wait[ \t]+for[ \t]+task|cancel[ \t]+task)[ \t]+`?(task-[0-9a-f]+)`?",
-                              re.IGNORECASE | re.MULTILINE)
+    _MCP_LONG_RUN_RE = re.compile(r"^[ \t]*run[ \t]+long[ \t]+code[ \t]*\n?(.+)",
+                                  re.IGNORECASE | re.MULTILINE | re.DOTALL)
+    _MCP_TASK_RE = re.compile(r"^[ \t]*(task[ \t]+status|wait[ \t]+for[ \t]+task|cancel[ \t]+task)"
+                              r"[ \t]+`?(task-[0-9a-f]+)`?", re.IGNORECASE | re.MULTILINE)
     LONG_RUN_WAIT = 2
     """Seconds ``run long code`` lets its run go before the answer comes with a task id."""
     TASK_WAIT = 60

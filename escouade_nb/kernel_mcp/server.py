@@ -838,7 +838,9 @@ class KernelServer:
         text = (f"task_id: {task.task_id}\nstill running after {wait:g} s: {task.tool} goes on in the kernel as "
                 f"task {task.task_id}.\noutput so far:\n{so_far}\ncall task_status(task_id=\"{task.task_id}\", "
                 "wait=N) for the output since and its result once ended; task_cancel(task_id) interrupts it.")
-        return TaskAnswer(text, {**task.structured(), "stdout": out, "stderr": err}, "running")
+        return TaskAnswer(text, {**task.structured(), "stdout": out, "stderr": err,
+                                 "next": "task_status(task_id, wait) for the output since and the result once "
+                                         "ended; task_cancel(task_id) interrupts it"}, "running")
 
     def _task_ended(self, task: RunTask) -> None:
         """A task's run ended: its owner is told (``tool_done("task", {"task_id", "tool", "ran"

@@ -49,6 +49,7 @@ class RunTask:
     job: asyncio.Task
     run: Run | None = None
     started: float = field(default_factory=time.monotonic)
+    ended_at: float | None = None
     state: str = "running"
     text: str = ""
     ran: str = "error"  # how the run itself ended: "ok", or "error" (it raised, was interrupted, failed)
@@ -66,8 +67,10 @@ class RunTask:
         return got
 
     def structured(self) -> dict[str, Any]:
+        """``{"task_id", "tool", "status", "seconds"}`` (seconds it ran: until now, or until its end)."""
+        end = self.ended_at if self.ended_at is not None else time.monotonic()
         return {"task_id": self.task_id, "tool": self.tool, "status": self.state,
-                "seconds": round(time.monotonic() - self.started, 1)}
+                "seconds": round(end - self.started, 1)}
 
 
 class Tasks:
@@ -88,6 +91,7 @@ class Tasks:
         return task
 
     def _finish(self, task: RunTask) -> None:
+        task.ended_at = time.monotonic()
         job = task.job
         if job.cancelled():
             task.text = task.text or "the run was stopped before it ended"
@@ -151,7 +155,7 @@ class Tasks:
 def status_text(task: RunTask, out: str, err: str) -> str:
     """What ``task_status``/``task_cancel`` answer the model: the task's status line, the
     output since the last answer, and once ended its result."""
-    seconds = time.monotonic() - task.started
+    seconds = task.structured()["seconds"]
     if task.state == "running":
         head = f"task {task.task_id} ({task.tool}): running for {seconds:.0f} s"
         tail = "call task_status again to see more (wait=N waits up to N s for its end), or task_cancel to stop it"

@@ -80,6 +80,7 @@ class Tasks:
     def __init__(self, ended: Callable[[RunTask], None]) -> None:
         self._tasks: dict[str, RunTask] = {}
         self._ended = ended
+        self._gone: list[Any] = []  # grants ended with tasks still running (forgotten once those end)
 
     def __len__(self) -> int:
         return sum(1 for t in self._tasks.values() if t.state == "running")
@@ -115,6 +116,11 @@ class Tasks:
                         "cancelled" if task.cancelled_by else "ended" if interrupted.startswith("the agent's session") \
                         else "interrupted"
         self._ended(task)
+        if any(g is task.grant for g in self._gone):  # its session is over: nobody can ask for it again
+            self._tasks.pop(task.task_id, None)
+            if not self.of(task.grant):
+                self._gone = [g for g in self._gone if g is not task.grant]
+            return
         ended = [t for t in self._tasks.values() if t.grant is task.grant and t.state != "running"]
         for old in ended[:-KEPT_ENDED]:
             self._tasks.pop(old.task_id, None)
@@ -141,6 +147,10 @@ class Tasks:
                     task.run.interrupt("the agent's session closing")
                 else:
                     task.job.cancel()
+            else:
+                self._tasks.pop(task.task_id, None)
+        if self.of(grant):
+            self._gone.append(grant)
 
     def close(self) -> None:
         """The server stops: every running task is interrupted."""

@@ -176,7 +176,9 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
     ) -> Any:
         """Run Python code in the live kernel, in the user's namespace (variables it defines stay). The user
         is asked first (a permission card); a refusal comes back as an error with the reason. Returns
-        stdout, stderr, the last expression's repr and any exception's traceback. With wait (seconds), a run
+        stdout, stderr, the last expression's repr and any exception's traceback. Code without top-level await
+        runs in a worker thread (the kernel stays responsive; asyncio.get_running_loop() is not available there:
+        await something to run on the kernel's event loop instead). With wait (seconds), a run
         still going then answers at once: {"task_id", "status": "running"} (text and structured content) and
         the output so far; task_status(task_id) comes back for the rest. Jupyter's Interrupt stops it.
         Input: {"code": str, "wait": number|null}."""

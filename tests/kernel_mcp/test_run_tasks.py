@@ -235,8 +235,23 @@ def test_jupyters_interrupt_stops_a_run_left_running_in_a_real_kernel(tmp_path):
                 # the kernel lives on, and an idle Interrupt with no run left does nothing
                 await asyncio.to_thread(k.km.interrupt_kernel)
                 assert (await asyncio.to_thread(k.run, "print('alive')", 60)).text == "alive\n"
+                left = await start_task(session, LOOPING)
+            return left["task_id"]
 
-        run(main(), timeout=240)
+        left = run(main(), timeout=240)
+        # a kernel restart ends every task: the new kernel's server knows none, and says why
+        k.km.restart_kernel(now=True)
+        k.kc.wait_for_ready(timeout=60)
+        out = k.run(KERNEL_SETUP, timeout=120)
+        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
+
+        async def after_restart() -> None:
+            async with mcp_client(lines["URL"], lines["TOKEN"]) as session:
+                got = await session.call_tool("task_status", {"task_id": left})
+                assert got.is_error and f"no task {left!r} of this agent in this kernel" in text_of(got)
+                assert "a kernel restart or the end of the agent's session ends its tasks" in text_of(got)
+
+        run(after_restart(), timeout=120)
     finally:
         k.shutdown()
 

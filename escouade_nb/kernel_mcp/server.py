@@ -798,9 +798,10 @@ class KernelServer:
             return run_result_text(result), "error" if result.get("error") else "ok"
 
         interrupt_on_sigint()  # Jupyter's Interrupt stops the run (main thread only: the kernel's)
+        began = time.monotonic()
         running = asyncio.ensure_future(job())
         if not await self._until_done(running, wait, run, progress):
-            task = self._tasks.add("run_code", {"code": code}, grant, running, run)
+            task = self._tasks.add("run_code", {"code": code}, grant, running, run, began)
             return self._task_answer(task, wait)
         return running.result()
 
@@ -916,9 +917,10 @@ class KernelServer:
         await self._consent_while_connected(ask(cell_id, source, bool(cell.get("pending"))))
         self._check_busy()
         self._check_queue(live)  # a cell started while the card waited
+        began = time.monotonic()
         running = asyncio.ensure_future(self._run_cell(live, grant, owner, cell_id, source, sha))
         if not await self._until_done(running, wait, None, progress):
-            task = self._tasks.add("execute_cell", {"cell_id": cell_id}, grant, running, None)
+            task = self._tasks.add("execute_cell", {"cell_id": cell_id}, grant, running, None, began)
             return self._task_answer(task, wait)
         return running.result()
 

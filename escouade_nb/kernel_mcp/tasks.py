@@ -85,8 +85,12 @@ class Tasks:
     def __len__(self) -> int:
         return sum(1 for t in self._tasks.values() if t.state == "running")
 
-    def add(self, tool: str, arguments: dict[str, Any], grant: Any, job: asyncio.Task, run: Run | None) -> RunTask:
+    def add(self, tool: str, arguments: dict[str, Any], grant: Any, job: asyncio.Task, run: Run | None,
+            started: float | None = None) -> RunTask:
+        """A task of ``grant`` for ``job`` (its run began at ``started``, ``time.monotonic()``; now if None)."""
         task = RunTask(f"task-{secrets.token_hex(8)}", tool, dict(arguments), grant, job, run)
+        if started is not None:
+            task.started = started
         self._tasks[task.task_id] = task
         job.add_done_callback(lambda _job: self._finish(task))
         return task

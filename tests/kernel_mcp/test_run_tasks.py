@@ -61,9 +61,14 @@ def test_a_run_with_wait_answers_a_task_that_task_status_follows_to_its_result()
                     assert got.structured_content["status"] == "running"
                     seen += got.structured_content["stdout"]
                 assert "task_cancel" in text_of(got)
+                seen_after = got.structured_content["seconds"]
                 ns["gate"].set()
                 got = await session.call_tool("task_status", {"task_id": task["task_id"], "wait": 60})
                 assert got.structured_content["status"] == "done", text_of(got)
+                ended = got.structured_content["seconds"]  # how long it ran, from its start: stopped at its end
+                assert ended >= seen_after, (ended, seen_after)
+                again = await session.call_tool("task_status", {"task_id": task["task_id"]})
+                assert again.structured_content["seconds"] == ended
                 assert got.structured_content["stdout"] == "after\n"  # only what came since the last look
                 assert got.structured_content["result"] == "stdout:\nstarted\nafter\nresult:\n42"
                 assert text_of(got).endswith("done\nresult:\nstdout:\nstarted\nafter\nresult:\n42")

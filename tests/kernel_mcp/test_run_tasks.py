@@ -297,3 +297,55 @@ def test_the_fake_agent_starts_a_long_run_watches_it_and_cancels_it(tmp_path):
             await server.aclose()
 
     run(main(), timeout=120)
+
+
+def test_an_execute_cell_left_running_is_a_task_that_task_status_follows_to_its_outputs():
+    """The page (a stand-in for the views' NotebookPages, as tests/kernel/test_execute_cell_gate.py) answers
+    the cell's run when the test releases it; task_cancel of it says why it cannot, and stops nothing."""
+    import hashlib
+
+    class Page:
+        def __init__(self) -> None:
+            self.release = asyncio.Event()
+            self.runs: list[str] = []
+
+        async def live_cells(self) -> dict:
+            return {"path": "nb.ipynb", "cells": []}
+
+        async def cell_to_run(self, cell_id: str) -> dict:
+            source = "import time\ntime.sleep(600)"
+            return {"source": source, "sha256": hashlib.sha256(source.encode()).hexdigest(), "pending": False}
+
+        async def run_cell(self, cell_id: str, base: str, by: dict) -> dict:
+            self.runs.append(cell_id)
+            await self.release.wait()
+            return {"execution_count": 3, "outputs": [{"output_type": "stream", "name": "stdout", "text": "slept\n"}]}
+
+    class CellOwner(TaskOwner):
+        async def ask_execute_cell(self, cell_id: str, source: str, unreviewed: bool) -> None:
+            self.asked.append(source)
+
+    page = Page()
+
+    async def main() -> None:
+        server = await KernelServer(namespace={}, live=page).start()
+        owner = CellOwner()
+        try:
+            async with mcp_client(server.url, server.grant(owner).token) as session:
+                got = await session.call_tool("execute_cell", {"cell_id": "c1", "wait": 0})
+                assert got.structured_content["status"] == "running" and got.structured_content["tool"] == \
+                    "execute_cell", text_of(got)
+                task_id = got.structured_content["task_id"]
+                assert page.runs == ["c1"] and owner.asked == ["import time\ntime.sleep(600)"]  # one card
+                cancel = await session.call_tool("task_cancel", {"task_id": task_id})
+                assert cancel.is_error and "Jupyter's Interrupt" in text_of(cancel)
+                page.release.set()
+                got = await session.call_tool("task_status", {"task_id": task_id, "wait": 60})
+                assert got.structured_content["status"] == "done", text_of(got)
+                assert got.structured_content["result"] == "cell c1 ran in the notebook [3]:\nslept\n"
+            assert [(d[1]["tool"], d[2]) for d in owner.done if d[0] == "task"] == [("execute_cell", "done")]
+        finally:
+            page.release.set()
+            await server.aclose()
+
+    run(main())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from deadlines import wait_until
 from kernel_client import scratch_kernel, wait_for
 
 pytestmark = pytest.mark.kernel
@@ -47,6 +48,9 @@ def test_a_tasks_end_is_on_record_cancelled_or_ended_with_its_session(tmp_path):
         out = first.run(f"print((await a.send('cancel task {ids[0]}')).text)", timeout=120).text
         assert f"task {ids[0]} (run_code): cancelled by the agent (task_cancel)" in out
         first.run("await a.close()", allow_error=True, timeout=120)  # the second task still running
+        # its run is interrupted as the session closes, and its end written (before the kernel is shut down)
+        wait_until(lambda: sum(p.read_text().count('"task_end"') for p in (tmp_path / "transcripts").glob("tasks-*.jsonl"))
+                   == 2, 60, "the second task's end")  # the raw text: a line may be half written
     finally:
         first.shutdown()
 

@@ -317,6 +317,8 @@ def _not_run(call: ToolCall, cards: list[Permission]) -> str:
             return no_raw_html(f"{answer_label(last)}, not run")
         return f"{call.shown_status}, not run"
     status = str(run.get("status"))
+    if status == "running":  # run_code with wait: left running as a task, not ended when this was written
+        return "running as a task, no result yet"
     why = _NOT_RUN.get(status, status)
     if status in ("refused", "cancelled") and cards:
         why = answer_label(cards[-1])

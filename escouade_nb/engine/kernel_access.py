@@ -73,8 +73,10 @@ log = logging.getLogger(__name__)
 SERVER = "escouade"
 """The kernel's MCP server's name in ``mcpServers`` (its tools are ``mcp__escouade__*``)."""
 KERNEL_TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code", "insert_cell", "edit_cell",
-                "delete_cell", "execute_cell")
+                "delete_cell", "execute_cell", "task_status", "task_cancel")
 READ_TOOLS = frozenset({"list_variables", "inspect_variable", "notebook_cells"})
+TASK_TOOLS = frozenset({"task_status", "task_cancel"})
+"""Coming back to the agent's own run left running: reading it, or stopping it (always allowed)."""
 EDIT_TOOLS = frozenset({"insert_cell", "edit_cell", "delete_cell"})
 """Changes to the open notebook: not asked before they are made (the user reviews each one after,
 Keep or Reject), but through the rule plugins and on record like any call."""
@@ -82,12 +84,14 @@ TOOL_ARGUMENTS: dict[str, tuple[dict[str, tuple[type, ...]], frozenset[str]]] = 
     "list_variables": ({"include_all": (bool,)}, frozenset()),
     "inspect_variable": ({"name": (str,), "rows": (int,), "attributes": (bool,)}, frozenset({"name"})),
     "notebook_cells": ({"start": (int, type(None)), "end": (int, type(None)), "source": (str,)}, frozenset()),
-    "run_code": ({"code": (str,)}, frozenset({"code"})),
+    "run_code": ({"code": (str,), "wait": (int, float, type(None))}, frozenset({"code"})),
     "insert_cell": ({"source": (str,), "cell_type": (str,), "after_cell_id": (str, type(None))}, frozenset({"source"})),
     "edit_cell": ({"cell_id": (str,), "source": (str,), "base_sha256": (str,)},
                   frozenset({"cell_id", "source", "base_sha256"})),
     "delete_cell": ({"cell_id": (str,), "base_sha256": (str,)}, frozenset({"cell_id", "base_sha256"})),
-    "execute_cell": ({"cell_id": (str,)}, frozenset({"cell_id"})),
+    "execute_cell": ({"cell_id": (str,), "wait": (int, float, type(None))}, frozenset({"cell_id"})),
+    "task_status": ({"task_id": (str,), "wait": (int, float)}, frozenset({"task_id"})),
+    "task_cancel": ({"task_id": (str,)}, frozenset({"task_id"})),
 }
 """Each kernel tool's arguments (the input schemas of :mod:`..kernel_mcp.server`): name ->
 accepted types, and the required names. A request states a kernel tool's arguments only
@@ -835,12 +839,15 @@ class KernelAccess:
         one (:meth:`identify`, noted on the frozen request) — is allowed once, by
         escouade_nb: reading the kernel is what the server is for."""
         asked = card.request
-        if asked is None or asked.mcp is None or asked.mcp[0] != SERVER or asked.mcp[1] not in READ_TOOLS | EDIT_TOOLS:
+        if asked is None or asked.mcp is None or asked.mcp[0] != SERVER or \
+                asked.mcp[1] not in READ_TOOLS | EDIT_TOOLS | TASK_TOOLS:
             return
         option = next((o for o in card.options if o.get("kind") == "allow_once"), None)
         if option is not None and card.state == "pending":
             card.choose(option["optionId"], by="escouade_nb (a read of the kernel's own server)"
-                        if asked.mcp[1] in READ_TOOLS else "escouade_nb (an edit of the open notebook, reviewed after)")
+                        if asked.mcp[1] in READ_TOOLS else
+                        "escouade_nb (the agent's own task: its status, or stopping it)" if asked.mcp[1] in TASK_TOOLS
+                        else "escouade_nb (an edit of the open notebook, reviewed after)")
 
     def ran_code(self, code: str, result: dict[str, Any]) -> None:
         """The code ran: its output goes on the card's tool call (a call the agent did

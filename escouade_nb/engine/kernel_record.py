@@ -75,6 +75,7 @@ class KernelRecord:
     def __init__(self, agent: JournaledAgent) -> None:
         self.agent = agent
         self._open: dict[asyncio.Task | None, _Open] = {}
+        self._tasks: dict[str, tuple[Any, str]] = {}  # task_id -> (the card's tool call, tool)
 
     # -- the three points -------------------------------------------------------------------
     def card(self, card: PermissionCard, code: str, request: bool = False, tool: str = "run_code",
@@ -128,8 +129,15 @@ class KernelRecord:
 
     def done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:
         """The kernel's server ended a call of ``tool``: ``status`` ``ok``, ``error``,
-        ``refused``, ``cancelled`` or ``busy``; ``text`` what the model read."""
+        ``refused``, ``cancelled``, ``busy``, or ``running`` (a call that left its run running as
+        task ``arguments["task_id"]``); ``text`` what the model read. ``tool`` ``task``: such a
+        run ended (``status`` ``done``, ``interrupted``, ``cancelled`` by the agent, ``ended`` with
+        its session; ``arguments``: ``task_id``, ``tool``, ``ran`` ``ok``/``error``): its result on
+        the card's call, and a ``Stop`` line in the journal."""
         try:
+            if tool == "task":
+                self._task_end(arguments, status, text)
+                return
             if tool in ("run_code", "execute_cell"):
                 self._run_done(arguments, status, text, tool)
                 return
@@ -171,10 +179,35 @@ class KernelRecord:
         if perm.state == "pending":  # the call ended before an answer (the request was cancelled)
             self.answered(opened.card)
         call = perm.tool_call
+        task_id = arguments.get("task_id") if status == "running" else None
+        if isinstance(task_id, str):
+            self._tasks[task_id] = (call, tool)
         self._write({"phase": "result", "call": call.tool_call_id if call else None, "tool": tool,
-                     "status": status, **kernel_calls.output_fields(text)})
+                     "status": status, **({"task_id": task_id} if isinstance(task_id, str) else {}),
+                     **kernel_calls.output_fields(text)})
         if call is not None:
             call.kernel_run = {"status": status, "chars": len(text), "by": perm.answered_by}
+
+    def _task_end(self, arguments: dict[str, Any], end: str, text: str) -> None:
+        """A run left running as a task ended: the card's call gets its result line (``status``
+        ``ok``/``error`` as the run ended, ``task_end`` how), the journal a ``Stop`` line."""
+        task_id = str(arguments.get("task_id", ""))
+        call, tool = self._tasks.pop(task_id, (None, str(arguments.get("tool", "run_code"))))
+        call_id = call.tool_call_id if call is not None else None
+        ran = "ok" if arguments.get("ran") == "ok" else "error"
+        self._write({"phase": "result", "call": call_id, "tool": tool, "status": ran, "task_id": task_id,
+                     "task_end": end, **kernel_calls.output_fields(text)})
+        if call is not None:
+            call.kernel_run = {**(call.kernel_run or {}), "status": ran, "chars": len(text), "task_end": end}
+        journal = journal_of(self.agent)
+        if journal is not None:
+            how = {"done": "done", "interrupted": "interrupted (Jupyter's Interrupt)",
+                   "cancelled": "cancelled by the agent (task_cancel)",
+                   "ended": "ended: the agent's session closed"}.get(end, end)
+            project = self.agent.project
+            journal.add(JOURNAL_ID, "Stop", text=f"task {task_id} of {tool} {how}", tool=f"mcp__{SERVER}__{tool}",
+                        request_id=call_id, agent=self.agent.name,
+                        project=project.name if project is not None else None)
 
     def _write(self, data: dict[str, Any], output: bool = True) -> None:
         transcript = self.agent.transcript

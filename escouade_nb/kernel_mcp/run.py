@@ -1,6 +1,9 @@
-"""``run_code``'s execution in the kernel: the code run in the user namespace on the loop
-(top-level ``await`` allowed), its stdout/stderr captured per call (:func:`execute`), and the
-result as the text the model reads (:func:`run_result_text`).
+"""``run_code``'s execution in the kernel: the code run in the user namespace (:func:`execute`):
+synchronous code in a thread of its own, so that the kernel's loop keeps turning for as long as it
+runs; code with a top-level ``await`` on the loop (its awaits let the loop turn). Its
+stdout/stderr are captured per call, readable while it runs (:class:`Run`), and the result is the
+text the model reads (:func:`run_result_text`). A run can be interrupted (:meth:`Run.interrupt`),
+also by the kernel's SIGINT (Jupyter's *Interrupt*, :func:`interrupt_on_sigint`).
 """
 
 import ast
@@ -9,8 +12,11 @@ import contextlib
 import contextvars
 import inspect
 import io
+import ctypes
 import linecache
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -50,9 +56,16 @@ class _Capture(io.TextIOBase):
             self.dropped += len(text)
         return len(text)
 
-    def text(self) -> str:
-        out = "".join(self._parts)
+    def text(self, start: int = 0) -> str:
+        """What was kept, from character ``start`` on (a run's output "since"), and a note of
+        what was cut past the limit."""
+        out = "".join(self._parts)[start:]
         return out + (f"… [cut: {self.dropped:,} more characters]" if self.dropped else "")
+
+    @property
+    def size(self) -> int:
+        """Characters kept so far."""
+        return self._size
 
 
 _RUN_OUTPUT: contextvars.ContextVar["tuple[_Capture, _Capture] | None"] = contextvars.ContextVar(
@@ -137,10 +150,146 @@ def run_result_text(result: Mapping[str, Any]) -> str:
     return "\n".join(parts) if parts else "(ran: no output, no result)"
 
 
-async def execute(code: str, ns: dict[str, Any], filename: str) -> dict[str, Any]:
-    """Run ``code`` in the user namespace on the loop: ``{"stdout", "stderr",
-    "result" (repr of the last expression, or None), "error" (traceback text, or
-    None)}``. Top-level ``await`` runs on the loop.
+class Run:
+    """One ``run_code`` run under way: its captures (``out``, ``err``: readable while it runs),
+    where it runs (``in_thread``: synchronous code in a thread of its own; else on the loop) and
+    :meth:`interrupt`."""
+
+    def __init__(self) -> None:
+        self.out, self.err = _Capture(), _Capture()
+        self.in_thread = False
+        self.interrupted: str | None = None  # who interrupted it ("the agent", "Jupyter's Interrupt"...)
+        self._thread_id: int | None = None
+        self._lock = threading.RLock()
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def interrupt(self, by: str) -> bool:
+        """Stop the run (any thread; a signal handler too): a ``KeyboardInterrupt`` raised in its
+        thread at its next Python instruction (a run blocked in one long C call, such as
+        ``time.sleep(600)``, stops when that call returns), or its task cancelled on the loop.
+        ``False`` when it had not started or was over."""
+        if self.interrupted is not None:
+            return True
+        with self._lock:
+            if self._thread_id is not None:
+                self.interrupted = by
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread_id),
+                                                           ctypes.py_object(KeyboardInterrupt))
+                return True
+        task, loop = self._task, self._loop
+        if task is not None and loop is not None and not task.done():
+            self.interrupted = by
+            loop.call_soon_threadsafe(task.cancel)
+            return True
+        return False
+
+
+_RUNS: "set[Run]" = set()
+"""The runs under way in this process (what Jupyter's Interrupt stops)."""
+_previous_sigint: Any = None
+_sigint_installed = False
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """SIGINT (Jupyter's *Interrupt* of an idle kernel): the runs under way are interrupted;
+    when there are none, SIGINT does what it did before (ignored in an idle ipykernel)."""
+    hit = [r for r in list(_RUNS) if r.interrupt("Jupyter's Interrupt")]
+    if hit:
+        return
+    previous = _previous_sigint
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.default_int_handler(signum, frame)
+
+
+def interrupt_on_sigint() -> bool:
+    """Make the process's SIGINT interrupt the runs under way (once; from the main thread only,
+    where Python handles signals: ``False`` elsewhere). ipykernel ignores SIGINT while idle and
+    puts its own handler in place while a cell executes: an Interrupt during a cell stops that
+    cell (as always), one while the kernel is idle stops the runs."""
+    global _previous_sigint, _sigint_installed
+    if _sigint_installed:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        _previous_sigint = signal.signal(signal.SIGINT, _on_sigint)
+    except (ValueError, OSError):
+        return False
+    _sigint_installed = True
+    return True
+
+
+async def _in_thread(run: Run, fn: Any) -> Any:
+    """``fn()`` in a daemon thread of its own, in this context (its writes reach the run's
+    captures); awaited without holding the loop. Cancelling the awaiting task interrupts the
+    thread and still waits for it to end."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+    context = contextvars.copy_context()
+    started = threading.Event()
+
+    def settle(value: Any, exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(value)
+
+    def body() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            try:
+                with run._lock:
+                    run._thread_id = threading.get_ident()
+                started.set()
+                value = context.run(fn)
+            except BaseException as exc:  # KeyboardInterrupt of an interrupt: the caller reports it
+                error = exc
+            finally:
+                with run._lock:  # no interrupt is sent once this is None
+                    run._thread_id = None
+        except KeyboardInterrupt as late:  # an interrupt that landed as the code returned
+            error = error or late
+        for _ in range(3):  # one already sent may still land here
+            try:
+                loop.call_soon_threadsafe(settle, value, error)
+                return
+            except KeyboardInterrupt:
+                continue
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                return
+
+    thread = threading.Thread(target=body, name="escouade run_code", daemon=True)
+    thread.start()
+    started.wait()
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        run.interrupt("the request's cancellation")
+        try:
+            await done
+        except BaseException:
+            pass
+        raise
+
+
+async def execute(code: str, ns: dict[str, Any], filename: str, run: Run | None = None) -> dict[str, Any]:
+    """Run ``code`` in the user namespace: ``{"stdout", "stderr", "result" (repr of the last
+    expression, or None), "error" (traceback text, or None)}``. ``run``: this run's
+    :class:`Run` (its captures readable meanwhile, its :meth:`~Run.interrupt`); a new one when
+    omitted.
+
+    Synchronous code (no top-level ``await``) runs in a thread of its own: the loop keeps
+    turning (tool calls, the views, cells of an async turn), at the cost of sharing the GIL with
+    it (``benchmarks/run_thread_loop.py``); the code sees the namespace as cells do, and a cell
+    running meanwhile may see its variables change. Code with a top-level ``await`` runs on the
+    loop, as a cell's would. An interrupted run answers ``error`` ``KeyboardInterrupt`` (who
+    interrupted it is said there).
 
     Captures are per call, not one run at a time: while runs are under way
     ``sys.stdout``/``sys.stderr`` are :class:`_Routed` streams, and a write lands in the
@@ -152,7 +301,8 @@ async def execute(code: str, ns: dict[str, Any], filename: str) -> dict[str, Any
     otherwise hold every later run behind it, and the kernel's own prints during an
     awaiting run would still land in its result. Not captured: writes from threads
     (they do not carry the context) and from objects that kept the old stream."""
-    out, err = _Capture(), _Capture()
+    run = run if run is not None else Run()
+    out, err = run.out, run.err
     result: dict[str, Any] = {"stdout": "", "stderr": "", "result": None, "error": None}
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     try:
@@ -168,22 +318,50 @@ async def execute(code: str, ns: dict[str, Any], filename: str) -> dict[str, Any
     with _Routing.capture(out, err):
         try:
             body = compile(tree, filename, "exec", flags=flags)
-            value = eval(body, ns)  # the user allowed this code
-            if body.co_flags & inspect.CO_COROUTINE:
-                await value
-            if last is not None:
-                expr = compile(last, filename, "eval", flags=flags)
-                value = eval(expr, ns)
-                if expr.co_flags & inspect.CO_COROUTINE:
-                    value = await value
+            expr = compile(last, filename, "eval", flags=flags) if last is not None else None
+            if not (body.co_flags & inspect.CO_COROUTINE) and \
+                    (expr is None or not expr.co_flags & inspect.CO_COROUTINE):
+                run.in_thread = True
+                _RUNS.add(run)
+
+                def synchronous() -> Any:
+                    eval(body, ns)  # the user allowed this code
+                    return eval(expr, ns) if expr is not None else None
+
+                try:
+                    value = await _in_thread(run, synchronous)
+                finally:
+                    _RUNS.discard(run)
                 if value is not None:
                     result["result"] = variables_core.short_repr(value, MAX_CAPTURE)
+            else:
+                run._task, run._loop = asyncio.current_task(), asyncio.get_running_loop()
+                _RUNS.add(run)
+                try:
+                    value = eval(body, ns)  # the user allowed this code
+                    if body.co_flags & inspect.CO_COROUTINE:
+                        await value
+                    if expr is not None:
+                        value = eval(expr, ns)
+                        if expr.co_flags & inspect.CO_COROUTINE:
+                            value = await value
+                        if value is not None:
+                            result["result"] = variables_core.short_repr(value, MAX_CAPTURE)
+                finally:
+                    _RUNS.discard(run)
+                    run._task = None
         except asyncio.CancelledError:
-            raise
+            task = asyncio.current_task()
+            if run.interrupted is None or run.in_thread or task is None or task.cancelling() > 1:
+                raise
+            task.uncancel()  # our interrupt, not the request's cancellation: answered as an error
+            result["error"] = f"KeyboardInterrupt: interrupted by {run.interrupted}\n"
         except BaseException as exc:  # SystemExit and KeyboardInterrupt of the code included
             tb = exc.__traceback__
             while tb is not None and tb.tb_frame.f_code.co_filename != filename:
                 tb = tb.tb_next
             result["error"] = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+            if run.interrupted is not None and isinstance(exc, KeyboardInterrupt):
+                result["error"] += f"(interrupted by {run.interrupted})\n"
     result["stdout"], result["stderr"] = out.text(), err.text()
     return result

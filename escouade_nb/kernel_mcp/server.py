@@ -29,11 +29,13 @@ Tools (input schemas in each tool's description; results are plain text):
     the page (:class:`LiveNotebook`, given by :func:`use_live_notebook`; JSON with each
     cell's id, type, source, its SHA-256, execution count and outputs as text; a tool
     error in one line when no page answers).
-``run_code(code)``
+``run_code(code, wait=None)``
     always asks the caller's owner first (:meth:`ToolOwner.ask_run_code`: a permission
-    card), then runs the code in the user namespace on the loop: stdout/stderr captured
-    per call (two runs awaiting at once keep their own output, see ``_execute``), the
-    last expression's ``repr``, an exception as its traceback text.
+    card), then runs the code in the user namespace (:func:`~.run.execute`: synchronous
+    code in a thread of its own, the loop left free; code with a top-level ``await`` on
+    the loop): stdout/stderr captured per call (two runs at once keep their own output),
+    the last expression's ``repr``, an exception as its traceback text. With ``wait``
+    (seconds), a run still going then answers at once with a ``task_id`` (:mod:`.tasks`).
 ``insert_cell(source, cell_type="code", after_cell_id=None)``,
 ``edit_cell(cell_id, source, base_sha256)``, ``delete_cell(cell_id, base_sha256)``
     change the notebook open in the user's page, through the channel
@@ -51,6 +53,9 @@ Tools (input schemas in each tool's description; results are plain text):
     (``escouade.ran``). The answer is the cell's outputs as text, when its run has ended.
     Refused before the card when a cell of the kernel is running (the page's run would
     queue behind it, and that cell may be awaiting this very turn: a deadlock).
+``task_status(task_id, wait=0)``, ``task_cancel(task_id)``
+    a run the caller left running (``wait``): its status, output since, result; an
+    interrupt of it (not asked). Another grant's task is refused as an unknown one.
 
 What the read tools run of the user's values, exactly (the values' own code, which may be
 slow or hang): ``repr``; ``len``; for values with a ``shape`` of integers, the ``shape``,
@@ -114,8 +119,9 @@ from .http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_thi
     serve_on_loopback
 from .reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, live_cells_text, \
     notebook_cells_text
-from .run import execute, run_result_text
-from .tools import INSTRUCTIONS, TOOLS, ImageAnswer, ToolFailure, register_tools
+from .run import Run, execute, interrupt_on_sigint, run_result_text
+from .tasks import CANCEL_WAIT, RunTask, Tasks, status_text
+from .tools import INSTRUCTIONS, TOOLS, ImageAnswer, TaskAnswer, ToolFailure, register_tools
 from .token_files import TokenFiles
 
 __all__ = ["SERVER_NAME", "TOOLS", "DEFAULT_BUSY_LIMIT", "Refused", "ToolOwner", "LiveNotebook", "CellRunner", "Grant",
@@ -134,6 +140,9 @@ backlog of a long block takes a moment to be served)."""
 SESSION_IDLE_TIMEOUT = 8 * 3600.0
 """Seconds an MCP session may idle (no request, no GET stream) before the SDK drops it."""
 STOP_TIMEOUT = 5.0
+PROGRESS_EVERY = 1.0
+"""Seconds between a waiting run's MCP progress notifications (sent only when it printed more,
+and only to a client that asked for progress)."""
 
 
 class Refused(EscouadeError):
@@ -168,9 +177,12 @@ class ToolOwner(Protocol):
     ``ran_code(code, result)`` is told the result dict of each run (``{"stdout", "stderr",
     "result", "error"}``). ``tool_done(tool, arguments, status, text)`` (optional) is told
     how every call ended, in the call's own task: ``status`` ``"ok"``, ``"error"`` (a run
-    whose code raised, or a tool that failed), ``"refused"``, ``"cancelled"`` or ``"busy"``
-    (not run: the kernel was busy); ``text`` is what the model read (the result, or the
-    error)."""
+    whose code raised, or a tool that failed), ``"refused"``, ``"cancelled"``, ``"busy"``
+    (not run: the kernel was busy) or ``"running"`` (left running as task
+    ``arguments["task_id"]``); ``text`` is what the model read (the result, or the
+    error). When such a task's run ends, ``tool_done("task", {"task_id", "tool", "ran",
+    …the call's arguments}, end, text)`` (``end``: ``done``, ``interrupted``, ``cancelled``,
+    ``ended``; ``ran``: ``ok`` or ``error``), from a done callback of the loop."""
 
     name: str
 
@@ -378,6 +390,7 @@ class KernelServer:
         self._last_beat = time.monotonic()
         self._stall = (0.0, 0.0)  # (ended at, seconds) of the last late heartbeat
         self._runs = 0
+        self._tasks = Tasks(self._task_ended)
         self._readers = Readers()
         self.read_budget = READ_BUDGET
         self.token_files = TokenFiles()
@@ -432,6 +445,7 @@ class KernelServer:
         """End a grant: its token gets 401 from now on (calls under way finish); its
         token file, if one was made, is deleted."""
         self._grants.pop(grant.token, None)
+        self._tasks.end_grant(grant)  # its runs left running are interrupted (status "ended")
         for session_id in [sid for sid, g in self._sessions.items() if g is grant]:
             del self._sessions[session_id]
         self.token_files.remove(grant.token)
@@ -504,7 +518,8 @@ class KernelServer:
                 register_tools(mcp, Field, self._call, variables=self._list_variables,
                                variable=self._inspect_variable, cells=self._notebook_cells,
                                live_cells=self._live_cells, notebook_ref=self._notebook_ref, run=self._run_code,
-                               change=self._change_cell, execute=self._execute_cell)
+                               change=self._change_cell, execute=self._execute_cell,
+                               status=self._task_status, cancel=self._task_cancel)
             return mcp
 
         # the server and its tools' pydantic models and JSON schemas (20–40 ms on a busy machine, issue 37)
@@ -545,6 +560,7 @@ class KernelServer:
             await asyncio.gather(self._serve_task, return_exceptions=True)
         if self._socket is not None:
             self._socket.close()
+        self._tasks.close()
         self._grants.clear()
         self._readers.close()
         self.token_files.remove_all()
@@ -552,6 +568,7 @@ class KernelServer:
     def _stop_now(self) -> None:
         """Interpreter exit (the loop no longer runs): refuse everything, stop serving,
         cancel the tasks, close the socket, delete the token files."""
+        self._tasks.close()
         self._grants.clear()
         self._readers.close()
         self.token_files.remove_all()
@@ -625,6 +642,14 @@ class KernelServer:
                 if allow is not None:
                     await self._consent(allow(tool, arguments))
             answer = await impl()
+            if isinstance(answer, TaskAnswer):
+                from mcp.types import CallToolResult, TextContent  # imported with the server already
+
+                status, text = answer.status, self._with_notice(grant.owner, answer.text)
+                if status == "running":  # the call left its run running: its record names the task
+                    arguments = {**arguments, "task_id": answer.structured["task_id"]}
+                return CallToolResult(content=[TextContent(type="text", text=text)],
+                                      structured_content=answer.structured)
             if isinstance(answer, ImageAnswer):
                 text, status, images = answer.text, answer.status, answer.images
             else:
@@ -768,30 +793,123 @@ class KernelServer:
         by["at"] = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         return by
 
-    async def _run_code(self, code: str) -> tuple[str, str]:
-        """Ask, run, tell the owner: ``(text the model reads, "ok" | "error")``."""
+    async def _run_code(self, code: str, wait: float | None = None,
+                        progress: Callable[..., Awaitable[None]] | None = None) -> tuple[str, str] | TaskAnswer:
+        """Ask, run, tell the owner: ``(text the model reads, "ok" | "error")``; with ``wait``
+        (seconds), a run still going then is left running as a task: a :class:`TaskAnswer`
+        (``task_id``, the output so far)."""
         grant = CALLER.get()
         owner = grant.owner  # type: ignore[union-attr]
         self._check_busy()
         await self._consent_while_connected(owner.ask_run_code(code))
         self._check_busy()  # a block while the card waited: its client has given up too
-        result = await self._execute(code)
-        _tell_owner(owner, "ran_code", code, result)
-        return run_result_text(result), "error" if result.get("error") else "ok"
+        run = Run()
 
-    async def _execute(self, code: str) -> dict[str, Any]:
+        async def job() -> tuple[str, str]:
+            result = await self._execute(code, run)
+            _tell_owner(owner, "ran_code", code, result)
+            return run_result_text(result), "error" if result.get("error") else "ok"
+
+        interrupt_on_sigint()  # Jupyter's Interrupt stops the run (main thread only: the kernel's)
+        began = time.monotonic()
+        running = asyncio.ensure_future(job())
+        if not await self._until_done(running, wait, run, progress):
+            task = self._tasks.add("run_code", {"code": code}, grant, running, run, began)
+            return self._task_answer(task, wait)
+        return running.result()
+
+    async def _until_done(self, job: asyncio.Task, wait: float | None, run: Run | None,
+                          progress: Callable[..., Awaitable[None]] | None) -> bool:
+        """Wait for ``job`` at most ``wait`` seconds (None: until it ends), sending MCP progress
+        (what it printed since, every :data:`PROGRESS_EVERY` s) meanwhile; ``True`` when it ended.
+        The request cancelled meanwhile: ``job`` is cancelled too (its run interrupted)."""
+        deadline = None if wait is None else time.monotonic() + wait
+        told, ticks = (0, 0), 0
+        try:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return job.done()
+                step = PROGRESS_EVERY if left is None else min(PROGRESS_EVERY, left)
+                done, _ = await asyncio.wait({job}, timeout=step)
+                if done:
+                    return True
+                if progress is not None and run is not None and (run.out.size, run.err.size) != told:
+                    message = (run.out.text(told[0]) + run.err.text(told[1]))[-2000:]
+                    told, ticks = (run.out.size, run.err.size), ticks + 1
+                    try:
+                        await progress(ticks, None, message)
+                    except Exception:  # a client gone: its answer will not be read either
+                        log.debug("progress notification failed", exc_info=True)
+        except asyncio.CancelledError:
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
+            raise
+
+    def _task_answer(self, task: RunTask, wait: float | None) -> TaskAnswer:
+        out, err = task.since()
+        so_far = run_result_text({"stdout": out, "stderr": err}) if out or err else "(no output yet)"
+        text = (f"task_id: {task.task_id}\nstill running after {wait:g} s: {task.tool} goes on in the kernel as "
+                f"task {task.task_id}.\noutput so far:\n{so_far}\ncall task_status(task_id=\"{task.task_id}\", "
+                "wait=N) for the output since and its result once ended; task_cancel(task_id) interrupts it.")
+        return TaskAnswer(text, {**task.structured(), "stdout": out, "stderr": err,
+                                 "next": "task_status(task_id, wait) for the output since and the result once "
+                                         "ended; task_cancel(task_id) interrupts it"}, "running")
+
+    def _task_ended(self, task: RunTask) -> None:
+        """A task's run ended: its owner is told (``tool_done("task", {"task_id", "tool", "ran"
+        ("ok" | "error"), the call's arguments}, end state, result text)``: on record)."""
+        arguments = {"task_id": task.task_id, "tool": task.tool, "ran": task.ran, **task.arguments}
+        _tell_owner(task.grant.owner, "tool_done", "task", arguments, task.state, task.text)
+
+    async def _task_status(self, task_id: str, wait: float = 0) -> TaskAnswer:
+        grant = CALLER.get()
+        task = self._tasks.get(task_id, grant)
+        if task.state == "running" and wait > 0:
+            await asyncio.wait({task.job}, timeout=wait)
+            await asyncio.sleep(0)  # its done callbacks (the task's end) run first
+        return self._status(task)
+
+    async def _task_cancel(self, task_id: str) -> TaskAnswer:
+        grant = CALLER.get()
+        task = self._tasks.get(task_id, grant)
+        if task.state == "running":
+            task.cancelled_by = "the agent (task_cancel)"
+            if task.run is not None:
+                task.run.interrupt(task.cancelled_by)
+            else:
+                raise ToolFailure(f"task {task.task_id} is a cell running in the notebook: task_cancel cannot tell "
+                                  "it from another cell of the kernel; the user stops it with Jupyter's Interrupt "
+                                  "(task_status follows it)", "error")
+            await asyncio.wait({task.job}, timeout=CANCEL_WAIT)
+            await asyncio.sleep(0)
+        answer = self._status(task)
+        if task.state == "running":
+            return TaskAnswer(answer.text + "\n(interrupt sent: the code is inside one long call and stops when it "
+                                            "returns)", answer.structured)
+        return answer
+
+    def _status(self, task: RunTask) -> TaskAnswer:
+        out, err = task.since()
+        structured = {**task.structured(), "stdout": out, "stderr": err}
+        if task.state != "running":
+            structured["result"] = task.text
+        return TaskAnswer(status_text(task, out, err), structured)
+
+    async def _execute(self, code: str, run: Run | None = None) -> dict[str, Any]:
         """:func:`~.run.execute` in the user namespace (each run its own file name,
         for its tracebacks)."""
         self._runs += 1
         ns = cast(dict[str, Any], self._user_ns()[0])  # a dict: the one given, or IPython's user_ns
-        return await execute(code, ns, f"<escouade run_code {self._runs}>")
+        return await execute(code, ns, f"<escouade run_code {self._runs}>", run)
 
     def live_notebook(self) -> LiveNotebook | None:
         """The channel to the notebook's page this server uses: its own ``live=``, else the
         process's (:func:`use_live_notebook`), else None."""
         return self._live if self._live is not None else _live_notebook
 
-    async def _execute_cell(self, cell_id: str) -> ImageAnswer:
+    async def _execute_cell(self, cell_id: str, wait: float | None = None,
+                            progress: Callable[..., Awaitable[None]] | None = None) -> ImageAnswer | TaskAnswer:
         """``execute_cell``: read the cell from the page, ask (one card, the source whole), have the
         page run it if unchanged, tell the owner: the outputs as text (PNG and JPEG outputs named
         there and attached as images, checked: :class:`~..core.output_images.Images`), status
@@ -812,6 +930,16 @@ class KernelServer:
         await self._consent_while_connected(ask(cell_id, source, bool(cell.get("pending"))))
         self._check_busy()
         self._check_queue(live)  # a cell started while the card waited
+        began = time.monotonic()
+        running = asyncio.ensure_future(self._run_cell(live, grant, owner, cell_id, source, sha))
+        if not await self._until_done(running, wait, None, progress):
+            task = self._tasks.add("execute_cell", {"cell_id": cell_id}, grant, running, None, began)
+            return self._task_answer(task, wait)
+        return running.result()
+
+    async def _run_cell(self, live: CellRunner, grant: Any, owner: Any, cell_id: str, source: str,
+                        sha: str) -> ImageAnswer:
+        """The page runs the cell (allowed); the owner is told; its outputs as the model reads them."""
         agent = str(getattr(owner, "name", "") or "")
         try:
             ran = await live.run_cell(cell_id, sha, self._provenance(grant, agent))

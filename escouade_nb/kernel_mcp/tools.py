@@ -10,7 +10,9 @@ from typing import Any
 from .._errors import EscouadeError
 
 TOOLS = ("list_variables", "inspect_variable", "notebook_cells", "run_code", "insert_cell", "edit_cell", "delete_cell",
-         "execute_cell")
+         "execute_cell", "task_status", "task_cancel")
+TASK_TOOLS = ("task_status", "task_cancel")
+"""Coming back to a run left running (``run_code``/``execute_cell`` with ``wait``): its caller's only."""
 EDIT_TOOLS = ("insert_cell", "edit_cell", "delete_cell")
 """The changes to the notebook open in the user's page: made at once, pending the user's review."""
 
@@ -29,7 +31,10 @@ INSTRUCTIONS = (
     "execute_cell runs a code cell of that page in the notebook, after the user allows it (a permission card showing "
     "the cell's source): its outputs land in the cell and come back to you as text. With notebook_cells"
     "(source=\"live\") and execute_cell, PNG and JPEG outputs also come as images after the text, which names "
-    "each one's cell (at most 4 per answer, 1 MB each; beyond, named with their size)."
+    "each one's cell (at most 4 per answer, 1 MB each; beyond, named with their size). Long runs: give run_code or "
+    "execute_cell a wait (seconds); when the code is still running then, the answer comes at once with a task_id and "
+    "the output so far; task_status(task_id, wait) gives the output since and, once ended, the result; "
+    "task_cancel(task_id) interrupts it (never asked). The user can interrupt it too (Jupyter's Interrupt)."
 )
 
 
@@ -55,6 +60,18 @@ class ImageAnswer:
     images: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class TaskAnswer:
+    """A tool's answer about a task: ``text`` (what the model reads), ``structured`` (the MCP
+    result's ``structuredContent``: ``{"task_id", "tool", "status", "seconds", ...}``) and
+    ``status`` (as :class:`ToolFailure`'s, for the owner's ``tool_done``: ``"running"`` for a
+    call that left its run running)."""
+
+    text: str
+    structured: dict[str, Any]
+    status: str = "ok"
+
+
 Call = Callable[[str, dict, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """``call(tool, arguments, impl)``: one tool call made by the server (grant, consent, errors);
 its answer is text, or a list of MCP content blocks (text first) when ``impl`` answered an
@@ -64,8 +81,9 @@ its answer is text, or a list of MCP content blocks (text first) when ``impl`` a
 def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[..., Awaitable[str]],
                    variable: Callable[..., Awaitable[str]], cells: Callable[..., Awaitable[str]],
                    live_cells: Callable[..., Awaitable[Any]], notebook_ref: Callable[[], Any],
-                   run: Callable[[str], Awaitable[Any]], change: Callable[[str, dict], Awaitable[str]],
-                   execute: Callable[[str], Awaitable[Any]]) -> None:
+                   run: Callable[..., Awaitable[Any]], change: Callable[[str, dict], Awaitable[str]],
+                   execute: Callable[..., Awaitable[Any]], status: Callable[..., Awaitable[Any]],
+                   cancel: Callable[[str], Awaitable[Any]]) -> None:
     """Register the tools on ``mcp`` (an ``MCPServer``). Their signatures are the
     input schemas (pydantic ``Field`` descriptions go into them); ``structured_output=False``:
     text, and for ``notebook_cells(source="live")`` and ``execute_cell`` one MCP
@@ -76,8 +94,19 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
     for the owner's consent), ``live_cells`` (``notebook_cells(source="live")``: the open
     notebook, through its page), ``run`` (``run_code``) and ``change`` (``insert_cell``,
     ``edit_cell``, ``delete_cell``: ``change(tool, fields)``, through the page too) and
-    ``execute`` (``execute_cell(cell_id)``: asked with a card, then run by the page)."""
+    ``execute`` (``execute_cell(cell_id)``: asked with a card, then run by the page);
+    ``run(code, wait, progress)`` and ``execute(cell_id, wait, progress)`` take ``wait`` (seconds
+    or None) and ``progress(progress, total, message)`` (the request's MCP progress
+    notifications: a no-op when the client asked for none); ``status(task_id, wait)``
+    (``task_status``) and ``cancel(task_id)`` (``task_cancel``; :mod:`.tasks`)."""
     from typing import Annotated, Literal
+
+    from mcp.server.mcpserver import Context  # the server side is imported already (register_tools runs after)
+
+    Wait = Annotated[float | None, Field(ge=0, le=86400, description=(
+        "Seconds to wait for the run's end. Omitted: the answer comes when the run ends, however long. Given: "
+        "when the run is still going then, the answer comes at once with a task_id and the output so far "
+        "(come back with task_status, stop it with task_cancel)."))]
 
 
     async def list_variables(
@@ -142,12 +171,38 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
         code: Annotated[str, Field(description="Python source to run in the kernel's user namespace; "
                                                "top-level await is allowed; the value of a last "
                                                "expression is returned.")],
-    ) -> str:
+        ctx: Context,
+        wait: Wait = None,
+    ) -> Any:
         """Run Python code in the live kernel, in the user's namespace (variables it defines stay). The user
         is asked first (a permission card); a refusal comes back as an error with the reason. Returns
-        stdout, stderr, the last expression's repr and any exception's traceback.
-        Input: {"code": str}."""
-        return await call("run_code", {"code": code}, lambda: run(code))
+        stdout, stderr, the last expression's repr and any exception's traceback. Code without top-level await
+        runs in a worker thread (the kernel stays responsive; asyncio.get_running_loop() is not available there:
+        await something to run on the kernel's event loop instead). With wait (seconds), a run
+        still going then answers at once: {"task_id", "status": "running"} (text and structured content) and
+        the output so far; task_status(task_id) comes back for the rest. Jupyter's Interrupt stops it.
+        Input: {"code": str, "wait": number|null}."""
+        args: dict[str, Any] = {"code": code} if wait is None else {"code": code, "wait": wait}
+        return await call("run_code", args, lambda: run(code, wait, ctx.report_progress))
+
+    async def task_status(
+        task_id: Annotated[str, Field(description="A task_id answered by run_code or execute_cell.")],
+        wait: Annotated[float, Field(ge=0, le=600, description="Seconds to wait for the task's end before "
+                                                               "answering (0: answer now).")] = 0,
+    ) -> Any:
+        """A task you started (run_code or execute_cell with wait): its status ("running", "done",
+        "interrupted", "cancelled" or "ended"), the output printed since your last look, and once it has
+        ended its result (stdout, stderr, result, error). Only the agent that started a task sees it.
+        Input: {"task_id": str, "wait": number (default 0)}."""
+        return await call("task_status", {"task_id": task_id, "wait": wait}, lambda: status(task_id, wait))
+
+    async def task_cancel(
+        task_id: Annotated[str, Field(description="A task_id answered by run_code or execute_cell.")],
+    ) -> Any:
+        """Interrupt a task you started (a KeyboardInterrupt in its code; never asked: stopping is always
+        allowed). Answers its status and result once it stopped (a run inside one long C call, such as
+        time.sleep(600), stops when that call returns). Input: {"task_id": str}."""
+        return await call("task_cancel", {"task_id": task_id}, lambda: cancel(task_id))
 
     def with_path(args: dict[str, Any]) -> dict[str, Any]:
         ref = notebook_ref()
@@ -195,6 +250,8 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
     async def execute_cell(
         cell_id: Annotated[str, Field(description="The id of a code cell of the open notebook "
                                                   "(notebook_cells(source=\"live\")).")],
+        ctx: Context,
+        wait: Wait = None,
     ) -> Any:
         """Run a code cell of the notebook open in the user's page, in the notebook: the user is asked first
         (a permission card showing the cell's whole source as it is now; a cell pending review may be run, the
@@ -202,10 +259,12 @@ def register_tools(mcp: Any, Field: Any, call: Call, *, variables: Callable[...,
         cell, and you get its outputs as text (clipped), each PNG or JPEG output named there and attached as
         image content after the text (at most 4 images of at most 1 MB each; beyond, named with their size).
         Refused when the user said no, when the cell changed after the card was shown (read it again), or
-        when no page is open. A cell takes as long as it takes: the answer comes when it has finished.
-        Input: {"cell_id": str}."""
-        return await call("execute_cell", {"cell_id": cell_id}, lambda: execute(cell_id))
+        when no page is open. Without wait the answer comes when the cell has finished; with wait (seconds) a
+        cell still running then answers at once with a task_id (task_status gives its outputs once it ended).
+        Input: {"cell_id": str, "wait": number|null}."""
+        args: dict[str, Any] = {"cell_id": cell_id} if wait is None else {"cell_id": cell_id, "wait": wait}
+        return await call("execute_cell", args, lambda: execute(cell_id, wait, ctx.report_progress))
 
     for fn in (list_variables, inspect_variable, notebook_cells, run_code, insert_cell, edit_cell, delete_cell,
-               execute_cell):
+               execute_cell, task_status, task_cancel):
         mcp.add_tool(fn, structured_output=False)

@@ -34,6 +34,9 @@ fork's conversation so far, a preamble), nor an embedded resource.
 ``variables``       MCP: ``list_variables`` of the ``escouade`` server (a line of its own)
 ``inspect VAR``     MCP: ``inspect_variable`` of VAR on the ``escouade`` server (line start)
 ``run code CODE``   MCP: ``run_code`` of CODE (the rest of the prompt) on ``escouade``
+``run long code C`` MCP: ``run_code`` of C with ``wait`` 2 s (a run still going: its task id);
+                    ``task status ID`` / ``wait for task ID`` (60 s) / ``cancel task ID``:
+                    ``task_status`` / ``task_cancel`` of that task
 ``call S T {json}`` MCP: tool T of server S with those arguments (default ``{}``)
 ``live cells``      MCP: ``notebook_cells(source="live")`` on ``escouade`` (a line of its own)
 ``insert cell …``   MCP: ``insert_cell`` of the rest of the prompt (``insert markdown cell``,

@@ -30,6 +30,14 @@ class McpTools(LiveCellWords, FakeParts):
     _MCP_VARIABLES_RE = re.compile(r"^[ \t]*(?:list[ \t]+)?variables[ \t]*[.!?]?[ \t]*$", re.IGNORECASE | re.MULTILINE)
     _MCP_INSPECT_RE = re.compile(r"^[ \t]*inspect[ \t]+`?([A-Za-z_][\w]*)`?", re.IGNORECASE | re.MULTILINE)
     _MCP_RUN_CODE_RE = re.compile(r"^[ \t]*run[ \t]+code[ \t]*\n?(.+)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+    _MCP_LONG_RUN_RE = re.compile(r"^[ \t]*run[ \t]+long[ \t]+code[ \t]*\n?(.+)",
+                                  re.IGNORECASE | re.MULTILINE | re.DOTALL)
+    _MCP_TASK_RE = re.compile(r"^[ \t]*(task[ \t]+status|wait[ \t]+for[ \t]+task|cancel[ \t]+task)"
+                              r"[ \t]+`?(task-[0-9a-f]+)`?", re.IGNORECASE | re.MULTILINE)
+    LONG_RUN_WAIT = 2
+    """Seconds ``run long code`` lets its run go before the answer comes with a task id."""
+    TASK_WAIT = 60
+    """Seconds ``wait for task`` waits for the task's end (task_status's wait)."""
     _MCP_CALL_RE = re.compile(r"^[ \t]*call[ \t]+(\S+)[ \t]+(\S+)[ \t]*(.*)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
     KERNEL_SERVER = "escouade"
 
@@ -103,6 +111,17 @@ class McpTools(LiveCellWords, FakeParts):
                 await turn.say(f"The arguments of `call {m.group(1)} {m.group(2)}` must be a JSON object.")
                 return "end_turn"
             return await self._mcp_call(turn, m.group(1), m.group(2), arguments)
+        m = self._MCP_LONG_RUN_RE.search(text)
+        if m and m.group(1).strip():
+            return await self._mcp_call(turn, self.KERNEL_SERVER, "run_code",
+                                        {"code": self._strip_fence(m.group(1)), "wait": self.LONG_RUN_WAIT})
+        m = self._MCP_TASK_RE.search(text)
+        if m:
+            word, task_id = " ".join(m.group(1).lower().split()), m.group(2)
+            if word == "cancel task":
+                return await self._mcp_call(turn, self.KERNEL_SERVER, "task_cancel", {"task_id": task_id})
+            wait = self.TASK_WAIT if word == "wait for task" else 0
+            return await self._mcp_call(turn, self.KERNEL_SERVER, "task_status", {"task_id": task_id, "wait": wait})
         m = self._MCP_RUN_CODE_RE.search(text)
         if m and m.group(1).strip():
             return await self._mcp_call(turn, self.KERNEL_SERVER, "run_code", {"code": self._strip_fence(m.group(1))})

@@ -52,7 +52,14 @@ bound read-only into the sandbox."""
 def agent(request, model_server, tmp_path_factory):
     """A kernel with a DataFrame ``df`` and the agent started in it (``+sandbox``: with
     ``--sandbox``), connected to the kernel's server; yields ``(harness, kernel)``."""
-    harness, _, variant = request.param.partition("+")
+    yield from agent_in_kernel(request.param, model_server, tmp_path_factory)
+
+
+def agent_in_kernel(param: str, model_server, tmp_path_factory):
+    """:func:`agent`'s work for ``param`` (``HARNESS`` or ``HARNESS+sandbox``): a generator
+    yielding ``(harness, kernel)`` once, closing the agent and the kernel after (skips when
+    the agent is not installed)."""
+    harness, _, variant = param.partition("+")
     if variant == "sandbox" and (shutil.which("bwrap") is None or shutil.which("pasta") is None):
         pytest.skip("bubblewrap or passt's pasta is not installed (apt-get install bubblewrap passt)")
     spec = AGENTS[harness]

@@ -10,7 +10,9 @@ seconds (the count, "stalled for 74 s"). No turn, or a card waiting for the user
 The record: when a stall ends — the agent sends something again, or the turn ends (Stop)
 — the conversation says how long it was quiet, in a notice ("No update from the agent for
 1 min 14 s (stalled), then it sent an update" / "…, when the turn ended"): a notice is in
-the transcript, so the saved form, a resume and an export keep it; the live word
+the transcript, so the saved form, a resume and an export keep it. Each is said when the turn
+ends, in the order they happened (a notice in the middle would cut the reply the agent was
+streaming in two); the live word
 "stalled", like "working…", is a state and is not kept. Why a notice: a stall is what the
 user could not see in the record otherwise (the chunks' times are there, but a silence of a
 minute between two of them reads like any other), and it says only what we saw.
@@ -47,6 +49,7 @@ class ActivityWatch:
         self.tracker = ActivityTracker(stall_after)
         self.tracker.read_agent_state = lambda: agent.conversation.agent_state
         self._timer: asyncio.Task | None = None
+        self._ended: list[float] = []  # quiet spells an update ended in this turn, said when it ends
 
     # -- inputs ----------------------------------------------------------------------------------------
     def saw(self, changes: Iterable[Change]) -> None:
@@ -55,8 +58,8 @@ class ActivityWatch:
         tracker = self.tracker
         before = tracker.shown
         ended = tracker.saw(changes, update=True)
-        if ended is not None:  # inside the fold: the notice follows it, not in the middle
-            asyncio.get_running_loop().call_soon(self._quiet_ended, ended, "then it sent an update")
+        if ended is not None:  # said when the turn ends: a notice now would cut the reply it streams in two
+            self._ended.append(ended)
         if tracker.shown != before:
             self.agent.notify_status()
 
@@ -68,6 +71,9 @@ class ActivityWatch:
     def turn_ended(self) -> None:
         ended = self.tracker.turn_ended()
         self._disarm()
+        spells, self._ended = self._ended, []
+        for seconds in spells:
+            self._quiet_ended(seconds, "then it sent an update")
         if ended is not None:
             self._quiet_ended(ended, "when the turn ended")
 

@@ -3,6 +3,7 @@
     python benchmarks/run.py                 # all, prints a table, writes benchmarks/RESULTS.md
     python benchmarks/run.py ingest comm     # some of: ingest comm broker responsiveness scale loop imports
                                              #          mcp worktree weight ingest_kernel relay places
+                                             #          run_thread
 
 Nothing here is asserted: these are measurements, not tests. Timings on a 2-core machine
 are noisy; each timed figure is the median of several runs where that is cheap.
@@ -296,6 +297,17 @@ def bench_relay(calls: int = 300) -> None:
         f"{local['p99_ms']:.2f} ms local agent (HTTP)", f"{relay['p99_ms'] / local['p99_ms']:.2f}×")
 
 
+def bench_run_thread(seconds: float = 3.0, rounds: int = 3) -> None:
+    """The kernel's loop during a long synchronous run_code (run_thread_loop.py), against an awaiting run."""
+    out = _script_json("run_thread_loop.py", "--seconds", str(seconds), "--rounds", str(rounds))
+    base = out["baseline: awaiting run (on the loop)"]
+    for name, got in out.items():
+        if name.startswith("baseline"):
+            continue
+        row(f"run_code {seconds:g} s: {name[:40]}", f"{got['longest']:.1f} ms longest stall",
+            f"{base['longest']:.1f} ms awaiting run", f"{got['longest'] / max(base['longest'], 0.001):.1f}×")
+
+
 def bench_places(agents: int = 20) -> None:
     """Agents started elsewhere (launcher_starts.py): N through each launcher against N local ones."""
     out = _script_json("launcher_starts.py", "--agents", str(agents))
@@ -315,7 +327,7 @@ BENCHES = {"ingest": bench_ingest, "comm": bench_comm, "broker": bench_broker,
            "responsiveness": bench_responsiveness, "scale": bench_scale, "loop": bench_loop,
            "imports": bench_imports, "mcp": bench_mcp, "worktree": bench_worktree, "weight": bench_weight,
            "ingest_kernel": bench_ingest_kernel, "saved": bench_saved_forms, "relay": bench_relay,
-           "places": bench_places}
+           "places": bench_places, "run_thread": bench_run_thread}
 
 
 def main(argv: list[str]) -> int:

@@ -27,6 +27,7 @@ from .budget import SquadBudget
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from ..kernel_mcp.server import preload_in_kernel
+from .launch.remote import remote_harness
 from .launch.versions import ProgramVersions
 from .worktrees import agent_worktrees, worktree_setup
 from .launch.sandbox import Sandbox, SandboxError, sandbox_check
@@ -36,6 +37,7 @@ from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
 from ..permissions import RulePlugins
+from ..wire import url_bridge
 from ..wire.errors import running_loop
 from ..manifest.project import Project, ProjectFileError, read_worktree_config
 
@@ -262,7 +264,7 @@ class Squad:
             except LookupError as exc:
                 raise SquadError(str(exc).strip("'\"")) from None
 
-    def check(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
+    def check(self, harness: str | HarnessRef, *, cwd: str | Path | None = None, name: str | None = None,
               via: str | list[str] | None = None) -> tuple[HarnessRef, Path, list[str], str]:
         """What can be checked of a start without an event loop: the harness (short or
         full id), the folder, the name, the program. Returns ``(ref, folder, launcher
@@ -270,7 +272,7 @@ class Squad:
         the manifest's install command) as :meth:`start` does."""
         import shlex
 
-        ref = self.find(harness)
+        ref = harness if isinstance(harness, HarnessRef) else self.find(harness)
         folder = Path(cwd).expanduser() if cwd else Path.cwd()
         if not folder.is_dir():
             raise SquadError(f"{folder} is a file, not a folder" if folder.exists()
@@ -283,7 +285,7 @@ class Squad:
             raise ProgramNotFound(ref)
         return ref, folder, launcher, program
 
-    def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
+    def start(self, harness: str | HarnessRef, *, cwd: str | Path | None = None, name: str | None = None,
               private: bool = False, mode: str | None = None, via: str | list[str] | None = None,
               account: str | None = None, fs: bool | None = None, mcp: list[str] | None = None,
               kernel_tools: bool | None = None, worktree: bool | str = False,
@@ -388,6 +390,34 @@ class Squad:
                 name=f"escouade worktree of {agent.name}")
         agent.start()
         return agent
+
+    def connect(self, name: str, url: str, *, token_file: str | Path, harness: str | None = None,
+                cwd: str | Path | None = None, **start: Any) -> Agent:
+        """An agent served elsewhere, spoken to over ACP on a WebSocket (``ws://`` or
+        ``wss://HOST:PORT/…``; ``escouade-acp-serve`` serves any stdio agent so), started on
+        the running loop and returned at once, like :meth:`start`: the same views, cards,
+        journal, record and close. ``token_file``: the bearer token's file, mode 0600 (a
+        looser mode is refused), sent as ``Authorization: Bearer`` on the handshake, never
+        on a command line nor in the record. ``harness``: what is served there (its
+        manifest's adapters and modes; default: a generic ACP agent). ``start``: the other
+        keywords of :meth:`start` (``mode``, ``mcp``, ``fs``…); ``via`` and ``sandbox`` are
+        refused (it runs where its server is). A dropped connection is reconnected and the
+        session reopened (``engine/launch/remote.py``). The kernel's own tools are not
+        offered to it (said in its conversation).
+
+        Raises :class:`SquadError` (one line) for a URL that is not ``ws://``/``wss://``, a
+        token file missing or too open, and what :meth:`start` raises."""
+        for refused in ("via", "sandbox", "sandbox_ports", "worktree"):
+            if start.get(refused):
+                raise SquadError(f"connect: {refused} is not for an agent reached by URL (it runs where its server "
+                                 f"is)")
+        try:
+            launcher = url_bridge.launcher(url, token_file)
+            url_bridge.read_token(token_file)
+        except url_bridge.RemoteError as exc:
+            raise SquadError(str(exc)) from None
+        ref = self.find(harness) if harness is not None else remote_harness()
+        return self.start(ref, cwd=cwd, name=name, via=launcher, **start)
 
     # -- one prompt to several agents, merges, forks -------------------------------------------------
     def agent_for(self, name: str) -> Agent:

@@ -87,7 +87,7 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
     return {
         "agent": agent.name,
         "harness": agent.harness.short_id,
-        "folder": str(agent.cwd) + (f" via {agent.via}" if getattr(agent, "via", None) else ""),
+        "folder": str(agent.cwd) + (f" {agent.place}" if agent.place else ""),
         "worktree": _worktree_cell(agent),
         "mode": mode,
         "status": status_text(agent.status),

@@ -342,6 +342,7 @@ class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Has
     turns: Any
     live: Any
     previous_transcript: Path | None
+    error: str | None
 
     @property
     def worktree(self) -> Any | None: ...  # its whole worktree (:class:`~.worktrees.worktree.Worktree`), not a Branch

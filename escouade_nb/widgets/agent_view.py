@@ -108,8 +108,9 @@ _KERNEL_TOOLS = {
 
 
 def _where(agent: Agent) -> str:
-    """`` · at HOST:PORT`` or `` · via …`` (where it runs), the protections in force (`` · sandboxed · private · reviewed``:
-    :func:`~..engine.agent.protections`), the worktree and the additional directories, or ``""``."""
+    """`` · at HOST:PORT`` or `` · via …`` (where it runs), the protections in force
+    (`` · sandboxed · private · reviewed``: :func:`~..engine.agent.protections`), the worktree and
+    the additional directories, or ``""``."""
     where = f" · {agent.place}" if agent.place else ""  # at HOST:PORT (by URL), via LAUNCHER…
     for word, _meaning in protections(agent):
         where += f" · {word}"

@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from ...core.adapters import adapt
@@ -31,9 +31,6 @@ from ...wire import transcript as tr
 from ...wire.errors import AgentError
 from ...wire.reloads import ReplaySkip
 from ...wire.url_bridge import LOST, url_of, where
-
-if TYPE_CHECKING:
-    from ..state import AgentState
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +60,7 @@ def lost(via: Sequence[str], code: int | None) -> str | None:
     return where(url) if url is not None and code == LOST else None
 
 
-def expected(agent: AgentState, session_id: str) -> ReplaySkip:
+def expected(agent: Any, session_id: str) -> ReplaySkip:
     """What a reload of ``session_id`` will replay that ``agent``'s record already has (its
     transcript read into a scratch conversation, as a resume reads it)."""
     transcript = agent.transcript
@@ -92,7 +89,8 @@ async def _answers(url: str) -> bool:
 
 
 async def reconnect(agent: Any, session_id: str | None) -> None:
-    """Reach ``agent``'s server again and reopen ``session_id`` (see the module). Returns
+    """Reach ``agent``'s server again (``agent``: its state, typed ``Any``: the launch wing sees no
+    handle of the engine's) and reopen ``session_id`` (see the module). Returns
     when reconnected, when it gave up (said in the conversation), or when the agent was
     closed or restarted meanwhile (then silently)."""
     url = url_of(agent.via)

@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from deadlines import wait_until
@@ -25,8 +25,8 @@ SERVE = [str(Path(sys.executable).with_name("escouade-acp-serve"))]
 class Served:
     """One server: ``url`` (``ws://127.0.0.1:PORT/``), ``token_file``, ``process``."""
 
-    def __init__(self, folder: Path, argv: Sequence[str]) -> None:
-        self.folder, self.argv = folder, list(argv)
+    def __init__(self, folder: Path, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        self.folder, self.argv, self.env = folder, list(argv), None if env is None else dict(env)
         self.token_file = folder / "token"
         self.port = 0
         self.url = ""
@@ -39,7 +39,8 @@ class Served:
         with open(err, "wb") as out:
             self.process = subprocess.Popen(
                 [*SERVE, "--port", str(self.port), "--token-file", str(self.token_file), "--", *self.argv],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True,
+                env=self.env)
         found: list[str] = []
 
         def listening() -> bool:
@@ -72,9 +73,10 @@ class Served:
 
 
 @contextlib.contextmanager
-def acp_server(folder: Path, argv: Sequence[str]) -> Iterator[Served]:
-    """A running ``escouade-acp-serve`` of ``argv`` (see the module), stopped at the end."""
-    served = Served(folder, argv)
+def acp_server(folder: Path, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Iterator[Served]:
+    """A running ``escouade-acp-serve`` of ``argv`` (see the module; ``env``: its environment, which
+    its agents inherit; default this process's), stopped at the end."""
+    served = Served(folder, argv, env)
     served.start()
     try:
         yield served

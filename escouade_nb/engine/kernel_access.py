@@ -57,6 +57,7 @@ from ..wire.kernel_calls import ORIGIN
 from .kernel_record import KernelRecord
 from ..kernel_mcp.server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 from .launch.launcher import is_ssh
+from ..wire.url_bridge import url_of
 from .launch.ssh_forward import ForwardFailed, ReverseForward
 
 if TYPE_CHECKING:
@@ -344,6 +345,10 @@ class KernelAccess:
     async def _kernel_entry(self, caps: Mapping[str, Any], said: list[str]) -> dict[str, Any] | None:
         agent = self.agent
         if self._server_task is None:
+            return None
+        if url_of(agent.via) is not None:
+            self._not_offered(said, "the agent is reached by URL: the kernel's tools are not carried over that "
+                                    "connection yet (see docs/agents-elsewhere.md)")
             return None
         if agent.via and not is_ssh(agent.via):
             self._not_offered(said, "the agent runs through a launcher (--via) other than ssh: 127.0.0.1 would "

@@ -699,6 +699,12 @@ class AgentState:
         """Where it runs, as its head says it: ``at HOST:PORT`` (by URL), ``via LAUNCHER…``, ``""`` (here)."""
         return remote.place(self.via)
 
+    @property
+    def reconnect_pending(self) -> bool:
+        """A dropped connection (an agent by URL) is being reconnected (:meth:`reconnect_soon`)."""
+        task = self._reconnect_task
+        return self.reconnecting or (task is not None and not task.done())
+
     def reconnect_soon(self, session_id: str | None) -> None:
         """Its connection (an agent by URL) dropped: reconnect and reopen ``session_id`` in
         the background (:func:`~.launch.remote.reconnect`; one at a time, ended by :meth:`close`)."""

@@ -179,7 +179,9 @@ def review_title(agent: Agent) -> str:
 
 def status_line(agent: Agent) -> str:
     status = status_text(agent.status)
-    if agent.status == AgentStatus.EXITED and agent.exit is not None:
+    if agent.status == AgentStatus.EXITED and agent.reconnect_pending:  # an agent by URL whose connection dropped
+        status = "connection lost, reconnecting"
+    elif agent.status == AgentStatus.EXITED and agent.exit is not None:
         status += f" (code {agent.exit.code})"
     return f"{agent.name} · {agent.harness.display_name}{_where(agent)} · {status}"
 

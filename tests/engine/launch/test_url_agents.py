@@ -21,6 +21,7 @@ from deadlines import run, until
 from escouade_nb.core.conversation import Message, Notice
 from escouade_nb.core.status import AgentStatus
 from escouade_nb.engine.squad import Squad, SquadError
+from escouade_nb.widgets.agent_view import status_line
 from escouade_nb.wire.errors import AgentError
 
 
@@ -57,10 +58,14 @@ def test_a_remote_agent_answers_asks_and_closes(served, tmp_path):
 
     async def scenario() -> None:
         squad = Squad()
-        agent = squad.connect("far", served.url, token_file=served.token_file, harness="fake", cwd=tmp_path)
+        agent = squad.connect("far", served.url, token_file=served.token_file, harness="fake", cwd=tmp_path,
+                              kernel_tools=True)
         try:
             await agent.ready()
+            assert agent.kernel_tools_state[0] == "not offered" and "reached by URL" in agent.kernel_tools_state[1]
             assert agent.place == f"at 127.0.0.1:{served.port}"
+            head = status_line(agent)  # the view's head and its text say where it runs, never the token's file
+            assert f"at 127.0.0.1:{served.port}" in head and str(served.token_file) not in head, head
             assert len(_children(served.process.pid)) == 1  # its one agent process, there
             turn = agent.send("run make")
             card = await agent.next_permission(timeout=60)
@@ -119,6 +124,7 @@ def test_a_connection_dropped_mid_turn_is_recovered(served, tmp_path):
             served.restart()  # every connection dropped by the server; it listens again on the same port
             with pytest.raises(AgentError, match=rf"connection to 127.0.0.1:{served.port} was lost during the turn"):
                 await turn
+            assert "connection lost, reconnecting" in status_line(agent) or agent.status is not AgentStatus.EXITED
             assert card.permission.state == "cancelled" and card.permission.answered_by == "connection lost"
             await until(lambda: any(n.startswith("Reconnected to 127.0.0.1") for n in _notices(agent)), 120,
                         "the agent to reconnect")

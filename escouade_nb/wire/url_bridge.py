@@ -12,7 +12,8 @@ agent exit with :data:`LOST` when the connection dropped (and reconnects,
 when nothing answered, always with one line on stderr naming ``HOST:PORT`` (never the token).
 
 What it refuses of the server (the agent is untrusted): a redirect (to any place), a
-frame over :data:`~.transport.MAX_LINE_BYTES` (the connection is closed, code 1009),
+frame over :data:`~.transport.MAX_LINE_BYTES` (the connection is closed, code 1009, and
+the carrier exits with :data:`REFUSED`: no reconnection to be fed the same again),
 a binary frame and a text frame that is not one JSON object (dropped, said on stderr).
 The token is read from a file of mode 0600 (:func:`read_token`: a looser mode is
 refused) and sent as ``Authorization: Bearer`` on the handshake; it is never on a
@@ -196,8 +197,10 @@ async def _carry(url: str, token: str) -> int:
     up = asyncio.ensure_future(upstream())
     try:
         await downstream()
-    except ConnectionClosed:
-        pass
+    except ConnectionClosed as exc:
+        if exc.sent is not None and exc.sent.code == 1009:  # we closed it: the server's message was over the cap
+            _say(f"{place} sent a message over {MAX_LINE_BYTES} bytes: refused, the connection closed")
+            return REFUSED
     except BrokenPipeError:  # the kernel went away
         return 0
     finally:

@@ -594,7 +594,9 @@ class AgentView(ConversationView):
         conv = a.conversation
         status = a.status
         text = status_text(status)
-        if status == AgentStatus.EXITED and a.exit is not None:
+        if status == AgentStatus.EXITED and a.reconnect_pending:  # an agent by URL whose connection dropped
+            text = "connection lost, reconnecting"
+        elif status == AgentStatus.EXITED and a.exit is not None:
             text += f" (code {a.exit.code})"
         waiting = getattr(a, "start_waiting", None)
         if status == AgentStatus.STARTING and waiting:

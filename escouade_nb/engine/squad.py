@@ -596,7 +596,10 @@ class Squad:
         ref = program = None
         via = head.get("via") if isinstance(head.get("via"), list) else None
         try:
-            ref = self.discovery(refresh=True).find(str(head.get("harness", "")))
+            if via and url_bridge.url_of(via) is not None and head.get("harness") == remote_harness().id:
+                ref = remote_harness()  # an agent by URL of no named harness: reached again the same way
+            else:
+                ref = self.discovery(refresh=True).find(str(head.get("harness", "")))
             program = named_program(ref) if via else locate_program(ref.harness)
         except LookupError:
             ref = None

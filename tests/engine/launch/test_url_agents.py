@@ -143,3 +143,27 @@ def test_a_connection_dropped_mid_turn_is_recovered(served, tmp_path):
             await agent.close()
 
     run(scenario, timeout=240)
+
+
+def test_an_agent_by_url_of_no_named_harness_is_resumed_the_same_way(served, tmp_path):
+    async def scenario() -> None:
+        agent = Squad().connect("far-resumed", served.url, token_file=served.token_file, cwd=tmp_path)
+        try:
+            await agent.ready()
+            assert agent.harness.harness.display_name == "ACP agent by URL"
+            await agent.send("hello first")
+            transcript = agent.transcript.path
+        finally:
+            await agent.close()
+        again = Squad().resume("far-resumed", str(transcript))  # a new kernel's squad: from the record
+        try:
+            assert again.place == f"at 127.0.0.1:{served.port}"
+            assert again.status is not AgentStatus.HARNESS_MISSING, again.status
+            await again.ready()
+            turn = await again.send("hello second")
+            assert "You said: hello second" in turn.text
+            assert _messages(again, "user").count("hello first") == 1  # the record's, once
+        finally:
+            await again.close()
+
+    run(scenario, timeout=180)

@@ -98,6 +98,9 @@ def test_wrong_token_loose_file_and_http_are_refused_in_one_line(served, tmp_pat
         with pytest.raises(SquadError, match=r"http:// \(ACP's Streamable HTTP\) is not spoken yet"):
             squad.connect("web", served.url.replace("ws://", "http://"), token_file=served.token_file,
                           harness="fake", cwd=tmp_path)
+        with pytest.raises(SquadError, match=r"connect: sandbox is not for an agent reached by URL"):
+            squad.connect("boxed", served.url, token_file=served.token_file, harness="fake", cwd=tmp_path,
+                          sandbox=True)
         agent = squad.connect("wrong", served.url, token_file=wrong, harness="fake", cwd=tmp_path)
         try:
             with pytest.raises(AgentError):

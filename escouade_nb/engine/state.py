@@ -705,6 +705,13 @@ class AgentState:
         task = self._reconnect_task
         return self.reconnecting or (task is not None and not task.done())
 
+    async def reconnected(self) -> None:
+        """Return once a reconnection under way (an agent by URL) has ended, however it ended
+        (at once when none is): a prompt sent meanwhile goes to the reopened session."""
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            await asyncio.wait({task})  # not shielded nor raised: the task is the squad's, its end is said
+
     def reconnect_soon(self, session_id: str | None) -> None:
         """Its connection (an agent by URL) dropped: reconnect and reopen ``session_id`` in
         the background (:func:`~.launch.remote.reconnect`; one at a time, ended by :meth:`close`)."""

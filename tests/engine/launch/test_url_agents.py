@@ -128,16 +128,18 @@ def test_a_connection_dropped_mid_turn_is_recovered(served, tmp_path):
             with pytest.raises(AgentError, match=rf"connection to 127.0.0.1:{served.port} was lost during the turn"):
                 await turn
             assert "connection lost, reconnecting" in status_line(agent) or agent.status is not AgentStatus.EXITED
+            meanwhile = agent.send("hello meanwhile")  # sent while it reconnects: it waits, then goes
             assert card.permission.state == "cancelled" and card.permission.answered_by == "connection lost"
             await until(lambda: any(n.startswith("Reconnected to 127.0.0.1") for n in _notices(agent)), 120,
                         "the agent to reconnect")
             assert any(f"connection to 127.0.0.1:{served.port} was lost" in n for n in _notices(agent))
+            assert "You said: hello meanwhile" in (await meanwhile).text
             await agent.ready()
             again = agent.send("hello after")
             await again
             users = _messages(agent, "user")
             assert users.count("hello before") == 1 and users.count("run make") == 1 \
-                and users.count("hello after") == 1, users
+                and users.count("hello after") == 1 and users.count("hello meanwhile") == 1, users
             said = _messages(agent, "agent")
             assert sum("You said: hello before" in t for t in said) == 1, said
             assert sum("You said: hello after" in t for t in said) == 1, said

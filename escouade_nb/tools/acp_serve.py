@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire.transport import MAX_LINE_BYTES
-from ..wire.url_bridge import RemoteError, read_token
+from ..wire.url_bridge import AGENT_ENDED, RemoteError, read_token
 
 EOF_GRACE = 2.0
 """Seconds the agent has to exit once its connection ended and its stdin is closed."""
@@ -148,17 +148,22 @@ class Serve:
                 await stdin.drain()
 
         tasks = [asyncio.ensure_future(down()), asyncio.ensure_future(up())]
+        agent_ended = False
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        except (ConnectionError, OSError):
-            pass
+            agent_ended = tasks[0].done() and not tasks[1].done()
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if not tasks[1].done() or tasks[0].done():  # the agent ended first: close the connection
+        if agent_ended:  # the agent ended first (or wrote a line over the cap): close the connection, saying so
             try:
-                await send({"type": "websocket.close", "code": 1000})
+                code = await asyncio.wait_for(process.wait(), EOF_GRACE)
+            except TimeoutError:
+                code = None
+            reason = f"the agent exited with code {code}" if code is not None else "the agent closed its output"
+            try:
+                await send({"type": "websocket.close", "code": AGENT_ENDED, "reason": reason})
             except Exception:
                 pass
 

@@ -42,6 +42,12 @@ REFUSED = 77
 """Exit code: the server refused the handshake (a wrong token: 401, 403, another status; a redirect)."""
 UNREACHABLE = 69
 """Exit code: nothing answered at the URL (EX_UNAVAILABLE)."""
+EXITED = 70
+"""Exit code: the agent there ended by itself (the server closed with :data:`AGENT_ENDED`):
+the kernel says so, as of a local agent's exit, and does not reconnect."""
+AGENT_ENDED = 4000
+"""The WebSocket close code ``escouade-acp-serve`` ends a connection with when its agent
+ended by itself (the reason says its exit code)."""
 USAGE = 64
 """Exit code: a bad URL or token file (said before any connection)."""
 
@@ -208,6 +214,9 @@ async def _carry(url: str, token: str) -> int:
     if ended_by_us.is_set():
         return 0
     code, text = ws.close_code, ws.close_reason
+    if code == AGENT_ENDED:
+        _say(f"the agent at {place} ended: {text or 'no reason given'}")
+        return EXITED
     reason = f" (code {code}{': ' + text if text else ''})" if code is not None else ""
     _say(f"the connection to {place} was lost{reason}")
     return LOST
@@ -216,7 +225,7 @@ async def _carry(url: str, token: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m escouade_nb.wire.url_bridge --token-file FILE URL [-- WHAT…]``: carry
     stdio over the WebSocket at URL until one side ends. Exit codes: 0 (our input ended),
-    :data:`LOST`, :data:`REFUSED`, :data:`UNREACHABLE`, :data:`USAGE`."""
+    :data:`LOST`, :data:`EXITED`, :data:`REFUSED`, :data:`UNREACHABLE`, :data:`USAGE`."""
     words = list(sys.argv[1:] if argv is None else argv)
     if "--" in words:
         words = words[:words.index("--")]

@@ -172,3 +172,19 @@ def test_an_agent_by_url_of_no_named_harness_is_resumed_the_same_way(served, tmp
             await again.close()
 
     run(scenario, timeout=180)
+
+
+def test_an_agent_that_crashes_there_is_said_exited_not_reconnected(served, tmp_path):
+    async def scenario() -> None:
+        agent = Squad().connect("far-crash", served.url, token_file=served.token_file, harness="fake", cwd=tmp_path)
+        try:
+            await agent.ready()
+            with pytest.raises(AgentError):
+                await agent.send("crash")
+            assert agent.status is AgentStatus.EXITED and not agent.reconnect_pending
+            assert f"the agent at 127.0.0.1:{served.port} ended: the agent exited with code 3" in agent.exit.stderr_tail
+            assert not any("reconnecting" in n for n in _notices(agent))
+        finally:
+            await agent.close()
+
+    run(scenario, timeout=180)

@@ -721,9 +721,10 @@ class AgentState:
         self._reconnect_task = asyncio.get_running_loop().create_task(
             remote.reconnect(self, session_id), name=f"escouade reconnect {self.name}")
 
-    def resume_reconnected(self, session_id: str, replay: ReplaySkip) -> None:
-        """The next start reopens ``session_id`` of the dropped connection, skipping what
-        ``replay`` says the conversation has, and writes on in the same transcript."""
+    def resume_reconnected(self, session_id: str | None, replay: ReplaySkip) -> None:
+        """The next start reopens ``session_id`` of the dropped connection (None: a new
+        session), skipping what ``replay`` says the conversation has, and writes on in the
+        same transcript."""
         self._main_task = None
         self.live = None
         self.error = None

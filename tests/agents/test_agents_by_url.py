@@ -73,6 +73,8 @@ def test_a_released_agent_by_url_answers_and_survives_a_dropped_connection(harne
             assert users.count(first) == 1 and users.count(second) == 1, users
         except BaseException:
             print(f"escouade-acp-serve's stderr (its agents' too):\n{served.stderr()[-4000:]}")
+            print("the conversation's notices:", [(i.text, i.detail[-300:]) for i in agent.conversation.items
+                                                  if isinstance(i, Notice)])
             raise
         finally:
             await agent.close()

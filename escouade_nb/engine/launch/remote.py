@@ -97,22 +97,27 @@ async def reconnect(agent: Any, session_id: str | None) -> None:
     assert url is not None, "reconnect() of an agent not reached by URL"
     at = where(url)
     delay = FIRST_DELAY
+    fresh = session_id is None  # a new session: none to reopen, or it could not be reopened
     for attempt in range(1, TRIES + 1):
         await asyncio.sleep(delay)  # backoff between tries (not a wait for an event: the server gives none)
         delay = min(delay * 2, MAX_DELAY)
-        if agent.status is not AgentStatus.EXITED or agent.restarting:
-            return  # closed, restarted or started again by the user meanwhile
+        # EXITED: the drop; FAILED: a try of ours that could not start. Anything else: the user's move
+        if agent.status not in (AgentStatus.EXITED, AgentStatus.FAILED) or agent.restarting:
+            return
         if not await _answers(url):
             continue
-        if agent.status is not AgentStatus.EXITED:
-            return
-        if session_id is not None:
-            agent.resume_reconnected(session_id, expected(agent, session_id))
+        agent.resume_reconnected(None if fresh else session_id, ReplaySkip() if fresh or session_id is None
+                                 else expected(agent, session_id))
         agent.reconnecting = True
         try:
             agent.start()
             await agent.ready()
-        except AgentError:
+        except AgentError as exc:
+            if agent.status is AgentStatus.FAILED and not fresh:
+                fresh = True
+                agent.conversation.add_notice(
+                    f"Session {session_id} could not be reopened ({exc}); the next try starts a new session "
+                    f"(the conversation above stays as recorded).", level="warning")
             continue  # refused, or dropped again while it started: the next try
         finally:
             agent.reconnecting = False

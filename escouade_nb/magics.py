@@ -287,6 +287,24 @@ class EscouadeMagics(Magics):
         _show(AgentView(agent))
         return agent
 
+    def _connect(self, squad: Squad, words: list[str]) -> object:
+        """``%escouade connect NAME URL --token-file FILE [--harness H] [--cwd DIR] [--mode MODE]``:
+        an agent served elsewhere (``Squad.connect``), shown like a started one."""
+        p = _Parser(prog="%escouade connect", add_help=False)
+        p.add_argument("name")
+        p.add_argument("url")
+        p.add_argument("--token-file", required=True)
+        p.add_argument("--harness")
+        p.add_argument("--cwd")
+        p.add_argument("--mode")
+        args = p.parse_args(words[1:])
+        self._need_loop()
+        agent = squad.connect(args.name, args.url, token_file=args.token_file, harness=args.harness, cwd=args.cwd,
+                              mode=args.mode)
+        from .widgets import AgentView
+        _show(AgentView(agent))
+        return agent
+
     def _prompt(self, words: list[str], cell: str) -> None:
         if any(w in HELP_FLAGS for w in words):
             print(PROMPT.help())
@@ -546,6 +564,11 @@ COMMANDS: tuple[Subcommand, ...] = (
     LISTING,
     START,
     Subcommand(("stop",), "  %escouade stop AGENT                      stop an agent\n", EscouadeMagics._stop),
+    Subcommand(("connect",), """\
+  %escouade connect AGENT ws://HOST:PORT/ --token-file FILE [--harness NAME] [--cwd DIR] [--mode MODE]
+                                            an agent served elsewhere (escouade-acp-serve), over ACP on a
+                                            WebSocket; the bearer token in FILE (mode 0600); reconnects
+""", EscouadeMagics._connect),
     Subcommand(("sessions",), """\
   %escouade sessions AGENT [--cursor C] [--all]
                                             the agent's own sessions for its folder (ACP session/list;

@@ -326,6 +326,8 @@ class TurnsAgent(Named, HasFileWatch, HasEditReview, HasFolderCheckpoints, Proto
     @property
     def restarting(self) -> bool: ...
 
+    async def reconnected(self) -> None: ...  # an agent by URL: its reconnection under way has ended
+
     def set_status(self, status: AgentStatus | str) -> None: ...
 
     def notify_status(self) -> None: ...
@@ -361,6 +363,7 @@ class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Has
     turns: Any
     live: Any
     previous_transcript: Path | None
+    error: str | None
 
     @property
     def worktree(self) -> Any | None: ...  # its whole worktree (:class:`~.worktrees.worktree.Worktree`), not a Branch
@@ -396,6 +399,8 @@ class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Has
     def fail_start(self, message: str, *, notice: str | None = None) -> None: ...
 
     def stopped_while_starting(self, error: str, notice: str) -> None: ...
+
+    def reconnect_soon(self, session_id: str | None) -> None: ...  # an agent by URL whose connection dropped
 
     def process_exited(self, error: str, code: int | None, stderr_tail: str) -> None: ...
 

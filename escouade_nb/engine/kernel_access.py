@@ -62,6 +62,7 @@ from .kernel_record import KernelRecord
 from ..kernel_mcp.server import Grant, KernelServer, Refused, ipython_shell, run_result_text
 from ..kernel_mcp.acp_channel import AcpChannel, ChannelError
 from .launch.launcher import is_ssh, launch_argv, relay_command, relay_preamble
+from ..wire.url_bridge import url_of
 from .launch.ssh_forward import ForwardFailed, ReverseForward
 
 if TYPE_CHECKING:
@@ -355,6 +356,10 @@ class KernelAccess:
         agent = self.agent
         if self._server_task is None:
             return None
+        if url_of(agent.via) is not None:
+            self._not_offered(said, "the agent is reached by URL: the kernel's tools are not carried over that "
+                                    "connection yet (see docs/agents-elsewhere.md)")
+            return None
         session = self.live.session
         relayed = bool(agent.via) and session is not None and session.relay is not None \
             and not session.relay.get("absent")
@@ -468,8 +473,8 @@ class KernelAccess:
         the command line was already changed by another part (it would not be the agent's)."""
         agent = self.agent
         acp = agent.harness.acp
-        if acp is None or list(session.argv) != agent.argv():
-            return
+        if acp is None or list(session.argv) != agent.argv() or url_of(agent.via) is not None:
+            return  # an agent by URL: nothing of ours runs on its side
         try:
             preamble = await asyncio.to_thread(relay_preamble)
         except OSError:

@@ -32,6 +32,7 @@ from ..wire.transcript import Transcript
 from ..wire.transport import MAX_LINE_BYTES
 from .cards import CardDesk
 from .kernel_access import KernelAccess
+from .launch import remote
 from .launch.launcher import agent_env
 from .resume import ReplaySkip
 from .launch.sandbox import SandboxError, client_reach, sandboxed
@@ -475,10 +476,16 @@ class Live:
         info = session.exit or ExitInfo(None, session.stderr.tail(), session.closing)
         if session.process is not None and agent.transcript is not None:
             agent.transcript.event("exit", code=info.code, stderr_tail=info.stderr_tail, expected=info.expected)
-        if not info.expected and agent.status is not AgentStatus.FAILED:
+        dropped = None if info.expected or session.fatal else remote.lost(agent.via, info.code)
+        if dropped is not None:  # an agent by URL: its connection dropped, a reconnection follows
+            agent.error = f"the connection to {dropped} was lost"
+            agent.conversation.add_notice(f"The connection to {dropped} was lost: reconnecting.", level="warning",
+                                          detail=info.stderr_tail)
+        elif not info.expected and agent.status is not AgentStatus.FAILED:
             agent.process_exited(session.fatal or str(AgentExited(agent.name, info.code, info.stderr_tail)),
                                  info.code, info.stderr_tail)
-        why = "agent exited" if not info.expected else "agent restarted" if agent.restarting else "agent closed"
+        why = "connection lost" if dropped is not None else "agent exited" if not info.expected else \
+            "agent restarted" if agent.restarting else "agent closed"
         self.desk.close(why)
         self.kernel.close()
         agent.conversation.cancel_unfinished()
@@ -489,6 +496,8 @@ class Live:
         if turn is not None:
             turn._finish(error=self.turn_error())
         agent.wake_waiters()
+        if dropped is not None and self.current and agent.status is AgentStatus.EXITED:
+            agent.reconnect_soon(session.session_id or self.resume)
 
     def turn_error(self) -> AgentError:
         """Why a turn of this process ended without an answer: the wire broke, we closed
@@ -497,6 +506,9 @@ class Live:
         info = session.exit or ExitInfo(None, session.stderr.tail(), session.closing)
         if session.fatal:
             return AgentError(f"agent {agent.name!r} was stopped: {session.fatal}")
+        dropped = None if info.expected else remote.lost(agent.via, info.code)
+        if dropped is not None:
+            return AgentError(f"agent {agent.name!r}: the connection to {dropped} was lost during the turn")
         if info.expected:
             return AgentError(f"agent {agent.name!r} was {'restarted' if agent.restarting else 'closed'} during the "
                               f"turn")

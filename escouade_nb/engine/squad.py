@@ -29,6 +29,7 @@ from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from ..kernel_mcp.server import preload_in_kernel
 from .launch.far_side import probe as probe_far_side
+from .launch.remote import remote_harness
 from .launch.versions import ProgramVersions
 from .worktrees import agent_worktrees, worktree_setup
 from .launch.sandbox import Sandbox, SandboxError, sandbox_check
@@ -38,6 +39,7 @@ from ..core.observers import Observers
 from ..core.status import ENDED, NAME_FREE, NAME_REUSED, AgentStatus
 from ..manifest import Discovery, HarnessRef, discover, install_hint, locate_program, version_status
 from ..permissions import RulePlugins
+from ..wire import url_bridge
 from ..wire.errors import running_loop
 from ..manifest.project import Project, ProjectFileError, project_launcher, read_worktree_config
 
@@ -274,14 +276,14 @@ class Squad:
             except LookupError as exc:
                 raise SquadError(str(exc).strip("'\"")) from None
 
-    def check(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
+    def check(self, harness: str | HarnessRef, *, cwd: str | Path | None = None, name: str | None = None,
               via: str | list[str] | None = None) -> tuple[HarnessRef, Path, list[str], str]:
         """What can be checked of a start without an event loop: the harness (short or
         full id), the folder, the name, the program. Returns ``(ref, folder, launcher
         argv, program)``; raises :class:`SquadError` or :class:`ProgramNotFound` (with
         the manifest's install command) as :meth:`start` does."""
 
-        ref = self.find(harness)
+        ref = harness if isinstance(harness, HarnessRef) else self.find(harness)
         folder = Path(cwd).expanduser() if cwd else Path.cwd()
         if not folder.is_dir():
             raise SquadError(f"{folder} is a file, not a folder" if folder.exists()
@@ -299,7 +301,7 @@ class Squad:
             raise ProgramNotFound(ref)
         return ref, folder, launcher, program
 
-    def start(self, harness: str, *, cwd: str | Path | None = None, name: str | None = None,
+    def start(self, harness: str | HarnessRef, *, cwd: str | Path | None = None, name: str | None = None,
               private: bool = False, mode: str | None = None, via: str | list[str] | None = None,
               account: str | None = None, fs: bool | None = None, mcp: list[str] | None = None,
               kernel_tools: bool | None = None, worktree: bool | str = False,
@@ -402,7 +404,9 @@ class Squad:
             raise SquadError(str(exc)) from None
         self._add(agent)
         prepared: list[Coroutine[Any, Any, Any]] = []
-        if launcher:  # the program is on the far side: located and its version read there first
+        if launcher and url_bridge.url_of(launcher) is not None:
+            pass  # served elsewhere: its server runs the program, its initialize tells its version
+        elif launcher:  # the program is on the far side: located and its version read there first
             state_of(agent).claim_version_check()
             prepared.append(self._far_side(state_of(agent), launcher, ref))
         else:
@@ -432,6 +436,34 @@ class Squad:
         agent.conversation.add_notice(
             f"Runs via {far.where}: {far.program}" + (f" {far.version}" if far.version else ""))
         agent.check_version(far.version)
+
+    def connect(self, name: str, url: str, *, token_file: str | Path, harness: str | None = None,
+                cwd: str | Path | None = None, **start: Any) -> Agent:
+        """An agent served elsewhere, spoken to over ACP on a WebSocket (``ws://`` or
+        ``wss://HOST:PORT/…``; ``escouade-acp-serve`` serves any stdio agent so), started on
+        the running loop and returned at once, like :meth:`start`: the same views, cards,
+        journal, record and close. ``token_file``: the bearer token's file, mode 0600 (a
+        looser mode is refused), sent as ``Authorization: Bearer`` on the handshake, never
+        on a command line nor in the record. ``harness``: what is served there (its
+        manifest's adapters and modes; default: a generic ACP agent). ``start``: the other
+        keywords of :meth:`start` (``mode``, ``mcp``, ``fs``…); ``via`` and ``sandbox`` are
+        refused (it runs where its server is). A dropped connection is reconnected and the
+        session reopened (``engine/launch/remote.py``). The kernel's own tools are not
+        offered to it (said in its conversation).
+
+        Raises :class:`SquadError` (one line) for a URL that is not ``ws://``/``wss://``, a
+        token file missing or too open, and what :meth:`start` raises."""
+        for refused in ("via", "sandbox", "sandbox_ports", "worktree"):
+            if start.get(refused):
+                raise SquadError(f"connect: {refused} is not for an agent reached by URL (it runs where its server "
+                                 f"is)")
+        try:
+            launcher = url_bridge.launcher(url, token_file)
+            url_bridge.read_token(token_file)
+        except url_bridge.RemoteError as exc:
+            raise SquadError(str(exc)) from None
+        ref = self.find(harness) if harness is not None else remote_harness()
+        return self.start(ref, cwd=cwd, name=name, via=launcher, **start)
 
     # -- one prompt to several agents, merges, forks -------------------------------------------------
     def agent_for(self, name: str) -> Agent:
@@ -610,7 +642,10 @@ class Squad:
         ref = program = None
         via = head.get("via") if isinstance(head.get("via"), list) else None
         try:
-            ref = self.discovery(refresh=True).find(str(head.get("harness", "")))
+            if via and url_bridge.url_of(via) is not None and head.get("harness") == remote_harness().id:
+                ref = remote_harness()  # an agent by URL of no named harness: reached again the same way
+            else:
+                ref = self.discovery(refresh=True).find(str(head.get("harness", "")))
             program = named_program(ref) if via else locate_program(ref.harness)
         except LookupError:
             ref = None

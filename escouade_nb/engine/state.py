@@ -54,6 +54,7 @@ from .review.checkpoints import Checkpoints
 from .controls import Controls
 from .interfaces import Forker
 from .kernel_access import in_kernel as kernel_in_process
+from .launch import remote
 from .launch.launcher import launch_argv
 from .live import Live, start_limit
 from .record import ConversationRecord
@@ -249,6 +250,8 @@ class AgentState:
         self._main_task: asyncio.Task | None = None
         self._restarting = False
         self._restart_task: asyncio.Task | None = None
+        self._reconnect_task: asyncio.Task | None = None  # a remote agent's reconnection (launch/remote.py)
+        self.reconnecting = False  # a reconnection's new process is starting
         self._lifecycle = asyncio.Lock()  # restart and close, one at a time
         self._wake = asyncio.Event()
         self.resume_id: str | None = config.session_id  # one of its own sessions to open (session/list), next start
@@ -717,6 +720,46 @@ class AgentState:
             finally:
                 self._restarting = False
 
+    @property
+    def place(self) -> str:
+        """Where it runs, as its head says it: ``at HOST:PORT`` (by URL), ``via LAUNCHER…``, ``""`` (here)."""
+        return remote.place(self.via)
+
+    @property
+    def reconnect_pending(self) -> bool:
+        """A dropped connection (an agent by URL) is being reconnected (:meth:`reconnect_soon`)."""
+        task = self._reconnect_task
+        return self.reconnecting or (task is not None and not task.done())
+
+    async def reconnected(self) -> None:
+        """Return once a reconnection under way (an agent by URL) has ended, however it ended
+        (at once when none is): a prompt sent meanwhile goes to the reopened session."""
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            await asyncio.wait({task})  # not shielded nor raised: the task is the squad's, its end is said
+
+    def reconnect_soon(self, session_id: str | None) -> None:
+        """Its connection (an agent by URL) dropped: reconnect and reopen ``session_id`` in
+        the background (:func:`~.launch.remote.reconnect`; one at a time, ended by :meth:`close`)."""
+        task = self._reconnect_task
+        if self.reconnecting or (task is not None and not task.done()):
+            return  # a try under way: it goes on by itself
+        self._reconnect_task = asyncio.get_running_loop().create_task(
+            remote.reconnect(self, session_id), name=f"escouade reconnect {self.name}")
+
+    def resume_reconnected(self, session_id: str | None, replay: ReplaySkip) -> None:
+        """The next start reopens ``session_id`` of the dropped connection (None: a new
+        session), skipping what ``replay`` says the conversation has, and writes on in the
+        same transcript."""
+        self._main_task = None
+        self.live = None
+        self.error = None
+        if self.transcript is not None:  # a new process's stretch of the same file (its ``resume`` mark)
+            self.transcript.flush()
+            self.resume_from(self.transcript.path, session_id, replay)
+        else:
+            self.resume_id, self._replay = session_id, replay
+
     def resume_from(self, path: Path, session_id: str | None, replay: ReplaySkip) -> None:
         """Rebuilt from the transcript at ``path``: the next start reopens ``session_id``
         (skipping what ``replay`` says the conversation has) and writes on in that file."""
@@ -745,7 +788,8 @@ class AgentState:
         if self.sign_in_job is not None:
             await self.sign_in_job.stop()  # its authenticate() then fails, saying so; no restart
         async with self._lifecycle:
-            for task in (self._restat, self._preparing):  # a worktree being made: this agent will not start
+            for task in (self._restat, self._preparing, self._reconnect_task):  # a worktree being made, a
+                # reconnection under way: this agent will not start
                 if task is not None:
                     task.cancel()
             if self.early_desk is not None:  # a worktree's commands to confirm: answered cancelled

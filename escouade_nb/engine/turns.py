@@ -315,6 +315,7 @@ class TurnQueue:
         """Read the turn's attachments and wait for the session; False when the turn
         ended instead (the agent has ended, or could not start)."""
         agent = self.agent
+        await agent.reconnected()  # an agent by URL whose connection dropped: sent once it is back
         if agent.status in ENDED and not agent.restarting:
             turn._finish(error=AgentError(f"agent {agent.name!r} is {agent.status}; the prompt was not sent"))
             return False

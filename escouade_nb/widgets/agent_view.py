@@ -121,9 +121,10 @@ _KERNEL_TOOLS = {
 
 
 def _where(agent: Agent) -> str:
-    """`` · via …``, the protections in force (`` · sandboxed · private · reviewed``:
-    :func:`~..engine.agent.protections`), the worktree and the additional directories, or ``""``."""
-    where = f" · via {' '.join(agent.via)}" if agent.via else ""
+    """`` · at HOST:PORT`` or `` · via …`` (where it runs), the protections in force
+    (`` · sandboxed · private · reviewed``: :func:`~..engine.agent.protections`), the worktree and
+    the additional directories, or ``""``."""
+    where = f" · {agent.place}" if agent.place else ""  # at HOST:PORT (by URL), via LAUNCHER…
     for word, _meaning in protections(agent):
         where += f" · {word}"
     worktree = getattr(agent, "worktree", None)
@@ -191,7 +192,9 @@ def review_title(agent: Agent) -> str:
 
 def status_line(agent: Agent) -> str:
     status = status_text(agent.status)
-    if agent.status == AgentStatus.EXITED and agent.exit is not None:
+    if agent.status == AgentStatus.EXITED and agent.reconnect_pending:  # an agent by URL whose connection dropped
+        status = "connection lost, reconnecting"
+    elif agent.status == AgentStatus.EXITED and agent.exit is not None:
         status += f" (code {agent.exit.code})"
     return f"{agent.name} · {agent.harness.display_name}{_where(agent)} · {status}"
 
@@ -604,7 +607,9 @@ class AgentView(ConversationView):
         conv = a.conversation
         status = a.status
         text = status_text(status)
-        if status == AgentStatus.EXITED and a.exit is not None:
+        if status == AgentStatus.EXITED and a.reconnect_pending:  # an agent by URL whose connection dropped
+            text = "connection lost, reconnecting"
+        elif status == AgentStatus.EXITED and a.exit is not None:
             text += f" (code {a.exit.code})"
         waiting = getattr(a, "start_waiting", None)
         if status == AgentStatus.STARTING and waiting:

@@ -88,7 +88,7 @@ def agent_row(agent: Agent, now: float | None = None) -> dict[str, str]:
     return {
         "agent": agent.name,
         "harness": agent.harness.short_id,
-        "folder": str(agent.cwd) + (f" via {shlex.join(agent.via)}" if getattr(agent, "via", None) else ""),
+        "folder": str(agent.cwd) + (f" {agent.place}" if agent.place else ""),
         "worktree": _worktree_cell(agent),
         "mode": mode,
         "status": _status_cell(agent),

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...wire.process import agent_environment
+from ...wire.url_bridge import url_of
 
 if TYPE_CHECKING:
     from .interfaces import LaunchedAgent
@@ -115,6 +116,8 @@ def launch_argv(via: Sequence[str], command: Sequence[str]) -> list[str]:
     for ``ssh`` that far command as one remote command line, every word quoted."""
     if not via:
         return list(command)
+    if url_of(via) is not None:  # an agent by URL: its carrier drops the words after "--", its server runs it
+        return [*via, *command]
     return far_argv(via, ["sh", "-c", REMOTE_WRAPPER, "escouade_nb", *command])
 
 

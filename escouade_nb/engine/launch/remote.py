@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ def place(via: Sequence[str]) -> str:
     url = url_of(via)
     if url is not None:
         return f"at {where(url)}"
-    return f"via {' '.join(via)}" if via else ""
+    return f"via {shlex.join(via)}" if via else ""
 
 
 def lost(via: Sequence[str], code: int | None) -> str | None:

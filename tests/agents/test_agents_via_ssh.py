@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agent_configs import AGENTS, AGENTS_DIR, DROP, SUITE_TOKEN
+from agent_configs import AGENTS, AGENTS_DIR, DROP, SUITE_TOKEN, AgentSpec
 from model_server import FINAL_PREFIX
 from ssh_servers import sshd
 from test_agents import TURN_TIMEOUT, AgentKernel
@@ -60,9 +60,9 @@ def _set_env(env: dict[str, str]) -> str:
 
 
 @contextlib.contextmanager
-def _place(place: str, remote: dict[str, str], request,
+def _place(place: str, spec: AgentSpec, remote: dict[str, str], request,
            tmp_path) -> Iterator[tuple[list[str], dict[str, str], Callable[[], list[str]]]]:
-    """The launcher of ``place`` whose far side gives the agent the environment ``remote``, what
+    """The launcher of ``place`` whose far side gives ``spec``'s agent the environment ``remote``, what
     the kernel's environment needs added for it (srun's step inherits the kernel's), and what is
     running there (the container's processes that are the agent's, Slurm's jobs; ssh: not looked at)."""
     if place in ("allowed", "forbidden"):
@@ -72,7 +72,8 @@ def _place(place: str, remote: dict[str, str], request,
     elif place == "podman":
         box = request.getfixturevalue("agents_box")
         yield ([*box.launcher[:-1], *(f"--env={name}={value}" for name, value in remote.items()), box.name], {},
-               lambda: [line for line in box.ps() if str(AGENTS_DIR) in line])
+               lambda: [line for line in box.ps() if not line.startswith(("sh ", "python3 "))  # not the wrapper, relay
+                        and any(f in line for f in (str(AGENTS_DIR), *spec.processes))])
     else:
         cluster = request.getfixturevalue("slurm_cluster")
         yield cluster.launcher, {**cluster.env, **remote}, cluster.jobs
@@ -93,7 +94,7 @@ def test_a_released_agent_elsewhere_lists_the_kernels_variables(harness, place, 
               "PATH": f"{bin_dir}{os.pathsep}{tools}{os.pathsep}/usr/bin:/bin"}
     work = tmp_path / "work"
     work.mkdir()
-    with _place(place, remote, request, tmp_path) as (launcher, kernel_env, running_there):
+    with _place(place, spec, remote, request, tmp_path) as (launcher, kernel_env, running_there):
         env = {k: v for k, v in os.environ.items() if k not in DROP}  # the kernel's: no agent configuration
         env.update(kernel_env)
         env["ESCOUADE_AGENT_SUITE"] = SUITE_TOKEN

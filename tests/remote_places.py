@@ -87,17 +87,23 @@ class Box:
 
 
 @contextlib.contextmanager
-def podman_container(scratch: Path) -> Iterator[Box]:
+def podman_container(scratch: Path, read_only: dict[Path, Path] | None = None,
+                     network: str = "none") -> Iterator[Box]:
     """Run a container of :data:`IMAGE` (``sleep infinity``) with ``scratch`` and ``tests/fixtures``
     mounted at their own paths; yield its :class:`Box`; removed at the end. ``pytest.skip`` (one
-    line) without podman or the image, or when it does not start."""
+    line) without podman or the image, or when it does not start.
+
+    Opt-in (the released agents' container, ``tests/agents/conftest.py``): ``read_only`` maps more
+    host paths to where they are mounted read-only inside; ``network`` is podman's ``--network``
+    (``none`` unless told)."""
     if PODMAN is None:
         pytest.skip("no podman here (Debian: apt-get install podman; scripts/ci-podman.sh)")
     if subprocess.run([PODMAN, "image", "exists", IMAGE], capture_output=True, timeout=60).returncode != 0:
         pytest.skip(f"no podman image {IMAGE} (build it once: bash scripts/ci-podman.sh)")
     name = f"escouade-test-{os.getpid()}-{os.urandom(3).hex()}"
-    run = ["run", "-d", "--name", name, "--network", "none", "-v", f"{scratch}:{scratch}",
-           "-v", f"{FIXTURES}:{FIXTURES}:ro", IMAGE, "sleep", "infinity"]
+    mounts = [f"{FIXTURES}:{FIXTURES}:ro", *(f"{host}:{inside}:ro" for host, inside in (read_only or {}).items())]
+    run = ["run", "-d", "--name", name, "--network", network, "-v", f"{scratch}:{scratch}",
+           *(word for mount in mounts for word in ("-v", mount)), IMAGE, "sleep", "infinity"]
     started = subprocess.run([PODMAN, *run], capture_output=True, text=True, timeout=120)
     if started.returncode != 0 and shutil.which("runc"):
         # a machine with cgroups v1 + v2 both mounted ("hybrid", which crun refuses) and without

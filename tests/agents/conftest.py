@@ -2,6 +2,7 @@
 kernels against the scripted model server. ``pytest -m agents`` runs only it; an agent
 that is not installed (``scripts/install-agents.sh``) is skipped with a one-line reason."""
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from agent_configs import AGENTS, AGENTS_DIR, SUITE_TOKEN
 from kernel_client import process_alive
 from model_server import ModelServer
+from remote_places import podman_container
 
 
 def pytest_configure(config):
@@ -84,3 +86,23 @@ def no_orphan_agent_programs():
 def model_server():
     with ModelServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def agents_box(tmp_path_factory):
+    """A podman container for the released agents: ``tests/remote_places.py``'s container (the test
+    image, its own ``python3`` and nothing else; pytest's scratch folder mounted at its own path) with,
+    read-only, the agents' install folder (:data:`AGENTS_DIR`, at its own path: the npm prefixes and
+    codex's binary) and this machine's ``node`` (at ``/usr/local/bin/node``); the agents' configuration
+    (``agent_configs``) is written in each test's scratch HOME, mounted already.
+
+    Its network is the host's (``--network host``), not ``none``: an agent in a container needs its
+    model provider, and here that is the scripted model server on the host's 127.0.0.1. The subject is
+    the kernel's tools: the launcher (``podman exec``) offers no port, so the kernel gives them over the
+    agent's own pipe, which the tests assert (the host's loopback being reachable changes nothing there)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node here: the released agents' container borrows this machine's")
+    mounts = {AGENTS_DIR.resolve(): AGENTS_DIR, Path(node).resolve(): Path("/usr/local/bin/node")}
+    with podman_container(tmp_path_factory.getbasetemp(), mounts, network="host") as box:
+        yield box

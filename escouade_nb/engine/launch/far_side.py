@@ -46,7 +46,8 @@ else echo "escouade-bwrap fails $(printf '%s\n' "$e" | tail -n 1)"; fi
 if [ -n "$try" ]; then
   echo "escouade-home $HOME"
   [ -d "$try" ] && echo "escouade-folder yes"
-  for d in /run /var/run "$XDG_RUNTIME_DIR"; do
+  for d in /run /var/run "$XDG_RUNTIME_DIR" "$JUPYTER_RUNTIME_DIR" "${JUPYTER_DATA_DIR:-/nonexistent}/runtime" \
+           "${XDG_DATA_HOME:-$HOME/.local/share}/jupyter/runtime"; do
     [ -n "$d" ] && [ -d "$d" ] && [ ! -L "$d" ] && echo "escouade-dir $d"; done
 fi
 [ -n "$p" ] || { echo "escouade-missing"; exit 0; }
@@ -60,8 +61,9 @@ echo "escouade-version-end $?"
 ``escouade-bwrap yes|no`` (with a ``FOLDER``: ``--sandbox`` asked there, ``yes`` only when a bare
 sandbox — a user namespace, a fresh ``/proc`` — runs, else ``escouade-bwrap fails LAST LINE``), then
 with a ``FOLDER`` ``escouade-home HOME``, ``escouade-folder yes`` when that folder is there and
-``escouade-dir D`` for each of ``/run``, ``/var/run``, ``$XDG_RUNTIME_DIR`` that is a folder there
-(what the sandbox hides); then ``escouade-program PATH`` (or ``escouade-missing``), then the
+``escouade-dir D`` for each of ``/run``, ``/var/run``, ``$XDG_RUNTIME_DIR`` and Jupyter's runtime
+folders there (``$JUPYTER_RUNTIME_DIR``, ``$JUPYTER_DATA_DIR/runtime``, ``<data home>/jupyter/runtime``)
+that is a folder there (what the sandbox hides); then ``escouade-program PATH`` (or ``escouade-missing``), then the
 program's version output between ``escouade-version-begin`` and ``escouade-version-end CODE``.
 Exits 0 whenever it ran: any other exit is the launcher's."""
 
@@ -78,7 +80,8 @@ class FarSide:
     (``N.N[.N]``, or None when it gave none), whether ``bwrap`` is on its ``PATH``; probed for
     ``--sandbox`` (a ``folder``): ``bwrap_fails`` (bwrap's last line when a bare sandbox cannot
     run there), ``home`` (``$HOME`` there), ``folder`` (the agent's folder is there, at the same
-    path) and ``run_dirs`` (the folders of system sockets there, hidden from the agent)."""
+    path) and ``run_dirs`` (the folders of system sockets and Jupyter's runtime folders there, hidden
+    from the agent)."""
 
     via: tuple[str, ...]
     program: str

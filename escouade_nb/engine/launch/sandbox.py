@@ -439,11 +439,12 @@ def far_command(command: Sequence[str], *, folder: str | Path, home: str | None,
     ``folder`` (the agent's folder, the same path there) and ``also`` (its additional
     directories) writable, its manifest's ``state_folders`` expanded against the far side's
     ``home`` (a ``${VAR:-~/.x}`` takes its default: the far side's variables are not read) made
-    and writable; ``run_dirs`` (the far side's ``/run``, ``/var/run``, ``$XDG_RUNTIME_DIR``)
-    hidden. Its own user namespace and no capabilities (root in a container has no
+    and writable; ``run_dirs`` (the far side's ``/run``, ``/var/run``, ``$XDG_RUNTIME_DIR``,
+    Jupyter's runtime folders there) hidden. Its own user namespace and no capabilities (root in a container has no
     ``CAP_SYS_ADMIN``). What does not hold there: no pasta is run on the far side, so its
-    network is the far side's own (``offline``: none at all); the kernel's runtime folder,
-    token folder and git files are not there to hide or protect. Pure: the far command line,
+    network is the far side's own (``offline``: none at all); the kernel's token folder and
+    git files are this machine's, neither hidden nor protected there (a far side sharing them: the
+    same host, a shared home). Pure: the far command line,
     ``["sh", "-c", FAR_PRELUDE, …]``, to put inside the launcher's wrapper. :class:`SandboxError`
     for a state folder that is ``/`` or the home folder itself."""
     env = {"HOME": home} if home else {}

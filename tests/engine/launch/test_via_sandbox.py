@@ -17,6 +17,7 @@ import os
 import pytest
 
 from deadlines import run
+from escouade_nb.engine.agent import protections
 from escouade_nb.engine.squad import Squad
 from escouade_nb.wire.errors import AgentError
 from scripted_agent import P_INIT, P_NEW, P_PROMPT
@@ -58,7 +59,7 @@ def _start(s, launcher: list[str]):
             except AgentError:
                 return agent.error, agent.status, said(agent)
             await asyncio.wait_for(agent.send("go").wait(), 120)
-            text = said(agent)
+            text = said(agent) + "\nPROTECTIONS " + json.dumps(protections(agent))
             await agent.close()
             return None, agent.status, text
         finally:
@@ -98,6 +99,8 @@ def test_a_sandboxed_agent_over_there_writes_in_its_folder_and_nowhere_else(scri
     assert "refused-etc" in text and "Read-only file system" in text and not far_has(etc), text
     seen = text.split("COMMAND", 1)[1].split("\n\n", 1)[0]  # its own pid namespace: bwrap, the agent, sh, ps
     assert seen.lstrip().startswith("bwrap --ro-bind") and "sleep infinity" not in seen and "slurmstepd" not in seen
+    held = dict(json.loads(text.rsplit("PROTECTIONS ", 1)[1]))  # the head's tooltip claims no more than holds
+    assert "Sandboxed over there" in held["sandboxed"] and "not cut" in held["sandboxed"], held
     assert status == "closed"
     s.assert_ok()
 

@@ -2,7 +2,7 @@
 command (after the far wrapper), never around the local launcher (``engine/launch/sandbox.py``
 :func:`far_command`, ``engine/launch/far_side.py``). Against a real podman container with
 bubblewrap in its image (``tests/remote_places.py``: ``podman_sandbox_box``) and this host through a
-single-node Slurm (``srun``; bwrap installed here): the scripted agent
+single-node Slurm (``srun``) or a real sshd on 127.0.0.1 (``ssh``; bwrap installed here): the scripted agent
 there writes inside its folder; its hostile writes outside it fail (the container's own ``/etc``:
 read-only) or land in its private ``/tmp`` (beside its folder on the shared mount: nothing there). Where the far side has no bwrap (the plain test image) the start is
 refused in one line naming the place, and where bwrap is there but cannot make a sandbox (podman's
@@ -67,15 +67,20 @@ def _start(s, launcher: list[str]):
     return run(go(), timeout=280)
 
 
-@pytest.fixture(params=["podman", "srun"])
-def sandbox_place(request):
+@pytest.fixture(params=["podman", "srun", "ssh"])
+def sandbox_place(request, tmp_path_factory):
     """``(launcher, does the far side have this file)``: a container with bubblewrap, or this host
-    through a single-node Slurm (bwrap installed here)."""
+    through a single-node Slurm or a real sshd on 127.0.0.1 (bwrap installed here)."""
     if request.param == "srun":
-        cluster = request.getfixturevalue("slurm_cluster")
-        return cluster.launcher, lambda path: os.path.exists(path)
-    box = request.getfixturevalue("podman_sandbox_box")
-    return box.launcher, lambda path: box.exec("test", "-e", path).returncode == 0
+        yield request.getfixturevalue("slurm_cluster").launcher, os.path.exists
+    elif request.param == "ssh":
+        from ssh_servers import sshd
+
+        with sshd(tmp_path_factory.mktemp("sshd")) as launcher:
+            yield launcher, os.path.exists
+    else:
+        box = request.getfixturevalue("podman_sandbox_box")
+        yield box.launcher, lambda path: box.exec("test", "-e", path).returncode == 0
 
 
 @pytest.mark.timeout(400)

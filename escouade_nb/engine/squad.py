@@ -366,6 +366,9 @@ class Squad:
                                  f"is on this machine and the launcher carries no environment to the far side; set "
                                  f"{ref.harness.account_var} there instead")
             env[ref.harness.account_var] = str(account_dir(ref, account))
+        if launcher and sandbox_ports:  # no pasta runs over there: the ports would be a claim, not a rule
+            raise SquadError(f"--sandbox-port cannot be used with --via {shlex.join(launcher)}: a sandbox over there "
+                             f"has that side's own network, no port rule; use --sandbox alone")
         try:
             ports = _ports(sandbox_ports)
             project: Project | None = Project.for_folder(folder, private=private, sandbox=sandbox or bool(ports))

@@ -49,6 +49,27 @@ def test_the_far_command_is_the_local_profile_with_far_paths():
     assert "--unshare-net" in offline and offline[4] == "0"
 
 
+def test_sandbox_ports_with_a_launcher_are_refused_in_one_line(script, tmp_path, monkeypatch):
+    """No pasta runs over there: a port rule would be a claim only."""
+    from escouade_nb.engine.squad import SquadError
+
+    monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(tmp_path / "plugins"))
+    s = script(own_commands(["true"]))
+    s.install(tmp_path / "plugins")
+
+    async def go():
+        squad = Squad()
+        try:
+            with pytest.raises(SquadError) as caught:
+                squad.start(s.ref.harness.id, cwd=s.ws, via=["ssh", "somewhere"], sandbox_ports=[11434])
+            return str(caught.value), dict(squad.agents)
+        finally:
+            await squad.aclose()
+    message, agents = run(go())
+    assert message.startswith("--sandbox-port cannot be used with --via ssh somewhere") and "\n" not in message
+    assert agents == {}
+
+
 def _start(s, launcher: list[str]):
     async def go():
         squad = Squad()

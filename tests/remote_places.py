@@ -38,6 +38,8 @@ from pathlib import Path
 import pytest
 
 IMAGE = os.environ.get("ESCOUADE_TEST_IMAGE", "escouade-nb-test:bookworm")
+SANDBOX_IMAGE = os.environ.get("ESCOUADE_TEST_SANDBOX_IMAGE", "escouade-nb-test:bookworm-bwrap")
+"""The same root file system with ``bubblewrap`` (``--sandbox --via``: bwrap inside the container)."""
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PODMAN, DOCKER = shutil.which("podman"), shutil.which("docker")
 SLURM = {name: shutil.which(name) or next((p for p in (f"/usr/sbin/{name}",) if os.path.exists(p)), None)
@@ -87,23 +89,24 @@ class Box:
 
 
 @contextlib.contextmanager
-def podman_container(scratch: Path, read_only: dict[Path, Path] | None = None,
-                     network: str = "none") -> Iterator[Box]:
-    """Run a container of :data:`IMAGE` (``sleep infinity``) with ``scratch`` and ``tests/fixtures``
-    mounted at their own paths; yield its :class:`Box`; removed at the end. ``pytest.skip`` (one
-    line) without podman or the image, or when it does not start.
+def podman_container(scratch: Path, image: str = IMAGE, options: tuple[str, ...] = (),
+                     read_only: dict[Path, Path] | None = None, network: str = "none") -> Iterator[Box]:
+    """Run a container of ``image`` (default :data:`IMAGE`; ``sleep infinity``) with ``scratch`` and
+    ``tests/fixtures`` mounted at their own paths, ``options`` given to ``podman run``; yield its
+    :class:`Box`; removed at the end. ``pytest.skip`` (one line) without podman or the image, or when
+    it does not start.
 
     Opt-in (the released agents' container, ``tests/agents/conftest.py``): ``read_only`` maps more
     host paths to where they are mounted read-only inside; ``network`` is podman's ``--network``
     (``none`` unless told)."""
     if PODMAN is None:
         pytest.skip("no podman here (Debian: apt-get install podman; scripts/ci-podman.sh)")
-    if subprocess.run([PODMAN, "image", "exists", IMAGE], capture_output=True, timeout=60).returncode != 0:
-        pytest.skip(f"no podman image {IMAGE} (build it once: bash scripts/ci-podman.sh)")
+    if subprocess.run([PODMAN, "image", "exists", image], capture_output=True, timeout=60).returncode != 0:
+        pytest.skip(f"no podman image {image} (build it once: bash scripts/ci-podman.sh)")
     name = f"escouade-test-{os.getpid()}-{os.urandom(3).hex()}"
     mounts = [f"{FIXTURES}:{FIXTURES}:ro", *(f"{host}:{inside}:ro" for host, inside in (read_only or {}).items())]
-    run = ["run", "-d", "--name", name, "--network", network, "-v", f"{scratch}:{scratch}",
-           *(word for mount in mounts for word in ("-v", mount)), IMAGE, "sleep", "infinity"]
+    run = ["run", "-d", "--name", name, "--network", network, *options, "-v", f"{scratch}:{scratch}",
+           *(word for mount in mounts for word in ("-v", mount)), image, "sleep", "infinity"]
     started = subprocess.run([PODMAN, *run], capture_output=True, text=True, timeout=120)
     if started.returncode != 0 and shutil.which("runc"):
         # a machine with cgroups v1 + v2 both mounted ("hybrid", which crun refuses) and without
@@ -286,6 +289,23 @@ PartitionName=debug Nodes=escouade0 Default=YES MaxTime=INFINITE State=UP OverSu
 def podman_box(tmp_path_factory) -> Iterator[Box]:
     """One container for the session (see :func:`podman_container`); launcher ``podman exec -i NAME``."""
     with podman_container(tmp_path_factory.getbasetemp()) as box:
+        yield box
+
+
+@pytest.fixture(scope="session")
+def podman_sandbox_box(tmp_path_factory) -> Iterator[Box]:
+    """A container of :data:`SANDBOX_IMAGE` (bubblewrap in it) where bwrap can sandbox: ``/proc``
+    unmasked (``--security-opt unmask=/proc/*``: a fresh ``/proc`` cannot be mounted over a masked
+    one) — user namespaces are allowed by podman's default seccomp profile."""
+    with podman_container(tmp_path_factory.getbasetemp(), SANDBOX_IMAGE, ("--security-opt", "unmask=/proc/*")) as box:
+        yield box
+
+
+@pytest.fixture(scope="session")
+def podman_masked_box(tmp_path_factory) -> Iterator[Box]:
+    """A container of :data:`SANDBOX_IMAGE` as podman makes it by default (``/proc`` masked): bwrap is
+    there but cannot mount a fresh ``/proc``."""
+    with podman_container(tmp_path_factory.getbasetemp(), SANDBOX_IMAGE) as box:
         yield box
 
 

@@ -62,13 +62,21 @@ PROTECTIONS = {
 }
 """Each protection's word, as the agent's head says it, and its meaning (the tooltip)."""
 
+FAR_SANDBOX = ("Sandboxed over there (--sandbox --via): bubblewrap runs on the far side of its launcher, around its "
+               "process there: it writes only in its folder, its additional directories and its state folders, and "
+               "does not see that side's /tmp, /run nor Jupyter's runtime folders; its network is that side's own "
+               "(not cut), and nothing of this machine is held by it")
+"""The meaning of ``sandboxed`` for an agent run through a launcher (:func:`~.launch.sandbox.far_command`)."""
+
 
 def protections(agent: AgentState) -> list[tuple[str, str]]:
     """The protections in force for ``agent``, ``[(word, meaning)]`` in the order of
-    :data:`PROTECTIONS`: ``sandboxed`` (it has a sandbox), ``private`` (a private
+    :data:`PROTECTIONS`: ``sandboxed`` (it has a sandbox; through a launcher its meaning is
+    :data:`FAR_SANDBOX`), ``private`` (a private
     project: the fence), ``reviewed`` (``review=True``). Empty when none holds."""
     held = {"sandboxed": agent.sandbox is not None, "private": agent.private, "reviewed": agent.review}
-    return [(word, meaning) for word, meaning in PROTECTIONS.items() if held[word]]
+    return [(word, FAR_SANDBOX if word == "sandboxed" and agent.via else meaning)
+            for word, meaning in PROTECTIONS.items() if held[word]]
 
 
 class Agent(AgentState):

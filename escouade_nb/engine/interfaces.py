@@ -364,6 +364,8 @@ class LiveAgent(CardsAgent, RecordedAgent, SandboxedAgent, KernelToolsAgent, Has
     live: Any
     previous_transcript: Path | None
     error: str | None
+    far_side: Any  # --sandbox --via: the far side's probe (a launch.far_side.FarSide), else None
+    program: str
 
     @property
     def worktree(self) -> Any | None: ...  # its whole worktree (:class:`~.worktrees.worktree.Worktree`), not a Branch

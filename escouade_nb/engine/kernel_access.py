@@ -420,6 +420,9 @@ class KernelAccess:
         """Why the relay is not there, from what its launcher said."""
         session = self.live.session
         absent = session.relay.get("absent") if session is not None and session.relay is not None else None
+        if absent is None and self.agent.sandbox is not None:
+            return ("the agent is sandboxed over there (--sandbox --via) and the relay that carries them over its "
+                    "pipe does not run inside that sandbox")
         if absent == "no python3":
             return "the agent's side has no python3 for the relay that carries them over its pipe"
         if absent:

@@ -33,9 +33,11 @@ from ..wire.transport import MAX_LINE_BYTES
 from .cards import CardDesk
 from .kernel_access import KernelAccess
 from .launch import remote
-from .launch.launcher import agent_env
+from .launch.far_side import FarSideError, far_sandbox_refusal
+from .launch.far_side import probe as probe_far_side
+from .launch.launcher import agent_env, launch_argv
 from .resume import ReplaySkip
-from .launch.sandbox import SandboxError, client_reach, sandboxed
+from .launch.sandbox import SandboxError, client_reach, far_command, sandboxed
 from .workspace import Workspace
 
 if TYPE_CHECKING:
@@ -146,7 +148,9 @@ class Live:
     async def run(self) -> None:
         """Spawn, open the session, wait for the process's end (the agent's main task)."""
         try:
-            if self.agent.sandbox is not None:  # bwrap around it: the folders it may write, made off the loop
+            if self.agent.sandbox is not None and self.agent.via:  # bwrap on the far side, inside the launcher
+                await self._far_sandbox()
+            elif self.agent.sandbox is not None:  # bwrap around it: the folders it may write, made off the loop
                 # the kernel's server: its port forwarded into the agent's network, its token folder hidden
                 # but for this session's own token file (the stdio bridge's)
                 port, folder, token_file = await self.kernel.sandbox_view()
@@ -167,7 +171,7 @@ class Live:
                 await self.session.exited.wait()
         except SessionClosed:
             pass  # closed (or restarted) before it was up: end() says so
-        except SandboxError as exc:  # no bwrap any more, a state folder it cannot have: nothing started
+        except (SandboxError, FarSideError) as exc:  # no bwrap (here or there), a state folder: nothing started
             self._fail(str(exc))
         except OSError as exc:  # the program could not start
             self._fail(f"could not start {' '.join(self.agent.argv())}: {exc}")
@@ -177,6 +181,31 @@ class Live:
         finally:
             self.end()  # a no-op when the process's end was handled already (on_exit)
             await self._files_after_exit()
+
+    async def _far_sandbox(self) -> None:
+        """``--sandbox --via``: the agent's far command under bwrap on the far side, inside the
+        launcher's wrapper (:func:`~.launch.sandbox.far_command`), from what the probe found there
+        (the squad's, else probed now: a resume, a restart); said in one line, with what does not
+        hold there. :class:`~.launch.far_side.FarSideError` (one line) where it cannot."""
+        agent = self.agent
+        far = agent.far_side
+        if far is None:
+            locate = agent.harness.harness.locate
+            names = list(locate.names) if locate and locate.names else [agent.program]
+            far = await probe_far_side(list(agent.via), names, sandbox_folder=str(agent.cwd))
+            far_sandbox_refusal(far, agent.cwd)
+            agent.far_side = far
+        acp_spec = agent.harness.acp
+        sandbox = agent.sandbox
+        command = far_command([agent.program, *acp_spec.args], folder=agent.cwd, home=far.home,
+                              state_folders=list(acp_spec.state_folders or ()), also=list(agent.add_dirs),
+                              run_dirs=far.run_dirs, offline=sandbox.offline)
+        self.session.argv = launch_argv(agent.via, command)
+        agent.conversation.add_notice(
+            f"Sandboxed over there (bwrap in {far.where}): {agent.cwd} writable, the rest read-only, a private "
+            f"/tmp; " + ("no network at all" if sandbox.offline else
+                         "its network is the far side's own (no pasta there: neither cut nor limited to the "
+                         "kernel's port)") + "; nothing of this machine is fenced by it")
 
     async def _files_after_exit(self) -> None:
         """review=True: what the process changed since its last turn is pending review."""

@@ -28,6 +28,7 @@ from .budget import SquadBudget
 from .interfaces import register_default_forker
 from .kernel_access import in_kernel as kernel_in_process
 from ..kernel_mcp.server import preload_in_kernel
+from .launch.far_side import far_sandbox_refusal
 from .launch.far_side import probe as probe_far_side
 from .launch.remote import remote_harness
 from .launch.versions import ProgramVersions
@@ -341,8 +342,11 @@ class Squad:
         ``/tmp``; its own pid namespace); also when the folder's ``.escouade.yml`` says
         ``sandbox: true``. Its network is its own (passt's ``pasta``): the host's loopback
         is cut but for the kernel's MCP server and ``sandbox_ports`` (the host's 127.0.0.1
-        TCP ports it may reach: a local model; they imply ``sandbox``). Refused with ``via``
-        and, in one line naming the package, where ``bwrap`` or ``pasta`` is not on ``PATH``.
+        TCP ports it may reach: a local model; they imply ``sandbox``). Refused in one line
+        naming the package where ``bwrap`` or ``pasta`` is not on ``PATH``. With ``via``, bwrap
+        runs on the far side, inside the launcher's command (:func:`~.launch.sandbox.far_command`:
+        the same profile, its network the far side's own), refused in one line naming the place
+        where there is no bwrap there.
 
         Raises :class:`SquadError` (unknown harness, name taken, missing folder, a mode
         or account the harness does not have), :class:`ProgramNotFound` (with the
@@ -364,6 +368,9 @@ class Squad:
                                  f"is on this machine and the launcher carries no environment to the far side; set "
                                  f"{ref.harness.account_var} there instead")
             env[ref.harness.account_var] = str(account_dir(ref, account))
+        if launcher and sandbox_ports:  # no pasta runs over there: the ports would be a claim, not a rule
+            raise SquadError(f"--sandbox-port cannot be used with --via {shlex.join(launcher)}: a sandbox over there "
+                             f"has that side's own network, no port rule; use --sandbox alone")
         try:
             ports = _ports(sandbox_ports)
             project: Project | None = Project.for_folder(folder, private=private, sandbox=sandbox or bool(ports))
@@ -426,13 +433,19 @@ class Squad:
         on the far side (:func:`~.launch.far_side.probe`), said in its conversation, the version
         compared with the manifest's ``tested`` range. Raises :class:`~.launch.far_side.FarSideError`
         (one line: the host unreachable, the container not running, the allocation refused, no such
-        program there): the agent then fails with it and nothing has started on either side."""
+        program there; with ``--sandbox``: no bwrap there, or one that cannot sandbox, or no agent's
+        folder there): the agent then fails with it and nothing has started on either side."""
         names = list(ref.harness.locate.names) if ref.harness.locate and ref.harness.locate.names \
             else [named_program(ref)]
+        sandboxed = agent.sandbox is not None
         try:
-            far = await probe_far_side(launcher, names, ref.harness.version_args)
+            far = await probe_far_side(launcher, names, ref.harness.version_args,
+                                       sandbox_folder=str(agent.cwd) if sandboxed else None)
         finally:
             agent.release_version_check()
+        if sandboxed:
+            far_sandbox_refusal(far, agent.cwd)
+            agent.far_side = far  # the far sandbox's command line is built from it (engine/live.py)
         agent.conversation.add_notice(
             f"Runs via {far.where}: {far.program}" + (f" {far.version}" if far.version else ""))
         agent.check_version(far.version)

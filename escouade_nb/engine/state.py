@@ -247,6 +247,7 @@ class AgentState:
         self.reads_refusal_messages = False
         self.last_activity: float | None = None  # wall-clock time of the last conversation change
         self.version_checked = False  # the squad already compared the program's --version with ``tested``
+        self.far_side: Any = None  # --sandbox --via: what the probe found there (a launch.far_side.FarSide)
         self._main_task: asyncio.Task | None = None
         self._restarting = False
         self._restart_task: asyncio.Task | None = None

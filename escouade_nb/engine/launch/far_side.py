@@ -28,17 +28,28 @@ from dataclasses import dataclass
 from ..._errors import EscouadeError
 from .launcher import far_argv
 
-__all__ = ["PROBE", "PROBE_TIMEOUT", "FarSide", "FarSideError", "probe"]
+__all__ = ["PROBE", "PROBE_TIMEOUT", "FarSide", "FarSideError", "far_sandbox_refusal", "probe"]
 
 PROBE_TIMEOUT = 60.0
 """Seconds the probe may take, launcher included (an ``ssh`` login, an ``srun`` allocation on
 a busy cluster); past them it is killed and the start fails in one line."""
 
 PROBE = r"""
-names=$1; shift
+try=$1; names=$2; shift 2
 p=
 for n in $names; do p=$(command -v "$n" 2>/dev/null) && [ -n "$p" ] && break; p=; done
-if command -v bwrap >/dev/null 2>&1; then echo "escouade-bwrap yes"; else echo "escouade-bwrap no"; fi
+if ! command -v bwrap >/dev/null 2>&1; then echo "escouade-bwrap no"
+elif [ -z "$try" ]; then echo "escouade-bwrap yes"
+elif e=$(bwrap --unshare-user --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --unshare-pid --die-with-parent \
+         --cap-drop ALL -- true 2>&1); then echo "escouade-bwrap yes"
+else echo "escouade-bwrap fails $(printf '%s\n' "$e" | tail -n 1)"; fi
+if [ -n "$try" ]; then
+  echo "escouade-home $HOME"
+  [ -d "$try" ] && echo "escouade-folder yes"
+  for d in /run /var/run "$XDG_RUNTIME_DIR" "$JUPYTER_RUNTIME_DIR" "${JUPYTER_DATA_DIR:-/nonexistent}/runtime" \
+           "${XDG_DATA_HOME:-$HOME/.local/share}/jupyter/runtime"; do
+    [ -n "$d" ] && [ -d "$d" ] && [ ! -L "$d" ] && echo "escouade-dir $d"; done
+fi
 [ -n "$p" ] || { echo "escouade-missing"; exit 0; }
 echo "escouade-program $p"
 [ "$#" -gt 0 ] || exit 0
@@ -46,8 +57,13 @@ echo "escouade-version-begin"
 "$p" "$@" </dev/null 2>&1
 echo "escouade-version-end $?"
 """
-"""The probe run on the far side: ``sh -c PROBE escouade_nb "NAME NAME…" VERSIONARG…``. It prints
-``escouade-bwrap yes|no``, then ``escouade-program PATH`` (or ``escouade-missing``), then the
+"""The probe run on the far side: ``sh -c PROBE escouade_nb FOLDER "NAME NAME…" VERSIONARG…``. It prints
+``escouade-bwrap yes|no`` (with a ``FOLDER``: ``--sandbox`` asked there, ``yes`` only when a bare
+sandbox — a user namespace, a fresh ``/proc`` — runs, else ``escouade-bwrap fails LAST LINE``), then
+with a ``FOLDER`` ``escouade-home HOME``, ``escouade-folder yes`` when that folder is there and
+``escouade-dir D`` for each of ``/run``, ``/var/run``, ``$XDG_RUNTIME_DIR`` and Jupyter's runtime
+folders there (``$JUPYTER_RUNTIME_DIR``, ``$JUPYTER_DATA_DIR/runtime``, ``<data home>/jupyter/runtime``)
+that is a folder there (what the sandbox hides); then ``escouade-program PATH`` (or ``escouade-missing``), then the
 program's version output between ``escouade-version-begin`` and ``escouade-version-end CODE``.
 Exits 0 whenever it ran: any other exit is the launcher's."""
 
@@ -61,12 +77,20 @@ class FarSideError(EscouadeError):
 @dataclass(frozen=True)
 class FarSide:
     """What the probe found on the far side of ``via``: the program's path there, its version
-    (``N.N[.N]``, or None when it gave none), whether ``bwrap`` is on its ``PATH``."""
+    (``N.N[.N]``, or None when it gave none), whether ``bwrap`` is on its ``PATH``; probed for
+    ``--sandbox`` (a ``folder``): ``bwrap_fails`` (bwrap's last line when a bare sandbox cannot
+    run there), ``home`` (``$HOME`` there), ``folder`` (the agent's folder is there, at the same
+    path) and ``run_dirs`` (the folders of system sockets and Jupyter's runtime folders there, hidden
+    from the agent)."""
 
     via: tuple[str, ...]
     program: str
     version: str | None
     bwrap: bool
+    bwrap_fails: str | None = None
+    home: str | None = None
+    folder: bool = False
+    run_dirs: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -97,19 +121,42 @@ def read(via: Sequence[str], names: Sequence[str], code: int | None, out: str, e
         if ends and ends[-1] > begin and said[ends[-1]].split()[-1] == "0":
             match = _VERSION.search("\n".join(said[begin + 1:ends[-1]]))
             version = match.group(0) if match else None
-    return FarSide(via=tuple(via), program=found[0], version=version, bwrap="escouade-bwrap yes" in said)
+    fails = [line[len("escouade-bwrap fails"):].strip() for line in said if line.startswith("escouade-bwrap fails")]
+    homes = [line[len("escouade-home "):] for line in said if line.startswith("escouade-home ")]
+    return FarSide(via=tuple(via), program=found[0], version=version, bwrap="escouade-bwrap yes" in said,
+                   bwrap_fails=(fails[0] or "bwrap failed") if fails else None, home=homes[0] if homes else None,
+                   folder="escouade-folder yes" in said,
+                   run_dirs=tuple(line[len("escouade-dir "):] for line in said if line.startswith("escouade-dir ")))
+
+
+def far_sandbox_refusal(far: FarSide, folder: object) -> None:
+    """:class:`FarSideError` (one line naming the place) when ``--sandbox`` cannot hold on the far
+    side ``far`` probed for it: no bwrap there, a bwrap that cannot make a sandbox there (its last
+    line: a container that masks ``/proc`` or forbids user namespaces), or no agent's ``folder``
+    there at the same path."""
+    if not far.bwrap and far.bwrap_fails is None:
+        raise FarSideError(f"--sandbox: no bwrap in {far.where}; install bubblewrap there or drop --sandbox")
+    if far.bwrap_fails is not None:
+        raise FarSideError(f"--sandbox: bwrap cannot sandbox in {far.where} ({far.bwrap_fails}); a container "
+                           f"needs user namespaces and an unmasked /proc (podman run --security-opt unmask=/proc/*), "
+                           f"or drop --sandbox")
+    if not far.folder:
+        raise FarSideError(f"--sandbox: no folder {folder} in {far.where}; the agent's folder must be at the same "
+                           f"path there (a shared mount) to be its writable folder")
 
 
 async def probe(via: Sequence[str], names: Sequence[str], version_args: Sequence[str] = (),
-                timeout: float = PROBE_TIMEOUT) -> FarSide:
+                timeout: float = PROBE_TIMEOUT, sandbox_folder: str | None = None) -> FarSide:
     """Run :data:`PROBE` through launcher ``via`` (a non-empty argv) for the program ``names``
     (tried in order) and its ``version_args``, without blocking the loop. Returns a
     :class:`FarSide`; raises :class:`FarSideError` (one line) when the launcher cannot run it,
-    the program is not there, or it takes over ``timeout`` s (then killed). Cancelling it kills
-    the launcher."""
+    the program is not there, or it takes over ``timeout`` s (then killed). ``sandbox_folder``
+    (``--sandbox``: the agent's folder): bwrap is tried there and what the far sandbox needs is
+    read (see :data:`PROBE`). Cancelling it kills the launcher."""
     if not via:
         raise ValueError("probe: no launcher")
-    argv = far_argv(via, ["sh", "-c", PROBE, "escouade_nb", " ".join(names), *version_args])
+    argv = far_argv(via, ["sh", "-c", PROBE, "escouade_nb", sandbox_folder or "", " ".join(names),
+                                *version_args])
     try:
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                     stdout=asyncio.subprocess.PIPE,

@@ -60,6 +60,8 @@ class SignInAgent(SandboxedAgent, Protocol):
     conversation (the notices, the terminal's card), its process's token folder (``live``:
     an object with ``token_folder``, or None), and the changes the sign-in makes."""
 
+    far_side: Any  # --sandbox --via: the far side's probe (a .far_side.FarSide), else None
+
     @property
     def name(self) -> str: ...
 

@@ -104,7 +104,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BWRAP", "PACKAGE", "PASTA", "PASTA_PACKAGE", "Binds", "Confined", "Network", "Sandbox", "SandboxError",
            "SandboxMissing", "bwrap_argv", "client_confinement", "client_reach", "expand_state_folder", "find_bwrap",
-           "find_pasta", "git_protected", "hidden_folders", "main_git_folders", "resolv_conf",
+           "far_command", "find_pasta", "git_protected", "hidden_folders", "main_git_folders", "resolv_conf",
            "sandbox_check", "sandboxed",
            "terminal_command", "worktree_git_folders"]
 
@@ -135,13 +135,12 @@ class SandboxMissing(SandboxError):
 
 
 def sandbox_check(via: Sequence[str] = (), *, offline: bool = False) -> str:
-    """What a sandboxed start checks before anything starts: no launcher (``--via``:
-    :class:`SandboxError` — bwrap would wrap the local launcher, not the remote agent),
-    ``bwrap`` on ``PATH`` and, unless ``offline``, ``pasta`` (:class:`SandboxMissing`).
-    Returns bwrap's path."""
+    """What a sandboxed start checks here before anything starts: with a launcher (``--via``)
+    nothing (bwrap runs on the far side, never around the local launcher: the far side's probe
+    checks it, :func:`far_command`; returns ``""``); else ``bwrap`` on ``PATH`` and, unless
+    ``offline``, ``pasta`` (:class:`SandboxMissing`). Returns bwrap's path."""
     if via:
-        raise SandboxError(f"--sandbox cannot be used with --via ({' '.join(via)}): bwrap would confine the local "
-                           f"launcher, not the agent on the other host; run bwrap there in the launcher itself")
+        return ""
     found = find_bwrap()
     if not offline:
         find_pasta()
@@ -383,7 +382,8 @@ _HIDE, _READ, _WRITE, _PROTECT = range(4)
 def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: Iterable[Path] = (),
                readable: Iterable[Path] = (), offline: bool = False, hidden: Iterable[Path] = (),
                protected: Iterable[Path] = (), files: Iterable[Path] = (), network_fds: tuple[int, int] | None = None,
-               drop_caps: bool | None = None, chdir: Path | None = None) -> list[str]:
+               drop_caps: bool | None = None, chdir: Path | None = None, user_ns: bool = False,
+               share_net: bool = False) -> list[str]:
     """The command line that runs ``command`` under ``bwrap`` (see the module): ``/``
     read-only, a new ``/dev`` and ``/proc``, a private ``/tmp``, then, parents before what
     they hold: an empty tmpfs over each of ``hidden`` (:func:`hidden_folders`; ``/tmp``
@@ -394,7 +394,9 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
     (``offline`` or not: the network, when there is one, is pasta's); ``network_fds``:
     bwrap's ``--info-fd`` and ``--block-fd`` (:class:`Network`); ``drop_caps`` (default:
     when running as root): ``--cap-drop ALL``; it starts in ``chdir`` (default
-    ``folder``). Pure."""
+    ``folder``). ``user_ns``: its own user namespace (``--unshare-user``: what root without
+    ``CAP_SYS_ADMIN``, as in a container, needs); ``share_net``: no network namespace of its
+    own (a far side's sandbox, where no pasta is run: :func:`far_command`). Pure."""
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", str(TMP)]
     ops: dict[tuple[Path, int], None] = {}
     for kind, paths in ((_HIDE, [p for p in hidden if Path(p) != TMP]), (_READ, [*readable, *files]),
@@ -407,14 +409,58 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
             argv += ["--tmpfs", str(path)]
         else:
             argv += ["--bind" if kind == _WRITE else "--ro-bind", str(path), str(path)]
-    argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-             "--die-with-parent"]
+    argv += ["--unshare-user"] if user_ns else []
+    argv += ["--unshare-pid", *([] if share_net else ["--unshare-net"]), "--unshare-ipc", "--unshare-uts",
+             "--unshare-cgroup-try", "--die-with-parent"]
     if drop_caps if drop_caps is not None else os.geteuid() == 0:
         argv += ["--cap-drop", "ALL"]
     if network_fds is not None and not offline:
         argv += ["--info-fd", str(network_fds[0]), "--block-fd", str(network_fds[1])]
     argv += ["--chdir", str(chdir if chdir is not None else folder), "--", *command]
     return argv
+
+
+FAR_PRELUDE = r"""
+n=$1; shift
+while [ "$n" -gt 0 ]; do mkdir -p -m 0700 -- "$1" || exit 126; shift; n=$((n-1)); done
+exec "$@"
+"""
+"""Run on the far side before bwrap (``sh -c FAR_PRELUDE escouade_nb N DIR… BWRAP ARGS…``): the
+``N`` state folders made (mode 0700) where they are missing — their parent is read-only inside —,
+then bwrap in its place."""
+
+
+def far_command(command: Sequence[str], *, folder: str | Path, home: str | None,
+                state_folders: Sequence[str] = (), also: Sequence[str | Path] = (),
+                run_dirs: Sequence[str] = (), offline: bool = False) -> list[str]:
+    """``command`` (the agent's program and arguments on the far side of a launcher) under
+    bwrap *there*, with the local sandbox's profile (:func:`bwrap_argv`, far-side paths): ``/``
+    read-only, a private ``/tmp``, its own ``/proc`` and ``/dev``, pid, IPC and UTS namespaces;
+    ``folder`` (the agent's folder, the same path there) and ``also`` (its additional
+    directories) writable, its manifest's ``state_folders`` expanded against the far side's
+    ``home`` (a ``${VAR:-~/.x}`` takes its default: the far side's variables are not read) made
+    and writable; ``run_dirs`` (the far side's ``/run``, ``/var/run``, ``$XDG_RUNTIME_DIR``,
+    Jupyter's runtime folders there) hidden. Its own user namespace and no capabilities (root in a container has no
+    ``CAP_SYS_ADMIN``). What does not hold there: no pasta is run on the far side, so its
+    network is the far side's own (``offline``: none at all); the kernel's token folder and
+    git files are this machine's, neither hidden nor protected there (a far side sharing them: the
+    same host, a shared home). Pure: the far command line,
+    ``["sh", "-c", FAR_PRELUDE, …]``, to put inside the launcher's wrapper. :class:`SandboxError`
+    for a state folder that is ``/`` or the home folder itself."""
+    env = {"HOME": home} if home else {}
+    made: list[Path] = []
+    for spec in state_folders:
+        path = expand_state_folder(spec, env) if home else None
+        if path is None:
+            continue
+        path = Path(os.path.normpath(path))
+        if path == Path("/") or (home and path == Path(os.path.normpath(home))):
+            raise SandboxError(f"state folder {spec!r} is {path} over there: a sandbox cannot make that writable")
+        made.append(path)
+    argv = bwrap_argv(BWRAP, command, folder=Path(folder), writable=[*made, *map(Path, also)],
+                      hidden=[Path(d) for d in run_dirs], offline=offline, drop_caps=True, user_ns=True,
+                      share_net=not offline)
+    return ["sh", "-c", FAR_PRELUDE, "escouade_nb", str(len(made)), *map(str, made), *argv]
 
 
 def pasta_argv(pasta: str, pid: int, ports: Sequence[int], ns_fds: tuple[int, int] | None = None) -> list[str]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ...wire.errors import AgentError
 from ...wire.terminals import TerminalEvent, TerminalManager
 from .launcher import agent_env, launch_argv
-from .sandbox import SandboxError, client_reach, sandboxed
+from .sandbox import far_command, SandboxError, client_reach, sandboxed
 
 if TYPE_CHECKING:
     from ...core.conversation import ToolCall
@@ -72,7 +72,17 @@ class TerminalSignIn:
         name = self.method.get("name") or self.method.get("id")
         base, env = self.env, None
         reach: tuple[Any, Any] = (None, None)
-        if self.agent.sandbox is not None:  # in the agent's sandbox, as its process runs
+        if self.agent.sandbox is not None and self.agent.via:  # bwrap over there, as its process runs there
+            far = self.agent.far_side
+            if far is None:
+                raise AgentError(f"sign-in with {self.method.get('id')!r} could not start: the far side of "
+                                 f"{shlex.join(self.agent.via)} was not probed for --sandbox (Restart the agent)")
+            acp = self.agent.harness.acp
+            self.argv = launch_argv(self.agent.via, far_command(
+                [self.agent.program, *acp.args, *(str(a) for a in self.method.get("args") or [])],
+                folder=self.agent.cwd, home=far.home, state_folders=list(acp.state_folders or ()),
+                also=list(self.agent.add_dirs), run_dirs=far.run_dirs, offline=self.agent.sandbox.offline))
+        elif self.agent.sandbox is not None:  # in the agent's sandbox, as its process runs
             base = agent_env(self.agent)
             env = [{"name": str(k), "value": str(v)} for k, v in (self.method.get("env") or {}).items()]
             live = self.agent.live  # the kernel's token folder, hidden as from its process

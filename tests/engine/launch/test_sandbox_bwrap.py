@@ -278,10 +278,25 @@ def test_without_bwrap_the_start_fails_in_one_line_naming_the_package_and_nothin
     assert not s.log.exists()  # the scripted agent never ran
 
 
-def test_sandbox_with_via_is_refused_in_one_line(sandboxed):
+def test_sandbox_with_via_asks_no_bwrap_here_the_far_side_is_probed(sandboxed, monkeypatch):
+    """bwrap runs on the far side (tests/engine/launch/test_via_sandbox.py), never around the local
+    launcher: no local bwrap is looked for; the launcher's own failure is what stops this one."""
+    from escouade_nb.wire.errors import AgentError
+
     s = sandboxed(own_commands(["true"]))
-    message, agents = run(refused_start("boxed", cwd=s.ws, sandbox=True, via="ssh somewhere"))
-    assert "--sandbox cannot be used with --via" in message and "\n" not in message and agents == {}
+    monkeypatch.setenv("PATH", "/nonexistent-bin")
+
+    async def go():
+        squad = Squad()
+        try:
+            agent = squad.start("boxed", cwd=s.ws, sandbox=True, via="ssh somewhere")
+            with pytest.raises(AgentError):
+                await agent.ready()
+            return agent.error
+        finally:
+            await squad.aclose()
+    message = run(go())
+    assert message.startswith("ssh somewhere: the launcher 'ssh' cannot run here") and "bubblewrap" not in message
 
 
 @needs_bwrap

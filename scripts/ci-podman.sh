@@ -4,7 +4,8 @@
 # a minimal Debian root file system (debootstrap --variant=minbase, with python3 for the scripted agent) imported
 # with `podman import`, and `escouade-nb-test:bookworm-bwrap`, the same with bubblewrap (--sandbox --via: bwrap
 # inside the container). No image registry is needed: the packages come from the Debian mirror apt uses. The image
-# lives in podman's own store (outside the checkout): built once per machine, in about 2-4 minutes each (~170 MB).
+# lives in podman's own store (outside the checkout): built once per machine from one debootstrap (about 3 minutes; ~170 MB). `--packages`: install the
+# packages only (CI then builds the images in the background while the agents install: .ci/run).
 # Nothing here starts a service. Without podman or the image the tests are skipped with a one-line reason.
 set -euo pipefail
 IMAGE=${ESCOUADE_TEST_IMAGE:-escouade-nb-test:bookworm}
@@ -20,22 +21,25 @@ if ! command -v podman >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>
     as_root apt-get install -y -q podman debootstrap uidmap runc \
         || { as_root apt-get update -q && as_root apt-get install -y -q podman debootstrap uidmap runc; }
 fi
-build() {  # build IMAGE PACKAGES: debootstrap's minbase with PACKAGES, podman import-ed, unless it exists
-    if podman image exists "$1"; then
-        return 0
-    fi
-    if ! can_be_root; then
-        echo "ci-podman: debootstrap needs root (or sudo) to make the image's root file system" >&2
-        exit 1
-    fi
-    mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-    root=$(mktemp -d)
-    as_root debootstrap --variant=minbase --include="$2" bookworm "$root/fs" "$mirror" >"$root/log" 2>&1 \
-        || { tail -20 "$root/log" >&2; as_root rm -rf "$root"; exit 1; }
-    as_root rm -rf "$root/fs/var/cache/apt/archives/"*.deb "$root/fs/var/lib/apt/lists/"*
-    as_root tar -C "$root/fs" -c . | podman import --change 'CMD ["sleep", "infinity"]' - "$1" >/dev/null
-    as_root rm -rf "$root"
-    podman image exists "$1"
-}
-build "$IMAGE" python3,procps
-build "$SANDBOX_IMAGE" python3,procps,bubblewrap
+packages_only=0
+[ "${1:-}" = "--packages" ] && packages_only=1
+[ "$packages_only" = 1 ] && exit 0
+if podman image exists "$IMAGE" && podman image exists "$SANDBOX_IMAGE"; then
+    exit 0
+fi
+if ! can_be_root; then
+    echo "ci-podman: debootstrap needs root (or sudo) to make the images' root file system" >&2
+    exit 1
+fi
+# one debootstrap (the slow part: ~3 min) for both images: the bwrap image is that tree, the plain one the
+# same tree without bubblewrap's program (the "no bwrap over there" case)
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+root=$(mktemp -d)
+trap 'as_root rm -rf "$root"' EXIT
+as_root debootstrap --variant=minbase --include=python3,procps,bubblewrap bookworm "$root/fs" "$mirror" \
+    >"$root/log" 2>&1 || { tail -20 "$root/log" >&2; exit 1; }
+as_root rm -rf "$root/fs/var/cache/apt/archives/"*.deb "$root/fs/var/lib/apt/lists/"*
+as_root tar -C "$root/fs" -c . | podman import --change 'CMD ["sleep", "infinity"]' - "$SANDBOX_IMAGE" >/dev/null
+as_root tar -C "$root/fs" --exclude=./usr/bin/bwrap -c . \
+    | podman import --change 'CMD ["sleep", "infinity"]' - "$IMAGE" >/dev/null
+podman image exists "$IMAGE" && podman image exists "$SANDBOX_IMAGE"

@@ -104,5 +104,5 @@ def agents_box(tmp_path_factory):
     if node is None:
         pytest.skip("no node here: the released agents' container borrows this machine's")
     mounts = {AGENTS_DIR.resolve(): AGENTS_DIR, Path(node).resolve(): Path("/usr/local/bin/node")}
-    with podman_container(tmp_path_factory.getbasetemp(), mounts, network="host") as box:
+    with podman_container(tmp_path_factory.getbasetemp(), read_only=mounts, network="host") as box:
         yield box

@@ -33,7 +33,7 @@ def start(tmp_path):
 def small_suite(root: Path, files: dict[str, str]) -> Path:
     """``root`` holding the suite's conftest and kernel client, and ``files`` (path → text) under tests/."""
     (root / "tests").mkdir(parents=True)
-    for helper in ("conftest.py", "kernel_client.py", "view_helpers.py"):
+    for helper in ("conftest.py", "kernel_client.py", "view_helpers.py", "remote_places.py"):
         shutil.copy(TESTS / helper, root / "tests" / helper)
     (root / "pytest.ini").write_text(INI)
     for name, text in files.items():

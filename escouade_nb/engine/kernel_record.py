@@ -253,8 +253,9 @@ class KernelRecord:
         if call is not None:
             call.kernel_run = {**(call.kernel_run or {}), "status": ran, "chars": len(text), "task_end": end}
             self._live.pop(id(call), None)
-            call.kernel_task = {"task_id": task_id, "state": end, "by": "you" if by_user else None,
-                                **_tail_of(text)}
+            # its whole result is on the call already (KernelAccess.ran_code): the task's line says how it ended
+            call.kernel_task = {"task_id": task_id, "state": end, "by": "you" if by_user else None, "output": "",
+                                "cut": 0}
             self._touch(call)
         journal = journal_of(self.agent)
         if journal is not None:

@@ -71,6 +71,14 @@ def test_a_task_shows_its_output_in_the_view_and_its_interrupt_stops_it(tmp_path
     (end,) = [r for r in records if r.get("task_end")]
     assert (end["task_id"], end["task_end"], end.get("task_by"), end["status"]) == (task_id, "interrupted", "you",
                                                                                      "error")
+    resumed = scratch_kernel(tmp_path)  # a resume draws how it ended
+    try:
+        resumed.run("%load_ext escouade_nb\nfrom escouade_nb.widgets.agent_view import AgentView\n"
+                    "a = %escouade resume taskview\nv = AgentView(a)", timeout=120)
+        saved = resumed.run("print(v.companion_bundle()['text/plain'])").text
+        assert f"task {task_id}: interrupted by you" in saved and "running as a task" not in saved, saved
+    finally:
+        resumed.shutdown()
     journal = [json.loads(line) for line in (tmp_path / "journal" / "kernel-tools.jsonl").read_text().splitlines()]
     assert [e["text"] for e in journal if e["kind"] == "Stop"] == \
         [f"task {task_id} of run_code interrupted by you (Interrupt in the agent's view)"]

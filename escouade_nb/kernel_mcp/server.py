@@ -197,6 +197,8 @@ class ToolOwner(Protocol):
 
     def tool_done(self, tool: str, arguments: dict, status: str, text: str) -> None: ...
 
+    def task_started(self, task: RunTask) -> None: ...
+
     def edited(self, cell_id: str, change: str, live: "LiveNotebook") -> None:
         """Told of each change the page made (``insert``, ``edit``, ``delete``, ``removed``) with
         the channel that made it."""

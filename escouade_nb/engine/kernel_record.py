@@ -78,6 +78,7 @@ class KernelRecord:
         self._open: dict[asyncio.Task | None, _Open] = {}
         self._tasks: dict[str, tuple[Any, str]] = {}  # task_id -> (the card's tool call, tool)
         self._live: dict[int, tuple[Any, Any]] = {}  # id(the card's tool call) -> (that call, the kernel's RunTask)
+        self._followers: set[asyncio.Future] = set()
 
     # -- a run left running, as its card's call shows it ----------------------------------------
     def task_started(self, task: Any) -> None:
@@ -96,7 +97,9 @@ class KernelRecord:
             self._live[id(call)] = (call, task)
             call.kernel_task = {"task_id": task.task_id, "state": "running", "by": None, **_tail(task.run)}
             self._touch(call)
-            asyncio.ensure_future(self._follow(call, task))
+            follower = asyncio.ensure_future(self._follow(call, task))
+            self._followers.add(follower)  # held: the loop keeps only a weak reference to a task
+            follower.add_done_callback(self._followers.discard)
         except Exception:
             log.exception("the kernel-tool record of a task's start failed")
 
@@ -299,11 +302,12 @@ TASK_CHARS = 4000
 """Characters of those lines, at most (the end kept)."""
 
 
-def _tail_of(text: str) -> dict[str, Any]:
-    """``{"output": the last TASK_LINES lines of text (at most TASK_CHARS characters), "cut": lines before}``."""
+def _tail_of(text: str, before: bool = False) -> dict[str, Any]:
+    """``{"output": the last TASK_LINES lines of text (at most TASK_CHARS characters), "cut": lines before
+    (at least 1 when ``before``: more came before ``text``)}``."""
     lines = text.splitlines()
     kept = "\n".join(lines[-TASK_LINES:])
-    cut = max(len(lines) - TASK_LINES, 0)
+    cut = max(len(lines) - TASK_LINES, int(before))
     if len(kept) > TASK_CHARS:
         kept, cut = "…" + kept[-TASK_CHARS:], cut or 1
     return {"output": kept, "cut": cut}
@@ -311,8 +315,10 @@ def _tail_of(text: str) -> dict[str, Any]:
 
 def _tail(run: Any) -> dict[str, Any]:
     """The end of what a run printed so far (its stdout, then its stderr), as :func:`_tail_of`."""
-    out, err = run.out.text(max(run.out.size - 2 * TASK_CHARS, 0)), run.err.text(max(run.err.size - 2 * TASK_CHARS, 0))
-    return _tail_of(out + (("\n" if out and not out.endswith("\n") else "") + "stderr:\n" + err if err else ""))
+    starts = max(run.out.size - 2 * TASK_CHARS, 0), max(run.err.size - 2 * TASK_CHARS, 0)  # not all of it each time
+    out, err = run.out.text(starts[0]), run.err.text(starts[1])
+    text = out + (("\n" if out and not out.endswith("\n") else "") + "stderr:\n" + err if err else "")
+    return _tail_of(text, before=any(starts))
 
 
 def _task() -> asyncio.Task | None:

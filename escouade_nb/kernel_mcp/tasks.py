@@ -37,8 +37,7 @@ BY_USER = "the user (Interrupt in the agent's view)"
 STATES = ("running", "done", "interrupted", "cancelled", "ended")
 """A task's status: ``running``; ``done`` (the run ended by itself, with or without an error);
 ``interrupted`` (Jupyter's Interrupt, the user's Interrupt in the agent's view, or the request's own
-cancellation); ``cancelled`` (the
-agent's ``task_cancel``); ``ended`` (its agent's session closed)."""
+cancellation); ``cancelled`` (the agent's ``task_cancel``); ``ended`` (its agent's session closed)."""
 
 
 @dataclass(eq=False)

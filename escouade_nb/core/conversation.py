@@ -139,6 +139,12 @@ class ToolCall(Item):
     """How a call of the kernel's ``run_code`` ended, when the kernel's server served it:
     ``{"status": "ok"|"error"|"refused"|"cancelled"|"busy", "chars": int, "by": str|None}``
     (see :mod:`escouade_nb.wire.kernel_calls`); set by the client, not the agent."""
+    kernel_task: dict[str, Any] | None = None
+    """When the kernel's ``run_code`` of this call was left running as a task (issue 36): ``{"task_id",
+    "state": "running"|"done"|"interrupted"|"cancelled"|"ended", "by": who stopped it or None, "output": the
+    last lines it printed (the whole result's end once it ended), "cut": lines before those not shown}``; set
+    by the client (:mod:`escouade_nb.engine.kernel_record`), not the agent; the Interrupt a view shows finds
+    the kernel's own task through the record, by this call."""
     kernel_notebook: str | None = None
     """The ``path`` of this call's diff that is the notebook the kernel runs (its cards
     say so), else None: set by the client, not the agent."""

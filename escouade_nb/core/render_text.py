@@ -265,9 +265,25 @@ def tool_call_text(call: ToolCall, *, whole: bool = True) -> str:
     out = raw_output_text(call)
     if out:
         parts.append(_indent("output: " + out))
+    if call.kernel_task is not None:
+        parts.append(_indent(kernel_task_text(call.kernel_task, live=whole)))
     for sub in call.subagents:  # its child sessions, each its nested conversation
         parts.append(_indent(subagent_text(sub), "    "))
     return "\n".join(parts)
+
+
+def kernel_task_text(task: dict[str, Any], live: bool = True) -> str:
+    """A ``run_code`` left running as a task (:attr:`ToolCall.kernel_task`): ``task ID: running as a task``
+    (``… when saved``: ``live`` False), ``task ID: interrupted by you``…, then the last lines it printed."""
+    state = str(task.get("state"))
+    words = {"running": "running as a task" + ("" if live else " when saved"), "done": "done",
+             "cancelled": "cancelled by the agent", "ended": "ended: the agent's session closed",
+             "interrupted": "interrupted" + (f" by {task['by']}" if task.get("by") else "")}.get(state, state)
+    output = str(task.get("output") or "")
+    lines = f"task {task.get('task_id', '')}: {words}"
+    if output:
+        lines += "\n" + ("… (earlier lines not shown)\n" if task.get("cut") else "") + output
+    return lines
 
 
 def subagent_state(sub: Subagent) -> str:

@@ -897,3 +897,8 @@ class KernelAccess:
     def tool_done(self, tool: str, arguments: dict[str, Any], status: str, text: str) -> None:
         """The kernel's server ended a call (see ``ToolOwner``): on record."""
         self.record.done(tool, arguments, status, text)
+
+    def task_started(self, task: Any) -> None:
+        """A ``run_code`` was left running as ``task`` (the kernel's own :class:`~..kernel_mcp.tasks.RunTask`):
+        its card's call follows it (see :meth:`.KernelRecord.task_started`)."""
+        self.record.task_started(task)

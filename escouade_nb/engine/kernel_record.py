@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..permissions.journal import Journal
 from ..permissions.request import target_of
 from ..wire import kernel_calls
+from ..kernel_mcp.tasks import BY_USER
 from ..kernel_mcp.tools import EDIT_TOOLS
 
 if TYPE_CHECKING:
@@ -76,6 +77,59 @@ class KernelRecord:
         self.agent = agent
         self._open: dict[asyncio.Task | None, _Open] = {}
         self._tasks: dict[str, tuple[Any, str]] = {}  # task_id -> (the card's tool call, tool)
+        self._live: dict[int, tuple[Any, Any]] = {}  # id(the card's tool call) -> (that call, the kernel's RunTask)
+        self._followers: set[asyncio.Future] = set()
+
+    # -- a run left running, as its card's call shows it ----------------------------------------
+    def task_started(self, task: Any) -> None:
+        """The kernel's server left this call's ``run_code`` running as ``task`` (its own
+        :class:`~..kernel_mcp.tasks.RunTask`; told in the call's task, its card still open): the
+        card's call gets :attr:`~..core.conversation.ToolCall.kernel_task`, its output followed at
+        most every :data:`TASK_REDRAW` s while it prints (:meth:`_follow`)."""
+        try:
+            opened = self._open.get(_task())
+            if opened is None or opened.tool != "run_code":  # a card made in another task: by its code
+                code = task.arguments.get("code")
+                opened = next((o for o in self._open.values() if o.tool == "run_code" and o.code == code), None)
+            call = opened.card.permission.tool_call if opened is not None else None
+            if call is None or task.run is None:
+                return
+            self._live[id(call)] = (call, task)
+            call.kernel_task = {"task_id": task.task_id, "state": "running", "by": None, **_tail(task.run)}
+            self._touch(call)
+            follower = asyncio.ensure_future(self._follow(call, task))
+            self._followers.add(follower)  # held: the loop keeps only a weak reference to a task
+            follower.add_done_callback(self._followers.discard)
+        except Exception:
+            log.exception("the kernel-tool record of a task's start failed")
+
+    def task_of(self, call: Any) -> Any:
+        """The kernel's own task still running for ``call`` (the card's tool call), or None."""
+        live = self._live.get(id(call))
+        return live[1] if live is not None and live[0] is call and live[1].state == "running" else None
+
+    def interrupt(self, call: Any) -> bool:
+        """The user's Interrupt of ``call``'s task (a button of the agent's view): its run stopped as the
+        agent's ``task_cancel`` would, on record as "interrupted by you". False when none runs."""
+        task = self.task_of(call)
+        return task is not None and task.stop(BY_USER)
+
+    async def _follow(self, call: Any, task: Any) -> None:
+        """Redraw ``call`` while ``task`` runs: at most every :data:`TASK_REDRAW` s, when it printed more."""
+        seen = (task.run.out.size, task.run.err.size)
+        while task.state == "running" and not task.job.done():
+            await asyncio.wait({task.job}, timeout=TASK_REDRAW)
+            now = (task.run.out.size, task.run.err.size)
+            if now != seen and task.state == "running" and call.kernel_task is not None and \
+                    call.kernel_task.get("state") == "running":
+                seen = now
+                call.kernel_task = {**call.kernel_task, **_tail(task.run)}
+                self._touch(call)
+
+    def _touch(self, call: Any) -> None:
+        conversation = getattr(self.agent, "conversation", None)
+        if conversation is not None:
+            conversation.touch(call)
 
     # -- the three points -------------------------------------------------------------------
     def card(self, card: PermissionCard, code: str, request: bool = False, tool: str = "run_code",
@@ -196,12 +250,20 @@ class KernelRecord:
         call_id = call.tool_call_id if call is not None else None
         ran = "ok" if arguments.get("ran") == "ok" else "error"
         self._write({"phase": "result", "call": call_id, "tool": tool, "status": ran, "task_id": task_id,
-                     "task_end": end, **kernel_calls.output_fields(text)})
+                     "task_end": end, **({"task_by": "you"} if end == "interrupted" and arguments.get("by") == BY_USER
+                                         else {}), **kernel_calls.output_fields(text)})
+        by_user = end == "interrupted" and arguments.get("by") == BY_USER
         if call is not None:
             call.kernel_run = {**(call.kernel_run or {}), "status": ran, "chars": len(text), "task_end": end}
+            self._live.pop(id(call), None)
+            # its whole result is on the call already (KernelAccess.ran_code): the task's line says how it ended
+            call.kernel_task = {"task_id": task_id, "state": end, "by": "you" if by_user else None, "output": "",
+                                "cut": 0}
+            self._touch(call)
         journal = journal_of(self.agent)
         if journal is not None:
-            how = {"done": "done", "interrupted": "interrupted (Jupyter's Interrupt)",
+            how = {"done": "done", "interrupted": "interrupted by you (Interrupt in the agent's view)" if by_user
+                   else "interrupted (Jupyter's Interrupt)",
                    "cancelled": "cancelled by the agent (task_cancel)",
                    "ended": "ended: the agent's session closed"}.get(end, end)
             project = self.agent.project
@@ -230,6 +292,33 @@ class KernelRecord:
 
 
 _NONE = object()
+
+
+TASK_REDRAW = 0.5
+"""Seconds between two redraws of a running task's output in its card (at most; none while it prints nothing)."""
+TASK_LINES = 20
+"""Lines of a task's output its card shows (the last ones)."""
+TASK_CHARS = 4000
+"""Characters of those lines, at most (the end kept)."""
+
+
+def _tail_of(text: str, before: bool = False) -> dict[str, Any]:
+    """``{"output": the last TASK_LINES lines of text (at most TASK_CHARS characters), "cut": lines before
+    (at least 1 when ``before``: more came before ``text``)}``."""
+    lines = text.splitlines()
+    kept = "\n".join(lines[-TASK_LINES:])
+    cut = max(len(lines) - TASK_LINES, int(before))
+    if len(kept) > TASK_CHARS:
+        kept, cut = "…" + kept[-TASK_CHARS:], cut or 1
+    return {"output": kept, "cut": cut}
+
+
+def _tail(run: Any) -> dict[str, Any]:
+    """The end of what a run printed so far (its stdout, then its stderr), as :func:`_tail_of`."""
+    starts = max(run.out.size - 2 * TASK_CHARS, 0), max(run.err.size - 2 * TASK_CHARS, 0)  # not all of it each time
+    out, err = run.out.text(starts[0]), run.err.text(starts[1])
+    text = out + (("\n" if out and not out.endswith("\n") else "") + "stderr:\n" + err if err else "")
+    return _tail_of(text, before=any(starts))
 
 
 def _task() -> asyncio.Task | None:

@@ -155,7 +155,7 @@ class Refused(EscouadeError):
 
 
 OwnerCall = Literal["allow_read", "ran_code", "tool_done", "notice", "edited", "provenance", "ask_execute_cell",
-                    "ran_cell"]
+                    "ran_cell", "task_started"]
 OPTIONAL_CALLS: tuple[str, ...] = get_args(OwnerCall)
 """The members of :class:`ToolOwner` an owner may lack (one table, as the ACP SDK's ``Route(optional=True)``):
 without ``allow_read`` every read is allowed, without ``ask_execute_cell`` ``execute_cell`` is refused (nobody
@@ -182,7 +182,10 @@ class ToolOwner(Protocol):
     ``arguments["task_id"]``); ``text`` is what the model read (the result, or the
     error). When such a task's run ends, ``tool_done("task", {"task_id", "tool", "ran",
     …the call's arguments}, end, text)`` (``end``: ``done``, ``interrupted``, ``cancelled``,
-    ``ended``; ``ran``: ``ok`` or ``error``), from a done callback of the loop."""
+    ``ended``; ``ran``: ``ok`` or ``error``; ``by``: who stopped it, or None), from a done callback of
+    the loop. ``task_started(task)`` (optional) is given the kernel's own :class:`~.tasks.RunTask` of a
+    ``run_code`` left running, in the call's own task, before its ``tool_done`` (a view follows its output
+    and stops it with :meth:`~.tasks.RunTask.stop`)."""
 
     name: str
 
@@ -193,6 +196,8 @@ class ToolOwner(Protocol):
     def ran_code(self, code: str, result: dict) -> None: ...
 
     def tool_done(self, tool: str, arguments: dict, status: str, text: str) -> None: ...
+
+    def task_started(self, task: RunTask) -> None: ...
 
     def edited(self, cell_id: str, change: str, live: "LiveNotebook") -> None:
         """Told of each change the page made (``insert``, ``edit``, ``delete``, ``removed``) with
@@ -815,6 +820,7 @@ class KernelServer:
         running = asyncio.ensure_future(job())
         if not await self._until_done(running, wait, run, progress):
             task = self._tasks.add("run_code", {"code": code}, grant, running, run, began)
+            _tell_owner(owner, "task_started", task)
             return self._task_answer(task, wait)
         return running.result()
 
@@ -859,7 +865,8 @@ class KernelServer:
     def _task_ended(self, task: RunTask) -> None:
         """A task's run ended: its owner is told (``tool_done("task", {"task_id", "tool", "ran"
         ("ok" | "error"), the call's arguments}, end state, result text)``: on record)."""
-        arguments = {"task_id": task.task_id, "tool": task.tool, "ran": task.ran, **task.arguments}
+        arguments = {"task_id": task.task_id, "tool": task.tool, "ran": task.ran, "by": task.cancelled_by,
+                     **task.arguments}
         _tell_owner(task.grant.owner, "tool_done", "task", arguments, task.state, task.text)
 
     async def _task_status(self, task_id: str, wait: float = 0) -> TaskAnswer:

@@ -30,10 +30,14 @@ KEPT_ENDED = 50
 CANCEL_WAIT = 10.0
 """Seconds ``task_cancel`` waits for the run to stop before answering (it answers anyway)."""
 
+BY_USER = "the user (Interrupt in the agent's view)"
+"""Who stopped a task whose Interrupt the user pressed in the agent's view (``cancelled_by``; the run's
+``KeyboardInterrupt`` says "interrupted by" it): its end is ``interrupted``, not ``cancelled``."""
+
 STATES = ("running", "done", "interrupted", "cancelled", "ended")
 """A task's status: ``running``; ``done`` (the run ended by itself, with or without an error);
-``interrupted`` (Jupyter's Interrupt, or the request's own cancellation); ``cancelled`` (the
-agent's ``task_cancel``); ``ended`` (its agent's session closed)."""
+``interrupted`` (Jupyter's Interrupt, the user's Interrupt in the agent's view, or the request's own
+cancellation); ``cancelled`` (the agent's ``task_cancel``); ``ended`` (its agent's session closed)."""
 
 
 @dataclass(eq=False)
@@ -65,6 +69,15 @@ class RunTask:
             err.text(self.seen[1]) if err.size > self.seen[1] else ""
         self.seen = (out.size, err.size)
         return got
+
+    def stop(self, by: str) -> bool:
+        """Interrupt the run, ``by`` whom (kept as ``cancelled_by``: the agent's ``task_cancel``, or
+        :data:`BY_USER`); False when it is not running, or is a cell run by the page (no run of ours)."""
+        if self.state != "running" or self.run is None or self.cancelled_by is not None:
+            return self.state == "running" and self.cancelled_by is not None
+        self.cancelled_by = by
+        self.run.interrupt(by)
+        return True
 
     def structured(self) -> dict[str, Any]:
         """``{"task_id", "tool", "status", "seconds"}`` (seconds it ran: until now, or until its end)."""
@@ -116,9 +129,12 @@ class Tasks:
                                  "notebook_cells(source=\"live\"))"
                 if task.state == "running":
                     interrupted = task.run.interrupted if task.run is not None else None
-                    task.state = "done" if interrupted is None else \
-                        "cancelled" if task.cancelled_by else "ended" if interrupted.startswith("the agent's session") \
-                        else "interrupted"
+                    if interrupted is None:
+                        task.state = "done"
+                    elif task.cancelled_by:
+                        task.state = "interrupted" if task.cancelled_by == BY_USER else "cancelled"
+                    else:
+                        task.state = "ended" if interrupted.startswith("the agent's session") else "interrupted"
         self._ended(task)
         if any(g is task.grant for g in self._gone):  # its session is over: nobody can ask for it again
             self._tasks.pop(task.task_id, None)
@@ -174,7 +190,8 @@ def status_text(task: RunTask, out: str, err: str) -> str:
         head = f"task {task.task_id} ({task.tool}): running for {seconds:.0f} s"
         tail = "call task_status again to see more (wait=N waits up to N s for its end), or task_cancel to stop it"
     else:
-        why = {"done": "done", "interrupted": "interrupted (Jupyter's Interrupt)",
+        why = {"done": "done", "interrupted": f"interrupted by {BY_USER}" if task.cancelled_by == BY_USER
+               else "interrupted (Jupyter's Interrupt)",
                "cancelled": f"cancelled by {task.cancelled_by or 'the agent'}",
                "ended": "ended: its agent's session closed"}[task.state]
         head = f"task {task.task_id} ({task.tool}): {why}"

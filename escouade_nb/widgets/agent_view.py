@@ -274,7 +274,8 @@ class CardActions:
 
     def bind(self, actions: dict[str, Callable[[dict], Any]]) -> None:
         actions.update(choose=self.choose, approve=self.approve, keep=self.keep,
-                       answer=self.answer, decline=self.answer, cancel_q=self.answer)
+                       answer=self.answer, decline=self.answer, cancel_q=self.answer,
+                       interrupt_task=self.interrupt_task)
 
     def dispatch(self, msg: dict) -> None:
         """Run the card action ``msg["act"]`` names (nothing for another act)."""
@@ -289,6 +290,15 @@ class CardActions:
         card = self._card(perm) if isinstance(perm, Permission) else None
         if card is not None and isinstance(perm, Permission) and perm.state == "pending":
             card.choose(str(msg.get("value")), by="you")
+
+    def interrupt_task(self, msg: dict) -> None:
+        """*Interrupt* on a ``run_code`` left running as a task: the tool call the key names, and the
+        kernel's own task the agent's record holds for that call (never an id from the page or the
+        agent), stopped as "interrupted by you"."""
+        call = self.find(str(msg.get("key")))
+        record = getattr(getattr(getattr(self.agent, "live", None), "kernel", None), "record", None)
+        if isinstance(call, ToolCall) and record is not None:
+            record.interrupt(call)
 
     def approve(self, msg: dict) -> None:
         perm = self.find(str(msg.get("key")))
@@ -491,6 +501,17 @@ class AgentView(ConversationView):
         self._retry_seen = None
         self.hold(agent.on_status.subscribe(self._retry))
         self.hold(agent.on_status.subscribe(self._status_form))  # the saved form follows the status
+        self._task_states: dict[int, str] = {}  # id(tool call) -> its task's state last seen
+        self.hold(agent.conversation.subscribe(self._task_form))  # ...and a task's start and end
+
+    def _task_form(self, changes: list) -> None:
+        """A ``run_code`` task started or ended (not each line it prints): the saved form follows."""
+        for change in changes:
+            call = change.item
+            task = call.kernel_task if isinstance(call, ToolCall) else None
+            if task is not None and self._task_states.get(id(call)) != task.get("state"):
+                self._task_states[id(call)] = str(task.get("state"))
+                self.update_companion_soon()
 
     def release(self) -> None:
         views = _views.get(self.agent)

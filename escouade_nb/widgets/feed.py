@@ -32,7 +32,7 @@ from ..core.plans import QUESTION_OPEN, visible_text
 from ..core.render_text import answer_label, compaction_head, render_item, subagent_head
 from ..wire.transcript import BUDGET_ORIGIN as BUDGET
 from .render import (NotDrawnYet, asked_body_html, block_html, draw_later, esc, markdown, plan_html, pre, saved_form,
-                     split_frozen, tool_body_html, tool_header_html)
+                     split_frozen, task_html, tool_body_html, tool_header_html)
 
 log = logging.getLogger(__name__)
 
@@ -558,6 +558,8 @@ class Feed:
         else:  # no card shown here: what its card asked (if it had one), then what it did
             body = asked_body_html(call, call.asked, True) if call.asked is not None else tool_body_html(call)
             ask = ""
+        if call.kernel_task is not None:  # a run_code left running as a task: its state, output, Interrupt
+            body += task_html(call.kernel_task, self.key(call) if self.interactive else None)
         nested = "".join(self._subagent(sub, self.key(call)) for sub in call.subagents)
         pending = pending or self._nested_waiting(call.subagents)  # a subagent's card is pinned with its parent call
         cls = "esc-card esc-tool" + (" esc-pending" if pending and self.interactive else "")

@@ -588,6 +588,40 @@ def tool_body_html(call: ToolCall, *, show_input: bool = True, content: list[dic
     return "".join(parts)
 
 
+TASK_WORDS = {"running": "running as a task", "done": "task done", "interrupted": "task interrupted",
+              "cancelled": "task cancelled by the agent", "ended": "task ended: the agent's session closed"}
+"""What a ``run_code`` left running as a task (:attr:`ToolCall.kernel_task`) says of its state."""
+TASK_TONES = {"running": "in_progress", "done": "completed", "interrupted": "cancelled", "cancelled": "cancelled",
+              "ended": "cancelled"}
+
+
+def task_words(task: dict[str, Any], live: bool = True) -> str:
+    """``running as a task`` (``running as a task when saved`` in a saved form, ``live`` False),
+    ``task interrupted by you``, ``task done``…"""
+    state = str(task.get("state"))
+    if state == "running" and not live:
+        return "running as a task when saved"
+    word = TASK_WORDS.get(state, f"task {state}")
+    return word + (f" by {task['by']}" if state == "interrupted" and task.get("by") else "")
+
+
+def task_html(task: dict[str, Any], key: str | None) -> str:
+    """A ``run_code`` left running as a task: its state, the last lines it printed, and while it
+    runs an **Interrupt** button (``key``: the tool call's, None in a static form: no button)."""
+    state = str(task.get("state"))
+    live = key is not None
+    head = (f'<span class="esc-status esc-st-{esc(TASK_TONES.get(state, "other"))}">● '
+            f'{esc(task_words(task, live))}</span> <span class="esc-dim">{esc(task.get("task_id", ""))}</span>')
+    if live and state == "running":
+        head += (f' <button class="esc-btn esc-reject" data-act="interrupt_task" data-key="{esc(key)}" '
+                 f'title="Stop this run (a KeyboardInterrupt in its code), as the agent\'s task_cancel would">'
+                 f'Interrupt</button>')
+    output = str(task.get("output") or "")
+    cut_note = '<div class="esc-dim">… (earlier lines not shown)</div>' if task.get("cut") and output else ""
+    body = f'{cut_note}<pre class="esc-pre esc-task-out">{ansi_html(output)}</pre>' if output else ""
+    return f'<div class="esc-task" data-task-state="{esc(state)}">{head}{body}</div>'
+
+
 def asked_body_html(call: ToolCall, asked: ToolCall, answered: bool) -> str:
     """The body of a tool card that carries a permission: what was asked — ``asked``, the
     frozen request (its input or code, diffs, texts) — then the terminals it runs (ours:

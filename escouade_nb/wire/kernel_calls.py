@@ -245,6 +245,9 @@ class KernelReplay:
         call.kernel_run = {"status": status, "chars": data.get("chars"), "by": perm.answered_by}
         if status not in RAN:
             return
+        if isinstance(data.get("task_end"), str):  # a run left running as a task: how it ended (its line)
+            call.kernel_task = {"task_id": str(data.get("task_id", "")), "state": data["task_end"],
+                                "by": "you" if data.get("task_by") == "you" else None, "output": "", "cut": 0}
         text = str(data.get("output", "")) + ("… [cut in the transcript]" if data.get("output_cut") else "")
         conversation.add_tool_content(call, {"type": "content", "content": {"type": "text", "text": text}})
         if call.origin == ORIGIN:  # a call the agent did not announce: ours to close

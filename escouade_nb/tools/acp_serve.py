@@ -72,11 +72,28 @@ def _bearer(scope: dict[str, Any]) -> bytes:
     return b""
 
 
-class Serve:
-    """The ASGI app: one agent process per authorised WebSocket connection."""
+def relayed(argv: Sequence[str]) -> tuple[list[str], bytes]:
+    """``(command line, preamble)`` that run ``argv`` under the relay
+    (:mod:`escouade_nb.engine.launch.pipe_relay`), as a launcher's far side runs it: this
+    Python's ``-c`` bootstrap, fed the relay's source on stdin before any ACP. The relay gives
+    the agent a stdio MCP server and carries its messages as ``mcp/message`` on the agent's
+    own stdout: the kernel's tools reach it over the same WebSocket (no port, no token).
+    ``OSError`` if the relay's source cannot be read."""
+    # the launchers' own bootstrap and relay (engine/launch/launcher.py, pipe_relay.py), not a copy
+    from ..engine import RELAY_BOOTSTRAP, relay_preamble
 
-    def __init__(self, argv: Sequence[str], token: str) -> None:
+    return [sys.executable, "-c", RELAY_BOOTSTRAP, *argv], relay_preamble()
+
+
+class Serve:
+    """The ASGI app: one agent process per authorised WebSocket connection; ``relay``: each
+    runs under the relay (:func:`relayed`), so the kernel's tools reach it over the connection."""
+
+    def __init__(self, argv: Sequence[str], token: str, relay: bool = True) -> None:
         self.argv = list(argv)
+        self.preamble = b""
+        if relay:
+            self.argv, self.preamble = relayed(argv)
         self._token = token.encode("utf-8")
         self.processes: set[asyncio.subprocess.Process] = set()
 
@@ -113,6 +130,9 @@ class Serve:
             await send({"type": "websocket.close", "code": 1011, "reason": "the agent could not start"})
             return
         self.processes.add(process)
+        if self.preamble:  # the relay's source, before any ACP: what its bootstrap reads first
+            assert process.stdin is not None
+            process.stdin.write(self.preamble)
         await send({"type": "websocket.accept"})
         try:
             await self._carry(process, receive, send)
@@ -207,6 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free one; default 8765)")
     parser.add_argument("--token-file", required=True, help="the bearer token's file (mode 0600; made if missing)")
+    parser.add_argument("--no-relay", action="store_true",
+                        help="run the agent alone, not under the relay that carries the kernel's tools over the "
+                             "connection (the agent then gets no kernel tools)")
     args = parser.parse_args(words[:cut])
     try:
         token = ensure_token(Path(args.token_file))
@@ -215,7 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    app = Serve(words[cut + 1:], token)
+    try:
+        app = Serve(words[cut + 1:], token, relay=not args.no_relay)
+    except OSError as exc:
+        print(f"escouade-acp-serve: the relay's source cannot be read ({exc}): use --no-relay", file=sys.stderr)
+        return 2
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -2,7 +2,10 @@
 against a real ``escouade-acp-serve`` (uvicorn + websockets, started here on 127.0.0.1)
 serving the shipped fake agent, one process per connection (``tests/acp_servers.py``).
 
-A prompt answered and a card allowed over the WebSocket; the token never on a command line
+A prompt answered and a card allowed over the WebSocket; the kernel's tools carried over the same
+connection (the server runs the agent under the relay): from a kernel, ``df`` listed and code
+run behind one card, before and after a drop that withdrew a pending ``run_code`` card (a server
+``--no-relay``: said in one line); the token never on a command line
 nor in the record; a wrong token, a token file too open, an ``http://`` URL each one line;
 and a connection dropped mid-turn by the server (restarted on the same port): the pending
 card answered cancelled saying so, the turn failed saying so, the agent reconnected (the
@@ -192,6 +195,23 @@ def test_an_agent_that_crashes_there_is_said_exited_not_reconnected(served, tmp_
             await agent.close()
 
     run(scenario, timeout=180)
+
+
+def test_a_server_that_runs_its_agent_without_the_relay_is_said_in_one_line(tmp_path):
+    with acp_server(tmp_path, AGENT_CMD, flags=["--no-relay"]) as served:
+        async def scenario() -> None:
+            agent = Squad().connect("alone", served.url, token_file=served.token_file, harness="fake", cwd=tmp_path,
+                                    kernel_tools=True)
+            try:
+                await agent.ready()
+                assert agent.kernel_tools_state[0] == "not offered", agent.kernel_tools_state
+                said = [n for n in _notices(agent) if "kernel's tools" in n]
+                assert len(said) == 1 and "--no-relay" in said[0], said
+                assert "You said: hi" in (await agent.send("hi")).text  # the agent runs, alone
+            finally:
+                await agent.close()
+
+        run(scenario, timeout=180)
 
 
 def _kernel_tools_turn(k, name: str) -> None:

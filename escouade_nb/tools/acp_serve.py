@@ -1,6 +1,6 @@
 """``escouade-acp-serve``: serve a stdio ACP agent over WebSocket, for ``%escouade connect``.
 
-``escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE -- PROGRAM ARGS``
+``escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE [--no-relay] -- PROGRAM ARGS``
 listens on ``ws://HOST:PORT/`` (loopback by default: reach it from elsewhere through your
 own tunnel, or say ``--host`` knowingly) under uvicorn (which the kernel's MCP server
 already brings), and for each WebSocket connection that carries ``Authorization: Bearer
@@ -8,6 +8,12 @@ TOKEN`` (the file's content, compared in constant time) starts ``PROGRAM ARGS`` 
 own process group and carries each text frame to its stdin as one line, each line of its
 stdout back as one text frame (its stderr goes to this server's). A wrong or missing token
 gets HTTP 401 before any process starts; a plain HTTP request 426 (upgrade to WebSocket).
+
+Each agent runs under the relay (:mod:`escouade_nb.engine.launch.pipe_relay`, the launchers'
+own: this Python's ``-c`` bootstrap, the relay's source written first on its stdin), which
+gives it a stdio MCP server and carries its MCP messages as ``mcp/message`` on the agent's own
+stdout: the kernel's tools reach it over the same WebSocket (no port, no token of the kernel's
+server). ``--no-relay`` runs ``PROGRAM ARGS`` alone (the kernel then says it gave no tools).
 
 One agent process per connection: it dies with the connection (its stdin closed, then its
 group SIGTERM, then SIGKILL), nothing of it is left behind. A dropped connection's session
@@ -218,7 +224,8 @@ class Serve:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if "--" not in words or words.index("--") == len(words) - 1:
-        print("usage: escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE -- PROGRAM [ARGS…]",
+        print("usage: escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE [--no-relay] -- "
+              "PROGRAM [ARGS…]",
               file=sys.stderr)
         return 2
     cut = words.index("--")

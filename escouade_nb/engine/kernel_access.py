@@ -33,7 +33,8 @@ Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md``
   relay (:mod:`.launch.pipe_relay`, its source the first bytes of its stdin), the entry is
   ``{"type": "acp", "serverId"}`` and the agent's ``mcp/*`` requests are answered by this
   session's channel (:class:`~..kernel_mcp.acp_channel.AcpChannel`, this grant) — no port, no
-  token; through ``ssh`` a reverse forward (:mod:`.launch.ssh_forward`) is used instead where the
+  token (an agent by URL the same: its server, ``escouade-acp-serve``, runs it under the relay and
+  the relay's hello is taken from its connection); through ``ssh`` a reverse forward (:mod:`.launch.ssh_forward`) is used instead where the
   server allows it and the agent takes HTTP (the HTTP entry names the forward's remote end, the
   token in its headers). Not offered outside a kernel unless asked; what cannot be offered is
   said once.

@@ -35,9 +35,9 @@ Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md``
   session's channel (:class:`~..kernel_mcp.acp_channel.AcpChannel`, this grant) — no port, no
   token (an agent by URL the same: its server, ``escouade-acp-serve``, runs it under the relay and
   the relay's hello is taken from its connection); through ``ssh`` a reverse forward
-  (:mod:`.launch.ssh_forward`) is used instead where the server allows it and the agent takes HTTP (the HTTP entry names the forward's remote end, the
-  token in its headers). Not offered outside a kernel unless asked; what cannot be offered is
-  said once.
+  (:mod:`.launch.ssh_forward`) is used instead where the server allows it and the agent takes
+  HTTP (the HTTP entry names the forward's remote end, the token in its headers). Not offered
+  outside a kernel unless asked; what cannot be offered is said once.
 """
 
 from __future__ import annotations

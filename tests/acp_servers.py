@@ -25,8 +25,10 @@ SERVE = [str(Path(sys.executable).with_name("escouade-acp-serve"))]
 class Served:
     """One server: ``url`` (``ws://127.0.0.1:PORT/``), ``token_file``, ``process``."""
 
-    def __init__(self, folder: Path, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, folder: Path, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                 flags: Sequence[str] = ()) -> None:
         self.folder, self.argv, self.env = folder, list(argv), None if env is None else dict(env)
+        self.flags = list(flags)
         self.token_file = folder / "token"
         self.port = 0
         self.url = ""
@@ -38,7 +40,8 @@ class Served:
         err = self.folder / f"serve-{self.runs}.err"
         with open(err, "wb") as out:
             self.process = subprocess.Popen(
-                [*SERVE, "--port", str(self.port), "--token-file", str(self.token_file), "--", *self.argv],
+                [*SERVE, *self.flags, "--port", str(self.port), "--token-file", str(self.token_file), "--",
+                 *self.argv],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True,
                 env=self.env)
         found: list[str] = []
@@ -73,10 +76,12 @@ class Served:
 
 
 @contextlib.contextmanager
-def acp_server(folder: Path, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Iterator[Served]:
+def acp_server(folder: Path, argv: Sequence[str], env: Mapping[str, str] | None = None,
+               flags: Sequence[str] = ()) -> Iterator[Served]:
     """A running ``escouade-acp-serve`` of ``argv`` (see the module; ``env``: its environment, which
-    its agents inherit; default this process's), stopped at the end."""
-    served = Served(folder, argv, env)
+    its agents inherit; default this process's; ``flags``: more of its options, such as
+    ``--no-relay``), stopped at the end."""
+    served = Served(folder, argv, env, flags)
     served.start()
     try:
         yield served

@@ -32,6 +32,8 @@ _LAZY = {
     "UPDATE_TIMEOUT": "launch.harness_update",
     # an agent of the ACP registry installed (%escouade install)
     "InstallResult": "launch.registry_install",
+    # the relay that carries the kernel's tools over an agent's own stdio (escouade-acp-serve runs it too)
+    "RELAY_BOOTSTRAP": "launch.launcher", "relay_preamble": "launch.launcher",
 }
 __all__ = list(_LAZY)
 
@@ -43,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover  (``X as X``: a re-export, for type checke
     from .controls import flatten_options as flatten_options
     from .launch.harness_update import (UPDATE_TIMEOUT as UPDATE_TIMEOUT, UpdateJob as UpdateJob,
                                         UpdateResult as UpdateResult)
+    from .launch.launcher import RELAY_BOOTSTRAP as RELAY_BOOTSTRAP, relay_preamble as relay_preamble
     from .launch.registry_install import InstallResult as InstallResult
     from .listing import listing_text as listing_text
     from .review.cell_review import (PendingEdit as PendingEdit, drop as drop, pending_edit as pending_edit,

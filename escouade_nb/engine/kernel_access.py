@@ -33,10 +33,11 @@ Rules (from the seed's "What Escouade holds", ``reference/mcp-in-the-kernel.md``
   relay (:mod:`.launch.pipe_relay`, its source the first bytes of its stdin), the entry is
   ``{"type": "acp", "serverId"}`` and the agent's ``mcp/*`` requests are answered by this
   session's channel (:class:`~..kernel_mcp.acp_channel.AcpChannel`, this grant) — no port, no
-  token; through ``ssh`` a reverse forward (:mod:`.launch.ssh_forward`) is used instead where the
-  server allows it and the agent takes HTTP (the HTTP entry names the forward's remote end, the
-  token in its headers). Not offered outside a kernel unless asked; what cannot be offered is
-  said once.
+  token (an agent by URL the same: its server, ``escouade-acp-serve``, runs it under the relay and
+  the relay's hello is taken from its connection); through ``ssh`` a reverse forward
+  (:mod:`.launch.ssh_forward`) is used instead where the server allows it and the agent takes
+  HTTP (the HTTP entry names the forward's remote end, the token in its headers). Not offered
+  outside a kernel unless asked; what cannot be offered is said once.
 """
 
 from __future__ import annotations
@@ -356,13 +357,14 @@ class KernelAccess:
         agent = self.agent
         if self._server_task is None:
             return None
-        if url_of(agent.via) is not None:
-            self._not_offered(said, "the agent is reached by URL: the kernel's tools are not carried over that "
-                                    "connection yet (see docs/agents-elsewhere.md)")
-            return None
         session = self.live.session
         relayed = bool(agent.via) and session is not None and session.relay is not None \
             and not session.relay.get("absent")
+        if url_of(agent.via) is not None and not relayed:
+            self._not_offered(said, "the agent is reached by URL and its server runs it without the relay that "
+                                    "carries them over the connection (escouade-acp-serve --no-relay, or another "
+                                    "server; see docs/agents-elsewhere.md)")
+            return None
         if agent.via and not is_ssh(agent.via) and not relayed:
             self._not_offered(said, "the agent runs through a launcher (--via) and no relay runs beside it: "
                                     f"{self._no_relay()} (see docs/agents-elsewhere.md)")
@@ -443,6 +445,9 @@ class KernelAccess:
         self.state = "offered"
         self.why = ("over the agent's own pipe: the relay beside it on the other side carries the kernel's MCP "
                     "server (MCP-over-ACP, no port opened, no token)")
+        if url_of(self.agent.via) is not None:
+            self.why = ("over the agent's own ACP connection: the relay its server (escouade-acp-serve) runs beside "
+                        "it carries the kernel's MCP server (MCP-over-ACP, no port opened, no token)")
         self._notify()
         return self.channel.entry(SERVER)
 
@@ -473,11 +478,18 @@ class KernelAccess:
         """A launcher's agent (``--via``) runs under the relay (:mod:`.launch.pipe_relay`), its
         source the first bytes of its stdin: the kernel's server can then be carried over the
         agent's own pipe (MCP-over-ACP, :meth:`_mcp_over_acp`) whatever the launcher. Not when
-        the command line was already changed by another part (it would not be the agent's)."""
+        the command line was already changed by another part (it would not be the agent's). An
+        agent by URL: its server (``escouade-acp-serve``) runs it under the relay; its hello is
+        taken (it is the agent's side, as everything on that connection) and its ``mcp/*``
+        answered, under this session's grant."""
         agent = self.agent
         acp = agent.harness.acp
-        if acp is None or list(session.argv) != agent.argv() or url_of(agent.via) is not None:
-            return  # an agent by URL: nothing of ours runs on its side
+        if url_of(agent.via) is not None:  # an agent by URL: its server runs the relay, nothing of ours is sent
+            session.relay_expected = True
+            session.mcp_over_acp = self._mcp_over_acp
+            return
+        if acp is None or list(session.argv) != agent.argv():
+            return
         try:
             preamble = await asyncio.to_thread(relay_preamble)
         except OSError:

@@ -1,6 +1,6 @@
 """``escouade-acp-serve``: serve a stdio ACP agent over WebSocket, for ``%escouade connect``.
 
-``escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE -- PROGRAM ARGS``
+``escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE [--no-relay] -- PROGRAM ARGS``
 listens on ``ws://HOST:PORT/`` (loopback by default: reach it from elsewhere through your
 own tunnel, or say ``--host`` knowingly) under uvicorn (which the kernel's MCP server
 already brings), and for each WebSocket connection that carries ``Authorization: Bearer
@@ -8,6 +8,12 @@ TOKEN`` (the file's content, compared in constant time) starts ``PROGRAM ARGS`` 
 own process group and carries each text frame to its stdin as one line, each line of its
 stdout back as one text frame (its stderr goes to this server's). A wrong or missing token
 gets HTTP 401 before any process starts; a plain HTTP request 426 (upgrade to WebSocket).
+
+Each agent runs under the relay (:mod:`escouade_nb.engine.launch.pipe_relay`, the launchers'
+own: this Python's ``-c`` bootstrap, the relay's source written first on its stdin), which
+gives it a stdio MCP server and carries its MCP messages as ``mcp/message`` on the agent's own
+stdout: the kernel's tools reach it over the same WebSocket (no port, no token of the kernel's
+server). ``--no-relay`` runs ``PROGRAM ARGS`` alone (the kernel then says it gave no tools).
 
 One agent process per connection: it dies with the connection (its stdin closed, then its
 group SIGTERM, then SIGKILL), nothing of it is left behind. A dropped connection's session
@@ -72,11 +78,28 @@ def _bearer(scope: dict[str, Any]) -> bytes:
     return b""
 
 
-class Serve:
-    """The ASGI app: one agent process per authorised WebSocket connection."""
+def relayed(argv: Sequence[str]) -> tuple[list[str], bytes]:
+    """``(command line, preamble)`` that run ``argv`` under the relay
+    (:mod:`escouade_nb.engine.launch.pipe_relay`), as a launcher's far side runs it: this
+    Python's ``-c`` bootstrap, fed the relay's source on stdin before any ACP. The relay gives
+    the agent a stdio MCP server and carries its messages as ``mcp/message`` on the agent's
+    own stdout: the kernel's tools reach it over the same WebSocket (no port, no token).
+    ``OSError`` if the relay's source cannot be read."""
+    # the launchers' own bootstrap and relay (engine/launch/launcher.py, pipe_relay.py), not a copy
+    from ..engine import RELAY_BOOTSTRAP, relay_preamble
 
-    def __init__(self, argv: Sequence[str], token: str) -> None:
+    return [sys.executable, "-c", RELAY_BOOTSTRAP, *argv], relay_preamble()
+
+
+class Serve:
+    """The ASGI app: one agent process per authorised WebSocket connection; ``relay``: each
+    runs under the relay (:func:`relayed`), so the kernel's tools reach it over the connection."""
+
+    def __init__(self, argv: Sequence[str], token: str, relay: bool = True) -> None:
         self.argv = list(argv)
+        self.preamble = b""
+        if relay:
+            self.argv, self.preamble = relayed(argv)
         self._token = token.encode("utf-8")
         self.processes: set[asyncio.subprocess.Process] = set()
 
@@ -113,6 +136,9 @@ class Serve:
             await send({"type": "websocket.close", "code": 1011, "reason": "the agent could not start"})
             return
         self.processes.add(process)
+        if self.preamble:  # the relay's source, before any ACP: what its bootstrap reads first
+            assert process.stdin is not None
+            process.stdin.write(self.preamble)
         await send({"type": "websocket.accept"})
         try:
             await self._carry(process, receive, send)
@@ -198,7 +224,8 @@ class Serve:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if "--" not in words or words.index("--") == len(words) - 1:
-        print("usage: escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE -- PROGRAM [ARGS…]",
+        print("usage: escouade-acp-serve [--host 127.0.0.1] [--port 8765] --token-file FILE [--no-relay] -- "
+              "PROGRAM [ARGS…]",
               file=sys.stderr)
         return 2
     cut = words.index("--")
@@ -207,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free one; default 8765)")
     parser.add_argument("--token-file", required=True, help="the bearer token's file (mode 0600; made if missing)")
+    parser.add_argument("--no-relay", action="store_true",
+                        help="run the agent alone, not under the relay that carries the kernel's tools over the "
+                             "connection (the agent then gets no kernel tools)")
     args = parser.parse_args(words[:cut])
     try:
         token = ensure_token(Path(args.token_file))
@@ -215,7 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    app = Serve(words[cut + 1:], token)
+    try:
+        app = Serve(words[cut + 1:], token, relay=not args.no_relay)
+    except OSError as exc:
+        print(f"escouade-acp-serve: the relay's source cannot be read ({exc}): use --no-relay", file=sys.stderr)
+        return 2
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

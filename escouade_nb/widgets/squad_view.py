@@ -5,7 +5,6 @@ act after a 500 ms settle, as Escouade's overview does). One widget model."""
 
 from __future__ import annotations
 
-import shlex
 import time
 from typing import Any
 

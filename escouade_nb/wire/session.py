@@ -159,6 +159,9 @@ class AgentSession:
         # bytes written to the program's stdin before ACP starts: a launcher's relay source (engine/launch/relayed.py)
         self.preamble = b""
         self.relay: dict[str, Any] | None = None  # the relay's hello (RELAY_HELLO), when one runs on the far side
+        # a relay's hello is taken without a preamble of ours: an agent by URL, whose server (escouade-acp-serve)
+        # runs it under the relay (all on that connection is the agent's side: its hello is trusted no further)
+        self.relay_expected = False
         # MCP-over-ACP (mcp/connect, mcp/message, mcp/disconnect from the agent): handler(method, params, request)
         # -> the result (None for a notification), or raises an exception whose error() is the JSON-RPC error;
         # None: they are answered "method not found"
@@ -482,7 +485,8 @@ class AgentSession:
                     self._requests[rid].send_nowait(message)
             return True
         method = message.get("method")
-        if method == RELAY_HELLO and "id" not in message and self.preamble and self.relay is None:
+        if method == RELAY_HELLO and "id" not in message and (self.preamble or self.relay_expected) \
+                and self.relay is None:
             params = message.get("params")
             self.relay = params if isinstance(params, dict) else {}
             return True

@@ -29,7 +29,6 @@ runs behind exactly one card.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import sys
@@ -38,9 +37,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agent_configs import AGENTS, AGENTS_DIR, DROP, SUITE_TOKEN, AgentSpec
-from model_server import FINAL_PREFIX
+from kernel_tool_checks import lists_variables, runs_behind_one_card
 from ssh_servers import sshd
-from test_agents import TURN_TIMEOUT, AgentKernel
+from test_agents import AgentKernel
 
 pytestmark = pytest.mark.agents
 
@@ -104,60 +103,17 @@ def test_a_released_agent_elsewhere_lists_the_kernels_variables(harness, place, 
                        "sales = {'north': 120.5, 'south': -30.0}\n")
             kernel.run(f"a = %escouade {harness} --via {shlex.quote(shlex.join(launcher))} "
                        f"--cwd {shlex.quote(str(work))} --as {harness}-{place}\nawait a.ready()", timeout=180)
-            out = kernel.run(
-                "t = a.send('ESC-MCP list_variables {} List the kernel variables.')\n"
-                "async def _allow():  # a card that waits for the user (not the subject here) is allowed\n"
-                "    while True:\n"
-                "        card = await a.next_permission()\n"
-                "        await asyncio.sleep(0.05)\n"
-                "        if not card.answered:\n"
-                "            card.choose(next(o for o in card.options if o['kind'] == 'allow_once')['optionId'])\n"
-                "_allower = asyncio.ensure_future(_allow())\n"
-                f"r = await asyncio.wait_for(t.wait(), {TURN_TIMEOUT})\n"
-                "_allower.cancel()\n"
-                "print('RESULT', json.dumps({'text': r.text, 'state': a.kernel_tools_state}))",
-                timeout=TURN_TIMEOUT + 30)
-            r = json.loads(out.text.split("RESULT", 1)[1])
+            r = lists_variables(kernel)
             there = running_there()
             print(f"\n{harness} through {place}: {r['state']}; there: {there}")
             assert there, f"nothing of {harness} runs through {place}"
-            assert r["state"][0] == "connected", r
             piped = place != "allowed" or harness in NO_FORWARD
             assert r["state"][1].startswith("over the agent's own pipe" if piped else "through ssh's reverse forward"), r
-            assert f"{FINAL_PREFIX} list_variables returned:" in r["text"] and "sales" in r["text"], r["text"]
             if place != "allowed":  # and a run_code over the pipe, behind exactly one card
-                _runs_behind_one_card(kernel)
+                runs_behind_one_card(kernel)
         finally:
             try:
                 kernel.run("await a.close()", allow_error=True, timeout=60)
             finally:
                 kernel.shutdown()
 
-
-RUN = "piped = sum(sales.values())\nprint('piped', piped)"
-
-
-def _runs_behind_one_card(kernel: AgentKernel) -> None:
-    """``run_code`` asked through the agent's pipe: one "Run code in the kernel" card, nothing run
-    before it is allowed, then the code runs in the kernel's namespace and its output reaches the model."""
-    prompt = "ESC-MCP run_code " + json.dumps({"code": RUN}) + " Run this in the kernel."
-    out = kernel.run(
-        f"t = a.send({prompt!r})\n"
-        "async def _first_open():\n"
-        f"    while (card := await a.next_permission(timeout={TURN_TIMEOUT})).answered:\n"
-        "        pass\n"
-        "    return card\n"
-        "card = await _first_open()\n"
-        "print('CARD', json.dumps({'title': card.request.title, 'code': card.request.raw_input,\n"
-        "  'pending': len(a.pending_cards), 'ran': 'piped' in globals()}))", timeout=TURN_TIMEOUT + 30)
-    card = json.loads(out.text.split("CARD", 1)[1])
-    assert card == {"title": "Run code in the kernel", "code": {"code": RUN}, "pending": 1, "ran": False}, card
-    out = kernel.run(
-        "card.choose(next(o for o in card.options if o['kind'] == 'allow_once')['optionId'])\n"
-        f"r = await asyncio.wait_for(t.wait(), {TURN_TIMEOUT})\n"
-        "print('RESULT', json.dumps({'text': r.text, 'piped': piped, 'cards': sum(\n"
-        "  1 for i in r.items if type(i).__name__ == 'Permission' and i.request.title == 'Run code in the kernel')}))",
-        timeout=TURN_TIMEOUT + 30)
-    r = json.loads(out.text.split("RESULT", 1)[1])
-    assert r["piped"] == 90.5 and r["cards"] == 1, r
-    assert f"{FINAL_PREFIX} run_code returned:" in r["text"] and "piped 90.5" in r["text"], r["text"]

@@ -343,4 +343,8 @@ if __name__ == "__main__":
     sys.stderr.write("usage: relay.py --mcp SOCKET SERVER_ID\n")
     sys.exit(2)
 elif __name__ == "__escouade_relay__":
-    sys.exit(main_relay(sys.argv[1:], globals()["RELAY_SOURCE"]))  # given by the bootstrap
+    _code = main_relay(sys.argv[1:], globals()["RELAY_SOURCE"])  # given by the bootstrap
+    sys.stderr.flush()
+    # not sys.exit: the interpreter's shutdown would wait for stdin's lock, held by the daemon thread reading it,
+    # and abort (SIGABRT, "could not acquire lock for <stdin> at interpreter shutdown"): the agent's exit code lost
+    os._exit(_code)

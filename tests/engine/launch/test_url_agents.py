@@ -2,7 +2,10 @@
 against a real ``escouade-acp-serve`` (uvicorn + websockets, started here on 127.0.0.1)
 serving the shipped fake agent, one process per connection (``tests/acp_servers.py``).
 
-A prompt answered and a card allowed over the WebSocket; the token never on a command line
+A prompt answered and a card allowed over the WebSocket; the kernel's tools carried over the same
+connection (the server runs the agent under the relay): from a kernel, ``df`` listed and code
+run behind one card, before and after a drop that withdrew a pending ``run_code`` card (a server
+``--no-relay``: said in one line); the token never on a command line
 nor in the record; a wrong token, a token file too open, an ``http://`` URL each one line;
 and a connection dropped mid-turn by the server (restarted on the same port): the pending
 card answered cancelled saying so, the turn failed saying so, the agent reconnected (the
@@ -10,6 +13,7 @@ conversation says "Reconnected"), and each message in the conversation once."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +21,7 @@ import pytest
 from acp_clients import AGENT_CMD
 from acp_servers import acp_server
 from deadlines import run, until
+from kernel_client import kernel_with_env, wait_for
 
 from escouade_nb.core.conversation import Message, Notice
 from escouade_nb.core.status import AgentStatus
@@ -62,7 +67,9 @@ def test_a_remote_agent_answers_asks_and_closes(served, tmp_path):
                               kernel_tools=True)
         try:
             await agent.ready()
-            assert agent.kernel_tools_state[0] == "not offered" and "reached by URL" in agent.kernel_tools_state[1]
+            # outside a kernel: offered only when asked (kernel_tools=True), over the connection
+            assert agent.kernel_tools_state[0] in ("offered", "connected"), agent.kernel_tools_state
+            assert agent.kernel_tools_state[1].startswith("over the agent's own ACP connection")
             assert agent.place == f"at 127.0.0.1:{served.port}"
             head = status_line(agent)  # the view's head and its text say where it runs, never the token's file
             assert f"at 127.0.0.1:{served.port}" in head and str(served.token_file) not in head, head
@@ -188,3 +195,79 @@ def test_an_agent_that_crashes_there_is_said_exited_not_reconnected(served, tmp_
             await agent.close()
 
     run(scenario, timeout=180)
+
+
+def test_a_server_that_runs_its_agent_without_the_relay_is_said_in_one_line(tmp_path):
+    with acp_server(tmp_path, AGENT_CMD, flags=["--no-relay"]) as served:
+        async def scenario() -> None:
+            agent = Squad().connect("alone", served.url, token_file=served.token_file, harness="fake", cwd=tmp_path,
+                                    kernel_tools=True)
+            try:
+                await agent.ready()
+                assert agent.kernel_tools_state[0] == "not offered", agent.kernel_tools_state
+                said = [n for n in _notices(agent) if "kernel's tools" in n]
+                assert len(said) == 1 and "--no-relay" in said[0], said
+                assert "You said: hi" in (await agent.send("hi")).text  # the agent runs, alone
+            finally:
+                await agent.close()
+
+        run(scenario, timeout=180)
+
+
+def _kernel_tools_turn(k, name: str) -> None:
+    """Agent ``name`` by URL (ready) lists ``df`` through the kernel's tools carried over its
+    connection, then runs code behind exactly one card (allowed), in this kernel's namespace."""
+    wait_for(k, f"{name}.kernel_tools_state[0] == 'connected'", timeout=60)
+    state = json.loads(k.run(f"print(json.dumps({name}.kernel_tools_state))").text)
+    assert state[1].startswith("over the agent's own ACP connection"), state
+    out = k.run(f"r = await {name}.send('variables')\nprint(r.text)", timeout=90).text
+    assert "df" in out and "DataFrame" in out, out
+    k.run(f"t = {name}.send('run code url_total = df.revenue.sum()\\nprint(\"total:\", url_total)')\n"
+          f"card = await next_open({name})", timeout=90)
+    out = k.run(f"print(card.request.title, '|', len({name}.pending_cards), '|', 'url_total' in globals())").text
+    assert out.strip() == "Run code in the kernel | 1 | False", out
+    out = k.run("card.choose('run')\nr = await t\nprint(r.text)\nprint(url_total)", timeout=90).text
+    assert "total: 134.5" in out and out.strip().splitlines()[-1] == "134.5", out
+    k.run("del url_total")
+
+
+@pytest.mark.kernel
+@pytest.mark.timeout(420)
+def test_an_agent_by_url_gets_the_kernels_tools_over_its_connection_again_after_a_drop(served, tmp_path):
+    """The kernel's tools over the same WebSocket (the server runs the agent under the relay):
+    ``df`` listed, code run behind one card; a run_code card pending when the connection drops
+    is withdrawn (nothing runs); after the reconnection the tools are offered again and work."""
+    (tmp_path / "ws").mkdir()
+    env = {"ESCOUADE_NB_PLUGINS_DIR": str(tmp_path / "plugins"), "ESCOUADE_NB_CONFIG_DIR": str(tmp_path / "config"),
+           "ESCOUADE_NB_TRANSCRIPTS_DIR": str(tmp_path / "transcripts")}
+    k = kernel_with_env(tmp_path / "ws", env)
+    try:
+        k.run("%load_ext escouade_nb\nimport json\nimport pandas as pd\n"
+              "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
+              "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
+              "    while (card := await agent.next_permission(timeout=60)).answered:\n"
+              "        pass\n"
+              "    return card")
+        k.run(f"u = %escouade connect far {served.url} --token-file {served.token_file} --harness fake\n"
+              "await u.ready()", timeout=90)
+        sent = k.run("print([l for l in u.transcript.path.read_text().splitlines() if 'session/new' in l][0])").text
+        assert '"type":"acp"' in sent.replace(" ", "") and "Bearer" not in sent and "http://" not in sent, sent
+        _kernel_tools_turn(k, "u")
+        # a run_code card pending when the connection drops: withdrawn, nothing runs
+        k.run("t = u.send('run code dropped = 1')\ncard = await next_open(u)", timeout=90)
+        served.restart()
+        wait_for(k, "card.answered and t.done", timeout=60)
+        wait_for(k, "any(i.text.startswith('Reconnected to 127.0.0.1') for i in u.conversation.items "
+                    "if type(i).__name__ == 'Notice')", timeout=120)
+        k.run("await u.ready()", timeout=60)
+        _kernel_tools_turn(k, "u")  # offered again on the reopened session
+        out = k.run("print('dropped' in globals(), card.permission.state)").text
+        assert out.split()[0] == "False", out
+        notices = json.loads(k.run("print(json.dumps([i.text for i in u.conversation.items "
+                                   "if type(i).__name__ == 'Notice' and 'kernel' in i.text]))").text)
+        assert not any("were not given" in n for n in notices), notices
+    finally:
+        try:
+            k.run("await u.close()", allow_error=True, timeout=60)
+        finally:
+            k.shutdown()

@@ -294,6 +294,9 @@ class KernelToolsAgent(JournaledAgent, Named, HasEditReview, Protocol):
     @property
     def program(self) -> str: ...
 
+    @property
+    def sandbox(self) -> Any | None: ...  # --sandbox (a launch.sandbox.Sandbox), else None
+
     def argv(self) -> list[str]: ...
 
     def notify_status(self) -> None: ...

@@ -41,6 +41,17 @@ def kernel_with_env(cwd: Path, env: dict[str, str]) -> Kernel:
                 os.environ[key] = value
 
 
+KERNEL_TOOLS_SETUP = (
+    "%load_ext escouade_nb\nimport json\nimport pandas as pd\n"
+    "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
+    "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
+    "    while (card := await agent.next_permission(timeout=60)).answered:\n"
+    "        pass\n"
+    "    return card")
+"""The first cell of a kernel whose agent uses the kernel's tools: escouade_nb loaded, a
+DataFrame ``df`` to list, and ``next_open(agent)``, the next card still waiting."""
+
+
 def scratch_kernel(tmp: Path) -> Kernel:
     """A :class:`Kernel` in ``tmp/ws`` whose rule plugins, config, transcripts and journal
     are folders of ``tmp``: a kernel started again on the same ``tmp`` finds what the last

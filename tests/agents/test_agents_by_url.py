@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from acp_servers import acp_server
@@ -43,9 +44,9 @@ async def _allowed_turn(agent, prompt: str):
     return turn
 
 
-@pytest.mark.timeout(420)
-@pytest.mark.parametrize("harness", BY_URL)
-def test_a_released_agent_by_url_answers_and_survives_a_dropped_connection(harness, model_server, tmp_path):
+def _to_serve(harness: str, model_server, tmp_path: Path) -> tuple[dict[str, str], list[str], Path]:
+    """What ``escouade-acp-serve`` runs for ``harness`` (skipped when it is not installed): its
+    environment (pointed at the scripted model), its command line, and an empty work folder."""
     spec = AGENTS[harness]
     bin_dir = spec.bin_dir()
     if bin_dir is None:
@@ -57,6 +58,13 @@ def test_a_released_agent_by_url_answers_and_survives_a_dropped_connection(harne
     argv = [str(bin_dir / spec.program), *discover().find(harness).harness.acp.args]
     work = tmp_path / "work"
     work.mkdir()
+    return env, argv, work
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("harness", BY_URL)
+def test_a_released_agent_by_url_answers_and_survives_a_dropped_connection(harness, model_server, tmp_path):
+    env, argv, work = _to_serve(harness, model_server, tmp_path)
     first = f"ESC-SHELL Please run this shell command: {SHELL_COMMAND}"
     second = f"ESC-SHELL Once more, please run: {SHELL_COMMAND}"
 
@@ -100,17 +108,7 @@ def test_a_released_agent_by_url_gets_the_kernels_tools_over_its_connection(harn
     the relay): ``list_variables`` answered from the kernel's namespace, a ``run_code`` behind one
     card; a ``run_code`` card pending when the server restarts is withdrawn (nothing runs); after
     the reconnection the tools are offered again and both work once more."""
-    spec = AGENTS[harness]
-    bin_dir = spec.bin_dir()
-    if bin_dir is None:
-        pytest.skip(f"{harness} is not installed (scripts/install-agents.sh {harness})")
-    env = {k: v for k, v in os.environ.items() if k not in DROP}
-    env.update(spec.env(tmp_path / "home", model_server.url))
-    env.update({"ESCOUADE_AGENT_SUITE": SUITE_TOKEN,
-                "PATH": f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin:/bin"})
-    argv = [str(bin_dir / spec.program), *discover().find(harness).harness.acp.args]
-    work = tmp_path / "work"
-    work.mkdir()
+    env, argv, work = _to_serve(harness, model_server, tmp_path)
     (tmp_path / "serve").mkdir()
     with acp_server(tmp_path / "serve", argv, env) as served:
         kernel_env = {k: v for k, v in os.environ.items() if k not in DROP}  # the kernel's: no agent configuration

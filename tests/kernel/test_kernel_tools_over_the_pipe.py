@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import kernel_with_env, left_behind, processes_named, wait_for
+from kernel_client import KERNEL_TOOLS_SETUP, kernel_with_env, left_behind, processes_named, wait_for
 from ssh_servers import sshd
 
 pytestmark = pytest.mark.kernel
@@ -39,12 +39,7 @@ def kernel(tmp_path_factory):
            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # the far side of a prefix is this host
     k = kernel_with_env(root / "ws", env)
     try:
-        k.run("%load_ext escouade_nb\nimport json\nimport pandas as pd\n"
-              "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
-              "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
-              "    while (card := await agent.next_permission(timeout=60)).answered:\n"
-              "        pass\n"
-              "    return card")
+        k.run(KERNEL_TOOLS_SETUP)
         yield k, root
     finally:
         k.shutdown()

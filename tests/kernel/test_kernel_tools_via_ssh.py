@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_client import kernel_with_env, wait_for
+from kernel_client import KERNEL_TOOLS_SETUP, kernel_with_env, wait_for
 from ssh_servers import sshd
 
 pytestmark = pytest.mark.kernel
@@ -46,12 +46,7 @@ def setup(tmp_path_factory):
             sshd(root / "sshd-no-listen", REMOTE_PATH + "PermitListen none\n") as no_listen:
         k = kernel_with_env(ws, env)
         try:
-            k.run("%load_ext escouade_nb\nimport json\nimport pandas as pd\n"
-                  "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
-                  "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
-                  "    while (card := await agent.next_permission(timeout=60)).answered:\n"
-                  "        pass\n"
-                  "    return card")
+            k.run(KERNEL_TOOLS_SETUP)
             k.run(f"a = %escouade fake --via {shlex.quote(shlex.join(open_ssh))} --as remote\nawait a.ready()",
                   timeout=90)
             wait_for(k, "a.kernel_tools_state[0] == 'connected'", timeout=30)

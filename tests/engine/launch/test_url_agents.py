@@ -21,7 +21,7 @@ import pytest
 from acp_clients import AGENT_CMD
 from acp_servers import acp_server
 from deadlines import run, until
-from kernel_client import kernel_with_env, wait_for
+from kernel_client import KERNEL_TOOLS_SETUP, kernel_with_env, wait_for
 
 from escouade_nb.core.conversation import Message, Notice
 from escouade_nb.core.status import AgentStatus
@@ -242,12 +242,7 @@ def test_an_agent_by_url_gets_the_kernels_tools_over_its_connection_again_after_
            "ESCOUADE_NB_TRANSCRIPTS_DIR": str(tmp_path / "transcripts")}
     k = kernel_with_env(tmp_path / "ws", env)
     try:
-        k.run("%load_ext escouade_nb\nimport json\nimport pandas as pd\n"
-              "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
-              "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
-              "    while (card := await agent.next_permission(timeout=60)).answered:\n"
-              "        pass\n"
-              "    return card")
+        k.run(KERNEL_TOOLS_SETUP)
         k.run(f"u = %escouade connect far {served.url} --token-file {served.token_file} --harness fake\n"
               "await u.ready()", timeout=90)
         sent = k.run("print([l for l in u.transcript.path.read_text().splitlines() if 'session/new' in l][0])").text

@@ -205,16 +205,23 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 def interrupt_on_sigint() -> bool:
-    """Make the process's SIGINT interrupt the runs under way (once; from the main thread only,
-    where Python handles signals: ``False`` elsewhere). ipykernel ignores SIGINT while idle and
-    puts its own handler in place while a cell executes: an Interrupt during a cell stops that
-    cell (as always), one while the kernel is idle stops the runs."""
+    """Make the process's SIGINT interrupt the runs under way (from the main thread only, where
+    Python handles signals: ``False`` elsewhere). ipykernel ignores SIGINT while idle and puts
+    its own handler in place while a cell executes, then puts back the one it found: an
+    Interrupt during a cell stops that cell (as always), one while the kernel is idle stops the
+    runs. Called at each run's start and every half second while a run waits
+    (:func:`_in_thread`): ours is put back whenever the idle kernel's ``SIG_IGN`` is in place
+    again (a run approved during a cell outlives it: that cell's end restored ``SIG_IGN``);
+    never over a cell's own handler."""
     global _previous_sigint, _sigint_installed
-    if _sigint_installed:
-        return True
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
+        current = signal.getsignal(signal.SIGINT)
+        if current is _on_sigint:
+            return True
+        if _sigint_installed and current is not signal.SIG_IGN:
+            return False  # a cell's own handler (ipykernel's): its Interrupt stops that cell
         _previous_sigint = signal.signal(signal.SIGINT, _on_sigint)
     except (ValueError, OSError):
         return False
@@ -268,7 +275,11 @@ async def _in_thread(run: Run, fn: Any) -> Any:
     thread.start()
     started.wait()
     try:
-        return await asyncio.shield(done)
+        while True:  # SIGINT kept ours while the kernel is idle (interrupt_on_sigint)
+            finished, _ = await asyncio.wait({done}, timeout=0.5)
+            if finished:
+                return done.result()
+            interrupt_on_sigint()
     except asyncio.CancelledError:
         run.interrupt("the request's cancellation")
         try:

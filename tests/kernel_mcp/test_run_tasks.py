@@ -261,6 +261,40 @@ def test_jupyters_interrupt_stops_a_run_left_running_in_a_real_kernel(tmp_path):
         k.shutdown()
 
 
+@pytest.mark.kernel
+def test_jupyters_interrupt_stops_a_run_that_began_while_a_cell_ran(tmp_path):
+    """A run approved during a cell (``await a.send(…)``, the documented style) outlives it: that
+    cell's end puts back the idle kernel's ``SIG_IGN``; Interrupt must still stop the run."""
+    k = Kernel(tmp_path)
+    try:
+        out = k.run(KERNEL_SETUP, timeout=120)
+        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
+        marker = tmp_path / "cell-started"
+
+        async def main() -> None:
+            async with mcp_client(lines["URL"], lines["TOKEN"]) as session:
+                k.kc.execute(f"import asyncio, pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+                             "while not begun.is_set():\n    await asyncio.sleep(0.05)\n"
+                             "await asyncio.sleep(0.5)")  # a cell that awaits: the loop answers meanwhile
+                await until(marker.exists, timeout=60, what="the cell started")
+                task = await start_task(session, LOOPING)  # begun within that cell
+                assert (await asyncio.to_thread(k.run, "print('after', n > 0)", 90)).text == "after True\n"
+                probe = "import signal\nprint(getattr(signal.getsignal(signal.SIGINT), '__name__', 'other'))"
+
+                async def ours() -> bool:  # the idle kernel's SIGINT is ours again (ipykernel's is SIG_IGN)
+                    return "_on_sigint" in text_of(await session.call_tool("run_code", {"code": probe}))
+                deadline = asyncio.get_running_loop().time() + 60
+                while not await ours():
+                    assert asyncio.get_running_loop().time() < deadline, "SIGINT never ours again"
+                await asyncio.to_thread(k.km.interrupt_kernel)  # the kernel is idle again
+                got = await session.call_tool("task_status", {"task_id": task["task_id"], "wait": 60})
+                assert got.structured_content["status"] == "interrupted", text_of(got)
+
+        run(main(), timeout=240)
+    finally:
+        k.shutdown()
+
+
 def test_the_fake_agent_starts_a_long_run_watches_it_and_cancels_it(tmp_path):
     """Its words (docs/fake-agent.md): ``run long code``, ``task status``, ``wait for task``, ``cancel task``."""
     import re

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
+import ipaddress
 import os
 import secrets
 import signal
@@ -239,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "connection (the agent then gets no kernel tools)")
     args = parser.parse_args(words[:cut])
     try:
-        token = ensure_token(Path(args.token_file))
+        token = ensure_token(Path(args.token_file).expanduser())
     except RemoteError as exc:
         print(f"escouade-acp-serve: {exc}", file=sys.stderr)
         return 2
@@ -263,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             ws_max_size=MAX_LINE_BYTES, ws_ping_interval=20, ws_ping_timeout=60)
     server = uvicorn.Server(config)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
+    if not ipaddress.ip_address(host).is_loopback:
+        print(f"escouade-acp-serve: warning: listening beyond this machine ({shown}) on clear-text ws://: the "
+              "token and every message cross the network readable; carry it through ssh or a TLS proxy instead",
+              file=sys.stderr, flush=True)
     print(f"escouade-acp-serve: listening on ws://{shown}:{port}/", file=sys.stderr, flush=True)
     try:
         server.run(sockets=[sock])

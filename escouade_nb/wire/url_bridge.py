@@ -92,11 +92,16 @@ def check_url(url: str) -> str:
     return url
 
 
+MIN_TOKEN = 16
+"""The shortest bearer token taken (characters), on either side."""
+
+
 def read_token(path: str | os.PathLike[str]) -> str:
     """The bearer token in the file at ``path`` (stripped). :class:`RemoteError` (one line)
     when it is missing, not a regular file, readable or writable by others than its owner
-    (mode looser than 0600), or empty."""
-    path = Path(path)
+    (mode looser than 0600), empty or shorter than :data:`MIN_TOKEN` characters (a guessable
+    token: ``escouade-acp-serve`` makes 43). ``~`` is the user's home (a magic has no shell)."""
+    path = Path(path).expanduser()
     try:
         with open(path, "rb") as f:
             mode = os.fstat(f.fileno()).st_mode
@@ -110,13 +115,17 @@ def read_token(path: str | os.PathLike[str]) -> str:
         raise RemoteError(f"token file {path}: {exc.strerror or exc}") from None
     if not token:
         raise RemoteError(f"token file {path} is empty")
+    if len(token) < MIN_TOKEN:
+        raise RemoteError(f"token file {path} holds a {len(token)}-character token: use {MIN_TOKEN} or more "
+                          f"(python -c 'import secrets; print(secrets.token_urlsafe(32))' > {path})")
     return token
 
 
 def launcher(url: str, token_file: str | os.PathLike[str]) -> list[str]:
     """The launcher (``via``) of an agent at ``url``: this module run by this Python, the
     token's file (absolute) and the URL; the agent's own words follow ``--``."""
-    return [sys.executable, "-m", __name__, "--token-file", str(Path(token_file).resolve()), check_url(url), "--"]
+    return [sys.executable, "-m", __name__, "--token-file", str(Path(token_file).expanduser().resolve()),
+            check_url(url), "--"]
 
 
 def url_of(via: Sequence[str]) -> str | None:

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from deadlines import run
 
 from escouade_nb.wire.transport import MAX_LINE_BYTES
@@ -20,7 +21,7 @@ from escouade_nb.wire.url_bridge import REFUSED
 
 def _token(tmp_path):
     path = tmp_path / "token"
-    path.write_text("s3cret\n")
+    path.write_text("s3cret-s3cret-s3cret\n")
     path.chmod(0o600)
     return path
 
@@ -78,9 +79,25 @@ def test_garbage_is_dropped_and_an_oversized_frame_ends_the_connection(tmp_path)
                                         b'{"jsonrpc":"2.0","id":"escouade-1","method":"initialize"}\n')
 
     port, (code, out, err) = run(scenario)
-    assert got == ['{"jsonrpc":"2.0","id":"escouade-1","method":"initialize"}', "Bearer s3cret"]
+    assert got == ['{"jsonrpc":"2.0","id":"escouade-1","method":"initialize"}', "Bearer s3cret-s3cret-s3cret"]
     lines = out.decode().splitlines()
     assert [json.loads(line) for line in lines] == [{"jsonrpc": "2.0", "method": "session/update"},
                                                    {"jsonrpc": "2.0", "id": 1, "result": {}}]
     assert "dropped a binary frame" in err and "dropped a frame that is not JSON" in err, err
     assert code == REFUSED and f"127.0.0.1:{port} sent a message over {MAX_LINE_BYTES} bytes: refused" in err, err
+
+
+def test_a_token_file_under_home_is_read_and_a_short_token_refused(tmp_path, monkeypatch):
+    """``--token-file ~/…`` as the docs write it (a magic has no shell to expand ``~``), and a
+    guessable token refused in one line on either side."""
+    from escouade_nb.wire.url_bridge import RemoteError, launcher, read_token
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    token = tmp_path / ".escouade-token"
+    token.write_text("x" * 43 + "\n")
+    token.chmod(0o600)
+    assert read_token("~/.escouade-token") == "x" * 43
+    assert launcher("ws://127.0.0.1:9/", "~/.escouade-token")[4] == str(token)
+    token.write_text("a\n")
+    with pytest.raises(RemoteError, match="1-character token: use 16 or more"):
+        read_token("~/.escouade-token")

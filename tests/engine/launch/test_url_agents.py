@@ -92,7 +92,7 @@ def test_a_remote_agent_answers_asks_and_closes(served, tmp_path):
 
 def test_wrong_token_loose_file_and_http_are_refused_in_one_line(served, tmp_path):
     wrong = tmp_path / "wrong"
-    wrong.write_text("not-the-token\n")
+    wrong.write_text("not-the-token-at-all-0123\n")
     wrong.chmod(0o600)
     loose = tmp_path / "loose"
     loose.write_text(served.token_file.read_text())

@@ -100,6 +100,7 @@ class ActivityTracker:
         self.clock, self.wall = clock, wall
         self.running = False  # a prompt turn runs (its prompt was sent)
         self.waiting = False  # a card waits for the user
+        self.kernel_runs = 0  # the agent's run_code calls the kernel is running (the work is ours: never stalled)
         self.stalled = False
         self.doing: ActivityState = "thinking"  # the latest sign of life of the running turn
         self.detail = ""
@@ -157,7 +158,7 @@ class ActivityTracker:
 
     def turn_started(self) -> None:
         """The turn's prompt was sent: the quiet spell counts from now."""
-        self.running, self.stalled = True, False
+        self.running, self.stalled, self.kernel_runs = True, False, 0
         self.doing, self.detail, self.agent_says = "thinking", "", None
         self.last_update = self.clock()
         self._settle()
@@ -166,7 +167,7 @@ class ActivityTracker:
         """The turn ended; returns the quiet spell it ended in when stalled, else None."""
         ended = self.clock() - self.last_update if self.stalled else None
         self.running = self.stalled = False
-        self.agent_says = None
+        self.agent_says, self.kernel_runs = None, 0
         self._settle()
         return ended
 
@@ -182,6 +183,15 @@ class ActivityTracker:
             self.stalled = False
         self._settle()
 
+    def kernel_run(self, started: bool) -> None:
+        """The kernel started (or ended) running code the agent asked for in a tool call it
+        waits on: the kernel works, not the agent, so no quiet spell counts meanwhile; the
+        spell restarts when the call is answered."""
+        self.kernel_runs = self.kernel_runs + 1 if started else max(0, self.kernel_runs - 1)
+        self.last_update = self.clock()
+        self.stalled = False
+        self._settle()
+
     def set_stall_after(self, seconds: object) -> None:
         """A new ``stall_after`` (see :func:`check_stall_after`); a stall it no longer
         reaches clears at the next :meth:`check`."""
@@ -191,7 +201,7 @@ class ActivityTracker:
     def due_in(self) -> float | None:
         """Seconds until the agent would be stalled (0 when it is, or past due); None when it
         cannot stall now (no turn, a card waits, no ``stall_after``)."""
-        if not self.running or self.waiting or self.stall_after is None:
+        if not self.running or self.waiting or self.kernel_runs or self.stall_after is None:
             return None
         return max(0.0, self.last_update + self.stall_after - self.clock())
 

@@ -87,6 +87,17 @@ class ActivityWatch:
         if self.tracker.shown != before:
             self.agent.notify_status()
 
+    def kernel_run(self, started: bool) -> None:
+        """The kernel runs (or ended running) the agent's ``run_code``: never stalled meanwhile."""
+        before = self.tracker.shown
+        self.tracker.kernel_run(started)
+        if started:
+            self._disarm()
+        else:
+            self._arm()
+        if self.tracker.shown != before:
+            self.agent.notify_status()
+
     @property
     def stall_after(self) -> float | None:
         return self.tracker.stall_after

@@ -297,6 +297,9 @@ class KernelToolsAgent(JournaledAgent, Named, HasEditReview, Protocol):
     @property
     def sandbox(self) -> Any | None: ...  # --sandbox (a launch.sandbox.Sandbox), else None
 
+    @property
+    def activity_watch(self) -> Any: ...  # what it does now (activity.ActivityWatch): told the kernel runs its code
+
     def argv(self) -> list[str]: ...
 
     def notify_status(self) -> None: ...

@@ -740,6 +740,13 @@ class KernelAccess:
         return self.agent.name
 
     async def ask_run_code(self, code: str) -> None:
+        """Returns when the server may run ``code`` (the agent's activity then knows the kernel
+        works for it: never *stalled* meanwhile), raises ``Refused`` with who refused and why
+        (:meth:`_ask_run_code`)."""
+        await self._ask_run_code(code)
+        self.agent.activity_watch.kernel_run(True)
+
+    async def _ask_run_code(self, code: str) -> None:
         """Returns when the server may run ``code``, raises ``Refused`` with who refused
         and why. An allowance of the agent's own request for exactly this code (made by
         :meth:`agent_asks_run_code`) is used once; else the card "Run code in the kernel"
@@ -872,6 +879,7 @@ class KernelAccess:
     def ran_code(self, code: str, result: dict[str, Any]) -> None:
         """The code ran: its output goes on the card's tool call (a call the agent did
         not announce is closed by us; the agent's own is closed by the agent)."""
+        self.agent.activity_watch.kernel_run(False)
         waiting = self._allowed.get(code)
         if not waiting:
             return
@@ -912,5 +920,7 @@ class KernelAccess:
 
     def task_started(self, task: Any) -> None:
         """A ``run_code`` was left running as ``task`` (the kernel's own :class:`~..kernel_mcp.tasks.RunTask`):
-        its card's call follows it (see :meth:`.KernelRecord.task_started`)."""
+        its card's call follows it (see :meth:`.KernelRecord.task_started`); the agent's call is
+        answered, so its own quiet spells count again."""
+        self.agent.activity_watch.kernel_run(False)
         self.record.task_started(task)

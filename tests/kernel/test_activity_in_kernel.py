@@ -71,3 +71,27 @@ def test_stalled_shows_in_the_views_clears_and_stays_on_record(tmp_path):
         assert again.run("print(a.activity.state)").text.strip() == "idle"
     finally:
         again.shutdown()
+
+
+def test_an_agent_waiting_on_the_kernels_own_run_is_never_stalled(tmp_path):
+    """``run code`` approved: the kernel runs the agent's code for 3 s while the agent waits on
+    its tool call — the kernel works, not the agent: no *stalled*, no stall on record."""
+    for folder in ("ws", "plugins"):
+        (tmp_path / folder).mkdir()
+    kernel = scratch_kernel(tmp_path)
+    try:
+        kernel.run("%load_ext escouade_nb\nimport json\nfrom escouade_nb.core.render_text import render_items\n"
+                   "a = %escouade fake --as runner\nawait a.ready()\n"
+                   "a.stall_after = 0.5\nseen = []\n"
+                   "a.on_status.subscribe(lambda ag: seen.append(ag.activity.state))\n"
+                   "turn = a.send('run code import time; time.sleep(3); print(\"slept\")')")
+        wait_for(kernel, "len(a.pending_cards) == 1", timeout=60)
+        kernel.run("c = a.pending_cards[0]\nc.choose(c.first_of('allow_once'))")
+        wait_for(kernel, "turn.done", timeout=90)
+        seen, text = json.loads(kernel.run("print(json.dumps([seen, render_items(a.conversation.items)]))").text)
+        assert "slept" in text, text
+        assert "stalled" not in seen, seen
+        assert "(stalled)" not in text, text
+        kernel.run("await a.close()")
+    finally:
+        kernel.shutdown()

@@ -278,6 +278,7 @@ def kernel_task_text(task: dict[str, Any], live: bool = True) -> str:
     state = str(task.get("state"))
     words = {"running": "running as a task" + ("" if live else " when saved"), "done": "done",
              "cancelled": "cancelled by the agent", "ended": "ended: the agent's session closed",
+             "lost": "no end on record: its kernel or its agent's process ended while it ran",
              "interrupted": "interrupted" + (f" by {task['by']}" if task.get("by") else "")}.get(state, state)
     output = str(task.get("output") or "")
     lines = f"task {task.get('task_id', '')}: {words}"

@@ -589,10 +589,11 @@ def tool_body_html(call: ToolCall, *, show_input: bool = True, content: list[dic
 
 
 TASK_WORDS = {"running": "running as a task", "done": "task done", "interrupted": "task interrupted",
-              "cancelled": "task cancelled by the agent", "ended": "task ended: the agent's session closed"}
+              "cancelled": "task cancelled by the agent", "ended": "task ended: the agent's session closed",
+              "lost": "task: no end on record: its kernel or its agent's process ended while it ran"}
 """What a ``run_code`` left running as a task (:attr:`ToolCall.kernel_task`) says of its state."""
 TASK_TONES = {"running": "in_progress", "done": "completed", "interrupted": "cancelled", "cancelled": "cancelled",
-              "ended": "cancelled"}
+              "ended": "cancelled", "lost": "cancelled"}
 
 
 def task_words(task: dict[str, Any], live: bool = True) -> str:

@@ -243,6 +243,9 @@ class KernelReplay:
     def _result(conversation: Conversation, perm: Permission, call: ToolCall, data: dict[str, Any]) -> None:
         status = str(data.get("status", ""))
         call.kernel_run = {"status": status, "chars": data.get("chars"), "by": perm.answered_by}
+        if status == "running" and isinstance(data.get("task_id"), str):
+            # left running as a task: "lost" unless a later line of the record says how it ended
+            call.kernel_task = {"task_id": data["task_id"], "state": "lost", "by": None, "output": "", "cut": 0}
         if status not in RAN:
             return
         if isinstance(data.get("task_end"), str):  # a run left running as a task: how it ended (its line)

@@ -7,7 +7,9 @@ a new kernel puts the whole result on the card's call."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -85,5 +87,37 @@ def test_a_tasks_end_is_on_record_cancelled_or_ended_with_its_session(tmp_path):
             "    print(i.tool_call.kernel_run['status'])").text.splitlines()
         assert got[1] == "error" and got[3] == "error"  # each run ended (interrupted): not "running"
         assert "'stdout:\\nfirst\\nerror:" in got[0] and "'stdout:\\nsecond\\nerror:" in got[2]
+    finally:
+        second.shutdown()
+
+
+def test_a_task_whose_kernel_died_says_so_on_resume(tmp_path):
+    """The kernel killed while a task runs: no end line was written; a resume in a new kernel
+    says the run has no end on record (never "running")."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "plugins").mkdir()
+    first = scratch_kernel(tmp_path)
+    try:
+        first.run("%load_ext escouade_nb\n"
+                  "async def next_open(agent):\n"
+                  "    while (card := await agent.next_permission(timeout=60)).answered:\n"
+                  "        pass\n"
+                  "    return card\n"
+                  "a = %escouade fake --as died\nawait a.ready()", timeout=120)
+        wait_for(first, "a.kernel_tools_state[0] == 'connected'", timeout=60)
+        out = first.run(f"t = a.send('run long code\\n' + {LEFT!r})\ncard = await next_open(a)\n"
+                        "card.choose('run')\nprint((await t).text)", timeout=120).text
+        task_id = re.search(r"task-[0-9a-f]+", out).group(0)
+        os.kill(first.pid, signal.SIGKILL)  # nothing more is written
+        first.km.provisioner.process.wait(timeout=60)
+    finally:
+        first.shutdown()
+    second = scratch_kernel(tmp_path)
+    try:
+        second.run("%load_ext escouade_nb\nfrom escouade_nb.core.render_text import render_items\n"
+                   "a = %escouade resume died", timeout=120)
+        text = second.run("print(render_items(a.conversation.items))").text
+        assert f"task {task_id}: no end on record" in text, text
+        assert "running as a task" not in text, text
     finally:
         second.shutdown()

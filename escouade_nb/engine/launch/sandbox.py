@@ -376,6 +376,24 @@ def _under_tmp(command: Sequence[str]) -> list[Path]:
     return found
 
 
+def _far_under_tmp(command: Sequence[str]) -> list[Path]:
+    """What the far sandbox's private ``/tmp`` would hide that the agent may need there (each
+    bound read-only only where it exists over there): the program's own prefix (as
+    :func:`_under_tmp`, unchecked: a far-side path), and this Python's prefix and escouade_nb's folder when under ``/tmp`` (a far side
+    on this host, or one that mounts them: a venv or a clone made under ``/tmp``)."""
+    tmp = Path("/tmp")
+    found: list[Path] = []
+    for local in (Path(sys.prefix), _package_home()):
+        if local.is_relative_to(tmp) and local != tmp:
+            found.append(local)
+    program = Path(command[0]) if command else None
+    if program is not None and program.is_absolute() and program.is_relative_to(tmp):
+        holder = program.parent.parent
+        if holder != tmp and holder.is_relative_to(tmp):
+            found.append(holder)
+    return found
+
+
 _HIDE, _READ, _WRITE, _PROTECT = range(4)
 
 
@@ -383,7 +401,7 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
                readable: Iterable[Path] = (), offline: bool = False, hidden: Iterable[Path] = (),
                protected: Iterable[Path] = (), files: Iterable[Path] = (), network_fds: tuple[int, int] | None = None,
                drop_caps: bool | None = None, chdir: Path | None = None, user_ns: bool = False,
-               share_net: bool = False) -> list[str]:
+               share_net: bool = False, read_if_there: bool = False) -> list[str]:
     """The command line that runs ``command`` under ``bwrap`` (see the module): ``/``
     read-only, a new ``/dev`` and ``/proc``, a private ``/tmp``, then, parents before what
     they hold: an empty tmpfs over each of ``hidden`` (:func:`hidden_folders`; ``/tmp``
@@ -396,7 +414,9 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
     when running as root): ``--cap-drop ALL``; it starts in ``chdir`` (default
     ``folder``). ``user_ns``: its own user namespace (``--unshare-user``: what root without
     ``CAP_SYS_ADMIN``, as in a container, needs); ``share_net``: no network namespace of its
-    own (a far side's sandbox, where no pasta is run: :func:`far_command`). Pure."""
+    own (a far side's sandbox, where no pasta is run: :func:`far_command`); ``read_if_there``:
+    each of ``readable`` bound only where it exists (``--ro-bind-try``: a far side's paths,
+    which this machine cannot check). Pure."""
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", str(TMP)]
     ops: dict[tuple[Path, int], None] = {}
     for kind, paths in ((_HIDE, [p for p in hidden if Path(p) != TMP]), (_READ, [*readable, *files]),
@@ -408,7 +428,9 @@ def bwrap_argv(bwrap: str, command: Sequence[str], *, folder: Path, writable: It
         if kind == _HIDE:
             argv += ["--tmpfs", str(path)]
         else:
-            argv += ["--bind" if kind == _WRITE else "--ro-bind", str(path), str(path)]
+            bind = "--bind" if kind == _WRITE else \
+                "--ro-bind-try" if kind == _READ and read_if_there else "--ro-bind"
+            argv += [bind, str(path), str(path)]
     argv += ["--unshare-user"] if user_ns else []
     argv += ["--unshare-pid", *([] if share_net else ["--unshare-net"]), "--unshare-ipc", "--unshare-uts",
              "--unshare-cgroup-try", "--die-with-parent"]
@@ -458,6 +480,7 @@ def far_command(command: Sequence[str], *, folder: str | Path, home: str | None,
             raise SandboxError(f"state folder {spec!r} is {path} over there: a sandbox cannot make that writable")
         made.append(path)
     argv = bwrap_argv(BWRAP, command, folder=Path(folder), writable=[*made, *map(Path, also)],
+                      readable=_far_under_tmp(command), read_if_there=True,
                       hidden=[Path(d) for d in run_dirs], offline=offline, drop_caps=True, user_ns=True,
                       share_net=not offline)
     return ["sh", "-c", FAR_PRELUDE, "escouade_nb", str(len(made)), *map(str, made), *argv]

@@ -47,6 +47,10 @@ def test_the_far_command_is_the_local_profile_with_far_paths():
     assert bwrap[-3:] == ["--", "agent", "--acp"]
     offline = far_command(["agent"], folder="/w", home=None, offline=True)
     assert "--unshare-net" in offline and offline[4] == "0"
+    # a program in a venv made under /tmp (CI's): its prefix read where it exists, over the private /tmp
+    under = far_command(["/tmp/ci-venv/bin/agent"], folder="/w", home=None)
+    assert ["--ro-bind-try", "/tmp/ci-venv", "/tmp/ci-venv"] == \
+        under[under.index("/tmp/ci-venv") - 1:under.index("/tmp/ci-venv") + 2]
 
 
 def test_sandbox_ports_with_a_launcher_are_refused_in_one_line(script, tmp_path, monkeypatch):

@@ -379,8 +379,9 @@ def _under_tmp(command: Sequence[str]) -> list[Path]:
 def _far_under_tmp(command: Sequence[str]) -> list[Path]:
     """What the far sandbox's private ``/tmp`` would hide that the agent may need there (each
     bound read-only only where it exists over there): the program's own prefix (as
-    :func:`_under_tmp`, unchecked: a far-side path), and this Python's prefix and escouade_nb's folder when under ``/tmp`` (a far side
-    on this host, or one that mounts them: a venv or a clone made under ``/tmp``)."""
+    :func:`_under_tmp`, unchecked: a far-side path), and this Python's prefix and escouade_nb's
+    folder when under ``/tmp`` (a far side on this host, or one that mounts them: a venv or a
+    clone made under ``/tmp``)."""
     tmp = Path("/tmp")
     found: list[Path] = []
     for local in (Path(sys.prefix), _package_home()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,15 +42,37 @@ def kernel_with_env(cwd: Path, env: dict[str, str]) -> Kernel:
                 os.environ[key] = value
 
 
+NEXT_OPEN = ("async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
+             "    while (card := await agent.next_permission(timeout=60)).answered:\n"
+             "        pass\n"
+             "    return card")
+"""Kernel code: ``next_open(agent)``, the agent's next card still waiting."""
+
 KERNEL_TOOLS_SETUP = (
     "%load_ext escouade_nb\nimport json\nimport pandas as pd\n"
-    "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n"
-    "async def next_open(agent):  # the next card still waiting (reads are settled by escouade_nb)\n"
-    "    while (card := await agent.next_permission(timeout=60)).answered:\n"
-    "        pass\n"
-    "    return card")
+    "df = pd.DataFrame({'region': ['north', 'south', 'east'], 'revenue': [120.5, -30.0, 44.0]})\n" + NEXT_OPEN)
 """The first cell of a kernel whose agent uses the kernel's tools: escouade_nb loaded, a
 DataFrame ``df`` to list, and ``next_open(agent)``, the next card still waiting."""
+
+
+def fake_with_tools(kernel: Kernel, name: str, also: str = "") -> None:
+    """In ``kernel``: escouade_nb loaded, ``also`` run (kernel code, its lines ending in a
+    newline), :data:`NEXT_OPEN`, and ``a``, the shipped ``fake`` agent named ``name``, ready and
+    connected to the kernel's tools."""
+    kernel.run(f"%load_ext escouade_nb\n{also}{NEXT_OPEN}\na = %escouade fake --as {name}\nawait a.ready()",
+               timeout=120)
+    wait_for(kernel, "a.kernel_tools_state[0] == 'connected'", timeout=60)
+
+
+def start_task(kernel: Kernel, code: str) -> tuple[str, str]:
+    """The fake agent ``a`` (:func:`fake_with_tools`) asks ``run long code`` of ``code``, its
+    card is allowed, and the turn ends with the run left running as a task: ``(task_id, the
+    turn's text)``; the card is ``card`` in the kernel."""
+    out = kernel.run(f"t = a.send('run long code\\n' + {code!r})\ncard = await next_open(a)\n"
+                     "card.choose('run')\nprint((await t).text)", timeout=120).text
+    found = re.search(r"task-[0-9a-f]+", out)
+    assert found is not None, out
+    return found.group(0), out
 
 
 def scratch_kernel(tmp: Path) -> Kernel:

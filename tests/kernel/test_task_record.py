@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 from pathlib import Path
 
 import pytest
 
 from deadlines import wait_until
-from kernel_client import scratch_kernel, wait_for
+from kernel_client import fake_with_tools, scratch_kernel, start_task
 
 pytestmark = pytest.mark.kernel
 
@@ -34,19 +33,12 @@ def test_a_tasks_end_is_on_record_cancelled_or_ended_with_its_session(tmp_path):
     (tmp_path / "plugins").mkdir()
     first = scratch_kernel(tmp_path)
     try:
-        first.run("%load_ext escouade_nb\n"
-                  "async def next_open(agent):\n"
-                  "    while (card := await agent.next_permission(timeout=60)).answered:\n"
-                  "        pass\n"
-                  "    return card\n"
-                  "a = %escouade fake --as tasks\nawait a.ready()", timeout=120)
-        wait_for(first, "a.kernel_tools_state[0] == 'connected'", timeout=60)
+        fake_with_tools(first, "tasks")
         ids = []
         for code in (CANCELLED, LEFT):
-            out = first.run(f"t = a.send('run long code\\n' + {code!r})\ncard = await next_open(a)\n"
-                            "card.choose('run')\nprint((await t).text)", timeout=120).text
+            task_id, out = start_task(first, code)
             assert "mcp__escouade__run_code returned: task_id: task-" in out, out
-            ids.append(re.search(r"task-[0-9a-f]+", out).group(0))
+            ids.append(task_id)
         out = first.run(f"print((await a.send('cancel task {ids[0]}')).text)", timeout=120).text
         assert f"task {ids[0]} (run_code): cancelled by the agent (task_cancel)" in out
         first.run("await a.close()", allow_error=True, timeout=120)  # the second task still running
@@ -98,16 +90,8 @@ def test_a_task_whose_kernel_died_says_so_on_resume(tmp_path):
     (tmp_path / "plugins").mkdir()
     first = scratch_kernel(tmp_path)
     try:
-        first.run("%load_ext escouade_nb\n"
-                  "async def next_open(agent):\n"
-                  "    while (card := await agent.next_permission(timeout=60)).answered:\n"
-                  "        pass\n"
-                  "    return card\n"
-                  "a = %escouade fake --as died\nawait a.ready()", timeout=120)
-        wait_for(first, "a.kernel_tools_state[0] == 'connected'", timeout=60)
-        out = first.run(f"t = a.send('run long code\\n' + {LEFT!r})\ncard = await next_open(a)\n"
-                        "card.choose('run')\nprint((await t).text)", timeout=120).text
-        task_id = re.search(r"task-[0-9a-f]+", out).group(0)
+        fake_with_tools(first, "died")
+        task_id, _ = start_task(first, LEFT)
         os.kill(first.pid, signal.SIGKILL)  # nothing more is written
         first.km.provisioner.process.wait(timeout=60)
     finally:

@@ -8,12 +8,11 @@ agent". The saved form of a task still running says so: "running as a task when 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from kernel_client import scratch_kernel, wait_for
+from kernel_client import fake_with_tools, scratch_kernel, start_task, wait_for
 
 pytestmark = pytest.mark.kernel
 
@@ -25,18 +24,10 @@ def test_a_task_shows_its_output_in_the_view_and_its_interrupt_stops_it(tmp_path
     (tmp_path / "plugins").mkdir()
     k = scratch_kernel(tmp_path)
     try:
-        k.run("%load_ext escouade_nb\n"
-              "from escouade_nb.widgets.agent_view import AgentView\n"
-              "async def next_open(agent):\n"
-              "    while (card := await agent.next_permission(timeout=60)).answered:\n"
-              "        pass\n"
-              "    return card\n"
-              "a = %escouade fake --as taskview\nawait a.ready()\nv = AgentView(a)", timeout=120)
-        wait_for(k, "a.kernel_tools_state[0] == 'connected'", timeout=60)
-        out = k.run(f"t = a.send('run long code\\n' + {LONG!r})\ncard = await next_open(a)\n"
-                    "card.choose('run')\nprint((await t).text)", timeout=120).text
+        fake_with_tools(k, "taskview", also="from escouade_nb.widgets.agent_view import AgentView\n")
+        k.run("v = AgentView(a)")
+        task_id, out = start_task(k, LONG)
         assert "task_id: task-" in out, out
-        task_id = re.search(r"task-[0-9a-f]+", out).group(0)
         k.run("call = [i for i in a.conversation.items if type(i).__name__ == 'Permission' "
               "and i.request.title == 'Run code in the kernel'][0].tool_call\n"
               "def last(): return int(call.kernel_task['output'].splitlines()[-1].split()[-1])")

@@ -91,11 +91,21 @@ class Kernel:
         """A python3 kernel started in ``cwd`` with ``env`` as its whole environment (default: this
         process's; the agents it starts inherit it), its connection file at ``connection_file`` if given."""
         extra = {} if connection_file is None else {"connection_file": str(connection_file)}
-        self.km = KernelManager(kernel_name="python3", **extra)
-        self.km.start_kernel(cwd=str(cwd), env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"})
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+        for attempt in (1, 2):  # jupyter_client picks free ports before the kernel binds them: under
+            # several workers another process may take one first, and the kernel dies at start
+            # ("Address already in use"); such a start is made once more, with new ports
+            self.km = KernelManager(kernel_name="python3", **extra)
+            self.km.start_kernel(cwd=str(cwd), env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"})
+            self.kc = self.km.client()
+            self.kc.start_channels()
+            try:
+                self.kc.wait_for_ready(timeout=60)
+                break
+            except RuntimeError as exc:
+                self.kc.stop_channels()
+                self.km.shutdown_kernel(now=True)
+                if attempt == 2 or "died" not in str(exc):
+                    raise
         # what a front-end holds of each display with an id: its last display_data or
         # update_display_data (read from iopub by run and drain_iopub, whatever the parent)
         self.displays: dict[str, dict[str, Any]] = {}

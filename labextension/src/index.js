@@ -793,6 +793,12 @@ function attach(panel) {
     comm = null;
   };
   window.addEventListener('pagehide', bye);
+  // Closing the panel disposes its document's context, and with it the session's kernel connection and this comm
+  // (without a word to the kernel), before the panel's own `disposed` fires: the bye is said when the session
+  // context goes, while the connection still carries it. (jupyter_server may still drop it: when another tab stays
+  // connected to the kernel it closes this connection's channels at once, a message not yet passed on with them;
+  // the kernel then forgets this page at the first request it leaves unanswered.)
+  panel.sessionContext.disposed.connect(bye);
   panel.sessionContext.kernelChanged.connect(register);
   panel.sessionContext.ready.then(register, () => undefined);
   register();

@@ -146,7 +146,12 @@ class Bench:
             f"_card = cards[{name!r}]\n"
             f"_err = None\n"
             f"try:\n    await _r\nexcept Exception as e:\n    _err = str(e)\n"
-            f"await asyncio.sleep(0.3)\n"  # late updates (after the prompt's answer)
+            # late updates (codex ends a tool call after the prompt's answer: a fixed 0.3 s once missed it in CI): until every
+            # tool call of the turn is finished, within 5 s (one an agent leaves unfinished stays as it is)
+            f"_late = time.monotonic() + 5\n"
+            f"while time.monotonic() < _late and any(t.shown_status in ('pending', 'in_progress') "
+            f"for t in _r.tool_calls):\n"
+            f"    await asyncio.sleep(0.05)\n"
             f"_html = views_of(agents[{name!r}])[0].card_html(_card) if _card else None\n"
             f"print('RESULT', json.dumps({{'stop': _r.stop_reason, 'error': _err, 'text': _r.text,\n"
             f"  'secs': ends.get({name!r}),\n"

@@ -136,7 +136,9 @@ def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
         expected = TYPED if answering[0] == "first" else "x = 1"
         assert got["cells"][1]["source"] == expected, (answering, got["cells"][1])
 
-        # the answering tab closes the notebook: the next read goes to the other tab
+        # the answering tab closes the notebook: the next read goes to the other tab (the kernel forgot the closed
+        # page at its bye, said as its session goes; or, when jupyter_server dropped that bye — it closes a tab's
+        # channels at once when another tab stays connected — at this read, left unanswered by the closed page)
         closing = tabs[answering[0]]
         closing.evaluate(f"() => {{ const w = {PANEL}; w.context.model.dirty = false; w.dispose(); }}")
         other = "second" if answering[0] == "first" else "first"
@@ -146,8 +148,9 @@ def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
         assert got["cells"][1]["source"] == (TYPED if other == "first" else "x = 1")
 
         # nothing came back that the kernel did not ask for; one round trip, measured in the kernel
-        state = mcp.call("run_code", code="(pages.strays, len(pages.pages))")
-        assert state["text"] == "result:\n(0, 1)", state
+        client = tabs[other].evaluate(f"() => {PANEL}.node.dataset.escouadeClient")
+        state = mcp.call("run_code", code="(pages.strays, pages.choose().client)")
+        assert state["text"] == f"result:\n(0, {client!r})", state
         rt = mcp.call("run_code", code=ROUND_TRIPS)
         ms = json.loads(rt["text"].split("\n", 1)[1])
         print(f"\ntwo tabs: the {answering[0]} answered, then the {other} once the {answering[0]} closed its notebook",
@@ -233,5 +236,28 @@ def test_after_a_page_reload_the_new_page_answers(nb):
         clients = mcp.call("run_code", code="[p.client for p in notebook_pages._pages.pages.values()]")
         assert clients["text"] == f"result:\n[{after!r}]", clients
         print(f"\nthe first live read after a reload: {took * 1000:.0f} ms", file=sys.stderr)
+    finally:
+        mcp.close()
+
+
+def test_a_closed_notebook_tab_says_bye_and_the_kernel_forgets_its_page_without_a_read(nb):
+    """The user closes the notebook's tab (its kernel goes on): the page says bye while its kernel connection
+    still carries it — JupyterLab drops that connection, and the page's comm with it, before the panel's own
+    ``disposed`` — so the kernel forgets the page at once, not at the first read it leaves unanswered."""
+    page = nb.page
+    nb.open([SETUP, "x = 1"])
+    nb.run_cell(0)
+    lines = dict(line.split(" ", 1) for line in nb.output(0).inner_text().splitlines()
+                 if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    pages = "[p.client for p in notebook_pages._pages.pages.values()]"
+    try:
+        client = page.evaluate(f"() => {PANEL}.node.dataset.escouadeClient")
+        assert [c["source"] for c in mcp.live()["cells"]] == [SETUP, "x = 1"]
+        assert mcp.call("run_code", code=pages)["text"] == f"result:\n[{client!r}]"
+        page.evaluate(f"() => {{ const w = {PANEL}; w.context.model.dirty = false; w.close(); }}")
+        until(lambda: page.evaluate(f"() => !{PANEL} || !{PANEL}.node.dataset.escouadeClient"), "the tab closed")
+        until(lambda: mcp.call("run_code", code=pages)["text"] == "result:\n[]",
+              "the kernel forgot the closed tab's page at its bye, with no read")
     finally:
         mcp.close()

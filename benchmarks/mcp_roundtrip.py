@@ -11,8 +11,10 @@ with the ``mcp`` SDK's ``ClientSession`` over its streamable-HTTP client, (2) th
 ``tools/call`` POSTed raw with httpx2 (the MCP server without the SDK's client), (3) the
 baseline: a bare authorised HTTP GET of an unrouted path of the same server (uvicorn, the
 bearer check and Starlette's 404: the HTTP floor), (4) the raw ``tools/call`` of an int (``small = 41``:
-the same path with next to no work in the tool, the DataFrame's is pandas formatting its head and repr).
-p50/p99 of each, after 20 warm-up rounds;
+the same path with next to no work in the tool, the DataFrame's is pandas formatting its head), (5) the same
+call of an int asking for progress (``_meta.progressToken``): the SDK's session answers it, the road every call
+took before the gate answered the read tools itself (``DirectCalls``); and, in the kernel, the DataFrame tool's
+own work (``summarize`` + ``summary_text``, median of 60). p50/p99 of each, after 20 warm-up rounds;
 the SDK client's first call of the process is reported apart.
 
 Cost (``--kernels`` fresh kernels, each: ``%load_ext escouade_nb`` first, as a user has):
@@ -52,6 +54,14 @@ _server = await KernelServer.shared()
 _grant = _server.grant(_Owner())
 print("URL", _server.url)
 print("TOKEN", _grant.token)
+import time as _time
+from escouade_nb.core import variables as _v
+_work = []
+for _ in range(60):  # the DataFrame's tool's own work (pandas formatting its head), as its reader thread does it
+    _t = _time.perf_counter()
+    _v.summary_text(_v.summarize("df", df, rows=5))
+    _work.append(_time.perf_counter() - _t)
+print("WORK", sorted(_work)[30])
 '''
 
 COST = r'''
@@ -112,7 +122,7 @@ async def _round_trips(url: str, token: str, calls: int, warmup: int = 20) -> di
     auth = {"Authorization": f"Bearer {token}"}
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     floor_url = url.rsplit("/", 1)[0] + "/bench-floor"
-    sdk, raw, floor, small = [], [], [], []
+    sdk, raw, floor, small, session_path = [], [], [], [], []
     async with httpx2.AsyncClient(headers=auth, timeout=60) as http, \
             httpx2.AsyncClient(headers=auth, timeout=60) as bare:
         async with streamable_http_client(url, http_client=http) as (read, write, *_):
@@ -134,6 +144,10 @@ async def _round_trips(url: str, token: str, calls: int, warmup: int = 20) -> di
                         "params": {"name": "inspect_variable", "arguments": {"name": "df"}}}
                 call_small = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                               "params": {"name": "inspect_variable", "arguments": {"name": "small"}}}
+                # the same call asking for progress: the SDK's session answers it (DirectCalls takes no _meta)
+                call_session = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                "params": {"name": "inspect_variable", "arguments": {"name": "small"},
+                                           "_meta": {"progressToken": 1}}}
                 for i in range(warmup + calls):
                     t0 = time.perf_counter()
                     result = await session.call_tool("inspect_variable", {"name": "df"})
@@ -144,14 +158,19 @@ async def _round_trips(url: str, token: str, calls: int, warmup: int = 20) -> di
                     t3 = time.perf_counter()
                     answer_small = await bare.post(url, json=call_small, headers=session_headers)
                     t4 = time.perf_counter()
-                    if result.is_error or answer.status_code != 200 or status != 404 or "41" not in answer_small.text:
+                    answer_session = await bare.post(url, json=call_session, headers=session_headers)
+                    t5 = time.perf_counter()
+                    if result.is_error or answer.status_code != 200 or status != 404 or "41" not in answer_small.text \
+                            or "41" not in answer_session.text:
                         raise RuntimeError(f"unexpected answers: {result.is_error}, {answer.status_code}, {status}")
                     if i >= warmup:
                         sdk.append(t1 - t0)
                         raw.append(t2 - t1)
                         floor.append(t3 - t2)
                         small.append(t4 - t3)
+                        session_path.append(t5 - t4)
     return {"sdk": _stats(sdk), "raw": _stats(raw), "floor": _stats(floor), "small": _stats(small),
+            "small_session": _stats(session_path),
             "first_call_s": first_call,
             "result_chars": len(result.content[0].text)}
 
@@ -162,8 +181,10 @@ def roundtrip(calls: int) -> dict:
     k = Kernel(Path(tempfile.mkdtemp(prefix="escouade-bench-mcp-")))
     try:
         out = k.run(SERVE, timeout=120).text
-        lines = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("URL ", "TOKEN ")))
-        return asyncio.run(_round_trips(lines["URL"], lines["TOKEN"], calls))
+        lines = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("URL ", "TOKEN ", "WORK ")))
+        trips = asyncio.run(_round_trips(lines["URL"], lines["TOKEN"], calls))
+        trips["df_work_ms"] = float(lines["WORK"]) * 1e3
+        return trips
     finally:
         k.shutdown()
 
@@ -207,9 +228,12 @@ def main(argv: list[str]) -> int:
     trips = roundtrip(args.calls)
     costs = cost(args.kernels)
     for name, label in (("sdk", "SDK call_tool(inspect_variable)"), ("raw", "raw POST tools/call"),
-                        ("small", "raw POST tools/call of an int"), ("floor", "bare authorised GET (baseline)")):
+                        ("small", "raw POST tools/call of an int"),
+                        ("small_session", "the same, through the SDK's session"),
+                        ("floor", "bare authorised GET (baseline)")):
         s = trips[name]
         print(f"{label:<34} p50 {s['p50_ms']:6.2f} ms   p99 {s['p99_ms']:6.2f} ms   ({s['n']} calls)")
+    print(f"{'the DataFrame tool own work':<34} {trips['df_work_ms']:.2f} ms (pandas formatting its head)")
     print(f"{'first SDK call of the process':<34} {trips['first_call_s']:.2f} s")
     print(f"{'server start, fresh kernel':<34} imports {costs['import_s']:.2f} s"
           f" + start {costs['start_s'] * 1e3:.0f} ms (longest loop stall {costs['stall_s'] * 1e3:.0f} ms);"

@@ -9,6 +9,7 @@ uvicorn are imported by :func:`import_server_side`, never when this module is.
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import secrets
 import socket
@@ -26,6 +27,15 @@ CALLER: contextvars.ContextVar["Grant | None"] = contextvars.ContextVar("escouad
 """The grant of the request a tool call belongs to (set by :class:`BearerGate`)."""
 GONE: contextvars.ContextVar["asyncio.Event | None"] = contextvars.ContextVar("escouade_mcp_gone", default=None)
 """Set when the HTTP client of the request (a POST) closed its connection (ASGI ``http.disconnect``)."""
+
+DIRECT_TOOLS = frozenset({"list_variables", "inspect_variable", "notebook_cells"})
+"""The read tools whose ``tools/call`` :class:`DirectCalls` may answer itself: no card, no progress, no message
+from the server to the client, nothing but their answer."""
+DIRECT_MAX_BODY = 64 * 1024
+"""Bytes of a POST's body read before it is known whether :class:`DirectCalls` answers it (a longer one goes
+to the SDK, replayed whole)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -86,10 +96,11 @@ class BearerGate:
     is not made.)"""
 
     def __init__(self, app: Any, grant_for: Callable[[bytes | None], Grant | None],
-                 sessions: dict[str, Grant]) -> None:
+                 sessions: dict[str, Grant], direct: "DirectCalls | None" = None) -> None:
         self.app = app
         self.grant_for = grant_for  # a token -> its live grant, or None
         self.sessions = sessions  # Mcp-Session-Id -> the grant whose request opened it (shared, kept up to date)
+        self.direct = direct  # answers a read tool's call itself (issue 37), or None: every request to the SDK
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         kind = scope.get("type")
@@ -113,9 +124,10 @@ class BearerGate:
             return
         method = scope.get("method")
         gone = asyncio.Event()
+        source = [receive]  # what the SDK reads: the server's receive, or one replaying what DirectCalls read
 
         async def receive_watched() -> dict:
-            message = await receive()
+            message = await source[0]()
             if message.get("type") == "http.disconnect":
                 gone.set()
             return message
@@ -131,10 +143,129 @@ class BearerGate:
 
         token, gone_token = CALLER.set(grant), GONE.set(gone if method == "POST" else None)
         try:
+            direct = self.direct
+            if method == "POST" and session_id is not None and direct is not None and direct.takes(scope, session_id):
+                replay = await direct.answer(scope, receive, send, session_id)
+                if replay is None:  # answered
+                    return
+                source[0] = replay
             await self.app(scope, receive_watched, send_watched)
         finally:
             GONE.reset(gone_token)
             CALLER.reset(token)
+
+
+class DirectCalls:
+    """The answer of a read tool's ``tools/call`` without the SDK's session machinery (issue 37: a kernel tool
+    call near a bare request). The SDK's streamable HTTP carries every request through memory streams to the
+    session's task, then its answer back through a router to an SSE stream of its own: ~1 ms a call here, as much
+    as the whole HTTP request. A POST of a session the SDK holds (``Mcp-Session-Id``, already checked to be the
+    request's grant's by :class:`BearerGate`), with a protocol version the SDK's stateful path serves, JSON in and
+    JSON accepted, whose body is one JSON-RPC request ``tools/call`` of one of :data:`DIRECT_TOOLS` without
+    ``_meta`` (no progress asked), gets its answer from the same :class:`MCPServer`'s ``call_tool`` — the same
+    tool functions, argument validation and result conversion — as ``application/json`` (the spec lets a server
+    answer a POST either way). Anything else, and any body it does not take, goes to the SDK as it came (the body
+    replayed). A tool's ``ToolError`` or unexpected exception is the ``isError`` result the SDK's handler makes of
+    it; an ``MCPError`` is the JSON-RPC error. What such a call does not get: a ``notifications/cancelled`` for it
+    finds nothing to cancel (a read ends within the server's read budget anyway), and it does not count as the
+    session's activity for the SDK's idle timeout (8 h; a GET stream or any other request does)."""
+
+    def __init__(self, mcp: Any, path: str = "/mcp") -> None:
+        from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+        from mcp.shared.exceptions import MCPError  # the server side is imported already (KernelServer._start)
+        from mcp_types.methods import serialize_server_result
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        self.mcp = mcp
+        self.wire = serialize_server_result  # the SDK's own shaping of a result for the request's protocol version
+        self.path = path
+        self.mcp_error, self.tool_error, self.unexpected = MCPError, ToolError, UnexpectedToolError
+        self.versions = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
+        self.answered = 0  # calls answered here (the tests and benchmarks/mcp_roundtrip.py read it)
+
+    def takes(self, scope: dict, session_id: str) -> bool:
+        """Whether a POST may be answered here, from its path and headers (its body is read by :meth:`answer`)."""
+        if scope.get("path") != self.path:
+            return False
+        headers = scope.get("headers")
+        if _header(headers, b"mcp-protocol-version") not in self.versions:
+            return False
+        if (_header(headers, b"content-type") or "").split(";")[0].strip().lower() != "application/json":
+            return False
+        if "application/json" not in (_header(headers, b"accept") or "").lower():
+            return False
+        instances = getattr(self.mcp.session_manager, "_server_instances", None)  # the sessions the SDK holds
+        return isinstance(instances, dict) and session_id in instances
+
+    def _call_of(self, body: bytes) -> tuple[Any, str, dict] | None:
+        """``(id, tool name, arguments)`` of a body this class answers, else None."""
+        try:
+            msg = json.loads(body)
+        except (ValueError, RecursionError):  # not JSON, or nested too deep for the stdlib's parser
+            return None
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or msg.get("method") != "tools/call":
+            return None
+        req_id, params = msg.get("id"), msg.get("params")
+        if isinstance(req_id, bool) or not isinstance(req_id, (str, int)) or not isinstance(params, dict):
+            return None
+        name, arguments = params.get("name"), params.get("arguments", {})
+        if name not in DIRECT_TOOLS or "_meta" in params or not isinstance(arguments, dict) or set(params) - {
+                "name", "arguments"}:
+            return None
+        return req_id, name, arguments
+
+    async def answer(self, scope: dict, receive: Callable, send: Callable, session_id: str) -> Callable | None:
+        """Read the POST's body and answer it (None), or give the ``receive`` that replays it to the SDK."""
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more and size <= DIRECT_MAX_BODY:
+            message = await receive()
+            if message.get("type") != "http.request":  # the client left: the SDK sees it as it would have
+                return _replay(receive, b"".join(chunks), True, message)
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            more = bool(message.get("more_body"))
+        body = b"".join(chunks)
+        call = None if more or size > DIRECT_MAX_BODY else self._call_of(body)
+        if call is None:
+            return _replay(receive, body, more)
+        req_id, name, arguments = call
+        version = _header(scope.get("headers"), b"mcp-protocol-version") or ""  # one of the handshake era's: takes()
+        try:
+            try:
+                result = (await self.mcp.call_tool(name, arguments)).model_dump(by_alias=True, mode="json",
+                                                                                 exclude_none=True)
+            except self.mcp_error:
+                raise
+            except Exception as exc:  # as the SDK's handler: a ToolError (the model reads it) or unexpected (logged)
+                if not isinstance(exc, self.tool_error) or isinstance(exc, self.unexpected):
+                    log.warning("escouade_nb: the tool %r raised an unexpected exception", name, exc_info=True)
+                result = {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+            answer: dict = {"jsonrpc": "2.0", "id": req_id, "result": self.wire("tools/call", version, result)}
+        except self.mcp_error as exc:
+            answer = {"jsonrpc": "2.0", "id": req_id,
+                      "error": exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        data = json.dumps(answer, ensure_ascii=False).encode("utf-8")
+        self.answered += 1
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                                (b"mcp-session-id", session_id.encode("latin-1"))]})
+        await send({"type": "http.response.body", "body": data})
+        return None
+
+
+def _replay(receive: Callable, body: bytes, more_body: bool, then: dict | None = None) -> Callable:
+    """A ``receive`` that gives ``body`` (the part of a request's body read so far) as one message, then
+    ``then`` (the message the reading stopped on), then what ``receive`` gives."""
+    pending = [{"type": "http.request", "body": body, "more_body": more_body}]
+    if then is not None:
+        pending.append(then)
+
+    async def replayed() -> dict:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
 
 
 async def _refuse(send: Callable, status: int, body: bytes) -> None:

@@ -91,7 +91,8 @@ class Readers:
             before = dict(self._running)  # looks of earlier calls (this call's own duplicates run)
             for label, value, fn in looks:
                 earlier = before.get(id(value))
-                if earlier is not None and earlier.value is value:
+                # an earlier look whose result is in (its thread has not yet forgotten it) is not still running
+                if earlier is not None and earlier.value is value and not earlier.future.done():
                     reads.append(Read(label, value, earlier=earlier))
                     continue
                 read = Read(label, value)

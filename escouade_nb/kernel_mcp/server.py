@@ -115,7 +115,7 @@ from .._version import __version__
 from ..core import notebook as notebook_core
 from ..core.output_images import Images
 from .acp_channel import AcpChannel
-from .http import CALLER, GONE, BearerGate, Grant, import_server_side, quiet_third_party_loggers, \
+from .http import CALLER, GONE, BearerGate, DirectCalls, Grant, import_server_side, quiet_third_party_loggers, \
     serve_on_loopback
 from .reads import READ_BUDGET, Readers, inspect_variable_text, list_variables_text, live_cells_text, \
     notebook_cells_text
@@ -388,6 +388,7 @@ class KernelServer:
         self._serve_task: asyncio.Task | None = None
         self._heartbeat_task: asyncio.Task | None = None
         self._uvicorn: Any = None
+        self._direct: DirectCalls | None = None  # answers the read tools' calls without the SDK's session (issue 37)
         self._mcp: Any = None  # the MCPServer: its HTTP app served, its lowlevel loop run per AcpChannel connection
         self._socket: socket.socket | None = None
         self._tool_error: type[Exception] = ToolFailure
@@ -531,9 +532,10 @@ class KernelServer:
         # are built in a worker thread, which lets the loop turn every few ms; nothing serves them yet
         mcp = self._mcp = await asyncio.to_thread(build)
         app = mcp.streamable_http_app(host="127.0.0.1", session_idle_timeout=SESSION_IDLE_TIMEOUT)
+        self._direct = DirectCalls(mcp)
         await asyncio.sleep(0)
         sock, server, task, port = await serve_on_loopback(
-            uvicorn, BearerGate(app, self._grant_for, self._sessions))
+            uvicorn, BearerGate(app, self._grant_for, self._sessions, self._direct))
         self._socket, self._uvicorn, self._serve_task, self._port = sock, server, task, port
         self._last_beat = time.monotonic()
         self._heartbeat_task = asyncio.ensure_future(self._heartbeat())

@@ -44,7 +44,7 @@ def test_a_dataframe(df):
     text = summary_text(d)
     assert text.startswith("df: pandas.DataFrame\nDataFrame 100×3")
     assert "shape: (100, 3)" in text and "  revenue: float64" in text and "head:" in text
-    assert "repr:" not in text  # the head says it
+    assert "repr:" not in text and "repr" not in d  # the head says it (the frame is not formatted twice)
     assert len(summarize("df", df, rows=2)["head"].splitlines()) == 3
     assert "head" not in summarize("df", df, rows=0)
 
@@ -64,7 +64,9 @@ def test_a_series_and_numpy_values(df):
     assert a["type"] == "numpy.ndarray" and a["shape"] == [3, 4] and a["dtype"] == "float64"
     assert a["summary"] == "ndarray 3×4, float64" and a["head"].startswith("array([[ 0.,  1.,  2.,  3.]")
     big = summarize("big", np.zeros(10**6))
-    assert len(big["repr"]) < 200 and big["summary"] == "ndarray 1,000,000, float64"
+    assert len(big["head"]) < 200 and big["summary"] == "ndarray 1,000,000, float64"
+    assert "repr" not in big  # the head says it: no second formatting
+    assert len(summarize("big", np.zeros(10**6), rows=0)["repr"]) < 200
     scalar = summarize("x", np.float64(2.5))
     assert scalar["shape"] == [] and scalar["summary"].startswith("float64 = ") and "head" not in scalar
 
@@ -304,8 +306,13 @@ def test_summarize_says_which_look_is_under_way(df):
 
     progress: dict = {}
     d = summarize("w", Watched(), rows=1, progress=progress)
-    assert [(what, step) for what, step, _ in seen] == [("head", "head"), ("repr", "repr")]
-    assert seen[1][2]["head"] == "'first rows'" and "repr" not in seen[1][2]  # what was found before the repr
+    assert [(what, step) for what, step, _ in seen] == [("head", "head")]  # the head says it: no repr asked
+    assert d["head"] == "'first rows'" and progress == {"found": d, "step": None}
+    seen.clear()
+    progress = {}
+    d = summarize("w", Watched(), rows=0, progress=progress)
+    assert [(what, step) for what, step, _ in seen] == [("repr", "repr")]
+    assert seen[0][2]["dtype"] == "int64" and "repr" not in seen[0][2]  # what was found before the repr
     assert progress == {"found": d, "step": None}
 
 

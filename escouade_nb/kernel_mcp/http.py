@@ -35,6 +35,9 @@ DIRECT_MAX_BODY = 64 * 1024
 """Bytes of a POST's body read before it is known whether :class:`DirectCalls` answers it (a longer one goes
 to the SDK, replayed whole)."""
 
+LOOPBACK_HOSTS = ("127.0.0.1:", "localhost:", "[::1]:")
+"""The ``Host`` header's beginnings the SDK's DNS-rebinding check lets through for a server on loopback."""
+
 log = logging.getLogger(__name__)
 
 
@@ -188,6 +191,11 @@ class DirectCalls:
         if scope.get("path") != self.path:
             return False
         headers = scope.get("headers")
+        # the SDK's DNS-rebinding check (a server on loopback) is its own: a request from a page (an Origin) or
+        # to a name that is not loopback goes to the SDK, which answers it as it does (403, 421 or the call)
+        if _header(headers, b"origin") is not None or not (_header(headers, b"host") or "").startswith(
+                LOOPBACK_HOSTS):
+            return False
         if _header(headers, b"mcp-protocol-version") not in self.versions:
             return False
         if (_header(headers, b"content-type") or "").split(";")[0].strip().lower() != "application/json":

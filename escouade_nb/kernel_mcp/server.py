@@ -357,6 +357,12 @@ def _tell_owner(owner: Any, method: OwnerCall, *args: Any) -> Any:
         return None
 
 
+
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can carry it on the wire: a lone surrogate (a ``repr`` may hold one) escaped as
+    ``\\udXXX`` — else neither the SDK nor :class:`DirectCalls` could write the answer."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
 class KernelServer:
     """The ``escouade`` MCP server of one event loop.
 
@@ -652,7 +658,7 @@ class KernelServer:
             if isinstance(answer, TaskAnswer):
                 from mcp.types import CallToolResult, TextContent  # imported with the server already
 
-                status, text = answer.status, self._with_notice(grant.owner, answer.text)
+                status, text = answer.status, _utf8(self._with_notice(grant.owner, answer.text))
                 if status == "running":  # the call left its run running: its record names the task
                     arguments = {**arguments, "task_id": answer.structured["task_id"]}
                 return CallToolResult(content=[TextContent(type="text", text=text)],
@@ -661,7 +667,7 @@ class KernelServer:
                 text, status, images = answer.text, answer.status, answer.images
             else:
                 text, status = answer if isinstance(answer, tuple) else (answer, "ok")
-            text = self._with_notice(grant.owner, text)
+            text = _utf8(self._with_notice(grant.owner, text))
             if not images:
                 return text
             from mcp.types import ImageContent, TextContent  # imported with the server already
@@ -669,13 +675,13 @@ class KernelServer:
             return [TextContent(type="text", text=text),
                     *(ImageContent(type="image", data=i["data"], mime_type=i["mime_type"]) for i in images)]
         except ToolFailure as exc:
-            status, text = exc.status, str(exc)
+            status, text = exc.status, _utf8(str(exc))
             raise ToolError(text) from None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.debug("kernel MCP tool %s failed", tool, exc_info=True)
-            status, text = "error", f"{tool} failed: {type(exc).__name__}: {exc}"
+            status, text = "error", _utf8(f"{tool} failed: {type(exc).__name__}: {exc}")
             raise ToolError(text) from None
         finally:
             told = text + (f"\n[{len(images)} image{'s' if len(images) > 1 else ''} attached]" if images else "")

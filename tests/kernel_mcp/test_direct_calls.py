@@ -174,3 +174,59 @@ def test_a_look_whose_result_is_in_is_not_reported_as_still_running():
             readers.close()
 
     run(main())
+
+
+def test_a_request_the_sdk_refuses_for_its_host_or_origin_is_not_answered_directly():
+    """The SDK's DNS-rebinding check (a server on loopback: Host must be a loopback name, Origin absent or
+    a loopback one) holds for a read's call too: a page of another site that learnt a token and a session
+    gets from the direct path what it gets from the SDK, 421 or 403, never a variable's value."""
+    async def main() -> None:
+        server = await KernelServer(namespace={"secret": "s3cr3t-value"}).start()
+        try:
+            grant = server.grant(Owner())
+            direct = server._direct
+            async with httpx2.AsyncClient(timeout=30) as http:
+                headers = await raw_session(http, server, grant)
+                for foreign, status in (({"Host": "evil.example:80"}, 421), ({"Origin": "http://evil.example"}, 403)):
+                    response = await http.post(server.url, json=call("inspect_variable", {"name": "secret"}),
+                                               headers={**headers, **foreign})
+                    assert response.status_code == status and "s3cr3t" not in response.text, (foreign, response.text)
+                    assert direct.answered == 0, foreign
+                # a loopback origin (the SDK allows it) is still answered
+                same = await http.post(server.url, json=call("inspect_variable", {"name": "secret"}),
+                                       headers={**headers, "Origin": server.url.rsplit("/", 1)[0]})
+                assert "s3cr3t-value" in text_of_raw(answer_of(same))
+        finally:
+            await server.aclose()
+
+    run(main())
+
+
+class LoneSurrogate:
+    def __repr__(self) -> str:
+        return "half a pair: \ud800"
+
+
+def test_a_read_of_a_value_whose_repr_holds_a_lone_surrogate_is_answered_on_both_paths():
+    """A ``repr`` (code the agent may have run) can hold a lone surrogate, which UTF-8 cannot carry: the read
+    is answered all the same (the surrogate escaped), directly and through the SDK — never a 500 nor an SSE
+    stream that ends without the answer (the client would wait for it until its own timeout)."""
+    async def main() -> None:
+        server = await KernelServer(namespace={"odd": LoneSurrogate()}).start()
+        try:
+            grant = server.grant(Owner())
+            direct = server._direct
+            async with httpx2.AsyncClient(timeout=30) as http:
+                headers = await raw_session(http, server, grant)
+                for tool, arguments in (("inspect_variable", {"name": "odd"}), ("list_variables", {})):
+                    for params in ({}, {"_meta": {"progressToken": 3}}):  # direct, then through the SDK
+                        before = direct.answered
+                        response = await http.post(server.url, json=call(tool, arguments, **params), headers=headers)
+                        assert response.status_code == 200, (tool, params, response.status_code, response.text)
+                        assert direct.answered == before + (0 if params else 1), (tool, params)
+                        text = text_of_raw(answer_of(response))
+                        assert "half a pair: \\ud800" in text, (tool, params, text)
+        finally:
+            await server.aclose()
+
+    run(main())

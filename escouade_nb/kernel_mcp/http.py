@@ -178,8 +178,10 @@ class DirectCalls:
         from mcp.shared.exceptions import MCPError  # the server side is imported already (KernelServer._start)
         from mcp_types.methods import serialize_server_result
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+        import pydantic_core
 
         self.mcp = mcp
+        self.parse = pydantic_core.from_json  # the SDK's transport parses a POST's body with it
         self.wire = serialize_server_result  # the SDK's own shaping of a result for the request's protocol version
         self.path = path
         self.mcp_error, self.tool_error, self.unexpected = MCPError, ToolError, UnexpectedToolError
@@ -198,9 +200,12 @@ class DirectCalls:
             return False
         if _header(headers, b"mcp-protocol-version") not in self.versions:
             return False
-        if (_header(headers, b"content-type") or "").split(";")[0].strip().lower() != "application/json":
+        # the SDK's Content-Type and Accept checks, or stricter: what they might refuse goes to the SDK
+        if "application/json" not in [part.strip() for part in
+                                      (_header(headers, b"content-type") or "").split(";")[0].split(",")]:
             return False
-        if "application/json" not in (_header(headers, b"accept") or "").lower():
+        accepted = {kind.split(";")[0].strip().lower() for kind in (_header(headers, b"accept") or "").split(",")}
+        if not {"application/json", "text/event-stream"} <= accepted:
             return False
         instances = getattr(self.mcp.session_manager, "_server_instances", None)  # the sessions the SDK holds
         return isinstance(instances, dict) and session_id in instances
@@ -208,8 +213,8 @@ class DirectCalls:
     def _call_of(self, body: bytes) -> tuple[Any, str, dict] | None:
         """``(id, tool name, arguments)`` of a body this class answers, else None."""
         try:
-            msg = json.loads(body)
-        except (ValueError, RecursionError):  # not JSON, or nested too deep for the stdlib's parser
+            msg = self.parse(body)  # the SDK's parser: what it refuses (UTF-16, a BOM, a lone surrogate) goes to it
+        except (ValueError, RecursionError):  # not JSON, or nested too deep
             return None
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or msg.get("method") != "tools/call":
             return None

@@ -230,3 +230,32 @@ def test_a_read_of_a_value_whose_repr_holds_a_lone_surrogate_is_answered_on_both
             await server.aclose()
 
     run(main())
+
+
+def test_what_the_sdk_refuses_is_not_answered_directly():
+    """A header or a body the SDK's path refuses (its Content-Type and Accept checks, its JSON parser) is
+    refused as the SDK refuses it, not answered directly: a client sees one server, whichever path a request
+    takes."""
+    async def main() -> None:
+        server = await KernelServer(namespace={"n": 41}).start()
+        try:
+            grant = server.grant(Owner())
+            direct = server._direct
+            async with httpx2.AsyncClient(timeout=30) as http:
+                headers = await raw_session(http, server, grant)
+                body = json.dumps(call("inspect_variable", {"name": "n"}))
+                cases = {
+                    "a Content-Type in capitals": ({"Content-Type": "APPLICATION/JSON"}, body.encode(), 415),
+                    "no SSE accepted": ({"Accept": "application/json"}, body.encode(), 406),
+                    "a body in UTF-16": ({}, body.encode("utf-16"), 400),
+                    "a body with a BOM": ({}, b"\xef\xbb\xbf" + body.encode(), 400),
+                    "a lone surrogate's escape": ({}, body.replace('"n"}', '"\\ud800"}').encode(), 400),
+                }
+                for what, (more, content, status) in cases.items():
+                    response = await http.post(server.url, content=content,
+                                               headers={**headers, "Content-Type": "application/json", **more})
+                    assert (direct.answered, response.status_code) == (0, status), (what, response.text)
+        finally:
+            await server.aclose()
+
+    run(main())

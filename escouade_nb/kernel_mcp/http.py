@@ -163,8 +163,8 @@ class DirectCalls:
     call near a bare request). The SDK's streamable HTTP carries every request through memory streams to the
     session's task, then its answer back through a router to an SSE stream of its own: ~1 ms a call here, as much
     as the whole HTTP request. A POST of a session the SDK holds (``Mcp-Session-Id``, already checked to be the
-    request's grant's by :class:`BearerGate`), with a protocol version the SDK's stateful path serves, JSON in and
-    JSON accepted, whose body is one JSON-RPC request ``tools/call`` of one of :data:`DIRECT_TOOLS` without
+    request's grant's by :class:`BearerGate`), to a loopback ``Host`` without an ``Origin`` (the SDK's DNS-rebinding
+    check), with a protocol version the SDK's stateful path serves, JSON in and JSON and SSE accepted, whose body is one JSON-RPC request ``tools/call`` of one of :data:`DIRECT_TOOLS` without
     ``_meta`` (no progress asked), gets its answer from the same :class:`MCPServer`'s ``call_tool`` — the same
     tool functions, argument validation and result conversion — as ``application/json`` (the spec lets a server
     answer a POST either way). Anything else, and any body it does not take, goes to the SDK as it came (the body

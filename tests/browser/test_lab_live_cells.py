@@ -261,3 +261,32 @@ def test_a_closed_notebook_tab_says_bye_and_the_kernel_forgets_its_page_without_
               "the kernel forgot the closed tab's page at its bye, with no read")
     finally:
         mcp.close()
+
+
+def test_a_tab_closed_after_a_kernel_restart_says_bye_to_the_new_kernel(nb):
+    """The kernel restarted (its comm to the page gone with the old process), escouade_nb loaded again and the
+    page linked again by a read: closing the tab then says bye to the new kernel, which forgets the page
+    without a read — the bye rides the comm of the kernel that is there, not one of the kernel before."""
+    page = nb.page
+    nb.open([SETUP, "x = 1"])
+    nb.run_cell(0)
+    before = nb.output(0).inner_text()
+    nb.page.evaluate(f"() => {PANEL}.sessionContext.restartKernel()")
+    nb.wait_kernel_idle()
+    nb.run_cell(0)
+    until(lambda: "TOKEN" in nb.output(0).inner_text() and nb.output(0).inner_text() != before,
+          "the setup ran again in the new kernel")
+    lines = dict(line.split(" ", 1) for line in nb.output(0).inner_text().splitlines()
+                 if line[:4] in ("URL ", "TOKE"))
+    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    pages = "[p.client for p in notebook_pages._pages.pages.values()]"
+    try:
+        client = page.evaluate(f"() => {PANEL}.node.dataset.escouadeClient")
+        assert [c["source"] for c in mcp.live()["cells"]] == [SETUP, "x = 1"]
+        assert mcp.call("run_code", code=pages)["text"] == f"result:\n[{client!r}]"
+        page.evaluate(f"() => {{ const w = {PANEL}; w.context.model.dirty = false; w.close(); }}")
+        until(lambda: page.evaluate(f"() => !{PANEL} || !{PANEL}.node.dataset.escouadeClient"), "the tab closed")
+        until(lambda: mcp.call("run_code", code=pages)["text"] == "result:\n[]",
+              "the new kernel forgot the closed tab's page at its bye, with no read")
+    finally:
+        mcp.close()

@@ -159,19 +159,20 @@ class BearerGate:
 
 
 class DirectCalls:
-    """The answer of a read tool's ``tools/call`` without the SDK's session machinery (issue 37: a kernel tool
-    call near a bare request). The SDK's streamable HTTP carries every request through memory streams to the
-    session's task, then its answer back through a router to an SSE stream of its own: ~1 ms a call here, as much
-    as the whole HTTP request. A POST of a session the SDK holds (``Mcp-Session-Id``, already checked to be the
-    request's grant's by :class:`BearerGate`), to a loopback ``Host`` without an ``Origin`` (the SDK's DNS-rebinding
-    check), with a protocol version the SDK's stateful path serves, JSON in and JSON and SSE accepted, whose body is one JSON-RPC request ``tools/call`` of one of :data:`DIRECT_TOOLS` without
-    ``_meta`` (no progress asked), gets its answer from the same :class:`MCPServer`'s ``call_tool`` — the same
-    tool functions, argument validation and result conversion — as ``application/json`` (the spec lets a server
-    answer a POST either way). Anything else, and any body it does not take, goes to the SDK as it came (the body
-    replayed). A tool's ``ToolError`` or unexpected exception is the ``isError`` result the SDK's handler makes of
-    it; an ``MCPError`` is the JSON-RPC error. What such a call does not get: a ``notifications/cancelled`` for it
-    finds nothing to cancel (a read ends within the server's read budget anyway), and it does not count as the
-    session's activity for the SDK's idle timeout (8 h; a GET stream or any other request does)."""
+    """The answer of a read tool's ``tools/call`` without the SDK's session machinery (issue 37: a kernel tool call
+    near a bare request). The SDK's streamable HTTP carries every request through memory streams to the session's
+    task, then its answer back through a router to an SSE stream of its own: ~1 ms a call here, as much as the whole
+    HTTP request. A POST of a session the SDK holds (``Mcp-Session-Id``, already checked to be the request's grant's
+    by :class:`BearerGate`), to a loopback ``Host`` without an ``Origin`` (the SDK's DNS-rebinding check), with a
+    protocol version the SDK's stateful path serves, JSON in and JSON and SSE accepted, whose body is one JSON-RPC
+    request ``tools/call`` of one of :data:`DIRECT_TOOLS` without ``_meta`` (no progress asked), gets its answer
+    from the same :class:`MCPServer`'s ``call_tool`` — the same tool functions, argument validation and result
+    conversion — as ``application/json`` (the spec lets a server answer a POST either way). Anything else, and any
+    body it does not take, goes to the SDK as it came (the body replayed). A tool's ``ToolError`` or unexpected
+    exception is the ``isError`` result the SDK's handler makes of it; an ``MCPError`` is the JSON-RPC error. What
+    such a call does not get: a ``notifications/cancelled`` for it finds nothing to cancel (a read ends within the
+    server's read budget anyway), and it does not count as the session's activity for the SDK's idle timeout (8 h; a
+    GET stream or any other request does)."""
 
     def __init__(self, mcp: Any, path: str = "/mcp") -> None:
         from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError

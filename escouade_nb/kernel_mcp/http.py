@@ -164,20 +164,21 @@ class DirectCalls:
     task, then its answer back through a router to an SSE stream of its own: ~1 ms a call here, as much as the whole
     HTTP request. A POST of a session the SDK holds (``Mcp-Session-Id``, already checked to be the request's grant's
     by :class:`BearerGate`), to a loopback ``Host`` without an ``Origin`` (the SDK's DNS-rebinding check), with a
-    protocol version the SDK's stateful path serves, JSON in and JSON and SSE accepted, whose body is one JSON-RPC
-    request ``tools/call`` of one of :data:`DIRECT_TOOLS` without ``_meta`` (no progress asked), gets its answer
-    from the same :class:`MCPServer`'s ``call_tool`` — the same tool functions, argument validation and result
-    conversion — as ``application/json`` (the spec lets a server answer a POST either way). Anything else, and any
-    body it does not take, goes to the SDK as it came (the body replayed). A tool's ``ToolError`` or unexpected
-    exception is the ``isError`` result the SDK's handler makes of it; an ``MCPError`` is the JSON-RPC error. What
-    such a call does not get: a ``notifications/cancelled`` for it finds nothing to cancel (a read ends within the
-    server's read budget anyway), and it does not count as the session's activity for the SDK's idle timeout (8 h; a
-    GET stream or any other request does)."""
+    protocol version the SDK's stateful path serves (no header: the SDK's default, as it takes it), JSON in and JSON
+    and SSE accepted, whose body is one JSON-RPC request ``tools/call`` of one of :data:`DIRECT_TOOLS` without
+    ``_meta`` (no progress asked), gets its answer from the same :class:`MCPServer`'s ``call_tool`` — the same tool
+    functions, argument validation and result conversion — as ``application/json`` (the spec lets a server answer a
+    POST either way). Anything else, and any body it does not take, goes to the SDK as it came (the body replayed).
+    A tool's ``ToolError`` or unexpected exception is the ``isError`` result the SDK's handler makes of it; an
+    ``MCPError`` is the JSON-RPC error. What such a call does not get: a ``notifications/cancelled`` for it finds
+    nothing to cancel (a read ends within the server's read budget anyway), and it does not count as the session's
+    activity for the SDK's idle timeout (8 h; a GET stream or any other request does)."""
 
     def __init__(self, mcp: Any, path: str = "/mcp") -> None:
         from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
         from mcp.shared.exceptions import MCPError  # the server side is imported already (KernelServer._start)
         from mcp_types.methods import serialize_server_result
+        from mcp_types import DEFAULT_NEGOTIATED_VERSION
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
         import pydantic_core
 
@@ -187,6 +188,7 @@ class DirectCalls:
         self.path = path
         self.mcp_error, self.tool_error, self.unexpected = MCPError, ToolError, UnexpectedToolError
         self.versions = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
+        self.default_version = DEFAULT_NEGOTIATED_VERSION  # the SDK's, for a request without the header
         self.answered = 0  # calls answered here (the tests and benchmarks/mcp_roundtrip.py read it)
 
     def takes(self, scope: dict, session_id: str) -> bool:
@@ -199,7 +201,7 @@ class DirectCalls:
         if _header(headers, b"origin") is not None or not (_header(headers, b"host") or "").startswith(
                 LOOPBACK_HOSTS):
             return False
-        if _header(headers, b"mcp-protocol-version") not in self.versions:
+        if (_header(headers, b"mcp-protocol-version") or self.default_version) not in self.versions:
             return False
         # the SDK's Content-Type and Accept checks, or stricter: what they might refuse goes to the SDK
         if "application/json" not in [part.strip() for part in
@@ -245,7 +247,7 @@ class DirectCalls:
         if call is None:
             return _replay(receive, body, more)
         req_id, name, arguments = call
-        version = _header(scope.get("headers"), b"mcp-protocol-version") or ""  # one of the handshake era's: takes()
+        version = _header(scope.get("headers"), b"mcp-protocol-version") or self.default_version  # as the SDK
         try:
             try:
                 result = (await self.mcp.call_tool(name, arguments)).model_dump(by_alias=True, mode="json",

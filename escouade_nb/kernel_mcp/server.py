@@ -357,11 +357,11 @@ def _tell_owner(owner: Any, method: OwnerCall, *args: Any) -> Any:
         return None
 
 
-
 def _utf8(text: str) -> str:
     """``text`` as UTF-8 can carry it on the wire: a lone surrogate (a ``repr`` may hold one) escaped as
     ``\\udXXX`` — else neither the SDK nor :class:`DirectCalls` could write the answer."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 class KernelServer:
     """The ``escouade`` MCP server of one event loop.

@@ -70,6 +70,12 @@ def test_a_read_tools_call_is_answered_directly_as_the_sdk_answers_it():
                     got, expected = answer_of(quick), answer_of(slow)
                     assert got["id"] == "q" and expected["id"] == "s"
                     assert got["result"] == expected["result"], (tool, arguments)
+                # no protocol version header: the SDK's default version, as the SDK takes it (one agent sends none)
+                bare = {k: v for k, v in headers.items() if k != "Mcp-Protocol-Version"}
+                before = direct.answered
+                unversioned = await http.post(server.url, json=call("list_variables", {}, "u"), headers=bare)
+                assert direct.answered == before + 1 and answer_of(unversioned)["result"]["content"][0]["text"] \
+                    .startswith("2 variables")
             # the SDK's own client takes it too, and the owner's record is the same as through the SDK
             async with mcp_client(server.url, grant.token) as session:
                 before = direct.answered
@@ -77,8 +83,8 @@ def test_a_read_tools_call_is_answered_directly_as_the_sdk_answers_it():
                 assert direct.answered == before + 1 and not result.is_error
                 assert text_of(result) == "n: int\nint = 41\nrepr:\n41"
             reads = [t for t, _ in owner.reads]
-            assert reads.count("inspect_variable") == 2 * 2 + 1 and reads.count("list_variables") == 2
-            assert grant.calls == 2 * 4 + 1  # two of the six fail the arguments' check before the tool
+            assert reads.count("inspect_variable") == 2 * 2 + 1 and reads.count("list_variables") == 3
+            assert grant.calls == 2 * 4 + 2  # two of the six fail the arguments' check before the tool
         finally:
             await server.aclose()
 

@@ -244,30 +244,15 @@ def test_a_closed_notebook_tab_says_bye_and_the_kernel_forgets_its_page_without_
     """The user closes the notebook's tab (its kernel goes on): the page says bye while its kernel connection
     still carries it — JupyterLab drops that connection, and the page's comm with it, before the panel's own
     ``disposed`` — so the kernel forgets the page at once, not at the first read it leaves unanswered."""
-    page = nb.page
     nb.open([SETUP, "x = 1"])
     nb.run_cell(0)
-    lines = dict(line.split(" ", 1) for line in nb.output(0).inner_text().splitlines()
-                 if line[:4] in ("URL ", "TOKE"))
-    mcp = Mcp(lines["URL"], lines["TOKEN"])
-    pages = "[p.client for p in notebook_pages._pages.pages.values()]"
-    try:
-        client = page.evaluate(f"() => {PANEL}.node.dataset.escouadeClient")
-        assert [c["source"] for c in mcp.live()["cells"]] == [SETUP, "x = 1"]
-        assert mcp.call("run_code", code=pages)["text"] == f"result:\n[{client!r}]"
-        page.evaluate(f"() => {{ const w = {PANEL}; w.context.model.dirty = false; w.close(); }}")
-        until(lambda: page.evaluate(f"() => !{PANEL} || !{PANEL}.node.dataset.escouadeClient"), "the tab closed")
-        until(lambda: mcp.call("run_code", code=pages)["text"] == "result:\n[]",
-              "the kernel forgot the closed tab's page at its bye, with no read")
-    finally:
-        mcp.close()
+    closing_the_tab_the_kernel_forgets_its_page(nb, "the kernel forgot the closed tab's page at its bye, with no read")
 
 
 def test_a_tab_closed_after_a_kernel_restart_says_bye_to_the_new_kernel(nb):
     """The kernel restarted (its comm to the page gone with the old process), escouade_nb loaded again and the
     page linked again by a read: closing the tab then says bye to the new kernel, which forgets the page
     without a read — the bye rides the comm of the kernel that is there, not one of the kernel before."""
-    page = nb.page
     nb.open([SETUP, "x = 1"])
     nb.run_cell(0)
     before = nb.output(0).inner_text()
@@ -276,6 +261,14 @@ def test_a_tab_closed_after_a_kernel_restart_says_bye_to_the_new_kernel(nb):
     nb.run_cell(0)
     until(lambda: "TOKEN" in nb.output(0).inner_text() and nb.output(0).inner_text() != before,
           "the setup ran again in the new kernel")
+    closing_the_tab_the_kernel_forgets_its_page(nb, "the new kernel forgot the closed tab's page at its bye, "
+                                                    "with no read")
+
+
+def closing_the_tab_the_kernel_forgets_its_page(nb: Any, what: str) -> None:
+    """With SETUP run in cell 0: one live read links the page, then the tab is closed as the user closes it
+    and the kernel must forget the page with no read (``what`` names that wait)."""
+    page = nb.page
     lines = dict(line.split(" ", 1) for line in nb.output(0).inner_text().splitlines()
                  if line[:4] in ("URL ", "TOKE"))
     mcp = Mcp(lines["URL"], lines["TOKEN"])
@@ -286,7 +279,6 @@ def test_a_tab_closed_after_a_kernel_restart_says_bye_to_the_new_kernel(nb):
         assert mcp.call("run_code", code=pages)["text"] == f"result:\n[{client!r}]"
         page.evaluate(f"() => {{ const w = {PANEL}; w.context.model.dirty = false; w.close(); }}")
         until(lambda: page.evaluate(f"() => !{PANEL} || !{PANEL}.node.dataset.escouadeClient"), "the tab closed")
-        until(lambda: mcp.call("run_code", code=pages)["text"] == "result:\n[]",
-              "the new kernel forgot the closed tab's page at its bye, with no read")
+        until(lambda: mcp.call("run_code", code=pages)["text"] == "result:\n[]", what)
     finally:
         mcp.close()

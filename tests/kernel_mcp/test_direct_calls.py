@@ -4,6 +4,7 @@ replayed whole. Plain asyncio, a real server on loopback, raw POSTs (httpx2) bes
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -27,6 +28,19 @@ async def raw_session(http: httpx2.AsyncClient, server: KernelServer, grant: Any
     headers = {**accept, "Mcp-Session-Id": opened.headers["mcp-session-id"], "Mcp-Protocol-Version": VERSION}
     await http.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
     return headers
+
+
+@contextlib.asynccontextmanager
+async def served(namespace: dict, owner: Any = None):
+    """A server on loopback for ``namespace``, a grant (``owner``, else a new :class:`Owner`), an HTTP client and
+    the headers of a session it opened: ``(server, grant, http, headers)``."""
+    server = await KernelServer(namespace=namespace).start()
+    try:
+        grant = server.grant(owner if owner is not None else Owner())
+        async with httpx2.AsyncClient(timeout=30) as http:
+            yield server, grant, http, await raw_session(http, server, grant)
+    finally:
+        await server.aclose()
 
 
 def answer_of(response: httpx2.Response) -> dict:
@@ -102,49 +116,43 @@ def text_of_raw(answer: dict) -> str:
 
 def test_what_direct_calls_do_not_take_reaches_the_sdk_as_it_came():
     async def main() -> None:
-        server = await KernelServer(namespace={"n": 41}).start()
-        try:
-            grant = server.grant(Owner())
+        async with served({"n": 41}) as (server, grant, http, headers):
             direct = server._direct
-            async with httpx2.AsyncClient(timeout=30) as http:
-                headers = await raw_session(http, server, grant)
-                cases = {
-                    "a batch": [call("list_variables", {})],
-                    "another tool": call("task_status", {"task_id": "task-none"}),
-                    "an extra param": call("list_variables", {}, extra=1),
-                    "arguments not an object": call("inspect_variable", ["n"]),
-                    "a boolean id": call("list_variables", {}, req_id=True),
-                    "a body over the limit": call("inspect_variable", {"name": "n", "pad": "x" * (DIRECT_MAX_BODY + 10)}),
-                    "not JSON": b"{not json",
-                    "nested deeper than json.loads goes": b"[" * 40_000,
-                }
-                for what, body in cases.items():
-                    content: Any = body if isinstance(body, bytes) else json.dumps(body).encode()
-                    if what == "a body over the limit":  # in pieces: read up to the limit, then handed on
-                        content = pieces(content, DIRECT_MAX_BODY // 2)
-                    response = await http.post(server.url, content=content,
-                                               headers={**headers, "Content-Type": "application/json"})
-                    assert direct.answered == 0, what
-                    assert response.status_code in (200, 202, 400), (what, response.status_code, response.text)
-                    if what == "a body over the limit":  # replayed whole: the SDK read all of it and answered
-                        answer = answer_of(response)
-                        assert answer["id"] == 1 and text_of_raw(answer).startswith("n: int\n"), answer
-                    if what == "another tool":
-                        assert "task-none" in json.dumps(answer_of(response))
-                # headers it does not take: a protocol version outside the SDK's handshake era (the SDK answers it
-                # as it does), no JSON accepted, a session ended
-                for version in ("2026-07-28", "1.0"):
-                    await http.post(server.url, json=call("list_variables", {}),
-                                    headers={**headers, "Mcp-Protocol-Version": version})
-                    assert direct.answered == 0, version
-                sse_only = await http.post(server.url, json=call("list_variables", {}),
-                                           headers={**headers, "Accept": "text/event-stream"})
-                assert direct.answered == 0 and sse_only.status_code == 406
-                assert (await http.delete(server.url, headers=headers)).status_code in (200, 204)
-                ended = await http.post(server.url, json=call("list_variables", {}), headers=headers)
-                assert direct.answered == 0 and ended.status_code == 404
-        finally:
-            await server.aclose()
+            cases = {
+                "a batch": [call("list_variables", {})],
+                "another tool": call("task_status", {"task_id": "task-none"}),
+                "an extra param": call("list_variables", {}, extra=1),
+                "arguments not an object": call("inspect_variable", ["n"]),
+                "a boolean id": call("list_variables", {}, req_id=True),
+                "a body over the limit": call("inspect_variable", {"name": "n", "pad": "x" * (DIRECT_MAX_BODY + 10)}),
+                "not JSON": b"{not json",
+                "nested deeper than json.loads goes": b"[" * 40_000,
+            }
+            for what, body in cases.items():
+                content: Any = body if isinstance(body, bytes) else json.dumps(body).encode()
+                if what == "a body over the limit":  # in pieces: read up to the limit, then handed on
+                    content = pieces(content, DIRECT_MAX_BODY // 2)
+                response = await http.post(server.url, content=content,
+                                           headers={**headers, "Content-Type": "application/json"})
+                assert direct.answered == 0, what
+                assert response.status_code in (200, 202, 400), (what, response.status_code, response.text)
+                if what == "a body over the limit":  # replayed whole: the SDK read all of it and answered
+                    answer = answer_of(response)
+                    assert answer["id"] == 1 and text_of_raw(answer).startswith("n: int\n"), answer
+                if what == "another tool":
+                    assert "task-none" in json.dumps(answer_of(response))
+            # headers it does not take: a protocol version outside the SDK's handshake era (the SDK answers it
+            # as it does), no JSON accepted, a session ended
+            for version in ("2026-07-28", "1.0"):
+                await http.post(server.url, json=call("list_variables", {}),
+                                headers={**headers, "Mcp-Protocol-Version": version})
+                assert direct.answered == 0, version
+            sse_only = await http.post(server.url, json=call("list_variables", {}),
+                                       headers={**headers, "Accept": "text/event-stream"})
+            assert direct.answered == 0 and sse_only.status_code == 406
+            assert (await http.delete(server.url, headers=headers)).status_code in (200, 204)
+            ended = await http.post(server.url, json=call("list_variables", {}), headers=headers)
+            assert direct.answered == 0 and ended.status_code == 404
 
     run(main())
 
@@ -187,23 +195,17 @@ def test_a_request_the_sdk_refuses_for_its_host_or_origin_is_not_answered_direct
     a loopback one) holds for a read's call too: a page of another site that learnt a token and a session
     gets from the direct path what it gets from the SDK, 421 or 403, never a variable's value."""
     async def main() -> None:
-        server = await KernelServer(namespace={"secret": "s3cr3t-value"}).start()
-        try:
-            grant = server.grant(Owner())
+        async with served({"secret": "s3cr3t-value"}) as (server, grant, http, headers):
             direct = server._direct
-            async with httpx2.AsyncClient(timeout=30) as http:
-                headers = await raw_session(http, server, grant)
-                for foreign, status in (({"Host": "evil.example:80"}, 421), ({"Origin": "http://evil.example"}, 403)):
-                    response = await http.post(server.url, json=call("inspect_variable", {"name": "secret"}),
-                                               headers={**headers, **foreign})
-                    assert response.status_code == status and "s3cr3t" not in response.text, (foreign, response.text)
-                    assert direct.answered == 0, foreign
-                # a loopback origin (the SDK allows it) is still answered
-                same = await http.post(server.url, json=call("inspect_variable", {"name": "secret"}),
-                                       headers={**headers, "Origin": server.url.rsplit("/", 1)[0]})
-                assert "s3cr3t-value" in text_of_raw(answer_of(same))
-        finally:
-            await server.aclose()
+            for foreign, status in (({"Host": "evil.example:80"}, 421), ({"Origin": "http://evil.example"}, 403)):
+                response = await http.post(server.url, json=call("inspect_variable", {"name": "secret"}),
+                                           headers={**headers, **foreign})
+                assert response.status_code == status and "s3cr3t" not in response.text, (foreign, response.text)
+                assert direct.answered == 0, foreign
+            # a loopback origin (the SDK allows it) is still answered
+            same = await http.post(server.url, json=call("inspect_variable", {"name": "secret"}),
+                                   headers={**headers, "Origin": server.url.rsplit("/", 1)[0]})
+            assert "s3cr3t-value" in text_of_raw(answer_of(same))
 
     run(main())
 
@@ -218,22 +220,16 @@ def test_a_read_of_a_value_whose_repr_holds_a_lone_surrogate_is_answered_on_both
     is answered all the same (the surrogate escaped), directly and through the SDK — never a 500 nor an SSE
     stream that ends without the answer (the client would wait for it until its own timeout)."""
     async def main() -> None:
-        server = await KernelServer(namespace={"odd": LoneSurrogate()}).start()
-        try:
-            grant = server.grant(Owner())
+        async with served({"odd": LoneSurrogate()}) as (server, grant, http, headers):
             direct = server._direct
-            async with httpx2.AsyncClient(timeout=30) as http:
-                headers = await raw_session(http, server, grant)
-                for tool, arguments in (("inspect_variable", {"name": "odd"}), ("list_variables", {})):
-                    for params in ({}, {"_meta": {"progressToken": 3}}):  # direct, then through the SDK
-                        before = direct.answered
-                        response = await http.post(server.url, json=call(tool, arguments, **params), headers=headers)
-                        assert response.status_code == 200, (tool, params, response.status_code, response.text)
-                        assert direct.answered == before + (0 if params else 1), (tool, params)
-                        text = text_of_raw(answer_of(response))
-                        assert "half a pair: \\ud800" in text, (tool, params, text)
-        finally:
-            await server.aclose()
+            for tool, arguments in (("inspect_variable", {"name": "odd"}), ("list_variables", {})):
+                for params in ({}, {"_meta": {"progressToken": 3}}):  # direct, then through the SDK
+                    before = direct.answered
+                    response = await http.post(server.url, json=call(tool, arguments, **params), headers=headers)
+                    assert response.status_code == 200, (tool, params, response.status_code, response.text)
+                    assert direct.answered == before + (0 if params else 1), (tool, params)
+                    text = text_of_raw(answer_of(response))
+                    assert "half a pair: \\ud800" in text, (tool, params, text)
 
     run(main())
 
@@ -243,25 +239,19 @@ def test_what_the_sdk_refuses_is_not_answered_directly():
     refused as the SDK refuses it, not answered directly: a client sees one server, whichever path a request
     takes."""
     async def main() -> None:
-        server = await KernelServer(namespace={"n": 41}).start()
-        try:
-            grant = server.grant(Owner())
+        async with served({"n": 41}) as (server, grant, http, headers):
             direct = server._direct
-            async with httpx2.AsyncClient(timeout=30) as http:
-                headers = await raw_session(http, server, grant)
-                body = json.dumps(call("inspect_variable", {"name": "n"}))
-                cases = {
-                    "a Content-Type in capitals": ({"Content-Type": "APPLICATION/JSON"}, body.encode(), 415),
-                    "no SSE accepted": ({"Accept": "application/json"}, body.encode(), 406),
-                    "a body in UTF-16": ({}, body.encode("utf-16"), 400),
-                    "a body with a BOM": ({}, b"\xef\xbb\xbf" + body.encode(), 400),
-                    "a lone surrogate's escape": ({}, body.replace('"n"}', '"\\ud800"}').encode(), 400),
-                }
-                for what, (more, content, status) in cases.items():
-                    response = await http.post(server.url, content=content,
-                                               headers={**headers, "Content-Type": "application/json", **more})
-                    assert (direct.answered, response.status_code) == (0, status), (what, response.text)
-        finally:
-            await server.aclose()
+            body = json.dumps(call("inspect_variable", {"name": "n"}))
+            cases = {
+                "a Content-Type in capitals": ({"Content-Type": "APPLICATION/JSON"}, body.encode(), 415),
+                "no SSE accepted": ({"Accept": "application/json"}, body.encode(), 406),
+                "a body in UTF-16": ({}, body.encode("utf-16"), 400),
+                "a body with a BOM": ({}, b"\xef\xbb\xbf" + body.encode(), 400),
+                "a lone surrogate's escape": ({}, body.replace('"n"}', '"\\ud800"}').encode(), 400),
+            }
+            for what, (more, content, status) in cases.items():
+                response = await http.post(server.url, content=content,
+                                           headers={**headers, "Content-Type": "application/json", **more})
+                assert (direct.answered, response.status_code) == (0, status), (what, response.text)
 
     run(main())

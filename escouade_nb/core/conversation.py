@@ -450,7 +450,7 @@ class Conversation:
     # -- the fold -------------------------------------------------------------------
     def apply(self, update: dict[str, Any] | BaseModel) -> list[Change]:
         """Fold one ``session/update`` ``update`` object; returns the changes."""
-        raw = _wire(update)
+        raw = update if type(update) is dict else _wire(update)
         kind = raw.get("sessionUpdate") if isinstance(raw, dict) else None
         error = _validate(raw) if isinstance(raw, dict) else "not an object"
         changes: list[Change] = []

@@ -456,7 +456,8 @@ class Live:
             files.written(path, old, new)
 
     def _fold(self, update: Any) -> None:
-        if self.replay.skip(update):  # already in the conversation, rebuilt from the transcript
+        replay = self.replay
+        if replay.active and replay.skip(update):  # already in the conversation, rebuilt from the transcript
             return
         conversation = self.agent.conversation
         with self.agent.keeper.folding():  # what the fold adds (an adapter's notice) a replay adds again

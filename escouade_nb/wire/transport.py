@@ -102,8 +102,12 @@ class LineTransport:
 
     # -- receiving --------------------------------------------------------------------
     async def receive(self) -> dict[str, Any] | None:
+        lines = self._lines
         while True:
-            line = await self._next_line()
+            if lines and type(lines[0]) is bytes and time.monotonic() - self._turned <= YIELD_AFTER:
+                line: bytes | None = lines.popleft()  # a line of the last read, no turn due: no coroutine per line
+            else:
+                line = await self._next_line()
             if line is None:
                 return None
             message = self._decode(line)

@@ -5,9 +5,10 @@
 every subscriber in subscription order with a snapshot of the list, so a subscriber may
 unsubscribe (itself or another) while being called. ``emit_hot(*args)`` does the same for
 the subscribers made with ``hot=True`` (the default) only: the owner's commonest event,
-which a subscriber made with ``hot=False`` never looks at (a streamed reply's next chunk). A subscriber that raises is logged
-with the owner's name and does not stop the others: the error policy of every observer
-list of escouade_nb (the ipywidgets ``CallbackDispatcher`` logs the same way).
+which a subscriber made with ``hot=False`` never looks at (a streamed reply's next chunk).
+A subscriber that raises is logged with the owner's name and does not stop the others:
+the error policy of every observer list of escouade_nb (the ipywidgets
+``CallbackDispatcher`` logs the same way).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -104,8 +104,10 @@ class LineTransport:
     async def receive(self) -> dict[str, Any] | None:
         lines = self._lines
         while True:
+            # the commonest: a line of the last read and no turn due (_next_line's first case), without
+            # a coroutine per line
             if lines and type(lines[0]) is bytes and time.monotonic() - self._turned <= YIELD_AFTER:
-                line: bytes | None = lines.popleft()  # a line of the last read, no turn due: no coroutine per line
+                line: bytes | None = cast(bytes, lines.popleft())
             else:
                 line = await self._next_line()
             if line is None:

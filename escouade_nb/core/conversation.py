@@ -405,6 +405,7 @@ class Conversation:
         self.agent_state: str | None = None  # the latest ACP v2 state_update's ``state``, as sent
         self.session_meta: dict[str, Any] = {}  # session_info_update's _meta, merged per key (goose's activeRunId)
         self._messages: dict[tuple[str, str], Message] = {}
+        self._growth: Change | None = None  # the latest chunk's Change("updated", message) (_chunk)
         self._echo: tuple[Message, str, list[dict[str, Any]]] | None = None  # the prompt an agent may echo back
         self.compactions: dict[str, Compaction] = {}
         self.subagents: dict[str, Subagent] = {}  # child session id -> its subagent (ACP subagent_update)
@@ -540,7 +541,10 @@ class Conversation:
                 self._messages[(role, message_id)] = msg
             self._append(msg, changes)
         else:
-            changes.append(Change("updated", msg))
+            growth = self._growth  # one frozen Change per message growing, not one per chunk
+            if growth is None or growth.item is not msg:
+                growth = self._growth = Change("updated", msg)
+            changes.append(growth)
         if content.get("type") == "text":
             msg.parts.append(content.get("text", ""))
         else:

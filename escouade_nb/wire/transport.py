@@ -37,6 +37,7 @@ from .framing import LineBuffer, Skipped, envelope
 
 log = logging.getLogger(__name__)
 
+_JSON = json.JSONDecoder()
 YIELD_AFTER = 0.004
 """Seconds of folding lines of one read before the reader lets the loop turn."""
 
@@ -152,7 +153,10 @@ class LineTransport:
         if not line:
             return None
         try:
-            value = json.loads(line.decode("utf-8"))
+            text = line.decode("utf-8")
+            value, end = _JSON.raw_decode(text)  # json.loads without its two whitespace scans: the line is stripped
+            if end != len(text):
+                raise ValueError("extra data after the JSON value")
         except UnicodeDecodeError:
             self._skip("line is not UTF-8", line)
             return None

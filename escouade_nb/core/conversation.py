@@ -405,6 +405,7 @@ class Conversation:
         self.agent_state: str | None = None  # the latest ACP v2 state_update's ``state``, as sent
         self.session_meta: dict[str, Any] = {}  # session_info_update's _meta, merged per key (goose's activeRunId)
         self._messages: dict[tuple[str, str], Message] = {}
+        self._growth: Change | None = None  # the latest chunk's Change("updated", message) (_chunk)
         self._echo: tuple[Message, str, list[dict[str, Any]]] | None = None  # the prompt an agent may echo back
         self.compactions: dict[str, Compaction] = {}
         self.subagents: dict[str, Subagent] = {}  # child session id -> its subagent (ACP subagent_update)
@@ -415,11 +416,15 @@ class Conversation:
         self.clock: Callable[[], float] = time.monotonic
 
     # -- subscription -------------------------------------------------------------
-    def subscribe(self, fn: Callable[[list[Change]], None]) -> Subscription:
+    def subscribe(self, fn: Callable[[list[Change]], None], *, chunks: bool = True) -> Subscription:
         """Call ``fn(changes)`` after every change; returns the :class:`Subscription`
         token (call it, or ``.close()`` it, to stop). A subscriber that raises is logged
-        and does not stop the fold (a view's bug must not)."""
-        return self.subscribers.subscribe(fn)
+        and does not stop the fold (a view's bug must not). ``chunks=False``: not called
+        for one more chunk of a message already in the conversation (``[Change("updated",
+        message)]`` from the fold of a ``*_message_chunk``: most of a streamed reply's
+        updates), for a subscriber that never looks at a message's text; it is called for
+        everything else (a message added or closed, a card, a tool call, the state)."""
+        return self.subscribers.subscribe(fn, hot=chunks)
 
     def notify_state(self, name: str) -> list[Change]:
         """Tell subscribers that session state ``name`` changed outside the fold (e.g.
@@ -446,7 +451,7 @@ class Conversation:
     # -- the fold -------------------------------------------------------------------
     def apply(self, update: dict[str, Any] | BaseModel) -> list[Change]:
         """Fold one ``session/update`` ``update`` object; returns the changes."""
-        raw = _wire(update)
+        raw = update if type(update) is dict else _wire(update)
         kind = raw.get("sessionUpdate") if isinstance(raw, dict) else None
         error = _validate(raw) if isinstance(raw, dict) else "not an object"
         changes: list[Change] = []
@@ -456,7 +461,9 @@ class Conversation:
             self._append(item, changes)
             return self._emit(changes)
         if kind in _ROLE_OF:
-            self._chunk(_ROLE_OF[kind], raw, changes)
+            if self._chunk(_ROLE_OF[kind], raw, changes):  # a message grew: only those who follow chunks
+                self.subscribers.emit_hot(changes)
+                return changes
         elif kind in ("tool_call", "tool_call_update"):
             self._upsert_tool_call(raw, changes, announced=kind == "tool_call")
         elif kind == "plan":
@@ -511,12 +518,14 @@ class Conversation:
             self._append(Unknown(self._new_key("unknown"), raw=raw, reason="not shown by this client"), changes)
         return self._emit(changes)
 
-    def _chunk(self, role: Role, raw: dict[str, Any], changes: list[Change]) -> None:
+    def _chunk(self, role: Role, raw: dict[str, Any], changes: list[Change]) -> bool:
+        """Fold one chunk; True when it only grew a message already there (``changes`` is
+        then that message's one ``updated``)."""
         content = raw.get("content") or {}
         if content.get("type") == "text" and not content.get("text"):
-            return  # an empty chunk says nothing: it must not make an empty "agent:" or "thinks…" item
+            return False  # an empty chunk says nothing: it must not make an empty "agent:" or "thinks…" item
         if role == "user" and self._echoed(content):
-            return  # the agent echoes the prompt we sent (mistral-vibe): it is shown once, as sent
+            return False  # the agent echoes the prompt we sent (mistral-vibe): it is shown once, as sent
         message_id = raw.get("messageId")
         msg: Message | None = None
         if message_id is not None:
@@ -525,13 +534,17 @@ class Conversation:
             last = self.items[-1] if self.items else None
             if isinstance(last, Message) and last.role == role and not last.closed:
                 msg = last
+        grown = msg is not None
         if msg is None:
             msg = Message(self._new_key(role), role=role, message_id=message_id)
             if message_id is not None:
                 self._messages[(role, message_id)] = msg
             self._append(msg, changes)
         else:
-            changes.append(Change("updated", msg))
+            growth = self._growth  # one frozen Change per message growing, not one per chunk
+            if growth is None or growth.item is not msg:
+                growth = self._growth = Change("updated", msg)
+            changes.append(growth)
         if content.get("type") == "text":
             msg.parts.append(content.get("text", ""))
         else:
@@ -540,6 +553,7 @@ class Conversation:
         if msg.first_at is None:
             msg.first_at = now
         msg.touch()
+        return grown
 
     def _upsert_tool_call(self, raw: dict[str, Any], changes: list[Change], announced: bool,
                           origin: str | None = None) -> ToolCall:

@@ -206,7 +206,7 @@ class AgentBudget:
         self._timer: asyncio.TimerHandle | None = None
         self._live: Any = None
         self._stopped = False  # answered stop: asked again before the next prompt only
-        state.conversation.subscribe(self._changed)
+        state.conversation.subscribe(self._changed, chunks=False)  # usage only
 
     # -- what the user sets and reads -------------------------------------------------------------
     def set(self, tokens: float | None = None, cost: float | None = None,

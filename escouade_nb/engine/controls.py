@@ -73,7 +73,7 @@ class Controls:
         self.opened = False  # a session told what modes the agent has
         self._told: str | None = None  # the agent's unmapped mode the conversation was told of
         self._local = False  # the client is setting the agent's mode itself (optimistic, rollback)
-        agent.conversation.subscribe(self._changed)
+        agent.conversation.subscribe(self._changed, chunks=False)  # the mode and options only
 
     # -- Escouade's modes ---------------------------------------------------------------------
     def _agent_mode_ids(self) -> set[str]:

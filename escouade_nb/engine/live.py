@@ -91,6 +91,7 @@ class Live:
         self.ready = asyncio.Event()
         self.told_about_questions = False  # the questionsInText preamble, once per session
         self._preamble = plans.QUESTIONS_PREAMBLE if agent.harness.acp.questions_in_text else ""
+        self._harness_id = agent.harness.short_id  # a start parameter: read once, not at each update (_fold)
         self.cancel_sent = False  # one session/cancel per Stop
         self.mcp_servers: list[Any] = []  # the MCP servers its session was given (a checkpoint's session/fork too)
         self.ended = False
@@ -455,11 +456,12 @@ class Live:
             files.written(path, old, new)
 
     def _fold(self, update: Any) -> None:
-        if self.replay.skip(update):  # already in the conversation, rebuilt from the transcript
+        replay = self.replay
+        if replay.active and replay.skip(update):  # already in the conversation, rebuilt from the transcript
             return
         conversation = self.agent.conversation
         with self.agent.keeper.folding():  # what the fold adds (an adapter's notice) a replay adds again
-            update = adapt(self.agent.harness.short_id, conversation, update)
+            update = adapt(self._harness_id, conversation, update)
             changes = [] if update is None else conversation.apply(update if isinstance(update, dict)
                                                                     else {"value": update})
         self.agent.activity_watch.saw(changes)  # a sign of life, and what it does (engine/activity.py)
@@ -469,7 +471,7 @@ class Live:
         sub = self.agent.conversation.subagents.get(session_id)
         if sub is None:
             return
-        update = adapt(self.agent.harness.short_id, sub.conversation, update)
+        update = adapt(self._harness_id, sub.conversation, update)
         changes = [] if update is None else sub.conversation.apply(update if isinstance(update, dict)
                                                                    else {"value": update})
         self.agent.activity_watch.saw(changes)  # its subagent's work is its own

@@ -62,7 +62,7 @@ class ConversationRecord:
         self._answered: weakref.WeakSet[Permission | Question | ToolCall] = weakref.WeakSet()
         self._asked: weakref.WeakKeyDictionary[Question, int] = weakref.WeakKeyDictionary()  # question -> its n
         self._questions = 0  # question cards made in this segment
-        agent.conversation.subscribe(self._changed)
+        agent.conversation.subscribe(self._changed, chunks=False)  # cards, calls, notices: never text
 
     def folding(self) -> ConversationRecord:
         """``with record.folding():`` while an agent's update is folded: a notice it makes (a

@@ -266,7 +266,8 @@ class AgentState:
         self.sessions_hidden = 0  # rows of other folders left out of the last session/list page
         # Stop pressed while it starts: its process ended (awaited by close)
         self._stop_task: asyncio.Task | None = None
-        self.conversation.subscribe(self._collect)
+        self.conversation.subscribe(self._heard)  # every change, each chunk too
+        self.conversation.subscribe(self._collect, chunks=False)  # tool calls and items added: never a chunk
         mode, harness = config.mode, config.harness
         if mode is not None and mode != "default" and mode not in self.controls.escouade_modes():
             raise AgentError(f"{harness.display_name} does not offer the mode {mode!r}; it offers: "
@@ -414,8 +415,10 @@ class AgentState:
     def stall_after(self, seconds: float | None) -> None:
         self.activity_watch.stall_after = seconds
 
-    def _collect(self, changes: list[Change]) -> None:
+    def _heard(self, _changes: list[Change]) -> None:
         self.last_activity = time.time()
+
+    def _collect(self, changes: list[Change]) -> None:
         if self.live is not None:
             self.live.workspace.changed(changes)
             if self.live.desk.grants:

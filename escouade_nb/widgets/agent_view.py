@@ -502,7 +502,7 @@ class AgentView(ConversationView):
         self.hold(agent.on_status.subscribe(self._retry))
         self.hold(agent.on_status.subscribe(self._status_form))  # the saved form follows the status
         self._task_states: dict[int, str] = {}  # id(tool call) -> its task's state last seen
-        self.hold(agent.conversation.subscribe(self._task_form))  # ...and a task's start and end
+        self.hold(agent.conversation.subscribe(self._task_form, chunks=False))  # ...and a task's start, end
 
     def _task_form(self, changes: list) -> None:
         """A ``run_code`` task started or ended (not each line it prints): the saved form follows."""

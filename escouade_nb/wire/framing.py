@@ -149,24 +149,23 @@ class LineBuffer:
         """Take a chunk; return the lines it completed (and what was skipped), in order."""
         out: list[bytes | Skipped] = []
         self._buffer += data
-        while True:
-            cut = self._buffer.find(b"\n", self._scanned)
-            if cut < 0:
-                break
-            line = bytes(self._buffer[:cut])
-            del self._buffer[:cut + 1]
-            self._scanned = 0
-            if self._discarding:
-                self._discarding = False
-                if self.report_at_end:
-                    out.append(self._ended(line))
-                self._dropped = 0
-                continue
-            if len(line) <= self.max_line:
-                out.append(line)
-            else:
-                out.append(Skipped(self._too_long(len(line)).why, len(line), line[:HEAD_KEPT], line[-TAIL_KEPT:])
-                           if self.report_at_end else self._too_long(len(line)))
+        cut = self._buffer.find(b"\n", self._scanned)
+        if cut >= 0:  # one copy of what is held, the lines sliced from it, what follows the last kept
+            text, start = bytes(self._buffer), 0
+            while cut >= 0:
+                line, start = text[start:cut], cut + 1
+                cut = text.find(b"\n", start)
+                if self._discarding:
+                    self._discarding = False
+                    if self.report_at_end:
+                        out.append(self._ended(line))
+                    self._dropped = 0
+                elif len(line) <= self.max_line:
+                    out.append(line)
+                else:
+                    out.append(Skipped(self._too_long(len(line)).why, len(line), line[:HEAD_KEPT], line[-TAIL_KEPT:])
+                               if self.report_at_end else self._too_long(len(line)))
+            del self._buffer[:start]
         if len(self._buffer) > self.max_line:
             if not self._discarding:  # a long line is told once, however many reads it spans
                 self._discarding = True

@@ -67,8 +67,10 @@ class Router:
             if self.session_id is None:
                 self._early.append((session, params.get("update")))
             elif session in (None, self.session_id):
-                self._note_child(params.get("update"))
-                self._fold(params.get("update"))
+                update = params.get("update")
+                if isinstance(update, dict) and update.get("sessionUpdate") == "subagent_update":
+                    self._note_child(update)
+                self._fold(update)
             elif session in self.children:
                 self._fold_child(session, params.get("update"))
             else:

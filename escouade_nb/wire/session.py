@@ -472,6 +472,9 @@ class AgentSession:
 
     # -- incoming ------------------------------------------------------------------------------
     def _intercept(self, message: dict[str, Any]) -> bool:
+        method = message.get("method")
+        if method == "session/update":  # the commonest by far: none of the checks below is about it
+            return self.router.intercept(message)
         rid = message.get("id")
         if isinstance(rid, str) and rid.startswith("escouade-") and "method" not in message:
             if rid in self._requests:  # else the answer of an abandoned request: dropped
@@ -484,7 +487,6 @@ class AgentSession:
                 with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     self._requests[rid].send_nowait(message)
             return True
-        method = message.get("method")
         if method == RELAY_HELLO and "id" not in message and (self.preamble or self.relay_expected) \
                 and self.relay is None:
             params = message.get("params")

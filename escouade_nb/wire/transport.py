@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -37,6 +37,7 @@ from .framing import LineBuffer, Skipped, envelope
 
 log = logging.getLogger(__name__)
 
+_JSON = json.JSONDecoder()
 YIELD_AFTER = 0.004
 """Seconds of folding lines of one read before the reader lets the loop turn."""
 
@@ -102,8 +103,14 @@ class LineTransport:
 
     # -- receiving --------------------------------------------------------------------
     async def receive(self) -> dict[str, Any] | None:
+        lines = self._lines
         while True:
-            line = await self._next_line()
+            # the commonest: a line of the last read and no turn due (_next_line's first case), without
+            # a coroutine per line
+            if lines and type(lines[0]) is bytes and time.monotonic() - self._turned <= YIELD_AFTER:
+                line: bytes | None = cast(bytes, lines.popleft())
+            else:
+                line = await self._next_line()
             if line is None:
                 return None
             message = self._decode(line)
@@ -146,7 +153,10 @@ class LineTransport:
         if not line:
             return None
         try:
-            value = json.loads(line.decode("utf-8"))
+            text = line.decode("utf-8")
+            value, end = _JSON.raw_decode(text)  # json.loads without its two whitespace scans: the line is stripped
+            if end != len(text):
+                raise ValueError("extra data after the JSON value")
         except UnicodeDecodeError:
             self._skip("line is not UTF-8", line)
             return None

@@ -739,6 +739,29 @@ def test_subscribers_receive_the_change_lists(conv: Conversation) -> None:
     assert a[0][0].item is conv.items[0]
 
 
+def test_a_subscriber_without_chunks_hears_everything_but_a_message_growing(conv: Conversation) -> None:
+    """``subscribe(fn, chunks=False)``: the next chunk of a message already there (most of a
+    streamed reply) is not told to ``fn``; a message added, closed, a tool call, the state are."""
+    every: list[list[Change]] = []
+    cold: list[list[Change]] = []
+    conv.subscribe(every.append)
+    conv.subscribe(cold.append, chunks=False)
+    added = conv.apply(chunk("agent", "Hel"))
+    grown = [conv.apply(chunk("agent", "lo")), conv.apply(chunk("agent", {"type": "image", "mimeType": "image/png",
+                                                                          "data": ""}))]
+    conv.apply(chunk("agent", ""))  # an empty chunk: no change at all
+    call = conv.apply(tool_call("t1"))  # closes the message: both hear it
+    by_id = conv.apply(chunk("thought", "a", "m1"))
+    grown.append(conv.apply(chunk("thought", "b", "m1")))
+    mode = conv.apply({"sessionUpdate": "current_mode_update", "currentModeId": "ask"})
+    msg = conv.items[0]
+    assert [kinds(g) for g in grown] == [[("updated", msg.key)], [("updated", msg.key)],
+                                         [("updated", conv.items[2].key)]]
+    assert every == [added, *grown[:2], call, by_id, grown[2], mode]
+    assert cold == [added, call, by_id, mode]
+    assert kinds(call) == [("updated", msg.key), ("added", conv.items[1].key)]
+
+
 def test_a_failing_subscriber_does_not_break_the_fold(conv: Conversation, caplog: pytest.LogCaptureFixture) -> None:
     got: list[list[Change]] = []
 

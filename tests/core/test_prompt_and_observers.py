@@ -65,6 +65,33 @@ def test_observers_tokens_and_one_error_policy(caplog):
     third()
 
 
+def test_emit_hot_calls_only_the_hot_subscribers_in_order(caplog):
+    obs: Observers = Observers("hot")
+    got = []
+    a = obs.subscribe(lambda x: got.append(("a", x)))
+    obs.subscribe(lambda x: got.append(("cold", x)), hot=False)
+    obs.subscribe(lambda x: 1 / 0)
+    c = obs.subscribe(lambda x: got.append(("c", x)))
+    obs.emit(1)
+    obs.emit_hot(2)
+    assert got == [("a", 1), ("cold", 1), ("c", 1), ("a", 2), ("c", 2)] and "hot: a subscriber failed" in caplog.text
+    a()
+    got.clear()
+    obs.emit_hot(3)
+    obs.emit(4)
+    assert got == [("c", 3), ("cold", 4), ("c", 4)] and len(obs) == 3
+    # a hot subscriber that unsubscribes another during emit_hot: the other is not called
+    obs.subscribe(lambda x: c.close())
+    later = obs.subscribe(lambda x: got.append(("later", x)))
+    got.clear()
+    obs.emit_hot(5)
+    assert got == [("c", 5), ("later", 5)] and not c.active
+    later()
+    got.clear()
+    obs.emit_hot(6)
+    assert got == []
+
+
 def test_a_closed_token_lets_go_of_its_callback():
     class View:
         def on(self, x):

@@ -204,6 +204,8 @@ def test_line_of_exactly_max_bytes_is_kept() -> None:
     [
         (b"this is not json", "line is not JSON"),
         (b'{"id": 1', "line is not JSON"),
+        (b'{"id": 3} {"id": 4}', "line is not JSON"),  # two values on one line: not one message
+        (b'{"id": 3}x', "line is not JSON"),
         (b'{"text": "\xff\xfe"}', "line is not UTF-8"),
         (b"42", "JSON line is a int, not an object"),
         (b"[1]", "JSON line is a list, not an object"),

@@ -76,7 +76,7 @@ def machine(outside, monkeypatch, tmp_path, script, own_processes):
     connection file is in a private runtime folder, ``$XDG_RUNTIME_DIR`` with a listening
     unix socket, an HTTP server on the host's loopback, the scripted harness ``boxed``
     (its own files a state folder) installed; yields a namespace of them."""
-    from jupyter_client.manager import KernelManager
+    from kernel_client import Kernel
 
     runtime, xdg = outside / "runtime", outside / "xdg"
     runtime.mkdir()
@@ -85,14 +85,11 @@ def machine(outside, monkeypatch, tmp_path, script, own_processes):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
     monkeypatch.setenv("ESCOUADE_NB_PLUGINS_DIR", str(tmp_path / "plugins"))
     monkeypatch.setenv("ESCOUADE_NB_JOURNAL_DIR", str(tmp_path / "journal"))
-    km = KernelManager(kernel_name="python3", connection_file=str(runtime / f"kernel-{os.urandom(4).hex()}.json"))
-    km.start_kernel(cwd=str(outside))
-    kc = km.client()
-    kc.start_channels()
+    kernel = Kernel(outside, connection_file=runtime / f"kernel-{os.urandom(4).hex()}.json")  # started once more
+    km, kc = kernel.km, kernel.kc  # if another worker took one of its ports first
     listener = UnixListener(xdg / "bus")
     http = HttpServer()
     try:
-        kc.wait_for_ready(timeout=60)
         info = json.loads(Path(km.connection_file).read_text())
         assert Path(km.connection_file).parent == runtime
 

@@ -673,6 +673,8 @@ def load(ipython) -> None:
         # is alive before its first import, and a frozen cycle is never freed
         gc.collect()
         _hold_pages()
+        from .core.notebook import pages_coming
+        pages_coming(loaded)  # a live read before the channel is loaded waits for this thread, then for _finish
         _loading = threading.Thread(target=_preload_then_finish, args=(loop, ipython), name="escouade-load",
                                     daemon=True)
         _loading.start()
@@ -748,6 +750,8 @@ def _finish(ipython: Any) -> None:
     register(ipython)  # the listings' HTML
     from .widgets.notebook_pages import start_in_kernel
     pages = start_in_kernel(ipython)  # the channel to the notebook's page (labextension/): its comm target
+    from .core.notebook import pages_coming
+    pages_coming(None)  # the channel is there (or never comes: not a kernel)
     held, _held_pages[:] = _held_pages[:], []
     for comm, msg, early in held:
         if pages is not None:

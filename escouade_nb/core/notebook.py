@@ -14,7 +14,7 @@ was read, and work without one.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -26,6 +26,24 @@ __all__ = ["NotebookRef", "kernel_notebook", "file_cells", "live_cells", "output
 
 PAGES_TARGET = "escouade_nb.notebook"
 """The Jupyter comm target of the kernel's channel to its notebook's pages (``labextension/src/index.js``)."""
+
+
+_pages_coming: Callable[[], None] | None = None
+
+
+def pages_coming(wait: Callable[[], None] | None) -> None:
+    """``%load_ext escouade_nb`` says the channel to the notebook's pages is on its way (its thread loads it,
+    ~2 s): ``wait()`` blocks until that thread is done (call it in a worker thread; the channel is then started
+    on the loop, before anything queued after the thread's end). ``None``: nothing on its way (the channel is
+    there, or never comes)."""
+    global _pages_coming
+    _pages_coming = wait
+
+
+def pages_coming_wait() -> Callable[[], None] | None:
+    """What :func:`pages_coming` was last given."""
+    return _pages_coming
+
 
 MAX_OUTPUT = 2000
 """Characters of one cell's outputs (as text) kept by :func:`file_cells`."""

@@ -276,6 +276,7 @@ def use_live_notebook(live: LiveNotebook | None) -> None:
     its own ``live=`` keeps that one."""
     global _live_notebook
     _live_notebook = live
+    notebook_core.pages_coming(None)
 
 
 def ipython_shell() -> Any:
@@ -753,9 +754,19 @@ class KernelServer:
         return await notebook_cells_text(self._readers, self._user_ns()[0], start, end, source, ref,
                                          self.read_budget)
 
+    async def _live_channel(self) -> LiveNotebook | None:
+        """:meth:`live_notebook`, once the one ``%load_ext``'s thread loads is there
+        (:func:`~..core.notebook.pages_coming`): a live read meanwhile waits for it (~2 s at most, once), instead
+        of answering that escouade_nb is not loaded."""
+        coming = notebook_core.pages_coming_wait()
+        if self._live is None and _live_notebook is None and coming is not None:
+            await asyncio.to_thread(coming)
+            await asyncio.sleep(0)  # the thread's last act queued the channel's start on the loop: it runs first
+        return self.live_notebook()
+
     async def _live_cells(self, start: int | None, end: int | None,
                           ref: notebook_core.NotebookRef | None) -> str | ImageAnswer:
-        live = self._live if self._live is not None else _live_notebook
+        live = await self._live_channel()
         return await live_cells_text(live.live_cells if live is not None else None, start, end, ref)
 
     async def _change_cell(self, tool: str, fields: dict[str, Any]) -> str:
@@ -764,7 +775,7 @@ class KernelServer:
         "pending review", "change"}``."""
         import json
 
-        live = self._live if self._live is not None else _live_notebook
+        live = await self._live_channel()
         if live is None:
             raise ToolFailure(f"{tool} needs escouade_nb loaded in a kernel whose notebook is open in JupyterLab 4 "
                               "or Notebook 7 (this server has no channel to a page)")
@@ -929,7 +940,7 @@ class KernelServer:
         page run it if unchanged, tell the owner: the outputs as text (PNG and JPEG outputs named
         there and attached as images, checked: :class:`~..core.output_images.Images`), status
         ``"ok"`` or ``"error"``."""
-        live = cast(CellRunner | None, self.live_notebook())  # a CellRunner when it has run_cell
+        live = cast(CellRunner | None, await self._live_channel())  # a CellRunner when it has run_cell
         if live is None or not callable(getattr(live, "run_cell", None)):
             raise ToolFailure("execute_cell needs escouade_nb loaded in a kernel whose notebook is open in JupyterLab "
                               "4 or Notebook 7 (this server has no channel to a page): nothing was run")

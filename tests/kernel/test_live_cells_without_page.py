@@ -67,3 +67,50 @@ def test_a_live_read_without_a_page_says_so_in_one_line(tmp_path):
             client.stdin.close()
             client.wait(10)
         k.shutdown()
+
+
+HELD = """
+import threading, escouade_nb.magics as _m
+_gate = threading.Event()
+_preload = _m._preload
+def _held():  # %load_ext's thread held before it loads anything: the channel to the pages is not there yet
+    _gate.wait(120)
+    _preload()
+_m._preload = _held
+""" + SETUP + """
+from escouade_nb.core import notebook as _nbc
+_waiting = threading.Event()
+_wait = _nbc.pages_coming_wait()
+def _counted():  # a read waits for the channel: said, then waited
+    _waiting.set()
+    _wait()
+_nbc.pages_coming(_counted)
+"""
+
+
+def test_a_live_read_while_load_ext_still_loads_waits_for_the_channel(tmp_path):
+    """A live read that comes while ``%load_ext``'s thread still loads the channel to the pages (~2 s, here held)
+    waits for it, then answers as the channel does — never that escouade_nb is not loaded (it is)."""
+    k = Kernel(tmp_path)
+    client = None
+    try:
+        out = k.run(HELD, timeout=120)
+        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
+        client = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), lines["URL"]],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "ESCOUADE_MCP_TOKEN": lines["TOKEN"]})
+        assert json.loads(client.stdout.readline()) == {"ready": True}
+        client.stdin.write(json.dumps({"tool": "notebook_cells", "arguments": {"source": "live"}}) + "\n")
+        client.stdin.flush()
+        out = k.run("import asyncio\nprint('WAITING', await asyncio.to_thread(_waiting.wait, 60))", timeout=90)
+        assert "WAITING True" in out.text, out.text  # the read waits for the channel the thread loads
+        k.run("_gate.set()")  # the thread goes on: the channel comes, the read goes through it
+        live = json.loads(client.stdout.readline())
+        assert live["is_error"], live
+        assert 'source="live" needs this notebook open in JupyterLab 4 or Notebook 7' in live["text"], live
+        assert "needs escouade_nb loaded" not in live["text"], live
+    finally:
+        if client is not None:
+            client.stdin.close()
+            client.wait(10)
+        k.shutdown()

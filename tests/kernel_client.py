@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -255,3 +257,47 @@ def act(kernel: Kernel, model_id: str, content: dict) -> None:
                                              "data": {"method": "custom", "content": {"k": "act", **content}}})
     kernel.kc.shell_channel.send(msg)
 
+
+class McpProcess:
+    """The ``mcp`` SDK's client in a process of its own (``tests/fixtures/mcp_call.py``), talking to the kernel's
+    server at ``url`` with ``token``: a JSON line per call on its stdin, a JSON line per answer on its stdout."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fixtures" / "mcp_call.py"), url],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env={**os.environ, "ESCOUADE_MCP_TOKEN": token})
+        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+
+    @classmethod
+    def from_output(cls, text: str) -> McpProcess:
+        """The client of the server whose ``URL …`` and ``TOKEN …`` lines a cell printed in ``text``."""
+        lines = dict(line.split(" ", 1) for line in text.splitlines() if line[:4] in ("URL ", "TOKE"))
+        return cls(lines["URL"], lines["TOKEN"])
+
+    def send(self, tool: str, **arguments: Any) -> None:
+        """Call ``tool``; its answer is read by :meth:`answer`."""
+        self.proc.stdin.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> dict:
+        """The next answer: ``{"text", "is_error", ...}``."""
+        return json.loads(self.proc.stdout.readline())
+
+    def call(self, tool: str, **arguments: Any) -> dict:
+        self.send(tool, **arguments)
+        return self.answer()
+
+    def live(self) -> dict:
+        """``notebook_cells(source="live")``'s JSON (asserted not an error)."""
+        got = self.call("notebook_cells", source="live")
+        assert not got["is_error"], got["text"]
+        return json.loads(got["text"])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+    def kill(self) -> None:
+        """The client gone at once (a call may still be waiting for its answer)."""
+        self.proc.kill()
+        self.proc.wait()

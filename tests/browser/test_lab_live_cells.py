@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 from browser_waits import until
+from kernel_client import McpProcess as Mcp  # the other browser files take it from here
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -60,30 +59,6 @@ def answered(page) -> list[str]:
     return got.split()
 
 
-class Mcp:
-    """The mcp SDK's client in a process of its own (tests/fixtures/mcp_call.py)."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), url], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "ESCOUADE_MCP_TOKEN": token})
-        assert json.loads(self.proc.stdout.readline()) == {"ready": True}
-
-    def call(self, tool: str, **arguments: Any) -> dict:
-        self.proc.stdin.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
-
-    def live(self) -> dict:
-        got = self.call("notebook_cells", source="live")
-        assert not got["is_error"], got["text"]
-        return json.loads(got["text"])
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(10)
-
-
 def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
     page = nb.page
     nb.open([SETUP, "x = 1", PING])
@@ -91,8 +66,7 @@ def test_the_kernel_reads_an_unsaved_cell_and_one_tab_answers(nb, lab_page):
         "the extension installed with the package is active"
     nb.run_cell(0)
     out = nb.output(0).inner_text()
-    lines = dict(line.split(" ", 1) for line in out.splitlines() if line[:4] in ("URL ", "TOKE"))
-    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    mcp = Mcp.from_output(out)
     second = None
     try:
         # the user types into cell 2 and does not save
@@ -187,9 +161,7 @@ def test_in_notebook_7_the_kernel_reads_an_unsaved_cell(nb):
         until(lambda: (s := nb.lab.sessions_for(nb.path)) and s[0]["kernel"]["execution_state"] == "idle",
               "the kernel idle", 60)
         seven.run_cell(0)
-        lines = dict(line.split(" ", 1) for line in seven.output(0).inner_text().splitlines()
-                     if line[:4] in ("URL ", "TOKE"))
-        mcp = Mcp(lines["URL"], lines["TOKEN"])
+        mcp = Mcp.from_output(seven.output(0).inner_text())
         seven.cell(1).locator(".jp-InputArea-editor").click()
         page.keyboard.press("Control+a")
         page.keyboard.type(TYPED)
@@ -210,9 +182,7 @@ def test_after_a_page_reload_the_new_page_answers(nb):
     page = nb.page
     nb.open([SETUP, "x = 1"])
     nb.run_cell(0)
-    lines = dict(line.split(" ", 1) for line in nb.output(0).inner_text().splitlines()
-                 if line[:4] in ("URL ", "TOKE"))
-    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    mcp = Mcp.from_output(nb.output(0).inner_text())
     try:
         before = page.evaluate(f"() => {PANEL}.node.dataset.escouadeClient")
         assert [c["source"] for c in mcp.live()["cells"]] == [SETUP, "x = 1"]
@@ -269,9 +239,7 @@ def closing_the_tab_the_kernel_forgets_its_page(nb: Any, what: str) -> None:
     """With SETUP run in cell 0: one live read links the page, then the tab is closed as the user closes it
     and the kernel must forget the page with no read (``what`` names that wait)."""
     page = nb.page
-    lines = dict(line.split(" ", 1) for line in nb.output(0).inner_text().splitlines()
-                 if line[:4] in ("URL ", "TOKE"))
-    mcp = Mcp(lines["URL"], lines["TOKEN"])
+    mcp = Mcp.from_output(nb.output(0).inner_text())
     pages = "[p.client for p in notebook_pages._pages.pages.values()]"
     try:
         client = page.evaluate(f"() => {PANEL}.node.dataset.escouadeClient")

@@ -5,16 +5,11 @@ saying so in one line, and the other sources answer as before."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from kernel_client import Kernel
+from kernel_client import Kernel, McpProcess
 
 pytestmark = pytest.mark.kernel
 
@@ -38,18 +33,8 @@ def test_a_live_read_without_a_page_says_so_in_one_line(tmp_path):
     k = Kernel(tmp_path)
     client = None
     try:
-        out = k.run(SETUP, timeout=120)
-        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
-        client = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), lines["URL"]],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "ESCOUADE_MCP_TOKEN": lines["TOKEN"]})
-        assert json.loads(client.stdout.readline()) == {"ready": True}
-
-        def call(tool: str, **arguments: Any) -> dict:
-            client.stdin.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
-            client.stdin.flush()
-            return json.loads(client.stdout.readline())
-
+        client = McpProcess.from_output(k.run(SETUP, timeout=120).text)
+        call = client.call
         live = call("notebook_cells", source="live")
         assert live["is_error"], live
         text = live["text"].strip()
@@ -64,8 +49,7 @@ def test_a_live_read_without_a_page_says_so_in_one_line(tmp_path):
         assert "PAGES 0 0" in out.text, out.text
     finally:
         if client is not None:
-            client.stdin.close()
-            client.wait(10)
+            client.close()
         k.shutdown()
 
 
@@ -94,23 +78,16 @@ def test_a_live_read_while_load_ext_still_loads_waits_for_the_channel(tmp_path):
     k = Kernel(tmp_path)
     client = None
     try:
-        out = k.run(HELD, timeout=120)
-        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
-        client = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), lines["URL"]],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "ESCOUADE_MCP_TOKEN": lines["TOKEN"]})
-        assert json.loads(client.stdout.readline()) == {"ready": True}
-        client.stdin.write(json.dumps({"tool": "notebook_cells", "arguments": {"source": "live"}}) + "\n")
-        client.stdin.flush()
+        client = McpProcess.from_output(k.run(HELD, timeout=120).text)
+        client.send("notebook_cells", source="live")
         out = k.run("import asyncio\nprint('WAITING', await asyncio.to_thread(_waiting.wait, 60))", timeout=90)
         assert "WAITING True" in out.text, out.text  # the read waits for the channel the thread loads
         k.run("_gate.set()")  # the thread goes on: the channel comes, the read goes through it
-        live = json.loads(client.stdout.readline())
+        live = client.answer()
         assert live["is_error"], live
         assert 'source="live" needs this notebook open in JupyterLab 4 or Notebook 7' in live["text"], live
         assert "needs escouade_nb loaded" not in live["text"], live
     finally:
         if client is not None:
-            client.stdin.close()
-            client.wait(10)
+            client.close()
         k.shutdown()

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, HttpMcpServer, McpServerStdio, ToolCallProgress, ToolCallStart
-from kernel_client import Kernel
+from kernel_client import Kernel, McpProcess
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from acp_clients import AGENT_CMD, RecordingClient
@@ -827,15 +827,8 @@ def test_in_a_real_kernel(tmp_path):
         assert lines["ROOT"] == "True"
         assert set(out.text.splitlines()) == {f"URL {lines['URL']}", f"TOKEN {lines['TOKEN']}", "ROOT True"}, \
             out.text  # nothing else reached the cell: no log line of the SDK or uvicorn
-        client = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), lines["URL"]],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "ESCOUADE_MCP_TOKEN": lines["TOKEN"]})
-        assert json.loads(client.stdout.readline()) == {"ready": True}
-
-        def call(tool: str, **arguments: Any) -> dict:
-            client.stdin.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
-            client.stdin.flush()
-            return json.loads(client.stdout.readline())
+        client = McpProcess(lines["URL"], lines["TOKEN"])
+        call = client.call
 
         got = call("inspect_variable", name="df")
         assert got["text"].startswith("df: pandas.DataFrame\nDataFrame 2×2") and not got["is_error"]
@@ -876,7 +869,6 @@ def test_in_a_real_kernel(tmp_path):
     finally:
         if client is not None:
             client.kill()
-            client.wait()
         if k is not None:
             k.shutdown()
 
@@ -913,18 +905,13 @@ def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
     client = None
     try:
         out = k.run(SLOW_SETUP, timeout=120)
-        lines = dict(line.split(" ", 1) for line in out.text.splitlines() if line[:4] in ("URL ", "TOKE"))
-        client = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_call.py"), lines["URL"]],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "ESCOUADE_MCP_TOKEN": lines["TOKEN"]})
-        assert json.loads(client.stdout.readline()) == {"ready": True}
-        client.stdin.write(json.dumps({"tool": "inspect_variable", "arguments": {"name": "slow"}}) + "\n")
-        client.stdin.flush()
+        client = McpProcess.from_output(out.text)
+        client.send("inspect_variable", name="slow")
         # a cell that waits (on the loop) for the repr to start, then looks: is the repr still inside?
         cell = k.run("import asyncio, time\nend = time.monotonic() + 30\n"
                      "while not slow.entered.is_set() and time.monotonic() < end:\n"
                      "    await asyncio.sleep(0.01)\nprint('INSIDE', slow.entered.is_set(), slow.inside)")
-        got = json.loads(client.stdout.readline())
+        got = client.answer()
         # the cell ran while the repr was still sleeping: the loop was free (on a frozen loop it runs after)
         assert cell.text.split() == ["INSIDE", "True", "True"]
         assert "its repr took longer than 2 s: not shown" in got["text"] and "SlowRepr(finally)" not in got["text"]
@@ -932,7 +919,6 @@ def test_a_slow_repr_leaves_the_real_kernel_running_cells(tmp_path):
     finally:
         if client is not None:
             client.kill()
-            client.wait()
         k.shutdown()
 TOKEN_FILE_SCRIPT = """
 import asyncio, json, os, subprocess, sys
